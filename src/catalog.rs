@@ -1,0 +1,157 @@
+//! Built-in catalogs: published config.json numbers of popular models and GPU datasheet
+//! figures (`data/*.json`, each entry with its source), plus name lookup with suggestions.
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::Architecture;
+
+/// A catalog model: architecture numbers plus provenance.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ModelEntry {
+    /// Architecture (its `name` is the catalog id).
+    #[serde(flatten)]
+    pub arch: Architecture,
+    /// Hugging Face repository id.
+    pub hf_id: String,
+    /// Where the numbers were read.
+    pub source: String,
+    /// Caveats.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// A catalog GPU.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GpuEntry {
+    /// Short id (`a100-40`).
+    pub id: String,
+    /// Full name.
+    pub name: String,
+    /// Memory in GiB (unified memory for Apple parts, shared with the CPU).
+    pub memory_gib: Option<f64>,
+    /// bf16 support (`None` = not published).
+    pub bf16: Option<bool>,
+    /// Dense bf16 tensor TFLOP/s.
+    pub bf16_tflops_dense: Option<f64>,
+    /// Dense fp16 tensor TFLOP/s.
+    pub fp16_tflops_dense: Option<f64>,
+    /// fp32 (non-tensor) TFLOP/s.
+    pub fp32_tflops: Option<f64>,
+    /// Memory bandwidth GB/s.
+    pub mem_bandwidth_gbs: Option<f64>,
+    /// Apple-style unified memory.
+    #[serde(default)]
+    pub unified_memory: bool,
+    /// Where the figures were read.
+    pub source: String,
+}
+
+impl GpuEntry {
+    /// Memory in bytes (GiB × 2³⁰), if known.
+    pub fn memory_bytes(&self) -> Option<u128> {
+        self.memory_gib.filter(|g| g.is_finite() && *g > 0.0).map(|g| (g * 1024.0 * 1024.0 * 1024.0) as u128)
+    }
+}
+
+/// Every catalog model.
+pub fn models() -> &'static [ModelEntry] {
+    static M: OnceLock<Vec<ModelEntry>> = OnceLock::new();
+    M.get_or_init(|| serde_json::from_str(include_str!("../data/models.json")).unwrap_or_default())
+}
+
+/// Every catalog GPU with a known memory size.
+pub fn gpus() -> &'static [GpuEntry] {
+    static G: OnceLock<Vec<GpuEntry>> = OnceLock::new();
+    G.get_or_init(|| {
+        let all: Vec<GpuEntry> = serde_json::from_str(include_str!("../data/gpus.json")).unwrap_or_default();
+        all.into_iter().filter(|g| g.memory_bytes().is_some()).collect()
+    })
+}
+
+fn norm(s: &str) -> String {
+    s.trim().to_ascii_lowercase().replace(['_', ' '], "-")
+}
+
+/// Levenshtein distance (for "did you mean").
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The closest names, best first.
+pub fn suggest<'a>(query: &str, names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let q = norm(query);
+    let mut scored: Vec<(usize, &str)> = names
+        .map(|n| {
+            let d = distance(&q, &norm(n));
+            let bonus = if norm(n).contains(&q) || q.contains(&norm(n)) { 0 } else { 2 };
+            (d + bonus, n)
+        })
+        .collect();
+    scored.sort();
+    scored.into_iter().take(3).map(|(_, n)| n).collect()
+}
+
+/// Finds a model by catalog id or Hugging Face id.
+pub fn find_model(name: &str) -> Result<&'static ModelEntry, String> {
+    let q = norm(name);
+    models()
+        .iter()
+        .find(|m| norm(&m.arch.name) == q || norm(&m.hf_id) == q)
+        .ok_or_else(|| {
+            let s = suggest(name, models().iter().map(|m| m.arch.name.as_str()));
+            format!("unknown model {name:?}; did you mean {}? (`lorafit models` lists all)", s.join(", "))
+        })
+}
+
+/// Finds a GPU by id or name.
+pub fn find_gpu(name: &str) -> Result<&'static GpuEntry, String> {
+    let q = norm(name);
+    gpus()
+        .iter()
+        .find(|g| norm(&g.id) == q || norm(&g.name) == q)
+        .ok_or_else(|| {
+            let s = suggest(name, gpus().iter().map(|g| g.id.as_str()));
+            format!("unknown GPU {name:?}; did you mean {}? (`lorafit gpus` lists all)", s.join(", "))
+        })
+}
+
+/// A model given as a catalog name (string) or as architecture numbers (object).
+pub fn resolve_model(v: &Value) -> Result<Architecture, String> {
+    match v {
+        Value::String(name) => Ok(find_model(name)?.arch.clone()),
+        Value::Object(_) => {
+            let arch: Architecture = serde_json::from_value(v.clone()).map_err(|e| format!("invalid model: {e}"))?;
+            arch.validate().map_err(|e| e.to_string())?;
+            Ok(arch)
+        }
+        _ => Err("model must be a catalog name or an object of config numbers".into()),
+    }
+}
+
+/// Share of Apple unified memory a Metal process can use by default (recommendedMaxWorkingSetSize
+/// is about 75 % of RAM on 32 GB+ machines).
+pub const UNIFIED_MEMORY_USABLE: f64 = 0.75;
+
+impl GpuEntry {
+    /// Capacity available to one training process, in bytes.
+    pub fn capacity_bytes(&self) -> u128 {
+        let total = self.memory_bytes().unwrap_or(0);
+        if self.unified_memory {
+            (total as f64 * UNIFIED_MEMORY_USABLE) as u128
+        } else {
+            total
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! lorafit: a LoRA / QLoRA fine-tuning GPU-memory planner.
+//!
+//! [`model`] is the pure memory model; [`catalog`] holds published model and GPU numbers;
+//! [`report`] formats plans for people; the web app (wasm only) and the CLI are thin layers on top.
+#![warn(missing_docs)]
+
+pub mod model;
+pub mod catalog;
+pub mod estimate;
+pub mod report;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub mod cli;
+
+#[cfg(target_arch = "wasm32")]
+pub mod app;

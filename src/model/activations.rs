@@ -1,0 +1,405 @@
+//! What autograd keeps alive for backward, tensor by tensor, as transformers + peft + PyTorch
+//! build a LoRA training step. Every rule here follows from an op's derivative formula (which
+//! inputs or outputs it saves) and the dtype each tensor has; none is fitted per model.
+//!
+//! Key facts (see `shared/MEMORY-FACTS.md`):
+//! - Frozen Linear layers save nothing for their own weight; RMSNorm saves an fp32 copy of its input.
+//! - peft casts each adapted layer's input to the adapter dtype; with dropout it keeps the dropout
+//!   output and a 1-byte mask per adapted module; lora_A / lora_B save their inputs.
+//! - Layer 0's input (the frozen embedding) needs no gradient unless gradient checkpointing calls
+//!   `enable_input_require_grads`, so layer 0 keeps no dropout masks for q/k/v and its first norm
+//!   saves nothing.
+//! - Under autocast, matmul inputs are cast and the casts are kept for backward; a frozen fp32
+//!   weight gets a fresh low-precision copy at every use.
+
+use super::arch::{Architecture, Family, LinearShape};
+use super::dtype::Dtype;
+use super::settings::{AttnImpl, SavedModule, Settings};
+use super::term::{bytes_of, f, Component, Factor, Term};
+
+/// Dtypes and sizes that every activation rule needs, derived once from arch + settings.
+#[derive(Clone, Debug)]
+pub struct Ctx<'a> {
+    /// Architecture.
+    pub arch: &'a Architecture,
+    /// Settings.
+    pub s: &'a Settings,
+    /// Residual-stream dtype (fp32 for 4-bit after prepare_model_for_kbit_training).
+    pub resid: Dtype,
+    /// Dtype of a Linear module's output after peft casts it back.
+    pub module_out: Dtype,
+    /// Dtype attention computes in (after autocast's cast).
+    pub attn: Dtype,
+    /// Dtype of lm_head's output logits.
+    pub logits: Dtype,
+    /// Dtype of the frozen Linear weights (None when 4-bit).
+    pub linear_weight: Option<Dtype>,
+    /// Dtype of lm_head / embedding / norm weights.
+    pub aux_weight: Dtype,
+}
+
+impl<'a> Ctx<'a> {
+    /// Derives the dtypes of the step.
+    pub fn new(arch: &'a Architecture, s: &'a Settings) -> Ctx<'a> {
+        let kbit = s.quant.is_some() && s.prepare_kbit;
+        let aux_weight = if kbit { Dtype::Fp32 } else { s.dtype };
+        let resid = aux_weight;
+        // bitsandbytes casts a 4-bit layer's output back to its input dtype, even under autocast.
+        let module_out = match (s.quant, s.autocast) {
+            (Some(_), _) => resid,
+            (None, Some(ac)) => ac,
+            (None, None) => resid,
+        };
+        let rope_out = module_out.promote(resid);
+        let attn = s.autocast.unwrap_or(rope_out);
+        let logits = s.autocast.unwrap_or(aux_weight);
+        let linear_weight = if s.quant.is_some() { None } else { Some(s.dtype) };
+        Ctx { arch, s, resid, module_out, attn, logits, linear_weight, aux_weight }
+    }
+
+    /// Tokens of the micro-batch.
+    pub fn tokens(&self) -> u128 {
+        self.s.tokens()
+    }
+
+    fn h(&self) -> u128 {
+        self.arch.hidden_size as u128
+    }
+    fn inter(&self) -> u128 {
+        self.arch.intermediate_size as u128
+    }
+    fn heads(&self) -> u128 {
+        self.arch.num_attention_heads as u128
+    }
+
+    /// Linear layers of a block that LoRA adapts.
+    pub fn adapted(&self) -> Vec<LinearShape> {
+        self.arch
+            .linears()
+            .into_iter()
+            .filter(|l| l.selected_by.iter().any(|t| self.s.targets.contains(t)))
+            .collect()
+    }
+
+    fn dropout(&self) -> bool {
+        self.s.lora_dropout > 0.0
+    }
+
+    /// Whether the attention kernel is the memory-efficient one (fp32 inputs or an explicit mask):
+    /// it pads the logsumexp to a multiple of 32 rows.
+    fn efficient_kernel(&self) -> bool {
+        self.s.attn_impl == AttnImpl::Sdpa && (self.attn == Dtype::Fp32 || self.s.padded_mask)
+    }
+}
+
+fn tok(ctx: &Ctx) -> Factor {
+    f("tokens", ctx.tokens())
+}
+
+fn by(d: Dtype) -> Factor {
+    bytes_of(d.bytes())
+}
+
+/// How many layers a per-layer term applies to.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerCounts {
+    /// All layers counted.
+    pub all: u128,
+    /// Layers whose input requires grad (layer 0 does not without checkpointing).
+    pub grad_input: u128,
+}
+
+/// Input of an adapted module inside the block: (dtype, requires grad, shared group id).
+fn module_input(ctx: &Ctx, l: &LinearShape) -> (Dtype, bool, &'static str) {
+    match l.name {
+        "q_proj" | "k_proj" | "v_proj" | "qkv_proj" => (ctx.resid, false, "attention-norm output"),
+        "o_proj" => (ctx.attn, true, "attention output"),
+        "gate_proj" | "up_proj" | "gate_up_proj" => (ctx.resid, true, "MLP-norm output"),
+        _ => (ctx.module_out, true, "MLP product"),
+    }
+}
+
+/// Saved tensors of decoder layers (per-layer terms already multiplied by the layer counts).
+pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
+    let mut out = vec![];
+    let a = ctx.arch;
+    let (h, i, heads) = (ctx.h(), ctx.inter(), ctx.heads());
+    let (qd, kvd) = (a.q_dim(), a.kv_dim());
+    let (b, t) = (ctx.s.batch as u128, ctx.s.seq as u128);
+    let layers = f("layers", n.all);
+    let glayers = f(if n.grad_input == n.all { "layers" } else { "(layers − 1)" }, n.grad_input);
+    let fp32 = bytes_of(4);
+
+    // --- Norms: fp32 copy of the input + rsqrt per token.
+    out.push(Term::product(
+        Component::ActNorms,
+        "input RMSNorm: fp32 input copy + rsqrt",
+        &[glayers.clone(), tok(ctx), f("(hidden + 1)", h + 1), fp32.clone()],
+    ));
+    let other_norms = a.family.norms_per_layer() - 1;
+    out.push(Term::product(
+        Component::ActNorms,
+        if other_norms == 1 { "post-attention RMSNorm: fp32 input copy + rsqrt" } else { "other RMSNorms (post-attn, pre/post-FFN): fp32 input copy + rsqrt" },
+        &[layers.clone(), f("norms", other_norms), tok(ctx), f("(hidden + 1)", h + 1), fp32.clone()],
+    ));
+    if a.family.has_qk_norm() {
+        let kvh = a.kv_heads() as u128;
+        out.push(Term::product(
+            Component::ActNorms,
+            "q/k RMSNorm: fp32 copies + rsqrt",
+            &[layers.clone(), tok(ctx), f("(q_dim + kv_dim + heads + kv_heads)", qd + kvd + heads + kvh), fp32.clone()],
+        ));
+    }
+
+    // --- Attention.
+    let ad = ctx.attn;
+    let expand = match ctx.s.attn_impl {
+        AttnImpl::Eager => true,
+        AttnImpl::Sdpa => ctx.s.padded_mask,
+        AttnImpl::FlashAttention2 => false,
+    };
+    let kv_saved = if expand { qd } else { kvd };
+    out.push(Term::product(
+        Component::ActAttention,
+        if expand && kvd != qd { "q, and k, v repeated to all heads (repeat_kv)" } else { "q (after RoPE), k (after RoPE), v" },
+        &[layers.clone(), tok(ctx), f(if expand { "(q_dim + 2 × q_dim)" } else { "(q_dim + 2 × kv_dim)" }, qd + 2 * kv_saved), by(ad)],
+    ));
+    match ctx.s.attn_impl {
+        AttnImpl::Eager => {
+            let probs_bytes = 4 + ad.bytes() + if a.attn_softcap() { ad.bytes() } else { 0 };
+            out.push(Term::product(
+                Component::ActAttention,
+                if a.attn_softcap() { "eager scores: softmax fp32 + probabilities + softcap tanh (O(S²))" } else { "eager scores: softmax fp32 + probabilities (O(S²))" },
+                &[layers.clone(), f("batch", b), f("heads", heads), f("seq", t), f("seq", t), bytes_of(probs_bytes)],
+            ));
+        }
+        AttnImpl::Sdpa | AttnImpl::FlashAttention2 => {
+            out.push(Term::product(
+                Component::ActAttention,
+                "attention output",
+                &[layers.clone(), tok(ctx), f("q_dim", qd), by(ad)],
+            ));
+            let rows = if ctx.efficient_kernel() { t.div_ceil(32) * 32 } else { t };
+            out.push(Term::product(
+                Component::ActAttention,
+                if ctx.efficient_kernel() { "logsumexp (rows padded to 32)" } else { "logsumexp" },
+                &[layers.clone(), f("batch", b), f("heads", heads), f(if ctx.efficient_kernel() { "seq₃₂" } else { "seq" }, rows), fp32.clone()],
+            ));
+        }
+    }
+
+    // --- MLP: gate output (saved by the activation), activation output and up output (saved by mul).
+    out.push(Term::product(
+        Component::ActMlp,
+        if a.family.gelu() { "gate, GeLU(gate), up" } else { "gate, SiLU(gate), up" },
+        &[layers.clone(), f("3", 3), tok(ctx), f("intermediate", i), by(ctx.module_out)],
+    ));
+
+    // --- LoRA path.
+    let r = ctx.s.lora_r as u128;
+    let lora = ctx.s.adapter_dtype;
+    let adapted = ctx.adapted();
+    if !adapted.is_empty() {
+        let sum_in: u128 = adapted.iter().map(|l| l.in_features).sum();
+        let sum_in_grad: u128 = adapted.iter().filter(|l| module_input(ctx, l).1).map(|l| l.in_features).sum();
+        let sum_in_nograd = sum_in - sum_in_grad;
+        let sum_out: u128 = adapted.iter().map(|l| l.out_features).sum();
+        let modules = adapted.len() as u128;
+        let mask_terms = |out: &mut Vec<Term>| {
+            // native_dropout keeps a 1-byte mask only when its input needs a gradient.
+            out.push(Term::product(
+                Component::ActDropout,
+                "dropout masks (1 B), inputs needing grad",
+                &[layers.clone(), tok(ctx), f("Σ in_features", sum_in_grad), bytes_of(1)],
+            ));
+            if sum_in_nograd > 0 {
+                out.push(Term::product(
+                    Component::ActDropout,
+                    "dropout masks of q/k/v (1 B), layers after the first",
+                    &[glayers.clone(), tok(ctx), f("Σ in_features(q,k,v)", sum_in_nograd), bytes_of(1)],
+                ));
+            }
+        };
+        match ctx.s.autocast {
+            None => {
+                if ctx.dropout() {
+                    out.push(Term::product(
+                        Component::ActDropout,
+                        "dropout outputs in adapter dtype, one per adapted module",
+                        &[layers.clone(), tok(ctx), f("Σ in_features", sum_in), by(lora)],
+                    ));
+                    mask_terms(&mut out);
+                } else {
+                    // Cast copies per module when the input is not already in the adapter dtype;
+                    // otherwise lora_A saves the (shared) input itself, once per distinct input.
+                    let mut cast_in = 0u128;
+                    let mut shared: Vec<(&str, u128)> = vec![];
+                    for l in &adapted {
+                        let (dt, _, group) = module_input(ctx, l);
+                        if dt != lora {
+                            cast_in += l.in_features;
+                        } else if !shared.iter().any(|(g, _)| *g == group) {
+                            shared.push((group, l.in_features));
+                        }
+                    }
+                    if cast_in > 0 {
+                        out.push(Term::product(
+                            Component::ActLora,
+                            "adapter-dtype copies of module inputs, one per adapted module",
+                            &[layers.clone(), tok(ctx), f("Σ in_features", cast_in), by(lora)],
+                        ));
+                    }
+                    let shared_in: u128 = shared.iter().map(|(_, w)| w).sum();
+                    if shared_in > 0 {
+                        out.push(Term::product(
+                            Component::ActLora,
+                            "module inputs kept by lora_A (shared by modules reading the same input)",
+                            &[layers.clone(), tok(ctx), f("Σ distinct in_features", shared_in), by(lora)],
+                        ));
+                    }
+                }
+                out.push(Term::product(
+                    Component::ActLora,
+                    "lora_A outputs (saved by lora_B)",
+                    &[layers.clone(), tok(ctx), f("modules", modules), f("rank", r), by(lora)],
+                ));
+            }
+            Some(ac) => {
+                if ctx.dropout() {
+                    mask_terms(&mut out);
+                }
+                out.push(Term::product(
+                    Component::ActLora,
+                    "autocast copies of lora_A inputs",
+                    &[layers.clone(), tok(ctx), f("Σ in_features", sum_in), by(ac)],
+                ));
+                out.push(Term::product(
+                    Component::ActLora,
+                    "lora_A outputs (autocast dtype)",
+                    &[layers.clone(), tok(ctx), f("modules", modules), f("rank", r), by(ac)],
+                ));
+                out.push(Term::product(
+                    Component::ActWeightCopies,
+                    "autocast copies of the LoRA A and B weights",
+                    &[layers.clone(), f("rank", r), f("Σ (in + out)", sum_in + sum_out), by(ac)],
+                ));
+            }
+        }
+    }
+    // Autocast copies of frozen weights (every Linear, adapted or not) when they are not in the
+    // autocast dtype already: each use makes a fresh copy, which matmul keeps for backward.
+    if let (Some(ac), Some(w)) = (ctx.s.autocast, ctx.linear_weight) {
+        if w != ac {
+            out.push(Term::product(
+                Component::ActWeightCopies,
+                "autocast copies of frozen Linear weights",
+                &[layers.clone(), f("linear params per layer", a.linear_weight_params_per_layer()), by(ac)],
+            ));
+        }
+    }
+    out.retain(|t| t.bytes > 0);
+    out
+}
+
+/// Saved tensors outside the decoder layers that live through forward and backward.
+pub fn global_terms(ctx: &Ctx) -> Vec<Term> {
+    let a = ctx.arch;
+    let (b, t, h) = (ctx.s.batch as u128, ctx.s.seq as u128, ctx.h());
+    let mut out = vec![
+        Term::product(Component::ActEmbeddings, "input_ids + labels (int64)", &[f("2", 2), tok(ctx), bytes_of(8)]),
+        Term::product(
+            Component::ActEmbeddings,
+            "rotary cos + sin tables",
+            &[f("2", 2), f("seq", t), f("head_dim", a.head_dim() as u128), by(ctx.resid)],
+        ),
+        Term::product(Component::ActNorms, "final RMSNorm: fp32 input copy + rsqrt", &[tok(ctx), f("(hidden + 1)", h + 1), bytes_of(4)]),
+    ];
+    if ctx.s.padded_mask && ctx.s.attn_impl == AttnImpl::Sdpa {
+        out.push(Term::product(
+            Component::ActAttention,
+            "explicit 4-D attention mask (shared by all layers)",
+            &[f("batch", b), f("seq", t), f("seq", t), by(ctx.attn)],
+        ));
+    }
+    if let Some(ac) = ctx.s.autocast {
+        if ctx.aux_weight != ac {
+            out.push(Term::product(
+                Component::ActWeightCopies,
+                "autocast copy of the lm_head weight",
+                &[f("vocab", a.vocab_size as u128), f("hidden", h), by(ac)],
+            ));
+        }
+    }
+    if ctx.s.modules_to_save.contains(&SavedModule::LmHead) {
+        out.push(Term::product(
+            Component::ActEmbeddings,
+            "lm_head input (saved for the trainable lm_head's gradient)",
+            &[tok(ctx), f("hidden", h), by(ctx.s.autocast.unwrap_or(ctx.resid))],
+        ));
+    }
+    if a.family == Family::Gemma2 || a.family == Family::Gemma3 {
+        // Gemma scales the embedding output by sqrt(hidden); the product is a new tensor.
+    }
+    out.retain(|t| t.bytes > 0);
+    out
+}
+
+/// Gradient-checkpoint boundaries: the input of every layer (embedding output + L−1 hidden states).
+pub fn checkpoint_terms(ctx: &Ctx, layers_alive: u128) -> Vec<Term> {
+    vec![Term::product(
+        Component::ActCheckpoints,
+        "layer inputs kept as checkpoints",
+        &[f("layers alive", layers_alive), tok(ctx), f("hidden", ctx.h()), by(ctx.resid)],
+    )]
+}
+
+/// Working set of the backward pass through one layer's MLP + LoRA (gradient buffers in flight,
+/// at the down_proj LoRA backward): adapter-dtype gradients of the LoRA path
+/// (tokens × (intermediate + 2·hidden)), the residual-dtype gradient of the MLP product
+/// (tokens × intermediate) and three hidden-wide gradients in the compute dtype.
+pub fn layer_backward_working(ctx: &Ctx) -> Term {
+    let (h, i) = (ctx.h(), ctx.inter());
+    let lora = ctx.s.adapter_dtype.bytes();
+    let res = ctx.resid.bytes();
+    let compute = ctx.s.autocast.unwrap_or(ctx.resid).bytes();
+    Term::sum(
+        Component::BackwardTemps,
+        "gradient buffers while back-propagating one layer",
+        &[
+            Term::product(Component::BackwardTemps, "", &[tok(ctx), f("(intermediate + 2 × hidden)", i + 2 * h), bytes_of(lora)]),
+            Term::product(Component::BackwardTemps, "", &[tok(ctx), f("intermediate", i), bytes_of(res)]),
+            Term::product(Component::BackwardTemps, "", &[tok(ctx), f("3 × hidden", 3 * h), bytes_of(compute)]),
+        ],
+    )
+}
+
+/// Logits and loss at the start of backward: log_softmax output (saved), the nll_loss gradient and
+/// the log_softmax gradient, all fp32 [tokens × vocab]; plus Gemma-2's saved tanh of the final softcap.
+pub fn loss_backward_terms(ctx: &Ctx) -> Vec<Term> {
+    let v = ctx.arch.vocab_size as u128;
+    let mut out = vec![Term::product(
+        Component::LogitsLoss,
+        "log_softmax output + nll_loss grad + log_softmax grad (fp32)",
+        &[f("3", 3), tok(ctx), f("vocab", v), bytes_of(4)],
+    )];
+    if ctx.arch.final_softcap() {
+        out.push(Term::product(Component::LogitsLoss, "final-logit softcap tanh (saved)", &[tok(ctx), f("vocab", v), by(ctx.logits)]));
+    }
+    out
+}
+
+/// Logits and loss at the end of forward (inside the loss): the logits, their fp32 upcast,
+/// log_softmax output, and lm_head's input hidden state.
+pub fn loss_forward_terms(ctx: &Ctx) -> Vec<Term> {
+    let v = ctx.arch.vocab_size as u128;
+    let mut out = vec![Term::product(Component::LogitsLoss, "logits", &[tok(ctx), f("vocab", v), by(ctx.logits)])];
+    if ctx.logits != Dtype::Fp32 {
+        out.push(Term::product(Component::LogitsLoss, "logits.float()", &[tok(ctx), f("vocab", v), bytes_of(4)]));
+    }
+    out.push(Term::product(Component::LogitsLoss, "log_softmax output (fp32)", &[tok(ctx), f("vocab", v), bytes_of(4)]));
+    if ctx.arch.final_softcap() {
+        out.push(Term::product(Component::LogitsLoss, "final-logit softcap tanh", &[tok(ctx), f("vocab", v), by(ctx.logits)]));
+    }
+    out.push(Term::product(Component::BackwardTemps, "final hidden state (lm_head input)", &[tok(ctx), f("hidden", ctx.h()), by(ctx.resid)]));
+    out
+}

@@ -1,0 +1,365 @@
+//! Decoder-only architectures: the config.json numbers the memory model needs, their
+//! validation, and exact parameter counts derived from them.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::PlanError;
+
+/// Model family: decides the layer layout (fused projections, extra norms, softcapping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+pub enum Family {
+    /// Llama 2 / 3 / 3.1 / 3.2 (and Yi, which shares the layout).
+    Llama,
+    /// Mistral (same layout as Llama).
+    Mistral,
+    /// Qwen2 / Qwen2.5: q, k, v biases.
+    Qwen2,
+    /// Qwen3: per-head q/k RMSNorm, no biases.
+    Qwen3,
+    /// Gemma 2: four norms per layer, scaled embeddings, GeLU-tanh, logit softcapping.
+    Gemma2,
+    /// Gemma 3 (text): four norms per layer, q/k norms, scaled embeddings, GeLU-tanh.
+    Gemma3,
+    /// Phi-3: fused qkv_proj and gate_up_proj.
+    Phi3,
+}
+
+impl TryFrom<String> for Family {
+    type Error = String;
+    fn try_from(s: String) -> Result<Family, String> {
+        Family::parse(&s).ok_or_else(|| {
+            format!("unsupported model family {s:?} (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)")
+        })
+    }
+}
+
+impl Family {
+    /// Parses a `model_type` / family name as config.json spells it.
+    pub fn parse(s: &str) -> Option<Family> {
+        let s = s.trim().to_ascii_lowercase();
+        let s = s.split_whitespace().next().unwrap_or("");
+        match s {
+            "llama" | "llama2" | "llama3" | "yi" => Some(Family::Llama),
+            "mistral" => Some(Family::Mistral),
+            "qwen2" | "qwen2.5" => Some(Family::Qwen2),
+            "qwen3" => Some(Family::Qwen3),
+            "gemma2" => Some(Family::Gemma2),
+            "gemma3" | "gemma3_text" => Some(Family::Gemma3),
+            "phi3" | "phi-3" => Some(Family::Phi3),
+            _ => None,
+        }
+    }
+
+    /// Lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Mistral => "mistral",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Gemma2 => "gemma2",
+            Family::Gemma3 => "gemma3",
+            Family::Phi3 => "phi3",
+        }
+    }
+
+    fn is_gemma(self) -> bool {
+        matches!(self, Family::Gemma2 | Family::Gemma3)
+    }
+
+    /// RMSNorms per decoder layer on the residual stream (Gemma adds post-attention/feed-forward norms).
+    pub fn norms_per_layer(self) -> u128 {
+        if self.is_gemma() {
+            4
+        } else {
+            2
+        }
+    }
+
+    /// Whether q and k get a per-head RMSNorm (Qwen3, Gemma 3).
+    pub fn has_qk_norm(self) -> bool {
+        matches!(self, Family::Qwen3 | Family::Gemma3)
+    }
+
+    /// Whether the MLP activation is GeLU-tanh (Gemma) rather than SiLU.
+    pub fn gelu(self) -> bool {
+        self.is_gemma()
+    }
+}
+
+/// The architecture numbers of one model, as in its config.json.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Architecture {
+    /// Short catalog name (e.g. `llama2-7b`); empty for pasted configs.
+    #[serde(default)]
+    pub name: String,
+    /// Family / model_type.
+    pub family: Family,
+    /// d_model.
+    pub hidden_size: u64,
+    /// MLP inner width.
+    pub intermediate_size: u64,
+    /// Decoder layers.
+    pub num_hidden_layers: u64,
+    /// Query heads.
+    pub num_attention_heads: u64,
+    /// Key/value heads (GQA); defaults to the query heads.
+    #[serde(default)]
+    pub num_key_value_heads: Option<u64>,
+    /// Per-head width; defaults to hidden / heads.
+    #[serde(default)]
+    pub head_dim: Option<u64>,
+    /// Vocabulary size.
+    pub vocab_size: u64,
+    /// Whether lm_head shares the embedding matrix.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// Biases on q, k, v (Qwen2 has them; `None` = the family default).
+    #[serde(default, alias = "attention_bias")]
+    pub qkv_bias: Option<bool>,
+    /// Gemma-2 attention-logit softcapping.
+    #[serde(default)]
+    pub attn_logit_softcapping: Option<f64>,
+    /// Gemma-2 final-logit softcapping.
+    #[serde(default)]
+    pub final_logit_softcapping: Option<f64>,
+}
+
+/// One Linear layer of a decoder block that LoRA can adapt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinearShape {
+    /// Module name as peft targets it (`q_proj`, `qkv_proj`, ...).
+    pub name: &'static str,
+    /// Input features.
+    pub in_features: u128,
+    /// Output features.
+    pub out_features: u128,
+    /// Which of the canonical targets (q,k,v,o,gate,up,down) select this module.
+    pub selected_by: &'static [Target],
+    /// Whether the layer has a bias.
+    pub bias: bool,
+}
+
+/// Canonical LoRA target names; fused families map several onto one module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// q_proj
+    Q,
+    /// k_proj
+    K,
+    /// v_proj
+    V,
+    /// o_proj
+    O,
+    /// gate_proj
+    Gate,
+    /// up_proj
+    Up,
+    /// down_proj
+    Down,
+}
+
+impl Target {
+    /// All seven, in layer order.
+    pub const ALL: [Target; 7] = [
+        Target::Q,
+        Target::K,
+        Target::V,
+        Target::O,
+        Target::Gate,
+        Target::Up,
+        Target::Down,
+    ];
+
+    /// Parses `q`, `q_proj`, `gate`, `gate_proj`, ...
+    pub fn parse(s: &str) -> Option<Target> {
+        let s = s.trim().to_ascii_lowercase();
+        let s = s.strip_suffix("_proj").unwrap_or(&s);
+        match s {
+            "q" => Some(Target::Q),
+            "k" => Some(Target::K),
+            "v" => Some(Target::V),
+            "o" => Some(Target::O),
+            "gate" => Some(Target::Gate),
+            "up" => Some(Target::Up),
+            "down" => Some(Target::Down),
+            _ => None,
+        }
+    }
+
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Q => "q",
+            Target::K => "k",
+            Target::V => "v",
+            Target::O => "o",
+            Target::Gate => "gate",
+            Target::Up => "up",
+            Target::Down => "down",
+        }
+    }
+}
+
+/// Upper bounds that keep every byte count far from overflow (u128 arithmetic).
+const MAX_DIM: u64 = 1 << 20;
+const MAX_LAYERS: u64 = 4096;
+const MAX_VOCAB: u64 = 1 << 24;
+
+impl Architecture {
+    /// Checks that the numbers describe a buildable model.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        let bad = |field: &'static str, why: String| Err(PlanError::InvalidArchitecture { field, why });
+        let positive = [
+            ("hidden_size", self.hidden_size, MAX_DIM),
+            ("intermediate_size", self.intermediate_size, MAX_DIM * 4),
+            ("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS),
+            ("num_attention_heads", self.num_attention_heads, MAX_DIM),
+            ("vocab_size", self.vocab_size, MAX_VOCAB),
+        ];
+        for (field, v, max) in positive {
+            if v == 0 {
+                return bad(field, "must be at least 1".into());
+            }
+            if v > max {
+                return bad(field, format!("{v} is larger than the supported maximum {max}"));
+            }
+        }
+        let kv = self.kv_heads();
+        if kv == 0 || kv > self.num_attention_heads {
+            return bad(
+                "num_key_value_heads",
+                format!("{kv} must be between 1 and num_attention_heads ({})", self.num_attention_heads),
+            );
+        }
+        if self.num_attention_heads % kv != 0 {
+            return bad(
+                "num_key_value_heads",
+                format!("{kv} does not divide num_attention_heads ({})", self.num_attention_heads),
+            );
+        }
+        match self.head_dim {
+            Some(0) => return bad("head_dim", "must be at least 1".into()),
+            Some(d) if d > MAX_DIM => return bad("head_dim", format!("{d} is larger than {MAX_DIM}")),
+            Some(_) => {}
+            None => {
+                if self.hidden_size % self.num_attention_heads != 0 {
+                    return bad(
+                        "num_attention_heads",
+                        format!(
+                            "{} heads do not divide hidden_size {} (and no head_dim is given)",
+                            self.num_attention_heads, self.hidden_size
+                        ),
+                    );
+                }
+            }
+        }
+        for (field, v) in [("attn_logit_softcapping", self.attn_logit_softcapping), ("final_logit_softcapping", self.final_logit_softcapping)] {
+            if let Some(x) = v {
+                if !x.is_finite() || x < 0.0 {
+                    return bad(field, format!("{x} must be a finite non-negative number"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Key/value heads (defaults to the query heads).
+    pub fn kv_heads(&self) -> u64 {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    /// Per-head width.
+    pub fn head_dim(&self) -> u64 {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// Width of the query projection output (heads × head_dim).
+    pub fn q_dim(&self) -> u128 {
+        self.num_attention_heads as u128 * self.head_dim() as u128
+    }
+
+    /// Width of the key (and value) projection output (kv heads × head_dim).
+    pub fn kv_dim(&self) -> u128 {
+        self.kv_heads() as u128 * self.head_dim() as u128
+    }
+
+    fn has_qkv_bias(&self) -> bool {
+        self.qkv_bias.unwrap_or(self.family == Family::Qwen2)
+    }
+
+    /// Gemma-2's attention softcapping (only Gemma 2 applies it).
+    pub fn attn_softcap(&self) -> bool {
+        self.family == Family::Gemma2 && self.attn_logit_softcapping.unwrap_or(50.0) > 0.0
+    }
+
+    /// Gemma-2's final-logit softcapping.
+    pub fn final_softcap(&self) -> bool {
+        self.family == Family::Gemma2 && self.final_logit_softcapping.unwrap_or(30.0) > 0.0
+    }
+
+    /// The Linear layers of one decoder block, in forward order.
+    pub fn linears(&self) -> Vec<LinearShape> {
+        let h = self.hidden_size as u128;
+        let i = self.intermediate_size as u128;
+        let (qd, kvd) = (self.q_dim(), self.kv_dim());
+        let bias = self.has_qkv_bias();
+        use Target::*;
+        if self.family == Family::Phi3 {
+            vec![
+                LinearShape { name: "qkv_proj", in_features: h, out_features: qd + 2 * kvd, selected_by: &[Q, K, V], bias },
+                LinearShape { name: "o_proj", in_features: qd, out_features: h, selected_by: &[O], bias: false },
+                LinearShape { name: "gate_up_proj", in_features: h, out_features: 2 * i, selected_by: &[Gate, Up], bias: false },
+                LinearShape { name: "down_proj", in_features: i, out_features: h, selected_by: &[Down], bias: false },
+            ]
+        } else {
+            vec![
+                LinearShape { name: "q_proj", in_features: h, out_features: qd, selected_by: &[Q], bias },
+                LinearShape { name: "k_proj", in_features: h, out_features: kvd, selected_by: &[K], bias },
+                LinearShape { name: "v_proj", in_features: h, out_features: kvd, selected_by: &[V], bias },
+                LinearShape { name: "o_proj", in_features: qd, out_features: h, selected_by: &[O], bias: false },
+                LinearShape { name: "gate_proj", in_features: h, out_features: i, selected_by: &[Gate], bias: false },
+                LinearShape { name: "up_proj", in_features: h, out_features: i, selected_by: &[Up], bias: false },
+                LinearShape { name: "down_proj", in_features: i, out_features: h, selected_by: &[Down], bias: false },
+            ]
+        }
+    }
+
+    /// Parameters of the Linear weights (no biases) of one decoder block.
+    pub fn linear_weight_params_per_layer(&self) -> u128 {
+        self.linears().iter().map(|l| l.in_features * l.out_features).sum()
+    }
+
+    /// Everything in one decoder block that is not a Linear weight: biases and norm weights.
+    pub fn small_params_per_layer(&self) -> u128 {
+        let h = self.hidden_size as u128;
+        let biases: u128 = self.linears().iter().filter(|l| l.bias).map(|l| l.out_features).sum();
+        let qk_norm = if self.family.has_qk_norm() { 2 * self.head_dim() as u128 } else { 0 };
+        biases + self.family.norms_per_layer() * h + qk_norm
+    }
+
+    /// Embedding matrix parameters (vocab × hidden).
+    pub fn embedding_params(&self) -> u128 {
+        self.vocab_size as u128 * self.hidden_size as u128
+    }
+
+    /// Separate lm_head parameters (0 when tied to the embedding).
+    pub fn lm_head_params(&self) -> u128 {
+        if self.tie_word_embeddings {
+            0
+        } else {
+            self.embedding_params()
+        }
+    }
+
+    /// Total parameters of the base model (what `model.num_parameters()` reports).
+    pub fn total_params(&self) -> u128 {
+        let layers = self.num_hidden_layers as u128;
+        layers * (self.linear_weight_params_per_layer() + self.small_params_per_layer())
+            + self.embedding_params()
+            + self.lm_head_params()
+            + self.hidden_size as u128
+    }
+}

@@ -1,0 +1,21 @@
+//! The memory model: a pure function from (architecture, settings) to the bytes PyTorch
+//! allocates in each phase of a LoRA / QLoRA training step, every number explained.
+//! No web, UI or GPU dependency: this module compiles and is tested natively.
+
+pub mod activations;
+pub mod arch;
+pub mod dtype;
+pub mod error;
+pub mod plan;
+pub mod settings;
+pub mod term;
+pub mod verdict;
+pub mod weights;
+
+pub use arch::{Architecture, Family, Target};
+pub use dtype::{Dtype, Quant};
+pub use error::PlanError;
+pub use plan::{plan, Phase, Plan};
+pub use settings::{AttnImpl, Optimizer, RawSettings, SavedModule, Settings};
+pub use term::{Component, Term};
+pub use verdict::{verdict, Status, Verdict};

@@ -1,0 +1,81 @@
+//! Accuracy against measured peaks: every case of `shared/reference/cases.jsonl` is planned and
+//! the predicted peak allocated bytes are compared with `measured.peak_bytes`.
+//! Target (issue 2): every case within ±3 %, median |error| ≤ 1 %.
+
+use std::path::PathBuf;
+
+use lorafit::estimate::estimate_line;
+
+fn cases_path() -> PathBuf {
+    if let Ok(p) = std::env::var("LORAFIT_REFERENCE") {
+        return PathBuf::from(p);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/cases.jsonl")
+}
+
+#[test]
+fn reference_cases_within_tolerance() {
+    let path = cases_path();
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {} ({e}); set LORAFIT_REFERENCE to the cases file",
+            path.display()
+        )
+    });
+    let mut rows = vec![];
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).expect("reference line is JSON");
+        let measured = v["measured"]["peak_bytes"]
+            .as_f64()
+            .expect("measured.peak_bytes");
+        let measured_phase = v["measured"]["peak_phase"]
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
+        let (id, p) =
+            estimate_line(line).unwrap_or_else(|(id, e)| panic!("case {id} failed to plan: {e}"));
+        let predicted = p.peak_allocated_bytes as f64;
+        let err = (predicted - measured) / measured * 100.0;
+        rows.push((
+            id.as_str().unwrap_or("?").to_string(),
+            measured,
+            predicted,
+            err,
+            measured_phase,
+            p.peak_phase.name().to_string(),
+        ));
+    }
+    assert!(
+        rows.len() >= 10,
+        "too few reference cases in {}",
+        path.display()
+    );
+    let gib = |b: f64| b / (1u64 << 30) as f64;
+    println!(
+        "{:<76} {:>9} {:>9} {:>7}  phase (measured/predicted)",
+        "case", "meas GiB", "pred GiB", "err %"
+    );
+    for (id, m, p, e, pm, pp) in &rows {
+        println!(
+            "{id:<76} {:>9.3} {:>9.3} {e:>+7.3}  {pm}/{pp}  Δ {:.1} MiB",
+            gib(*m),
+            gib(*p),
+            (p - m) / 1048576.0
+        );
+    }
+    let mut abs: Vec<f64> = rows.iter().map(|r| r.3.abs()).collect();
+    abs.sort_by(|a, b| a.total_cmp(b));
+    let median = if abs.len() % 2 == 1 {
+        abs[abs.len() / 2]
+    } else {
+        (abs[abs.len() / 2 - 1] + abs[abs.len() / 2]) / 2.0
+    };
+    let max = abs.last().copied().unwrap_or(0.0);
+    let within = abs.iter().filter(|e| **e <= 3.0).count();
+    let phase_ok = rows.iter().filter(|r| r.4 == r.5).count();
+    println!("{within}/{} within ±3 %, median |err| {median:.2} %, max {max:.2} %, phase agrees on {phase_ok}/{}", rows.len(), rows.len());
+    assert!(
+        max <= 3.0 && median <= 1.0,
+        "accuracy target missed: max {max:.2} %, median {median:.2} %"
+    );
+}
