@@ -52,7 +52,9 @@ pub struct GpuEntry {
 impl GpuEntry {
     /// Memory in bytes (GiB × 2³⁰), if known.
     pub fn memory_bytes(&self) -> Option<u128> {
-        self.memory_gib.filter(|g| g.is_finite() && *g > 0.0).map(|g| (g * 1024.0 * 1024.0 * 1024.0) as u128)
+        self.memory_gib
+            .filter(|g| g.is_finite() && *g > 0.0)
+            .map(|g| (g * 1024.0 * 1024.0 * 1024.0) as u128)
     }
 }
 
@@ -66,8 +68,11 @@ pub fn models() -> &'static [ModelEntry] {
 pub fn gpus() -> &'static [GpuEntry] {
     static G: OnceLock<Vec<GpuEntry>> = OnceLock::new();
     G.get_or_init(|| {
-        let all: Vec<GpuEntry> = serde_json::from_str(include_str!("../data/gpus.json")).unwrap_or_default();
-        all.into_iter().filter(|g| g.memory_bytes().is_some()).collect()
+        let all: Vec<GpuEntry> =
+            serde_json::from_str(include_str!("../data/gpus.json")).unwrap_or_default();
+        all.into_iter()
+            .filter(|g| g.memory_bytes().is_some())
+            .collect()
     })
 }
 
@@ -82,7 +87,11 @@ fn distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+            cur.push(
+                (prev[j] + usize::from(ca != *cb))
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1),
+            );
         }
         prev = cur;
     }
@@ -95,7 +104,11 @@ pub fn suggest<'a>(query: &str, names: impl Iterator<Item = &'a str>) -> Vec<&'a
     let mut scored: Vec<(usize, &str)> = names
         .map(|n| {
             let d = distance(&q, &norm(n));
-            let bonus = if norm(n).contains(&q) || q.contains(&norm(n)) { 0 } else { 2 };
+            let bonus = if norm(n).contains(&q) || q.contains(&norm(n)) {
+                0
+            } else {
+                2
+            };
             (d + bonus, n)
         })
         .collect();
@@ -111,7 +124,10 @@ pub fn find_model(name: &str) -> Result<&'static ModelEntry, String> {
         .find(|m| norm(&m.arch.name) == q || norm(&m.hf_id) == q)
         .ok_or_else(|| {
             let s = suggest(name, models().iter().map(|m| m.arch.name.as_str()));
-            format!("unknown model {name:?}; did you mean {}? (`lorafit models` lists all)", s.join(", "))
+            format!(
+                "unknown model {name:?}; did you mean {}? (`lorafit models` lists all)",
+                s.join(", ")
+            )
         })
 }
 
@@ -123,7 +139,10 @@ pub fn find_gpu(name: &str) -> Result<&'static GpuEntry, String> {
         .find(|g| norm(&g.id) == q || norm(&g.name) == q)
         .ok_or_else(|| {
             let s = suggest(name, gpus().iter().map(|g| g.id.as_str()));
-            format!("unknown GPU {name:?}; did you mean {}? (`lorafit gpus` lists all)", s.join(", "))
+            format!(
+                "unknown GPU {name:?}; did you mean {}? (`lorafit gpus` lists all)",
+                s.join(", ")
+            )
         })
 }
 
@@ -132,7 +151,8 @@ pub fn resolve_model(v: &Value) -> Result<Architecture, String> {
     match v {
         Value::String(name) => Ok(find_model(name)?.arch.clone()),
         Value::Object(_) => {
-            let arch: Architecture = serde_json::from_value(v.clone()).map_err(|e| format!("invalid model: {e}"))?;
+            let arch: Architecture =
+                serde_json::from_value(v.clone()).map_err(|e| format!("invalid model: {e}"))?;
             arch.validate().map_err(|e| e.to_string())?;
             Ok(arch)
         }

@@ -41,7 +41,9 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Some("estimate") => return cmd_estimate(&args[1..], out, err),
         Some("models") => cmd_models(out),
         Some("gpus") => cmd_gpus(out),
-        Some(other) => Err(format!("unknown command {other:?}; expected plan, estimate, models or gpus (see --help)")),
+        Some(other) => Err(format!(
+            "unknown command {other:?}; expected plan, estimate, models or gpus (see --help)"
+        )),
     };
     match result {
         Ok(()) => 0,
@@ -54,11 +56,15 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
 
 fn value<'a>(args: &'a [String], i: &mut usize, flag: &str) -> Result<&'a str, String> {
     *i += 1;
-    args.get(*i).map(String::as_str).ok_or_else(|| format!("{flag} needs a value"))
+    args.get(*i)
+        .map(String::as_str)
+        .ok_or_else(|| format!("{flag} needs a value"))
 }
 
 fn number<T: std::str::FromStr>(s: &str, flag: &str) -> Result<T, String> {
-    s.trim().parse::<T>().map_err(|_| format!("{flag}: {s:?} is not a valid number"))
+    s.trim()
+        .parse::<T>()
+        .map_err(|_| format!("{flag}: {s:?} is not a valid number"))
 }
 
 /// Parsed `plan` arguments.
@@ -92,8 +98,10 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
             }
             "--config" => {
                 let path = value(args, &mut i, flag)?;
-                let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-                let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{path} is not valid JSON: {e}"))?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read {path}: {e}"))?;
+                let v: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| format!("{path} is not valid JSON: {e}"))?;
                 let mut v = v;
                 if v.get("family").is_none() {
                     if let Some(mt) = v.get("model_type").cloned() {
@@ -107,7 +115,9 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
             "--gpu-mem-gib" => {
                 let g: f64 = number(value(args, &mut i, flag)?, flag)?;
                 if !(g.is_finite() && g > 0.0 && g < 1e6) {
-                    return Err(format!("--gpu-mem-gib must be a positive number of GiB, got {g}"));
+                    return Err(format!(
+                        "--gpu-mem-gib must be a positive number of GiB, got {g}"
+                    ));
                 }
                 gpu = GpuChoice::Custom(g);
             }
@@ -117,7 +127,10 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
             "--rank" | "-r" => s.lora_r = number(value(args, &mut i, flag)?, flag)?,
             "--alpha" => s.lora_alpha = number(value(args, &mut i, flag)?, flag)?,
             "--dropout" => s.lora_dropout = number(value(args, &mut i, flag)?, flag)?,
-            "--targets" => s.targets = parse_target_names(value(args, &mut i, flag)?.split(',')).map_err(|e| e.to_string())?,
+            "--targets" => {
+                s.targets = parse_target_names(value(args, &mut i, flag)?.split(','))
+                    .map_err(|e| e.to_string())?
+            }
             "--modules-to-save" => {
                 s.modules_to_save = value(args, &mut i, flag)?
                     .split(',')
@@ -125,19 +138,25 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                     .map(|m| match m.trim() {
                         "lm_head" => Ok(SavedModule::LmHead),
                         "embed_tokens" => Ok(SavedModule::EmbedTokens),
-                        o => Err(format!("--modules-to-save: unknown module {o:?} (lm_head, embed_tokens)")),
+                        o => Err(format!(
+                            "--modules-to-save: unknown module {o:?} (lm_head, embed_tokens)"
+                        )),
                     })
                     .collect::<Result<_, _>>()?
             }
             "--dtype" => {
                 let v = value(args, &mut i, flag)?;
-                s.dtype = Dtype::parse(v).ok_or_else(|| format!("--dtype: unknown dtype {v:?} (fp32, bf16, fp16)"))?
+                s.dtype = Dtype::parse(v)
+                    .ok_or_else(|| format!("--dtype: unknown dtype {v:?} (fp32, bf16, fp16)"))?
             }
             "--quant" => {
                 let v = value(args, &mut i, flag)?;
                 s.quant = match v {
                     "none" => None,
-                    _ => Some(Quant::parse(v).ok_or_else(|| format!("--quant: unknown {v:?} (nf4, fp4, none)"))?),
+                    _ => Some(
+                        Quant::parse(v)
+                            .ok_or_else(|| format!("--quant: unknown {v:?} (nf4, fp4, none)"))?,
+                    ),
                 }
             }
             "--no-double-quant" => s.double_quant = false,
@@ -146,14 +165,18 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                 s.autocast = match v {
                     "none" | "no" => None,
                     _ => match Dtype::parse(v) {
-                        Some(Dtype::Fp32) | None => return Err(format!("--autocast: {v:?} is not bf16, fp16 or none")),
+                        Some(Dtype::Fp32) | None => {
+                            return Err(format!("--autocast: {v:?} is not bf16, fp16 or none"))
+                        }
                         d => d,
                     },
                 }
             }
             "--attn" => {
                 let v = value(args, &mut i, flag)?;
-                s.attn_impl = AttnImpl::parse(v).ok_or_else(|| format!("--attn: unknown {v:?} (eager, sdpa, flash_attention_2)"))?
+                s.attn_impl = AttnImpl::parse(v).ok_or_else(|| {
+                    format!("--attn: unknown {v:?} (eager, sdpa, flash_attention_2)")
+                })?
             }
             "--padded-mask" => s.padded_mask = true,
             "--gc" | "--gradient-checkpointing" => s.grad_ckpt = true,
@@ -161,7 +184,10 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                 let v = value(args, &mut i, flag)?;
                 s.optimizer = Optimizer::parse(v).ok_or_else(|| {
                     let names: Vec<&str> = Optimizer::ALL.iter().map(|o| o.name()).collect();
-                    format!("--optimizer: unknown {v:?}; did you mean {}?", catalog::suggest(v, names.into_iter()).join(", "))
+                    format!(
+                        "--optimizer: unknown {v:?}; did you mean {}?",
+                        catalog::suggest(v, names.into_iter()).join(", ")
+                    )
                 })?
             }
             "--json" => json = true,
@@ -170,7 +196,13 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
         i += 1;
     }
     let arch = model.ok_or("plan needs --model NAME or --config FILE")?;
-    Ok(PlanArgs { arch, title, settings: s, gpu, json })
+    Ok(PlanArgs {
+        arch,
+        title,
+        settings: s,
+        gpu,
+        json,
+    })
 }
 
 fn cmd_plan(args: &[String], out: &mut dyn Write) -> Result<(), String> {
@@ -185,7 +217,8 @@ fn cmd_plan(args: &[String], out: &mut dyn Write) -> Result<(), String> {
         let doc = json!({"model": a.arch, "settings": a.settings, "gpu": gpu_name, "verdict": v, "plan": p});
         writeln!(out, "{doc}").map_err(|e| e.to_string())?;
     } else {
-        write!(out, "{}", report::text(&p, &a.title, Some((&gpu_name, &v)))).map_err(|e| e.to_string())?;
+        write!(out, "{}", report::text(&p, &a.title, Some((&gpu_name, &v))))
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -195,7 +228,10 @@ fn cmd_estimate(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i3
         [flag, p] if flag == "--jsonl" => p.clone(),
         [p] if !p.starts_with('-') || p == "-" => p.clone(),
         _ => {
-            let _ = writeln!(err, "error: usage: lorafit estimate --jsonl FILE (or - for stdin)");
+            let _ = writeln!(
+                err,
+                "error: usage: lorafit estimate --jsonl FILE (or - for stdin)"
+            );
             return 2;
         }
     };
@@ -240,7 +276,10 @@ fn cmd_estimate(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i3
 }
 
 fn cmd_models(out: &mut dyn Write) -> Result<(), String> {
-    let mut s = format!("{:<16} {:<8} {:>9} {:>7} {:>7} {:>6} {:>4} {:>8}  {}\n", "name", "family", "params", "hidden", "inter", "layers", "kv", "vocab", "hf_id");
+    let mut s = format!(
+        "{:<16} {:<8} {:>9} {:>7} {:>7} {:>6} {:>4} {:>8}  {}\n",
+        "name", "family", "params", "hidden", "inter", "layers", "kv", "vocab", "hf_id"
+    );
     for m in catalog::models() {
         let a = &m.arch;
         s.push_str(&format!(
@@ -261,7 +300,10 @@ fn cmd_models(out: &mut dyn Write) -> Result<(), String> {
 
 fn cmd_gpus(out: &mut dyn Write) -> Result<(), String> {
     let opt = |x: Option<f64>| x.map(|v| format!("{v}")).unwrap_or_else(|| "—".into());
-    let mut s = format!("{:<12} {:>8} {:>5} {:>10} {:>10} {:>8} {:>8}  {}\n", "id", "GiB", "bf16", "bf16 TF/s", "fp16 TF/s", "fp32", "GB/s", "name");
+    let mut s = format!(
+        "{:<12} {:>8} {:>5} {:>10} {:>10} {:>8} {:>8}  {}\n",
+        "id", "GiB", "bf16", "bf16 TF/s", "fp16 TF/s", "fp32", "GB/s", "name"
+    );
     for g in catalog::gpus() {
         s.push_str(&format!(
             "{:<12} {:>8} {:>5} {:>10} {:>10} {:>8} {:>8}  {}{}\n",
@@ -277,7 +319,11 @@ fn cmd_gpus(out: &mut dyn Write) -> Result<(), String> {
             opt(g.fp32_tflops),
             opt(g.mem_bandwidth_gbs),
             g.name,
-            if g.unified_memory { " (unified memory, 75 % usable)" } else { "" }
+            if g.unified_memory {
+                " (unified memory, 75 % usable)"
+            } else {
+                ""
+            }
         ));
     }
     s.push_str("custom: --gpu-mem-gib N\n");

@@ -17,16 +17,24 @@ struct Line {
 
 /// Plans one input line; `Err` carries the line's id and a message.
 pub fn estimate_line(line: &str) -> Result<(Value, Plan), (Value, String)> {
-    let parsed: Line = serde_json::from_str(line).map_err(|e| (id_of(line), format!("not a valid input line: {e}")))?;
+    let parsed: Line = serde_json::from_str(line)
+        .map_err(|e| (id_of(line), format!("not a valid input line: {e}")))?;
     let id = parsed.id.clone();
     let arch = crate::catalog::resolve_model(&parsed.model).map_err(|e| (id.clone(), e))?;
-    let settings = parsed.settings.unwrap_or_default().into_settings().map_err(|e| (id.clone(), e.to_string()))?;
+    let settings = parsed
+        .settings
+        .unwrap_or_default()
+        .into_settings()
+        .map_err(|e| (id.clone(), e.to_string()))?;
     let p = plan(&arch, &settings).map_err(|e| (id.clone(), e.to_string()))?;
     Ok((id, p))
 }
 
 fn id_of(line: &str) -> Value {
-    serde_json::from_str::<Value>(line).ok().and_then(|v| v.get("id").cloned()).unwrap_or(Value::Null)
+    serde_json::from_str::<Value>(line)
+        .ok()
+        .and_then(|v| v.get("id").cloned())
+        .unwrap_or(Value::Null)
 }
 
 /// The output object for one line.

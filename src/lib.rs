@@ -4,9 +4,11 @@
 //! [`report`] formats plans for people; the web app (wasm only) and the CLI are thin layers on top.
 #![warn(missing_docs)]
 
-pub mod model;
 pub mod catalog;
+pub mod chart;
 pub mod estimate;
+pub mod model;
+pub mod planner;
 pub mod report;
 
 #[cfg(not(target_arch = "wasm32"))]

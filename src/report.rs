@@ -20,11 +20,33 @@ pub fn gib_signed(bytes: i128) -> String {
 pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> String {
     let mut s = String::new();
     s.push_str(&format!("{title}\n\n"));
-    s.push_str(&format!("  peak allocated   {:>12}   ({} at {})\n", gib(plan.peak_allocated_bytes), plan.peak_phase.name(), plan.peak_moment));
-    s.push_str(&format!("  peak reserved    {:>12}   (estimate: {})\n", gib(plan.peak_reserved_bytes), plan.reserve_explanation));
-    s.push_str(&format!("  nvidia-smi       {:>12}   (reserved + CUDA context{})\n", gib(plan.nvidia_smi_bytes), if plan.outside_allocator_bytes > crate::model::plan::CUDA_CONTEXT_BYTES { " + paged optimizer states" } else { "" }));
+    s.push_str(&format!(
+        "  peak allocated   {:>12}   ({} at {})\n",
+        gib(plan.peak_allocated_bytes),
+        plan.peak_phase.name(),
+        plan.peak_moment
+    ));
+    s.push_str(&format!(
+        "  peak reserved    {:>12}   (estimate: {})\n",
+        gib(plan.peak_reserved_bytes),
+        plan.reserve_explanation
+    ));
+    s.push_str(&format!(
+        "  nvidia-smi       {:>12}   (reserved + CUDA context{})\n",
+        gib(plan.nvidia_smi_bytes),
+        if plan.outside_allocator_bytes > crate::model::plan::CUDA_CONTEXT_BYTES {
+            " + paged optimizer states"
+        } else {
+            ""
+        }
+    ));
     if let Some((gpu, v)) = verdict {
-        s.push_str(&format!("  verdict          {:>12}   on {gpu} ({} usable, headroom {})\n", v.status.name().to_uppercase(), gib(v.capacity_bytes), gib_signed(v.headroom_bytes)));
+        s.push_str(&format!(
+            "  verdict          {:>12}   on {gpu} ({} usable, headroom {})\n",
+            v.status.name().to_uppercase(),
+            gib(v.capacity_bytes),
+            gib_signed(v.headroom_bytes)
+        ));
     }
     s.push_str(&format!(
         "\n  params: base {:.3} B, trainable {:.2} M\n",
@@ -37,11 +59,22 @@ pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> Stri
     }
     s.push_str("\nWhere each number comes from\n");
     for t in &plan.terms {
-        s.push_str(&format!("  {:>10}  {}\n              = {}\n              = {}\n", gib(t.bytes), t.label, t.formula, t.values));
+        s.push_str(&format!(
+            "  {:>10}  {}\n              = {}\n              = {}\n",
+            gib(t.bytes),
+            t.label,
+            t.formula,
+            t.values
+        ));
     }
     s.push_str("\nPeak of each phase\n");
     for p in &plan.phases {
-        s.push_str(&format!("  {:<10} {:>12}   at {}\n", p.phase.name(), gib(p.bytes), p.moment));
+        s.push_str(&format!(
+            "  {:<10} {:>12}   at {}\n",
+            p.phase.name(),
+            gib(p.bytes),
+            p.moment
+        ));
     }
     s
 }

@@ -53,8 +53,21 @@ impl<'a> Ctx<'a> {
         let rope_out = module_out.promote(resid);
         let attn = s.autocast.unwrap_or(rope_out);
         let logits = s.autocast.unwrap_or(aux_weight);
-        let linear_weight = if s.quant.is_some() { None } else { Some(s.dtype) };
-        Ctx { arch, s, resid, module_out, attn, logits, linear_weight, aux_weight }
+        let linear_weight = if s.quant.is_some() {
+            None
+        } else {
+            Some(s.dtype)
+        };
+        Ctx {
+            arch,
+            s,
+            resid,
+            module_out,
+            attn,
+            logits,
+            linear_weight,
+            aux_weight,
+        }
     }
 
     /// Tokens of the micro-batch.
@@ -127,27 +140,57 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
     let (qd, kvd) = (a.q_dim(), a.kv_dim());
     let (b, t) = (ctx.s.batch as u128, ctx.s.seq as u128);
     let layers = f("layers", n.all);
-    let glayers = f(if n.grad_input == n.all { "layers" } else { "(layers − 1)" }, n.grad_input);
+    let glayers = f(
+        if n.grad_input == n.all {
+            "layers"
+        } else {
+            "(layers − 1)"
+        },
+        n.grad_input,
+    );
     let fp32 = bytes_of(4);
 
     // --- Norms: fp32 copy of the input + rsqrt per token.
     out.push(Term::product(
         Component::ActNorms,
         "input RMSNorm: fp32 input copy + rsqrt",
-        &[glayers.clone(), tok(ctx), f("(hidden + 1)", h + 1), fp32.clone()],
+        &[
+            glayers.clone(),
+            tok(ctx),
+            f("(hidden + 1)", h + 1),
+            fp32.clone(),
+        ],
     ));
     let other_norms = a.family.norms_per_layer() - 1;
     out.push(Term::product(
         Component::ActNorms,
-        if other_norms == 1 { "post-attention RMSNorm: fp32 input copy + rsqrt" } else { "other RMSNorms (post-attn, pre/post-FFN): fp32 input copy + rsqrt" },
-        &[layers.clone(), f("norms", other_norms), tok(ctx), f("(hidden + 1)", h + 1), fp32.clone()],
+        if other_norms == 1 {
+            "post-attention RMSNorm: fp32 input copy + rsqrt"
+        } else {
+            "other RMSNorms (post-attn, pre/post-FFN): fp32 input copy + rsqrt"
+        },
+        &[
+            layers.clone(),
+            f("norms", other_norms),
+            tok(ctx),
+            f("(hidden + 1)", h + 1),
+            fp32.clone(),
+        ],
     ));
     if a.family.has_qk_norm() {
         let kvh = a.kv_heads() as u128;
         out.push(Term::product(
             Component::ActNorms,
             "q/k RMSNorm: fp32 copies + rsqrt",
-            &[layers.clone(), tok(ctx), f("(q_dim + kv_dim + heads + kv_heads)", qd + kvd + heads + kvh), fp32.clone()],
+            &[
+                layers.clone(),
+                tok(ctx),
+                f(
+                    "(q_dim + kv_dim + heads + kv_heads)",
+                    qd + kvd + heads + kvh,
+                ),
+                fp32.clone(),
+            ],
         ));
     }
 
@@ -161,16 +204,43 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
     let kv_saved = if expand { qd } else { kvd };
     out.push(Term::product(
         Component::ActAttention,
-        if expand && kvd != qd { "q, and k, v repeated to all heads (repeat_kv)" } else { "q (after RoPE), k (after RoPE), v" },
-        &[layers.clone(), tok(ctx), f(if expand { "(q_dim + 2 × q_dim)" } else { "(q_dim + 2 × kv_dim)" }, qd + 2 * kv_saved), by(ad)],
+        if expand && kvd != qd {
+            "q, and k, v repeated to all heads (repeat_kv)"
+        } else {
+            "q (after RoPE), k (after RoPE), v"
+        },
+        &[
+            layers.clone(),
+            tok(ctx),
+            f(
+                if expand {
+                    "(q_dim + 2 × q_dim)"
+                } else {
+                    "(q_dim + 2 × kv_dim)"
+                },
+                qd + 2 * kv_saved,
+            ),
+            by(ad),
+        ],
     ));
     match ctx.s.attn_impl {
         AttnImpl::Eager => {
             let probs_bytes = 4 + ad.bytes() + if a.attn_softcap() { ad.bytes() } else { 0 };
             out.push(Term::product(
                 Component::ActAttention,
-                if a.attn_softcap() { "eager scores: softmax fp32 + probabilities + softcap tanh (O(S²))" } else { "eager scores: softmax fp32 + probabilities (O(S²))" },
-                &[layers.clone(), f("batch", b), f("heads", heads), f("seq", t), f("seq", t), bytes_of(probs_bytes)],
+                if a.attn_softcap() {
+                    "eager scores: softmax fp32 + probabilities + softcap tanh (O(S²))"
+                } else {
+                    "eager scores: softmax fp32 + probabilities (O(S²))"
+                },
+                &[
+                    layers.clone(),
+                    f("batch", b),
+                    f("heads", heads),
+                    f("seq", t),
+                    f("seq", t),
+                    bytes_of(probs_bytes),
+                ],
             ));
         }
         AttnImpl::Sdpa | AttnImpl::FlashAttention2 => {
@@ -179,11 +249,32 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
                 "attention output",
                 &[layers.clone(), tok(ctx), f("q_dim", qd), by(ad)],
             ));
-            let rows = if ctx.efficient_kernel() { t.div_ceil(32) * 32 } else { t };
+            let rows = if ctx.efficient_kernel() {
+                t.div_ceil(32) * 32
+            } else {
+                t
+            };
             out.push(Term::product(
                 Component::ActAttention,
-                if ctx.efficient_kernel() { "logsumexp (rows padded to 32)" } else { "logsumexp" },
-                &[layers.clone(), f("batch", b), f("heads", heads), f(if ctx.efficient_kernel() { "seq₃₂" } else { "seq" }, rows), fp32.clone()],
+                if ctx.efficient_kernel() {
+                    "logsumexp (rows padded to 32)"
+                } else {
+                    "logsumexp"
+                },
+                &[
+                    layers.clone(),
+                    f("batch", b),
+                    f("heads", heads),
+                    f(
+                        if ctx.efficient_kernel() {
+                            "seq₃₂"
+                        } else {
+                            "seq"
+                        },
+                        rows,
+                    ),
+                    fp32.clone(),
+                ],
             ));
         }
     }
@@ -191,8 +282,18 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
     // --- MLP: gate output (saved by the activation), activation output and up output (saved by mul).
     out.push(Term::product(
         Component::ActMlp,
-        if a.family.gelu() { "gate, GeLU(gate), up" } else { "gate, SiLU(gate), up" },
-        &[layers.clone(), f("3", 3), tok(ctx), f("intermediate", i), by(ctx.module_out)],
+        if a.family.gelu() {
+            "gate, GeLU(gate), up"
+        } else {
+            "gate, SiLU(gate), up"
+        },
+        &[
+            layers.clone(),
+            f("3", 3),
+            tok(ctx),
+            f("intermediate", i),
+            by(ctx.module_out),
+        ],
     ));
 
     // --- LoRA path.
@@ -201,7 +302,11 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
     let adapted = ctx.adapted();
     if !adapted.is_empty() {
         let sum_in: u128 = adapted.iter().map(|l| l.in_features).sum();
-        let sum_in_grad: u128 = adapted.iter().filter(|l| module_input(ctx, l).1).map(|l| l.in_features).sum();
+        let sum_in_grad: u128 = adapted
+            .iter()
+            .filter(|l| module_input(ctx, l).1)
+            .map(|l| l.in_features)
+            .sum();
         let sum_in_nograd = sum_in - sum_in_grad;
         let sum_out: u128 = adapted.iter().map(|l| l.out_features).sum();
         let modules = adapted.len() as u128;
@@ -210,13 +315,23 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
             out.push(Term::product(
                 Component::ActDropout,
                 "dropout masks (1 B), inputs needing grad",
-                &[layers.clone(), tok(ctx), f("Σ in_features", sum_in_grad), bytes_of(1)],
+                &[
+                    layers.clone(),
+                    tok(ctx),
+                    f("Σ in_features", sum_in_grad),
+                    bytes_of(1),
+                ],
             ));
             if sum_in_nograd > 0 {
                 out.push(Term::product(
                     Component::ActDropout,
                     "dropout masks of q/k/v (1 B), layers after the first",
-                    &[glayers.clone(), tok(ctx), f("Σ in_features(q,k,v)", sum_in_nograd), bytes_of(1)],
+                    &[
+                        glayers.clone(),
+                        tok(ctx),
+                        f("Σ in_features(q,k,v)", sum_in_nograd),
+                        bytes_of(1),
+                    ],
                 ));
             }
         };
@@ -226,7 +341,12 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
                     out.push(Term::product(
                         Component::ActDropout,
                         "dropout outputs in adapter dtype, one per adapted module",
-                        &[layers.clone(), tok(ctx), f("Σ in_features", sum_in), by(lora)],
+                        &[
+                            layers.clone(),
+                            tok(ctx),
+                            f("Σ in_features", sum_in),
+                            by(lora),
+                        ],
                     ));
                     mask_terms(&mut out);
                 } else {
@@ -246,7 +366,12 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
                         out.push(Term::product(
                             Component::ActLora,
                             "adapter-dtype copies of module inputs, one per adapted module",
-                            &[layers.clone(), tok(ctx), f("Σ in_features", cast_in), by(lora)],
+                            &[
+                                layers.clone(),
+                                tok(ctx),
+                                f("Σ in_features", cast_in),
+                                by(lora),
+                            ],
                         ));
                     }
                     let shared_in: u128 = shared.iter().map(|(_, w)| w).sum();
@@ -261,7 +386,13 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
                 out.push(Term::product(
                     Component::ActLora,
                     "lora_A outputs (saved by lora_B)",
-                    &[layers.clone(), tok(ctx), f("modules", modules), f("rank", r), by(lora)],
+                    &[
+                        layers.clone(),
+                        tok(ctx),
+                        f("modules", modules),
+                        f("rank", r),
+                        by(lora),
+                    ],
                 ));
             }
             Some(ac) => {
@@ -276,12 +407,23 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
                 out.push(Term::product(
                     Component::ActLora,
                     "lora_A outputs (autocast dtype)",
-                    &[layers.clone(), tok(ctx), f("modules", modules), f("rank", r), by(ac)],
+                    &[
+                        layers.clone(),
+                        tok(ctx),
+                        f("modules", modules),
+                        f("rank", r),
+                        by(ac),
+                    ],
                 ));
                 out.push(Term::product(
                     Component::ActWeightCopies,
                     "autocast copies of the LoRA A and B weights",
-                    &[layers.clone(), f("rank", r), f("Σ (in + out)", sum_in + sum_out), by(ac)],
+                    &[
+                        layers.clone(),
+                        f("rank", r),
+                        f("Σ (in + out)", sum_in + sum_out),
+                        by(ac),
+                    ],
                 ));
             }
         }
@@ -293,7 +435,14 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
             out.push(Term::product(
                 Component::ActWeightCopies,
                 "autocast copies of frozen Linear weights",
-                &[layers.clone(), f("linear params per layer", a.linear_weight_params_per_layer()), by(ac)],
+                &[
+                    layers.clone(),
+                    f(
+                        "linear params per layer",
+                        a.linear_weight_params_per_layer(),
+                    ),
+                    by(ac),
+                ],
             ));
         }
     }
@@ -306,13 +455,26 @@ pub fn global_terms(ctx: &Ctx) -> Vec<Term> {
     let a = ctx.arch;
     let (b, t, h) = (ctx.s.batch as u128, ctx.s.seq as u128, ctx.h());
     let mut out = vec![
-        Term::product(Component::ActEmbeddings, "input_ids + labels (int64)", &[f("2", 2), tok(ctx), bytes_of(8)]),
+        Term::product(
+            Component::ActEmbeddings,
+            "input_ids + labels (int64)",
+            &[f("2", 2), tok(ctx), bytes_of(8)],
+        ),
         Term::product(
             Component::ActEmbeddings,
             "rotary cos + sin tables",
-            &[f("2", 2), f("seq", t), f("head_dim", a.head_dim() as u128), by(ctx.resid)],
+            &[
+                f("2", 2),
+                f("seq", t),
+                f("head_dim", a.head_dim() as u128),
+                by(ctx.resid),
+            ],
         ),
-        Term::product(Component::ActNorms, "final RMSNorm: fp32 input copy + rsqrt", &[tok(ctx), f("(hidden + 1)", h + 1), bytes_of(4)]),
+        Term::product(
+            Component::ActNorms,
+            "final RMSNorm: fp32 input copy + rsqrt",
+            &[tok(ctx), f("(hidden + 1)", h + 1), bytes_of(4)],
+        ),
     ];
     if ctx.s.padded_mask && ctx.s.attn_impl == AttnImpl::Sdpa {
         out.push(Term::product(
@@ -334,7 +496,11 @@ pub fn global_terms(ctx: &Ctx) -> Vec<Term> {
         out.push(Term::product(
             Component::ActEmbeddings,
             "lm_head input (saved for the trainable lm_head's gradient)",
-            &[tok(ctx), f("hidden", h), by(ctx.s.autocast.unwrap_or(ctx.resid))],
+            &[
+                tok(ctx),
+                f("hidden", h),
+                by(ctx.s.autocast.unwrap_or(ctx.resid)),
+            ],
         ));
     }
     if a.family == Family::Gemma2 || a.family == Family::Gemma3 {
@@ -349,7 +515,12 @@ pub fn checkpoint_terms(ctx: &Ctx, layers_alive: u128) -> Vec<Term> {
     vec![Term::product(
         Component::ActCheckpoints,
         "layer inputs kept as checkpoints",
-        &[f("layers alive", layers_alive), tok(ctx), f("hidden", ctx.h()), by(ctx.resid)],
+        &[
+            f("layers alive", layers_alive),
+            tok(ctx),
+            f("hidden", ctx.h()),
+            by(ctx.resid),
+        ],
     )]
 }
 
@@ -366,9 +537,25 @@ pub fn layer_backward_working(ctx: &Ctx) -> Term {
         Component::BackwardTemps,
         "gradient buffers while back-propagating one layer",
         &[
-            Term::product(Component::BackwardTemps, "", &[tok(ctx), f("(intermediate + 2 × hidden)", i + 2 * h), bytes_of(lora)]),
-            Term::product(Component::BackwardTemps, "", &[tok(ctx), f("intermediate", i), bytes_of(res)]),
-            Term::product(Component::BackwardTemps, "", &[tok(ctx), f("3 × hidden", 3 * h), bytes_of(compute)]),
+            Term::product(
+                Component::BackwardTemps,
+                "",
+                &[
+                    tok(ctx),
+                    f("(intermediate + 2 × hidden)", i + 2 * h),
+                    bytes_of(lora),
+                ],
+            ),
+            Term::product(
+                Component::BackwardTemps,
+                "",
+                &[tok(ctx), f("intermediate", i), bytes_of(res)],
+            ),
+            Term::product(
+                Component::BackwardTemps,
+                "",
+                &[tok(ctx), f("3 × hidden", 3 * h), bytes_of(compute)],
+            ),
         ],
     )
 }
@@ -383,7 +570,11 @@ pub fn loss_backward_terms(ctx: &Ctx) -> Vec<Term> {
         &[f("3", 3), tok(ctx), f("vocab", v), bytes_of(4)],
     )];
     if ctx.arch.final_softcap() {
-        out.push(Term::product(Component::LogitsLoss, "final-logit softcap tanh (saved)", &[tok(ctx), f("vocab", v), by(ctx.logits)]));
+        out.push(Term::product(
+            Component::LogitsLoss,
+            "final-logit softcap tanh (saved)",
+            &[tok(ctx), f("vocab", v), by(ctx.logits)],
+        ));
     }
     out
 }
@@ -392,14 +583,34 @@ pub fn loss_backward_terms(ctx: &Ctx) -> Vec<Term> {
 /// log_softmax output, and lm_head's input hidden state.
 pub fn loss_forward_terms(ctx: &Ctx) -> Vec<Term> {
     let v = ctx.arch.vocab_size as u128;
-    let mut out = vec![Term::product(Component::LogitsLoss, "logits", &[tok(ctx), f("vocab", v), by(ctx.logits)])];
+    let mut out = vec![Term::product(
+        Component::LogitsLoss,
+        "logits",
+        &[tok(ctx), f("vocab", v), by(ctx.logits)],
+    )];
     if ctx.logits != Dtype::Fp32 {
-        out.push(Term::product(Component::LogitsLoss, "logits.float()", &[tok(ctx), f("vocab", v), bytes_of(4)]));
+        out.push(Term::product(
+            Component::LogitsLoss,
+            "logits.float()",
+            &[tok(ctx), f("vocab", v), bytes_of(4)],
+        ));
     }
-    out.push(Term::product(Component::LogitsLoss, "log_softmax output (fp32)", &[tok(ctx), f("vocab", v), bytes_of(4)]));
+    out.push(Term::product(
+        Component::LogitsLoss,
+        "log_softmax output (fp32)",
+        &[tok(ctx), f("vocab", v), bytes_of(4)],
+    ));
     if ctx.arch.final_softcap() {
-        out.push(Term::product(Component::LogitsLoss, "final-logit softcap tanh", &[tok(ctx), f("vocab", v), by(ctx.logits)]));
+        out.push(Term::product(
+            Component::LogitsLoss,
+            "final-logit softcap tanh",
+            &[tok(ctx), f("vocab", v), by(ctx.logits)],
+        ));
     }
-    out.push(Term::product(Component::BackwardTemps, "final hidden state (lm_head input)", &[tok(ctx), f("hidden", ctx.h()), by(ctx.resid)]));
+    out.push(Term::product(
+        Component::BackwardTemps,
+        "final hidden state (lm_head input)",
+        &[tok(ctx), f("hidden", ctx.h()), by(ctx.resid)],
+    ));
     out
 }

@@ -211,7 +211,8 @@ const MAX_VOCAB: u64 = 1 << 24;
 impl Architecture {
     /// Checks that the numbers describe a buildable model.
     pub fn validate(&self) -> Result<(), PlanError> {
-        let bad = |field: &'static str, why: String| Err(PlanError::InvalidArchitecture { field, why });
+        let bad =
+            |field: &'static str, why: String| Err(PlanError::InvalidArchitecture { field, why });
         let positive = [
             ("hidden_size", self.hidden_size, MAX_DIM),
             ("intermediate_size", self.intermediate_size, MAX_DIM * 4),
@@ -224,25 +225,36 @@ impl Architecture {
                 return bad(field, "must be at least 1".into());
             }
             if v > max {
-                return bad(field, format!("{v} is larger than the supported maximum {max}"));
+                return bad(
+                    field,
+                    format!("{v} is larger than the supported maximum {max}"),
+                );
             }
         }
         let kv = self.kv_heads();
         if kv == 0 || kv > self.num_attention_heads {
             return bad(
                 "num_key_value_heads",
-                format!("{kv} must be between 1 and num_attention_heads ({})", self.num_attention_heads),
+                format!(
+                    "{kv} must be between 1 and num_attention_heads ({})",
+                    self.num_attention_heads
+                ),
             );
         }
         if self.num_attention_heads % kv != 0 {
             return bad(
                 "num_key_value_heads",
-                format!("{kv} does not divide num_attention_heads ({})", self.num_attention_heads),
+                format!(
+                    "{kv} does not divide num_attention_heads ({})",
+                    self.num_attention_heads
+                ),
             );
         }
         match self.head_dim {
             Some(0) => return bad("head_dim", "must be at least 1".into()),
-            Some(d) if d > MAX_DIM => return bad("head_dim", format!("{d} is larger than {MAX_DIM}")),
+            Some(d) if d > MAX_DIM => {
+                return bad("head_dim", format!("{d} is larger than {MAX_DIM}"))
+            }
             Some(_) => {}
             None => {
                 if self.hidden_size % self.num_attention_heads != 0 {
@@ -256,7 +268,10 @@ impl Architecture {
                 }
             }
         }
-        for (field, v) in [("attn_logit_softcapping", self.attn_logit_softcapping), ("final_logit_softcapping", self.final_logit_softcapping)] {
+        for (field, v) in [
+            ("attn_logit_softcapping", self.attn_logit_softcapping),
+            ("final_logit_softcapping", self.final_logit_softcapping),
+        ] {
             if let Some(x) = v {
                 if !x.is_finite() || x < 0.0 {
                     return bad(field, format!("{x} must be a finite non-negative number"));
@@ -273,7 +288,8 @@ impl Architecture {
 
     /// Per-head width.
     pub fn head_dim(&self) -> u64 {
-        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
     /// Width of the query projection output (heads × head_dim).
@@ -309,34 +325,112 @@ impl Architecture {
         use Target::*;
         if self.family == Family::Phi3 {
             vec![
-                LinearShape { name: "qkv_proj", in_features: h, out_features: qd + 2 * kvd, selected_by: &[Q, K, V], bias },
-                LinearShape { name: "o_proj", in_features: qd, out_features: h, selected_by: &[O], bias: false },
-                LinearShape { name: "gate_up_proj", in_features: h, out_features: 2 * i, selected_by: &[Gate, Up], bias: false },
-                LinearShape { name: "down_proj", in_features: i, out_features: h, selected_by: &[Down], bias: false },
+                LinearShape {
+                    name: "qkv_proj",
+                    in_features: h,
+                    out_features: qd + 2 * kvd,
+                    selected_by: &[Q, K, V],
+                    bias,
+                },
+                LinearShape {
+                    name: "o_proj",
+                    in_features: qd,
+                    out_features: h,
+                    selected_by: &[O],
+                    bias: false,
+                },
+                LinearShape {
+                    name: "gate_up_proj",
+                    in_features: h,
+                    out_features: 2 * i,
+                    selected_by: &[Gate, Up],
+                    bias: false,
+                },
+                LinearShape {
+                    name: "down_proj",
+                    in_features: i,
+                    out_features: h,
+                    selected_by: &[Down],
+                    bias: false,
+                },
             ]
         } else {
             vec![
-                LinearShape { name: "q_proj", in_features: h, out_features: qd, selected_by: &[Q], bias },
-                LinearShape { name: "k_proj", in_features: h, out_features: kvd, selected_by: &[K], bias },
-                LinearShape { name: "v_proj", in_features: h, out_features: kvd, selected_by: &[V], bias },
-                LinearShape { name: "o_proj", in_features: qd, out_features: h, selected_by: &[O], bias: false },
-                LinearShape { name: "gate_proj", in_features: h, out_features: i, selected_by: &[Gate], bias: false },
-                LinearShape { name: "up_proj", in_features: h, out_features: i, selected_by: &[Up], bias: false },
-                LinearShape { name: "down_proj", in_features: i, out_features: h, selected_by: &[Down], bias: false },
+                LinearShape {
+                    name: "q_proj",
+                    in_features: h,
+                    out_features: qd,
+                    selected_by: &[Q],
+                    bias,
+                },
+                LinearShape {
+                    name: "k_proj",
+                    in_features: h,
+                    out_features: kvd,
+                    selected_by: &[K],
+                    bias,
+                },
+                LinearShape {
+                    name: "v_proj",
+                    in_features: h,
+                    out_features: kvd,
+                    selected_by: &[V],
+                    bias,
+                },
+                LinearShape {
+                    name: "o_proj",
+                    in_features: qd,
+                    out_features: h,
+                    selected_by: &[O],
+                    bias: false,
+                },
+                LinearShape {
+                    name: "gate_proj",
+                    in_features: h,
+                    out_features: i,
+                    selected_by: &[Gate],
+                    bias: false,
+                },
+                LinearShape {
+                    name: "up_proj",
+                    in_features: h,
+                    out_features: i,
+                    selected_by: &[Up],
+                    bias: false,
+                },
+                LinearShape {
+                    name: "down_proj",
+                    in_features: i,
+                    out_features: h,
+                    selected_by: &[Down],
+                    bias: false,
+                },
             ]
         }
     }
 
     /// Parameters of the Linear weights (no biases) of one decoder block.
     pub fn linear_weight_params_per_layer(&self) -> u128 {
-        self.linears().iter().map(|l| l.in_features * l.out_features).sum()
+        self.linears()
+            .iter()
+            .map(|l| l.in_features * l.out_features)
+            .sum()
     }
 
     /// Everything in one decoder block that is not a Linear weight: biases and norm weights.
     pub fn small_params_per_layer(&self) -> u128 {
         let h = self.hidden_size as u128;
-        let biases: u128 = self.linears().iter().filter(|l| l.bias).map(|l| l.out_features).sum();
-        let qk_norm = if self.family.has_qk_norm() { 2 * self.head_dim() as u128 } else { 0 };
+        let biases: u128 = self
+            .linears()
+            .iter()
+            .filter(|l| l.bias)
+            .map(|l| l.out_features)
+            .sum();
+        let qk_norm = if self.family.has_qk_norm() {
+            2 * self.head_dim() as u128
+        } else {
+            0
+        };
         biases + self.family.norms_per_layer() * h + qk_norm
     }
 

@@ -24,8 +24,12 @@ pub enum PlanError {
 impl fmt::Display for PlanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PlanError::InvalidArchitecture { field, why } => write!(f, "invalid architecture: {field}: {why}"),
-            PlanError::InvalidSetting { field, why } => write!(f, "invalid setting: {field}: {why}"),
+            PlanError::InvalidArchitecture { field, why } => {
+                write!(f, "invalid architecture: {field}: {why}")
+            }
+            PlanError::InvalidSetting { field, why } => {
+                write!(f, "invalid setting: {field}: {why}")
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod activations;
 pub mod arch;
 pub mod dtype;
 pub mod error;
+pub mod fit;
 pub mod plan;
 pub mod settings;
 pub mod term;

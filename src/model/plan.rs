@@ -34,7 +34,7 @@ impl Phase {
 }
 
 /// Memory at one moment of the step.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PhasePeak {
     /// Which phase.
     pub phase: Phase,
@@ -47,7 +47,7 @@ pub struct PhasePeak {
 }
 
 /// Bytes of one component at the peak.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ComponentBytes {
     /// Stable key.
     pub key: &'static str,
@@ -58,7 +58,7 @@ pub struct ComponentBytes {
 }
 
 /// The full answer for one configuration.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
     /// Parameter counts.
     pub params: ParamCounts,
@@ -114,7 +114,12 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     let (opt_states, paged) = weights::optimizer_terms(&ctx, &params);
     // Paged optimizer states live in CUDA unified memory, outside torch's allocator statistics.
     let opt_in_allocator: Vec<Term> = if paged { vec![] } else { opt_states.clone() };
-    let statics: Vec<Term> = frozen.iter().chain(&trainable).chain(&opt_in_allocator).cloned().collect();
+    let statics: Vec<Term> = frozen
+        .iter()
+        .chain(&trainable)
+        .chain(&opt_in_allocator)
+        .cloned()
+        .collect();
     let global = activations::global_terms(&ctx);
 
     let mut phases = vec![];
@@ -124,26 +129,57 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
         let saved: Vec<Term> = ckpt_all.iter().chain(&global).cloned().collect();
         phases.push(loss_forward(&ctx, &statics, &saved));
         phases.push(loss_backward(&ctx, &statics, &saved));
-        let one_layer = activations::layer_terms(&ctx, LayerCounts { all: 1, grad_input: 1 });
+        let one_layer = activations::layer_terms(
+            &ctx,
+            LayerCounts {
+                all: 1,
+                grad_input: 1,
+            },
+        );
         let working = activations::layer_backward_working(&ctx);
-        let small_global: Vec<Term> = global.iter().filter(|t| t.component == Component::ActEmbeddings).cloned().collect();
+        let small_global: Vec<Term> = global
+            .iter()
+            .filter(|t| t.component == Component::ActEmbeddings)
+            .cloned()
+            .collect();
         // Top layer: every checkpoint alive, no gradient yet.
         let mut top: Vec<Term> = statics.clone();
         top.extend(activations::checkpoint_terms(&ctx, layers));
         top.extend(small_global.iter().cloned());
         top.extend(one_layer.iter().cloned());
         top.push(working.clone());
-        phases.push(PhasePeak { phase: super::plan::Phase::Backward, moment: "recomputed top layer".into(), bytes: total(&top), terms: top });
+        phases.push(PhasePeak {
+            phase: super::plan::Phase::Backward,
+            moment: "recomputed top layer".into(),
+            bytes: total(&top),
+            terms: top,
+        });
         // Bottom layer: one checkpoint, the gradients of all layers above.
         let mut bottom: Vec<Term> = statics.clone();
         bottom.extend(activations::checkpoint_terms(&ctx, 1));
         bottom.extend(small_global);
         bottom.extend(one_layer);
         bottom.push(working);
-        bottom.extend(scaled(&grads, layers.saturating_sub(1), layers, "of the layers above"));
-        phases.push(PhasePeak { phase: Phase::Backward, moment: "recomputed first layer".into(), bytes: total(&bottom), terms: bottom });
+        bottom.extend(scaled(
+            &grads,
+            layers.saturating_sub(1),
+            layers,
+            "of the layers above",
+        ));
+        phases.push(PhasePeak {
+            phase: Phase::Backward,
+            moment: "recomputed first layer".into(),
+            bytes: total(&bottom),
+            terms: bottom,
+        });
     } else {
-        let lt = activations::layer_terms(&ctx, LayerCounts { all: layers, grad_input: layers.saturating_sub(1) });
+        let lt = activations::layer_terms(
+            &ctx,
+            LayerCounts {
+                all: layers,
+                grad_input: layers.saturating_sub(1),
+            },
+        );
         let saved: Vec<Term> = lt.into_iter().chain(global).collect();
         phases.push(loss_forward(&ctx, &statics, &saved));
         phases.push(loss_backward(&ctx, &statics, &saved));
@@ -151,10 +187,20 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     let mut opt: Vec<Term> = statics.clone();
     opt.extend(grads.iter().cloned());
     opt.extend(weights::optimizer_step_terms(&ctx, &params));
-    phases.push(PhasePeak { phase: Phase::Optimizer, moment: "optimizer.step()".into(), bytes: total(&opt), terms: opt });
+    phases.push(PhasePeak {
+        phase: Phase::Optimizer,
+        moment: "optimizer.step()".into(),
+        bytes: total(&opt),
+        terms: opt,
+    });
 
     // The peak: the highest moment; each phase reports its own highest.
-    let peak_idx = phases.iter().enumerate().max_by_key(|(i, p)| (p.bytes, usize::MAX - i)).map(|(i, _)| i).unwrap_or(0);
+    let peak_idx = phases
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, p)| (p.bytes, usize::MAX - i))
+        .map(|(i, _)| i)
+        .unwrap_or(0);
     let peak = phases[peak_idx].clone();
     let mut per_phase: Vec<PhasePeak> = vec![];
     for p in phases {
@@ -166,7 +212,18 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     }
     let breakdown = Component::ALL
         .iter()
-        .map(|&c| ComponentBytes { key: c.key(), label: c.label(), bytes: total(&peak.terms.iter().filter(|t| t.component == c).cloned().collect::<Vec<_>>()) })
+        .map(|&c| ComponentBytes {
+            key: c.key(),
+            label: c.label(),
+            bytes: total(
+                &peak
+                    .terms
+                    .iter()
+                    .filter(|t| t.component == c)
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            ),
+        })
         .collect();
     let steady = total(&frozen) + total(&trainable) + total(&opt_in_allocator);
 
@@ -215,11 +272,21 @@ fn scaled(terms: &[Term], num: u128, den: u128, what: &str) -> Vec<Term> {
 fn loss_forward(ctx: &Ctx, statics: &[Term], saved: &[Term]) -> PhasePeak {
     let mut terms: Vec<Term> = statics.iter().chain(saved).cloned().collect();
     terms.extend(activations::loss_forward_terms(ctx));
-    PhasePeak { phase: Phase::Forward, moment: "loss (log_softmax)".into(), bytes: total(&terms), terms }
+    PhasePeak {
+        phase: Phase::Forward,
+        moment: "loss (log_softmax)".into(),
+        bytes: total(&terms),
+        terms,
+    }
 }
 
 fn loss_backward(ctx: &Ctx, statics: &[Term], saved: &[Term]) -> PhasePeak {
     let mut terms: Vec<Term> = statics.iter().chain(saved).cloned().collect();
     terms.extend(activations::loss_backward_terms(ctx));
-    PhasePeak { phase: Phase::Backward, moment: "start of backward (log_softmax backward)".into(), bytes: total(&terms), terms }
+    PhasePeak {
+        phase: Phase::Backward,
+        moment: "start of backward (log_softmax backward)".into(),
+        bytes: total(&terms),
+        terms,
+    }
 }

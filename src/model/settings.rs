@@ -26,7 +26,9 @@ impl AttnImpl {
         match s.trim().to_ascii_lowercase().as_str() {
             "eager" => Some(AttnImpl::Eager),
             "sdpa" => Some(AttnImpl::Sdpa),
-            "flash_attention_2" | "fa2" | "flash" | "flash-attention-2" => Some(AttnImpl::FlashAttention2),
+            "flash_attention_2" | "fa2" | "flash" | "flash-attention-2" => {
+                Some(AttnImpl::FlashAttention2)
+            }
             _ => None,
         }
     }
@@ -83,7 +85,9 @@ impl Optimizer {
         match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
             "adamw_torch_fused" | "adamw_fused" => Some(Optimizer::AdamwTorchFused),
             "adamw_torch_foreach" | "adamw_foreach" => Some(Optimizer::AdamwTorchForeach),
-            "adamw_torch" | "adamw" | "adamw_torch_forloop" | "adamw_forloop" => Some(Optimizer::AdamwTorch),
+            "adamw_torch" | "adamw" | "adamw_torch_forloop" | "adamw_forloop" => {
+                Some(Optimizer::AdamwTorch)
+            }
             "adamw_8bit" | "adamw_bnb_8bit" | "adamw8bit" => Some(Optimizer::Adamw8bit),
             "paged_adamw_8bit" => Some(Optimizer::PagedAdamw8bit),
             "paged_adamw_32bit" => Some(Optimizer::PagedAdamw32bit),
@@ -199,16 +203,28 @@ impl Settings {
     pub fn validate(&self) -> Result<(), PlanError> {
         let bad = |field: &'static str, why: String| Err(PlanError::InvalidSetting { field, why });
         if self.batch == 0 || self.batch > MAX_BATCH {
-            return bad("batch", format!("{} must be between 1 and {MAX_BATCH}", self.batch));
+            return bad(
+                "batch",
+                format!("{} must be between 1 and {MAX_BATCH}", self.batch),
+            );
         }
         if self.seq == 0 || self.seq > MAX_SEQ {
-            return bad("seq", format!("{} must be between 1 and {MAX_SEQ}", self.seq));
+            return bad(
+                "seq",
+                format!("{} must be between 1 and {MAX_SEQ}", self.seq),
+            );
         }
         if self.lora_r == 0 || self.lora_r > MAX_RANK {
-            return bad("lora_r", format!("{} must be between 1 and {MAX_RANK}", self.lora_r));
+            return bad(
+                "lora_r",
+                format!("{} must be between 1 and {MAX_RANK}", self.lora_r),
+            );
         }
         if !(0.0..1.0).contains(&self.lora_dropout) {
-            return bad("lora_dropout", format!("{} must be in [0, 1)", self.lora_dropout));
+            return bad(
+                "lora_dropout",
+                format!("{} must be in [0, 1)", self.lora_dropout),
+            );
         }
         if !self.lora_alpha.is_finite() {
             return bad("lora_alpha", "must be a finite number".into());
@@ -217,7 +233,10 @@ impl Settings {
             return bad("grad_accum", "must be at least 1".into());
         }
         if self.targets.is_empty() && self.modules_to_save.is_empty() {
-            return bad("target_modules", "nothing is trainable: choose at least one target module".into());
+            return bad(
+                "target_modules",
+                "nothing is trainable: choose at least one target module".into(),
+            );
         }
         if self.quant.is_some() && self.dtype == Dtype::Fp32 && self.autocast.is_none() {
             // Allowed: bnb computes in the compute dtype; kept for completeness.
@@ -301,11 +320,16 @@ impl RawSettings {
             },
         };
         let adapter_dtype = match (&self.adapter_dtype, self.autocast_adapter_dtype) {
-            (Some(s), _) => Dtype::parse(s).ok_or_else(|| unknown("adapter_dtype", s, "fp32, bf16, fp16"))?,
+            (Some(s), _) => {
+                Dtype::parse(s).ok_or_else(|| unknown("adapter_dtype", s, "fp32, bf16, fp16"))?
+            }
             (None, Some(false)) => dtype,
             (None, _) => Dtype::Fp32,
         };
-        let targets = parse_targets(self.target_modules_list.as_ref(), self.target_modules.as_ref())?;
+        let targets = parse_targets(
+            self.target_modules_list.as_ref(),
+            self.target_modules.as_ref(),
+        )?;
         let mut modules_to_save = vec![];
         for m in self.modules_to_save.unwrap_or_default() {
             modules_to_save.push(match m.trim() {
@@ -316,7 +340,8 @@ impl RawSettings {
         }
         let attn_impl = match &self.attn_impl {
             None => d.attn_impl,
-            Some(s) => AttnImpl::parse(s).ok_or_else(|| unknown("attn_impl", s, "eager, sdpa, flash_attention_2"))?,
+            Some(s) => AttnImpl::parse(s)
+                .ok_or_else(|| unknown("attn_impl", s, "eager, sdpa, flash_attention_2"))?,
         };
         let optimizer = match &self.optimizer {
             None => d.optimizer,
@@ -355,7 +380,9 @@ impl RawSettings {
 }
 
 /// Parses a target list: `all-linear`, or names such as `q_proj`, `q`, `qkv_proj`, `gate_up_proj`.
-pub fn parse_target_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<Vec<Target>, PlanError> {
+pub fn parse_target_names<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+) -> Result<Vec<Target>, PlanError> {
     let mut out = vec![];
     for n in names {
         let n = n.trim();
@@ -368,7 +395,9 @@ pub fn parse_target_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Resul
             "gate_up" | "gate_up_proj" => out.extend([Target::Gate, Target::Up]),
             _ => out.push(Target::parse(n).ok_or_else(|| PlanError::InvalidSetting {
                 field: "target_modules",
-                why: format!("unknown module {n:?} (expected q, k, v, o, gate, up, down or all-linear)"),
+                why: format!(
+                    "unknown module {n:?} (expected q, k, v, o, gate, up, down or all-linear)"
+                ),
             })?),
         }
     }
@@ -377,7 +406,10 @@ pub fn parse_target_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Resul
     Ok(out)
 }
 
-fn parse_targets(list: Option<&Vec<String>>, spec: Option<&serde_json::Value>) -> Result<Vec<Target>, PlanError> {
+fn parse_targets(
+    list: Option<&Vec<String>>,
+    spec: Option<&serde_json::Value>,
+) -> Result<Vec<Target>, PlanError> {
     if let Some(list) = list {
         return parse_target_names(list.iter().map(String::as_str));
     }
@@ -390,12 +422,18 @@ fn parse_targets(list: Option<&Vec<String>>, spec: Option<&serde_json::Value>) -
                 match it.as_str() {
                     Some(s) => names.push(s),
                     None => {
-                        return Err(PlanError::InvalidSetting { field: "target_modules", why: "list items must be strings".into() })
+                        return Err(PlanError::InvalidSetting {
+                            field: "target_modules",
+                            why: "list items must be strings".into(),
+                        })
                     }
                 }
             }
             parse_target_names(names)
         }
-        Some(_) => Err(PlanError::InvalidSetting { field: "target_modules", why: "must be a string or a list of strings".into() }),
+        Some(_) => Err(PlanError::InvalidSetting {
+            field: "target_modules",
+            why: "must be a string or a list of strings".into(),
+        }),
     }
 }

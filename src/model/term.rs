@@ -118,16 +118,22 @@ pub struct Factor {
 
 /// Shorthand constructor for a factor.
 pub fn f(name: impl Into<String>, value: u128) -> Factor {
-    Factor { name: name.into(), value }
+    Factor {
+        name: name.into(),
+        value,
+    }
 }
 
 /// Byte-size factor: shown as `4 B` in both the formula and the numbers.
 pub fn bytes_of(n: u128) -> Factor {
-    Factor { name: format!("{n} B"), value: n }
+    Factor {
+        name: format!("{n} B"),
+        value: n,
+    }
 }
 
 /// One explained memory term.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Term {
     /// Component it stacks into.
     pub component: Component,
@@ -144,21 +150,55 @@ pub struct Term {
 impl Term {
     /// A product of factors (saturating, though validated inputs cannot reach u128's limit).
     pub fn product(component: Component, label: impl Into<String>, factors: &[Factor]) -> Term {
-        let bytes = factors.iter().fold(1u128, |acc, x| acc.saturating_mul(x.value));
-        let formula = factors.iter().map(|x| x.name.as_str()).collect::<Vec<_>>().join(" × ");
-        let values = factors
+        let bytes = factors
             .iter()
-            .map(|x| if x.name.ends_with(" B") { x.name.clone() } else { x.value.to_string() })
+            .fold(1u128, |acc, x| acc.saturating_mul(x.value));
+        let formula = factors
+            .iter()
+            .map(|x| x.name.as_str())
             .collect::<Vec<_>>()
             .join(" × ");
-        Term { component, label: label.into(), formula, values, bytes }
+        let values = factors
+            .iter()
+            .map(|x| {
+                if x.name.ends_with(" B") {
+                    x.name.clone()
+                } else {
+                    x.value.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" × ");
+        Term {
+            component,
+            label: label.into(),
+            formula,
+            values,
+            bytes,
+        }
     }
 
     /// A sum of sub-terms folded into one line (keeps each part's formula).
     pub fn sum(component: Component, label: impl Into<String>, parts: &[Term]) -> Term {
-        let bytes = parts.iter().fold(0u128, |acc, t| acc.saturating_add(t.bytes));
-        let formula = parts.iter().map(|t| format!("({})", t.formula)).collect::<Vec<_>>().join(" + ");
-        let values = parts.iter().map(|t| format!("({})", t.values)).collect::<Vec<_>>().join(" + ");
-        Term { component, label: label.into(), formula, values, bytes }
+        let bytes = parts
+            .iter()
+            .fold(0u128, |acc, t| acc.saturating_add(t.bytes));
+        let formula = parts
+            .iter()
+            .map(|t| format!("({})", t.formula))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let values = parts
+            .iter()
+            .map(|t| format!("({})", t.values))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        Term {
+            component,
+            label: label.into(),
+            formula,
+            values,
+            bytes,
+        }
     }
 }

@@ -28,7 +28,7 @@ impl Status {
 }
 
 /// Verdict and headroom.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Verdict {
     /// fits / tight / oom.
     pub status: Status,
@@ -51,6 +51,11 @@ pub fn verdict(plan: &Plan, capacity_bytes: u128) -> Verdict {
     } else {
         Status::Oom
     };
-    let headroom = i128::try_from(capacity_bytes).unwrap_or(i128::MAX) - i128::try_from(need).unwrap_or(i128::MAX);
-    Verdict { status, capacity_bytes, headroom_bytes: headroom }
+    let headroom = i128::try_from(capacity_bytes).unwrap_or(i128::MAX)
+        - i128::try_from(need).unwrap_or(i128::MAX);
+    Verdict {
+        status,
+        capacity_bytes,
+        headroom_bytes: headroom,
+    }
 }

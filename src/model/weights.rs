@@ -9,7 +9,7 @@ use super::settings::{Optimizer, SavedModule};
 use super::term::{bytes_of, f, Component, Term};
 
 /// Parameter counts of the planned model.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ParamCounts {
     /// Base model parameters (as `num_parameters()` before peft).
     pub base_params: u128,
@@ -30,10 +30,24 @@ const DQ_GROUP: u128 = 256;
 pub fn param_counts(ctx: &Ctx) -> ParamCounts {
     let a = ctx.arch;
     let r = ctx.s.lora_r as u128;
-    let per_layer: u128 = ctx.adapted().iter().map(|l| r * (l.in_features + l.out_features)).sum();
+    let per_layer: u128 = ctx
+        .adapted()
+        .iter()
+        .map(|l| r * (l.in_features + l.out_features))
+        .sum();
     let lora_params = per_layer * a.num_hidden_layers as u128;
-    let modules_to_save_params: u128 = ctx.s.modules_to_save.iter().map(|_| a.embedding_params()).sum();
-    ParamCounts { base_params: a.total_params(), trainable_params: lora_params + modules_to_save_params, lora_params, modules_to_save_params }
+    let modules_to_save_params: u128 = ctx
+        .s
+        .modules_to_save
+        .iter()
+        .map(|_| a.embedding_params())
+        .sum();
+    ParamCounts {
+        base_params: a.total_params(),
+        trainable_params: lora_params + modules_to_save_params,
+        lora_params,
+        modules_to_save_params,
+    }
 }
 
 /// Frozen weights (and 4-bit quantization state).
@@ -52,10 +66,22 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
         Some(q) => {
             out.push(Term::sum(
                 Component::FrozenWeights,
-                format!("{} Linear layers packed 2 per byte; embeddings, norms, biases, lm_head in {}", q.name(), ctx.aux_weight.name()),
+                format!(
+                    "{} Linear layers packed 2 per byte; embeddings, norms, biases, lm_head in {}",
+                    q.name(),
+                    ctx.aux_weight.name()
+                ),
                 &[
-                    Term::product(Component::FrozenWeights, "", &[f("⌈linear params / 2⌉", linear.div_ceil(2)), bytes_of(1)]),
-                    Term::product(Component::FrozenWeights, "", &[f("other params", other), bytes_of(ctx.aux_weight.bytes())]),
+                    Term::product(
+                        Component::FrozenWeights,
+                        "",
+                        &[f("⌈linear params / 2⌉", linear.div_ceil(2)), bytes_of(1)],
+                    ),
+                    Term::product(
+                        Component::FrozenWeights,
+                        "",
+                        &[f("other params", other), bytes_of(ctx.aux_weight.bytes())],
+                    ),
                 ],
             ));
             // Per module: absmax per 64 weights (fp32, or uint8 + fp32 per 256 blocks with
@@ -73,9 +99,21 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
                     Component::QuantState,
                     "double-quant absmax (uint8 per 64 weights, fp32 per 256 blocks) + code tables",
                     &[
-                        Term::product(Component::QuantState, "", &[f("blocks", blocks), bytes_of(1)]),
-                        Term::product(Component::QuantState, "", &[f("groups", groups), bytes_of(4)]),
-                        Term::product(Component::QuantState, "", &[f("modules", modules), f("(16 + 256 + 1)", 273), bytes_of(4)]),
+                        Term::product(
+                            Component::QuantState,
+                            "",
+                            &[f("blocks", blocks), bytes_of(1)],
+                        ),
+                        Term::product(
+                            Component::QuantState,
+                            "",
+                            &[f("groups", groups), bytes_of(4)],
+                        ),
+                        Term::product(
+                            Component::QuantState,
+                            "",
+                            &[f("modules", modules), f("(16 + 256 + 1)", 273), bytes_of(4)],
+                        ),
                     ],
                 )
             } else {
@@ -83,8 +121,16 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
                     Component::QuantState,
                     "absmax (fp32 per 64 weights) + code table",
                     &[
-                        Term::product(Component::QuantState, "", &[f("blocks", blocks), bytes_of(4)]),
-                        Term::product(Component::QuantState, "", &[f("modules", modules), f("16", 16), bytes_of(4)]),
+                        Term::product(
+                            Component::QuantState,
+                            "",
+                            &[f("blocks", blocks), bytes_of(4)],
+                        ),
+                        Term::product(
+                            Component::QuantState,
+                            "",
+                            &[f("modules", modules), f("16", 16), bytes_of(4)],
+                        ),
                     ],
                 )
             };
@@ -105,13 +151,19 @@ pub fn trainable_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
     let mut out = vec![Term::product(
         Component::TrainableWeights,
         "LoRA A and B (rank × (in + out) per adapted module)",
-        &[f("lora params", p.lora_params), bytes_of(ctx.s.adapter_dtype.bytes())],
+        &[
+            f("lora params", p.lora_params),
+            bytes_of(ctx.s.adapter_dtype.bytes()),
+        ],
     )];
     for &m in &ctx.s.modules_to_save {
         out.push(Term::product(
             Component::TrainableWeights,
             format!("{} full trainable copy", saved_name(m)),
-            &[f("vocab × hidden", ctx.arch.embedding_params()), bytes_of(trainable_dtype(ctx, m).bytes())],
+            &[
+                f("vocab × hidden", ctx.arch.embedding_params()),
+                bytes_of(trainable_dtype(ctx, m).bytes()),
+            ],
         ));
     }
     out.retain(|t| t.bytes > 0);
@@ -140,35 +192,72 @@ pub fn gradient_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
 /// Optimizer states, and whether they live in paged (unified) memory outside PyTorch's allocator.
 pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
     let n = p.trainable_params;
-    let tensors = ctx.adapted().len() as u128 * 2 * ctx.arch.num_hidden_layers as u128 + ctx.s.modules_to_save.len() as u128;
+    let tensors = ctx.adapted().len() as u128 * 2 * ctx.arch.num_hidden_layers as u128
+        + ctx.s.modules_to_save.len() as u128;
     let params = f("trainable params", n);
-    let step = Term::product(Component::OptimizerStates, "step counters (one fp32 scalar per tensor)", &[f("tensors", tensors), bytes_of(4)]);
+    let step = Term::product(
+        Component::OptimizerStates,
+        "step counters (one fp32 scalar per tensor)",
+        &[f("tensors", tensors), bytes_of(4)],
+    );
     let opt = ctx.s.optimizer;
     // torch optimizers create states with zeros_like(param): same dtype as each parameter.
     let trainable_bytes: u128 = trainable_terms(ctx, p).iter().map(|t| t.bytes).sum();
     let terms = match opt {
-        Optimizer::AdamwTorchFused | Optimizer::AdamwTorchForeach | Optimizer::AdamwTorch | Optimizer::PagedAdamw32bit => vec![
-            Term::product(Component::OptimizerStates, "AdamW exp_avg + exp_avg_sq (zeros_like each parameter)", &[f("2", 2), f("trainable bytes", trainable_bytes), bytes_of(1)]),
+        Optimizer::AdamwTorchFused
+        | Optimizer::AdamwTorchForeach
+        | Optimizer::AdamwTorch
+        | Optimizer::PagedAdamw32bit => vec![
+            Term::product(
+                Component::OptimizerStates,
+                "AdamW exp_avg + exp_avg_sq (zeros_like each parameter)",
+                &[
+                    f("2", 2),
+                    f("trainable bytes", trainable_bytes),
+                    bytes_of(1),
+                ],
+            ),
             step,
         ],
         Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => vec![Term::sum(
             Component::OptimizerStates,
             "8-bit AdamW: two uint8 states + fp32 absmax per 256 values",
             &[
-                Term::product(Component::OptimizerStates, "", &[f("2", 2), params.clone(), bytes_of(1)]),
-                Term::product(Component::OptimizerStates, "", &[f("2", 2), f("⌈params/256⌉", n.div_ceil(256)), bytes_of(4)]),
+                Term::product(
+                    Component::OptimizerStates,
+                    "",
+                    &[f("2", 2), params.clone(), bytes_of(1)],
+                ),
+                Term::product(
+                    Component::OptimizerStates,
+                    "",
+                    &[f("2", 2), f("⌈params/256⌉", n.div_ceil(256)), bytes_of(4)],
+                ),
             ],
         )],
         Optimizer::Adafactor => {
             // Factored second moment: a row and a column vector per matrix, no first moment.
             let r = ctx.s.lora_r as u128;
-            let per_layer: u128 = ctx.adapted().iter().map(|l| (r + l.in_features) + (l.out_features + r)).sum();
+            let per_layer: u128 = ctx
+                .adapted()
+                .iter()
+                .map(|l| (r + l.in_features) + (l.out_features + r))
+                .sum();
             let rows_cols = per_layer * ctx.arch.num_hidden_layers as u128
-                + ctx.s.modules_to_save.len() as u128 * (ctx.arch.vocab_size as u128 + ctx.arch.hidden_size as u128);
-            vec![Term::product(Component::OptimizerStates, "Adafactor factored second moment (row + column per matrix)", &[f("Σ (rows + cols)", rows_cols), bytes_of(4)])]
+                + ctx.s.modules_to_save.len() as u128
+                    * (ctx.arch.vocab_size as u128 + ctx.arch.hidden_size as u128);
+            vec![Term::product(
+                Component::OptimizerStates,
+                "Adafactor factored second moment (row + column per matrix)",
+                &[f("Σ (rows + cols)", rows_cols), bytes_of(4)],
+            )]
         }
         Optimizer::Sgd => vec![],
-        Optimizer::SgdMomentum => vec![Term::product(Component::OptimizerStates, "momentum buffer (zeros_like each parameter)", &[f("trainable bytes", trainable_bytes), bytes_of(1)])],
+        Optimizer::SgdMomentum => vec![Term::product(
+            Component::OptimizerStates,
+            "momentum buffer (zeros_like each parameter)",
+            &[f("trainable bytes", trainable_bytes), bytes_of(1)],
+        )],
     };
     let paged = matches!(opt, Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit);
     (terms, paged)
@@ -179,16 +268,33 @@ pub fn optimizer_step_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
     let n = p.trainable_params;
     match ctx.s.optimizer {
         // foreach AdamW materialises a list of denominators (sqrt(v)/bc + eps) for all params at once.
-        Optimizer::AdamwTorchForeach => vec![Term::product(Component::OptimizerTemps, "foreach denominators (fp32, all params at once)", &[f("trainable params", n), bytes_of(4)])],
+        Optimizer::AdamwTorchForeach => vec![Term::product(
+            Component::OptimizerTemps,
+            "foreach denominators (fp32, all params at once)",
+            &[f("trainable params", n), bytes_of(4)],
+        )],
         // Adafactor builds a full-size update per parameter (one at a time; the largest matters).
-        Optimizer::Adafactor => vec![Term::product(Component::OptimizerTemps, "update of the largest parameter (fp32)", &[f("largest param", largest_param(ctx)), f("2", 2), bytes_of(4)])],
+        Optimizer::Adafactor => vec![Term::product(
+            Component::OptimizerTemps,
+            "update of the largest parameter (fp32)",
+            &[
+                f("largest param", largest_param(ctx)),
+                f("2", 2),
+                bytes_of(4),
+            ],
+        )],
         _ => vec![],
     }
 }
 
 fn largest_param(ctx: &Ctx) -> u128 {
     let r = ctx.s.lora_r as u128;
-    let lora = ctx.adapted().iter().map(|l| r * l.in_features.max(l.out_features)).max().unwrap_or(0);
+    let lora = ctx
+        .adapted()
+        .iter()
+        .map(|l| r * l.in_features.max(l.out_features))
+        .max()
+        .unwrap_or(0);
     if ctx.s.modules_to_save.is_empty() {
         lora
     } else {

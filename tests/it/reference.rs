@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use lorafit::estimate::estimate_line;
 
-fn cases_path() -> PathBuf {
+pub fn cases_path() -> PathBuf {
     if let Ok(p) = std::env::var("LORAFIT_REFERENCE") {
         return PathBuf::from(p);
     }

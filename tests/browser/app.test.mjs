@@ -1,0 +1,107 @@
+// The release build in a real headless Chromium: numbers match the CLI, every control reaches
+// the model, and the page works under a sub-path. Screenshots go to test-artifacts/.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { serve, launch, openApp, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
+
+let server, browser;
+before(async () => {
+  fs.mkdirSync(artifacts, { recursive: true });
+  server = await serve("/");
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+async function expectMatchesCli(page, args) {
+  const want = cliPlan(args).plan;
+  for (const [testid, key] of [["peak-allocated", "peak_allocated_bytes"], ["peak-reserved", "peak_reserved_bytes"], ["peak-smi", "nvidia_smi_bytes"]]) {
+    const shown = await gibOf(page, testid);
+    assert.ok(Math.abs(shown - want[key] / GIB) <= 0.006, `${testid}: page ${shown} vs CLI ${(want[key] / GIB).toFixed(3)} for ${args.join(" ")}`);
+  }
+}
+
+test("default view matches the CLI and has every output", async () => {
+  const { page, errors } = await openApp(browser, server.url);
+  await expectMatchesCli(page, ["--model", "llama2-7b", "--gpu", "a100-80"]);
+  assert.match(await page.textContent('[data-testid="verdict"]'), /^(fits|tight|oom)$/);
+  assert.match(await page.textContent('[data-testid="max-batch"]'), /^\d+$/);
+  assert.match(await page.textContent('[data-testid="max-seq"]'), /^\d+$/);
+  assert.ok(await page.locator('[data-testid="segment-frozen_weights"]').count() === 1);
+  assert.ok(await page.locator('[data-testid="segment-logits_loss"]').count() === 1);
+  await page.screenshot({ path: path.join(artifacts, "default.png"), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("changed settings match the CLI", async () => {
+  const { page } = await openApp(browser, server.url);
+  await page.selectOption('[data-testid="select-model"]', "qwen2-7b");
+  await page.selectOption('[data-testid="select-gpu"]', "a100-40");
+  await page.fill('[data-testid="input-batch"]', "4");
+  await page.fill('[data-testid="input-seq"]', "2048");
+  await page.fill('[data-testid="input-rank"]', "64");
+  await page.check('[data-testid="toggle-gc"]');
+  await expectMatchesCli(page, ["--model", "qwen2-7b", "--gpu", "a100-40", "--batch", "4", "--seq", "2048", "--rank", "64", "--gc"]);
+  await page.selectOption('[data-testid="select-dtype"]', "nf4");
+  await page.selectOption('[data-testid="select-attn"]', "eager");
+  await page.selectOption('[data-testid="select-optimizer"]', "adamw_8bit");
+  await page.fill('[data-testid="input-dropout"]', "0");
+  await expectMatchesCli(page, ["--model", "qwen2-7b", "--gpu", "a100-40", "--batch", "4", "--seq", "2048", "--rank", "64", "--gc", "--quant", "nf4", "--attn", "eager", "--optimizer", "adamw_8bit", "--dropout", "0"]);
+  await page.close();
+});
+
+test("every memory control changes the plan", async () => {
+  const { page } = await openApp(browser, server.url);
+  const snapshot = async () => (await page.textContent('[data-testid="breakdown"]')) + (await page.textContent('[data-testid="peak-allocated"]'));
+  const steps = [
+    ["input-batch", (p) => p.fill('[data-testid="input-batch"]', "3")],
+    ["input-seq", (p) => p.fill('[data-testid="input-seq"]', "4096")],
+    ["input-rank", (p) => p.fill('[data-testid="input-rank"]', "128")],
+    ["input-dropout", (p) => p.fill('[data-testid="input-dropout"]', "0")],
+    ["select-dtype", (p) => p.selectOption('[data-testid="select-dtype"]', "fp32")],
+    ["select-attn", (p) => p.selectOption('[data-testid="select-attn"]', "eager")],
+    ["select-optimizer", (p) => p.selectOption('[data-testid="select-optimizer"]', "sgd")],
+    ["toggle-gc", (p) => p.check('[data-testid="toggle-gc"]')],
+    ["select-model", (p) => p.selectOption('[data-testid="select-model"]', "gemma2-2b")],
+  ];
+  for (const [name, act] of steps) {
+    const before = await snapshot();
+    await act(page);
+    assert.notEqual(await snapshot(), before, `${name} did not change the plan`);
+  }
+  const verdictBefore = (await page.textContent(".verdict")) + (await page.textContent('[data-testid="max-batch"]'));
+  await page.selectOption('[data-testid="select-gpu"]', "t4");
+  assert.notEqual((await page.textContent(".verdict")) + (await page.textContent('[data-testid="max-batch"]')), verdictBefore, "select-gpu did not change the verdict");
+  await page.close();
+});
+
+test("extreme values never crash the page", async () => {
+  const { page, errors } = await openApp(browser, server.url);
+  await page.selectOption('[data-testid="select-model"]', "llama3.1-405b");
+  await page.fill('[data-testid="input-batch"]', "999999");
+  await page.fill('[data-testid="input-seq"]', "99999999");
+  await page.fill('[data-testid="input-rank"]', "-5");
+  await page.fill('[data-testid="input-dropout"]', "1e309");
+  await page.selectOption('[data-testid="select-attn"]', "eager");
+  assert.equal(await page.textContent('[data-testid="verdict"]'), "oom");
+  await gibOf(page, "peak-allocated");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("release build works under a sub-path", async () => {
+  const sub = await serve("/docs/lorafit/");
+  try {
+    const { page, errors } = await openApp(browser, sub.url);
+    await expectMatchesCli(page, ["--model", "llama2-7b", "--gpu", "a100-80"]);
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    await sub.close();
+  }
+});

@@ -1,0 +1,67 @@
+// Shared browser-test harness: a static server for the release build (optionally under a
+// sub-path), Debian's chromium driven by playwright-core, and the native CLI for expected values.
+import http from "node:http";
+import fs from "node:fs";
+import path from "node:path";
+import { execFileSync } from "node:child_process";
+import { chromium } from "playwright-core";
+
+const root = path.resolve(import.meta.dirname, "../..");
+export const dist = process.env.LORAFIT_DIST || path.join(root, "dist");
+export const artifacts = path.join(root, "test-artifacts");
+const bin = process.env.LORAFIT_BIN || path.join(root, "target/debug/lorafit");
+
+const TYPES = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm", ".css": "text/css", ".json": "application/json", ".png": "image/png", ".webmanifest": "application/manifest+json" };
+
+/** Serves `dist` at `prefix` (e.g. "/" or "/lorafit/") on a free loopback port. */
+export async function serve(prefix = "/") {
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url, "http://x");
+    if (!url.pathname.startsWith(prefix)) { res.writeHead(404); res.end(); return; }
+    let rel = decodeURIComponent(url.pathname.slice(prefix.length)) || "index.html";
+    const file = path.join(dist, path.normalize(rel).replace(/^(\.\.[/\\])+/, ""));
+    fs.readFile(file, (err, data) => {
+      if (err) { res.writeHead(404); res.end("not found"); return; }
+      res.writeHead(200, { "content-type": TYPES[path.extname(file)] || "application/octet-stream" });
+      res.end(data);
+    });
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${server.address().port}${prefix}`, close: () => new Promise((r) => server.close(r)) };
+}
+
+/** Launches headless Debian chromium. */
+export async function launch() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+}
+
+/** Opens the app and waits until the wasm has rendered a result. */
+export async function openApp(browser, url) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1400 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  await page.goto(url);
+  await page.waitForSelector('[data-testid="peak-allocated"]', { timeout: 30000 });
+  return { page, errors };
+}
+
+/** `lorafit plan ... --json` parsed. */
+export function cliPlan(args) {
+  const out = execFileSync(bin, ["plan", ...args, "--json"], { encoding: "utf8" });
+  return JSON.parse(out);
+}
+
+/** Reads a GiB figure shown as "22.82 GiB". */
+export async function gibOf(page, testid) {
+  const t = (await page.textContent(`[data-testid="${testid}"]`)).trim();
+  const m = t.match(/^(-?[0-9]+\.[0-9]{2}) GiB$/);
+  if (!m) throw new Error(`${testid} shows ${JSON.stringify(t)}, not "N.NN GiB"`);
+  return Number(m[1]);
+}
+
+export const GIB = 1024 ** 3;

@@ -1,0 +1,92 @@
+//! Catalog invariants: enough real models and GPUs, every entry valid and sourced, bf16 facts.
+
+use lorafit::catalog;
+
+#[test]
+fn catalog_has_the_promised_breadth_and_every_entry_is_valid() {
+    let models = catalog::models();
+    assert!(models.len() >= 25, "{} models", models.len());
+    let sizes: Vec<f64> = models
+        .iter()
+        .map(|m| m.arch.total_params() as f64 / 1e9)
+        .collect();
+    assert!(
+        sizes.iter().any(|&b| b < 0.7) && sizes.iter().any(|&b| b > 70.0),
+        "0.5B..72B range"
+    );
+    for m in models {
+        m.arch
+            .validate()
+            .unwrap_or_else(|e| panic!("{}: {e}", m.arch.name));
+        assert!(!m.source.is_empty(), "{} has no source", m.arch.name);
+    }
+    for fam in [
+        "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
+    ] {
+        assert!(
+            models.iter().any(|m| m.arch.family.name() == fam),
+            "no {fam} model"
+        );
+    }
+    let gpus = catalog::gpus();
+    assert!(gpus.len() >= 15, "{} gpus", gpus.len());
+    for id in [
+        "rtx3090",
+        "rtx4090",
+        "rtx5090",
+        "a10g",
+        "l4",
+        "l40s",
+        "t4",
+        "v100-16",
+        "v100-32",
+        "a100-40",
+        "a100-80",
+        "h100-80",
+        "h200",
+        "rtx6000-ada",
+        "m2-max",
+    ] {
+        assert!(catalog::find_gpu(id).is_ok(), "missing GPU {id}");
+    }
+}
+
+#[test]
+fn published_hardware_facts() {
+    // MEMORY-FACTS: no bf16 on Turing/Volta; RTX 6000 Ada has 48 GB; V100 and RTX 5090 have 32 GB.
+    for (id, bf16) in [
+        ("t4", false),
+        ("v100-16", false),
+        ("a100-40", true),
+        ("rtx4090", true),
+        ("h100-80", true),
+    ] {
+        assert_eq!(catalog::find_gpu(id).unwrap().bf16, Some(bf16), "{id}");
+    }
+    assert_eq!(
+        catalog::find_gpu("rtx6000-ada").unwrap().memory_gib,
+        Some(48.0)
+    );
+    assert_eq!(catalog::find_gpu("v100-32").unwrap().memory_gib, Some(32.0));
+    assert_eq!(catalog::find_gpu("rtx5090").unwrap().memory_gib, Some(32.0));
+}
+
+#[test]
+fn unknown_names_suggest_close_ones() {
+    let e = catalog::find_model("llama-2-7b").unwrap_err();
+    assert!(e.contains("llama2-7b"), "{e}");
+    let e = catalog::find_gpu("a100").unwrap_err();
+    assert!(e.contains("a100-40") || e.contains("a100-80"), "{e}");
+}
+
+#[test]
+fn the_model_module_has_no_web_or_gpu_dependency() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/model");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for banned in ["leptos", "web_sys", "wasm_bindgen", "wgpu", "js_sys"] {
+            assert!(!text.contains(banned), "{} mentions {banned}", path.display());
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! One integration-test binary (faster to link than many): the reference comparison, property
+//! tests over the input space, CLI behaviour and catalog invariants.
+
+mod catalog;
+mod cli;
+mod properties;
+mod reference;
+mod weights;
