@@ -86,7 +86,11 @@ fn the_model_module_has_no_web_or_gpu_dependency() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
         for banned in ["leptos", "web_sys", "wasm_bindgen", "wgpu", "js_sys"] {
-            assert!(!text.contains(banned), "{} mentions {banned}", path.display());
+            assert!(
+                !text.contains(banned),
+                "{} mentions {banned}",
+                path.display()
+            );
         }
     }
 }
