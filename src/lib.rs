@@ -10,6 +10,7 @@ pub mod estimate;
 pub mod model;
 pub mod planner;
 pub mod report;
+pub mod urlstate;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;

@@ -223,6 +223,20 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
             by(ad),
         ],
     ));
+    if a.family == Family::Phi3 && !expand {
+        // Phi-3 slices q, k, v out of one fused qkv_proj output: the saved v is a view, so the whole
+        // fused output stays alive (its q and k parts on top of the rotated copies counted above).
+        out.push(Term::product(
+            Component::ActAttention,
+            "rest of the fused qkv output kept alive by the v view",
+            &[
+                layers.clone(),
+                tok(ctx),
+                f("(q_dim + kv_dim)", qd + kvd),
+                by(ctx.module_out),
+            ],
+        ));
+    }
     match ctx.s.attn_impl {
         AttnImpl::Eager => {
             let probs_bytes = 4 + ad.bytes() + if a.attn_softcap() { ad.bytes() } else { 0 };
@@ -613,4 +627,22 @@ pub fn loss_forward_terms(ctx: &Ctx) -> Vec<Term> {
         &[tok(ctx), f("hidden", ctx.h()), by(ctx.resid)],
     ));
     out
+}
+
+/// Gradients in flight right after lm_head's backward: the logits gradient (logits dtype) and the
+/// gradient of lm_head's input.
+pub fn lm_head_backward_terms(ctx: &Ctx) -> Vec<Term> {
+    let v = ctx.arch.vocab_size as u128;
+    vec![
+        Term::product(
+            Component::BackwardTemps,
+            "gradient of the logits",
+            &[tok(ctx), f("vocab", v), by(ctx.logits)],
+        ),
+        Term::product(
+            Component::BackwardTemps,
+            "gradient of lm_head's input",
+            &[tok(ctx), f("hidden", ctx.h()), by(ctx.logits)],
+        ),
+    ]
 }

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::activations::{self, Ctx, LayerCounts};
 use super::arch::Architecture;
 use super::error::PlanError;
-use super::settings::Settings;
+use super::settings::{SavedModule, Settings};
 use super::term::{Component, Term};
 use super::weights::{self, ParamCounts};
 
@@ -173,16 +173,41 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
             terms: bottom,
         });
     } else {
+        // Layer 0's input is the frozen embedding's output: it needs no gradient unless the
+        // embedding itself is trained (modules_to_save), so layer 0 saves less.
+        let grad_input = if s.modules_to_save.contains(&SavedModule::EmbedTokens) {
+            layers
+        } else {
+            layers.saturating_sub(1)
+        };
         let lt = activations::layer_terms(
             &ctx,
             LayerCounts {
                 all: layers,
-                grad_input: layers.saturating_sub(1),
+                grad_input,
             },
         );
         let saved: Vec<Term> = lt.into_iter().chain(global).collect();
         phases.push(loss_forward(&ctx, &statics, &saved));
         phases.push(loss_backward(&ctx, &statics, &saved));
+        if s.modules_to_save.contains(&SavedModule::LmHead) {
+            // Right after lm_head's backward: its full weight gradient exists while every
+            // activation is still saved.
+            let mut terms: Vec<Term> = statics.iter().chain(&saved).cloned().collect();
+            terms.extend(
+                grads
+                    .iter()
+                    .filter(|t| t.label.contains("lm_head"))
+                    .cloned(),
+            );
+            terms.extend(activations::lm_head_backward_terms(&ctx));
+            phases.push(PhasePeak {
+                phase: Phase::Backward,
+                moment: "lm_head backward (trainable lm_head)".into(),
+                bytes: total(&terms),
+                terms,
+            });
+        }
     }
     let mut opt: Vec<Term> = statics.clone();
     opt.extend(grads.iter().cloned());
