@@ -1,20 +1,37 @@
-//! The web page (wasm only): controls bound to one settings signal, everything else derived
-//! through a single `Memo` of [`crate::planner::evaluate`]. No maths here beyond formatting.
+//! The web page (wasm only). One `RwSignal<UiState>` holds everything a link carries; every
+//! number is derived through `Memo`s from [`crate::planner`]; views only format and draw
+//! geometry computed in [`crate::chart`]. The URL is kept in sync (replaceState) so reload and
+//! shared links restore the plan.
 
 use leptos::prelude::*;
+use wasm_bindgen::JsValue;
 
 use crate::catalog;
 use crate::chart;
-use crate::model::{AttnImpl, Dtype, Optimizer, Quant, Settings};
-use crate::planner;
-use crate::report::gib;
+use crate::model::plan::ComponentBytes;
+use crate::model::{AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings, Target};
+use crate::planner::{self, Evaluation};
+use crate::report::{gib, gib_signed};
+use crate::urlstate::{self, Axis, UiState};
 
 /// Mounts the app on `<body>`.
 pub fn mount() {
     leptos::mount::mount_to_body(App);
 }
 
-/// A labelled number input with a matching slider.
+fn page_url_without_query() -> String {
+    let loc = window().location();
+    let origin = loc.origin().unwrap_or_default();
+    let path = loc.pathname().unwrap_or_default();
+    format!("{origin}{path}")
+}
+
+fn copy_to_clipboard(text: &str) {
+    // Best effort: a blocked clipboard leaves the text visible in the field next to the button.
+    let _ = window().navigator().clipboard().write_text(text);
+}
+
+/// A labelled number input with a slider (log2 scale when `log`).
 #[component]
 fn NumberControl(
     /// Visible label.
@@ -30,8 +47,11 @@ fn NumberControl(
     min: f64,
     /// Maximum.
     max: f64,
-    /// Step.
+    /// Step of the number field.
     step: f64,
+    /// Slider on a log2 scale (ticks at powers of two).
+    #[prop(optional)]
+    log: bool,
 ) -> impl IntoView {
     let set = move |raw: String| {
         if let Ok(v) = raw.trim().parse::<f64>() {
@@ -41,15 +61,42 @@ fn NumberControl(
         }
     };
     let id = format!("ctl-{testid}");
+    let ticks = format!("ticks-{testid}");
+    let (smin, smax, sstep) = if log {
+        (min.log2(), max.log2(), 0.01)
+    } else {
+        (min, max, step)
+    };
+    let slider_value = move || {
+        if log {
+            value.get().max(min).log2().to_string()
+        } else {
+            value.get().to_string()
+        }
+    };
+    let from_slider = move |raw: String| {
+        if let Ok(p) = raw.parse::<f64>() {
+            let v = if log { 2f64.powf(p).round() } else { p };
+            if v.is_finite() {
+                on_set.run(v.clamp(min, max));
+            }
+        }
+    };
+    let tick_list = (log).then(|| {
+        let marks: Vec<f64> = (smin.ceil() as i32..=smax.floor() as i32).map(f64::from).collect();
+        view! { <datalist id=ticks.clone()>{marks.into_iter().map(|m| view! { <option value=m.to_string()></option> }).collect_view()}</datalist> }
+    });
     view! {
         <div class="control">
             <label for=id.clone()>{label}</label>
-            <input type="range" aria-label=label min=min max=max step=step
-                prop:value=move || value.get().to_string()
-                on:input:target=move |ev| set(ev.target().value()) />
+            <input type="range" aria-label=format!("{label} slider") min=smin max=smax step=sstep list=log.then(|| ticks.clone())
+                data-testid=format!("slider-{testid}")
+                prop:value=slider_value
+                on:input:target=move |ev| from_slider(ev.target().value()) />
             <input type="number" id=id data-testid=testid min=min max=max step=step
                 prop:value=move || value.get().to_string()
                 on:input:target=move |ev| set(ev.target().value()) />
+            {tick_list}
         </div>
     }
 }
@@ -62,7 +109,8 @@ fn SelectControl(
     /// `data-testid`.
     testid: &'static str,
     /// Options as (value, label).
-    options: Vec<(String, String)>,
+    #[prop(into)]
+    options: Signal<Vec<(String, String)>>,
     /// Current value.
     #[prop(into)]
     value: Signal<String>,
@@ -76,11 +124,35 @@ fn SelectControl(
             <select id=id data-testid=testid
                 prop:value=move || value.get()
                 on:change:target=move |ev| on_set.run(ev.target().value())>
-                {options.into_iter().map(|(v, l)| {
+                {move || options.get().into_iter().map(|(v, l)| {
                     let v2 = v.clone();
                     view! { <option value=v selected=move || value.get() == v2>{l}</option> }
                 }).collect_view()}
             </select>
+        </div>
+    }
+}
+
+/// A labelled checkbox.
+#[component]
+fn Toggle(
+    /// Visible label.
+    label: &'static str,
+    /// `data-testid`.
+    testid: &'static str,
+    /// Checked state.
+    #[prop(into)]
+    checked: Signal<bool>,
+    /// Called with the new state.
+    on_set: Callback<bool>,
+) -> impl IntoView {
+    let id = format!("ctl-{testid}");
+    view! {
+        <div class="toggle">
+            <input type="checkbox" id=id.clone() data-testid=testid
+                prop:checked=move || checked.get()
+                on:change:target=move |ev| on_set.run(ev.target().checked()) />
+            <label for=id>{label}</label>
         </div>
     }
 }
@@ -94,10 +166,7 @@ fn dtype_value(s: &Settings) -> String {
 
 fn apply_dtype(s: &mut Settings, v: &str) {
     match v {
-        "nf4" | "fp4" => {
-            s.quant = Quant::parse(v);
-            s.dtype = Dtype::Bf16;
-        }
+        "nf4" | "fp4" => s.quant = Quant::parse(v),
         other => {
             s.quant = None;
             if let Some(d) = Dtype::parse(other) {
@@ -107,24 +176,86 @@ fn apply_dtype(s: &mut Settings, v: &str) {
     }
 }
 
+fn opts(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|(v, l)| (v.to_string(), l.to_string()))
+        .collect()
+}
+
 /// The planner page.
 #[component]
 pub fn App() -> impl IntoView {
-    let model = RwSignal::new("llama2-7b".to_string());
-    let gpu = RwSignal::new("a100-80".to_string());
-    let settings = RwSignal::new(Settings::default());
-    let eval = Memo::new(move |_| planner::evaluate(&model.get(), &gpu.get(), &settings.get()));
+    let (initial, notices) = urlstate::decode(&window().location().search().unwrap_or_default());
+    let state = RwSignal::new(initial);
+    let pinned: RwSignal<Option<UiState>> = RwSignal::new(None);
+    let focused: RwSignal<Option<&'static str>> = RwSignal::new(None);
+    let search = RwSignal::new(String::new());
 
-    let models: Vec<(String, String)> = catalog::models()
-        .iter()
-        .map(|m| {
-            (
-                m.arch.name.clone(),
-                format!("{} ({})", m.arch.name, m.hf_id),
-            )
+    let eval =
+        Memo::new(move |_| state.with(|st| planner::evaluate(&st.model, &st.gpu, &st.settings)));
+    let curve = Memo::new(move |_| {
+        state.with(|st| {
+            catalog::find_model(&st.model)
+                .map(|m| planner::curve(&m.arch, &st.settings, st.axis))
+                .unwrap_or_default()
         })
-        .collect();
-    let gpus: Vec<(String, String)> = catalog::gpus()
+    });
+    let pinned_eval = Memo::new(move |_| {
+        pinned.with(|p| {
+            p.as_ref()
+                .map(|st| planner::evaluate(&st.model, &st.gpu, &st.settings))
+        })
+    });
+    let query = Memo::new(move |_| state.with(urlstate::encode));
+    let share_url = Memo::new(move |_| format!("{}?{}", page_url_without_query(), query.get()));
+    let embed_code = Memo::new(move |_| {
+        let st = state.with(|st| UiState {
+            embed: true,
+            ..st.clone()
+        });
+        format!(
+            "<iframe src=\"{}?{}\" title=\"lorafit memory plan\" width=\"640\" height=\"560\" style=\"border:0\" loading=\"lazy\"></iframe>",
+            page_url_without_query(),
+            urlstate::encode(&st)
+        )
+    });
+    // Keep the address bar in sync (no history entries): reload and bookmarks restore the plan.
+    Effect::new(move |_| {
+        let url = format!("?{}", query.get());
+        if let Ok(h) = window().history() {
+            let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&url));
+        }
+    });
+
+    let set = move |f: Box<dyn Fn(&mut Settings)>| state.update(|st| f(&mut st.settings));
+    let num =
+        move |f: fn(&Settings) -> f64| Signal::derive(move || state.with(|st| f(&st.settings)));
+    let model_options = Signal::derive(move || {
+        let q = search.get().to_ascii_lowercase();
+        let current = state.with(|st| st.model.clone());
+        catalog::models()
+            .iter()
+            .filter(|m| {
+                q.is_empty()
+                    || m.arch.name == current
+                    || m.arch.name.contains(&q)
+                    || m.hf_id.to_ascii_lowercase().contains(&q)
+            })
+            .map(|m| {
+                (
+                    m.arch.name.clone(),
+                    format!(
+                        "{} · {:.1}B · {}",
+                        m.arch.name,
+                        m.arch.total_params() as f64 / 1e9,
+                        m.hf_id
+                    ),
+                )
+            })
+            .collect::<Vec<_>>()
+    });
+    let gpu_options: Vec<(String, String)> = catalog::gpus()
         .iter()
         .map(|g| {
             (
@@ -133,104 +264,327 @@ pub fn App() -> impl IntoView {
             )
         })
         .collect();
-    let num = |f: fn(&Settings) -> f64| Signal::derive(move || settings.with(f));
+    let embed = move || state.with(|st| st.embed);
+
+    let controls = view! {
+        <section class="controls" aria-label="Settings">
+            <div class="control">
+                <label for="ctl-search">"Search models"</label>
+                <input type="search" id="ctl-search" data-testid="search-model" placeholder="e.g. qwen, 70b, gemma"
+                    prop:value=move || search.get() on:input:target=move |ev| search.set(ev.target().value()) />
+            </div>
+            <SelectControl label="Model" testid="select-model" options=model_options
+                value=Signal::derive(move || state.with(|st| st.model.clone()))
+                on_set=Callback::new(move |v: String| state.update(|st| st.model = v)) />
+            <SelectControl label="GPU" testid="select-gpu" options=Signal::derive(move || gpu_options.clone())
+                value=Signal::derive(move || state.with(|st| st.gpu.clone()))
+                on_set=Callback::new(move |v: String| state.update(|st| st.gpu = v)) />
+            <NumberControl label="Micro-batch" testid="input-batch" min=1.0 max=512.0 step=1.0 log=true
+                value=num(|s| s.batch as f64) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.batch = v.round() as u64))) />
+            <NumberControl label="Sequence length (longest padded batch)" testid="input-seq" min=128.0 max=131072.0 step=1.0 log=true
+                value=num(|s| s.seq as f64) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.seq = v.round() as u64))) />
+            <NumberControl label="LoRA rank" testid="input-rank" min=1.0 max=512.0 step=1.0 log=true
+                value=num(|s| s.lora_r as f64) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.lora_r = v.round() as u64))) />
+            <NumberControl label="LoRA dropout" testid="input-dropout" min=0.0 max=0.5 step=0.01
+                value=num(|s| s.lora_dropout) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.lora_dropout = v))) />
+            <NumberControl label="Gradient accumulation steps" testid="input-grad-accum" min=1.0 max=1024.0 step=1.0 log=true
+                value=num(|s| s.grad_accum as f64) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.grad_accum = v.round() as u64))) />
+            <SelectControl label="Base weights" testid="select-dtype"
+                options=opts(&[("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"), ("nf4", "4-bit nf4 (QLoRA)"), ("fp4", "4-bit fp4")])
+                value=Signal::derive(move || state.with(|st| dtype_value(&st.settings)))
+                on_set=Callback::new(move |v: String| set(Box::new(move |s| apply_dtype(s, &v)))) />
+            <SelectControl label="Autocast (Trainer bf16=True / fp16=True)" testid="select-autocast"
+                options=opts(&[("none", "none"), ("bf16", "bf16"), ("fp16", "fp16")])
+                value=Signal::derive(move || state.with(|st| st.settings.autocast.map(|d| d.name().to_string()).unwrap_or_else(|| "none".into())))
+                on_set=Callback::new(move |v: String| set(Box::new(move |s| s.autocast = match Dtype::parse(&v) { Some(Dtype::Fp32) | None => None, d => d }))) />
+            <SelectControl label="Attention implementation" testid="select-attn"
+                options=opts(&[("sdpa", "sdpa"), ("flash_attention_2", "flash_attention_2"), ("eager", "eager")])
+                value=Signal::derive(move || state.with(|st| st.settings.attn_impl.name().to_string()))
+                on_set=Callback::new(move |v: String| set(Box::new(move |s| if let Some(a) = AttnImpl::parse(&v) { s.attn_impl = a }))) />
+            <SelectControl label="Optimizer" testid="select-optimizer"
+                options={Optimizer::ALL.iter().map(|o| (o.name().to_string(), o.name().to_string())).collect::<Vec<_>>()}
+                value=Signal::derive(move || state.with(|st| st.settings.optimizer.name().to_string()))
+                on_set=Callback::new(move |v: String| set(Box::new(move |s| if let Some(o) = Optimizer::parse(&v) { s.optimizer = o }))) />
+            <Toggle label="Gradient checkpointing" testid="toggle-gc" checked=Signal::derive(move || state.with(|st| st.settings.grad_ckpt))
+                on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.grad_ckpt = on))) />
+            <Toggle label="Padded batch with explicit attention mask" testid="toggle-mask" checked=Signal::derive(move || state.with(|st| st.settings.padded_mask))
+                on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.padded_mask = on))) />
+            <fieldset class="targets">
+                <legend>"LoRA target modules"</legend>
+                <Toggle label="all-linear" testid="target-all" checked=Signal::derive(move || state.with(|st| st.settings.targets.len() == Target::ALL.len()))
+                    on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] }))) />
+                {Target::ALL.iter().map(|&t| {
+                    let testid: &'static str = match t { Target::Q => "target-q", Target::K => "target-k", Target::V => "target-v", Target::O => "target-o", Target::Gate => "target-gate", Target::Up => "target-up", Target::Down => "target-down" };
+                    let label: &'static str = match t { Target::Q => "q_proj", Target::K => "k_proj", Target::V => "v_proj", Target::O => "o_proj", Target::Gate => "gate_proj", Target::Up => "up_proj", Target::Down => "down_proj" };
+                    view! {
+                        <Toggle label=label testid=testid checked=Signal::derive(move || state.with(|st| st.settings.targets.contains(&t)))
+                            on_set=Callback::new(move |on: bool| set(Box::new(move |s| {
+                                if on { if !s.targets.contains(&t) { s.targets.push(t); s.targets.sort(); } }
+                                else if s.targets.len() > 1 || !s.modules_to_save.is_empty() { s.targets.retain(|x| *x != t); }
+                            }))) />
+                    }
+                }).collect_view()}
+            </fieldset>
+            <fieldset class="targets">
+                <legend>"modules_to_save (trained in full)"</legend>
+                {[(SavedModule::LmHead, "lm_head", "mts-lm_head"), (SavedModule::EmbedTokens, "embed_tokens", "mts-embed_tokens")].into_iter().map(|(m, label, testid)| view! {
+                    <Toggle label=label testid=testid checked=Signal::derive(move || state.with(|st| st.settings.modules_to_save.contains(&m)))
+                        on_set=Callback::new(move |on: bool| set(Box::new(move |s| {
+                            if on { if !s.modules_to_save.contains(&m) { s.modules_to_save.push(m); } }
+                            else if !s.targets.is_empty() || s.modules_to_save.len() > 1 { s.modules_to_save.retain(|x| *x != m); }
+                        }))) />
+                }).collect_view()}
+            </fieldset>
+        </section>
+    };
 
     view! {
-        <header class="top">
-            <h1>"lorafit"</h1>
-            <p class="tagline">"Will this LoRA / QLoRA fine-tune fit? Where does every GiB go? Computed in your browser from the model's shapes."</p>
-        </header>
-        <main class="layout">
-            <section class="controls" aria-label="Settings">
-                <SelectControl label="Model" testid="select-model" options=models value=model on_set=Callback::new(move |v| model.set(v)) />
-                <SelectControl label="GPU" testid="select-gpu" options=gpus value=gpu on_set=Callback::new(move |v| gpu.set(v)) />
-                <NumberControl label="Micro-batch" testid="input-batch" min=1.0 max=512.0 step=1.0
-                    value=num(|s| s.batch as f64) on_set=Callback::new(move |v: f64| settings.update(|s| s.batch = v.round() as u64)) />
-                <NumberControl label="Sequence length" testid="input-seq" min=128.0 max=131072.0 step=1.0
-                    value=num(|s| s.seq as f64) on_set=Callback::new(move |v: f64| settings.update(|s| s.seq = v.round() as u64)) />
-                <NumberControl label="LoRA rank" testid="input-rank" min=1.0 max=512.0 step=1.0
-                    value=num(|s| s.lora_r as f64) on_set=Callback::new(move |v: f64| settings.update(|s| s.lora_r = v.round() as u64)) />
-                <NumberControl label="LoRA dropout" testid="input-dropout" min=0.0 max=0.5 step=0.01
-                    value=num(|s| s.lora_dropout) on_set=Callback::new(move |v: f64| settings.update(|s| s.lora_dropout = v)) />
-                <NumberControl label="Gradient accumulation" testid="input-grad-accum" min=1.0 max=1024.0 step=1.0
-                    value=num(|s| s.grad_accum as f64) on_set=Callback::new(move |v: f64| settings.update(|s| s.grad_accum = v.round() as u64)) />
-                <SelectControl label="Base weights" testid="select-dtype"
-                    options=vec![("bf16".into(), "bf16".into()), ("fp16".into(), "fp16".into()), ("fp32".into(), "fp32".into()), ("nf4".into(), "4-bit nf4 (QLoRA)".into()), ("fp4".into(), "4-bit fp4".into())]
-                    value=Signal::derive(move || settings.with(dtype_value))
-                    on_set=Callback::new(move |v: String| settings.update(|s| apply_dtype(s, &v))) />
-                <SelectControl label="Autocast (Trainer bf16/fp16)" testid="select-autocast"
-                    options=vec![("none".into(), "none".into()), ("bf16".into(), "bf16".into()), ("fp16".into(), "fp16".into())]
-                    value=Signal::derive(move || settings.with(|s| s.autocast.map(|d| d.name().to_string()).unwrap_or_else(|| "none".into())))
-                    on_set=Callback::new(move |v: String| settings.update(|s| s.autocast = match Dtype::parse(&v) { Some(Dtype::Fp32) | None => None, d => d })) />
-                <SelectControl label="Attention" testid="select-attn"
-                    options=vec![("sdpa".into(), "sdpa".into()), ("flash_attention_2".into(), "flash_attention_2".into()), ("eager".into(), "eager".into())]
-                    value=Signal::derive(move || settings.with(|s| s.attn_impl.name().to_string()))
-                    on_set=Callback::new(move |v: String| settings.update(|s| if let Some(a) = AttnImpl::parse(&v) { s.attn_impl = a })) />
-                <SelectControl label="Optimizer" testid="select-optimizer"
-                    options=Optimizer::ALL.iter().map(|o| (o.name().to_string(), o.name().to_string())).collect()
-                    value=Signal::derive(move || settings.with(|s| s.optimizer.name().to_string()))
-                    on_set=Callback::new(move |v: String| settings.update(|s| if let Some(o) = Optimizer::parse(&v) { s.optimizer = o })) />
-                <div class="control toggle">
-                    <input type="checkbox" id="ctl-gc" data-testid="toggle-gc"
-                        prop:checked=move || settings.with(|s| s.grad_ckpt)
-                        on:change:target=move |ev| { let on = ev.target().checked(); settings.update(|s| s.grad_ckpt = on) } />
-                    <label for="ctl-gc">"Gradient checkpointing"</label>
-                </div>
-            </section>
-            <section class="results" aria-live="polite">
-                {move || match eval.get() {
-                    Err(msg) => view! { <p class="error" role="alert" data-testid="error">{msg}</p> }.into_any(),
-                    Ok(e) => results_view(e).into_any(),
-                }}
-            </section>
-        </main>
+        <div class=move || if embed() { "page embed" } else { "page" }>
+            <Show when=move || !embed()>
+                <header class="top">
+                    <h1>"lorafit"</h1>
+                    <p class="tagline">"Will this LoRA / QLoRA fine-tune fit? Where does every GiB go? Computed in your browser from the model's shapes, checked against measured PyTorch peaks."</p>
+                </header>
+            </Show>
+            {(!notices.is_empty()).then(|| view! {
+                <ul class="notices" role="status" data-testid="notices">
+                    {notices.iter().map(|n| view! { <li>{n.clone()}</li> }).collect_view()}
+                </ul>
+            })}
+            <main class="layout">
+                {controls}
+                <section class="results" aria-live="polite">
+                    {move || match eval.get() {
+                        Err(msg) => view! { <p class="error" role="alert" data-testid="error">{msg}</p> }.into_any(),
+                        Ok(e) => view! { <Summary e=e.clone() focused=focused /> }.into_any(),
+                    }}
+                    <Show when=move || !embed()>
+                        <CurveChart curve=curve eval=eval axis=Signal::derive(move || state.with(|st| st.axis))
+                            on_axis=Callback::new(move |a: Axis| state.update(|st| st.axis = a)) />
+                        <Compare pinned=pinned pinned_eval=pinned_eval eval=eval
+                            on_pin=Callback::new(move |_: ()| pinned.set(Some(state.get_untracked())))
+                            on_unpin=Callback::new(move |_: ()| pinned.set(None)) />
+                        {move || eval.get().ok().map(|e| view! { <Tables e=e /> })}
+                    </Show>
+                    <section class="share" aria-label="Share">
+                        <div class="share-row">
+                            <button type="button" data-testid="copy-link" on:click=move |_| copy_to_clipboard(&share_url.get_untracked())>"Copy link"</button>
+                            <input type="text" readonly aria-label="Link to this plan" data-testid="share-url" prop:value=move || share_url.get() />
+                        </div>
+                        <Show when=move || !embed()>
+                            <div class="share-row">
+                                <button type="button" data-testid="copy-embed" on:click=move |_| copy_to_clipboard(&embed_code.get_untracked())>"Copy embed code"</button>
+                                <textarea readonly rows="2" aria-label="Embed code" data-testid="embed-code" prop:value=move || embed_code.get()></textarea>
+                            </div>
+                        </Show>
+                    </section>
+                </section>
+            </main>
+        </div>
     }
 }
 
-fn results_view(e: planner::Evaluation) -> impl IntoView {
-    let p = &e.plan;
-    let (segments, cap_at) = chart::stack(&p.breakdown, e.verdict.capacity_bytes);
+/// Verdict, totals, fit limits and the stacked bar with the formula of the focused segment.
+#[component]
+fn Summary(
+    /// The evaluation to show.
+    e: Evaluation,
+    /// Component whose formula is shown.
+    focused: RwSignal<Option<&'static str>>,
+) -> impl IntoView {
+    let p = e.plan.clone();
     let status = e.verdict.status.name();
     let limit = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "none".into());
-    let bar_h = 320.0;
+    let terms = p.terms.clone();
+    let detail = move || {
+        focused.get().map(|key| {
+            let ts: Vec<_> = terms.iter().filter(|t| t.component.key() == key && t.bytes > 0).cloned().collect();
+            let label = ts.first().map(|t| t.component.label()).unwrap_or("");
+            view! {
+                <div class="detail" data-testid="segment-detail">
+                    <strong>{label}</strong>
+                    <ul>{ts.into_iter().map(|t| view! { <li>{gib(t.bytes)} " — " {t.label.to_string()} <br/><code>{t.formula()}</code><br/><code class="values">{format!("= {}", t.values())}</code></li> }).collect_view()}</ul>
+                </div>
+            }
+        })
+    };
     view! {
-        <div class="totals">
-            <div class=format!("verdict verdict-{status}")>
-                <span class="big" data-testid="verdict">{status}</span>
-                <span>" on " {e.gpu_name.clone()} " · headroom " {crate::report::gib_signed(e.verdict.headroom_bytes)}</span>
+        <div class="summary">
+            <div class="totals">
+                <div class=format!("verdict verdict-{status}")>
+                    <span class="big" data-testid="verdict">{status}</span>
+                    <span>" on " {e.gpu_name.clone()} " · headroom " <span data-testid="headroom">{gib_signed(e.verdict.headroom_bytes)}</span></span>
+                </div>
+                <dl>
+                    <dt>"Peak allocated"</dt><dd data-testid="peak-allocated">{gib(p.peak_allocated_bytes)}</dd>
+                    <dt>"Peak reserved (estimate)"</dt><dd data-testid="peak-reserved">{gib(p.peak_reserved_bytes)}</dd>
+                    <dt>"nvidia-smi (estimate)"</dt><dd data-testid="peak-smi">{gib(p.nvidia_smi_bytes)}</dd>
+                    <dt>"Peak phase"</dt><dd data-testid="peak-phase">{p.peak_phase.name()} " — " {p.peak_moment.clone()}</dd>
+                    <dt>"Largest micro-batch that fits"</dt><dd data-testid="max-batch">{limit(e.max_batch)}</dd>
+                    <dt>"Longest sequence that fits"</dt><dd data-testid="max-seq">{limit(e.max_seq)}</dd>
+                </dl>
+                {detail}
             </div>
-            <dl>
-                <dt>"Peak allocated"</dt><dd data-testid="peak-allocated">{gib(p.peak_allocated_bytes)}</dd>
-                <dt>"Peak reserved (est.)"</dt><dd data-testid="peak-reserved">{gib(p.peak_reserved_bytes)}</dd>
-                <dt>"nvidia-smi (est.)"</dt><dd data-testid="peak-smi">{gib(p.nvidia_smi_bytes)}</dd>
-                <dt>"Peak phase"</dt><dd data-testid="peak-phase">{p.peak_phase.name()} " — " {p.peak_moment.clone()}</dd>
-                <dt>"Largest micro-batch that fits"</dt><dd data-testid="max-batch">{limit(e.max_batch)}</dd>
-                <dt>"Longest sequence that fits"</dt><dd data-testid="max-seq">{limit(e.max_seq)}</dd>
-            </dl>
+            <StackedBar plan=p.clone() capacity=e.verdict.capacity_bytes focused=Some(focused) title="Memory at the peak" />
         </div>
-        <svg class="stack" viewBox=format!("0 0 220 {}", bar_h + 10.0) role="img" aria-label="Memory at the peak, stacked by component">
-            {segments.into_iter().map(|s| {
-                let y = 5.0 + bar_h * (1.0 - s.start - s.size);
-                let h = (bar_h * s.size).max(0.5);
+    }
+}
+
+/// The stacked bar (live tensors by component, reserve and context bands, capacity line).
+#[component]
+fn StackedBar(
+    /// Plan to draw.
+    plan: crate::model::Plan,
+    /// GPU capacity.
+    capacity: u128,
+    /// Where to report focus/hover (None: not interactive).
+    focused: Option<RwSignal<Option<&'static str>>>,
+    /// Accessible title.
+    title: &'static str,
+    /// Prefix of segment test ids (empty for the main bar).
+    #[prop(optional)]
+    prefix: &'static str,
+) -> impl IntoView {
+    let b = chart::bar(&plan, capacity);
+    let h = 320.0;
+    let y = move |start: f64, size: f64| 5.0 + h * (1.0 - start - size);
+    let cap_y = y(b.capacity_at, 0.0);
+    view! {
+        <svg class="stack" viewBox=format!("0 0 200 {}", h + 10.0) role="img" aria-label=title>
+            {b.segments.into_iter().map(|s| {
+                let key = s.key;
                 view! {
-                    <rect class=format!("seg seg-{}", s.key) data-testid=format!("segment-{}", s.key)
-                        x="10" y=y width="120" height=h tabindex="0">
+                    <rect class=format!("seg seg-{}", s.key) data-testid=format!("{prefix}segment-{}", s.key)
+                        x="8" y=y(s.start, s.size) width="96" height=(h * s.size).max(0.5) tabindex=if focused.is_some() { "0" } else { "-1" }
+                        on:mouseenter=move |_| if let Some(f) = focused { f.set(Some(key)) }
+                        on:focus=move |_| if let Some(f) = focused { f.set(Some(key)) }>
                         <title>{format!("{}: {}", s.label, gib(s.bytes))}</title>
                     </rect>
                 }
             }).collect_view()}
-            <line class="capacity" x1="0" x2="220" y1=5.0 + bar_h * (1.0 - cap_at) y2=5.0 + bar_h * (1.0 - cap_at) />
-            <text class="capacity-label" x="135" y=1.0 + bar_h * (1.0 - cap_at)>"GPU " {gib(e.verdict.capacity_bytes)}</text>
+            {b.bands.into_iter().map(|(key, label, start, size)| view! {
+                <rect class=format!("band band-{key}") x="8" y=y(start, size) width="96" height=(h * size).max(0.0)>
+                    <title>{label}</title>
+                </rect>
+            }).collect_view()}
+            <line class="capacity" x1="0" x2="200" y1=cap_y y2=cap_y />
+            <text class="capacity-label" x="108" y=if cap_y < 16.0 { cap_y + 12.0 } else { cap_y - 3.0 }>{format!("GPU {}", gib(capacity))}</text>
         </svg>
+    }
+}
+
+/// Peak vs sequence length (or batch), stacked by component, with the GPU limit.
+#[component]
+fn CurveChart(
+    /// Curve points.
+    curve: Memo<Vec<planner::CurvePoint>>,
+    /// Current evaluation (fit limits, capacity).
+    eval: Memo<Result<Evaluation, String>>,
+    /// Current axis.
+    axis: Signal<Axis>,
+    /// Axis change.
+    on_axis: Callback<Axis>,
+) -> impl IntoView {
+    let (w, h) = (560.0, 220.0);
+    view! {
+        <section class="curve" aria-label="Memory curve">
+            <div class="curve-head">
+                <h2>{move || if axis.get() == Axis::Seq { "Peak memory vs sequence length" } else { "Peak memory vs micro-batch" }}</h2>
+                <button type="button" data-testid="toggle-axis" on:click=move |_| on_axis.run(if axis.get_untracked() == Axis::Seq { Axis::Batch } else { Axis::Seq })>
+                    {move || if axis.get() == Axis::Seq { "show vs batch" } else { "show vs length" }}
+                </button>
+            </div>
+            {move || {
+                let pts = curve.get();
+                let Ok(e) = eval.get() else { return ().into_any() };
+                let cap = e.verdict.capacity_bytes;
+                let (areas, cap_y, xs) = chart::areas(&pts, cap, w, h);
+                let limit = if axis.get() == Axis::Seq { e.max_seq } else { e.max_batch };
+                let marker = limit.and_then(|v| chart::x_of(&pts, v, w).map(|x| (x, v)));
+                view! {
+                    <svg viewBox=format!("-20 -4 {} {}", w + 40.0, h + 24.0) class="curve-svg" role="img" aria-label="stacked memory curve" data-testid="curve">
+                        {areas.into_iter().map(|a| view! { <path class=format!("area seg-{}", a.key) d=a.d><title>{a.label}</title></path> }).collect_view()}
+                        <line class="capacity" x1="0" x2=w y1=cap_y y2=cap_y />
+                        <text class="capacity-label" x=w - 4.0 y=cap_y - 4.0 text-anchor="end">{format!("GPU {}", gib(cap))}</text>
+                        {marker.map(|(x, v)| view! {
+                            <line class="fit-marker" x1=x x2=x y1="0" y2=h />
+                            <text class="fit-label" x=(x + 4.0).min(w - 90.0) y="12" data-testid="curve-limit">{format!("fits up to {v}")}</text>
+                        })}
+                        {pts.iter().zip(xs).map(|(p, x)| view! { <text class="tick" x=x y=h + 16.0 text-anchor="middle">{p.x.to_string()}</text> }).collect_view()}
+                    </svg>
+                }.into_any()
+            }}
+        </section>
+    }
+}
+
+/// Pin A, compare with the current config B: two bars and per-component deltas.
+#[component]
+fn Compare(
+    /// Pinned state.
+    pinned: RwSignal<Option<UiState>>,
+    /// Its evaluation.
+    pinned_eval: Memo<Option<Result<Evaluation, String>>>,
+    /// Current evaluation.
+    eval: Memo<Result<Evaluation, String>>,
+    /// Pin the current config.
+    on_pin: Callback<()>,
+    /// Drop the pinned config.
+    on_unpin: Callback<()>,
+) -> impl IntoView {
+    view! {
+        <section class="compare" aria-label="Compare">
+            <div class="curve-head">
+                <h2>"Compare"</h2>
+                <button type="button" data-testid="pin" on:click=move |_| on_pin.run(())>"Pin current as A"</button>
+                <Show when=move || pinned.with(|p| p.is_some())>
+                    <button type="button" data-testid="unpin" on:click=move |_| on_unpin.run(())>"Unpin"</button>
+                </Show>
+            </div>
+            {move || match (pinned_eval.get(), eval.get()) {
+                (Some(Ok(a)), Ok(b)) => {
+                    let rows: Vec<(ComponentBytes, u128)> = a.plan.breakdown.iter().cloned().zip(b.plan.breakdown.iter().map(|c| c.bytes)).filter(|(x, y)| x.bytes > 0 || *y > 0).collect();
+                    let total = b.plan.peak_allocated_bytes as i128 - a.plan.peak_allocated_bytes as i128;
+                    view! {
+                        <div class="compare-body" data-testid="compare">
+                            <figure><StackedBar plan=a.plan.clone() capacity=a.verdict.capacity_bytes focused=None title="A (pinned)" prefix="a-" /><figcaption>"A (pinned)"</figcaption></figure>
+                            <figure><StackedBar plan=b.plan.clone() capacity=b.verdict.capacity_bytes focused=None title="B (current)" prefix="b-" /><figcaption>"B (current)"</figcaption></figure>
+                            <table class="deltas">
+                                <thead><tr><th scope="col">"Component"</th><th scope="col">"A"</th><th scope="col">"B"</th><th scope="col">"B − A"</th></tr></thead>
+                                <tbody>
+                                    {rows.into_iter().map(|(c, bb)| view! {
+                                        <tr><td>{c.label}</td><td class="num">{gib(c.bytes)}</td><td class="num">{gib(bb)}</td>
+                                        <td class="num" data-testid=format!("delta-{}", c.key)>{gib_signed(bb as i128 - c.bytes as i128)}</td></tr>
+                                    }).collect_view()}
+                                    <tr class="total"><td>"Peak allocated"</td><td class="num">{gib(a.plan.peak_allocated_bytes)}</td><td class="num">{gib(b.plan.peak_allocated_bytes)}</td><td class="num" data-testid="delta-total">{gib_signed(total)}</td></tr>
+                                </tbody>
+                            </table>
+                        </div>
+                    }.into_any()
+                }
+                _ => view! { <p class="hint">"Pin a configuration, change settings, and see A vs B here."</p> }.into_any(),
+            }}
+        </section>
+    }
+}
+
+/// The plain tables: every term with its formula, and the peak of each phase.
+#[component]
+fn Tables(
+    /// The evaluation.
+    e: Evaluation,
+) -> impl IntoView {
+    let p = e.plan;
+    view! {
         <table class="breakdown" data-testid="breakdown">
             <caption>"Memory at the peak, with the formula behind each number"</caption>
-            <thead><tr><th scope="col">"Component"</th><th scope="col">"What"</th><th scope="col">"Formula"</th><th scope="col">"Bytes"</th></tr></thead>
+            <thead><tr><th scope="col">"Component"</th><th scope="col">"What"</th><th scope="col">"Formula"</th><th scope="col">"Size"</th></tr></thead>
             <tbody>
                 {p.terms.iter().filter(|t| t.bytes > 0).map(|t| view! {
                     <tr>
                         <td><span class=format!("swatch seg-{}", t.component.key())></span>{t.component.label()}</td>
-                        <td>{t.label.clone()}</td>
-                        <td><code>{t.formula.clone()}</code><br/><code class="values">{format!("= {}", t.values)}</code></td>
+                        <td>{t.label.to_string()}</td>
+                        <td><code>{t.formula()}</code><br/><code class="values">{format!("= {}", t.values())}</code></td>
                         <td class="num">{gib(t.bytes)}</td>
                     </tr>
                 }).collect_view()}

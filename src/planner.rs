@@ -48,3 +48,44 @@ pub fn evaluate_arch(
         gpu_name: gpu_name.to_string(),
     })
 }
+
+/// One point of the memory-vs-length (or vs-batch) curve.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CurvePoint {
+    /// Sequence length or micro-batch at this point.
+    pub x: u64,
+    /// Breakdown at the peak.
+    pub components: Vec<crate::model::plan::ComponentBytes>,
+    /// Peak allocated bytes.
+    pub allocated_bytes: u128,
+    /// nvidia-smi estimate.
+    pub smi_bytes: u128,
+}
+
+/// Sweeps powers of two of the sequence length (128 … 131072) or the micro-batch (1 … 512).
+pub fn curve(arch: &Architecture, s: &Settings, axis: crate::urlstate::Axis) -> Vec<CurvePoint> {
+    let xs: Vec<u64> = match axis {
+        crate::urlstate::Axis::Seq => (7..=17).map(|p| 1u64 << p).collect(),
+        crate::urlstate::Axis::Batch => (0..=9).map(|p| 1u64 << p).collect(),
+    };
+    xs.into_iter()
+        .filter_map(|x| {
+            let s2 = match axis {
+                crate::urlstate::Axis::Seq => Settings {
+                    seq: x,
+                    ..s.clone()
+                },
+                crate::urlstate::Axis::Batch => Settings {
+                    batch: x,
+                    ..s.clone()
+                },
+            };
+            plan(arch, &s2).ok().map(|p| CurvePoint {
+                x,
+                allocated_bytes: p.peak_allocated_bytes,
+                smi_bytes: p.nvidia_smi_bytes,
+                components: p.breakdown,
+            })
+        })
+        .collect()
+}

@@ -63,8 +63,8 @@ pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> Stri
             "  {:>10}  {}\n              = {}\n              = {}\n",
             gib(t.bytes),
             t.label,
-            t.formula,
-            t.values
+            t.formula(),
+            t.values()
         ));
     }
     s.push_str("\nPeak of each phase\n");

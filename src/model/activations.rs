@@ -551,25 +551,13 @@ pub fn layer_backward_working(ctx: &Ctx) -> Term {
         Component::BackwardTemps,
         "gradient buffers while back-propagating one layer",
         &[
-            Term::product(
-                Component::BackwardTemps,
-                "",
-                &[
-                    tok(ctx),
-                    f("(intermediate + 2 × hidden)", i + 2 * h),
-                    bytes_of(lora),
-                ],
-            ),
-            Term::product(
-                Component::BackwardTemps,
-                "",
-                &[tok(ctx), f("intermediate", i), bytes_of(res)],
-            ),
-            Term::product(
-                Component::BackwardTemps,
-                "",
-                &[tok(ctx), f("3 × hidden", 3 * h), bytes_of(compute)],
-            ),
+            vec![
+                tok(ctx),
+                f("(intermediate + 2 × hidden)", i + 2 * h),
+                bytes_of(lora),
+            ],
+            vec![tok(ctx), f("intermediate", i), bytes_of(res)],
+            vec![tok(ctx), f("3 × hidden", 3 * h), bytes_of(compute)],
         ],
     )
 }

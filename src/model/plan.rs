@@ -110,7 +110,7 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     let params = weights::param_counts(&ctx);
     let frozen = weights::frozen_terms(&ctx);
     let trainable = weights::trainable_terms(&ctx, &params);
-    let grads = weights::gradient_terms(&ctx, &params);
+    let grads = weights::gradient_terms(&ctx, &params, layers, true);
     let (opt_states, paged) = weights::optimizer_terms(&ctx, &params);
     // Paged optimizer states live in CUDA unified memory, outside torch's allocator statistics.
     let opt_in_allocator: Vec<Term> = if paged { vec![] } else { opt_states.clone() };
@@ -160,11 +160,11 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
         bottom.extend(small_global);
         bottom.extend(one_layer);
         bottom.push(working);
-        bottom.extend(scaled(
-            &grads,
+        bottom.extend(weights::gradient_terms(
+            &ctx,
+            &params,
             layers.saturating_sub(1),
-            layers,
-            "of the layers above",
+            false,
         ));
         phases.push(PhasePeak {
             phase: Phase::Backward,
@@ -240,14 +240,11 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
         .map(|&c| ComponentBytes {
             key: c.key(),
             label: c.label(),
-            bytes: total(
-                &peak
-                    .terms
-                    .iter()
-                    .filter(|t| t.component == c)
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            ),
+            bytes: peak
+                .terms
+                .iter()
+                .filter(|t| t.component == c)
+                .fold(0u128, |a, t| a.saturating_add(t.bytes)),
         })
         .collect();
     let steady = total(&frozen) + total(&trainable) + total(&opt_in_allocator);
@@ -278,20 +275,6 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
         nvidia_smi_bytes: reserved + outside,
         outside_allocator_bytes: outside,
     })
-}
-
-fn scaled(terms: &[Term], num: u128, den: u128, what: &str) -> Vec<Term> {
-    terms
-        .iter()
-        .map(|t| {
-            let mut t = t.clone();
-            t.bytes = t.bytes.saturating_mul(num) / den.max(1);
-            t.formula = format!("{} × (layers − 1)/layers", t.formula);
-            t.values = format!("{} × {num}/{den}", t.values);
-            t.label = format!("{} {what}", t.label);
-            t
-        })
-        .collect()
 }
 
 fn loss_forward(ctx: &Ctx, statics: &[Term], saved: &[Term]) -> PhasePeak {

@@ -1,6 +1,9 @@
 //! A memory term that explains itself: a product of named factors, shown both as a
 //! formula (`tokens × hidden × 4 B`) and with its numbers (`1024 × 4096 × 4 B`).
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use serde::Serialize;
 
 /// Which bar of the breakdown a term belongs to.
@@ -108,16 +111,36 @@ impl Component {
 }
 
 /// One named factor of a term.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Factor {
-    /// Symbol shown in the formula (`tokens`, `hidden`, `4 B`).
-    pub name: String,
+    /// Symbol shown in the formula (`tokens`, `hidden`); empty for a byte size.
+    pub name: Cow<'static, str>,
     /// Its value.
     pub value: u128,
 }
 
+impl Factor {
+    fn is_bytes(&self) -> bool {
+        self.name.is_empty()
+    }
+    fn symbol(&self) -> String {
+        if self.is_bytes() {
+            format!("{} B", self.value)
+        } else {
+            self.name.to_string()
+        }
+    }
+    fn number(&self) -> String {
+        if self.is_bytes() {
+            format!("{} B", self.value)
+        } else {
+            self.value.to_string()
+        }
+    }
+}
+
 /// Shorthand constructor for a factor.
-pub fn f(name: impl Into<String>, value: u128) -> Factor {
+pub fn f(name: impl Into<Cow<'static, str>>, value: u128) -> Factor {
     Factor {
         name: name.into(),
         value,
@@ -127,78 +150,95 @@ pub fn f(name: impl Into<String>, value: u128) -> Factor {
 /// Byte-size factor: shown as `4 B` in both the formula and the numbers.
 pub fn bytes_of(n: u128) -> Factor {
     Factor {
-        name: format!("{n} B"),
+        name: Cow::Borrowed(""),
         value: n,
     }
 }
 
-/// One explained memory term.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One explained memory term: bytes = a product of named factors, or a sum of such products.
+/// The formula strings are rendered only when asked for (the fit solver plans many times).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Term {
     /// Component it stacks into.
     pub component: Component,
     /// What the tensor(s) are.
-    pub label: String,
-    /// Symbolic formula.
-    pub formula: String,
-    /// The same formula with numbers substituted.
-    pub values: String,
+    pub label: Cow<'static, str>,
+    /// Products that add up to the term (one for a plain product); shared, so the many moments
+    /// of a plan clone terms cheaply.
+    pub products: Arc<Vec<Vec<Factor>>>,
     /// Result in bytes.
     pub bytes: u128,
 }
 
+fn product_bytes(fs: &[Factor]) -> u128 {
+    fs.iter().fold(1u128, |acc, x| acc.saturating_mul(x.value))
+}
+
 impl Term {
     /// A product of factors (saturating, though validated inputs cannot reach u128's limit).
-    pub fn product(component: Component, label: impl Into<String>, factors: &[Factor]) -> Term {
-        let bytes = factors
-            .iter()
-            .fold(1u128, |acc, x| acc.saturating_mul(x.value));
-        let formula = factors
-            .iter()
-            .map(|x| x.name.as_str())
-            .collect::<Vec<_>>()
-            .join(" × ");
-        let values = factors
-            .iter()
-            .map(|x| {
-                if x.name.ends_with(" B") {
-                    x.name.clone()
-                } else {
-                    x.value.to_string()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" × ");
+    pub fn product(
+        component: Component,
+        label: impl Into<Cow<'static, str>>,
+        factors: &[Factor],
+    ) -> Term {
         Term {
             component,
             label: label.into(),
-            formula,
-            values,
+            bytes: product_bytes(factors),
+            products: Arc::new(vec![factors.to_vec()]),
+        }
+    }
+
+    /// A sum of products, shown as one line.
+    pub fn sum(
+        component: Component,
+        label: impl Into<Cow<'static, str>>,
+        parts: &[Vec<Factor>],
+    ) -> Term {
+        let bytes = parts
+            .iter()
+            .fold(0u128, |acc, p| acc.saturating_add(product_bytes(p)));
+        Term {
+            component,
+            label: label.into(),
+            products: Arc::new(parts.to_vec()),
             bytes,
         }
     }
 
-    /// A sum of sub-terms folded into one line (keeps each part's formula).
-    pub fn sum(component: Component, label: impl Into<String>, parts: &[Term]) -> Term {
-        let bytes = parts
-            .iter()
-            .fold(0u128, |acc, t| acc.saturating_add(t.bytes));
-        let formula = parts
-            .iter()
-            .map(|t| format!("({})", t.formula))
-            .collect::<Vec<_>>()
-            .join(" + ");
-        let values = parts
-            .iter()
-            .map(|t| format!("({})", t.values))
-            .collect::<Vec<_>>()
-            .join(" + ");
-        Term {
-            component,
-            label: label.into(),
-            formula,
-            values,
-            bytes,
+    fn render(&self, each: fn(&Factor) -> String) -> String {
+        let one = |p: &Vec<Factor>| p.iter().map(each).collect::<Vec<_>>().join(" × ");
+        if self.products.len() == 1 {
+            one(&self.products[0])
+        } else {
+            self.products
+                .iter()
+                .map(|p| format!("({})", one(p)))
+                .collect::<Vec<_>>()
+                .join(" + ")
         }
+    }
+
+    /// Symbolic formula, e.g. `layers × tokens × hidden × 4 B`.
+    pub fn formula(&self) -> String {
+        self.render(Factor::symbol)
+    }
+
+    /// The formula with numbers, e.g. `32 × 1024 × 4096 × 4 B`.
+    pub fn values(&self) -> String {
+        self.render(Factor::number)
+    }
+}
+
+impl Serialize for Term {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = ser.serialize_struct("Term", 5)?;
+        st.serialize_field("component", &self.component)?;
+        st.serialize_field("label", &self.label)?;
+        st.serialize_field("formula", &self.formula())?;
+        st.serialize_field("values", &self.values())?;
+        st.serialize_field("bytes", &self.bytes)?;
+        st.end()
     }
 }

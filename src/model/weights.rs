@@ -72,16 +72,8 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
                     ctx.aux_weight.name()
                 ),
                 &[
-                    Term::product(
-                        Component::FrozenWeights,
-                        "",
-                        &[f("⌈linear params / 2⌉", linear.div_ceil(2)), bytes_of(1)],
-                    ),
-                    Term::product(
-                        Component::FrozenWeights,
-                        "",
-                        &[f("other params", other), bytes_of(ctx.aux_weight.bytes())],
-                    ),
+                    vec![f("⌈linear params / 2⌉", linear.div_ceil(2)), bytes_of(1)],
+                    vec![f("other params", other), bytes_of(ctx.aux_weight.bytes())],
                 ],
             ));
             // Per module: absmax per 64 weights (fp32, or uint8 + fp32 per 256 blocks with
@@ -99,21 +91,9 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
                     Component::QuantState,
                     "double-quant absmax (uint8 per 64 weights, fp32 per 256 blocks) + code tables",
                     &[
-                        Term::product(
-                            Component::QuantState,
-                            "",
-                            &[f("blocks", blocks), bytes_of(1)],
-                        ),
-                        Term::product(
-                            Component::QuantState,
-                            "",
-                            &[f("groups", groups), bytes_of(4)],
-                        ),
-                        Term::product(
-                            Component::QuantState,
-                            "",
-                            &[f("modules", modules), f("(16 + 256 + 1)", 273), bytes_of(4)],
-                        ),
+                        vec![f("blocks", blocks), bytes_of(1)],
+                        vec![f("groups", groups), bytes_of(4)],
+                        vec![f("modules", modules), f("(16 + 256 + 1)", 273), bytes_of(4)],
                     ],
                 )
             } else {
@@ -121,16 +101,8 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
                     Component::QuantState,
                     "absmax (fp32 per 64 weights) + code table",
                     &[
-                        Term::product(
-                            Component::QuantState,
-                            "",
-                            &[f("blocks", blocks), bytes_of(4)],
-                        ),
-                        Term::product(
-                            Component::QuantState,
-                            "",
-                            &[f("modules", modules), f("16", 16), bytes_of(4)],
-                        ),
+                        vec![f("blocks", blocks), bytes_of(4)],
+                        vec![f("modules", modules), f("16", 16), bytes_of(4)],
                     ],
                 )
             };
@@ -177,16 +149,51 @@ fn saved_name(m: SavedModule) -> &'static str {
     }
 }
 
-/// Gradients: one per trainable parameter, in its dtype (alive from backward until zero_grad).
-pub fn gradient_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
-    trainable_terms(ctx, p)
-        .into_iter()
-        .map(|mut t| {
-            t.component = Component::Gradients;
-            t.label = format!("gradient of {}", t.label);
-            t
-        })
-        .collect()
+/// Gradients, in each parameter's dtype (alive from their backward until zero_grad): LoRA
+/// gradients of `lora_layers` layers, lm_head's (produced first in backward) and, when
+/// `with_embedding`, embed_tokens' (produced last).
+pub fn gradient_terms(
+    ctx: &Ctx,
+    p: &ParamCounts,
+    lora_layers: u128,
+    with_embedding: bool,
+) -> Vec<Term> {
+    let layers = ctx.arch.num_hidden_layers as u128;
+    let per_layer = p.lora_params / layers.max(1);
+    let mut out = vec![];
+    if per_layer > 0 && lora_layers > 0 {
+        let (name, label) = if lora_layers == layers {
+            ("layers", "gradients of the LoRA weights")
+        } else {
+            (
+                "(layers − 1)",
+                "gradients of the LoRA weights of the layers above",
+            )
+        };
+        out.push(Term::product(
+            Component::Gradients,
+            label,
+            &[
+                f(name, lora_layers),
+                f("lora params per layer", per_layer),
+                bytes_of(ctx.s.adapter_dtype.bytes()),
+            ],
+        ));
+    }
+    for &m in &ctx.s.modules_to_save {
+        if m == SavedModule::EmbedTokens && !with_embedding {
+            continue;
+        }
+        out.push(Term::product(
+            Component::Gradients,
+            format!("gradient of the trainable {}", saved_name(m)),
+            &[
+                f("vocab × hidden", ctx.arch.embedding_params()),
+                bytes_of(trainable_dtype(ctx, m).bytes()),
+            ],
+        ));
+    }
+    out
 }
 
 /// Optimizer states, and whether they live in paged (unified) memory outside PyTorch's allocator.
@@ -223,16 +230,8 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
             Component::OptimizerStates,
             "8-bit AdamW: two uint8 states + fp32 absmax per 256 values",
             &[
-                Term::product(
-                    Component::OptimizerStates,
-                    "",
-                    &[f("2", 2), params.clone(), bytes_of(1)],
-                ),
-                Term::product(
-                    Component::OptimizerStates,
-                    "",
-                    &[f("2", 2), f("⌈params/256⌉", n.div_ceil(256)), bytes_of(4)],
-                ),
+                vec![f("2", 2), params.clone(), bytes_of(1)],
+                vec![f("2", 2), f("⌈params/256⌉", n.div_ceil(256)), bytes_of(4)],
             ],
         )],
         Optimizer::Adafactor => {

@@ -1,0 +1,36 @@
+//! Native timing of the model and the page's evaluation (run: cargo bench --bench plan).
+//! A plain harness (no criterion) to keep dependencies small: prints ns per call.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use lorafit::catalog;
+use lorafit::model::{plan, Settings};
+use lorafit::planner;
+use lorafit::urlstate::Axis;
+
+fn time<F: FnMut()>(name: &str, n: u32, mut f: F) {
+    for _ in 0..n / 10 {
+        f();
+    }
+    let t = Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    let per = t.elapsed().as_secs_f64() / n as f64;
+    println!("{name:<40} {:>10.1} µs/call", per * 1e6);
+}
+
+fn main() {
+    let a = catalog::find_model("llama2-7b").unwrap().arch.clone();
+    let s = Settings::default();
+    time("plan (llama2-7b)", 20_000, || {
+        black_box(plan(black_box(&a), black_box(&s)).unwrap());
+    });
+    time("planner::evaluate (plan + fit limits)", 500, || {
+        black_box(planner::evaluate("llama2-7b", "a100-80", black_box(&s)).unwrap());
+    });
+    time("planner::curve (11 points)", 2_000, || {
+        black_box(planner::curve(&a, black_box(&s), Axis::Seq));
+    });
+}

@@ -1,0 +1,151 @@
+// The planner's features in a real browser: URL state, embed mode, malformed links, offline
+// reload through the service worker, formula on focus, compare, curve, target modules, search.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { serve, launch, openApp, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
+
+let server, browser;
+before(async () => {
+  fs.mkdirSync(artifacts, { recursive: true });
+  server = await serve("/app/");
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+test("settings round-trip through the URL", async () => {
+  const { page } = await openApp(browser, server.url);
+  await page.selectOption('[data-testid="select-model"]', "mistral-7b-v0.1");
+  await page.fill('[data-testid="input-batch"]', "3");
+  await page.fill('[data-testid="input-seq"]', "3000");
+  await page.selectOption('[data-testid="select-optimizer"]', "paged_adamw_8bit");
+  await page.uncheck('[data-testid="target-down"]');
+  await page.check('[data-testid="toggle-gc"]');
+  const shown = await gibOf(page, "peak-allocated");
+  const link = await page.inputValue('[data-testid="share-url"]');
+  assert.equal(new URL(page.url()).search, new URL(link).search, "address bar follows the state");
+  const again = await openApp(browser, link);
+  assert.equal(await gibOf(again.page, "peak-allocated"), shown);
+  assert.equal(await again.page.inputValue('[data-testid="input-seq"]'), "3000");
+  assert.equal(await again.page.isChecked('[data-testid="target-down"]'), false);
+  assert.equal(await again.page.isChecked('[data-testid="toggle-gc"]'), true);
+  const want = cliPlan(["--model", "mistral-7b-v0.1", "--batch", "3", "--seq", "3000", "--optimizer", "paged_adamw_8bit", "--targets", "q,k,v,o,gate,up", "--gc"]).plan;
+  assert.ok(Math.abs(shown - want.peak_allocated_bytes / GIB) <= 0.006);
+  await page.reload();
+  await page.waitForSelector('[data-testid="peak-allocated"]');
+  assert.equal(await gibOf(page, "peak-allocated"), shown, "reload restores");
+  await page.close();
+  await again.page.close();
+});
+
+test("malformed parameters are ignored with a visible notice", async () => {
+  const { page, errors } = await openApp(browser, server.url + "?b=abc&s=2048&zzz=%3Cscript%3Ealert(1)%3C/script%3E&model=nope&r=-4");
+  const notices = await page.textContent('[data-testid="notices"]');
+  assert.match(notices, /b=abc/);
+  assert.match(notices, /zzz/);
+  assert.match(notices, /model=nope/);
+  assert.equal(await page.inputValue('[data-testid="input-seq"]'), "2048", "valid parameters still apply");
+  assert.equal(await page.inputValue('[data-testid="input-batch"]'), "1");
+  assert.equal(await page.locator("script:not([src])").count(), 0, "nothing was injected as markup");
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("embed mode is a compact widget with an embed snippet", async () => {
+  const main = await openApp(browser, server.url + "?model=qwen2.5-7b");
+  const code = await main.page.inputValue('[data-testid="embed-code"]');
+  assert.match(code, /^<iframe src="[^"]+embed=1[^"]*"/);
+  const src = code.match(/src="([^"]+)"/)[1];
+  const { page, errors } = await openApp(browser, src);
+  assert.equal(await page.locator("h1").count(), 0, "no page chrome");
+  assert.equal(await page.locator('[data-testid="curve"]').count(), 0);
+  assert.match(await page.textContent('[data-testid="verdict"]'), /^(fits|tight|oom)$/);
+  assert.equal(await gibOf(page, "peak-allocated"), await gibOf(main.page, "peak-allocated"));
+  await page.setViewportSize({ width: 720, height: 640 });
+  await page.screenshot({ path: path.join(artifacts, "embed.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+  await main.page.close();
+});
+
+test("focusing a segment shows its formula with numbers", async () => {
+  const { page } = await openApp(browser, server.url);
+  await page.focus('[data-testid="segment-act_dropout"]');
+  const detail = await page.textContent('[data-testid="segment-detail"]');
+  assert.match(detail, /dropout/i);
+  assert.match(detail, /tokens × Σ in_features × 4 B/);
+  assert.match(detail, /= 32 × 1024 × 35584 × 4 B/);
+  await page.close();
+});
+
+test("pin and compare shows per-component deltas", async () => {
+  const { page } = await openApp(browser, server.url);
+  await page.click('[data-testid="pin"]');
+  await page.fill('[data-testid="input-batch"]', "2");
+  await page.waitForSelector('[data-testid="compare"]');
+  const delta = (await page.textContent('[data-testid="delta-total"]')).trim();
+  const a = cliPlan(["--model", "llama2-7b"]).plan.peak_allocated_bytes;
+  const b = cliPlan(["--model", "llama2-7b", "--batch", "2"]).plan.peak_allocated_bytes;
+  assert.equal(delta, `+${((b - a) / GIB).toFixed(2)} GiB`);
+  assert.equal((await page.textContent('[data-testid="delta-frozen_weights"]')).trim(), "+0.00 GiB");
+  assert.equal(await page.locator('[data-testid="a-segment-frozen_weights"]').count(), 1);
+  await page.click('[data-testid="unpin"]');
+  assert.equal(await page.locator('[data-testid="compare"]').count(), 0);
+  await page.close();
+});
+
+test("curve chart marks the largest fitting value and switches axis", async () => {
+  const { page } = await openApp(browser, server.url);
+  const maxSeq = (await page.textContent('[data-testid="max-seq"]')).trim();
+  assert.equal((await page.textContent('[data-testid="curve-limit"]')).trim(), `fits up to ${maxSeq}`);
+  await page.click('[data-testid="toggle-axis"]');
+  const maxBatch = (await page.textContent('[data-testid="max-batch"]')).trim();
+  assert.equal((await page.textContent('[data-testid="curve-limit"]')).trim(), `fits up to ${maxBatch}`);
+  assert.match(page.url(), /axis=batch/);
+  await page.close();
+});
+
+test("target modules, modules_to_save, autocast and mask controls reach the model", async () => {
+  const { page } = await openApp(browser, server.url);
+  const cases = [
+    [(p) => p.uncheck('[data-testid="target-all"]'), ["--targets", "q,v"]],
+    [(p) => p.check('[data-testid="target-o"]'), ["--targets", "q,v,o"]],
+    [(p) => p.check('[data-testid="mts-lm_head"]'), ["--targets", "q,v,o", "--modules-to-save", "lm_head"]],
+    [(p) => p.selectOption('[data-testid="select-autocast"]', "bf16"), ["--targets", "q,v,o", "--modules-to-save", "lm_head", "--autocast", "bf16"]],
+    [(p) => p.check('[data-testid="toggle-mask"]'), ["--targets", "q,v,o", "--modules-to-save", "lm_head", "--autocast", "bf16", "--padded-mask"]],
+  ];
+  for (const [act, args] of cases) {
+    await act(page);
+    const want = cliPlan(["--model", "llama2-7b", ...args]).plan.peak_allocated_bytes / GIB;
+    assert.ok(Math.abs((await gibOf(page, "peak-allocated")) - want) <= 0.006, args.join(" "));
+  }
+  await page.close();
+});
+
+test("model search filters the picker", async () => {
+  const { page } = await openApp(browser, server.url);
+  await page.fill('[data-testid="search-model"]', "gemma");
+  const values = await page.$$eval('[data-testid="select-model"] option', (os) => os.map((o) => o.value));
+  assert.ok(values.length >= 3 && values.every((v) => v.startsWith("gemma") || v === "llama2-7b"), values.join(","));
+  await page.selectOption('[data-testid="select-model"]', "gemma2-9b");
+  assert.match(await page.textContent('[data-testid="peak-allocated"]'), /GiB$/);
+  await page.close();
+});
+
+test("works offline after the first visit (service worker)", async () => {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(server.url + "?model=qwen2-7b");
+  await page.waitForSelector('[data-testid="peak-allocated"]');
+  await page.evaluate(() => navigator.serviceWorker.ready);
+  const online = await gibOf(page, "peak-allocated");
+  await context.setOffline(true);
+  await page.reload();
+  await page.waitForSelector('[data-testid="peak-allocated"]', { timeout: 15000 });
+  assert.equal(await gibOf(page, "peak-allocated"), online);
+  await context.close();
+});
