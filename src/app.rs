@@ -221,19 +221,32 @@ pub fn App() -> impl IntoView {
         )
     });
     // Keep the address bar in sync (no history entries): reload and bookmarks restore the plan.
+    // replaceState costs about a millisecond, so slider drags update it at most every 200 ms.
+    let pending = StoredValue::new(false);
     Effect::new(move |_| {
-        let url = format!("?{}", query.get());
-        if let Ok(h) = window().history() {
-            let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&url));
+        query.track();
+        if pending.get_value() {
+            return;
         }
+        pending.set_value(true);
+        set_timeout(
+            move || {
+                pending.set_value(false);
+                let url = format!("?{}", query.get_untracked());
+                if let Ok(h) = window().history() {
+                    let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&url));
+                }
+            },
+            std::time::Duration::from_millis(200),
+        );
     });
 
     let set = move |f: Box<dyn Fn(&mut Settings)>| state.update(|st| f(&mut st.settings));
-    let num =
-        move |f: fn(&Settings) -> f64| Signal::derive(move || state.with(|st| f(&st.settings)));
-    let model_options = Signal::derive(move || {
+    let num = move |f: fn(&Settings) -> f64| Memo::new(move |_| state.with(|st| f(&st.settings)));
+    let current_model = Memo::new(move |_| state.with(|st| st.model.clone()));
+    let model_options = Memo::new(move |_| {
         let q = search.get().to_ascii_lowercase();
-        let current = state.with(|st| st.model.clone());
+        let current = current_model.get();
         catalog::models()
             .iter()
             .filter(|m| {
@@ -274,10 +287,10 @@ pub fn App() -> impl IntoView {
                     prop:value=move || search.get() on:input:target=move |ev| search.set(ev.target().value()) />
             </div>
             <SelectControl label="Model" testid="select-model" options=model_options
-                value=Signal::derive(move || state.with(|st| st.model.clone()))
+                value=Memo::new(move |_| state.with(|st| st.model.clone()))
                 on_set=Callback::new(move |v: String| state.update(|st| st.model = v)) />
             <SelectControl label="GPU" testid="select-gpu" options=Signal::derive(move || gpu_options.clone())
-                value=Signal::derive(move || state.with(|st| st.gpu.clone()))
+                value=Memo::new(move |_| state.with(|st| st.gpu.clone()))
                 on_set=Callback::new(move |v: String| state.update(|st| st.gpu = v)) />
             <NumberControl label="Micro-batch" testid="input-batch" min=1.0 max=512.0 step=1.0 log=true
                 value=num(|s| s.batch as f64) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.batch = v.round() as u64))) />
@@ -291,33 +304,33 @@ pub fn App() -> impl IntoView {
                 value=num(|s| s.grad_accum as f64) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.grad_accum = v.round() as u64))) />
             <SelectControl label="Base weights" testid="select-dtype"
                 options=opts(&[("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"), ("nf4", "4-bit nf4 (QLoRA)"), ("fp4", "4-bit fp4")])
-                value=Signal::derive(move || state.with(|st| dtype_value(&st.settings)))
+                value=Memo::new(move |_| state.with(|st| dtype_value(&st.settings)))
                 on_set=Callback::new(move |v: String| set(Box::new(move |s| apply_dtype(s, &v)))) />
             <SelectControl label="Autocast (Trainer bf16=True / fp16=True)" testid="select-autocast"
                 options=opts(&[("none", "none"), ("bf16", "bf16"), ("fp16", "fp16")])
-                value=Signal::derive(move || state.with(|st| st.settings.autocast.map(|d| d.name().to_string()).unwrap_or_else(|| "none".into())))
+                value=Memo::new(move |_| state.with(|st| st.settings.autocast.map(|d| d.name().to_string()).unwrap_or_else(|| "none".into())))
                 on_set=Callback::new(move |v: String| set(Box::new(move |s| s.autocast = match Dtype::parse(&v) { Some(Dtype::Fp32) | None => None, d => d }))) />
             <SelectControl label="Attention implementation" testid="select-attn"
                 options=opts(&[("sdpa", "sdpa"), ("flash_attention_2", "flash_attention_2"), ("eager", "eager")])
-                value=Signal::derive(move || state.with(|st| st.settings.attn_impl.name().to_string()))
+                value=Memo::new(move |_| state.with(|st| st.settings.attn_impl.name().to_string()))
                 on_set=Callback::new(move |v: String| set(Box::new(move |s| if let Some(a) = AttnImpl::parse(&v) { s.attn_impl = a }))) />
             <SelectControl label="Optimizer" testid="select-optimizer"
                 options={Optimizer::ALL.iter().map(|o| (o.name().to_string(), o.name().to_string())).collect::<Vec<_>>()}
-                value=Signal::derive(move || state.with(|st| st.settings.optimizer.name().to_string()))
+                value=Memo::new(move |_| state.with(|st| st.settings.optimizer.name().to_string()))
                 on_set=Callback::new(move |v: String| set(Box::new(move |s| if let Some(o) = Optimizer::parse(&v) { s.optimizer = o }))) />
-            <Toggle label="Gradient checkpointing" testid="toggle-gc" checked=Signal::derive(move || state.with(|st| st.settings.grad_ckpt))
+            <Toggle label="Gradient checkpointing" testid="toggle-gc" checked=Memo::new(move |_| state.with(|st| st.settings.grad_ckpt))
                 on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.grad_ckpt = on))) />
-            <Toggle label="Padded batch with explicit attention mask" testid="toggle-mask" checked=Signal::derive(move || state.with(|st| st.settings.padded_mask))
+            <Toggle label="Padded batch with explicit attention mask" testid="toggle-mask" checked=Memo::new(move |_| state.with(|st| st.settings.padded_mask))
                 on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.padded_mask = on))) />
             <fieldset class="targets">
                 <legend>"LoRA target modules"</legend>
-                <Toggle label="all-linear" testid="target-all" checked=Signal::derive(move || state.with(|st| st.settings.targets.len() == Target::ALL.len()))
+                <Toggle label="all-linear" testid="target-all" checked=Memo::new(move |_| state.with(|st| st.settings.targets.len() == Target::ALL.len()))
                     on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] }))) />
                 {Target::ALL.iter().map(|&t| {
                     let testid: &'static str = match t { Target::Q => "target-q", Target::K => "target-k", Target::V => "target-v", Target::O => "target-o", Target::Gate => "target-gate", Target::Up => "target-up", Target::Down => "target-down" };
                     let label: &'static str = match t { Target::Q => "q_proj", Target::K => "k_proj", Target::V => "v_proj", Target::O => "o_proj", Target::Gate => "gate_proj", Target::Up => "up_proj", Target::Down => "down_proj" };
                     view! {
-                        <Toggle label=label testid=testid checked=Signal::derive(move || state.with(|st| st.settings.targets.contains(&t)))
+                        <Toggle label=label testid=testid checked=Memo::new(move |_| state.with(|st| st.settings.targets.contains(&t)))
                             on_set=Callback::new(move |on: bool| set(Box::new(move |s| {
                                 if on { if !s.targets.contains(&t) { s.targets.push(t); s.targets.sort(); } }
                                 else if s.targets.len() > 1 || !s.modules_to_save.is_empty() { s.targets.retain(|x| *x != t); }
@@ -328,7 +341,7 @@ pub fn App() -> impl IntoView {
             <fieldset class="targets">
                 <legend>"modules_to_save (trained in full)"</legend>
                 {[(SavedModule::LmHead, "lm_head", "mts-lm_head"), (SavedModule::EmbedTokens, "embed_tokens", "mts-embed_tokens")].into_iter().map(|(m, label, testid)| view! {
-                    <Toggle label=label testid=testid checked=Signal::derive(move || state.with(|st| st.settings.modules_to_save.contains(&m)))
+                    <Toggle label=label testid=testid checked=Memo::new(move |_| state.with(|st| st.settings.modules_to_save.contains(&m)))
                         on_set=Callback::new(move |on: bool| set(Box::new(move |s| {
                             if on { if !s.modules_to_save.contains(&m) { s.modules_to_save.push(m); } }
                             else if !s.targets.is_empty() || s.modules_to_save.len() > 1 { s.modules_to_save.retain(|x| *x != m); }
@@ -354,17 +367,19 @@ pub fn App() -> impl IntoView {
             <main class="layout">
                 {controls}
                 <section class="results" aria-live="polite">
-                    {move || match eval.get() {
-                        Err(msg) => view! { <p class="error" role="alert" data-testid="error">{msg}</p> }.into_any(),
-                        Ok(e) => view! { <Summary e=e.clone() focused=focused /> }.into_any(),
-                    }}
+                    {move || eval.with(|r| r.as_ref().err().cloned()).map(|msg| view! { <p class="error" role="alert" data-testid="error">{msg}</p> })}
+                    <Show when=move || eval.with(|r| r.is_ok())>
+                        <Summary eval=eval focused=focused />
+                    </Show>
                     <Show when=move || !embed()>
-                        <CurveChart curve=curve eval=eval axis=Signal::derive(move || state.with(|st| st.axis))
+                        <CurveChart curve=curve eval=eval axis=Signal::from(Memo::new(move |_| state.with(|st| st.axis)))
                             on_axis=Callback::new(move |a: Axis| state.update(|st| st.axis = a)) />
                         <Compare pinned=pinned pinned_eval=pinned_eval eval=eval
                             on_pin=Callback::new(move |_: ()| pinned.set(Some(state.get_untracked())))
                             on_unpin=Callback::new(move |_: ()| pinned.set(None)) />
-                        {move || eval.get().ok().map(|e| view! { <Tables e=e /> })}
+                        <Show when=move || eval.with(|r| r.is_ok())>
+                            <Tables eval=eval />
+                        </Show>
                     </Show>
                     <section class="share" aria-label="Share">
                         <div class="share-row">
@@ -384,59 +399,78 @@ pub fn App() -> impl IntoView {
     }
 }
 
+/// Reads one value out of the current evaluation (a default while it is an error).
+fn read<T: Default>(eval: Memo<Result<Evaluation, String>>, f: impl Fn(&Evaluation) -> T) -> T {
+    eval.with(|r| r.as_ref().map(&f).unwrap_or_default())
+}
+
 /// Verdict, totals, fit limits and the stacked bar with the formula of the focused segment.
+/// Built once; only text nodes and attributes follow the evaluation (fast slider updates).
 #[component]
 fn Summary(
     /// The evaluation to show.
-    e: Evaluation,
+    eval: Memo<Result<Evaluation, String>>,
     /// Component whose formula is shown.
     focused: RwSignal<Option<&'static str>>,
 ) -> impl IntoView {
-    let p = e.plan.clone();
-    let status = e.verdict.status.name();
     let limit = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "none".into());
-    let terms = p.terms.clone();
+    let status = move || read(eval, |e| e.verdict.status.name().to_string());
     let detail = move || {
-        focused.get().map(|key| {
-            let ts: Vec<_> = terms.iter().filter(|t| t.component.key() == key && t.bytes > 0).cloned().collect();
-            let label = ts.first().map(|t| t.component.label()).unwrap_or("");
-            view! {
-                <div class="detail" data-testid="segment-detail">
-                    <strong>{label}</strong>
-                    <ul>{ts.into_iter().map(|t| view! { <li>{gib(t.bytes)} " — " {t.label.to_string()} <br/><code>{t.formula()}</code><br/><code class="values">{format!("= {}", t.values())}</code></li> }).collect_view()}</ul>
-                </div>
-            }
+        let key = focused.get()?;
+        let ts: Vec<crate::model::Term> = read(eval, |e| {
+            e.plan
+                .terms
+                .iter()
+                .filter(|t| t.component.key() == key && t.bytes > 0)
+                .cloned()
+                .collect()
+        });
+        let label = ts.first().map(|t| t.component.label()).unwrap_or("");
+        Some(view! {
+            <div class="detail" data-testid="segment-detail">
+                <strong>{label}</strong>
+                <ul>{ts.into_iter().map(|t| view! { <li>{gib(t.bytes)} " — " {t.label.to_string()} <br/><code>{t.formula()}</code><br/><code class="values">{format!("= {}", t.values())}</code></li> }).collect_view()}</ul>
+            </div>
         })
     };
+    let bar = Memo::new(move |_| {
+        eval.with(|r| {
+            r.as_ref().ok().map(|e| {
+                (
+                    chart::bar(&e.plan, e.verdict.capacity_bytes),
+                    e.verdict.capacity_bytes,
+                )
+            })
+        })
+    });
     view! {
         <div class="summary">
             <div class="totals">
-                <div class=format!("verdict verdict-{status}")>
+                <div class=move || format!("verdict verdict-{}", status())>
                     <span class="big" data-testid="verdict">{status}</span>
-                    <span>" on " {e.gpu_name.clone()} " · headroom " <span data-testid="headroom">{gib_signed(e.verdict.headroom_bytes)}</span></span>
+                    <span>" on " {move || read(eval, |e| e.gpu_name.clone())} " · headroom " <span data-testid="headroom">{move || read(eval, |e| gib_signed(e.verdict.headroom_bytes))}</span></span>
                 </div>
                 <dl>
-                    <dt>"Peak allocated"</dt><dd data-testid="peak-allocated">{gib(p.peak_allocated_bytes)}</dd>
-                    <dt>"Peak reserved (estimate)"</dt><dd data-testid="peak-reserved">{gib(p.peak_reserved_bytes)}</dd>
-                    <dt>"nvidia-smi (estimate)"</dt><dd data-testid="peak-smi">{gib(p.nvidia_smi_bytes)}</dd>
-                    <dt>"Peak phase"</dt><dd data-testid="peak-phase">{p.peak_phase.name()} " — " {p.peak_moment.clone()}</dd>
-                    <dt>"Largest micro-batch that fits"</dt><dd data-testid="max-batch">{limit(e.max_batch)}</dd>
-                    <dt>"Longest sequence that fits"</dt><dd data-testid="max-seq">{limit(e.max_seq)}</dd>
+                    <dt>"Peak allocated"</dt><dd data-testid="peak-allocated">{move || read(eval, |e| gib(e.plan.peak_allocated_bytes))}</dd>
+                    <dt>"Peak reserved (estimate)"</dt><dd data-testid="peak-reserved">{move || read(eval, |e| gib(e.plan.peak_reserved_bytes))}</dd>
+                    <dt>"nvidia-smi (estimate)"</dt><dd data-testid="peak-smi">{move || read(eval, |e| gib(e.plan.nvidia_smi_bytes))}</dd>
+                    <dt>"Peak phase"</dt><dd data-testid="peak-phase">{move || read(eval, |e| format!("{} — {}", e.plan.peak_phase.name(), e.plan.peak_moment))}</dd>
+                    <dt>"Largest micro-batch that fits"</dt><dd data-testid="max-batch">{move || read(eval, |e| limit(e.max_batch))}</dd>
+                    <dt>"Longest sequence that fits"</dt><dd data-testid="max-seq">{move || read(eval, |e| limit(e.max_seq))}</dd>
                 </dl>
                 {detail}
             </div>
-            <StackedBar plan=p.clone() capacity=e.verdict.capacity_bytes focused=Some(focused) title="Memory at the peak" />
+            <StackedBar bar=bar focused=Some(focused) title="Memory at the peak" />
         </div>
     }
 }
 
 /// The stacked bar (live tensors by component, reserve and context bands, capacity line).
+/// Segments are keyed by component, so a slider move only updates their attributes.
 #[component]
 fn StackedBar(
-    /// Plan to draw.
-    plan: crate::model::Plan,
-    /// GPU capacity.
-    capacity: u128,
+    /// Geometry and capacity (None draws nothing).
+    bar: Memo<Option<(chart::Bar, u128)>>,
     /// Where to report focus/hover (None: not interactive).
     focused: Option<RwSignal<Option<&'static str>>>,
     /// Accessible title.
@@ -445,32 +479,66 @@ fn StackedBar(
     #[prop(optional)]
     prefix: &'static str,
 ) -> impl IntoView {
-    let b = chart::bar(&plan, capacity);
     let h = 320.0;
     let y = move |start: f64, size: f64| 5.0 + h * (1.0 - start - size);
-    let cap_y = y(b.capacity_at, 0.0);
+    let seg = move |key: &'static str| {
+        bar.with(|b| {
+            b.as_ref()
+                .and_then(|(b, _)| b.segments.iter().find(|s| s.key == key).cloned())
+        })
+    };
+    let band = move |i: usize| {
+        bar.with(|b| {
+            b.as_ref()
+                .and_then(|(b, _)| b.bands.get(i).copied())
+                .map(|(_, _, st, sz)| (st, sz))
+                .unwrap_or((0.0, 0.0))
+        })
+    };
+    let cap_y = move || {
+        bar.with(|b| {
+            b.as_ref()
+                .map(|(b, _)| y(b.capacity_at, 0.0))
+                .unwrap_or(0.0)
+        })
+    };
+    let keys = move || {
+        bar.with(|b| {
+            b.as_ref()
+                .map(|(b, _)| b.segments.iter().map(|s| s.key).collect::<Vec<_>>())
+                .unwrap_or_default()
+        })
+    };
     view! {
         <svg class="stack" viewBox=format!("0 0 200 {}", h + 10.0) role="img" aria-label=title>
-            {b.segments.into_iter().map(|s| {
-                let key = s.key;
-                view! {
-                    <rect class=format!("seg seg-{}", s.key) data-testid=format!("{prefix}segment-{}", s.key)
-                        x="8" y=y(s.start, s.size) width="96" height=(h * s.size).max(0.5) tabindex=if focused.is_some() { "0" } else { "-1" }
-                        on:mouseenter=move |_| if let Some(f) = focused { f.set(Some(key)) }
-                        on:focus=move |_| if let Some(f) = focused { f.set(Some(key)) }>
-                        <title>{format!("{}: {}", s.label, gib(s.bytes))}</title>
-                    </rect>
-                }
-            }).collect_view()}
-            {b.bands.into_iter().map(|(key, label, start, size)| view! {
-                <rect class=format!("band band-{key}") x="8" y=y(start, size) width="96" height=(h * size).max(0.0)>
-                    <title>{label}</title>
+            <For each=keys key=|k| *k let:key>
+                <rect class=format!("seg seg-{key}") data-testid=format!("{prefix}segment-{key}")
+                    x="8" width="96" tabindex=if focused.is_some() { "0" } else { "-1" }
+                    y=move || seg(key).map(|s| y(s.start, s.size)).unwrap_or(0.0)
+                    height=move || seg(key).map(|s| (h * s.size).max(0.5)).unwrap_or(0.0)
+                    on:mouseenter=move |_| if let Some(f) = focused { f.set(Some(key)) }
+                    on:focus=move |_| if let Some(f) = focused { f.set(Some(key)) }>
+                    <title>{move || seg(key).map(|s| format!("{}: {}", s.label, gib(s.bytes))).unwrap_or_default()}</title>
                 </rect>
-            }).collect_view()}
+            </For>
+            <rect class="band band-reserved" x="8" width="96" y=move || { let (st, sz) = band(0); y(st, sz) } height=move || h * band(0).1><title>"allocator reserve (estimate)"</title></rect>
+            <rect class="band band-smi" x="8" width="96" y=move || { let (st, sz) = band(1); y(st, sz) } height=move || h * band(1).1><title>"CUDA context (nvidia-smi)"</title></rect>
             <line class="capacity" x1="0" x2="200" y1=cap_y y2=cap_y />
-            <text class="capacity-label" x="108" y=if cap_y < 16.0 { cap_y + 12.0 } else { cap_y - 3.0 }>{format!("GPU {}", gib(capacity))}</text>
+            <text class="capacity-label" x="108" y=move || { let c = cap_y(); if c < 16.0 { c + 12.0 } else { c - 3.0 } }>
+                {move || bar.with(|b| b.as_ref().map(|(_, cap)| format!("GPU {}", gib(*cap))).unwrap_or_default())}
+            </text>
         </svg>
     }
+}
+
+/// Drawn geometry of the curve chart.
+#[derive(Clone, Debug, PartialEq)]
+struct CurveGeometry {
+    areas: Vec<chart::Area>,
+    cap_y: f64,
+    ticks: Vec<(f64, String)>,
+    marker: Option<(f64, u64)>,
+    capacity: u128,
 }
 
 /// Peak vs sequence length (or batch), stacked by component, with the GPU limit.
@@ -486,6 +554,34 @@ fn CurveChart(
     on_axis: Callback<Axis>,
 ) -> impl IntoView {
     let (w, h) = (560.0, 220.0);
+    let geom = Memo::new(move |_| {
+        let pts = curve.get();
+        eval.with(|r| {
+            r.as_ref().ok().map(|e| {
+                let capacity = e.verdict.capacity_bytes;
+                let (areas, cap_y, xs) = chart::areas(&pts, capacity, w, h);
+                let limit = if axis.get() == Axis::Seq {
+                    e.max_seq
+                } else {
+                    e.max_batch
+                };
+                let marker = limit.and_then(|v| chart::x_of(&pts, v, w).map(|x| (x, v)));
+                let ticks = pts
+                    .iter()
+                    .zip(xs)
+                    .map(|(p, x)| (x, p.x.to_string()))
+                    .collect::<Vec<_>>();
+                CurveGeometry {
+                    areas,
+                    cap_y,
+                    ticks,
+                    marker,
+                    capacity,
+                }
+            })
+        })
+    });
+    let cap_y = move || geom.with(|g| g.as_ref().map(|g| g.cap_y).unwrap_or(h));
     view! {
         <section class="curve" aria-label="Memory curve">
             <div class="curve-head">
@@ -494,26 +590,20 @@ fn CurveChart(
                     {move || if axis.get() == Axis::Seq { "show vs batch" } else { "show vs length" }}
                 </button>
             </div>
-            {move || {
-                let pts = curve.get();
-                let Ok(e) = eval.get() else { return ().into_any() };
-                let cap = e.verdict.capacity_bytes;
-                let (areas, cap_y, xs) = chart::areas(&pts, cap, w, h);
-                let limit = if axis.get() == Axis::Seq { e.max_seq } else { e.max_batch };
-                let marker = limit.and_then(|v| chart::x_of(&pts, v, w).map(|x| (x, v)));
-                view! {
-                    <svg viewBox=format!("-20 -4 {} {}", w + 40.0, h + 24.0) class="curve-svg" role="img" aria-label="stacked memory curve" data-testid="curve">
-                        {areas.into_iter().map(|a| view! { <path class=format!("area seg-{}", a.key) d=a.d><title>{a.label}</title></path> }).collect_view()}
-                        <line class="capacity" x1="0" x2=w y1=cap_y y2=cap_y />
-                        <text class="capacity-label" x=w - 4.0 y=cap_y - 4.0 text-anchor="end">{format!("GPU {}", gib(cap))}</text>
-                        {marker.map(|(x, v)| view! {
-                            <line class="fit-marker" x1=x x2=x y1="0" y2=h />
-                            <text class="fit-label" x=(x + 4.0).min(w - 90.0) y="12" data-testid="curve-limit">{format!("fits up to {v}")}</text>
-                        })}
-                        {pts.iter().zip(xs).map(|(p, x)| view! { <text class="tick" x=x y=h + 16.0 text-anchor="middle">{p.x.to_string()}</text> }).collect_view()}
-                    </svg>
-                }.into_any()
-            }}
+            <svg viewBox=format!("-20 -4 {} {}", w + 40.0, h + 24.0) class="curve-svg" role="img" aria-label="stacked memory curve" data-testid="curve">
+                <For each=move || geom.with(|g| g.as_ref().map(|g| g.areas.iter().map(|a| (a.key, a.label)).collect::<Vec<_>>()).unwrap_or_default()) key=|k| k.0 let:k>
+                    <path class=format!("area seg-{}", k.0) d=move || geom.with(|g| g.as_ref().and_then(|g| g.areas.iter().find(|a| a.key == k.0).map(|a| a.d.clone())).unwrap_or_default())>
+                        <title>{k.1}</title>
+                    </path>
+                </For>
+                <line class="capacity" x1="0" x2=w y1=cap_y y2=cap_y />
+                <text class="capacity-label" x=w - 4.0 y=move || cap_y() - 4.0 text-anchor="end">{move || geom.with(|g| g.as_ref().map(|g| format!("GPU {}", gib(g.capacity))).unwrap_or_default())}</text>
+                {move || geom.with(|g| g.as_ref().and_then(|g| g.marker)).map(|(x, v)| view! {
+                    <line class="fit-marker" x1=x x2=x y1="0" y2=h />
+                    <text class="fit-label" x=(x + 4.0).min(w - 90.0) y="12" data-testid="curve-limit">{format!("fits up to {v}")}</text>
+                })}
+                {move || geom.with(|g| g.as_ref().map(|g| g.ticks.clone()).unwrap_or_default()).into_iter().map(|(x, label)| view! { <text class="tick" x=x y=h + 16.0 text-anchor="middle">{label}</text> }).collect_view()}
+            </svg>
         </section>
     }
 }
@@ -547,8 +637,8 @@ fn Compare(
                     let total = b.plan.peak_allocated_bytes as i128 - a.plan.peak_allocated_bytes as i128;
                     view! {
                         <div class="compare-body" data-testid="compare">
-                            <figure><StackedBar plan=a.plan.clone() capacity=a.verdict.capacity_bytes focused=None title="A (pinned)" prefix="a-" /><figcaption>"A (pinned)"</figcaption></figure>
-                            <figure><StackedBar plan=b.plan.clone() capacity=b.verdict.capacity_bytes focused=None title="B (current)" prefix="b-" /><figcaption>"B (current)"</figcaption></figure>
+                            <figure><StackedBar bar={ let g = (chart::bar(&a.plan, a.verdict.capacity_bytes), a.verdict.capacity_bytes); Memo::new(move |_| Some(g.clone())) } focused=None title="A (pinned)" prefix="a-" /><figcaption>"A (pinned)"</figcaption></figure>
+                            <figure><StackedBar bar={ let g = (chart::bar(&b.plan, b.verdict.capacity_bytes), b.verdict.capacity_bytes); Memo::new(move |_| Some(g.clone())) } focused=None title="B (current)" prefix="b-" /><figcaption>"B (current)"</figcaption></figure>
                             <table class="deltas">
                                 <thead><tr><th scope="col">"Component"</th><th scope="col">"A"</th><th scope="col">"B"</th><th scope="col">"B − A"</th></tr></thead>
                                 <tbody>
@@ -568,32 +658,68 @@ fn Compare(
     }
 }
 
-/// The plain tables: every term with its formula, and the peak of each phase.
+/// The plain tables: every term with its formula, and the peak of each phase. Rows are keyed
+/// by term, so a slider move only rewrites their text.
 #[component]
 fn Tables(
     /// The evaluation.
-    e: Evaluation,
+    eval: Memo<Result<Evaluation, String>>,
 ) -> impl IntoView {
-    let p = e.plan;
+    let keys = move || {
+        read(eval, |e| {
+            e.plan
+                .terms
+                .iter()
+                .filter(|t| t.bytes > 0)
+                .map(|t| (t.component, t.label.to_string()))
+                .collect::<Vec<_>>()
+        })
+    };
+    let term = move |k: &(crate::model::Component, String)| {
+        read(eval, |e| {
+            e.plan
+                .terms
+                .iter()
+                .find(|t| t.component == k.0 && t.label == k.1.as_str())
+                .cloned()
+        })
+    };
+    let phases = move || {
+        read(eval, |e| {
+            e.plan
+                .phases
+                .iter()
+                .map(|p| (p.phase.name(), p.moment.clone(), gib(p.bytes)))
+                .collect::<Vec<_>>()
+        })
+    };
     view! {
         <table class="breakdown" data-testid="breakdown">
             <caption>"Memory at the peak, with the formula behind each number"</caption>
             <thead><tr><th scope="col">"Component"</th><th scope="col">"What"</th><th scope="col">"Formula"</th><th scope="col">"Size"</th></tr></thead>
             <tbody>
-                {p.terms.iter().filter(|t| t.bytes > 0).map(|t| view! {
-                    <tr>
-                        <td><span class=format!("swatch seg-{}", t.component.key())></span>{t.component.label()}</td>
-                        <td>{t.label.to_string()}</td>
-                        <td><code>{t.formula()}</code><br/><code class="values">{format!("= {}", t.values())}</code></td>
-                        <td class="num">{gib(t.bytes)}</td>
-                    </tr>
-                }).collect_view()}
+                <For each=keys key=|k| k.clone() let:k>
+                    {
+                        let (k1, k2) = (k.clone(), k.clone());
+                        view! {
+                            <tr>
+                                <td><span class=format!("swatch seg-{}", k.0.key())></span>{k.0.label()}</td>
+                                <td>{k.1.clone()}</td>
+                                <td>
+                                    <code>{move || term(&k1).map(|t| t.formula()).unwrap_or_default()}</code><br/>
+                                    <code class="values">{move || term(&k2).map(|t| format!("= {}", t.values())).unwrap_or_default()}</code>
+                                </td>
+                                <td class="num">{move || term(&k).map(|t| gib(t.bytes)).unwrap_or_default()}</td>
+                            </tr>
+                        }
+                    }
+                </For>
             </tbody>
         </table>
         <table class="phases">
             <caption>"Highest memory of each phase"</caption>
             <tbody>
-                {p.phases.iter().map(|ph| view! { <tr><th scope="row">{ph.phase.name()}</th><td>{ph.moment.clone()}</td><td class="num">{gib(ph.bytes)}</td></tr> }).collect_view()}
+                {move || phases().into_iter().map(|(name, moment, bytes)| view! { <tr><th scope="row">{name}</th><td>{moment}</td><td class="num">{bytes}</td></tr> }).collect_view()}
             </tbody>
         </table>
     }

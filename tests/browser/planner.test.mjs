@@ -27,7 +27,8 @@ test("settings round-trip through the URL", async () => {
   await page.check('[data-testid="toggle-gc"]');
   const shown = await gibOf(page, "peak-allocated");
   const link = await page.inputValue('[data-testid="share-url"]');
-  assert.equal(new URL(page.url()).search, new URL(link).search, "address bar follows the state");
+  // The address bar follows the state (debounced by 200 ms).
+  await page.waitForFunction((q) => location.search === q, new URL(link).search, { timeout: 5000 });
   const again = await openApp(browser, link);
   assert.equal(await gibOf(again.page, "peak-allocated"), shown);
   assert.equal(await again.page.inputValue('[data-testid="input-seq"]'), "3000");
@@ -103,6 +104,7 @@ test("curve chart marks the largest fitting value and switches axis", async () =
   const maxSeq = (await page.textContent('[data-testid="max-seq"]')).trim();
   assert.equal((await page.textContent('[data-testid="curve-limit"]')).trim(), `fits up to ${maxSeq}`);
   await page.click('[data-testid="toggle-axis"]');
+  await page.waitForFunction(() => location.search.includes("axis=batch"), null, { timeout: 5000 });
   const maxBatch = (await page.textContent('[data-testid="max-batch"]')).trim();
   assert.equal((await page.textContent('[data-testid="curve-limit"]')).trim(), `fits up to ${maxBatch}`);
   assert.match(page.url(), /axis=batch/);
