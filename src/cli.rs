@@ -14,6 +14,10 @@ const USAGE: &str = "lorafit — LoRA/QLoRA fine-tuning GPU-memory planner
 
 USAGE:
   lorafit plan --model NAME [options]      breakdown, totals and verdict for one config
+  lorafit fit --model NAME [options]       largest batch / sequence that fit, smallest GPU, curve
+  lorafit suggest --model NAME [options]   ranked changes that make it fit, and forum myths checked
+  lorafit export --format F --model NAME [options]   python | accelerate | llama-factory | axolotl
+  lorafit lengths FILE --model NAME [options]        peak at typical vs longest batch (mid-training OOM)
   lorafit estimate --jsonl FILE|-          one JSON result per input line (reference schema)
   lorafit models                           list the model catalog
   lorafit gpus                             list the GPU catalog
@@ -26,7 +30,7 @@ PLAN OPTIONS:
   --targets q,k,v,o,gate,up,down|all-linear   --modules-to-save lm_head,embed_tokens
   --dtype fp32|bf16|fp16   --quant nf4|fp4   --no-double-quant
   --autocast bf16|fp16|none   --attn eager|sdpa|flash_attention_2   --padded-mask
-  --gc   --optimizer adamw_torch_fused|adamw_torch_foreach|adamw_torch|adamw_8bit|paged_adamw_8bit|paged_adamw_32bit|adafactor|sgd|sgd_momentum
+  --gc   --fused-ce (chunked cross-entropy, e.g. Liger)   --optimizer adamw_torch_fused|adamw_torch_foreach|adamw_torch|adamw_8bit|paged_adamw_8bit|paged_adamw_32bit|adafactor|sgd|sgd_momentum
   --json                          print the full result as JSON
 ";
 
@@ -38,6 +42,10 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             return 0;
         }
         Some("plan") => cmd_plan(&args[1..], out),
+        Some("fit") => cmd_fit(&args[1..], out),
+        Some("suggest") => cmd_suggest(&args[1..], out),
+        Some("export") => cmd_export(&args[1..], out),
+        Some("lengths") => cmd_lengths(&args[1..], out),
         Some("estimate") => return cmd_estimate(&args[1..], out, err),
         Some("models") => cmd_models(out),
         Some("gpus") => cmd_gpus(out),
@@ -74,6 +82,10 @@ struct PlanArgs {
     settings: Settings,
     gpu: GpuChoice,
     json: bool,
+    model_id: String,
+    format: Option<String>,
+    chars_per_token: f64,
+    file: Option<String>,
 }
 
 enum GpuChoice {
@@ -87,6 +99,10 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
     let mut title = String::new();
     let mut gpu = GpuChoice::Catalog(catalog::find_gpu("a100-80")?);
     let mut json = false;
+    let mut model_id = "path/to/your-model".to_string();
+    let mut format = None;
+    let mut chars_per_token = crate::lengths::DEFAULT_CHARS_PER_TOKEN;
+    let mut file = None;
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
@@ -94,6 +110,7 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
             "--model" => {
                 let e = catalog::find_model(value(args, &mut i, flag)?)?;
                 title = format!("{} ({})", e.arch.name, e.hf_id);
+                model_id = e.hf_id.clone();
                 model = Some(e.arch.clone());
             }
             "--config" => {
@@ -108,7 +125,10 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                         v["family"] = mt;
                     }
                 }
-                model = Some(catalog::resolve_model(&v)?);
+                model = Some(
+                    crate::import::parse_config(&text)
+                        .or_else(|e| catalog::resolve_model(&v).map_err(|_| e))?,
+                );
                 title = path.to_string();
             }
             "--gpu" => gpu = GpuChoice::Catalog(catalog::find_gpu(value(args, &mut i, flag)?)?),
@@ -179,6 +199,7 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                 })?
             }
             "--padded-mask" => s.padded_mask = true,
+            "--fused-ce" => s.fused_ce = true,
             "--gc" | "--gradient-checkpointing" => s.grad_ckpt = true,
             "--optimizer" | "--optim" => {
                 let v = value(args, &mut i, flag)?;
@@ -191,6 +212,9 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                 })?
             }
             "--json" => json = true,
+            "--format" => format = Some(value(args, &mut i, flag)?.to_string()),
+            "--chars-per-token" => chars_per_token = number(value(args, &mut i, flag)?, flag)?,
+            other if !other.starts_with('-') && file.is_none() => file = Some(other.to_string()),
             other => return Err(format!("unknown option {other:?} (see lorafit --help)")),
         }
         i += 1;
@@ -202,7 +226,165 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
         settings: s,
         gpu,
         json,
+        model_id,
+        format,
+        chars_per_token,
+        file,
     })
+}
+
+impl PlanArgs {
+    fn gpu(&self) -> (String, u128, bool) {
+        match &self.gpu {
+            GpuChoice::Catalog(g) => (g.name.clone(), g.capacity_bytes(), g.bf16 != Some(false)),
+            GpuChoice::Custom(gib) => (
+                format!("custom {gib} GiB GPU"),
+                (gib * report::GIB) as u128,
+                true,
+            ),
+        }
+    }
+}
+
+fn emit(out: &mut dyn Write, text: &str) -> Result<(), String> {
+    out.write_all(text.as_bytes()).map_err(|e| e.to_string())
+}
+
+fn cmd_fit(args: &[String], out: &mut dyn Write) -> Result<(), String> {
+    let a = parse_plan(args)?;
+    let (gpu_name, capacity, _) = a.gpu();
+    let e = crate::planner::evaluate_arch(&a.arch, &gpu_name, capacity, &a.settings)?;
+    let smallest = crate::planner::smallest_gpu(&a.arch, &a.settings);
+    let curve = crate::planner::curve(&a.arch, &a.settings, crate::urlstate::Axis::Seq);
+    if a.json {
+        let pts: Vec<_> = curve.iter().map(|p| json!({"seq": p.x, "peak_allocated_bytes": p.allocated_bytes, "nvidia_smi_bytes": p.smi_bytes})).collect();
+        let doc = json!({"gpu": gpu_name, "capacity_bytes": capacity, "max_batch": e.max_batch, "max_seq": e.max_seq,
+            "smallest_gpu": smallest.map(|g| g.id.clone()), "verdict": e.verdict, "curve_seq": pts});
+        return emit(out, &format!("{doc}\n"));
+    }
+    let show = |x: Option<u64>| {
+        x.map(|v| v.to_string())
+            .unwrap_or_else(|| "none (not even 1)".into())
+    };
+    let mut t = format!(
+        "{}\n  on {gpu_name} ({} usable): {}\n",
+        a.title,
+        report::gib(capacity),
+        e.verdict.status.name()
+    );
+    t.push_str(&format!(
+        "  largest micro-batch at seq {}: {}\n",
+        a.settings.seq,
+        show(e.max_batch)
+    ));
+    t.push_str(&format!(
+        "  longest sequence at batch {}: {}\n",
+        a.settings.batch,
+        show(e.max_seq)
+    ));
+    t.push_str(&format!(
+        "  smallest catalog GPU that fits: {}\n\n  seq      peak allocated   nvidia-smi\n",
+        smallest
+            .map(|g| format!("{} ({})", g.id, g.name))
+            .unwrap_or_else(|| "none".into())
+    ));
+    for p in &curve {
+        t.push_str(&format!(
+            "  {:<8} {:>14} {:>12}\n",
+            p.x,
+            report::gib(p.allocated_bytes),
+            report::gib(p.smi_bytes)
+        ));
+    }
+    emit(out, &t)
+}
+
+fn cmd_suggest(args: &[String], out: &mut dyn Write) -> Result<(), String> {
+    let a = parse_plan(args)?;
+    let (gpu_name, capacity, bf16_ok) = a.gpu();
+    let p = plan(&a.arch, &a.settings).map_err(|e| e.to_string())?;
+    let v = verdict(&p, capacity);
+    let fixes = crate::advice::suggest(&a.arch, &a.settings, capacity, bf16_ok);
+    let myths = crate::advice::myths(&a.arch, &a.settings);
+    if a.json {
+        return emit(
+            out,
+            &format!(
+                "{}\n",
+                json!({"gpu": gpu_name, "verdict": v, "peak_allocated_bytes": p.peak_allocated_bytes, "fixes": fixes, "myths": myths})
+            ),
+        );
+    }
+    let mut t = format!(
+        "{}: {} on {gpu_name} (nvidia-smi {} of {})\n\nChanges, best first (each re-planned):\n",
+        a.title,
+        v.status.name(),
+        report::gib(p.nvidia_smi_bytes),
+        report::gib(capacity)
+    );
+    for (n, f) in fixes.iter().enumerate() {
+        t.push_str(&format!(
+            "  {}. {}\n     saves {} → peak {}, {} | cost: {}\n",
+            n + 1,
+            f.title,
+            report::gib(f.saved_bytes.max(0) as u128),
+            report::gib(f.peak_allocated_bytes),
+            f.status.name(),
+            f.cost
+        ));
+    }
+    t.push_str("\nForum remedies, checked:\n");
+    for m in &myths {
+        let d = m
+            .delta_bytes
+            .map(report::gib_signed)
+            .unwrap_or_else(|| "n/a".into());
+        t.push_str(&format!("  - {} → {d}\n    {}\n", m.claim, m.why));
+    }
+    emit(out, &t)
+}
+
+fn cmd_export(args: &[String], out: &mut dyn Write) -> Result<(), String> {
+    let a = parse_plan(args)?;
+    let f = a
+        .format
+        .clone()
+        .ok_or("export needs --format python|accelerate|llama-factory|axolotl")?;
+    plan(&a.arch, &a.settings).map_err(|e| e.to_string())?;
+    emit(out, &crate::export::export(&f, &a.model_id, &a.settings)?)
+}
+
+fn cmd_lengths(args: &[String], out: &mut dyn Write) -> Result<(), String> {
+    let a = parse_plan(args)?;
+    let path = a
+        .file
+        .clone()
+        .ok_or("lengths needs a FILE (numbers, JSONL or CSV)")?;
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let lengths = crate::lengths::parse_lengths(&text, a.chars_per_token)?;
+    let (gpu_name, capacity, _) = a.gpu();
+    let r = crate::lengths::analyze(&a.arch, &a.settings, capacity, &lengths)?;
+    if a.json {
+        return emit(out, &format!("{}\n", json!({"gpu": gpu_name, "report": r})));
+    }
+    let mut t = format!(
+        "{} samples: p50 {} · p95 {} · max {} tokens\n  peak at a typical batch (p50): {}\n  peak at the longest batch:     {} (nvidia-smi {} of {} on {gpu_name})\n",
+        r.stats.n, r.stats.p50, r.stats.p95, r.stats.max, report::gib(r.typical_peak_bytes), report::gib(r.longest_peak_bytes), report::gib(r.longest_smi_bytes), report::gib(capacity)
+    );
+    t.push_str(&format!(
+        "  longest length that fits: {}\n",
+        r.max_fitting_seq
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "none".into())
+    ));
+    match r.expected_oom_step {
+        Some(step) => t.push_str(&format!("  {:.2} % of samples are longer: expect the first OOM around micro-batch {:.0} (of {} per epoch)\n", r.share_too_long * 100.0, step, r.steps_per_epoch)),
+        None => t.push_str("  every sample fits\n"),
+    }
+    for adv in &r.advice {
+        t.push_str(&format!("  - {adv}\n"));
+    }
+    emit(out, &t)
 }
 
 fn cmd_plan(args: &[String], out: &mut dyn Write) -> Result<(), String> {

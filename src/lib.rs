@@ -4,9 +4,13 @@
 //! [`report`] formats plans for people; the web app (wasm only) and the CLI are thin layers on top.
 #![warn(missing_docs)]
 
+pub mod advice;
 pub mod catalog;
 pub mod chart;
 pub mod estimate;
+pub mod export;
+pub mod import;
+pub mod lengths;
 pub mod model;
 pub mod planner;
 pub mod report;

@@ -89,3 +89,15 @@ pub fn curve(arch: &Architecture, s: &Settings, axis: crate::urlstate::Axis) -> 
         })
         .collect()
 }
+
+/// The catalog GPU with the least memory on which the plan is not out of memory.
+pub fn smallest_gpu(arch: &Architecture, s: &Settings) -> Option<&'static catalog::GpuEntry> {
+    let p = plan(arch, s).ok()?;
+    let mut gpus: Vec<&catalog::GpuEntry> = catalog::gpus()
+        .iter()
+        .filter(|g| !g.unified_memory)
+        .collect();
+    gpus.sort_by_key(|g| g.capacity_bytes());
+    gpus.into_iter()
+        .find(|g| p.nvidia_smi_bytes <= g.capacity_bytes())
+}

@@ -179,6 +179,7 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
             "attn" => AttnImpl::parse(&v).map(|x| s.attn_impl = x).is_some(),
             "gc" => bool01(&v).map(|x| s.grad_ckpt = x).is_some(),
             "mask" => bool01(&v).map(|x| s.padded_mask = x).is_some(),
+            "ce" => bool01(&v).map(|x| s.fused_ce = x).is_some(),
             "opt" => Optimizer::parse(&v).map(|x| s.optimizer = x).is_some(),
             "t" => match parse_target_names(v.split(',')) {
                 Ok(t) if !t.is_empty() => {
@@ -299,6 +300,11 @@ pub fn encode(st: &UiState) -> String {
         u8::from(s.padded_mask).to_string(),
     );
     add(
+        "ce",
+        s.fused_ce != ds.fused_ce,
+        u8::from(s.fused_ce).to_string(),
+    );
+    add(
         "opt",
         s.optimizer != ds.optimizer,
         s.optimizer.name().into(),
@@ -348,6 +354,7 @@ mod tests {
         s.attn_impl = AttnImpl::Eager;
         s.grad_ckpt = true;
         s.padded_mask = true;
+        s.fused_ce = true;
         s.optimizer = Optimizer::PagedAdamw8bit;
         s.targets = vec![Target::Q, Target::V, Target::Down];
         s.modules_to_save = vec![SavedModule::LmHead];

@@ -562,9 +562,45 @@ pub fn layer_backward_working(ctx: &Ctx) -> Term {
     )
 }
 
+/// Rows per chunk of a fused linear cross-entropy (Liger's heuristic:
+/// next power of two of tokens / ⌈vocab / hidden⌉).
+pub fn fused_ce_chunk(ctx: &Ctx) -> u128 {
+    let v = ctx.arch.vocab_size as u128;
+    let h = ctx.h().max(1);
+    ctx.tokens()
+        .div_ceil(v.div_ceil(h))
+        .max(1)
+        .next_power_of_two()
+        .min(ctx.tokens().max(1))
+}
+
+fn fused_ce_terms(ctx: &Ctx) -> Vec<Term> {
+    let v = ctx.arch.vocab_size as u128;
+    vec![
+        Term::product(
+            Component::LogitsLoss,
+            "fused CE: logits chunk and its gradient (fp32)",
+            &[
+                f("2", 2),
+                f("chunk rows", fused_ce_chunk(ctx)),
+                f("vocab", v),
+                bytes_of(4),
+            ],
+        ),
+        Term::product(
+            Component::LogitsLoss,
+            "fused CE: gradient of the hidden states, computed in forward",
+            &[tok(ctx), f("hidden", ctx.h()), by(ctx.resid)],
+        ),
+    ]
+}
+
 /// Logits and loss at the start of backward: log_softmax output (saved), the nll_loss gradient and
 /// the log_softmax gradient, all fp32 [tokens × vocab]; plus Gemma-2's saved tanh of the final softcap.
 pub fn loss_backward_terms(ctx: &Ctx) -> Vec<Term> {
+    if ctx.s.fused_ce {
+        return fused_ce_terms(ctx);
+    }
     let v = ctx.arch.vocab_size as u128;
     let mut out = vec![Term::product(
         Component::LogitsLoss,
@@ -584,6 +620,15 @@ pub fn loss_backward_terms(ctx: &Ctx) -> Vec<Term> {
 /// Logits and loss at the end of forward (inside the loss): the logits, their fp32 upcast,
 /// log_softmax output, and lm_head's input hidden state.
 pub fn loss_forward_terms(ctx: &Ctx) -> Vec<Term> {
+    if ctx.s.fused_ce {
+        let mut out = fused_ce_terms(ctx);
+        out.push(Term::product(
+            Component::BackwardTemps,
+            "final hidden state (lm_head input)",
+            &[tok(ctx), f("hidden", ctx.h()), by(ctx.resid)],
+        ));
+        return out;
+    }
     let v = ctx.arch.vocab_size as u128;
     let mut out = vec![Term::product(
         Component::LogitsLoss,

@@ -164,6 +164,10 @@ pub struct Settings {
     pub padded_mask: bool,
     /// Optimizer.
     pub optimizer: Optimizer,
+    /// A fused / chunked linear cross-entropy (e.g. Liger's) that never materialises the full
+    /// [tokens × vocab] logits.
+    #[serde(default)]
+    pub fused_ce: bool,
 }
 
 /// Supported ranges (beyond these the planner refuses rather than extrapolating nonsense).
@@ -194,6 +198,7 @@ impl Default for Settings {
             attn_impl: AttnImpl::Sdpa,
             padded_mask: false,
             optimizer: Optimizer::AdamwTorchFused,
+            fused_ce: false,
         }
     }
 }
@@ -294,6 +299,8 @@ pub struct RawSettings {
     pub optimizer: Option<String>,
     /// `none` / `padded`.
     pub attention_mask: Option<String>,
+    /// Fused / chunked cross-entropy.
+    pub fused_ce: Option<bool>,
 }
 
 impl RawSettings {
@@ -373,6 +380,7 @@ impl RawSettings {
             attn_impl,
             padded_mask,
             optimizer,
+            fused_ce: self.fused_ce.unwrap_or(false),
         };
         s.validate()?;
         Ok(s)

@@ -133,3 +133,114 @@ fn lists_catalogs() {
     assert_eq!(code, 0);
     assert!(out.contains("h100-80") && out.contains("custom"));
 }
+
+fn tmp(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("lorafit-cli2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn fit_suggest_export_lengths_and_config_import() {
+    let (code, out, _) = cli(&["fit", "--model", "llama2-7b", "--gpu", "rtx4090", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let max_seq = v["max_seq"].as_u64().unwrap();
+    let (_, fits, _) = cli(&[
+        "plan",
+        "--model",
+        "llama2-7b",
+        "--gpu",
+        "rtx4090",
+        "--seq",
+        &max_seq.to_string(),
+        "--json",
+    ]);
+    let (_, over, _) = cli(&[
+        "plan",
+        "--model",
+        "llama2-7b",
+        "--gpu",
+        "rtx4090",
+        "--seq",
+        &(max_seq + 1).to_string(),
+        "--json",
+    ]);
+    let status = |t: &str| {
+        serde_json::from_str::<serde_json::Value>(t).unwrap()["verdict"]["status"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_ne!(status(&fits), "oom");
+    assert_eq!(status(&over), "oom");
+    assert!(v["smallest_gpu"].as_str().is_some());
+
+    let (code, out, _) = cli(&[
+        "suggest",
+        "--model",
+        "llama2-7b",
+        "--gpu",
+        "rtx4090",
+        "--batch",
+        "4",
+        "--seq",
+        "2048",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("gradient_checkpointing=True") && out.contains("empty_cache"),
+        "{out}"
+    );
+
+    let (code, out, _) = cli(&[
+        "export", "--format", "axolotl", "--model", "qwen2-7b", "--rank", "8",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("base_model: Qwen/Qwen2-7B-Instruct") && out.contains("lora_r: 8"),
+        "{out}"
+    );
+    let (code, _, err) = cli(&["export", "--model", "qwen2-7b"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--format"));
+
+    let lengths = tmp("lengths.txt", &"300\n".repeat(200));
+    let (code, out, _) = cli(&[
+        "lengths",
+        &lengths,
+        "--model",
+        "llama2-7b",
+        "--gpu",
+        "a100-40",
+        "--batch",
+        "4",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("200 samples") && out.contains("every sample fits"),
+        "{out}"
+    );
+
+    let cfg = tmp(
+        "config.json",
+        r#"{"model_type":"mistral","hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":32000}"#,
+    );
+    let (code, out, _) = cli(&["plan", "--config", &cfg, "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["plan"]["params"]["base_params"].as_u64().unwrap(),
+        7_241_732_096,
+        "Mistral-7B has 7,241,732,096 parameters"
+    );
+    let bad = tmp(
+        "bad.json",
+        r#"{"model_type":"t5","is_encoder_decoder":true}"#,
+    );
+    let (code, _, err) = cli(&["plan", "--config", &bad]);
+    assert_ne!(code, 0);
+    assert!(err.contains("encoder-decoder"), "{err}");
+}

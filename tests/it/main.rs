@@ -3,6 +3,7 @@
 
 mod catalog;
 mod cli;
+mod planning;
 mod properties;
 mod reference;
 mod weights;

@@ -1,0 +1,217 @@
+//! Copy-paste configs that reproduce a planned run: peft + transformers (Python), accelerate,
+//! LLaMA-Factory and axolotl (YAML). Every value comes from the plan's settings.
+
+use crate::model::{AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings, Target};
+
+/// Export formats.
+pub const FORMATS: [&str; 4] = ["python", "accelerate", "llama-factory", "axolotl"];
+
+fn module_names(s: &Settings) -> Vec<String> {
+    s.targets
+        .iter()
+        .map(|t| format!("{}_proj", t.name()))
+        .collect()
+}
+
+fn torch_dtype(d: Dtype) -> &'static str {
+    match d {
+        Dtype::Fp32 => "torch.float32",
+        Dtype::Bf16 => "torch.bfloat16",
+        Dtype::Fp16 => "torch.float16",
+    }
+}
+
+fn attn_name(a: AttnImpl) -> &'static str {
+    a.name()
+}
+
+fn mts(s: &Settings) -> Vec<&'static str> {
+    s.modules_to_save
+        .iter()
+        .map(|m| match m {
+            SavedModule::LmHead => "lm_head",
+            SavedModule::EmbedTokens => "embed_tokens",
+        })
+        .collect()
+}
+
+fn py_list(items: &[String]) -> String {
+    format!(
+        "[{}]",
+        items
+            .iter()
+            .map(|i| format!("{i:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// Renders one format; `model_id` is the Hugging Face repository (or a path).
+pub fn export(format: &str, model_id: &str, s: &Settings) -> Result<String, String> {
+    match format {
+        "python" => Ok(python(model_id, s)),
+        "accelerate" => Ok(accelerate(s)),
+        "llama-factory" | "llamafactory" => Ok(llama_factory(model_id, s)),
+        "axolotl" => Ok(axolotl(model_id, s)),
+        other => Err(format!(
+            "unknown export format {other:?} (expected {})",
+            FORMATS.join(", ")
+        )),
+    }
+}
+
+fn python(model_id: &str, s: &Settings) -> String {
+    let mut out = String::from("import torch\nfrom peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n\n");
+    let load_dtype = if s.quant.is_some() {
+        s.autocast.unwrap_or(Dtype::Bf16)
+    } else {
+        s.dtype
+    };
+    if let Some(q) = s.quant {
+        out.push_str(&format!(
+            "bnb_config = BitsAndBytesConfig(\n    load_in_4bit=True,\n    bnb_4bit_quant_type={:?},\n    bnb_4bit_use_double_quant={},\n    bnb_4bit_compute_dtype={},\n)\n",
+            q.name(),
+            py_bool(s.double_quant),
+            torch_dtype(load_dtype)
+        ));
+    }
+    out.push_str(&format!(
+        "model = AutoModelForCausalLM.from_pretrained(\n    {model_id:?},\n    torch_dtype={},\n    attn_implementation={:?},\n{})\n",
+        torch_dtype(load_dtype),
+        attn_name(s.attn_impl),
+        if s.quant.is_some() { "    quantization_config=bnb_config,\n" } else { "" }
+    ));
+    if s.quant.is_some() {
+        out.push_str("# from peft import prepare_model_for_kbit_training; model = prepare_model_for_kbit_training(model)\n");
+    }
+    out.push_str(&format!(
+        "lora_config = LoraConfig(\n    r={},\n    lora_alpha={},\n    lora_dropout={},\n    target_modules={},\n    modules_to_save={},\n    task_type=\"CAUSAL_LM\",\n)\n",
+        s.lora_r,
+        s.lora_alpha,
+        s.lora_dropout,
+        py_list(&module_names(s)),
+        if s.modules_to_save.is_empty() { "None".to_string() } else { py_list(&mts(s).iter().map(|m| m.to_string()).collect::<Vec<_>>()) },
+    ));
+    out.push_str(&format!(
+        "training_args = TrainingArguments(\n    output_dir=\"out\",\n    per_device_train_batch_size={},\n    gradient_accumulation_steps={},\n    gradient_checkpointing={},\n    bf16={},\n    fp16={},\n    optim={:?},\n)\n",
+        s.batch,
+        s.grad_accum,
+        py_bool(s.grad_ckpt),
+        py_bool(s.autocast == Some(Dtype::Bf16)),
+        py_bool(s.autocast == Some(Dtype::Fp16)),
+        s.optimizer.name(),
+    ));
+    out.push_str(&format!(
+        "# max sequence length (truncate / pack to): {}\n",
+        s.seq
+    ));
+    if s.fused_ce {
+        out.push_str("# fused cross-entropy: from liger_kernel.transformers import apply_liger_kernel_to_llama (per family)\n");
+    }
+    out
+}
+
+fn mixed(s: &Settings) -> &'static str {
+    match s.autocast {
+        Some(Dtype::Bf16) => "bf16",
+        Some(Dtype::Fp16) => "fp16",
+        _ => "'no'",
+    }
+}
+
+fn accelerate(s: &Settings) -> String {
+    format!(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nmixed_precision: {}\nnum_machines: 1\nnum_processes: 1\nmachine_rank: 0\ngpu_ids: all\nuse_cpu: false\ndowncast_bf16: 'no'\n# gradient_accumulation_steps: {}\n",
+        mixed(s),
+        s.grad_accum
+    )
+}
+
+fn llama_factory(model_id: &str, s: &Settings) -> String {
+    let targets = if s.targets.len() == Target::ALL.len() {
+        "all".to_string()
+    } else {
+        module_names(s).join(",")
+    };
+    let attn = match s.attn_impl {
+        AttnImpl::Eager => "disabled",
+        AttnImpl::Sdpa => "sdpa",
+        AttnImpl::FlashAttention2 => "fa2",
+    };
+    let mut out = format!(
+        "model_name_or_path: {model_id}\nstage: sft\ndo_train: true\nfinetuning_type: lora\nlora_rank: {}\nlora_alpha: {}\nlora_dropout: {}\nlora_target: {targets}\n",
+        s.lora_r, s.lora_alpha, s.lora_dropout
+    );
+    if !s.modules_to_save.is_empty() {
+        out.push_str(&format!("additional_target: {}\n", mts(s).join(",")));
+    }
+    if let Some(q) = s.quant {
+        out.push_str(&format!(
+            "quantization_bit: 4\nquantization_type: {}\ndouble_quantization: {}\n",
+            q.name(),
+            s.double_quant
+        ));
+    }
+    out.push_str(&format!(
+        "cutoff_len: {}\nper_device_train_batch_size: {}\ngradient_accumulation_steps: {}\ndisable_gradient_checkpointing: {}\nflash_attn: {attn}\nbf16: {}\nfp16: {}\noptim: {}\noutput_dir: out\n",
+        s.seq,
+        s.batch,
+        s.grad_accum,
+        !s.grad_ckpt,
+        s.autocast == Some(Dtype::Bf16),
+        s.autocast == Some(Dtype::Fp16),
+        s.optimizer.name(),
+    ));
+    if s.fused_ce {
+        out.push_str("enable_liger_kernel: true\n");
+    }
+    out
+}
+
+fn axolotl(model_id: &str, s: &Settings) -> String {
+    let optimizer = match s.optimizer {
+        Optimizer::Adamw8bit => "adamw_bnb_8bit",
+        o => o.name(),
+    };
+    let mut out = format!(
+        "base_model: {model_id}\nload_in_4bit: {}\nadapter: {}\nlora_r: {}\nlora_alpha: {}\nlora_dropout: {}\nlora_target_modules:\n{}",
+        s.quant == Some(Quant::Nf4) || s.quant == Some(Quant::Fp4),
+        if s.quant.is_some() { "qlora" } else { "lora" },
+        s.lora_r,
+        s.lora_alpha,
+        s.lora_dropout,
+        module_names(s).iter().map(|m| format!("  - {m}\n")).collect::<String>(),
+    );
+    if !s.modules_to_save.is_empty() {
+        out.push_str(&format!(
+            "lora_modules_to_save:\n{}",
+            mts(s)
+                .iter()
+                .map(|m| format!("  - {m}\n"))
+                .collect::<String>()
+        ));
+    }
+    out.push_str(&format!(
+        "sequence_len: {}\nmicro_batch_size: {}\ngradient_accumulation_steps: {}\ngradient_checkpointing: {}\nflash_attention: {}\nsdp_attention: {}\nbf16: {}\nfp16: {}\noptimizer: {optimizer}\noutput_dir: ./out\n",
+        s.seq,
+        s.batch,
+        s.grad_accum,
+        s.grad_ckpt,
+        s.attn_impl == AttnImpl::FlashAttention2,
+        s.attn_impl == AttnImpl::Sdpa,
+        s.autocast == Some(Dtype::Bf16),
+        s.autocast == Some(Dtype::Fp16),
+    ));
+    if s.fused_ce {
+        out.push_str("plugins:\n  - axolotl.integrations.liger.LigerPlugin\nliger_fused_linear_cross_entropy: true\n");
+    }
+    out
+}

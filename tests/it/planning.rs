@@ -1,0 +1,194 @@
+//! Issue-5 behaviour: ranked fixes re-planned, myths measured, length analysis, exports that
+//! parse back to the planned values, config.json import through the CLI.
+
+use lorafit::advice::{myths, suggest};
+use lorafit::catalog;
+use lorafit::export::export;
+use lorafit::model::{plan, AttnImpl, Dtype, Optimizer, Quant, Settings, Status, Target};
+
+fn arch(name: &str) -> lorafit::model::Architecture {
+    catalog::find_model(name).unwrap().arch.clone()
+}
+
+const GIB: u128 = 1 << 30;
+
+#[test]
+fn fixes_are_replanned_ranked_and_make_it_fit() {
+    let a = arch("llama2-7b");
+    let s = Settings {
+        batch: 4,
+        seq: 2048,
+        ..Settings::default()
+    };
+    let fixes = suggest(&a, &s, 24 * GIB, true);
+    assert!(!fixes.is_empty());
+    assert_ne!(fixes[0].status, Status::Oom, "the best fix makes it fit");
+    for f in &fixes {
+        let p = plan(&a, &f.settings).unwrap();
+        assert_eq!(
+            p.peak_allocated_bytes, f.peak_allocated_bytes,
+            "{} is re-planned",
+            f.id
+        );
+        assert!(f.saved_bytes > 0);
+    }
+    let ranks: Vec<u8> = fixes
+        .iter()
+        .map(|f| match f.status {
+            Status::Fits => 0,
+            Status::Tight => 1,
+            Status::Oom => 2,
+        })
+        .collect();
+    assert!(
+        ranks.windows(2).all(|w| w[0] <= w[1]),
+        "fitting fixes come first: {ranks:?}"
+    );
+    // Smaller micro-batch keeps the effective batch.
+    let sb = fixes.iter().find(|f| f.id == "smaller_batch").unwrap();
+    assert_eq!(sb.settings.batch * sb.settings.grad_accum, 4);
+}
+
+#[test]
+fn combination_when_no_single_change_suffices() {
+    let a = arch("llama2-13b");
+    let s = Settings {
+        batch: 8,
+        seq: 4096,
+        attn_impl: AttnImpl::Eager,
+        dtype: Dtype::Fp32,
+        autocast: Some(Dtype::Bf16),
+        ..Settings::default()
+    };
+    let fixes = suggest(&a, &s, 24 * GIB, true);
+    assert!(fixes
+        .iter()
+        .all(|f| f.id == "combined" || f.status == Status::Oom));
+    let c = fixes
+        .iter()
+        .find(|f| f.id == "combined")
+        .expect("a combination");
+    assert!(c.title.contains(" + "), "{}", c.title);
+    assert_ne!(c.status, Status::Oom, "{}", c.title);
+}
+
+#[test]
+fn myths_are_measured_not_asserted() {
+    let a = arch("llama2-7b");
+    let s = Settings {
+        grad_accum: 8,
+        ..Settings::default()
+    };
+    let m = myths(&a, &s);
+    let by = |claim: &str| {
+        m.iter()
+            .find(|x| x.claim.contains(claim))
+            .unwrap()
+            .delta_bytes
+    };
+    assert_eq!(by("empty_cache"), Some(0));
+    assert_eq!(by("gradient_accumulation"), Some(0));
+    let rank = by("rank").unwrap().unsigned_abs();
+    assert!(rank < GIB, "rank barely matters: {rank}");
+    let fp16 = by("fp16 halves").unwrap();
+    let fp32 = plan(
+        &a,
+        &Settings {
+            dtype: Dtype::Fp32,
+            ..s.clone()
+        },
+    )
+    .unwrap()
+    .peak_allocated_bytes as i128;
+    assert!(
+        fp16 < 0 && -fp16 < fp32 / 2,
+        "fp16 saves less than half: {fp16} of {fp32}"
+    );
+    assert!(by("squared").unwrap() > 0);
+}
+
+fn python_kwargs(code: &str, call: &str) -> serde_json::Value {
+    // Parse the snippet with Python's own parser and return the literal keyword arguments of `call`.
+    let script = format!(
+        "import ast, json, sys\ntree = ast.parse(sys.stdin.read())\nout = {{}}\nfor node in ast.walk(tree):\n    if isinstance(node, ast.Call) and getattr(node.func, 'id', '') == {call:?}:\n        for kw in node.keywords:\n            try: out[kw.arg] = ast.literal_eval(kw.value)\n            except Exception: out[kw.arg] = ast.unparse(kw.value)\nprint(json.dumps(out))\n"
+    );
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(code.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "python could not parse:\n{code}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn exports_parse_back_to_the_planned_values() {
+    let s = Settings {
+        batch: 3,
+        seq: 3072,
+        lora_r: 32,
+        lora_alpha: 64.0,
+        lora_dropout: 0.1,
+        grad_accum: 8,
+        grad_ckpt: true,
+        quant: Some(Quant::Nf4),
+        autocast: Some(Dtype::Bf16),
+        optimizer: Optimizer::PagedAdamw8bit,
+        targets: vec![Target::Q, Target::K, Target::V, Target::O],
+        attn_impl: AttnImpl::Sdpa,
+        ..Settings::default()
+    };
+    let py = export("python", "meta-llama/Llama-2-7b-hf", &s).unwrap();
+    let lora = python_kwargs(&py, "LoraConfig");
+    assert_eq!(lora["r"], 32);
+    assert_eq!(lora["lora_alpha"], 64);
+    assert_eq!(lora["lora_dropout"], 0.1);
+    assert_eq!(
+        lora["target_modules"],
+        serde_json::json!(["q_proj", "k_proj", "v_proj", "o_proj"])
+    );
+    let ta = python_kwargs(&py, "TrainingArguments");
+    assert_eq!(ta["per_device_train_batch_size"], 3);
+    assert_eq!(ta["gradient_accumulation_steps"], 8);
+    assert_eq!(ta["gradient_checkpointing"], true);
+    assert_eq!(ta["bf16"], true);
+    assert_eq!(ta["optim"], "paged_adamw_8bit");
+    let bnb = python_kwargs(&py, "BitsAndBytesConfig");
+    assert_eq!(bnb["load_in_4bit"], true);
+    assert_eq!(bnb["bnb_4bit_quant_type"], "nf4");
+
+    let lf: serde_yaml::Value =
+        serde_yaml::from_str(&export("llama-factory", "meta-llama/Llama-2-7b-hf", &s).unwrap())
+            .unwrap();
+    assert_eq!(lf["lora_rank"], 32);
+    assert_eq!(lf["cutoff_len"], 3072);
+    assert_eq!(lf["per_device_train_batch_size"], 3);
+    assert_eq!(lf["quantization_bit"], 4);
+    assert_eq!(lf["lora_target"], "q_proj,k_proj,v_proj,o_proj");
+    assert_eq!(lf["disable_gradient_checkpointing"], false);
+
+    let ax: serde_yaml::Value =
+        serde_yaml::from_str(&export("axolotl", "meta-llama/Llama-2-7b-hf", &s).unwrap()).unwrap();
+    assert_eq!(ax["adapter"], "qlora");
+    assert_eq!(ax["lora_r"], 32);
+    assert_eq!(ax["sequence_len"], 3072);
+    assert_eq!(ax["micro_batch_size"], 3);
+    assert_eq!(ax["gradient_accumulation_steps"], 8);
+    assert_eq!(ax["lora_target_modules"].as_sequence().unwrap().len(), 4);
+    assert_eq!(ax["sdp_attention"], true);
+
+    let acc: serde_yaml::Value =
+        serde_yaml::from_str(&export("accelerate", "x", &s).unwrap()).unwrap();
+    assert_eq!(acc["mixed_precision"], "bf16");
+    assert_eq!(acc["num_processes"], 1);
+    assert!(export("toml", "x", &s).is_err());
+}
