@@ -14,6 +14,8 @@ use crate::planner::{self, Evaluation};
 use crate::report::{gib, gib_signed};
 use crate::urlstate::{self, Axis, UiState};
 
+mod panels;
+
 /// Mounts the app on `<body>`.
 pub fn mount() {
     leptos::mount::mount_to_body(App);
@@ -192,21 +194,15 @@ pub fn App() -> impl IntoView {
     let focused: RwSignal<Option<&'static str>> = RwSignal::new(None);
     let search = RwSignal::new(String::new());
 
-    let eval =
-        Memo::new(move |_| state.with(|st| planner::evaluate(&st.model, &st.gpu, &st.settings)));
+    let eval = Memo::new(move |_| state.with(planner::evaluate_state));
     let curve = Memo::new(move |_| {
         state.with(|st| {
-            catalog::find_model(&st.model)
-                .map(|m| planner::curve(&m.arch, &st.settings, st.axis))
+            planner::arch_of(st)
+                .map(|a| planner::curve(&a, &st.settings, st.axis))
                 .unwrap_or_default()
         })
     });
-    let pinned_eval = Memo::new(move |_| {
-        pinned.with(|p| {
-            p.as_ref()
-                .map(|st| planner::evaluate(&st.model, &st.gpu, &st.settings))
-        })
-    });
+    let pinned_eval = Memo::new(move |_| pinned.with(|p| p.as_ref().map(planner::evaluate_state)));
     let query = Memo::new(move |_| state.with(urlstate::encode));
     let share_url = Memo::new(move |_| format!("{}?{}", page_url_without_query(), query.get()));
     let embed_code = Memo::new(move |_| {
@@ -372,11 +368,15 @@ pub fn App() -> impl IntoView {
                         <Summary eval=eval focused=focused />
                     </Show>
                     <Show when=move || !embed()>
+                        <panels::Fixes state=state eval=eval />
                         <CurveChart curve=curve eval=eval axis=Signal::from(Memo::new(move |_| state.with(|st| st.axis)))
                             on_axis=Callback::new(move |a: Axis| state.update(|st| st.axis = a)) />
                         <Compare pinned=pinned pinned_eval=pinned_eval eval=eval
                             on_pin=Callback::new(move |_: ()| pinned.set(Some(state.get_untracked())))
                             on_unpin=Callback::new(move |_: ()| pinned.set(None)) />
+                        <panels::Lengths state=state eval=eval />
+                        <panels::Import state=state />
+                        <panels::Export state=state />
                         <Show when=move || eval.with(|r| r.is_ok())>
                             <Tables eval=eval />
                         </Show>

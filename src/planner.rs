@@ -101,3 +101,18 @@ pub fn smallest_gpu(arch: &Architecture, s: &Settings) -> Option<&'static catalo
     gpus.into_iter()
         .find(|g| p.nvidia_smi_bytes <= g.capacity_bytes())
 }
+
+/// The architecture a page state plans: the imported config if any, else the catalog model.
+pub fn arch_of(st: &crate::urlstate::UiState) -> Result<Architecture, String> {
+    match &st.custom {
+        Some(a) => Ok(a.clone()),
+        None => Ok(catalog::find_model(&st.model)?.arch.clone()),
+    }
+}
+
+/// Evaluates a page state (imported architecture or catalog model, catalog GPU).
+pub fn evaluate_state(st: &crate::urlstate::UiState) -> Result<Evaluation, String> {
+    let arch = arch_of(st)?;
+    let g = catalog::find_gpu(&st.gpu)?;
+    evaluate_arch(&arch, &g.name, g.capacity_bytes(), &st.settings)
+}

@@ -4,7 +4,51 @@
 
 use crate::catalog;
 use crate::model::settings::{parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ};
-use crate::model::{AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings, Target};
+use crate::model::{
+    Architecture, AttnImpl, Dtype, Family, Optimizer, Quant, SavedModule, Settings, Target,
+};
+
+/// `family.hidden.intermediate.layers.heads.kv_heads.head_dim.vocab.tied` of an imported model.
+pub fn encode_arch(a: &Architecture) -> String {
+    format!(
+        "{}.{}.{}.{}.{}.{}.{}.{}.{}",
+        a.family.name(),
+        a.hidden_size,
+        a.intermediate_size,
+        a.num_hidden_layers,
+        a.num_attention_heads,
+        a.kv_heads(),
+        a.head_dim(),
+        a.vocab_size,
+        u8::from(a.tie_word_embeddings)
+    )
+}
+
+/// Parses [`encode_arch`]'s form; None when malformed or invalid.
+pub fn decode_arch(v: &str) -> Option<Architecture> {
+    let parts: Vec<&str> = v.split('.').collect();
+    if parts.len() != 9 {
+        return None;
+    }
+    let n = |i: usize| parts[i].parse::<u64>().ok();
+    let a = Architecture {
+        name: "imported config".into(),
+        family: Family::parse(parts[0])?,
+        hidden_size: n(1)?,
+        intermediate_size: n(2)?,
+        num_hidden_layers: n(3)?,
+        num_attention_heads: n(4)?,
+        num_key_value_heads: Some(n(5)?),
+        head_dim: Some(n(6)?),
+        vocab_size: n(7)?,
+        tie_word_embeddings: bool01(parts[8])?,
+        qkv_bias: None,
+        attn_logit_softcapping: None,
+        final_logit_softcapping: None,
+    };
+    a.validate().ok()?;
+    Some(a)
+}
 
 /// Which quantity the curve chart sweeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +72,10 @@ pub struct UiState {
     pub embed: bool,
     /// Curve chart axis.
     pub axis: Axis,
+    /// An imported architecture (config.json) used instead of the catalog model.
+    pub custom: Option<Architecture>,
+    /// Same-origin path serving the Hub's layout (`./hub`), for offline tests; never encoded.
+    pub hub: Option<String>,
 }
 
 impl Default for UiState {
@@ -38,6 +86,8 @@ impl Default for UiState {
             settings: Settings::default(),
             embed: false,
             axis: Axis::Seq,
+            custom: None,
+            hub: None,
         }
     }
 }
@@ -205,6 +255,16 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
                 good
             }
             "embed" => bool01(&v).map(|x| st.embed = x).is_some(),
+            "arch" => decode_arch(&v).map(|a| st.custom = Some(a)).is_some(),
+            "hub" => {
+                // Only a same-origin relative path: a link can never point the page elsewhere.
+                let ok =
+                    v.starts_with("./") && !v.contains("..") && !v.contains("//") && v.len() < 100;
+                if ok {
+                    st.hub = Some(v.trim_end_matches('/').to_string());
+                }
+                ok
+            }
             "axis" => match v.as_str() {
                 "seq" => {
                     st.axis = Axis::Seq;
@@ -322,6 +382,9 @@ pub fn encode(st: &UiState) -> String {
     add("mts", s.modules_to_save != ds.modules_to_save, mts);
     add("embed", st.embed, "1".into());
     add("axis", st.axis != d.axis, "batch".into());
+    if let Some(a) = &st.custom {
+        p.push(("arch", encode_arch(a)));
+    }
     p.iter()
         .map(|(k, v)| format!("{k}={}", percent_encode(v)))
         .collect::<Vec<_>>()
@@ -358,6 +421,13 @@ mod tests {
         s.optimizer = Optimizer::PagedAdamw8bit;
         s.targets = vec![Target::Q, Target::V, Target::Down];
         s.modules_to_save = vec![SavedModule::LmHead];
+        st.custom = crate::import::parse_config(r#"{"model_type":"qwen2","hidden_size":896,"intermediate_size":4864,"num_attention_heads":14,"num_hidden_layers":24,"num_key_value_heads":2,"vocab_size":151936}"#).ok().map(|mut a| {
+            a.name = "imported config".into();
+            a.num_key_value_heads = Some(a.kv_heads());
+            a.head_dim = Some(a.head_dim());
+            a
+        });
+        assert!(st.custom.is_some());
         let (back, notices) = decode(&encode(&st));
         assert!(notices.is_empty(), "{notices:?}");
         assert_eq!(back, st);

@@ -13,11 +13,14 @@ const bin = process.env.LORAFIT_BIN || path.join(root, "target/debug/lorafit");
 
 const TYPES = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm", ".css": "text/css", ".json": "application/json", ".png": "image/png", ".webmanifest": "application/manifest+json" };
 
-/** Serves `dist` at `prefix` (e.g. "/" or "/lorafit/") on a free loopback port. */
-export async function serve(prefix = "/") {
+/** Serves `dist` at `prefix` (e.g. "/" or "/lorafit/") on a free loopback port; `routes` maps
+ * extra paths (relative to the prefix) to `{ status, body }` (e.g. a fake Hub layout). */
+export async function serve(prefix = "/", routes = {}) {
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, "http://x");
     if (!url.pathname.startsWith(prefix)) { res.writeHead(404); res.end(); return; }
+    const route = routes[url.pathname.slice(prefix.length)];
+    if (route) { res.writeHead(route.status, { "content-type": "application/json" }); res.end(route.body || ""); return; }
     let rel = decodeURIComponent(url.pathname.slice(prefix.length)) || "index.html";
     const file = path.join(dist, path.normalize(rel).replace(/^(\.\.[/\\])+/, ""));
     fs.readFile(file, (err, data) => {

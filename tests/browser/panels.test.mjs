@@ -1,0 +1,116 @@
+// Planning panels in a real browser: ranked fixes with apply, myths, config.json import (paste,
+// file, Hub by id from a local server with the Hub's layout, gated, malformed), length
+// distribution and exports.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { serve, launch, openApp, cliPlan, gibOf, GIB } from "./harness.mjs";
+
+const MISTRAL = JSON.stringify({ model_type: "mistral", hidden_size: 4096, intermediate_size: 14336, num_hidden_layers: 32, num_attention_heads: 32, num_key_value_heads: 8, vocab_size: 32000 });
+let server, browser, cfgFile;
+before(async () => {
+  server = await serve("/app/", {
+    "hub/acme/tiny-mistral/resolve/main/config.json": { status: 200, body: MISTRAL },
+    "hub/acme/gated/resolve/main/config.json": { status: 403, body: "" },
+  });
+  browser = await launch();
+  cfgFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "lorafit-")), "config.json");
+  fs.writeFileSync(cfgFile, MISTRAL);
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+const near = (a, b) => Math.abs(a - b) <= 0.006;
+
+test("fixes appear when it does not fit, and applying one re-plans", async () => {
+  const { page } = await openApp(browser, server.url + "?gpu=rtx4090&b=4&s=2048");
+  assert.equal(await page.textContent('[data-testid="verdict"]'), "oom");
+  await page.waitForSelector('[data-testid="fix-grad_ckpt"]');
+  const first = await page.locator('[data-testid="fixes"] li').first().textContent();
+  assert.match(first, /fits|tight/);
+  await page.click('[data-testid="apply-grad_ckpt"]');
+  assert.equal(await page.isChecked('[data-testid="toggle-gc"]'), true);
+  const want = cliPlan(["--model", "llama2-7b", "--gpu", "rtx4090", "--batch", "4", "--seq", "2048", "--gc"]).plan.peak_allocated_bytes / GIB;
+  assert.ok(near(await gibOf(page, "peak-allocated"), want));
+  assert.notEqual(await page.textContent('[data-testid="verdict"]'), "oom");
+  await page.click('[data-testid="myths-toggle"]');
+  const myths = await page.textContent('[data-testid="myths"]');
+  assert.match(myths, /empty_cache\(\).*\+0\.00 GiB/s);
+  assert.match(myths, /KV cache/);
+  await page.close();
+});
+
+test("paste, upload and bad config.json", async () => {
+  const { page, errors } = await openApp(browser, server.url);
+  await page.fill('[data-testid="config-input"]', MISTRAL);
+  await page.click('[data-testid="config-apply"]');
+  assert.match(await page.textContent('[data-testid="config-status"]'), /7\.242 B parameters/);
+  fs.mkdirSync(path.dirname(cfgFile), { recursive: true });
+  const want = JSON.parse(require_cli(["--config", cfgFile]));
+  assert.ok(near(await gibOf(page, "peak-allocated"), want.plan.peak_allocated_bytes / GIB));
+  await page.waitForFunction(() => location.search.includes("arch=mistral."), null, { timeout: 5000 });
+  const shown = await gibOf(page, "peak-allocated");
+  await page.fill('[data-testid="config-input"]', '{"model_type": "t5", "is_encoder_decoder": true}');
+  await page.click('[data-testid="config-apply"]');
+  assert.match(await page.textContent('[data-testid="config-status"]'), /encoder-decoder/);
+  assert.equal(await gibOf(page, "peak-allocated"), shown, "a bad paste keeps the current plan");
+  await page.click('[data-testid="config-clear"]');
+  await page.setInputFiles('[data-testid="config-file"]', cfgFile);
+  await page.waitForSelector('[data-testid="config-status"].ok');
+  assert.equal(await gibOf(page, "peak-allocated"), shown);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+import { execFileSync } from "node:child_process";
+function require_cli(args) {
+  const bin = process.env.LORAFIT_BIN || path.resolve(import.meta.dirname, "../../target/debug/lorafit");
+  return execFileSync(bin, ["plan", ...args, "--json"], { encoding: "utf8" });
+}
+
+test("config.json by model id from a Hub-layout server; gated and invalid ids explain", async () => {
+  const { page } = await openApp(browser, server.url + "?hub=./hub");
+  await page.fill('[data-testid="hub-id"]', "acme/tiny-mistral");
+  await page.click('[data-testid="hub-fetch"]');
+  await page.waitForSelector('[data-testid="config-status"].ok');
+  assert.match(await page.textContent('[data-testid="config-status"]'), /mistral config: 7\.242 B/);
+  await page.fill('[data-testid="hub-id"]', "acme/gated");
+  await page.click('[data-testid="hub-fetch"]');
+  await page.waitForFunction(() => /gated/.test(document.querySelector('[data-testid="config-status"]')?.textContent || ""));
+  await page.fill('[data-testid="hub-id"]', "../../etc/passwd");
+  await page.click('[data-testid="hub-fetch"]');
+  assert.match(await page.textContent('[data-testid="config-status"]'), /not a model id/);
+  await page.close();
+});
+
+test("length distribution: typical vs longest batch and the expected OOM step", async () => {
+  const { page } = await openApp(browser, server.url + "?gpu=a100-40&b=4");
+  await page.fill('[data-testid="lengths-input"]', Array(990).fill("300").concat(Array(10).fill("8000")).join("\n"));
+  await page.click('[data-testid="lengths-analyze"]');
+  await page.waitForSelector('[data-testid="lengths-report"]');
+  const typical = await gibOf(page, "lengths-typical");
+  const longest = await gibOf(page, "lengths-longest");
+  assert.ok(longest > typical);
+  assert.ok(near(typical, cliPlan(["--model", "llama2-7b", "--batch", "4", "--seq", "300"]).plan.peak_allocated_bytes / GIB));
+  assert.match(await page.textContent('[data-testid="lengths-oom-step"]'), /around micro-batch 25 \(1\.00 % of samples too long; 250 micro-batches per epoch\)/);
+  await page.fill('[data-testid="lengths-input"]', "12\nabc");
+  await page.click('[data-testid="lengths-analyze"]');
+  assert.match(await page.textContent('[data-testid="lengths-error"]'), /item 2/);
+  await page.close();
+});
+
+test("exports follow the plan", async () => {
+  const { page } = await openApp(browser, server.url + "?b=3&r=32&gc=1");
+  assert.match(await page.inputValue('[data-testid="export-output"]'), /LoraConfig\(\n    r=32,/);
+  await page.selectOption('[data-testid="select-export"]', "axolotl");
+  const ax = await page.inputValue('[data-testid="export-output"]');
+  assert.match(ax, /micro_batch_size: 3/);
+  assert.match(ax, /gradient_checkpointing: true/);
+  await page.fill('[data-testid="input-batch"]', "5");
+  assert.match(await page.inputValue('[data-testid="export-output"]'), /micro_batch_size: 5/);
+  await page.close();
+});
