@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod chart;
 pub mod estimate;
 pub mod export;
+pub mod fuzz;
 pub mod import;
 pub mod lengths;
 pub mod model;

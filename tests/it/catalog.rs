@@ -94,3 +94,31 @@ fn the_model_module_has_no_web_or_gpu_dependency() {
         }
     }
 }
+
+#[test]
+fn content_security_policy_allows_only_what_the_app_needs() {
+    let html = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("index.html"),
+    )
+    .unwrap();
+    let csp = html
+        .split("Content-Security-Policy\" content=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .expect("a CSP meta tag");
+    for needed in [
+        "default-src 'self'",
+        "script-src 'self' 'wasm-unsafe-eval'",
+        "connect-src 'self' https://huggingface.co",
+        "object-src 'none'",
+    ] {
+        assert!(csp.contains(needed), "CSP lacks {needed}: {csp}");
+    }
+    for forbidden in ["'unsafe-inline'", " 'unsafe-eval'", " *", "data: ", "http:"] {
+        assert!(!csp.contains(forbidden), "CSP allows {forbidden}: {csp}");
+    }
+    assert!(
+        !html.contains("<script>") && !html.contains("<script type=\"module\">"),
+        "index.html has an inline script"
+    );
+}

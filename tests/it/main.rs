@@ -3,6 +3,7 @@
 
 mod catalog;
 mod cli;
+mod fuzz;
 mod planning;
 mod properties;
 mod reference;

@@ -1,0 +1,125 @@
+//! Fuzz targets shared by the benchmark-style fuzzer (`examples/fuzz.rs`) and the regression
+//! tests: each takes arbitrary bytes and must return without panicking. Outputs are checked for
+//! finiteness where the target produces numbers.
+
+use crate::model::{plan, Architecture, Family, Settings};
+
+/// Target names, in the order the fuzzer runs them.
+pub const TARGETS: [&str; 5] = ["url", "config", "estimate", "lengths", "model"];
+
+/// Runs one target on one input. Returns Err with a description when an invariant fails.
+pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(data);
+    match target {
+        "url" => {
+            let (st, notices) = crate::urlstate::decode(&text);
+            st.settings
+                .validate()
+                .map_err(|e| format!("decoded settings invalid: {e}"))?;
+            if notices.len() > 8 {
+                return Err("too many notices".into());
+            }
+            let again = crate::urlstate::decode(&crate::urlstate::encode(&st)).0;
+            if again.settings != st.settings || again.model != st.model || again.gpu != st.gpu {
+                return Err("encode/decode round trip changed the state".into());
+            }
+            Ok(())
+        }
+        "config" => {
+            if let Ok(a) = crate::import::parse_config(&text) {
+                finite(&a, &Settings::default())?;
+            }
+            Ok(())
+        }
+        "estimate" => {
+            let (_, line) = crate::estimate::output_line(&text);
+            serde_json::from_str::<serde_json::Value>(&line)
+                .map_err(|e| format!("output is not JSON: {e}"))?;
+            Ok(())
+        }
+        "lengths" => {
+            if let Ok(ls) = crate::lengths::parse_lengths(&text, 4.0) {
+                if ls.is_empty() || ls.contains(&0) {
+                    return Err("empty or zero lengths accepted".into());
+                }
+                let _ = crate::lengths::stats(&ls);
+            }
+            Ok(())
+        }
+        "model" => {
+            // Arbitrary numbers straight into the model.
+            let mut w = [0u64; 12];
+            for (i, chunk) in data.chunks(8).take(12).enumerate() {
+                let mut b = [0u8; 8];
+                b[..chunk.len()].copy_from_slice(chunk);
+                w[i] = u64::from_le_bytes(b);
+            }
+            // One input in eight uses raw values (mostly invalid: typed errors expected); the
+            // rest build valid shapes up to 405B-class sizes and extreme batch × seq.
+            let raw = w[0] % 8 == 0;
+            let pick = |x: u64, lo: u64, hi: u64| if raw { x } else { lo + x % (hi - lo + 1) };
+            let heads = if raw { w[4] } else { 1u64 << (w[4] % 8) };
+            let hidden = if raw {
+                w[1]
+            } else {
+                heads * 8 * pick(w[1], 1, 128)
+            };
+            let kv = if raw {
+                w[5]
+            } else {
+                heads >> (w[5] % 3).min(heads.trailing_zeros() as u64)
+            };
+            let a = Architecture {
+                name: String::new(),
+                family: [
+                    Family::Llama,
+                    Family::Qwen2,
+                    Family::Qwen3,
+                    Family::Gemma2,
+                    Family::Gemma3,
+                    Family::Phi3,
+                    Family::Mistral,
+                ][(w[0] % 7) as usize],
+                hidden_size: hidden,
+                intermediate_size: pick(w[2], 1, 1 << 16),
+                num_hidden_layers: pick(w[3], 1, 200),
+                num_attention_heads: heads,
+                num_key_value_heads: Some(kv),
+                head_dim: (w[6] % 2 == 0).then(|| pick(w[6], 1, 512)),
+                vocab_size: pick(w[7], 1, 1 << 18),
+                tie_word_embeddings: w[0] & 8 != 0,
+                qkv_bias: None,
+                attn_logit_softcapping: None,
+                final_logit_softcapping: None,
+            };
+            let s = Settings {
+                batch: pick(w[8], 1, 4096),
+                seq: pick(w[9], 1, 1 << 20),
+                lora_r: pick(w[10], 1, 512),
+                grad_ckpt: w[11] & 1 != 0,
+                attn_impl: [
+                    crate::model::AttnImpl::Eager,
+                    crate::model::AttnImpl::Sdpa,
+                    crate::model::AttnImpl::FlashAttention2,
+                ][(w[11] >> 1) as usize % 3],
+                fused_ce: w[11] & 16 != 0,
+                ..Settings::default()
+            };
+            finite(&a, &s)
+        }
+        other => Err(format!("unknown target {other}")),
+    }
+}
+
+fn finite(a: &Architecture, s: &Settings) -> Result<(), String> {
+    if let Ok(p) = plan(a, s) {
+        let sum: u128 = p.breakdown.iter().map(|c| c.bytes).sum();
+        if sum != p.peak_allocated_bytes {
+            return Err("components do not add up to the peak".into());
+        }
+        if !(p.nvidia_smi_bytes as f64).is_finite() || p.nvidia_smi_bytes < p.peak_allocated_bytes {
+            return Err("totals out of order".into());
+        }
+    }
+    Ok(())
+}

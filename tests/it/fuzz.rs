@@ -1,0 +1,88 @@
+//! Fuzz corpus as regression tests: every seed (and every saved crash reproducer) of
+//! tests/fuzz-corpus runs through every target, and must neither panic nor break an invariant.
+
+#[test]
+fn corpus_and_crash_reproducers_pass_every_target() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-corpus");
+    let mut n = 0;
+    for dir in std::fs::read_dir(&root).unwrap() {
+        for file in std::fs::read_dir(dir.unwrap().path()).unwrap() {
+            let path = file.unwrap().path();
+            let data = std::fs::read(&path).unwrap();
+            for target in lorafit::fuzz::TARGETS {
+                let r = std::panic::catch_unwind(|| lorafit::fuzz::run(target, &data));
+                match r {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => panic!("{} on {target}: {e}", path.display()),
+                    Err(_) => panic!("{} panics in {target}", path.display()),
+                }
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 50, "corpus too small: {n}");
+}
+
+#[test]
+fn every_catalog_model_and_option_combination_is_sane() {
+    use lorafit::model::{plan, AttnImpl, Dtype, Optimizer, Quant, Settings};
+    let dtypes = [
+        (Dtype::Bf16, None),
+        (Dtype::Fp16, None),
+        (Dtype::Fp32, None),
+        (Dtype::Bf16, Some(Quant::Nf4)),
+        (Dtype::Bf16, Some(Quant::Fp4)),
+    ];
+    let mut cases = 0u64;
+    for m in lorafit::catalog::models() {
+        for (i, &(dtype, quant)) in dtypes.iter().enumerate() {
+            for (j, &optimizer) in Optimizer::ALL.iter().enumerate() {
+                for attn in [AttnImpl::Eager, AttnImpl::Sdpa, AttnImpl::FlashAttention2] {
+                    for gc in [false, true] {
+                        // Deterministic spread of batch/seq/rank within and beyond the UI ranges.
+                        let k = (cases * 2654435761) % 1000;
+                        let s = Settings {
+                            dtype,
+                            quant,
+                            optimizer,
+                            attn_impl: attn,
+                            grad_ckpt: gc,
+                            autocast: [None, Some(Dtype::Bf16), Some(Dtype::Fp16)][(i + j) % 3],
+                            batch: 1 + k % 600,
+                            seq: 1 + (k * 977) % 200_000,
+                            lora_r: 1 + k % 700,
+                            ..Settings::default()
+                        };
+                        let s = Settings {
+                            lora_r: s.lora_r.min(m.arch.hidden_size),
+                            ..s
+                        };
+                        let p = plan(&m.arch, &s)
+                            .unwrap_or_else(|e| panic!("{} {s:?}: {e}", m.arch.name));
+                        let sum: u128 = p.breakdown.iter().map(|c| c.bytes).sum();
+                        assert_eq!(sum, p.peak_allocated_bytes);
+                        assert!(p.peak_allocated_bytes >= p.steady_state_bytes);
+                        assert!(
+                            p.nvidia_smi_bytes >= p.peak_reserved_bytes
+                                && p.peak_reserved_bytes >= p.peak_allocated_bytes
+                        );
+                        let bigger = plan(
+                            &m.arch,
+                            &Settings {
+                                batch: s.batch + 1,
+                                ..s.clone()
+                            },
+                        )
+                        .unwrap();
+                        assert!(bigger.peak_allocated_bytes >= p.peak_allocated_bytes);
+                        cases += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(
+        cases,
+        lorafit::catalog::models().len() as u64 * 5 * 9 * 3 * 2
+    );
+}
