@@ -168,7 +168,10 @@ fn dtype_value(s: &Settings) -> String {
 
 fn apply_dtype(s: &mut Settings, v: &str) {
     match v {
-        "nf4" | "fp4" => s.quant = Quant::parse(v),
+        "nf4" | "fp4" => {
+            s.quant = Quant::parse(v);
+            s.dtype = Dtype::Bf16;
+        }
         other => {
             s.quant = None;
             if let Some(d) = Dtype::parse(other) {

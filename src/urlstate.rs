@@ -202,7 +202,10 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
             "ga" => int_in(&v, 1, 1 << 20).map(|x| s.grad_accum = x).is_some(),
             "dt" => match v.as_str() {
                 "nf4" | "fp4" => {
+                    // 4-bit: the non-quantized parts are fp32 after prepare_model_for_kbit_training;
+                    // the base dtype is canonical so every state has one link.
                     s.quant = Quant::parse(&v);
+                    s.dtype = Dtype::Bf16;
                     true
                 }
                 _ => Dtype::parse(&v)
