@@ -9,7 +9,7 @@ use wasm_bindgen::JsValue;
 use crate::catalog;
 use crate::chart;
 use crate::model::plan::ComponentBytes;
-use crate::model::{AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings, Target};
+use crate::model::{AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings, Strategy, Target};
 use crate::planner::{self, Evaluation};
 use crate::report::{gib, gib_signed};
 use crate::urlstate::{self, Axis, UiState};
@@ -321,6 +321,32 @@ pub fn App() -> impl IntoView {
                 on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.grad_ckpt = on))) />
             <Toggle label="Padded batch with explicit attention mask" testid="toggle-mask" checked=Memo::new(move |_| state.with(|st| st.settings.padded_mask))
                 on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.padded_mask = on))) />
+            <fieldset class="targets gpus">
+                <legend>"GPUs"</legend>
+                <NumberControl label="GPUs per node" testid="input-gpus" min=1.0 max=64.0 step=1.0
+                    value=num(|s| s.parallel.gpus_per_node as f64)
+                    on_set=Callback::new(move |v: f64| set(Box::new(move |s| {
+                        s.parallel.gpus_per_node = v.round() as u64;
+                        if s.parallel.world() > 1 && s.parallel.strategy == Strategy::Single { s.parallel.strategy = Strategy::FsdpFullShard; }
+                        if s.parallel.world() == 1 { s.parallel.strategy = Strategy::Single; s.parallel.offload_params = false; s.parallel.offload_optimizer = false; }
+                    }))) />
+                <NumberControl label="Nodes" testid="input-nodes" min=1.0 max=64.0 step=1.0
+                    value=num(|s| s.parallel.nodes as f64)
+                    on_set=Callback::new(move |v: f64| set(Box::new(move |s| {
+                        s.parallel.nodes = v.round() as u64;
+                        if s.parallel.world() > 1 && s.parallel.strategy == Strategy::Single { s.parallel.strategy = Strategy::FsdpFullShard; }
+                    }))) />
+                <SelectControl label="Strategy" testid="select-strategy"
+                    options={Strategy::ALL.iter().map(|x| (x.name().to_string(), x.name().replace('_', " "))).collect::<Vec<_>>()}
+                    value=Memo::new(move |_| state.with(|st| st.settings.parallel.strategy.name().to_string()))
+                    on_set=Callback::new(move |v: String| set(Box::new(move |s| if let Some(x) = Strategy::parse(&v) { s.parallel.strategy = x; }))) />
+                <Toggle label="offload optimizer to CPU" testid="toggle-offload-optimizer" checked=Memo::new(move |_| state.with(|st| st.settings.parallel.offload_optimizer))
+                    on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.parallel.offload_optimizer = on))) />
+                <Toggle label="offload parameters to CPU" testid="toggle-offload-params" checked=Memo::new(move |_| state.with(|st| st.settings.parallel.offload_params))
+                    on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.parallel.offload_params = on))) />
+                <Toggle label="offload checkpoints to CPU" testid="toggle-offload-activations" checked=Memo::new(move |_| state.with(|st| st.settings.parallel.offload_activations))
+                    on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.parallel.offload_activations = on))) />
+            </fieldset>
             <fieldset class="targets">
                 <legend>"LoRA target modules"</legend>
                 <Toggle label="all-linear" testid="target-all" checked=Memo::new(move |_| state.with(|st| st.settings.targets.len() == Target::ALL.len()))
@@ -454,6 +480,8 @@ fn Summary(
                     <span>" on " {move || read(eval, |e| e.gpu_name.clone())} " · headroom " <span data-testid="headroom">{move || read(eval, |e| gib_signed(e.verdict.headroom_bytes))}</span></span>
                 </div>
                 <dl>
+                    <dt>"Numbers are"</dt><dd data-testid="per-gpu">{move || read(eval, |e| if e.plan.world_size > 1 { format!("per GPU · {} GPUs · effective batch {}", e.plan.world_size, e.plan.effective_batch) } else { format!("for one GPU · effective batch {}", e.plan.effective_batch) })}</dd>
+                    <dt>"CPU RAM for offload"</dt><dd data-testid="cpu-ram">{move || read(eval, |e| format!("{} per GPU · {} per node", gib(e.plan.cpu_bytes_per_rank), gib(e.plan.cpu_bytes_per_node)))}</dd>
                     <dt>"Peak allocated"</dt><dd data-testid="peak-allocated">{move || read(eval, |e| gib(e.plan.peak_allocated_bytes))}</dd>
                     <dt>"Peak reserved (estimate)"</dt><dd data-testid="peak-reserved">{move || read(eval, |e| gib(e.plan.peak_reserved_bytes))}</dd>
                     <dt>"nvidia-smi (estimate)"</dt><dd data-testid="peak-smi">{move || read(eval, |e| gib(e.plan.nvidia_smi_bytes))}</dd>

@@ -30,6 +30,8 @@ PLAN OPTIONS:
   --targets q,k,v,o,gate,up,down|all-linear   --modules-to-save lm_head,embed_tokens
   --dtype fp32|bf16|fp16   --quant nf4|fp4   --no-double-quant
   --autocast bf16|fp16|none   --attn eager|sdpa|flash_attention_2   --padded-mask
+  --gpus N (per node) --nodes N --strategy ddp|fsdp|fsdp_shard_grad_op|fsdp_hybrid|zero1|zero2|zero3
+  --offload optimizer,params,activations
   --gc   --fused-ce (chunked cross-entropy, e.g. Liger)   --optimizer adamw_torch_fused|adamw_torch_foreach|adamw_torch|adamw_8bit|paged_adamw_8bit|paged_adamw_32bit|adafactor|sgd|sgd_momentum
   --json                          print the full result as JSON
 ";
@@ -200,6 +202,30 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
             }
             "--padded-mask" => s.padded_mask = true,
             "--fused-ce" => s.fused_ce = true,
+            "--gpus" => s.parallel.gpus_per_node = number(value(args, &mut i, flag)?, flag)?,
+            "--nodes" => s.parallel.nodes = number(value(args, &mut i, flag)?, flag)?,
+            "--strategy" => {
+                let v = value(args, &mut i, flag)?;
+                s.parallel.strategy = crate::model::Strategy::parse(v)
+                    .ok_or_else(|| format!("--strategy: unknown {v:?} (ddp, fsdp, fsdp_shard_grad_op, fsdp_hybrid, zero1, zero2, zero3)"))?
+            }
+            "--offload" => {
+                for part in value(args, &mut i, flag)?
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                {
+                    match part.trim() {
+                        "optimizer" | "opt" => s.parallel.offload_optimizer = true,
+                        "params" | "param" | "parameters" => s.parallel.offload_params = true,
+                        "activations" | "act" => s.parallel.offload_activations = true,
+                        o => {
+                            return Err(format!(
+                                "--offload: unknown {o:?} (optimizer, params, activations)"
+                            ))
+                        }
+                    }
+                }
+            }
             "--gc" | "--gradient-checkpointing" => s.grad_ckpt = true,
             "--optimizer" | "--optim" => {
                 let v = value(args, &mut i, flag)?;

@@ -128,11 +128,47 @@ fn mixed(s: &Settings) -> &'static str {
 }
 
 fn accelerate(s: &Settings) -> String {
-    format!(
-        "compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nmixed_precision: {}\nnum_machines: 1\nnum_processes: 1\nmachine_rank: 0\ngpu_ids: all\nuse_cpu: false\ndowncast_bf16: 'no'\n# gradient_accumulation_steps: {}\n",
+    use crate::model::Strategy;
+    let p = &s.parallel;
+    let world = p.world();
+    let mut out = String::from("compute_environment: LOCAL_MACHINE\n");
+    match p.strategy {
+        Strategy::Single => out.push_str("distributed_type: 'NO'\n"),
+        Strategy::Ddp => out.push_str("distributed_type: MULTI_GPU\n"),
+        Strategy::FsdpFullShard | Strategy::FsdpShardGradOp | Strategy::FsdpHybridShard => {
+            let sharding = match p.strategy {
+                Strategy::FsdpShardGradOp => "SHARD_GRAD_OP",
+                Strategy::FsdpHybridShard => "HYBRID_SHARD",
+                _ => "FULL_SHARD",
+            };
+            out.push_str(&format!(
+                "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: {sharding}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_offload_params: {}\n  fsdp_use_orig_params: true\n  fsdp_cpu_ram_efficient_loading: true\n  fsdp_sync_module_states: true\n  fsdp_state_dict_type: SHARDED_STATE_DICT\n  fsdp_activation_checkpointing: {}\n",
+                p.offload_params || p.offload_optimizer,
+                s.grad_ckpt
+            ));
+        }
+        Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3 => {
+            let stage = match p.strategy {
+                Strategy::Zero1 => 1,
+                Strategy::Zero2 => 2,
+                _ => 3,
+            };
+            out.push_str(&format!(
+                "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: {stage}\n  offload_optimizer_device: {}\n  offload_param_device: {}\n  gradient_accumulation_steps: {}\n  zero3_init_flag: {}\n  zero3_save_16bit_model: {}\n",
+                if p.offload_optimizer { "cpu" } else { "none" },
+                if p.offload_params { "cpu" } else { "none" },
+                s.grad_accum,
+                stage == 3,
+                stage == 3
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "mixed_precision: {}\nnum_machines: {}\nnum_processes: {world}\nmachine_rank: 0\ngpu_ids: all\nuse_cpu: false\ndowncast_bf16: 'no'\n",
         mixed(s),
-        s.grad_accum
-    )
+        p.nodes
+    ));
+    out
 }
 
 fn llama_factory(model_id: &str, s: &Settings) -> String {

@@ -48,6 +48,23 @@ pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> Stri
             gib_signed(v.headroom_bytes)
         ));
     }
+    if plan.world_size > 1 || plan.cpu_bytes_per_rank > 0 {
+        s.push_str(&format!(
+            "  per GPU × {} GPUs; effective batch {}; CPU RAM for offload {} per rank, {} per node\n",
+            plan.world_size,
+            plan.effective_batch,
+            gib(plan.cpu_bytes_per_rank),
+            gib(plan.cpu_bytes_per_node)
+        ));
+        for t in &plan.cpu_terms {
+            s.push_str(&format!(
+                "    CPU {:>10}  {} = {}\n",
+                gib(t.bytes),
+                t.label,
+                t.values()
+            ));
+        }
+    }
     s.push_str(&format!(
         "\n  params: base {:.3} B, trainable {:.2} M\n",
         plan.params.base_params as f64 / 1e9,

@@ -233,6 +233,33 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
             "gc" => bool01(&v).map(|x| s.grad_ckpt = x).is_some(),
             "mask" => bool01(&v).map(|x| s.padded_mask = x).is_some(),
             "ce" => bool01(&v).map(|x| s.fused_ce = x).is_some(),
+            "g" => int_in(&v, 1, crate::model::distributed::MAX_GPUS_PER_NODE)
+                .map(|x| s.parallel.gpus_per_node = x)
+                .is_some(),
+            "nodes" => int_in(&v, 1, crate::model::distributed::MAX_NODES)
+                .map(|x| s.parallel.nodes = x)
+                .is_some(),
+            "st" => crate::model::Strategy::parse(&v)
+                .map(|x| s.parallel.strategy = x)
+                .is_some(),
+            "off" => {
+                let (mut o, mut p, mut a) = (false, false, false);
+                let mut good = true;
+                for part in v.split(',').filter(|x| !x.is_empty()) {
+                    match part {
+                        "optimizer" => o = true,
+                        "params" => p = true,
+                        "activations" => a = true,
+                        _ => good = false,
+                    }
+                }
+                if good {
+                    s.parallel.offload_optimizer = o;
+                    s.parallel.offload_params = p;
+                    s.parallel.offload_activations = a;
+                }
+                good
+            }
             "opt" => Optimizer::parse(&v).map(|x| s.optimizer = x).is_some(),
             "t" => match parse_target_names(v.split(',')) {
                 Ok(t) if !t.is_empty() => {
@@ -367,6 +394,28 @@ pub fn encode(st: &UiState) -> String {
         s.fused_ce != ds.fused_ce,
         u8::from(s.fused_ce).to_string(),
     );
+    let (pp, dp) = (&s.parallel, &ds.parallel);
+    add(
+        "g",
+        pp.gpus_per_node != dp.gpus_per_node,
+        pp.gpus_per_node.to_string(),
+    );
+    add("nodes", pp.nodes != dp.nodes, pp.nodes.to_string());
+    add(
+        "st",
+        pp.strategy != dp.strategy,
+        pp.strategy.name().to_string(),
+    );
+    let off: Vec<&str> = [
+        (pp.offload_optimizer, "optimizer"),
+        (pp.offload_params, "params"),
+        (pp.offload_activations, "activations"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, n)| *n)
+    .collect();
+    add("off", !off.is_empty(), off.join(","));
     add(
         "opt",
         s.optimizer != ds.optimizer,
@@ -421,6 +470,14 @@ mod tests {
         s.grad_ckpt = true;
         s.padded_mask = true;
         s.fused_ce = true;
+        s.parallel = crate::model::Parallel {
+            gpus_per_node: 4,
+            nodes: 2,
+            strategy: crate::model::Strategy::FsdpHybridShard,
+            offload_optimizer: true,
+            offload_params: true,
+            offload_activations: true,
+        };
         s.optimizer = Optimizer::PagedAdamw8bit;
         s.targets = vec![Target::Q, Target::V, Target::Down];
         s.modules_to_save = vec![SavedModule::LmHead];

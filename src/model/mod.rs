@@ -4,6 +4,7 @@
 
 pub mod activations;
 pub mod arch;
+pub mod distributed;
 pub mod dtype;
 pub mod error;
 pub mod fit;
@@ -14,6 +15,7 @@ pub mod verdict;
 pub mod weights;
 
 pub use arch::{Architecture, Family, Target};
+pub use distributed::{Parallel, Strategy};
 pub use dtype::{Dtype, Quant};
 pub use error::PlanError;
 pub use plan::{plan, Phase, Plan};

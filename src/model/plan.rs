@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::activations::{self, Ctx, LayerCounts};
 use super::arch::Architecture;
+use super::distributed;
 use super::error::PlanError;
 use super::settings::{SavedModule, Settings};
 use super::term::{Component, Term};
@@ -84,6 +85,16 @@ pub struct Plan {
     pub nvidia_smi_bytes: u128,
     /// Bytes outside PyTorch's allocator (CUDA context, paged optimizer states).
     pub outside_allocator_bytes: u128,
+    /// GPUs in total (the numbers above are per GPU).
+    pub world_size: u128,
+    /// micro-batch × accumulation × data-parallel ranks.
+    pub effective_batch: u128,
+    /// CPU RAM one rank needs for offloaded tensors.
+    pub cpu_bytes_per_rank: u128,
+    /// CPU RAM one node needs (all its ranks).
+    pub cpu_bytes_per_node: u128,
+    /// What is offloaded, explained.
+    pub cpu_terms: Vec<Term>,
 }
 
 /// CUDA context + cuBLAS/cuDNN handles as nvidia-smi shows them (0.3–0.6 GiB measured).
@@ -105,27 +116,50 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
             why: format!("rank {} exceeds hidden_size {}", s.lora_r, arch.hidden_size),
         });
     }
-    let ctx = Ctx::new(arch, s);
+    // Sharded mixed precision computes in low precision while the shards stay fp32.
+    let compute = distributed::compute_settings(s);
+    let storage_ctx = Ctx::new(arch, s);
+    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(s));
     let layers = arch.num_hidden_layers as u128;
     let params = weights::param_counts(&ctx);
-    let frozen = weights::frozen_terms(&ctx);
+    let frozen = weights::frozen_terms(&storage_ctx);
     let trainable = weights::trainable_terms(&ctx, &params);
     let grads = weights::gradient_terms(&ctx, &params, layers, true);
     let (opt_states, paged) = weights::optimizer_terms(&ctx, &params);
     // Paged optimizer states live in CUDA unified memory, outside torch's allocator statistics.
     let opt_in_allocator: Vec<Term> = if paged { vec![] } else { opt_states.clone() };
-    let statics: Vec<Term> = frozen
-        .iter()
-        .chain(&trainable)
-        .chain(&opt_in_allocator)
-        .cloned()
-        .collect();
+    // Sharding and offload across GPUs (a no-op on one GPU): what this rank holds.
+    let rank = distributed::apply(&ctx, &frozen, &trainable, &grads, &opt_in_allocator);
+    let statics: Vec<Term> = rank.statics.iter().chain(&rank.comm).cloned().collect();
+    let grads = rank.grads.clone();
+    let mut cpu = rank.cpu.clone();
+    let par = &s.parallel;
+    let shard_grads = |t: Vec<Term>| -> Vec<Term> {
+        if par.offload_params {
+            vec![]
+        } else {
+            t.into_iter()
+                .map(|x| x.per_rank(par.grad_shards()))
+                .collect()
+        }
+    };
+    // Activation offloading keeps two checkpoints on the GPU (current + prefetched).
+    let ckpt_on_gpu = |alive: u128| -> Vec<Term> {
+        if par.offload_activations {
+            activations::checkpoint_terms(&ctx, alive.min(2))
+        } else {
+            activations::checkpoint_terms(&ctx, alive)
+        }
+    };
+    if par.offload_activations {
+        cpu.extend(activations::checkpoint_terms(&ctx, layers));
+    }
     let global = activations::global_terms(&ctx);
 
     let mut phases = vec![];
     if s.grad_ckpt {
         // Forward keeps only each layer's input; backward recomputes one layer at a time.
-        let ckpt_all = activations::checkpoint_terms(&ctx, layers);
+        let ckpt_all = ckpt_on_gpu(layers);
         let saved: Vec<Term> = ckpt_all.iter().chain(&global).cloned().collect();
         phases.push(loss_forward(&ctx, &statics, &saved));
         phases.push(loss_backward(&ctx, &statics, &saved));
@@ -144,7 +178,7 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
             .collect();
         // Top layer: every checkpoint alive, no gradient yet.
         let mut top: Vec<Term> = statics.clone();
-        top.extend(activations::checkpoint_terms(&ctx, layers));
+        top.extend(ckpt_on_gpu(layers));
         top.extend(small_global.iter().cloned());
         top.extend(one_layer.iter().cloned());
         top.push(working.clone());
@@ -156,16 +190,16 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
         });
         // Bottom layer: one checkpoint, the gradients of all layers above.
         let mut bottom: Vec<Term> = statics.clone();
-        bottom.extend(activations::checkpoint_terms(&ctx, 1));
+        bottom.extend(ckpt_on_gpu(1));
         bottom.extend(small_global);
         bottom.extend(one_layer);
         bottom.push(working);
-        bottom.extend(weights::gradient_terms(
+        bottom.extend(shard_grads(weights::gradient_terms(
             &ctx,
             &params,
             layers.saturating_sub(1),
             false,
-        ));
+        )));
         phases.push(PhasePeak {
             phase: Phase::Backward,
             moment: "recomputed first layer".into(),
@@ -211,7 +245,9 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     }
     let mut opt: Vec<Term> = statics.clone();
     opt.extend(grads.iter().cloned());
-    opt.extend(weights::optimizer_step_terms(&ctx, &params));
+    if !(par.offload_optimizer || par.offload_params) {
+        opt.extend(weights::optimizer_step_terms(&ctx, &params));
+    }
     phases.push(PhasePeak {
         phase: Phase::Optimizer,
         moment: "optimizer.step()".into(),
@@ -247,7 +283,7 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
                 .fold(0u128, |a, t| a.saturating_add(t.bytes)),
         })
         .collect();
-    let steady = total(&frozen) + total(&trainable) + total(&opt_in_allocator);
+    let steady = total(&statics);
 
     // Reserved: live bytes, each block rounded up (≤ 2 MiB lost per large segment, one segment per
     // saved tensor class per layer) plus fragmentation from tensors freed and re-allocated during
@@ -255,7 +291,22 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     let dynamic = peak.bytes.saturating_sub(steady);
     let rounding = SEGMENT_BYTES * (layers + 8);
     let frag = dynamic / 20;
-    let reserved = peak.bytes + rounding + frag;
+    // FSDP all-gathers on its own CUDA stream; the caching allocator keeps blocks per stream, so
+    // the gathered units cycle through memory the compute stream cannot reuse.
+    let stream_reserve: u128 = if matches!(
+        par.strategy,
+        distributed::Strategy::FsdpFullShard | distributed::Strategy::FsdpHybridShard
+    ) && par.param_shards() > 1
+    {
+        rank.comm
+            .iter()
+            .filter(|t| t.label.starts_with("gathered"))
+            .map(|t| t.bytes)
+            .sum()
+    } else {
+        0
+    };
+    let reserved = peak.bytes + rounding + frag + stream_reserve;
     let paged_bytes = if paged { total(&opt_states) } else { 0 };
     let outside = CUDA_CONTEXT_BYTES + paged_bytes;
     Ok(Plan {
@@ -269,11 +320,18 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
         steady_state_bytes: steady,
         peak_reserved_bytes: reserved,
         reserve_explanation: format!(
-            "allocated + 2 MiB segment rounding × (layers + 8) = {} B + 5 % of the memory that changes during the step = {} B",
-            rounding, frag
+            "allocated + 2 MiB segment rounding × (layers + 8) = {} B + 5 % of the memory that changes during the step = {} B{}",
+            rounding,
+            frag,
+            if stream_reserve > 0 { format!(" + FSDP all-gather stream blocks = {stream_reserve} B") } else { String::new() }
         ),
         nvidia_smi_bytes: reserved + outside,
         outside_allocator_bytes: outside,
+        world_size: par.world(),
+        effective_batch: (s.batch as u128) * (s.grad_accum as u128) * par.world(),
+        cpu_bytes_per_rank: total(&cpu),
+        cpu_bytes_per_node: total(&cpu) * par.gpus_per_node as u128,
+        cpu_terms: cpu,
     })
 }
 

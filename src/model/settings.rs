@@ -168,6 +168,9 @@ pub struct Settings {
     /// [tokens × vocab] logits.
     #[serde(default)]
     pub fused_ce: bool,
+    /// Multi-GPU layout (one GPU by default).
+    #[serde(default)]
+    pub parallel: super::distributed::Parallel,
 }
 
 /// Supported ranges (beyond these the planner refuses rather than extrapolating nonsense).
@@ -199,6 +202,7 @@ impl Default for Settings {
             padded_mask: false,
             optimizer: Optimizer::AdamwTorchFused,
             fused_ce: false,
+            parallel: Default::default(),
         }
     }
 }
@@ -237,6 +241,7 @@ impl Settings {
         if self.grad_accum == 0 {
             return bad("grad_accum", "must be at least 1".into());
         }
+        self.parallel.validate(self.grad_ckpt)?;
         if self.targets.is_empty() && self.modules_to_save.is_empty() {
             return bad(
                 "target_modules",
@@ -301,6 +306,8 @@ pub struct RawSettings {
     pub attention_mask: Option<String>,
     /// Fused / chunked cross-entropy.
     pub fused_ce: Option<bool>,
+    /// Multi-GPU layout.
+    pub parallel: Option<super::distributed::Parallel>,
 }
 
 impl RawSettings {
@@ -381,6 +388,7 @@ impl RawSettings {
             padded_mask,
             optimizer,
             fused_ce: self.fused_ce.unwrap_or(false),
+            parallel: self.parallel.unwrap_or_default(),
         };
         s.validate()?;
         Ok(s)

@@ -42,17 +42,20 @@ pub enum Component {
     BackwardTemps,
     /// Temporaries of the optimizer step.
     OptimizerTemps,
+    /// Multi-GPU buffers: gathered parameter units, gradient buckets.
+    CommBuffers,
 }
 
 impl Component {
     /// Every component, in stacking order (bottom first).
-    pub const ALL: [Component; 16] = [
+    pub const ALL: [Component; 17] = [
         Component::FrozenWeights,
         Component::QuantState,
         Component::TrainableWeights,
         Component::Gradients,
         Component::OptimizerStates,
         Component::OptimizerTemps,
+        Component::CommBuffers,
         Component::ActCheckpoints,
         Component::ActEmbeddings,
         Component::ActWeightCopies,
@@ -84,6 +87,7 @@ impl Component {
             Component::LogitsLoss => "logits_loss",
             Component::BackwardTemps => "backward_temps",
             Component::OptimizerTemps => "optimizer_temps",
+            Component::CommBuffers => "comm_buffers",
         }
     }
 
@@ -106,6 +110,7 @@ impl Component {
             Component::LogitsLoss => "Logits and loss",
             Component::BackwardTemps => "Backward temporaries",
             Component::OptimizerTemps => "Optimizer step temporaries",
+            Component::CommBuffers => "Multi-GPU buffers (gathered units, buckets)",
         }
     }
 }
@@ -166,8 +171,10 @@ pub struct Term {
     /// Products that add up to the term (one for a plain product); shared, so the many moments
     /// of a plan clone terms cheaply.
     pub products: Arc<Vec<Vec<Factor>>>,
-    /// Result in bytes.
+    /// Result in bytes (the sum of the products, divided by `ranks`, rounded up).
     pub bytes: u128,
+    /// Ranks the tensors are sharded over (1 = not sharded).
+    pub ranks: u128,
 }
 
 fn product_bytes(fs: &[Factor]) -> u128 {
@@ -186,6 +193,7 @@ impl Term {
             label: label.into(),
             bytes: product_bytes(factors),
             products: Arc::new(vec![factors.to_vec()]),
+            ranks: 1,
         }
     }
 
@@ -203,12 +211,24 @@ impl Term {
             label: label.into(),
             products: Arc::new(parts.to_vec()),
             bytes,
+            ranks: 1,
         }
     }
 
-    fn render(&self, each: fn(&Factor) -> String) -> String {
+    /// The share of one rank when the tensors are sharded over `ranks` ranks (rank 0 holds the
+    /// rounded-up share).
+    pub fn per_rank(mut self, ranks: u128) -> Term {
+        if ranks > 1 {
+            let total = self.bytes.saturating_mul(self.ranks);
+            self.ranks = self.ranks.saturating_mul(ranks);
+            self.bytes = total.div_ceil(self.ranks);
+        }
+        self
+    }
+
+    fn render(&self, each: fn(&Factor) -> String, ranks: String) -> String {
         let one = |p: &Vec<Factor>| p.iter().map(each).collect::<Vec<_>>().join(" × ");
-        if self.products.len() == 1 {
+        let body = if self.products.len() == 1 {
             one(&self.products[0])
         } else {
             self.products
@@ -216,17 +236,22 @@ impl Term {
                 .map(|p| format!("({})", one(p)))
                 .collect::<Vec<_>>()
                 .join(" + ")
+        };
+        if self.ranks > 1 {
+            format!("({body}) ÷ {ranks}")
+        } else {
+            body
         }
     }
 
     /// Symbolic formula, e.g. `layers × tokens × hidden × 4 B`.
     pub fn formula(&self) -> String {
-        self.render(Factor::symbol)
+        self.render(Factor::symbol, "shards".into())
     }
 
     /// The formula with numbers, e.g. `32 × 1024 × 4096 × 4 B`.
     pub fn values(&self) -> String {
-        self.render(Factor::number)
+        self.render(Factor::number, self.ranks.to_string())
     }
 }
 

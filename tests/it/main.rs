@@ -3,6 +3,7 @@
 
 mod catalog;
 mod cli;
+mod distributed;
 mod fuzz;
 mod planning;
 mod properties;
