@@ -103,6 +103,14 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                     crate::model::AttnImpl::FlashAttention2,
                 ][(w[11] >> 1) as usize % 3],
                 fused_ce: w[11] & 16 != 0,
+                parallel: crate::model::Parallel {
+                    gpus_per_node: pick(w[11] >> 8, 1, 16),
+                    nodes: pick(w[11] >> 16, 1, 4),
+                    strategy: crate::model::Strategy::ALL[(w[11] >> 24) as usize % 8],
+                    offload_optimizer: w[11] & 32 != 0,
+                    offload_params: w[11] & 64 != 0,
+                    offload_activations: w[11] & 128 != 0,
+                },
                 ..Settings::default()
             };
             finite(&a, &s)
