@@ -15,6 +15,11 @@ if m:
     html = html[: m.start()] + '<script type="module" src="./boot.js"></script>' + html[m.end():]
     open(path, "w", encoding="utf-8").write(html)
 
+# The GPU benchmark page (gpu/index.html) is online-only and lives under the main page's scope.
+if os.path.basename(os.path.dirname(os.path.abspath(os.environ.get("TRUNK_HTML_FILE", "index.html")))) == "gpu":
+    open(os.path.join(staging, "boot.js"), "w", encoding="utf-8").write(boot)
+    sys.exit(0)
+
 files = sorted(f for f in os.listdir(staging) if os.path.isfile(os.path.join(staging, f)) and f not in ("sw.js",))
 digest = hashlib.sha256()
 for f in files:
@@ -36,9 +41,13 @@ self.addEventListener("fetch", (e) => {{
   const req = e.request;
   if (req.method !== "GET" || new URL(req.url).origin !== self.location.origin) return;
   const url = new URL(req.url);
-  // Navigations with any query string are answered with the cached page shell.
-  const key = req.mode === "navigate" ? new URL("./", self.location).href : url.href;
-  e.respondWith(caches.open(CACHE).then((c) => c.match(key, {{ ignoreSearch: req.mode === "navigate" }}).then((hit) => hit || fetch(req))));
+  const root = new URL("./", self.location);
+  // Navigations to the app (any query string) are answered with the cached page shell; other
+  // pages under this scope (the GPU benchmark) go to the network.
+  const isApp = req.mode === "navigate" && (url.pathname === root.pathname || url.pathname === root.pathname + "index.html");
+  if (req.mode === "navigate" && !isApp) return;
+  const key = isApp ? root.href : url.href;
+  e.respondWith(caches.open(CACHE).then((c) => c.match(key, {{ ignoreSearch: isApp }}).then((hit) => hit || fetch(req))));
 }});
 """
 open(os.path.join(staging, "sw.js"), "w", encoding="utf-8").write(sw)

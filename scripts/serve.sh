@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Installs what is missing, then builds and serves the web app at http://127.0.0.1:8080/
+# Installs what is missing, builds the planner and the GPU benchmark page, and serves them at
+# http://127.0.0.1:8080/ (any static server works; this one is Python's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
-exec trunk serve --release "$@"
+trunk build --release
+trunk build --release --dist dist/gpu gpu/index.html
+echo "lorafit: http://127.0.0.1:${PORT:-8080}/"
+exec python3 -m http.server "${PORT:-8080}" --bind 127.0.0.1 --directory dist

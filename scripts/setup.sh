@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what lorafit's build and tests need and is missing on this machine.
 # Idempotent: every step is skipped when its tool is already there at the right version.
-# Sources: crates.io (trunk, wasm-bindgen-cli), Debian (chromium, chromedriver), npm (binaryen).
+# Sources: crates.io (trunk, wasm-bindgen-cli), Debian (chromium, chromedriver, mesa-vulkan-drivers),
+# npm (binaryen for wasm-opt, playwright-core to drive chromium).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
@@ -28,14 +29,16 @@ if ! wasm-bindgen --version 2>/dev/null | grep -q " $WB_VERSION\$"; then
 fi
 
 # wasm-opt: npm's binaryen (Debian's binaryen 108 produces a wasm that crashes on load).
-if [ ! -x node_modules/.bin/wasm-opt ]; then
-  say "installing binaryen (wasm-opt) from npm"
+if [ ! -x node_modules/.bin/wasm-opt ] || [ ! -d node_modules/playwright-core ]; then
+  say "installing binaryen (wasm-opt) and playwright-core from npm"
   npm install --no-audit --no-fund --silent
 fi
 
 need_apt=()
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+# Software Vulkan (lavapipe) for the native wgpu tests of the GPU benchmark.
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need_apt+=(mesa-vulkan-drivers libvulkan1)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing ${need_apt[*]} from Debian"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

@@ -5,13 +5,17 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
 
-echo "== lint: rustfmt, clippy (native and wasm32)"
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+
+echo "== lint: rustfmt, clippy (native and wasm32, with and without the GPU benchmark)"
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
+cargo clippy --locked --all-targets --features gpu -- -D warnings
 cargo clippy --locked --target wasm32-unknown-unknown -- -D warnings
+cargo clippy --locked --target wasm32-unknown-unknown --features gpu --bin gpubench -- -D warnings
 
-echo "== native tests: unit, properties, CLI, reference accuracy"
-cargo test --locked -- --nocapture
+echo "== native tests: unit, properties, CLI, reference accuracy, wgpu kernels on Vulkan (lavapipe)"
+cargo test --locked --features gpu -- --nocapture
 
 echo "== reference comparison through the CLI (shared/tools/compare_reference.py)"
 cargo build --locked --bin lorafit
@@ -23,8 +27,9 @@ else
   echo "no $REF beside this checkout: skipped the CLI comparison (the cargo test above needs it too)"; exit 1
 fi
 
-echo "== release web build (trunk)"
+echo "== release web build (trunk): the planner, then the lazily loaded GPU benchmark page"
 trunk build --release
+trunk build --release --dist dist/gpu gpu/index.html
 
 echo "== browser tests (headless Debian chromium, release build)"
 node --test tests/browser/

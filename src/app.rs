@@ -196,6 +196,7 @@ pub fn App() -> impl IntoView {
     let pinned: RwSignal<Option<UiState>> = RwSignal::new(None);
     let focused: RwSignal<Option<&'static str>> = RwSignal::new(None);
     let search = RwSignal::new(String::new());
+    let gpu_panel = RwSignal::new(false);
 
     let eval = Memo::new(move |_| state.with(planner::evaluate_state));
     let curve = Memo::new(move |_| {
@@ -403,6 +404,14 @@ pub fn App() -> impl IntoView {
                         <Compare pinned=pinned pinned_eval=pinned_eval eval=eval
                             on_pin=Callback::new(move |_: ()| pinned.set(Some(state.get_untracked())))
                             on_unpin=Callback::new(move |_: ()| pinned.set(None)) />
+                        <section class="speed" aria-label="Speed">
+                            <h2>"How long will it take?"</h2>
+                            <p class="hint">"Step time and throughput from the FLOPs of the planned step, and a WebGPU microbenchmark of one adapted Linear on this device (loaded only when asked for)."</p>
+                            <button type="button" data-testid="open-gpu-panel" on:click=move |_| gpu_panel.set(true)>"Time estimate & measure my GPU"</button>
+                            <Show when=move || gpu_panel.get()>
+                                <iframe data-testid="gpu-panel" class="gpu-panel" title="GPU benchmark and time estimate" src=move || format!("./gpu/?{}", query.get())></iframe>
+                            </Show>
+                        </section>
                         <panels::Lengths state=state eval=eval />
                         <panels::Import state=state />
                         <panels::Export state=state />

@@ -33,6 +33,7 @@ PLAN OPTIONS:
   --gpus N (per node) --nodes N --strategy ddp|fsdp|fsdp_shard_grad_op|fsdp_hybrid|zero1|zero2|zero3
   --offload optimizer,params,activations
   --gc   --fused-ce (chunked cross-entropy, e.g. Liger)   --optimizer adamw_torch_fused|adamw_torch_foreach|adamw_torch|adamw_8bit|paged_adamw_8bit|paged_adamw_32bit|adafactor|sgd|sgd_momentum
+  --utilization U --dataset-tokens N   time estimate (share of peak, default 0.40; tokens per epoch)
   --json                          print the full result as JSON
 ";
 
@@ -88,6 +89,8 @@ struct PlanArgs {
     format: Option<String>,
     chars_per_token: f64,
     file: Option<String>,
+    utilization: f64,
+    dataset_tokens: f64,
 }
 
 enum GpuChoice {
@@ -105,6 +108,8 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
     let mut format = None;
     let mut chars_per_token = crate::lengths::DEFAULT_CHARS_PER_TOKEN;
     let mut file = None;
+    let mut utilization = crate::flops::DEFAULT_UTILIZATION;
+    let mut dataset_tokens: f64 = 1e8;
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
@@ -240,6 +245,20 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
             "--json" => json = true,
             "--format" => format = Some(value(args, &mut i, flag)?.to_string()),
             "--chars-per-token" => chars_per_token = number(value(args, &mut i, flag)?, flag)?,
+            "--utilization" => {
+                utilization = number(value(args, &mut i, flag)?, flag)?;
+                if !(utilization > 0.0 && utilization <= 1.0) {
+                    return Err(format!(
+                        "--utilization must be in (0, 1], got {utilization}"
+                    ));
+                }
+            }
+            "--dataset-tokens" => {
+                dataset_tokens = number(value(args, &mut i, flag)?, flag)?;
+                if !(dataset_tokens.is_finite() && dataset_tokens >= 0.0) {
+                    return Err("--dataset-tokens must be a non-negative number".into());
+                }
+            }
             other if !other.starts_with('-') && file.is_none() => file = Some(other.to_string()),
             other => return Err(format!("unknown option {other:?} (see lorafit --help)")),
         }
@@ -256,6 +275,8 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
         format,
         chars_per_token,
         file,
+        utilization,
+        dataset_tokens,
     })
 }
 
@@ -421,12 +442,21 @@ fn cmd_plan(args: &[String], out: &mut dyn Write) -> Result<(), String> {
         GpuChoice::Custom(gib) => (format!("custom {gib} GiB GPU"), (gib * report::GIB) as u128),
     };
     let v = verdict(&p, capacity);
+    let time = match &a.gpu {
+        GpuChoice::Catalog(g) => {
+            crate::flops::estimate(&a.arch, &a.settings, g, a.utilization, a.dataset_tokens)
+        }
+        GpuChoice::Custom(_) => None,
+    };
     if a.json {
-        let doc = json!({"model": a.arch, "settings": a.settings, "gpu": gpu_name, "verdict": v, "plan": p});
+        let doc = json!({"model": a.arch, "settings": a.settings, "gpu": gpu_name, "verdict": v, "plan": p, "time": time});
         writeln!(out, "{doc}").map_err(|e| e.to_string())?;
     } else {
         write!(out, "{}", report::text(&p, &a.title, Some((&gpu_name, &v))))
             .map_err(|e| e.to_string())?;
+        if let Some(t) = time {
+            writeln!(out, "\nTime (estimate)\n  {:.2} s per optimizer step, {:.0} tokens/s, {:.1} h per epoch of {} tokens\n  {}", t.seconds_per_step, t.tokens_per_second, t.seconds_per_epoch / 3600.0, a.dataset_tokens, t.explanation).map_err(|e| e.to_string())?;
+        }
     }
     Ok(())
 }

@@ -9,8 +9,12 @@ pub mod catalog;
 pub mod chart;
 pub mod estimate;
 pub mod export;
+pub mod flops;
 pub mod fuzz;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod import;
+pub mod kernels;
 pub mod lengths;
 pub mod model;
 pub mod planner;
@@ -22,3 +26,6 @@ pub mod cli;
 
 #[cfg(target_arch = "wasm32")]
 pub mod app;
+
+#[cfg(all(target_arch = "wasm32", feature = "gpu"))]
+pub mod gpu_app;

@@ -21,7 +21,8 @@ export async function serve(prefix = "/", routes = {}) {
     if (!url.pathname.startsWith(prefix)) { res.writeHead(404); res.end(); return; }
     const route = routes[url.pathname.slice(prefix.length)];
     if (route) { res.writeHead(route.status, { "content-type": "application/json" }); res.end(route.body || ""); return; }
-    let rel = decodeURIComponent(url.pathname.slice(prefix.length)) || "index.html";
+    let rel = decodeURIComponent(url.pathname.slice(prefix.length));
+    if (rel === "" || rel.endsWith("/")) rel += "index.html";
     const file = path.join(dist, path.normalize(rel).replace(/^(\.\.[/\\])+/, ""));
     fs.readFile(file, (err, data) => {
       if (err) { res.writeHead(404); res.end("not found"); return; }
@@ -34,11 +35,11 @@ export async function serve(prefix = "/", routes = {}) {
 }
 
 /** Launches headless Debian chromium. */
-export async function launch() {
+export async function launch(extra = ["--disable-gpu"]) {
   return chromium.launch({
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
     headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    args: ["--no-sandbox", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", ...extra],
   });
 }
 

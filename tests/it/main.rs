@@ -5,6 +5,8 @@ mod catalog;
 mod cli;
 mod distributed;
 mod fuzz;
+#[cfg(feature = "gpu")]
+mod gpu;
 mod planning;
 mod properties;
 mod reference;

@@ -1,0 +1,208 @@
+//! The "Measure my GPU" page (wasm, feature `gpu`): runs the LoRA matmul kernels on the
+//! visitor's GPU through WebGPU, asynchronously, cancellable, within a ~3 s budget; compares the
+//! measured rate with the selected catalog GPU; turns the planned run into a time estimate.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+
+use crate::catalog;
+use crate::flops;
+use crate::gpu::{self, Measurement};
+use crate::kernels::{Kernel, Precision};
+use crate::planner;
+use crate::urlstate;
+
+/// Mounts the benchmark page.
+pub fn mount() {
+    leptos::mount::mount_to_body(GpuApp);
+}
+
+/// Total time the measurement may take.
+const BUDGET_MS: f64 = 3000.0;
+
+#[derive(Clone, Debug, PartialEq)]
+enum Status {
+    Idle,
+    Running(String),
+    Done {
+        adapter: String,
+        software: bool,
+        results: Vec<Measurement>,
+    },
+    Failed(String),
+}
+
+fn webgpu_available() -> bool {
+    let nav = window().navigator();
+    js_sys::Reflect::get(&nav, &wasm_bindgen::JsValue::from_str("gpu"))
+        .map(|v| !v.is_undefined() && !v.is_null())
+        .unwrap_or(false)
+}
+
+/// The benchmark page.
+#[component]
+pub fn GpuApp() -> impl IntoView {
+    let (st, _) = urlstate::decode(&window().location().search().unwrap_or_default());
+    let arch = planner::arch_of(&st).ok();
+    let gpu_entry = catalog::find_gpu(&st.gpu).ok();
+    let status = RwSignal::new(Status::Idle);
+    let cancel = Rc::new(Cell::new(false));
+    let utilization = RwSignal::new(flops::DEFAULT_UTILIZATION);
+    let dataset = RwSignal::new(100_000_000f64);
+    // The shape of one adapted Linear of the selected model: tokens × hidden → intermediate.
+    let (m, k, n) = match &arch {
+        Some(a) => (
+            (st.settings.tokens().min(1024)) as u32,
+            a.hidden_size.min(8192) as u32,
+            a.intermediate_size.min(32768) as u32,
+        ),
+        None => (512, 4096, 11008),
+    };
+    let settings = st.settings.clone();
+    let flops_step = arch.as_ref().map(|a| flops::step_flops(a, &settings).total);
+    let run = {
+        let cancel = cancel.clone();
+        move |_| {
+            if matches!(status.get_untracked(), Status::Running(_)) {
+                return;
+            }
+            if !webgpu_available() {
+                status.set(Status::Failed("WebGPU is not available in this browser (or it is blocked). The planner works without it; try a current Chrome, Edge or Safari.".into()));
+                return;
+            }
+            cancel.set(false);
+            let cancel = cancel.clone();
+            status.set(Status::Running("opening the GPU…".into()));
+            spawn_local(async move {
+                let g = match gpu::init().await {
+                    Ok(g) => g,
+                    Err(e) => {
+                        status.set(Status::Failed(format!(
+                            "{e}. The planner works without it."
+                        )));
+                        return;
+                    }
+                };
+                let mut plan = vec![
+                    (Kernel::Naive, Precision::F32),
+                    (Kernel::Tiled, Precision::F32),
+                ];
+                if g.f16 {
+                    plan.push((Kernel::Tiled, Precision::F16));
+                }
+                let each = BUDGET_MS / plan.len() as f64;
+                let mut results = vec![];
+                for (kernel, p) in plan {
+                    status.set(Status::Running(format!(
+                        "measuring {kernel:?} {p:?} on {}…",
+                        g.adapter
+                    )));
+                    let c = cancel.clone();
+                    match gpu::bench(&g, kernel, p, m, k, n, each, &move || c.get()).await {
+                        Ok(r) => results.push(r),
+                        Err(e) => {
+                            status.set(Status::Failed(e));
+                            return;
+                        }
+                    }
+                }
+                status.set(Status::Done {
+                    adapter: g.adapter.clone(),
+                    software: g.software,
+                    results,
+                });
+            });
+        }
+    };
+    let stop = move |_| cancel.set(true);
+    let peak = gpu_entry.and_then(|g| {
+        g.bf16_tflops_dense
+            .or(g.fp16_tflops_dense)
+            .or(g.fp32_tflops)
+    });
+    let gpu_name = gpu_entry.map(|g| g.name.clone()).unwrap_or_default();
+    let estimate = Memo::new(move |_| {
+        let (a, g) = (arch.clone()?, gpu_entry?);
+        flops::estimate(&a, &settings, g, utilization.get(), dataset.get())
+    });
+    let title = format!("Time on {gpu_name}");
+    let fmt_time = |s: f64| {
+        if s < 120.0 {
+            format!("{s:.2} s")
+        } else if s < 7200.0 {
+            format!("{:.1} min", s / 60.0)
+        } else {
+            format!("{:.1} h", s / 3600.0)
+        }
+    };
+    view! {
+        <main class="gpu-page">
+            <h1>"Measure my GPU"</h1>
+            <p class="hint">{format!("A LoRA-adapted Linear of {} (x·W with {m}×{k}×{n}, then the rank-{} path), timed on this device's GPU.", st.custom.as_ref().map(|_| "the imported model".to_string()).unwrap_or(st.model.clone()), st.settings.lora_r)}</p>
+            <div class="share-row">
+                <button type="button" data-testid="gpu-measure" on:click=run>"Measure my GPU"</button>
+                <button type="button" data-testid="gpu-cancel" on:click=stop>"Cancel"</button>
+            </div>
+            <p data-testid="gpu-status" role="status">{move || match status.get() {
+                Status::Idle => "not measured yet".to_string(),
+                Status::Running(s) => s,
+                Status::Done { adapter, software, .. } => format!("done on {adapter}{}", if software { " — a software adapter: figures say nothing about your GPU" } else { "" }),
+                Status::Failed(e) => e,
+            }}</p>
+            {move || match status.get() {
+                Status::Done { results, .. } => {
+                    let best = results.iter().map(|r| r.gflops_median).fold(0.0, f64::max);
+                    let naive = results.iter().find(|r| r.kernel == "naive").map(|r| r.gflops_median).unwrap_or(0.0);
+                    let tiled = results.iter().find(|r| r.kernel == "tiled" && r.precision == "f32").map(|r| r.gflops_median).unwrap_or(0.0);
+                    let note = peak.map(|p| {
+                        let share = best / (p * 1000.0);
+                        if share < 0.01 { format!("{:.2} % of the {} peak ({p} TFLOP/s): an integrated, software or different GPU than the one selected, or a browser-limited adapter", share * 100.0, gpu_name) }
+                        else { format!("{:.1} % of the {} peak ({p} TFLOP/s)", share * 100.0, gpu_name) }
+                    }).unwrap_or_default();
+                    let measured_step = flops_step.map(|f| f / (best * 1e9));
+                    view! {
+                        <table class="breakdown">
+                            <thead><tr><th>"kernel"</th><th>"precision"</th><th>"median GFLOP/s"</th><th>"spread"</th><th>"GB/s"</th><th>"timing"</th></tr></thead>
+                            <tbody>{results.into_iter().map(|r| view! {
+                                <tr data-testid=format!("gpu-result-{}-{}", r.kernel, r.precision)>
+                                    <td>{r.kernel}</td><td>{r.precision}</td><td class="num">{format!("{:.2}", r.gflops_median)}</td>
+                                    <td class="num">{format!("{:.2}–{:.2} ({} samples)", r.gflops_min, r.gflops_max, r.samples)}</td>
+                                    <td class="num">{format!("{:.2}", r.gbps_median)}</td><td>{r.timing}</td>
+                                </tr>
+                            }).collect_view()}</tbody>
+                        </table>
+                        <p data-testid="gpu-speedup">{format!("tiled / naive: {:.2}×", if naive > 0.0 { tiled / naive } else { 0.0 })}</p>
+                        <p data-testid="gpu-vs-catalog">{note}</p>
+                        <p data-testid="gpu-measured-step">{measured_step.map(|s| format!("at the measured rate, one micro-batch of the planned run would take {}", fmt_time(s))).unwrap_or_default()}</p>
+                    }.into_any()
+                }
+                _ => ().into_any(),
+            }}
+            <section class="time" aria-label="Time estimate">
+                <h2>{title}</h2>
+                <div class="share-row">
+                    <label for="util">"utilisation"</label>
+                    <input type="number" id="util" min="0.05" max="1" step="0.05" data-testid="input-utilization" prop:value=move || utilization.get().to_string()
+                        on:input:target=move |ev| { if let Ok(v) = ev.target().value().parse::<f64>() { if v.is_finite() && v > 0.0 && v <= 1.0 { utilization.set(v) } } } />
+                    <label for="ds">"dataset tokens"</label>
+                    <input type="number" id="ds" min="0" step="1000000" data-testid="input-dataset-tokens" prop:value=move || dataset.get().to_string()
+                        on:input:target=move |ev| { if let Ok(v) = ev.target().value().parse::<f64>() { if v.is_finite() && v >= 0.0 && v < 1e16 { dataset.set(v) } } } />
+                </div>
+                {move || match estimate.get() {
+                    None => view! { <p class="hint" data-testid="time-estimate">"no datasheet peak for this GPU"</p> }.into_any(),
+                    Some(t) => view! {
+                        <dl class="lengths-report" data-testid="time-estimate">
+                            <dt>"seconds per optimizer step"</dt><dd data-testid="step-time">{fmt_time(t.seconds_per_step)}</dd>
+                            <dt>"tokens per second"</dt><dd data-testid="tokens-per-second">{format!("{:.0}", t.tokens_per_second)}</dd>
+                            <dt>"one epoch"</dt><dd data-testid="epoch-time">{fmt_time(t.seconds_per_epoch)}</dd>
+                        </dl>
+                        <p class="why">{t.explanation}</p>
+                    }.into_any(),
+                }}
+            </section>
+        </main>
+    }
+}
