@@ -39,13 +39,16 @@ console.log(`slider input → DOM: ${moves} moves, median ${q(0.5).toFixed(2)} m
 await browser.close();
 await server.close();
 
+for (const dir of [dist, path.join(dist, "gpu")]) {
 let raw = 0, gz = 0, br = 0;
-for (const f of fs.readdirSync(dist)) {
+for (const f of fs.readdirSync(dir)) {
   if (!/\.(wasm|js|css|html)$/.test(f)) continue;
-  const data = fs.readFileSync(path.join(dist, f));
+  if (fs.statSync(path.join(dir, f)).isDirectory()) continue;
+  const data = fs.readFileSync(path.join(dir, f));
   raw += data.length;
   gz += zlib.gzipSync(data, { level: 9 }).length;
   br += zlib.brotliCompressSync(data, { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 11 } }).length;
   console.log(`  ${f.padEnd(40)} ${String(data.length).padStart(8)} B raw`);
 }
-console.log(`release build (wasm + js + css + html): ${(raw / 1024).toFixed(1)} KiB raw, ${(gz / 1024).toFixed(1)} KiB gzip, ${(br / 1024).toFixed(1)} KiB brotli`);
+console.log(`${dir === dist ? "planner" : "GPU benchmark page (lazy)"} (wasm + js + css + html): ${(raw / 1024).toFixed(1)} KiB raw, ${(gz / 1024).toFixed(1)} KiB gzip, ${(br / 1024).toFixed(1)} KiB brotli`);
+}
