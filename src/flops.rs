@@ -128,9 +128,9 @@ pub fn estimate(
         Some(Dtype::Bf16) | Some(Dtype::Fp16) => (gpu.fp16_tflops_dense?, "dense fp16 tensor"),
         _ => (gpu.fp32_tflops?, "fp32"),
     };
-    if !(utilization.is_finite() && utilization > 0.0 && utilization <= 1.0)
-        || !(dataset_tokens.is_finite() && dataset_tokens >= 0.0)
-    {
+    let util_ok = utilization.is_finite() && utilization > 0.0 && utilization <= 1.0;
+    let data_ok = dataset_tokens.is_finite() && dataset_tokens >= 0.0;
+    if !util_ok || !data_ok {
         return None;
     }
     let flops = step_flops(a, s);

@@ -195,15 +195,12 @@ impl Gemm {
         })
     }
 
+    /// Binds `c = alpha · a·b (+ c)` for `(m, n, k)`.
     fn bind(
         &self,
         gpu: &Gpu,
-        a: &wgpu::Buffer,
-        b: &wgpu::Buffer,
-        c: &wgpu::Buffer,
-        m: u32,
-        n: u32,
-        k: u32,
+        [a, b, c]: [&wgpu::Buffer; 3],
+        (m, n, k): (u32, u32, u32),
         alpha: f32,
         accumulate: bool,
     ) -> wgpu::BindGroup {
@@ -278,22 +275,30 @@ fn storage(gpu: &Gpu, data: &[u8], label: &str) -> wgpu::Buffer {
         })
 }
 
-/// One adapted Linear layer on the GPU: `y = x·W + ((x·A)·B)·scale`. Inputs row-major f32
+/// Inputs of one adapted Linear, row-major f32: x [m×k], W [k×n], A [k×r], B [r×n].
+#[derive(Clone, Copy)]
+pub struct LoraInputs<'a> {
+    /// Activations.
+    pub x: &'a [f32],
+    /// Frozen weight.
+    pub w: &'a [f32],
+    /// LoRA down-projection.
+    pub a: &'a [f32],
+    /// LoRA up-projection.
+    pub b: &'a [f32],
+}
+
+/// One adapted Linear layer on the GPU: `y = x·W + ((x·A)·B)·scale` for `(m, k, n, r)`
 /// (converted to f16 for `Precision::F16`). Returns y.
 pub async fn lora_linear(
     gpu: &Gpu,
     kernel: Kernel,
     precision: Precision,
-    x: &[f32],
-    w: &[f32],
-    a: &[f32],
-    b: &[f32],
-    m: u32,
-    k: u32,
-    n: u32,
-    r: u32,
+    inputs: LoraInputs<'_>,
+    (m, k, n, r): (u32, u32, u32, u32),
     scale: f32,
 ) -> Result<Vec<f32>, String> {
+    let LoraInputs { x, w, a, b } = inputs;
     let g = Gemm::new(gpu, kernel, precision)?;
     let bx = storage(gpu, &to_bytes(x, precision), "x");
     let bw = storage(gpu, &to_bytes(w, precision), "w");
@@ -305,21 +310,21 @@ pub async fn lora_linear(
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     g.dispatch(
         &mut enc,
-        &g.bind(gpu, &bx, &bw, &by, m, n, k, 1.0, false),
+        &g.bind(gpu, [&bx, &bw, &by], (m, n, k), 1.0, false),
         m,
         n,
         None,
     );
     g.dispatch(
         &mut enc,
-        &g.bind(gpu, &bx, &ba, &bt, m, r, k, 1.0, false),
+        &g.bind(gpu, [&bx, &ba, &bt], (m, r, k), 1.0, false),
         m,
         r,
         None,
     );
     g.dispatch(
         &mut enc,
-        &g.bind(gpu, &bt, &bb, &by, m, n, r, scale, true),
+        &g.bind(gpu, [&bt, &bb, &by], (m, n, r), scale, true),
         m,
         n,
         None,
@@ -378,9 +383,7 @@ pub async fn bench(
     gpu: &Gpu,
     kernel: Kernel,
     precision: Precision,
-    m: u32,
-    k: u32,
-    n: u32,
+    (m, k, n): (u32, u32, u32),
     budget_ms: f64,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Measurement, String> {
@@ -409,7 +412,7 @@ pub async fn bench(
     // about a twelfth of the budget: a slow (software) adapter gets a smaller problem, never a
     // frozen tab.
     let small = kernels::TILE;
-    let calib = g.bind(gpu, &bx, &bw, &by, small, n, k, 1.0, false);
+    let calib = g.bind(gpu, [&bx, &bw, &by], (small, n, k), 1.0, false);
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     g.dispatch(&mut enc, &calib, small, n, None);
     gpu.queue.submit(Some(enc.finish()));
@@ -429,7 +432,7 @@ pub async fn bench(
     };
     let target_rows = (budget_ms / 12.0 * rate / (2.0 * n as f64 * k as f64)) as u32;
     let m = (target_rows / small * small).clamp(small, m.max(small));
-    let bg = g.bind(gpu, &bx, &bw, &by, m, n, k, 1.0, false);
+    let bg = g.bind(gpu, [&bx, &bw, &by], (m, n, k), 1.0, false);
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     let bytes = ((m as u64 * k as u64 + k as u64 * n as u64 + m as u64 * n as u64) * elem) as f64;
     let reps: u32 = if flops / rate > budget_ms / 24.0 {

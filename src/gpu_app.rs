@@ -101,7 +101,7 @@ pub fn GpuApp() -> impl IntoView {
                         g.adapter
                     )));
                     let c = cancel.clone();
-                    match gpu::bench(&g, kernel, p, m, k, n, each, &move || c.get()).await {
+                    match gpu::bench(&g, kernel, p, (m, k, n), each, &move || c.get()).await {
                         Ok(r) => results.push(r),
                         Err(e) => {
                             status.set(Status::Failed(e));
@@ -189,7 +189,7 @@ pub fn GpuApp() -> impl IntoView {
                         on:input:target=move |ev| { if let Ok(v) = ev.target().value().parse::<f64>() { if v.is_finite() && v > 0.0 && v <= 1.0 { utilization.set(v) } } } />
                     <label for="ds">"dataset tokens"</label>
                     <input type="number" id="ds" min="0" step="1000000" data-testid="input-dataset-tokens" prop:value=move || dataset.get().to_string()
-                        on:input:target=move |ev| { if let Ok(v) = ev.target().value().parse::<f64>() { if v.is_finite() && v >= 0.0 && v < 1e16 { dataset.set(v) } } } />
+                        on:input:target=move |ev| { if let Ok(v) = ev.target().value().parse::<f64>() { if (0.0..1e16).contains(&v) { dataset.set(v) } } } />
                 </div>
                 {move || match estimate.get() {
                     None => view! { <p class="hint" data-testid="time-estimate">"no datasheet peak for this GPU"</p> }.into_any(),

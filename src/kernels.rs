@@ -54,17 +54,20 @@ pub fn source(kernel: Kernel, p: Precision) -> String {
     }
 }
 
+/// Matrix sizes of `C[m×n] = A[m×k] · B[k×n]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    /// Rows of A and C (tokens).
+    pub m: usize,
+    /// Inner dimension (input features).
+    pub k: usize,
+    /// Columns of B and C (output features).
+    pub n: usize,
+}
+
 /// CPU reference: `alpha · A·B (+ C)`, row-major, f64 accumulation.
-pub fn cpu_gemm(
-    a: &[f32],
-    b: &[f32],
-    c: &mut [f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    alpha: f32,
-    accumulate: bool,
-) {
+pub fn cpu_gemm(a: &[f32], b: &[f32], c: &mut [f32], d: Dims, alpha: f32, accumulate: bool) {
+    let Dims { m, k, n } = d;
     for row in 0..m {
         for col in 0..n {
             let mut acc = 0f64;
@@ -113,7 +116,7 @@ mod tests {
         let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]; // 2×3
         let b = [7.0, 8.0, 9.0, 10.0, 11.0, 12.0]; // 3×2
         let mut c = [1.0; 4];
-        cpu_gemm(&a, &b, &mut c, 2, 3, 2, 0.5, true);
+        cpu_gemm(&a, &b, &mut c, Dims { m: 2, k: 3, n: 2 }, 0.5, true);
         assert_eq!(c, [30.0, 33.0, 70.5, 78.0]);
     }
 }

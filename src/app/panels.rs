@@ -112,6 +112,21 @@ async fn file_text(input: &web_sys::HtmlInputElement, limit: usize) -> Result<St
         .ok_or_else(|| "the file is not text".to_string())
 }
 
+/// Reads the file chosen in an `<input type=file>` (size-checked first) and hands over its text.
+fn read_chosen_file(
+    ev: leptos::ev::Event,
+    limit: usize,
+    done: impl FnOnce(Result<String, String>) + 'static,
+) {
+    let Some(input) = ev
+        .target()
+        .and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok())
+    else {
+        return;
+    };
+    spawn_local(async move { done(file_text(&input, limit).await) });
+}
+
 fn valid_hub_id(id: &str) -> bool {
     let parts: Vec<&str> = id.split('/').collect();
     id.len() <= 96
@@ -171,21 +186,13 @@ pub fn Import(
         Err(e) => status.set(Some(Err(e))),
     };
     let on_file = move |ev: leptos::ev::Event| {
-        let Some(input) = ev
-            .target()
-            .and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok())
-        else {
-            return;
-        };
-        spawn_local(async move {
-            match file_text(&input, import::MAX_CONFIG_BYTES).await {
-                Ok(t) => {
-                    text.set(t.clone());
-                    apply(&t);
-                }
-                Err(e) => status.set(Some(Err(e))),
+        read_chosen_file(ev, import::MAX_CONFIG_BYTES, move |r| match r {
+            Ok(t) => {
+                text.set(t.clone());
+                apply(&t);
             }
-        });
+            Err(e) => status.set(Some(Err(e))),
+        })
     };
     let fetch = move |_| {
         let id = hub_id.get_untracked().trim().to_string();
@@ -256,18 +263,10 @@ pub fn Lengths(
         report.set(Some(r));
     };
     let on_file = move |ev: leptos::ev::Event| {
-        let Some(input) = ev
-            .target()
-            .and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok())
-        else {
-            return;
-        };
-        spawn_local(async move {
-            match file_text(&input, lengths::MAX_INPUT_BYTES).await {
-                Ok(t) => run(t),
-                Err(e) => report.set(Some(Err(e))),
-            }
-        });
+        read_chosen_file(ev, lengths::MAX_INPUT_BYTES, move |r| match r {
+            Ok(t) => run(t),
+            Err(e) => report.set(Some(Err(e))),
+        })
     };
     view! {
         <section class="lengths" aria-label="Length distribution">

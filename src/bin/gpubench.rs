@@ -28,9 +28,9 @@ fn main() {
         }
         for p in precisions {
             let naive =
-                lorafit::gpu::bench(&g, Kernel::Naive, p, m, k, n, 3000.0, &|| false).await?;
+                lorafit::gpu::bench(&g, Kernel::Naive, p, (m, k, n), 3000.0, &|| false).await?;
             let tiled =
-                lorafit::gpu::bench(&g, Kernel::Tiled, p, m, k, n, 3000.0, &|| false).await?;
+                lorafit::gpu::bench(&g, Kernel::Tiled, p, (m, k, n), 3000.0, &|| false).await?;
             for r in [&naive, &tiled] {
                 println!(
                     "{:<6} {:<4} {}×{}×{}: median {:.1} GFLOP/s (min {:.1}, max {:.1}, {} samples, {}), {:.1} GB/s",

@@ -2,7 +2,7 @@
 //! reference, and the benchmark loop. Compiled with `--features gpu`.
 
 use lorafit::gpu;
-use lorafit::kernels::{cpu_gemm, Kernel, Precision};
+use lorafit::kernels::{cpu_gemm, Dims, Kernel, Precision};
 
 fn data(len: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
@@ -34,15 +34,43 @@ fn lora_linear_matches_the_cpu_reference() {
     );
     let scale = 2.0;
     let mut want = vec![0f32; (m * n) as usize];
+    let (mu, ku, nu, ru) = (m as usize, k as usize, n as usize, r as usize);
     cpu_gemm(
-        &x, &w, &mut want, m as usize, k as usize, n as usize, 1.0, false,
+        &x,
+        &w,
+        &mut want,
+        Dims {
+            m: mu,
+            k: ku,
+            n: nu,
+        },
+        1.0,
+        false,
     );
-    let mut t = vec![0f32; (m * r) as usize];
+    let mut t = vec![0f32; mu * ru];
     cpu_gemm(
-        &x, &a, &mut t, m as usize, k as usize, r as usize, 1.0, false,
+        &x,
+        &a,
+        &mut t,
+        Dims {
+            m: mu,
+            k: ku,
+            n: ru,
+        },
+        1.0,
+        false,
     );
     cpu_gemm(
-        &t, &b, &mut want, m as usize, r as usize, n as usize, scale, true,
+        &t,
+        &b,
+        &mut want,
+        Dims {
+            m: mu,
+            k: ru,
+            n: nu,
+        },
+        scale,
+        true,
     );
     let mut precisions = vec![(Precision::F32, 1e-4f32)];
     if g.f16 {
@@ -50,10 +78,15 @@ fn lora_linear_matches_the_cpu_reference() {
     }
     for (p, tol) in precisions {
         for kernel in [Kernel::Naive, Kernel::Tiled] {
-            let got = pollster::block_on(gpu::lora_linear(
-                &g, kernel, p, &x, &w, &a, &b, m, k, n, r, scale,
-            ))
-            .unwrap();
+            let inputs = gpu::LoraInputs {
+                x: &x,
+                w: &w,
+                a: &a,
+                b: &b,
+            };
+            let got =
+                pollster::block_on(gpu::lora_linear(&g, kernel, p, inputs, (m, k, n, r), scale))
+                    .unwrap();
             let worst = got
                 .iter()
                 .zip(&want)
@@ -83,9 +116,7 @@ fn benchmark_reports_finite_rates_and_honours_cancel() {
         &g,
         Kernel::Naive,
         Precision::F32,
-        m,
-        k,
-        n,
+        (m, k, n),
         1500.0,
         &|| false,
     ))
@@ -94,9 +125,7 @@ fn benchmark_reports_finite_rates_and_honours_cancel() {
         &g,
         Kernel::Tiled,
         Precision::F32,
-        m,
-        k,
-        n,
+        (m, k, n),
         1500.0,
         &|| false,
     ))
@@ -120,9 +149,7 @@ fn benchmark_reports_finite_rates_and_honours_cancel() {
         &g,
         Kernel::Tiled,
         Precision::F32,
-        m,
-        k,
-        n,
+        (m, k, n),
         1500.0,
         &|| true,
     ));
