@@ -28,7 +28,7 @@ PLAN OPTIONS:
   --batch N  --seq N  --grad-accum N
   --rank N  --alpha X  --dropout P
   --targets q,k,v,o,gate,up,down|all-linear   --modules-to-save lm_head,embed_tokens
-  --dtype fp32|bf16|fp16   --quant nf4|fp4   --no-double-quant
+  --dtype fp32|bf16|fp16   --quant nf4|fp4   --no-double-quant   --adapter-dtype fp32|bf16|fp16 (peft: fp32)
   --autocast bf16|fp16|none   --attn eager|sdpa|flash_attention_2   --padded-mask
   --gpus N (per node) --nodes N --strategy ddp|fsdp|fsdp_shard_grad_op|fsdp_hybrid|zero1|zero2|zero3
   --offload optimizer,params,activations
@@ -187,6 +187,12 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                 }
             }
             "--no-double-quant" => s.double_quant = false,
+            "--adapter-dtype" => {
+                let v = value(args, &mut i, flag)?;
+                s.adapter_dtype = Dtype::parse(v).ok_or_else(|| {
+                    format!("--adapter-dtype: unknown dtype {v:?} (fp32, bf16, fp16)")
+                })?
+            }
             "--autocast" => {
                 let v = value(args, &mut i, flag)?;
                 s.autocast = match v {

@@ -45,6 +45,9 @@ pub fn parse_lengths(text: &str, chars_per_token: f64) -> Result<Vec<u64>, Strin
     let tok = |chars: usize| ((chars as f64 / chars_per_token).ceil() as u64).max(1);
     let trimmed = text.trim_start();
     let mut out = vec![];
+    if trimmed.starts_with("p50") {
+        return from_percentiles(trimmed);
+    }
     if trimmed.starts_with('{') {
         for (i, line) in text
             .lines()
@@ -80,6 +83,58 @@ pub fn parse_lengths(text: &str, chars_per_token: f64) -> Result<Vec<u64>, Strin
     if out.is_empty() {
         return Err("no samples found".into());
     }
+    Ok(out)
+}
+
+/// `p50=300 p95=1200 max=4000`: a distribution interpolated from three percentiles (1000 samples:
+/// half spread linearly up to p50 from p50/2, 45 % up to p95, 5 % up to max, the last at max).
+fn from_percentiles(text: &str) -> Result<Vec<u64>, String> {
+    let mut p = [None; 3];
+    for item in text
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|t| !t.is_empty())
+    {
+        let (k, v) = item.split_once('=').ok_or_else(|| {
+            format!(
+                "{:?}: expected key=value (p50=…, p95=…, max=…)",
+                item.chars().take(20).collect::<String>()
+            )
+        })?;
+        let v: u64 = v
+            .parse()
+            .ok()
+            .filter(|n| *n > 0 && *n <= 1 << 24)
+            .ok_or_else(|| {
+                format!(
+                    "{k}: {:?} is not a token count",
+                    v.chars().take(20).collect::<String>()
+                )
+            })?;
+        match k {
+            "p50" => p[0] = Some(v),
+            "p95" => p[1] = Some(v),
+            "max" => p[2] = Some(v),
+            _ => {
+                return Err(format!(
+                    "unknown key {:?} (p50, p95, max)",
+                    k.chars().take(20).collect::<String>()
+                ))
+            }
+        }
+    }
+    let (Some(p50), Some(p95), Some(max)) = (p[0], p[1], p[2]) else {
+        return Err("give all three: p50=… p95=… max=…".into());
+    };
+    if !(p50 <= p95 && p95 <= max) {
+        return Err("percentiles must grow: p50 ≤ p95 ≤ max".into());
+    }
+    let lerp = |a: u64, b: u64, i: u64, n: u64| a + (b - a) * i / n.max(1);
+    let mut out: Vec<u64> = (0..500)
+        .map(|i| lerp((p50 / 2).max(1), p50, i + 1, 500))
+        .collect();
+    out.extend((0..450).map(|i| lerp(p50, p95, i + 1, 450)));
+    out.extend((0..49).map(|i| lerp(p95, max, i, 49)));
+    out.push(max);
     Ok(out)
 }
 

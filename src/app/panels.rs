@@ -271,7 +271,7 @@ pub fn Lengths(
     view! {
         <section class="lengths" aria-label="Length distribution">
             <h2>"Enough memory at first, OOM after a few hundred steps?"</h2>
-            <p class="hint">"The peak follows the longest padded batch. Paste token counts (one per line), JSONL samples, or a CSV with a text / length column."</p>
+            <p class="hint">"The peak follows the longest padded batch. Paste token counts (one per line), p50=… p95=… max=…, JSONL samples, or a CSV with a text / length column."</p>
             <textarea rows="3" aria-label="lengths or samples" data-testid="lengths-input" prop:value=move || text.get() on:input:target=move |ev| text.set(ev.target().value())></textarea>
             <div class="share-row">
                 <label for="cpt">"characters per token"</label>

@@ -74,6 +74,10 @@ test("every memory control changes the plan", async () => {
     await act(page);
     assert.notEqual(await snapshot(), before, `${name} did not change the plan`);
   }
+  // Accumulation changes no memory, only the effective batch.
+  const eff = await page.textContent('[data-testid="per-gpu"]');
+  await page.fill('[data-testid="input-grad-accum"]', "8");
+  assert.notEqual(await page.textContent('[data-testid="per-gpu"]'), eff, "input-grad-accum did not reach the plan");
   const verdictBefore = (await page.textContent(".verdict")) + (await page.textContent('[data-testid="max-batch"]'));
   await page.selectOption('[data-testid="select-gpu"]', "t4");
   assert.notEqual((await page.textContent(".verdict")) + (await page.textContent('[data-testid="max-batch"]')), verdictBefore, "select-gpu did not change the verdict");
