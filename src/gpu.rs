@@ -394,19 +394,16 @@ pub async fn bench(
     while (k as u64) * (n as u64) * elem > gpu.max_binding_bytes && n > kernels::TILE {
         n /= 2;
     }
-    let mut seed = 0x2545F4914F6CDD1Du64;
-    let mut rnd = |len: usize| -> Vec<f32> {
-        (0..len)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                (seed % 2000) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    };
-    let bx = storage(gpu, &to_bytes(&rnd((m * k) as usize), precision), "x");
-    let bw = storage(gpu, &to_bytes(&rnd((k * n) as usize), precision), "w");
+    let bx = storage(
+        gpu,
+        &to_bytes(&kernels::pseudo_random((m * k) as usize, 1), precision),
+        "x",
+    );
+    let bw = storage(
+        gpu,
+        &to_bytes(&kernels::pseudo_random((k * n) as usize, 2), precision),
+        "w",
+    );
     let by = storage(gpu, &vec![0u8; (m as u64 * n as u64 * elem) as usize], "y");
     // Calibrate on 16 rows (also the warm-up), then size the rows so that one dispatch takes
     // about a twelfth of the budget: a slow (software) adapter gets a smaller problem, never a

@@ -85,6 +85,19 @@ pub fn cpu_gemm(a: &[f32], b: &[f32], c: &mut [f32], d: Dims, alpha: f32, accumu
     }
 }
 
+/// Deterministic pseudo-random values in [-1, 1] (xorshift), for benchmark and test inputs.
+pub fn pseudo_random(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.max(1);
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,15 +5,7 @@ use lorafit::gpu;
 use lorafit::kernels::{cpu_gemm, Dims, Kernel, Precision};
 
 fn data(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect()
+    lorafit::kernels::pseudo_random(len, seed)
 }
 
 #[test]
