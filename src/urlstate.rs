@@ -321,6 +321,27 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
             ));
         }
     }
+    // Fields that are valid one by one can still clash (4 GPUs without a strategy, parameter
+    // offload under DDP): keep the one-GPU layout then, and say so.
+    if let Err(e) = st.settings.parallel.validate(st.settings.grad_ckpt) {
+        st.settings.parallel.offload_activations &= st.settings.grad_ckpt;
+        if st.settings.parallel.world() > 1
+            && st.settings.parallel.strategy == crate::model::Strategy::Single
+        {
+            st.settings.parallel.strategy = crate::model::Strategy::FsdpFullShard;
+        }
+        if st
+            .settings
+            .parallel
+            .validate(st.settings.grad_ckpt)
+            .is_err()
+        {
+            st.settings.parallel = Default::default();
+        }
+        if notices.len() < MAX_NOTICES {
+            notices.push(format!("adjusted the GPU layout: {e}"));
+        }
+    }
     (st, notices)
 }
 
@@ -504,6 +525,20 @@ mod tests {
         assert_eq!(st.model, "llama2-7b");
         assert_eq!(notices.len(), 7, "{notices:?}");
         assert!(notices.iter().any(|n| n.contains("zzz")));
+    }
+
+    #[test]
+    fn clashing_gpu_parameters_are_adjusted_with_a_notice() {
+        let (st, n) = decode("g=4");
+        assert_eq!(
+            st.settings.parallel.strategy,
+            crate::model::Strategy::FsdpFullShard
+        );
+        assert!(n.iter().any(|x| x.contains("GPU layout")), "{n:?}");
+        let (st, n) = decode("g=2&st=ddp&off=params");
+        assert!(st.settings.validate().is_ok());
+        assert_eq!(st.settings.parallel, crate::model::Parallel::default());
+        assert_eq!(n.len(), 1);
     }
 
     #[test]
