@@ -94,7 +94,7 @@ pub struct TimeEstimate {
     pub flops: StepFlops,
     /// Peak rate used (TFLOP/s) and what it is.
     pub peak_tflops: f64,
-    /// Which figure of the datasheet.
+    /// Which figure of the datasheet (or the fallback used).
     pub peak_kind: &'static str,
     /// Utilisation assumed.
     pub utilization: f64,
@@ -120,12 +120,19 @@ pub fn estimate(
         Dtype::Fp32 if s.quant.is_none() => None,
         d => Some(d),
     });
+    // Without a tensor-core figure in the catalog, fall back to the fp32 rate (conservative).
+    const FALLBACK: &str = "fp32 (no tensor figure in the catalog: conservative)";
+    let fp32 = gpu.fp32_tflops.map(|p| (p, FALLBACK));
     let (peak, kind) = match low {
-        Some(Dtype::Bf16) if gpu.bf16 != Some(false) => (
-            gpu.bf16_tflops_dense.or(gpu.fp16_tflops_dense)?,
-            "dense bf16 tensor",
-        ),
-        Some(Dtype::Bf16) | Some(Dtype::Fp16) => (gpu.fp16_tflops_dense?, "dense fp16 tensor"),
+        Some(Dtype::Bf16) if gpu.bf16 != Some(false) => gpu
+            .bf16_tflops_dense
+            .or(gpu.fp16_tflops_dense)
+            .map(|p| (p, "dense bf16 tensor"))
+            .or(fp32)?,
+        Some(Dtype::Bf16) | Some(Dtype::Fp16) => gpu
+            .fp16_tflops_dense
+            .map(|p| (p, "dense fp16 tensor"))
+            .or(fp32)?,
         _ => (gpu.fp32_tflops?, "fp32"),
     };
     let util_ok = utilization.is_finite() && utilization > 0.0 && utilization <= 1.0;
@@ -263,6 +270,17 @@ mod tests {
             (acc.tokens_per_second - fast.tokens_per_second).abs() / fast.tokens_per_second < 1e-9
         );
         assert!(estimate(&a, &s, h100, 0.0, 1e6).is_none());
+        // The shared catalog has no tensor figure for the RTX 4090: the fp32 rate, labelled.
+        let rtx = estimate(
+            &a,
+            &s,
+            crate::catalog::find_gpu("rtx4090").unwrap(),
+            0.4,
+            1e6,
+        )
+        .unwrap();
+        assert_eq!(rtx.peak_tflops, 83.0);
+        assert!(rtx.peak_kind.contains("no tensor figure"));
         assert!(estimate(&a, &s, h100, f64::NAN, 1e6).is_none());
     }
 }
