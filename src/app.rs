@@ -9,7 +9,7 @@ use wasm_bindgen::JsValue;
 use crate::catalog;
 use crate::chart;
 use crate::model::plan::ComponentBytes;
-use crate::model::{AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings, Strategy, Target};
+use crate::model::{AttnImpl, Dtype, Optimizer, SavedModule, Settings, Strategy, Target};
 use crate::planner::{self, Evaluation};
 use crate::report::{gib, gib_signed};
 use crate::urlstate::{self, Axis, UiState};
@@ -159,28 +159,6 @@ fn Toggle(
     }
 }
 
-fn dtype_value(s: &Settings) -> String {
-    match s.quant {
-        Some(q) => q.name().to_string(),
-        None => s.dtype.name().to_string(),
-    }
-}
-
-fn apply_dtype(s: &mut Settings, v: &str) {
-    match v {
-        "nf4" | "fp4" => {
-            s.quant = Quant::parse(v);
-            s.dtype = Dtype::Bf16;
-        }
-        other => {
-            s.quant = None;
-            if let Some(d) = Dtype::parse(other) {
-                s.dtype = d;
-            }
-        }
-    }
-}
-
 fn opts(items: &[(&str, &str)]) -> Vec<(String, String)> {
     items
         .iter()
@@ -304,8 +282,8 @@ pub fn App() -> impl IntoView {
                 value=num(|s| s.grad_accum as f64) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.grad_accum = v.round() as u64))) />
             <SelectControl label="Base weights" testid="select-dtype"
                 options=opts(&[("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"), ("nf4", "4-bit nf4 (QLoRA)"), ("fp4", "4-bit fp4")])
-                value=Memo::new(move |_| state.with(|st| dtype_value(&st.settings)))
-                on_set=Callback::new(move |v: String| set(Box::new(move |s| apply_dtype(s, &v)))) />
+                value=Memo::new(move |_| state.with(|st| st.settings.base_weights().to_string()))
+                on_set=Callback::new(move |v: String| set(Box::new(move |s| { s.set_base_weights(&v); }))) />
             <SelectControl label="Autocast (Trainer bf16=True / fp16=True)" testid="select-autocast"
                 options=opts(&[("none", "none"), ("bf16", "bf16"), ("fp16", "fp16")])
                 value=Memo::new(move |_| state.with(|st| st.settings.autocast.map(|d| d.name().to_string()).unwrap_or_else(|| "none".into())))

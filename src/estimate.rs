@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::model::{plan, Architecture, Plan, RawSettings};
+use crate::model::{plan, Plan, RawSettings};
 
 #[derive(Deserialize)]
 struct Line {
@@ -49,9 +49,4 @@ pub fn output_line(line: &str) -> (bool, String) {
         }
         Err((id, e)) => (false, json!({"id": id, "error": e}).to_string()),
     }
-}
-
-/// Parses an architecture object (catalog-style or config.json-style numbers).
-pub fn arch_from_value(v: &Value) -> Result<Architecture, String> {
-    serde_json::from_value::<Architecture>(v.clone()).map_err(|e| format!("invalid model: {e}"))
 }

@@ -5,7 +5,7 @@
 use crate::catalog;
 use crate::model::settings::{parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ};
 use crate::model::{
-    Architecture, AttnImpl, Dtype, Family, Optimizer, Quant, SavedModule, Settings, Target,
+    Architecture, AttnImpl, Dtype, Family, Optimizer, SavedModule, Settings, Target,
 };
 
 /// `family.hidden.intermediate.layers.heads.kv_heads.head_dim.vocab.tied` of an imported model.
@@ -200,21 +200,7 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
                 .map(|x| s.lora_dropout = x)
                 .is_some(),
             "ga" => int_in(&v, 1, 1 << 20).map(|x| s.grad_accum = x).is_some(),
-            "dt" => match v.as_str() {
-                "nf4" | "fp4" => {
-                    // 4-bit: the non-quantized parts are fp32 after prepare_model_for_kbit_training;
-                    // the base dtype is canonical so every state has one link.
-                    s.quant = Quant::parse(&v);
-                    s.dtype = Dtype::Bf16;
-                    true
-                }
-                _ => Dtype::parse(&v)
-                    .map(|d| {
-                        s.dtype = d;
-                        s.quant = None;
-                    })
-                    .is_some(),
-            },
+            "dt" => s.set_base_weights(&v),
             "dq" => bool01(&v).map(|x| s.double_quant = x).is_some(),
             "ac" => match v.as_str() {
                 "none" => {
@@ -377,12 +363,11 @@ pub fn encode(st: &UiState) -> String {
         s.grad_accum != ds.grad_accum,
         s.grad_accum.to_string(),
     );
-    let dt = |x: &Settings| {
-        x.quant
-            .map(|q| q.name().to_string())
-            .unwrap_or_else(|| x.dtype.name().to_string())
-    };
-    add("dt", dt(s) != dt(ds), dt(s));
+    add(
+        "dt",
+        s.base_weights() != ds.base_weights(),
+        s.base_weights().into(),
+    );
     add(
         "dq",
         s.double_quant != ds.double_quant,
@@ -484,7 +469,7 @@ mod tests {
         s.lora_alpha = 12.5;
         s.lora_dropout = 0.0;
         s.grad_accum = 16;
-        s.quant = Some(Quant::Nf4);
+        s.quant = Some(crate::model::Quant::Nf4);
         s.double_quant = false;
         s.autocast = Some(Dtype::Bf16);
         s.attn_impl = AttnImpl::Eager;

@@ -17,9 +17,7 @@ use crate::planner::{self, Evaluation};
 use crate::report::{gib, gib_signed};
 use crate::urlstate::UiState;
 
-fn read<T: Default>(eval: Memo<Result<Evaluation, String>>, f: impl Fn(&Evaluation) -> T) -> T {
-    eval.with(|r| r.as_ref().map(&f).unwrap_or_default())
-}
+use super::read;
 
 /// Ranked changes that make the plan fit (when it does not, or is tight), and the myths.
 #[component]

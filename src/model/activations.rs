@@ -517,9 +517,6 @@ pub fn global_terms(ctx: &Ctx) -> Vec<Term> {
             ],
         ));
     }
-    if a.family == Family::Gemma2 || a.family == Family::Gemma3 {
-        // Gemma scales the embedding output by sqrt(hidden); the product is a new tensor.
-    }
     out.retain(|t| t.bytes > 0);
     out
 }

@@ -183,7 +183,7 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
         top.extend(one_layer.iter().cloned());
         top.push(working.clone());
         phases.push(PhasePeak {
-            phase: super::plan::Phase::Backward,
+            phase: Phase::Backward,
             moment: "recomputed top layer".into(),
             bytes: total(&top),
             terms: top,

@@ -248,10 +248,32 @@ impl Settings {
                 "nothing is trainable: choose at least one target module".into(),
             );
         }
-        if self.quant.is_some() && self.dtype == Dtype::Fp32 && self.autocast.is_none() {
-            // Allowed: bnb computes in the compute dtype; kept for completeness.
-        }
         Ok(())
+    }
+
+    /// The base-weights choice as one name: `bf16`, `fp16`, `fp32`, or `nf4` / `fp4` for 4-bit.
+    pub fn base_weights(&self) -> &'static str {
+        match self.quant {
+            Some(q) => q.name(),
+            None => self.dtype.name(),
+        }
+    }
+
+    /// Sets the base weights from [`Settings::base_weights`]'s names; false (and no change) for an
+    /// unknown name. Choosing 4-bit sets the canonical base dtype (bf16: the non-quantized parts
+    /// are fp32 after prepare_model_for_kbit_training anyway), so every state has one name.
+    pub fn set_base_weights(&mut self, name: &str) -> bool {
+        if let Some(q) = Quant::parse(name) {
+            self.quant = Some(q);
+            self.dtype = Dtype::Bf16;
+            true
+        } else if let Some(d) = Dtype::parse(name) {
+            self.quant = None;
+            self.dtype = d;
+            true
+        } else {
+            false
+        }
     }
 
     /// Tokens in one micro-batch.

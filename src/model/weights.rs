@@ -112,9 +112,8 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
     out
 }
 
-fn trainable_dtype(ctx: &Ctx, m: SavedModule) -> Dtype {
-    let _ = m;
-    // ModulesToSaveWrapper copies the original module, keeping its dtype.
+/// ModulesToSaveWrapper copies the original module, keeping its dtype.
+fn trainable_dtype(ctx: &Ctx) -> Dtype {
     ctx.aux_weight
 }
 
@@ -134,7 +133,7 @@ pub fn trainable_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
             format!("{} full trainable copy", saved_name(m)),
             &[
                 f("vocab × hidden", ctx.arch.embedding_params()),
-                bytes_of(trainable_dtype(ctx, m).bytes()),
+                bytes_of(trainable_dtype(ctx).bytes()),
             ],
         ));
     }
@@ -189,7 +188,7 @@ pub fn gradient_terms(
             format!("gradient of the trainable {}", saved_name(m)),
             &[
                 f("vocab × hidden", ctx.arch.embedding_params()),
-                bytes_of(trainable_dtype(ctx, m).bytes()),
+                bytes_of(trainable_dtype(ctx).bytes()),
             ],
         ));
     }
