@@ -4,10 +4,10 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use lorafit::catalog;
+use lorafit::formats::catalog;
 use lorafit::model::{plan, Settings};
-use lorafit::planner;
-use lorafit::urlstate::Axis;
+use lorafit::planning::evaluate;
+use lorafit::planning::evaluate::Axis;
 
 fn time<F: FnMut()>(name: &str, n: u32, mut f: F) {
     for _ in 0..n / 10 {
@@ -27,10 +27,10 @@ fn main() {
     time("plan (llama2-7b)", 20_000, || {
         black_box(plan(black_box(&a), black_box(&s)).unwrap());
     });
-    time("planner::evaluate (plan + fit limits)", 500, || {
-        black_box(planner::evaluate("llama2-7b", "a100-80", black_box(&s)).unwrap());
+    time("evaluate::evaluate (plan + fit limits)", 500, || {
+        black_box(evaluate::evaluate("llama2-7b", "a100-80", black_box(&s)).unwrap());
     });
-    time("planner::curve (11 points)", 2_000, || {
-        black_box(planner::curve(&a, black_box(&s), Axis::Seq));
+    time("evaluate::curve (11 points)", 2_000, || {
+        black_box(evaluate::curve(&a, black_box(&s), Axis::Seq));
     });
 }

@@ -45,4 +45,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
+# Trunk builds offline: every locked crate (all targets: native, wasm32, the GPU feature) must be in
+# the local registry before the first build. A no-op when they already are.
+say "fetching the locked crates (cargo fetch)"
+cargo fetch --locked --quiet
 say "all tools present"

@@ -17,15 +17,11 @@ cargo clippy --locked --target wasm32-unknown-unknown --features gpu --bin gpube
 echo "== native tests: unit, properties, CLI, reference accuracy, wgpu kernels on Vulkan (lavapipe)"
 cargo test --locked --features gpu -- --nocapture
 
-echo "== reference comparison through the CLI (shared/tools/compare_reference.py)"
+echo "== reference comparison through the CLI (tests/data/compare_reference.py)"
 cargo build --locked --bin lorafit
-REF=../shared/reference/cases.jsonl
-if [ -f "$REF" ]; then
-  ./target/debug/lorafit estimate --jsonl "$REF" > target/pred.jsonl
-  python3 ../shared/tools/compare_reference.py "$REF" target/pred.jsonl
-else
-  echo "no $REF beside this checkout: skipped the CLI comparison (the cargo test above needs it too)"; exit 1
-fi
+REF=tests/data/reference/cases.jsonl
+./target/debug/lorafit estimate --jsonl "$REF" > target/pred.jsonl
+python3 tests/data/compare_reference.py "$REF" target/pred.jsonl
 
 echo "== release web build (trunk): the planner, then the lazily loaded GPU benchmark page"
 trunk build --release

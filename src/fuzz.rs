@@ -12,37 +12,37 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
     let text = String::from_utf8_lossy(data);
     match target {
         "url" => {
-            let (st, notices) = crate::urlstate::decode(&text);
+            let (st, notices) = crate::web::link::decode(&text);
             st.settings
                 .validate()
                 .map_err(|e| format!("decoded settings invalid: {e}"))?;
             if notices.len() > 8 {
                 return Err("too many notices".into());
             }
-            let again = crate::urlstate::decode(&crate::urlstate::encode(&st)).0;
+            let again = crate::web::link::decode(&crate::web::link::encode(&st)).0;
             if again.settings != st.settings || again.model != st.model || again.gpu != st.gpu {
                 return Err("encode/decode round trip changed the state".into());
             }
             Ok(())
         }
         "config" => {
-            if let Ok(a) = crate::import::parse_config(&text) {
+            if let Ok(a) = crate::formats::config_json::parse_config(&text) {
                 finite(&a, &Settings::default())?;
             }
             Ok(())
         }
         "estimate" => {
-            let (_, line) = crate::estimate::output_line(&text);
+            let (_, line) = crate::formats::jsonl::output_line(&text);
             serde_json::from_str::<serde_json::Value>(&line)
                 .map_err(|e| format!("output is not JSON: {e}"))?;
             Ok(())
         }
         "lengths" => {
-            if let Ok(ls) = crate::lengths::parse_lengths(&text, 4.0) {
+            if let Ok(ls) = crate::planning::lengths::parse_lengths(&text, 4.0) {
                 if ls.is_empty() || ls.contains(&0) {
                     return Err("empty or zero lengths accepted".into());
                 }
-                let _ = crate::lengths::stats(&ls);
+                let _ = crate::planning::lengths::stats(&ls);
             }
             Ok(())
         }

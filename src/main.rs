@@ -14,5 +14,5 @@ fn main() {
 #[cfg(target_arch = "wasm32")]
 fn main() {
     console_error_panic_hook::set_once();
-    lorafit::app::mount();
+    lorafit::web::app::mount();
 }

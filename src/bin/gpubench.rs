@@ -4,12 +4,12 @@
 #[cfg(target_arch = "wasm32")]
 fn main() {
     console_error_panic_hook::set_once();
-    lorafit::gpu_app::mount();
+    lorafit::gpu::page::mount();
 }
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
-    use lorafit::kernels::{Kernel, Precision};
+    use lorafit::gpu::kernels::{Kernel, Precision};
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dims: Vec<u32> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let (m, k, n) = match dims[..] {
@@ -17,7 +17,7 @@ fn main() {
         _ => (256, 1024, 1024),
     };
     let run = async {
-        let g = lorafit::gpu::init().await?;
+        let g = lorafit::gpu::runtime::init().await?;
         println!(
             "adapter: {} (timestamps {}, shader-f16 {})",
             g.adapter, g.timestamps, g.f16
@@ -28,9 +28,11 @@ fn main() {
         }
         for p in precisions {
             let naive =
-                lorafit::gpu::bench(&g, Kernel::Naive, p, (m, k, n), 3000.0, &|| false).await?;
+                lorafit::gpu::runtime::bench(&g, Kernel::Naive, p, (m, k, n), 3000.0, &|| false)
+                    .await?;
             let tiled =
-                lorafit::gpu::bench(&g, Kernel::Tiled, p, (m, k, n), 3000.0, &|| false).await?;
+                lorafit::gpu::runtime::bench(&g, Kernel::Tiled, p, (m, k, n), 3000.0, &|| false)
+                    .await?;
             for r in [&naive, &tiled] {
                 println!(
                     "{:<6} {:<4} {}×{}×{}: median {:.1} GFLOP/s (min {:.1}, max {:.1}, {} samples, {}), {:.1} GB/s",

@@ -295,7 +295,7 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     // the gathered units cycle through memory the compute stream cannot reuse.
     let stream_reserve: u128 = if matches!(
         par.strategy,
-        distributed::Strategy::FsdpFullShard | distributed::Strategy::FsdpHybridShard
+        super::parallel::Strategy::FsdpFullShard | super::parallel::Strategy::FsdpHybridShard
     ) && par.param_shards() > 1
     {
         rank.comm

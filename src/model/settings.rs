@@ -170,7 +170,7 @@ pub struct Settings {
     pub fused_ce: bool,
     /// Multi-GPU layout (one GPU by default).
     #[serde(default)]
-    pub parallel: super::distributed::Parallel,
+    pub parallel: super::parallel::Parallel,
 }
 
 /// Supported ranges (beyond these the planner refuses rather than extrapolating nonsense).
@@ -329,7 +329,7 @@ pub struct RawSettings {
     /// Fused / chunked cross-entropy.
     pub fused_ce: Option<bool>,
     /// Multi-GPU layout.
-    pub parallel: Option<super::distributed::Parallel>,
+    pub parallel: Option<super::parallel::Parallel>,
 }
 
 impl RawSettings {

@@ -1,6 +1,6 @@
 //! Catalog invariants: enough real models and GPUs, every entry valid and sourced, bf16 facts.
 
-use lorafit::catalog;
+use lorafit::formats::catalog;
 
 #[test]
 fn catalog_has_the_promised_breadth_and_every_entry_is_valid() {
@@ -77,22 +77,6 @@ fn unknown_names_suggest_close_ones() {
     assert!(e.contains("llama2-7b"), "{e}");
     let e = catalog::find_gpu("a100").unwrap_err();
     assert!(e.contains("a100-40") || e.contains("a100-80"), "{e}");
-}
-
-#[test]
-fn the_model_module_has_no_web_or_gpu_dependency() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/model");
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        for banned in ["leptos", "web_sys", "wasm_bindgen", "wgpu", "js_sys"] {
-            assert!(
-                !text.contains(banned),
-                "{} mentions {banned}",
-                path.display()
-            );
-        }
-    }
 }
 
 #[test]

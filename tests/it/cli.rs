@@ -58,7 +58,7 @@ fn plan_json_matches_the_library() {
     ]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let a = lorafit::catalog::find_model("llama2-7b")
+    let a = lorafit::formats::catalog::find_model("llama2-7b")
         .unwrap()
         .arch
         .clone();

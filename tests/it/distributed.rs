@@ -1,7 +1,7 @@
 //! Multi-GPU plans: what each rank holds under each strategy, from first principles, and the
 //! multi-GPU rows of shared/reference/published.md reproduced within ±15 %.
 
-use lorafit::catalog;
+use lorafit::formats::catalog;
 use lorafit::model::{plan, AttnImpl, Dtype, Parallel, Plan, Quant, Settings, Strategy, Target};
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -270,7 +270,8 @@ fn accelerate_configs_for_the_planned_layout() {
         ..Settings::default()
     };
     let y: serde_yaml::Value =
-        serde_yaml::from_str(&lorafit::export::export("accelerate", "x", &s).unwrap()).unwrap();
+        serde_yaml::from_str(&lorafit::formats::export::export("accelerate", "x", &s).unwrap())
+            .unwrap();
     assert_eq!(y["distributed_type"], "FSDP");
     assert_eq!(y["fsdp_config"]["fsdp_sharding_strategy"], "HYBRID_SHARD");
     assert_eq!(y["fsdp_config"]["fsdp_offload_params"], true);
@@ -287,14 +288,15 @@ fn accelerate_configs_for_the_planned_layout() {
         ..Settings::default()
     };
     let y: serde_yaml::Value =
-        serde_yaml::from_str(&lorafit::export::export("accelerate", "x", &z).unwrap()).unwrap();
+        serde_yaml::from_str(&lorafit::formats::export::export("accelerate", "x", &z).unwrap())
+            .unwrap();
     assert_eq!(y["distributed_type"], "DEEPSPEED");
     assert_eq!(y["deepspeed_config"]["zero_stage"], 3);
     assert_eq!(y["deepspeed_config"]["offload_optimizer_device"], "cpu");
     assert_eq!(y["deepspeed_config"]["offload_param_device"], "none");
     assert_eq!(y["deepspeed_config"]["gradient_accumulation_steps"], 4);
     let d: serde_yaml::Value = serde_yaml::from_str(
-        &lorafit::export::export(
+        &lorafit::formats::export::export(
             "accelerate",
             "x",
             &Settings {

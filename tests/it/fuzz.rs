@@ -34,7 +34,7 @@ fn every_catalog_model_and_option_combination_is_sane() {
         (Dtype::Bf16, Some(Quant::Fp4)),
     ];
     let mut cases = 0u64;
-    for m in lorafit::catalog::models() {
+    for m in lorafit::formats::catalog::models() {
         for (i, &(dtype, quant)) in dtypes.iter().enumerate() {
             for (j, &optimizer) in Optimizer::ALL.iter().enumerate() {
                 for attn in [AttnImpl::Eager, AttnImpl::Sdpa, AttnImpl::FlashAttention2] {
@@ -83,6 +83,6 @@ fn every_catalog_model_and_option_combination_is_sane() {
     }
     assert_eq!(
         cases,
-        lorafit::catalog::models().len() as u64 * 5 * 9 * 3 * 2
+        lorafit::formats::catalog::models().len() as u64 * 5 * 9 * 3 * 2
     );
 }

@@ -1,11 +1,11 @@
 //! The WGSL kernels on a real adapter through wgpu (Vulkan; lavapipe in CI) against the CPU
 //! reference, and the benchmark loop. Compiled with `--features gpu`.
 
-use lorafit::gpu;
-use lorafit::kernels::{cpu_gemm, Dims, Kernel, Precision};
+use lorafit::gpu::kernels::{cpu_gemm, Dims, Kernel, Precision};
+use lorafit::gpu::runtime as gpu;
 
 fn data(len: usize, seed: u64) -> Vec<f32> {
-    lorafit::kernels::pseudo_random(len, seed)
+    lorafit::gpu::kernels::pseudo_random(len, seed)
 }
 
 #[test]

@@ -1,10 +1,11 @@
 //! Issue-5 behaviour: ranked fixes re-planned, myths measured, length analysis, exports that
 //! parse back to the planned values, config.json import through the CLI.
 
-use lorafit::advice::{myths, suggest};
-use lorafit::catalog;
-use lorafit::export::export;
-use lorafit::model::{plan, AttnImpl, Dtype, Optimizer, Quant, Settings, Status, Target};
+use lorafit::formats::catalog;
+use lorafit::formats::export::export;
+use lorafit::model::{plan, AttnImpl, Dtype, Optimizer, Quant, Settings, Target};
+use lorafit::planning::fixes::{myths, suggest};
+use lorafit::planning::Status;
 
 fn arch(name: &str) -> lorafit::model::Architecture {
     catalog::find_model(name).unwrap().arch.clone()

@@ -1,7 +1,7 @@
 //! Property tests over the model's input space: finiteness, additivity, monotonicity, GC never
 //! hurting, and typed errors (not panics) for impossible configurations.
 
-use lorafit::catalog;
+use lorafit::formats::catalog;
 use lorafit::model::{plan, Architecture, AttnImpl, Dtype, Optimizer, Quant, Settings, Target};
 use proptest::prelude::*;
 

@@ -4,13 +4,13 @@
 
 use std::path::PathBuf;
 
-use lorafit::estimate::estimate_line;
+use lorafit::formats::jsonl::estimate_line;
 
 pub fn cases_path() -> PathBuf {
     if let Ok(p) = std::env::var("LORAFIT_REFERENCE") {
         return PathBuf::from(p);
     }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/cases.jsonl")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference/cases.jsonl")
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Parameter and weight accounting checked against the counts the reference harness read from
 //! the real PyTorch modules (`params` and `measured.at_peak` of every case).
 
-use lorafit::estimate::estimate_line;
+use lorafit::formats::jsonl::estimate_line;
 
 #[test]
 fn parameter_counts_and_weight_bytes_match_pytorch() {

@@ -8,12 +8,11 @@ use std::rc::Rc;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
-use crate::catalog;
-use crate::flops;
-use crate::gpu::{self, Measurement};
-use crate::kernels::{Kernel, Precision};
-use crate::planner;
-use crate::urlstate;
+use crate::formats::catalog;
+use crate::gpu::kernels::{Kernel, Precision};
+use crate::gpu::runtime::{self as gpu, Measurement};
+use crate::planning::time;
+use crate::web::link;
 
 /// Mounts the benchmark page.
 pub fn mount() {
@@ -45,12 +44,12 @@ fn webgpu_available() -> bool {
 /// The benchmark page.
 #[component]
 pub fn GpuApp() -> impl IntoView {
-    let (st, _) = urlstate::decode(&window().location().search().unwrap_or_default());
-    let arch = planner::arch_of(&st).ok();
+    let (st, _) = link::decode(&window().location().search().unwrap_or_default());
+    let arch = crate::web::state::arch_of(&st).ok();
     let gpu_entry = catalog::find_gpu(&st.gpu).ok();
     let status = RwSignal::new(Status::Idle);
     let cancel = Rc::new(Cell::new(false));
-    let utilization = RwSignal::new(flops::DEFAULT_UTILIZATION);
+    let utilization = RwSignal::new(time::DEFAULT_UTILIZATION);
     let dataset = RwSignal::new(100_000_000f64);
     // The shape of one adapted Linear of the selected model: tokens × hidden → intermediate.
     let (m, k, n) = match &arch {
@@ -62,7 +61,7 @@ pub fn GpuApp() -> impl IntoView {
         None => (512, 4096, 11008),
     };
     let settings = st.settings.clone();
-    let flops_step = arch.as_ref().map(|a| flops::step_flops(a, &settings).total);
+    let flops_step = arch.as_ref().map(|a| time::step_flops(a, &settings).total);
     let run = {
         let cancel = cancel.clone();
         move |_| {
@@ -126,7 +125,7 @@ pub fn GpuApp() -> impl IntoView {
     let gpu_name = gpu_entry.map(|g| g.name.clone()).unwrap_or_default();
     let estimate = Memo::new(move |_| {
         let (a, g) = (arch.clone()?, gpu_entry?);
-        flops::estimate(&a, &settings, g, utilization.get(), dataset.get())
+        time::estimate(&a, &settings, g, utilization.get(), dataset.get())
     });
     let title = format!("Time on {gpu_name}");
     let fmt_time = |s: f64| {

@@ -5,10 +5,11 @@ use std::io::{BufRead, Write};
 
 use serde_json::json;
 
-use crate::catalog::{self, GpuEntry};
+use crate::formats::catalog::{self, GpuEntry};
+use crate::formats::report;
 use crate::model::settings::parse_target_names;
-use crate::model::{plan, verdict, AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings};
-use crate::report;
+use crate::model::{plan, AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings};
+use crate::planning::verdict;
 
 const USAGE: &str = "lorafit — LoRA/QLoRA fine-tuning GPU-memory planner
 
@@ -106,9 +107,9 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
     let mut json = false;
     let mut model_id = "path/to/your-model".to_string();
     let mut format = None;
-    let mut chars_per_token = crate::lengths::DEFAULT_CHARS_PER_TOKEN;
+    let mut chars_per_token = crate::planning::lengths::DEFAULT_CHARS_PER_TOKEN;
     let mut file = None;
-    let mut utilization = crate::flops::DEFAULT_UTILIZATION;
+    let mut utilization = crate::planning::time::DEFAULT_UTILIZATION;
     let mut dataset_tokens: f64 = 1e8;
     let mut i = 0;
     while i < args.len() {
@@ -133,7 +134,7 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                     }
                 }
                 model = Some(
-                    crate::import::parse_config(&text)
+                    crate::formats::config_json::parse_config(&text)
                         .or_else(|e| catalog::resolve_model(&v).map_err(|_| e))?,
                 );
                 title = path.to_string();
@@ -306,9 +307,13 @@ fn emit(out: &mut dyn Write, text: &str) -> Result<(), String> {
 fn cmd_fit(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     let a = parse_plan(args)?;
     let (gpu_name, capacity, _) = a.gpu();
-    let e = crate::planner::evaluate_arch(&a.arch, &gpu_name, capacity, &a.settings)?;
-    let smallest = crate::planner::smallest_gpu(&a.arch, &a.settings);
-    let curve = crate::planner::curve(&a.arch, &a.settings, crate::urlstate::Axis::Seq);
+    let e = crate::planning::evaluate::evaluate_arch(&a.arch, &gpu_name, capacity, &a.settings)?;
+    let smallest = crate::planning::evaluate::smallest_gpu(&a.arch, &a.settings);
+    let curve = crate::planning::evaluate::curve(
+        &a.arch,
+        &a.settings,
+        crate::planning::evaluate::Axis::Seq,
+    );
     if a.json {
         let pts: Vec<_> = curve.iter().map(|p| json!({"seq": p.x, "peak_allocated_bytes": p.allocated_bytes, "nvidia_smi_bytes": p.smi_bytes})).collect();
         let doc = json!({"gpu": gpu_name, "capacity_bytes": capacity, "max_batch": e.max_batch, "max_seq": e.max_seq,
@@ -357,8 +362,8 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     let (gpu_name, capacity, bf16_ok) = a.gpu();
     let p = plan(&a.arch, &a.settings).map_err(|e| e.to_string())?;
     let v = verdict(&p, capacity);
-    let fixes = crate::advice::suggest(&a.arch, &a.settings, capacity, bf16_ok);
-    let myths = crate::advice::myths(&a.arch, &a.settings);
+    let fixes = crate::planning::fixes::suggest(&a.arch, &a.settings, capacity, bf16_ok);
+    let myths = crate::planning::fixes::myths(&a.arch, &a.settings);
     if a.json {
         return emit(
             out,
@@ -404,7 +409,10 @@ fn cmd_export(args: &[String], out: &mut dyn Write) -> Result<(), String> {
         .clone()
         .ok_or("export needs --format python|accelerate|llama-factory|axolotl")?;
     plan(&a.arch, &a.settings).map_err(|e| e.to_string())?;
-    emit(out, &crate::export::export(&f, &a.model_id, &a.settings)?)
+    emit(
+        out,
+        &crate::formats::export::export(&f, &a.model_id, &a.settings)?,
+    )
 }
 
 fn cmd_lengths(args: &[String], out: &mut dyn Write) -> Result<(), String> {
@@ -414,9 +422,9 @@ fn cmd_lengths(args: &[String], out: &mut dyn Write) -> Result<(), String> {
         .clone()
         .ok_or("lengths needs a FILE (numbers, JSONL or CSV)")?;
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let lengths = crate::lengths::parse_lengths(&text, a.chars_per_token)?;
+    let lengths = crate::planning::lengths::parse_lengths(&text, a.chars_per_token)?;
     let (gpu_name, capacity, _) = a.gpu();
-    let r = crate::lengths::analyze(&a.arch, &a.settings, capacity, &lengths)?;
+    let r = crate::planning::lengths::analyze(&a.arch, &a.settings, capacity, &lengths)?;
     if a.json {
         return emit(out, &format!("{}\n", json!({"gpu": gpu_name, "report": r})));
     }
@@ -449,9 +457,13 @@ fn cmd_plan(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     };
     let v = verdict(&p, capacity);
     let time = match &a.gpu {
-        GpuChoice::Catalog(g) => {
-            crate::flops::estimate(&a.arch, &a.settings, g, a.utilization, a.dataset_tokens)
-        }
+        GpuChoice::Catalog(g) => crate::planning::time::estimate(
+            &a.arch,
+            &a.settings,
+            g,
+            a.utilization,
+            a.dataset_tokens,
+        ),
         GpuChoice::Custom(_) => None,
     };
     if a.json {
@@ -503,7 +515,7 @@ fn cmd_estimate(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i3
         if line.trim().is_empty() {
             continue;
         }
-        let (ok, text) = crate::estimate::output_line(&line);
+        let (ok, text) = crate::formats::jsonl::output_line(&line);
         if !ok {
             failed += 1;
         }

@@ -1,7 +1,8 @@
 //! Human-readable formatting of plans: byte units and the CLI's breakdown table.
 //! Pure functions, shared by the CLI and the web page.
 
-use crate::model::{Plan, Verdict};
+use crate::model::Plan;
+use crate::planning::Verdict;
 
 /// Bytes per GiB.
 pub const GIB: f64 = 1024.0 * 1024.0 * 1024.0;

@@ -6,7 +6,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::model::{fit, plan, Architecture, Settings};
+use crate::model::{plan, Architecture, Settings};
+use crate::planning::fit;
 
 /// Largest input looked at (a pasted or uploaded file).
 pub const MAX_INPUT_BYTES: usize = 64 << 20;
@@ -346,7 +347,7 @@ mod tests {
 
     #[test]
     fn longest_batch_drives_the_peak_and_the_oom_step() {
-        let arch = crate::catalog::find_model("llama2-7b")
+        let arch = crate::formats::catalog::find_model("llama2-7b")
             .unwrap()
             .arch
             .clone();

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::catalog::GpuEntry;
+use crate::formats::catalog::GpuEntry;
 use crate::model::Architecture;
 use crate::model::{AttnImpl, Dtype, Settings};
 
@@ -179,7 +179,7 @@ mod tests {
     use super::*;
 
     fn llama() -> Architecture {
-        crate::catalog::find_model("llama2-7b")
+        crate::formats::catalog::find_model("llama2-7b")
             .unwrap()
             .arch
             .clone()
@@ -245,8 +245,8 @@ mod tests {
     #[test]
     fn time_follows_peak_and_accumulation() {
         let a = llama();
-        let h100 = crate::catalog::find_gpu("h100-80").unwrap();
-        let a100 = crate::catalog::find_gpu("a100-80").unwrap();
+        let h100 = crate::formats::catalog::find_gpu("h100-80").unwrap();
+        let a100 = crate::formats::catalog::find_gpu("a100-80").unwrap();
         let s = Settings {
             autocast: Some(Dtype::Bf16),
             ..Settings::default()
@@ -274,7 +274,7 @@ mod tests {
         let rtx = estimate(
             &a,
             &s,
-            crate::catalog::find_gpu("rtx4090").unwrap(),
+            crate::formats::catalog::find_gpu("rtx4090").unwrap(),
             0.4,
             1e6,
         )

@@ -1,20 +1,20 @@
 //! The web page (wasm only). One `RwSignal<UiState>` holds everything a link carries; every
-//! number is derived through `Memo`s from [`crate::planner`]; views only format and draw
-//! geometry computed in [`crate::chart`]. The URL is kept in sync (replaceState) so reload and
+//! number is derived through `Memo`s from [`crate::planning::evaluate`]; views only format and draw
+//! geometry computed in [`crate::web::chart`]. The URL is kept in sync (replaceState) so reload and
 //! shared links restore the plan.
 
 use leptos::prelude::*;
 use wasm_bindgen::JsValue;
 
-use crate::catalog;
-use crate::chart;
+use crate::formats::catalog;
+use crate::formats::report::{gib, gib_signed};
 use crate::model::plan::ComponentBytes;
 use crate::model::{AttnImpl, Dtype, Optimizer, SavedModule, Settings, Strategy, Target};
-use crate::planner::{self, Evaluation};
-use crate::report::{gib, gib_signed};
-use crate::urlstate::{self, Axis, UiState};
-
-mod panels;
+use crate::planning::evaluate::Axis;
+use crate::planning::evaluate::{self, Evaluation};
+use crate::web::chart;
+use crate::web::link;
+use crate::web::state::UiState;
 
 /// Mounts the app on `<body>`.
 pub fn mount() {
@@ -169,23 +169,24 @@ fn opts(items: &[(&str, &str)]) -> Vec<(String, String)> {
 /// The planner page.
 #[component]
 pub fn App() -> impl IntoView {
-    let (initial, notices) = urlstate::decode(&window().location().search().unwrap_or_default());
+    let (initial, notices) = link::decode(&window().location().search().unwrap_or_default());
     let state = RwSignal::new(initial);
     let pinned: RwSignal<Option<UiState>> = RwSignal::new(None);
     let focused: RwSignal<Option<&'static str>> = RwSignal::new(None);
     let search = RwSignal::new(String::new());
     let gpu_panel = RwSignal::new(false);
 
-    let eval = Memo::new(move |_| state.with(planner::evaluate_state));
+    let eval = Memo::new(move |_| state.with(crate::web::state::evaluate_state));
     let curve = Memo::new(move |_| {
         state.with(|st| {
-            planner::arch_of(st)
-                .map(|a| planner::curve(&a, &st.settings, st.axis))
+            crate::web::state::arch_of(st)
+                .map(|a| evaluate::curve(&a, &st.settings, st.axis))
                 .unwrap_or_default()
         })
     });
-    let pinned_eval = Memo::new(move |_| pinned.with(|p| p.as_ref().map(planner::evaluate_state)));
-    let query = Memo::new(move |_| state.with(urlstate::encode));
+    let pinned_eval =
+        Memo::new(move |_| pinned.with(|p| p.as_ref().map(crate::web::state::evaluate_state)));
+    let query = Memo::new(move |_| state.with(link::encode));
     let share_url = Memo::new(move |_| format!("{}?{}", page_url_without_query(), query.get()));
     let embed_code = Memo::new(move |_| {
         let st = state.with(|st| UiState {
@@ -195,7 +196,7 @@ pub fn App() -> impl IntoView {
         format!(
             "<iframe src=\"{}?{}\" title=\"lorafit memory plan\" width=\"640\" height=\"560\" style=\"border:0\" loading=\"lazy\"></iframe>",
             page_url_without_query(),
-            urlstate::encode(&st)
+            link::encode(&st)
         )
     });
     // Keep the address bar in sync (no history entries): reload and bookmarks restore the plan.
@@ -376,7 +377,7 @@ pub fn App() -> impl IntoView {
                         <Summary eval=eval focused=focused />
                     </Show>
                     <Show when=move || !embed()>
-                        <panels::Fixes state=state eval=eval />
+                        <super::panels::Fixes state=state eval=eval />
                         <CurveChart curve=curve eval=eval axis=Signal::from(Memo::new(move |_| state.with(|st| st.axis)))
                             on_axis=Callback::new(move |a: Axis| state.update(|st| st.axis = a)) />
                         <Compare pinned=pinned pinned_eval=pinned_eval eval=eval
@@ -390,9 +391,9 @@ pub fn App() -> impl IntoView {
                                 <iframe data-testid="gpu-panel" class="gpu-panel" title="GPU benchmark and time estimate" src=move || format!("./gpu/?{}", query.get())></iframe>
                             </Show>
                         </section>
-                        <panels::Lengths state=state eval=eval />
-                        <panels::Import state=state />
-                        <panels::Export state=state />
+                        <super::panels::Lengths state=state eval=eval />
+                        <super::panels::Import state=state />
+                        <super::panels::Export state=state />
                         <Show when=move || eval.with(|r| r.is_ok())>
                             <Tables eval=eval />
                         </Show>
@@ -416,7 +417,10 @@ pub fn App() -> impl IntoView {
 }
 
 /// Reads one value out of the current evaluation (a default while it is an error).
-fn read<T: Default>(eval: Memo<Result<Evaluation, String>>, f: impl Fn(&Evaluation) -> T) -> T {
+pub(crate) fn read<T: Default>(
+    eval: Memo<Result<Evaluation, String>>,
+    f: impl Fn(&Evaluation) -> T,
+) -> T {
     eval.with(|r| r.as_ref().map(&f).unwrap_or_default())
 }
 
@@ -563,7 +567,7 @@ struct CurveGeometry {
 #[component]
 fn CurveChart(
     /// Curve points.
-    curve: Memo<Vec<planner::CurvePoint>>,
+    curve: Memo<Vec<evaluate::CurvePoint>>,
     /// Current evaluation (fit limits, capacity).
     eval: Memo<Result<Evaluation, String>>,
     /// Current axis.

@@ -1,9 +1,7 @@
 //! Fit solver: the largest micro-batch and the longest sequence that fit a capacity, found by
 //! bisection over the (monotone) plan.
 
-use super::arch::Architecture;
-use super::plan::plan;
-use super::settings::Settings;
+use crate::model::{plan, Architecture, Settings};
 
 /// Whether a configuration's nvidia-smi estimate fits in `capacity_bytes`.
 fn fits(arch: &Architecture, s: &Settings, capacity_bytes: u128) -> bool {

@@ -1,4 +1,4 @@
-//! Runs the LoRA matmul kernels of [`crate::kernels`] through wgpu: natively on Vulkan (tests,
+//! Runs the LoRA matmul kernels of [`crate::gpu::kernels`] through wgpu: natively on Vulkan (tests,
 //! lavapipe in CI) and in the browser on WebGPU. Never blocks on the web: buffer maps and queue
 //! completion are awaited through channels; natively `poll(Wait)` drives them.
 //! Structured like wgpu's hello_compute: [`init`] finds a device, the rest takes `&Gpu`.
@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use wgpu::util::DeviceExt;
 
-use crate::kernels::{self, Kernel, Precision};
+use crate::gpu::kernels::{self, Kernel, Precision};
 
 /// A device ready for the benchmark.
 pub struct Gpu {

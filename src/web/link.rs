@@ -2,11 +2,11 @@
 //! Decoding treats the URL as untrusted input: unknown or malformed parameters are skipped with
 //! a notice for the page to show, and everything valid still applies.
 
-use crate::catalog;
+use crate::formats::catalog;
 use crate::model::settings::{parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ};
-use crate::model::{
-    Architecture, AttnImpl, Dtype, Family, Optimizer, SavedModule, Settings, Target,
-};
+use crate::model::{Architecture, AttnImpl, Dtype, Family, Optimizer, SavedModule, Target};
+use crate::planning::evaluate::Axis;
+use crate::web::state::UiState;
 
 /// `family.hidden.intermediate.layers.heads.kv_heads.head_dim.vocab.tied` of an imported model.
 pub fn encode_arch(a: &Architecture) -> String {
@@ -48,48 +48,6 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
     };
     a.validate().ok()?;
     Some(a)
-}
-
-/// Which quantity the curve chart sweeps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Axis {
-    /// Peak vs sequence length.
-    Seq,
-    /// Peak vs micro-batch.
-    Batch,
-}
-
-/// Everything a link carries.
-#[derive(Clone, Debug, PartialEq)]
-pub struct UiState {
-    /// Catalog model id.
-    pub model: String,
-    /// Catalog GPU id.
-    pub gpu: String,
-    /// Training settings.
-    pub settings: Settings,
-    /// Compact widget layout for iframes.
-    pub embed: bool,
-    /// Curve chart axis.
-    pub axis: Axis,
-    /// An imported architecture (config.json) used instead of the catalog model.
-    pub custom: Option<Architecture>,
-    /// Same-origin path serving the Hub's layout (`./hub`), for offline tests; never encoded.
-    pub hub: Option<String>,
-}
-
-impl Default for UiState {
-    fn default() -> Self {
-        UiState {
-            model: "llama2-7b".into(),
-            gpu: "a100-80".into(),
-            settings: Settings::default(),
-            embed: false,
-            axis: Axis::Seq,
-            custom: None,
-            hub: None,
-        }
-    }
 }
 
 /// Longest query string looked at; anything beyond is ignored with a notice.
@@ -219,10 +177,10 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
             "gc" => bool01(&v).map(|x| s.grad_ckpt = x).is_some(),
             "mask" => bool01(&v).map(|x| s.padded_mask = x).is_some(),
             "ce" => bool01(&v).map(|x| s.fused_ce = x).is_some(),
-            "g" => int_in(&v, 1, crate::model::distributed::MAX_GPUS_PER_NODE)
+            "g" => int_in(&v, 1, crate::model::parallel::MAX_GPUS_PER_NODE)
                 .map(|x| s.parallel.gpus_per_node = x)
                 .is_some(),
-            "nodes" => int_in(&v, 1, crate::model::distributed::MAX_NODES)
+            "nodes" => int_in(&v, 1, crate::model::parallel::MAX_NODES)
                 .map(|x| s.parallel.nodes = x)
                 .is_some(),
             "st" => crate::model::Strategy::parse(&v)
@@ -487,7 +445,7 @@ mod tests {
         s.optimizer = Optimizer::PagedAdamw8bit;
         s.targets = vec![Target::Q, Target::V, Target::Down];
         s.modules_to_save = vec![SavedModule::LmHead];
-        st.custom = crate::import::parse_config(r#"{"model_type":"qwen2","hidden_size":896,"intermediate_size":4864,"num_attention_heads":14,"num_hidden_layers":24,"num_key_value_heads":2,"vocab_size":151936}"#).ok().map(|mut a| {
+        st.custom = crate::formats::config_json::parse_config(r#"{"model_type":"qwen2","hidden_size":896,"intermediate_size":4864,"num_attention_heads":14,"num_hidden_layers":24,"num_key_value_heads":2,"vocab_size":151936}"#).ok().map(|mut a| {
             a.name = "imported config".into();
             a.num_key_value_heads = Some(a.kv_heads());
             a.head_dim = Some(a.head_dim());

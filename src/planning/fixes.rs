@@ -4,9 +4,9 @@
 
 use serde::Serialize;
 
-use crate::model::{
-    fit, plan, verdict, Architecture, AttnImpl, Dtype, Optimizer, Quant, Settings, Status, Target,
-};
+use crate::planning::{fit, verdict, Status};
+
+use crate::model::{plan, Architecture, AttnImpl, Dtype, Optimizer, Quant, Settings, Target};
 
 /// One suggested change, re-planned.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -80,7 +80,7 @@ pub struct Area {
 /// Stacked-area geometry: x on a log2 scale across the points, y linear from 0 to
 /// max(largest total, capacity). Returns areas, the y of the capacity line and the x of each point.
 pub fn areas(
-    points: &[crate::planner::CurvePoint],
+    points: &[crate::planning::evaluate::CurvePoint],
     capacity_bytes: u128,
     width: f64,
     height: f64,
@@ -141,7 +141,11 @@ pub fn areas(
 }
 
 /// x position (same scale as [`areas`]) of a value between the first and last point.
-pub fn x_of(points: &[crate::planner::CurvePoint], value: u64, width: f64) -> Option<f64> {
+pub fn x_of(
+    points: &[crate::planning::evaluate::CurvePoint],
+    value: u64,
+    width: f64,
+) -> Option<f64> {
     let (first, last) = (
         points.first()?.x.max(1) as f64,
         points.last()?.x.max(1) as f64,
@@ -191,15 +195,16 @@ mod tests {
 
     #[test]
     fn curve_areas_stack_and_use_log_x() {
-        let pts: Vec<crate::planner::CurvePoint> = [(128u64, 10u128), (256, 20), (512, 40)]
-            .iter()
-            .map(|&(x, a)| crate::planner::CurvePoint {
-                x,
-                components: comps(a, a),
-                allocated_bytes: 2 * a,
-                smi_bytes: 2 * a,
-            })
-            .collect();
+        let pts: Vec<crate::planning::evaluate::CurvePoint> =
+            [(128u64, 10u128), (256, 20), (512, 40)]
+                .iter()
+                .map(|&(x, a)| crate::planning::evaluate::CurvePoint {
+                    x,
+                    components: comps(a, a),
+                    allocated_bytes: 2 * a,
+                    smi_bytes: 2 * a,
+                })
+                .collect();
         let (areas, cap_y, xs) = areas(&pts, 40, 100.0, 50.0);
         assert_eq!(areas.len(), 2);
         assert_eq!(xs, vec![0.0, 50.0, 100.0]);

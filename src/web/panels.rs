@@ -7,17 +7,18 @@ use leptos::task::spawn_local;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
-use crate::advice;
-use crate::catalog;
-use crate::export;
-use crate::import;
-use crate::lengths;
-use crate::model::{Architecture, Status};
-use crate::planner::{self, Evaluation};
-use crate::report::{gib, gib_signed};
-use crate::urlstate::UiState;
+use crate::formats::catalog;
+use crate::formats::config_json;
+use crate::formats::export;
+use crate::formats::report::{gib, gib_signed};
+use crate::model::Architecture;
+use crate::planning::evaluate::Evaluation;
+use crate::planning::fixes;
+use crate::planning::lengths;
+use crate::planning::Status;
+use crate::web::state::UiState;
 
-use super::read;
+use super::app::read;
 
 /// Ranked changes that make the plan fit (when it does not, or is tight), and the myths.
 #[component]
@@ -42,8 +43,8 @@ pub fn Fixes(
         let ok = bf16_ok();
         state.with(|st| {
             let cap = read(eval, |e| e.verdict.capacity_bytes);
-            planner::arch_of(st)
-                .map(|a| advice::suggest(&a, &st.settings, cap, ok))
+            crate::web::state::arch_of(st)
+                .map(|a| fixes::suggest(&a, &st.settings, cap, ok))
                 .unwrap_or_default()
         })
     });
@@ -53,8 +54,8 @@ pub fn Fixes(
             return vec![];
         }
         state.with(|st| {
-            planner::arch_of(st)
-                .map(|a| advice::myths(&a, &st.settings))
+            crate::web::state::arch_of(st)
+                .map(|a| fixes::myths(&a, &st.settings))
                 .unwrap_or_default()
         })
     });
@@ -167,7 +168,7 @@ pub fn Import(
     let text = RwSignal::new(String::new());
     let status: RwSignal<Option<Result<String, String>>> = RwSignal::new(None);
     let hub_id = RwSignal::new(String::new());
-    let apply = move |t: &str| match import::parse_config(t) {
+    let apply = move |t: &str| match config_json::parse_config(t) {
         Ok(mut a) => {
             a.num_key_value_heads = Some(a.kv_heads());
             a.head_dim = Some(a.head_dim());
@@ -184,7 +185,7 @@ pub fn Import(
         Err(e) => status.set(Some(Err(e))),
     };
     let on_file = move |ev: leptos::ev::Event| {
-        read_chosen_file(ev, import::MAX_CONFIG_BYTES, move |r| match r {
+        read_chosen_file(ev, config_json::MAX_CONFIG_BYTES, move |r| match r {
             Ok(t) => {
                 text.set(t.clone());
                 apply(&t);
@@ -255,7 +256,8 @@ pub fn Lengths(
         let r = lengths::parse_lengths(&t, ratio.get_untracked()).and_then(|ls| {
             let cap = read(eval, |e| e.verdict.capacity_bytes);
             state.with_untracked(|st| {
-                planner::arch_of(st).and_then(|a| lengths::analyze(&a, &st.settings, cap, &ls))
+                crate::web::state::arch_of(st)
+                    .and_then(|a| lengths::analyze(&a, &st.settings, cap, &ls))
             })
         });
         report.set(Some(r));

@@ -1,8 +1,9 @@
 //! What the web page shows for one state, computed in one pure function so it is tested natively
 //! and the page only draws it: the plan, the verdict on the chosen GPU, and the fit limits.
 
-use crate::catalog;
-use crate::model::{fit, plan, verdict, Architecture, Plan, Settings, Verdict};
+use crate::formats::catalog;
+use crate::model::{plan, Architecture, Plan, Settings};
+use crate::planning::{fit, verdict, Verdict};
 
 /// Everything derived from (model, GPU, settings).
 #[derive(Clone, Debug, PartialEq)]
@@ -62,20 +63,29 @@ pub struct CurvePoint {
     pub smi_bytes: u128,
 }
 
+/// Which quantity the curve chart sweeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Axis {
+    /// Peak vs sequence length.
+    Seq,
+    /// Peak vs micro-batch.
+    Batch,
+}
+
 /// Sweeps powers of two of the sequence length (128 … 131072) or the micro-batch (1 … 512).
-pub fn curve(arch: &Architecture, s: &Settings, axis: crate::urlstate::Axis) -> Vec<CurvePoint> {
+pub fn curve(arch: &Architecture, s: &Settings, axis: Axis) -> Vec<CurvePoint> {
     let xs: Vec<u64> = match axis {
-        crate::urlstate::Axis::Seq => (7..=17).map(|p| 1u64 << p).collect(),
-        crate::urlstate::Axis::Batch => (0..=9).map(|p| 1u64 << p).collect(),
+        Axis::Seq => (7..=17).map(|p| 1u64 << p).collect(),
+        Axis::Batch => (0..=9).map(|p| 1u64 << p).collect(),
     };
     xs.into_iter()
         .filter_map(|x| {
             let s2 = match axis {
-                crate::urlstate::Axis::Seq => Settings {
+                Axis::Seq => Settings {
                     seq: x,
                     ..s.clone()
                 },
-                crate::urlstate::Axis::Batch => Settings {
+                Axis::Batch => Settings {
                     batch: x,
                     ..s.clone()
                 },
@@ -100,19 +110,4 @@ pub fn smallest_gpu(arch: &Architecture, s: &Settings) -> Option<&'static catalo
     gpus.sort_by_key(|g| g.capacity_bytes());
     gpus.into_iter()
         .find(|g| p.nvidia_smi_bytes <= g.capacity_bytes())
-}
-
-/// The architecture a page state plans: the imported config if any, else the catalog model.
-pub fn arch_of(st: &crate::urlstate::UiState) -> Result<Architecture, String> {
-    match &st.custom {
-        Some(a) => Ok(a.clone()),
-        None => Ok(catalog::find_model(&st.model)?.arch.clone()),
-    }
-}
-
-/// Evaluates a page state (imported architecture or catalog model, catalog GPU).
-pub fn evaluate_state(st: &crate::urlstate::UiState) -> Result<Evaluation, String> {
-    let arch = arch_of(st)?;
-    let g = catalog::find_gpu(&st.gpu)?;
-    evaluate_arch(&arch, &g.name, g.capacity_bytes(), &st.settings)
 }

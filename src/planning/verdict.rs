@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::plan::Plan;
+use crate::model::Plan;
 
 /// The answer to "will it fit".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -61,7 +61,9 @@ impl GpuEntry {
 /// Every catalog model.
 pub fn models() -> &'static [ModelEntry] {
     static M: OnceLock<Vec<ModelEntry>> = OnceLock::new();
-    M.get_or_init(|| serde_json::from_str(include_str!("../data/models.json")).unwrap_or_default())
+    M.get_or_init(|| {
+        serde_json::from_str(include_str!("../../data/models.json")).unwrap_or_default()
+    })
 }
 
 /// Every catalog GPU with a known memory size.
@@ -69,7 +71,7 @@ pub fn gpus() -> &'static [GpuEntry] {
     static G: OnceLock<Vec<GpuEntry>> = OnceLock::new();
     G.get_or_init(|| {
         let all: Vec<GpuEntry> =
-            serde_json::from_str(include_str!("../data/gpus.json")).unwrap_or_default();
+            serde_json::from_str(include_str!("../../data/gpus.json")).unwrap_or_default();
         all.into_iter()
             .filter(|g| g.memory_bytes().is_some())
             .collect()

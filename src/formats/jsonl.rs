@@ -20,7 +20,8 @@ pub fn estimate_line(line: &str) -> Result<(Value, Plan), (Value, String)> {
     let parsed: Line = serde_json::from_str(line)
         .map_err(|e| (id_of(line), format!("not a valid input line: {e}")))?;
     let id = parsed.id.clone();
-    let arch = crate::catalog::resolve_model(&parsed.model).map_err(|e| (id.clone(), e))?;
+    let arch =
+        crate::formats::catalog::resolve_model(&parsed.model).map_err(|e| (id.clone(), e))?;
     let settings = parsed
         .settings
         .unwrap_or_default()

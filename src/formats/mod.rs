@@ -1,0 +1,13 @@
+//! What comes in and what goes out: the model and GPU catalog, Hugging Face config.json import,
+//! the JSONL protocol of `lorafit estimate`, peft / accelerate / LLaMA-Factory / axolotl exports
+//! and the text report. Every parser here takes untrusted text and answers with a message,
+//! never a panic.
+//!
+//! May import: [`crate::model`] and [`crate::planning`]. Never the web page, the CLI or the GPU
+//! benchmark.
+
+pub mod catalog;
+pub mod config_json;
+pub mod export;
+pub mod jsonl;
+pub mod report;

@@ -1,0 +1,15 @@
+//! Planning features built on the memory model: the verdict on a GPU, the largest batch and
+//! sequence that fit, ranked fixes and forum myths, length-distribution analysis, the step-time
+//! estimate, and [`evaluate`], everything the page and the CLI's `fit` show for one input.
+//!
+//! May import: [`crate::model`], and [`crate::formats::catalog`] for GPU figures. Never the web
+//! page, the CLI or the GPU benchmark.
+
+pub mod evaluate;
+pub mod fit;
+pub mod fixes;
+pub mod lengths;
+pub mod time;
+pub mod verdict;
+
+pub use verdict::{verdict, Status, Verdict};

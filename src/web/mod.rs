@@ -1,0 +1,16 @@
+//! The web page. [`state`] is the one value the page holds, [`link`] its query-string codec
+//! (links and embeds), [`chart`] the geometry of the bar and curve; all three are pure and tested
+//! natively. [`app`] and [`panels`] are the Leptos components (wasm only): controls write the
+//! state, `Memo`s derive everything through [`crate::planning::evaluate`], views only format.
+//!
+//! May import: [`crate::model`], [`crate::planning`], [`crate::formats`]. Never the CLI or the
+//! GPU benchmark (that page is a separate bundle).
+
+pub mod chart;
+pub mod link;
+pub mod state;
+
+#[cfg(target_arch = "wasm32")]
+pub mod app;
+#[cfg(target_arch = "wasm32")]
+pub mod panels;

@@ -1,0 +1,55 @@
+//! The page's state: the one value every control writes and every view derives from. The link
+//! codec ([`super::link`]) reads and writes it; the planner never sees it, only the model,
+//! GPU and settings it names.
+
+use crate::formats::catalog;
+use crate::model::{Architecture, Settings};
+use crate::planning::evaluate::{evaluate_arch, Axis, Evaluation};
+
+/// Everything a link carries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UiState {
+    /// Catalog model id.
+    pub model: String,
+    /// Catalog GPU id.
+    pub gpu: String,
+    /// Training settings.
+    pub settings: Settings,
+    /// Compact widget layout for iframes.
+    pub embed: bool,
+    /// Curve chart axis.
+    pub axis: Axis,
+    /// An imported architecture (config.json) used instead of the catalog model.
+    pub custom: Option<Architecture>,
+    /// Same-origin path serving the Hub's layout (`./hub`), for offline tests; never encoded.
+    pub hub: Option<String>,
+}
+
+impl Default for UiState {
+    fn default() -> Self {
+        UiState {
+            model: "llama2-7b".into(),
+            gpu: "a100-80".into(),
+            settings: Settings::default(),
+            embed: false,
+            axis: Axis::Seq,
+            custom: None,
+            hub: None,
+        }
+    }
+}
+
+/// The architecture a page state plans: the imported config if any, else the catalog model.
+pub fn arch_of(st: &UiState) -> Result<Architecture, String> {
+    match &st.custom {
+        Some(a) => Ok(a.clone()),
+        None => Ok(catalog::find_model(&st.model)?.arch.clone()),
+    }
+}
+
+/// Evaluates a page state (imported architecture or catalog model, catalog GPU).
+pub fn evaluate_state(st: &UiState) -> Result<Evaluation, String> {
+    let arch = arch_of(st)?;
+    let g = catalog::find_gpu(&st.gpu)?;
+    evaluate_arch(&arch, &g.name, g.capacity_bytes(), &st.settings)
+}

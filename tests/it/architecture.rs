@@ -1,0 +1,184 @@
+//! The import rules of ARCHITECTURE.md, checked on the source: which part of the crate may use
+//! which, that the model names no web / GPU crate, and that the model's files import each other
+//! without a circle.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Top-level parts of the crate a file mentions as `crate::PART` (in code, not in `//` comments).
+fn crate_parts_used(text: &str) -> BTreeSet<String> {
+    let mut parts = BTreeSet::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        let mut rest = code;
+        while let Some(i) = rest.find("crate::") {
+            rest = &rest[i + "crate::".len()..];
+            let part: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            parts.insert(part);
+        }
+    }
+    parts
+}
+
+/// (part, parts it may import besides itself). `web::state` and `web::link` are allowed to the GPU
+/// page only, checked separately below.
+const RULES: &[(&str, &[&str])] = &[
+    ("model", &[]),
+    ("planning", &["model", "formats"]),
+    ("formats", &["model", "planning"]),
+    ("web", &["model", "planning", "formats"]),
+    ("gpu", &["model", "planning", "formats", "web"]),
+    ("cli", &["model", "planning", "formats"]),
+    ("fuzz", &["model", "planning", "formats", "web"]),
+];
+
+#[test]
+fn each_part_imports_only_what_its_rules_allow() {
+    for (part, allowed) in RULES {
+        let dir = src().join(part);
+        let files = if dir.is_dir() {
+            rust_files(&dir)
+        } else {
+            vec![src().join(format!("{part}.rs"))]
+        };
+        assert!(!files.is_empty(), "no source for {part}");
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for used in crate_parts_used(&text) {
+                assert!(
+                    used == *part || allowed.contains(&used.as_str()),
+                    "{} ({part}) imports crate::{used}; {part} may import only {allowed:?}",
+                    file.display()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn planning_uses_only_the_catalog_of_formats_and_gpu_only_the_page_state_of_web() {
+    for (part, foreign, allowed) in [
+        ("planning", "formats", "catalog"),
+        ("gpu", "web", "link|state"),
+    ] {
+        for file in rust_files(&src().join(part)) {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                if let Some(i) = line.find(&format!("crate::{foreign}::")) {
+                    let tail = &line[i + foreign.len() + "crate::::".len()..];
+                    assert!(
+                        allowed.split('|').any(|a| tail.starts_with(a)),
+                        "{}: {part} may use only {foreign}::{allowed}: {line}",
+                        file.display()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_model_names_no_web_or_gpu_crate() {
+    for path in rust_files(&src().join("model")) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for banned in ["leptos", "web_sys", "wasm_bindgen", "wgpu", "js_sys"] {
+            assert!(
+                !text.contains(banned),
+                "{} mentions {banned}",
+                path.display()
+            );
+        }
+    }
+}
+
+/// The model's modules (`super::X` / `crate::model::X` imports) form no circle.
+#[test]
+fn the_model_has_no_import_circle() {
+    let dir = src().join("model");
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for path in rust_files(&dir) {
+        let rel = path
+            .strip_prefix(&dir)
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let module = rel
+            .trim_end_matches(".rs")
+            .trim_end_matches("/mod")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        if module == "mod" {
+            continue; // the folder's re-exports
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let deps = graph.entry(module.clone()).or_default();
+        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            for prefix in ["super::", "crate::model::"] {
+                let mut rest = line;
+                while let Some(i) = rest.find(prefix) {
+                    rest = &rest[i + prefix.len()..];
+                    let dep: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    let is_module =
+                        dir.join(format!("{dep}.rs")).exists() || dir.join(&dep).is_dir();
+                    if is_module && dep != module {
+                        deps.insert(dep);
+                    }
+                }
+            }
+        }
+    }
+    // Depth-first search for a back edge.
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) {
+        if done.contains(n) {
+            return;
+        }
+        if let Some(i) = stack.iter().position(|s| s == n) {
+            panic!(
+                "import circle in src/model: {} -> {n}",
+                stack[i..].join(" -> ")
+            );
+        }
+        stack.push(n.to_string());
+        for d in g.get(n).into_iter().flatten() {
+            visit(d, g, stack, done);
+        }
+        stack.pop();
+        done.insert(n.to_string());
+    }
+    assert!(graph.len() >= 8, "model modules not found: {graph:?}");
+    let mut done = BTreeSet::new();
+    for n in graph.keys() {
+        visit(n, &graph, &mut vec![], &mut done);
+    }
+}
