@@ -132,22 +132,50 @@ fn module_input(ctx: &Ctx, l: &LinearShape) -> (Dtype, bool, &'static str) {
     }
 }
 
-/// Saved tensors of decoder layers (per-layer terms already multiplied by the layer counts).
+/// The per-layer factors every layer rule multiplies by.
+struct Layer<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    /// `layers`: all layers counted.
+    layers: Factor,
+    /// `layers` or `(layers − 1)`: layers whose input requires grad.
+    glayers: Factor,
+}
+
+/// Saved tensors of decoder layers (per-layer terms already multiplied by the layer counts):
+/// norms, attention, MLP, the LoRA path and autocast weight copies.
 pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
+    let l = Layer {
+        ctx,
+        layers: f("layers", n.all),
+        glayers: f(
+            if n.grad_input == n.all {
+                "layers"
+            } else {
+                "(layers − 1)"
+            },
+            n.grad_input,
+        ),
+    };
     let mut out = vec![];
+    norm_terms(&l, &mut out);
+    attention_terms(&l, &mut out);
+    mlp_terms(&l, &mut out);
+    lora_terms(&l, &mut out);
+    weight_copy_terms(&l, &mut out);
+    out.retain(|t| t.bytes > 0);
+    out
+}
+
+/// RMSNorms: an fp32 copy of the input + rsqrt per token.
+fn norm_terms(l: &Layer, out: &mut Vec<Term>) {
+    let ctx = l.ctx;
     let a = ctx.arch;
-    let (h, i, heads) = (ctx.h(), ctx.inter(), ctx.heads());
-    let (qd, kvd) = (a.q_dim(), a.kv_dim());
-    let (b, t) = (ctx.s.batch as u128, ctx.s.seq as u128);
-    let layers = f("layers", n.all);
-    let glayers = f(
-        if n.grad_input == n.all {
-            "layers"
-        } else {
-            "(layers − 1)"
-        },
-        n.grad_input,
-    );
+    let h = ctx.h();
+    let heads = ctx.heads();
+    let qd = a.q_dim();
+    let kvd = a.kv_dim();
+    let layers = l.layers.clone();
+    let glayers = l.glayers.clone();
     let fp32 = bytes_of(4);
 
     // --- Norms: fp32 copy of the input + rsqrt per token.
@@ -193,6 +221,19 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
             ],
         ));
     }
+}
+
+/// Attention: q, k, v (repeated for eager / masked kernels), scores or output + logsumexp.
+fn attention_terms(l: &Layer, out: &mut Vec<Term>) {
+    let ctx = l.ctx;
+    let a = ctx.arch;
+    let heads = ctx.heads();
+    let qd = a.q_dim();
+    let kvd = a.kv_dim();
+    let b = ctx.s.batch as u128;
+    let t = ctx.s.seq as u128;
+    let layers = l.layers.clone();
+    let fp32 = bytes_of(4);
 
     // --- Attention.
     let ad = ctx.attn;
@@ -292,6 +333,14 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
             ));
         }
     }
+}
+
+/// MLP: gate output (saved by the activation), activation output and up output (saved by mul).
+fn mlp_terms(l: &Layer, out: &mut Vec<Term>) {
+    let ctx = l.ctx;
+    let a = ctx.arch;
+    let i = ctx.inter();
+    let layers = l.layers.clone();
 
     // --- MLP: gate output (saved by the activation), activation output and up output (saved by mul).
     out.push(Term::product(
@@ -309,6 +358,14 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
             by(ctx.module_out),
         ],
     ));
+}
+
+/// The peft LoRA path: dropout outputs and masks, adapter-dtype input copies, lora_A outputs,
+/// autocast copies.
+fn lora_terms(l: &Layer, out: &mut Vec<Term>) {
+    let ctx = l.ctx;
+    let layers = l.layers.clone();
+    let glayers = l.glayers.clone();
 
     // --- LoRA path.
     let r = ctx.s.lora_r as u128;
@@ -362,7 +419,7 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
                             by(lora),
                         ],
                     ));
-                    mask_terms(&mut out);
+                    mask_terms(out);
                 } else {
                     // Cast copies per module when the input is not already in the adapter dtype;
                     // otherwise lora_A saves the (shared) input itself, once per distinct input.
@@ -411,7 +468,7 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
             }
             Some(ac) => {
                 if ctx.dropout() {
-                    mask_terms(&mut out);
+                    mask_terms(out);
                 }
                 out.push(Term::product(
                     Component::ActLora,
@@ -442,6 +499,14 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
             }
         }
     }
+}
+
+/// Autocast copies of frozen Linear weights that are not in the autocast dtype already.
+fn weight_copy_terms(l: &Layer, out: &mut Vec<Term>) {
+    let ctx = l.ctx;
+    let a = ctx.arch;
+    let layers = l.layers.clone();
+
     // Autocast copies of frozen weights (every Linear, adapted or not) when they are not in the
     // autocast dtype already: each use makes a fresh copy, which matmul keeps for backward.
     if let (Some(ac), Some(w)) = (ctx.s.autocast, ctx.linear_weight) {
@@ -460,8 +525,6 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
             ));
         }
     }
-    out.retain(|t| t.bytes > 0);
-    out
 }
 
 /// Saved tensors outside the decoder layers that live through forward and backward.

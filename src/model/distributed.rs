@@ -6,7 +6,7 @@
 use super::activations::Ctx;
 
 use super::parallel::Strategy;
-use super::term::{bytes_of, f, Component, Term};
+use super::term::{bytes_of, f, Component, Term, TermKind};
 
 /// DeepSpeed's default reduce bucket (elements).
 const ZERO_REDUCE_BUCKET_ELEMENTS: u128 = 500_000_000;
@@ -68,11 +68,14 @@ pub fn apply(
             Some(_) => linear.div_ceil(2) + small * ctx.aux_weight.bytes(),
             None => (linear + small) * ctx.s.dtype.bytes(),
         };
-        r.comm.push(Term::product(
-            Component::CommBuffers,
-            "gathered decoder layers (current + prefetched)",
-            &[f("2", 2), f("layer bytes", layer_bytes), bytes_of(1)],
-        ));
+        r.comm.push(
+            Term::product(
+                Component::CommBuffers,
+                "gathered decoder layers (current + prefetched)",
+                &[f("2", 2), f("layer bytes", layer_bytes), bytes_of(1)],
+            )
+            .of_kind(TermKind::GatheredLayers),
+        );
         if p.strategy.is_fsdp() {
             // The root unit (embeddings, final norm, lm_head) stays gathered for the whole step.
             let root = (a.embedding_params() + a.lm_head_params() + a.hidden_size as u128)
@@ -87,7 +90,8 @@ pub fn apply(
                         bytes_of(1),
                     ],
                 )
-                .per_rank(ps),
+                .per_rank(ps)
+                .of_kind(TermKind::GatheredRoot),
             );
         }
     }

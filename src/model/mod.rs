@@ -19,4 +19,4 @@ pub use error::PlanError;
 pub use parallel::{Parallel, Strategy};
 pub use plan::{plan, Phase, Plan};
 pub use settings::{AttnImpl, Optimizer, RawSettings, SavedModule, Settings};
-pub use term::{Component, Term};
+pub use term::{Component, Term, TermKind};

@@ -115,6 +115,24 @@ impl Component {
     }
 }
 
+/// What a term is, for the logic that must find particular terms (never their labels, which are
+/// for people and may be translated).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TermKind {
+    /// Nothing any rule looks for.
+    #[default]
+    Other,
+    /// The gradient of a fully trained lm_head (modules_to_save), produced first in backward.
+    LmHeadGradient,
+    /// The gradient of a fully trained embedding, produced last in backward.
+    EmbeddingGradient,
+    /// Decoder layers gathered by FSDP / ZeRO-3 (current + prefetched unit).
+    GatheredLayers,
+    /// FSDP's root unit (embeddings, lm_head), gathered for the whole step.
+    GatheredRoot,
+}
+
 /// One named factor of a term.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Factor {
@@ -175,6 +193,8 @@ pub struct Term {
     pub bytes: u128,
     /// Ranks the tensors are sharded over (1 = not sharded).
     pub ranks: u128,
+    /// What the term is, for rules that look for it.
+    pub kind: TermKind,
 }
 
 fn product_bytes(fs: &[Factor]) -> u128 {
@@ -194,6 +214,7 @@ impl Term {
             bytes: product_bytes(factors),
             products: Arc::new(vec![factors.to_vec()]),
             ranks: 1,
+            kind: TermKind::Other,
         }
     }
 
@@ -212,7 +233,14 @@ impl Term {
             products: Arc::new(parts.to_vec()),
             bytes,
             ranks: 1,
+            kind: TermKind::Other,
         }
+    }
+
+    /// The same term, tagged with what it is.
+    pub fn of_kind(mut self, kind: TermKind) -> Term {
+        self.kind = kind;
+        self
     }
 
     /// The share of one rank when the tensors are sharded over `ranks` ranks (rank 0 holds the

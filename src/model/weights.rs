@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::activations::Ctx;
 use super::dtype::Dtype;
 use super::settings::{Optimizer, SavedModule};
-use super::term::{bytes_of, f, Component, Term};
+use super::term::{bytes_of, f, Component, Term, TermKind};
 
 /// Parameter counts of the planned model.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -183,14 +183,21 @@ pub fn gradient_terms(
         if m == SavedModule::EmbedTokens && !with_embedding {
             continue;
         }
-        out.push(Term::product(
-            Component::Gradients,
-            format!("gradient of the trainable {}", saved_name(m)),
-            &[
-                f("vocab × hidden", ctx.arch.embedding_params()),
-                bytes_of(trainable_dtype(ctx).bytes()),
-            ],
-        ));
+        let kind = match m {
+            SavedModule::LmHead => TermKind::LmHeadGradient,
+            SavedModule::EmbedTokens => TermKind::EmbeddingGradient,
+        };
+        out.push(
+            Term::product(
+                Component::Gradients,
+                format!("gradient of the trainable {}", saved_name(m)),
+                &[
+                    f("vocab × hidden", ctx.arch.embedding_params()),
+                    bytes_of(trainable_dtype(ctx).bytes()),
+                ],
+            )
+            .of_kind(kind),
+        );
     }
     out
 }

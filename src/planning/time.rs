@@ -270,17 +270,16 @@ mod tests {
             (acc.tokens_per_second - fast.tokens_per_second).abs() / fast.tokens_per_second < 1e-9
         );
         assert!(estimate(&a, &s, h100, 0.0, 1e6).is_none());
-        // The shared catalog has no tensor figure for the RTX 4090: the fp32 rate, labelled.
-        let rtx = estimate(
-            &a,
-            &s,
-            crate::formats::catalog::find_gpu("rtx4090").unwrap(),
-            0.4,
-            1e6,
-        )
-        .unwrap();
-        assert_eq!(rtx.peak_tflops, 83.0);
-        assert!(rtx.peak_kind.contains("no tensor figure"));
+        // A GPU the catalog gives no tensor figure for (the A10G): its fp32 rate, labelled.
+        let a10g = crate::formats::catalog::find_gpu("a10g").unwrap();
+        assert!(a10g.bf16_tflops_dense.is_none() && a10g.fp16_tflops_dense.is_none());
+        let fallback = estimate(&a, &s, a10g, 0.4, 1e6).unwrap();
+        assert_eq!(Some(fallback.peak_tflops), a10g.fp32_tflops);
+        assert!(fallback.peak_kind.contains("no tensor figure"));
+        // The RTX 4090 now has its datasheet tensor figure.
+        let rtx = crate::formats::catalog::find_gpu("rtx4090").unwrap();
+        let with_tensor = estimate(&a, &s, rtx, 0.4, 1e6).unwrap();
+        assert_eq!(Some(with_tensor.peak_tflops), rtx.bf16_tflops_dense);
         assert!(estimate(&a, &s, h100, f64::NAN, 1e6).is_none());
     }
 }

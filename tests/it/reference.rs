@@ -1,10 +1,14 @@
-//! Accuracy against measured peaks: every case of `shared/reference/cases.jsonl` is planned and
+//! Accuracy against measured peaks: every case of `tests/data/reference/cases.jsonl` is planned and
 //! the predicted peak allocated bytes are compared with `measured.peak_bytes`.
-//! Target (issue 2): every case within ±3 %, median |error| ≤ 1 %.
+//! Target (issue 2): every case within ±3 %, median |error| ≤ 1 %, and the peak in the measured
+//! phase on every case.
 
 use std::path::PathBuf;
 
 use lorafit::formats::jsonl::estimate_line;
+
+/// Cases in the committed reference file; a change to the data must change this number too.
+const EXPECTED_CASES: usize = 68;
 
 pub fn cases_path() -> PathBuf {
     if let Ok(p) = std::env::var("LORAFIT_REFERENCE") {
@@ -45,9 +49,10 @@ fn reference_cases_within_tolerance() {
             p.peak_phase.name().to_string(),
         ));
     }
-    assert!(
-        rows.len() >= 10,
-        "too few reference cases in {}",
+    assert_eq!(
+        rows.len(),
+        EXPECTED_CASES,
+        "tests/data/reference/cases.jsonl should hold {EXPECTED_CASES} measured cases ({})",
         path.display()
     );
     let gib = |b: f64| b / (1u64 << 30) as f64;
@@ -77,5 +82,14 @@ fn reference_cases_within_tolerance() {
     assert!(
         max <= 3.0 && median <= 1.0,
         "accuracy target missed: max {max:.2} %, median {median:.2} %"
+    );
+    let wrong_phase: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.4 != r.5)
+        .map(|r| r.0.as_str())
+        .collect();
+    assert!(
+        wrong_phase.is_empty(),
+        "peak phase differs from the measured one on {wrong_phase:?}"
     );
 }

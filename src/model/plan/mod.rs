@@ -1,0 +1,202 @@
+//! Assembles the terms into the memory of each phase of a training step ([`phases`]), picks the
+//! peak, and adds what a real GPU shows on top ([`reserve`]: allocator reserve, CUDA context).
+
+use serde::Serialize;
+
+use super::activations::Ctx;
+use super::arch::Architecture;
+use super::distributed;
+use super::error::PlanError;
+use super::settings::Settings;
+use super::term::{Component, Term};
+use super::weights::{self, ParamCounts};
+
+mod phases;
+pub mod reserve;
+
+pub use reserve::CUDA_CONTEXT_BYTES;
+
+/// A phase of the (second) training step, when optimizer states already exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Forward pass, at the loss (logits + log_softmax alive).
+    Forward,
+    /// Start of backward (log_softmax backward) or inside a recomputed layer.
+    Backward,
+    /// optimizer.step().
+    Optimizer,
+}
+
+impl Phase {
+    /// Lowercase name, as the reference data spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer",
+        }
+    }
+}
+
+/// Memory at one moment of the step.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PhasePeak {
+    /// Which phase.
+    pub phase: Phase,
+    /// Where exactly.
+    pub moment: String,
+    /// Live bytes.
+    pub bytes: u128,
+    /// The terms that add up to `bytes`.
+    pub terms: Vec<Term>,
+}
+
+/// Bytes of one component at the peak.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ComponentBytes {
+    /// Stable key.
+    pub key: &'static str,
+    /// Label.
+    pub label: &'static str,
+    /// Bytes.
+    pub bytes: u128,
+}
+
+/// The full answer for one configuration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Plan {
+    /// Parameter counts.
+    pub params: ParamCounts,
+    /// Peak of live tensor bytes (`torch.cuda.max_memory_allocated()`).
+    pub peak_allocated_bytes: u128,
+    /// Phase of the peak.
+    pub peak_phase: Phase,
+    /// Where in the phase.
+    pub peak_moment: String,
+    /// Per-component bytes at the peak (all components, zeros included, stacking order).
+    pub breakdown: Vec<ComponentBytes>,
+    /// Every term at the peak, with formula and numbers.
+    pub terms: Vec<Term>,
+    /// Highest memory of each phase.
+    pub phases: Vec<PhasePeak>,
+    /// Memory between steps (weights + optimizer states).
+    pub steady_state_bytes: u128,
+    /// Estimated `torch.cuda.max_memory_reserved()`.
+    pub peak_reserved_bytes: u128,
+    /// The allowance added for allocator rounding and fragmentation, and why.
+    pub reserve_explanation: String,
+    /// Estimated nvidia-smi "memory used".
+    pub nvidia_smi_bytes: u128,
+    /// Bytes outside PyTorch's allocator (CUDA context, paged optimizer states).
+    pub outside_allocator_bytes: u128,
+    /// GPUs in total (the numbers above are per GPU).
+    pub world_size: u128,
+    /// micro-batch × accumulation × data-parallel ranks.
+    pub effective_batch: u128,
+    /// CPU RAM one rank needs for offloaded tensors.
+    pub cpu_bytes_per_rank: u128,
+    /// CPU RAM one node needs (all its ranks).
+    pub cpu_bytes_per_node: u128,
+    /// What is offloaded, explained.
+    pub cpu_terms: Vec<Term>,
+}
+
+fn total(terms: &[Term]) -> u128 {
+    terms.iter().fold(0u128, |a, t| a.saturating_add(t.bytes))
+}
+
+/// Refuses inputs the model cannot plan (ranges, and a rank above the hidden size).
+fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
+    arch.validate()?;
+    s.validate()?;
+    if s.lora_r > arch.hidden_size {
+        return Err(PlanError::InvalidSetting {
+            field: "lora_r",
+            why: format!("rank {} exceeds hidden_size {}", s.lora_r, arch.hidden_size),
+        });
+    }
+    Ok(())
+}
+
+/// Plans one configuration.
+pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
+    check_inputs(arch, s)?;
+    // Sharded mixed precision computes in low precision while the shards stay fp32.
+    let compute = distributed::compute_settings(s);
+    let storage_ctx = Ctx::new(arch, s);
+    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(s));
+    let params = weights::param_counts(&ctx);
+    let frozen = weights::frozen_terms(&storage_ctx);
+    let trainable = weights::trainable_terms(&ctx, &params);
+    let grads = weights::gradient_terms(&ctx, &params, arch.num_hidden_layers as u128, true);
+    let (opt_states, paged) = weights::optimizer_terms(&ctx, &params);
+    // Paged optimizer states live in CUDA unified memory, outside torch's allocator statistics.
+    let opt_in_allocator: Vec<Term> = if paged { vec![] } else { opt_states.clone() };
+    // Sharding and offload across GPUs (a no-op on one GPU): what this rank holds.
+    let rank = distributed::apply(&ctx, &frozen, &trainable, &grads, &opt_in_allocator);
+    let step = phases::Step::new(&ctx, &params, &rank);
+    let all_phases = step.phases();
+    let (peak, per_phase) = pick_peak(all_phases);
+    let steady = total(&step.statics);
+    let reserve = reserve::estimate(&ctx, &peak, steady, &rank.comm);
+    let paged_bytes = if paged { total(&opt_states) } else { 0 };
+    let outside = CUDA_CONTEXT_BYTES + paged_bytes;
+    let par = &s.parallel;
+    let cpu = step.cpu_terms();
+    Ok(Plan {
+        params,
+        peak_allocated_bytes: peak.bytes,
+        peak_phase: peak.phase,
+        peak_moment: peak.moment.clone(),
+        breakdown: breakdown(&peak),
+        terms: peak.terms.clone(),
+        phases: per_phase,
+        steady_state_bytes: steady,
+        peak_reserved_bytes: reserve.bytes,
+        reserve_explanation: reserve.explanation,
+        nvidia_smi_bytes: reserve.bytes + outside,
+        outside_allocator_bytes: outside,
+        world_size: par.world(),
+        effective_batch: (s.batch as u128) * (s.grad_accum as u128) * par.world(),
+        cpu_bytes_per_rank: total(&cpu),
+        cpu_bytes_per_node: total(&cpu) * par.gpus_per_node as u128,
+        cpu_terms: cpu,
+    })
+}
+
+/// The highest moment is the peak (the first of equals); each phase reports its own highest.
+fn pick_peak(phases: Vec<PhasePeak>) -> (PhasePeak, Vec<PhasePeak>) {
+    let peak_idx = phases
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, p)| (p.bytes, usize::MAX - i))
+        .map(|(i, _)| i)
+        .unwrap_or(0);
+    let peak = phases[peak_idx].clone();
+    let mut per_phase: Vec<PhasePeak> = vec![];
+    for p in phases {
+        match per_phase.iter_mut().find(|q| q.phase == p.phase) {
+            Some(q) if q.bytes >= p.bytes => {}
+            Some(q) => *q = p,
+            None => per_phase.push(p),
+        }
+    }
+    (peak, per_phase)
+}
+
+/// Bytes of every component at the peak, zeros included, in stacking order.
+fn breakdown(peak: &PhasePeak) -> Vec<ComponentBytes> {
+    Component::ALL
+        .iter()
+        .map(|&c| ComponentBytes {
+            key: c.key(),
+            label: c.label(),
+            bytes: peak
+                .terms
+                .iter()
+                .filter(|t| t.component == c)
+                .fold(0u128, |a, t| a.saturating_add(t.bytes)),
+        })
+        .collect()
+}

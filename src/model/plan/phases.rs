@@ -1,0 +1,216 @@
+//! The moments of a training step where the peak can occur, each as the list of terms alive then:
+//! forward at the loss, start of backward, the recomputed top / first layer under gradient
+//! checkpointing (or lm_head's backward when it is trained in full), and the optimizer step.
+
+use super::{total, Phase, PhasePeak};
+use crate::model::activations::{self, Ctx, LayerCounts};
+use crate::model::distributed::RankTerms;
+use crate::model::settings::SavedModule;
+use crate::model::term::{Component, Term, TermKind};
+use crate::model::weights::{self, ParamCounts};
+
+/// What every moment of one rank's step is built from.
+pub(super) struct Step<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    params: &'c ParamCounts,
+    /// Weights, optimizer states and communication buffers: alive through the whole step.
+    pub statics: Vec<Term>,
+    /// This rank's gradients at the optimizer step.
+    grads: Vec<Term>,
+    /// What this rank keeps in CPU RAM (offload).
+    cpu: Vec<Term>,
+    /// Saved tensors outside the decoder layers (embeddings, rotary, inputs, mask).
+    global: Vec<Term>,
+    layers: u128,
+}
+
+impl<'c, 'a> Step<'c, 'a> {
+    pub(super) fn new(ctx: &'c Ctx<'a>, params: &'c ParamCounts, rank: &RankTerms) -> Self {
+        Step {
+            ctx,
+            params,
+            statics: rank.statics.iter().chain(&rank.comm).cloned().collect(),
+            grads: rank.grads.clone(),
+            cpu: rank.cpu.clone(),
+            global: activations::global_terms(ctx),
+            layers: ctx.arch.num_hidden_layers as u128,
+        }
+    }
+
+    /// Every moment, in step order (the peak is chosen by the caller).
+    pub(super) fn phases(&self) -> Vec<PhasePeak> {
+        let mut phases = if self.ctx.s.grad_ckpt {
+            self.checkpointed()
+        } else {
+            self.plain()
+        };
+        phases.push(self.optimizer_step());
+        phases
+    }
+
+    /// CPU RAM of this rank: offloaded states and, with activation offload, every checkpoint.
+    pub(super) fn cpu_terms(&self) -> Vec<Term> {
+        let mut cpu = self.cpu.clone();
+        if self.ctx.s.parallel.offload_activations {
+            cpu.extend(activations::checkpoint_terms(self.ctx, self.layers));
+        }
+        cpu
+    }
+
+    fn moment(
+        &self,
+        phase: Phase,
+        moment: &str,
+        alive: impl IntoIterator<Item = Term>,
+    ) -> PhasePeak {
+        let terms: Vec<Term> = self.statics.iter().cloned().chain(alive).collect();
+        PhasePeak {
+            phase,
+            moment: moment.into(),
+            bytes: total(&terms),
+            terms,
+        }
+    }
+
+    /// The forward and backward moments of the loss over everything `saved`.
+    fn loss_moments(&self, saved: &[Term]) -> [PhasePeak; 2] {
+        let with = |extra: Vec<Term>| saved.iter().cloned().chain(extra).collect::<Vec<_>>();
+        [
+            self.moment(
+                Phase::Forward,
+                "loss (log_softmax)",
+                with(activations::loss_forward_terms(self.ctx)),
+            ),
+            self.moment(
+                Phase::Backward,
+                "start of backward (log_softmax backward)",
+                with(activations::loss_backward_terms(self.ctx)),
+            ),
+        ]
+    }
+
+    /// Checkpoint boundaries on the GPU; activation offloading keeps two there (current +
+    /// prefetched).
+    fn checkpoints_on_gpu(&self, alive: u128) -> Vec<Term> {
+        let alive = if self.ctx.s.parallel.offload_activations {
+            alive.min(2)
+        } else {
+            alive
+        };
+        activations::checkpoint_terms(self.ctx, alive)
+    }
+
+    /// Gradients of the layers above the first, sharded as the strategy shards them (none on the
+    /// GPU when parameters are offloaded).
+    fn gradients_above_first_layer(&self) -> Vec<Term> {
+        let par = &self.ctx.s.parallel;
+        if par.offload_params {
+            return vec![];
+        }
+        let above = self.layers.saturating_sub(1);
+        weights::gradient_terms(self.ctx, self.params, above, false)
+            .into_iter()
+            .map(|x| x.per_rank(par.grad_shards()))
+            .collect()
+    }
+
+    /// Gradient checkpointing: forward keeps only each layer's input; backward recomputes one
+    /// layer at a time, at the top with every checkpoint alive, at the bottom with every gradient.
+    fn checkpointed(&self) -> Vec<PhasePeak> {
+        let saved: Vec<Term> = self
+            .checkpoints_on_gpu(self.layers)
+            .into_iter()
+            .chain(self.global.iter().cloned())
+            .collect();
+        let one_layer = activations::layer_terms(
+            self.ctx,
+            LayerCounts {
+                all: 1,
+                grad_input: 1,
+            },
+        );
+        let working = activations::layer_backward_working(self.ctx);
+        let small_global = self
+            .global
+            .iter()
+            .filter(|t| t.component == Component::ActEmbeddings)
+            .cloned();
+        let recomputed = |checkpoints: u128, grads: Vec<Term>| -> Vec<Term> {
+            self.checkpoints_on_gpu(checkpoints)
+                .into_iter()
+                .chain(small_global.clone())
+                .chain(one_layer.iter().cloned())
+                .chain([working.clone()])
+                .chain(grads)
+                .collect()
+        };
+        let [forward, backward] = self.loss_moments(&saved);
+        vec![
+            forward,
+            backward,
+            self.moment(
+                Phase::Backward,
+                "recomputed top layer",
+                recomputed(self.layers, vec![]),
+            ),
+            self.moment(
+                Phase::Backward,
+                "recomputed first layer",
+                recomputed(1, self.gradients_above_first_layer()),
+            ),
+        ]
+    }
+
+    /// No checkpointing: every layer's saved tensors live from forward into backward.
+    fn plain(&self) -> Vec<PhasePeak> {
+        let s = self.ctx.s;
+        // Layer 0's input is the frozen embedding's output: it needs no gradient unless the
+        // embedding itself is trained (modules_to_save), so layer 0 saves less.
+        let grad_input = if s.modules_to_save.contains(&SavedModule::EmbedTokens) {
+            self.layers
+        } else {
+            self.layers.saturating_sub(1)
+        };
+        let saved: Vec<Term> = activations::layer_terms(
+            self.ctx,
+            LayerCounts {
+                all: self.layers,
+                grad_input,
+            },
+        )
+        .into_iter()
+        .chain(self.global.iter().cloned())
+        .collect();
+        let mut phases = self.loss_moments(&saved).to_vec();
+        if s.modules_to_save.contains(&SavedModule::LmHead) {
+            // Right after lm_head's backward: its full weight gradient exists while every
+            // activation is still saved.
+            let lm_head_grad = self
+                .grads
+                .iter()
+                .filter(|t| t.kind == TermKind::LmHeadGradient)
+                .cloned();
+            let alive = saved
+                .iter()
+                .cloned()
+                .chain(lm_head_grad)
+                .chain(activations::lm_head_backward_terms(self.ctx));
+            phases.push(self.moment(
+                Phase::Backward,
+                "lm_head backward (trainable lm_head)",
+                alive,
+            ));
+        }
+        phases
+    }
+
+    /// optimizer.step(): every gradient, and the optimizer's temporaries unless it runs on the CPU.
+    fn optimizer_step(&self) -> PhasePeak {
+        let par = &self.ctx.s.parallel;
+        let mut alive = self.grads.clone();
+        if !(par.offload_optimizer || par.offload_params) {
+            alive.extend(weights::optimizer_step_terms(self.ctx, self.params));
+        }
+        self.moment(Phase::Optimizer, "optimizer.step()", alive)
+    }
+}
