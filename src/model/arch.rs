@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::names::names;
+
 use super::error::PlanError;
 
 /// Model family: decides the layer layout (fused projections, extra norms, softcapping).
@@ -25,45 +27,26 @@ pub enum Family {
     Phi3,
 }
 
+names!(Family {
+    Llama => "llama" | "llama2" | "llama3" | "yi",
+    Mistral => "mistral",
+    Qwen2 => "qwen2" | "qwen2.5",
+    Qwen3 => "qwen3",
+    Gemma2 => "gemma2",
+    Gemma3 => "gemma3" | "gemma3_text",
+    Phi3 => "phi3" | "phi_3",
+});
+
 impl TryFrom<String> for Family {
     type Error = String;
     fn try_from(s: String) -> Result<Family, String> {
         Family::parse(&s).ok_or_else(|| {
-            format!("unsupported model family {s:?} (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)")
+            format!("unsupported model family {s:?} (supported: {})", Family::choices())
         })
     }
 }
 
 impl Family {
-    /// Parses a `model_type` / family name as config.json spells it.
-    pub fn parse(s: &str) -> Option<Family> {
-        let s = s.trim().to_ascii_lowercase();
-        let s = s.split_whitespace().next().unwrap_or("");
-        match s {
-            "llama" | "llama2" | "llama3" | "yi" => Some(Family::Llama),
-            "mistral" => Some(Family::Mistral),
-            "qwen2" | "qwen2.5" => Some(Family::Qwen2),
-            "qwen3" => Some(Family::Qwen3),
-            "gemma2" => Some(Family::Gemma2),
-            "gemma3" | "gemma3_text" => Some(Family::Gemma3),
-            "phi3" | "phi-3" => Some(Family::Phi3),
-            _ => None,
-        }
-    }
-
-    /// Lowercase name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Llama => "llama",
-            Family::Mistral => "mistral",
-            Family::Qwen2 => "qwen2",
-            Family::Qwen3 => "qwen3",
-            Family::Gemma2 => "gemma2",
-            Family::Gemma3 => "gemma3",
-            Family::Phi3 => "phi3",
-        }
-    }
-
     fn is_gemma(self) -> bool {
         matches!(self, Family::Gemma2 | Family::Gemma3)
     }
@@ -161,47 +144,17 @@ pub enum Target {
     Down,
 }
 
-impl Target {
-    /// All seven, in layer order.
-    pub const ALL: [Target; 7] = [
-        Target::Q,
-        Target::K,
-        Target::V,
-        Target::O,
-        Target::Gate,
-        Target::Up,
-        Target::Down,
-    ];
+names!(Target {
+    Q => "q" | "q_proj",
+    K => "k" | "k_proj",
+    V => "v" | "v_proj",
+    O => "o" | "o_proj",
+    Gate => "gate" | "gate_proj",
+    Up => "up" | "up_proj",
+    Down => "down" | "down_proj",
+});
 
-    /// Parses `q`, `q_proj`, `gate`, `gate_proj`, ...
-    pub fn parse(s: &str) -> Option<Target> {
-        let s = s.trim().to_ascii_lowercase();
-        let s = s.strip_suffix("_proj").unwrap_or(&s);
-        match s {
-            "q" => Some(Target::Q),
-            "k" => Some(Target::K),
-            "v" => Some(Target::V),
-            "o" => Some(Target::O),
-            "gate" => Some(Target::Gate),
-            "up" => Some(Target::Up),
-            "down" => Some(Target::Down),
-            _ => None,
-        }
-    }
-
-    /// Short name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Q => "q",
-            Target::K => "k",
-            Target::V => "v",
-            Target::O => "o",
-            Target::Gate => "gate",
-            Target::Up => "up",
-            Target::Down => "down",
-        }
-    }
-}
+impl Target {}
 
 /// Upper bounds that keep every byte count far from overflow (u128 arithmetic).
 const MAX_DIM: u64 = 1 << 20;

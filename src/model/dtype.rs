@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::names::names;
+
 /// Storage type of a tensor as PyTorch sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -14,31 +16,18 @@ pub enum Dtype {
     Fp16,
 }
 
+names!(Dtype {
+    Fp32 => "fp32" | "float32" | "float" | "f32" | "torch.float32",
+    Bf16 => "bf16" | "bfloat16" | "torch.bfloat16",
+    Fp16 => "fp16" | "float16" | "half" | "f16" | "torch.float16",
+});
+
 impl Dtype {
     /// Bytes per element.
     pub fn bytes(self) -> u128 {
         match self {
             Dtype::Fp32 => 4,
             Dtype::Bf16 | Dtype::Fp16 => 2,
-        }
-    }
-
-    /// Parses the names used by configs and the CLI (`fp32`, `float32`, `bf16`, `bfloat16`, ...).
-    pub fn parse(s: &str) -> Option<Dtype> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "fp32" | "float32" | "float" | "f32" => Some(Dtype::Fp32),
-            "bf16" | "bfloat16" => Some(Dtype::Bf16),
-            "fp16" | "float16" | "half" | "f16" => Some(Dtype::Fp16),
-            _ => None,
-        }
-    }
-
-    /// Short lowercase name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Dtype::Fp32 => "fp32",
-            Dtype::Bf16 => "bf16",
-            Dtype::Fp16 => "fp16",
         }
     }
 
@@ -62,20 +51,9 @@ pub enum Quant {
     Fp4,
 }
 
-impl Quant {
-    /// Parses `nf4` / `fp4`.
-    pub fn parse(s: &str) -> Option<Quant> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "nf4" => Some(Quant::Nf4),
-            "fp4" => Some(Quant::Fp4),
-            _ => None,
-        }
-    }
-    /// Short lowercase name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Quant::Nf4 => "nf4",
-            Quant::Fp4 => "fp4",
-        }
-    }
-}
+names!(Quant {
+    Nf4 => "nf4",
+    Fp4 => "fp4",
+});
+
+impl Quant {}

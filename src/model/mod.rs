@@ -7,6 +7,7 @@ pub mod arch;
 pub mod distributed;
 pub mod dtype;
 pub mod error;
+mod names;
 pub mod parallel;
 pub mod plan;
 pub mod settings;

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::names::names;
+
 use super::error::PlanError;
 
 /// How the training is spread over GPUs.
@@ -28,50 +30,18 @@ pub enum Strategy {
     Zero3,
 }
 
+names!(Strategy {
+    Single => "single" | "none" | "1",
+    Ddp => "ddp",
+    FsdpFullShard => "fsdp" | "fsdp_full_shard" | "full_shard",
+    FsdpShardGradOp => "fsdp_shard_grad_op" | "shard_grad_op",
+    FsdpHybridShard => "fsdp_hybrid" | "fsdp_hybrid_shard" | "hybrid_shard" | "hybrid",
+    Zero1 => "zero1" | "zero_1",
+    Zero2 => "zero2" | "zero_2",
+    Zero3 => "zero3" | "zero_3",
+});
+
 impl Strategy {
-    /// All strategies.
-    pub const ALL: [Strategy; 8] = [
-        Strategy::Single,
-        Strategy::Ddp,
-        Strategy::FsdpFullShard,
-        Strategy::FsdpShardGradOp,
-        Strategy::FsdpHybridShard,
-        Strategy::Zero1,
-        Strategy::Zero2,
-        Strategy::Zero3,
-    ];
-
-    /// Parses CLI / URL names.
-    pub fn parse(s: &str) -> Option<Strategy> {
-        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
-            "single" | "none" | "1" => Some(Strategy::Single),
-            "ddp" => Some(Strategy::Ddp),
-            "fsdp" | "fsdp_full_shard" | "full_shard" => Some(Strategy::FsdpFullShard),
-            "fsdp_shard_grad_op" | "shard_grad_op" => Some(Strategy::FsdpShardGradOp),
-            "fsdp_hybrid" | "fsdp_hybrid_shard" | "hybrid_shard" | "hybrid" => {
-                Some(Strategy::FsdpHybridShard)
-            }
-            "zero1" | "zero_1" => Some(Strategy::Zero1),
-            "zero2" | "zero_2" => Some(Strategy::Zero2),
-            "zero3" | "zero_3" => Some(Strategy::Zero3),
-            _ => None,
-        }
-    }
-
-    /// Short name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::Single => "single",
-            Strategy::Ddp => "ddp",
-            Strategy::FsdpFullShard => "fsdp",
-            Strategy::FsdpShardGradOp => "fsdp_shard_grad_op",
-            Strategy::FsdpHybridShard => "fsdp_hybrid",
-            Strategy::Zero1 => "zero1",
-            Strategy::Zero2 => "zero2",
-            Strategy::Zero3 => "zero3",
-        }
-    }
-
     /// FSDP in any sharding mode.
     pub fn is_fsdp(self) -> bool {
         matches!(

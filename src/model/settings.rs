@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::names::names;
+
 use super::arch::Target;
 use super::dtype::{Dtype, Quant};
 use super::error::PlanError;
@@ -20,27 +22,13 @@ pub enum AttnImpl {
     FlashAttention2,
 }
 
-impl AttnImpl {
-    /// Parses `eager`, `sdpa`, `flash_attention_2` (or `fa2`, `flash`).
-    pub fn parse(s: &str) -> Option<AttnImpl> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "eager" => Some(AttnImpl::Eager),
-            "sdpa" => Some(AttnImpl::Sdpa),
-            "flash_attention_2" | "fa2" | "flash" | "flash-attention-2" => {
-                Some(AttnImpl::FlashAttention2)
-            }
-            _ => None,
-        }
-    }
-    /// Name as transformers spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            AttnImpl::Eager => "eager",
-            AttnImpl::Sdpa => "sdpa",
-            AttnImpl::FlashAttention2 => "flash_attention_2",
-        }
-    }
-}
+names!(AttnImpl {
+    Eager => "eager",
+    Sdpa => "sdpa",
+    FlashAttention2 => "flash_attention_2" | "fa2" | "flash",
+});
+
+impl AttnImpl {}
 
 /// Optimizer (Trainer's `optim` names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,53 +54,19 @@ pub enum Optimizer {
     SgdMomentum,
 }
 
-impl Optimizer {
-    /// All optimizers, for pickers and property tests.
-    pub const ALL: [Optimizer; 9] = [
-        Optimizer::AdamwTorchFused,
-        Optimizer::AdamwTorchForeach,
-        Optimizer::AdamwTorch,
-        Optimizer::Adamw8bit,
-        Optimizer::PagedAdamw8bit,
-        Optimizer::PagedAdamw32bit,
-        Optimizer::Adafactor,
-        Optimizer::Sgd,
-        Optimizer::SgdMomentum,
-    ];
+names!(Optimizer {
+    AdamwTorchFused => "adamw_torch_fused" | "adamw_fused",
+    AdamwTorchForeach => "adamw_torch_foreach" | "adamw_foreach",
+    AdamwTorch => "adamw_torch" | "adamw" | "adamw_torch_forloop" | "adamw_forloop",
+    Adamw8bit => "adamw_8bit" | "adamw_bnb_8bit" | "adamw8bit",
+    PagedAdamw8bit => "paged_adamw_8bit",
+    PagedAdamw32bit => "paged_adamw_32bit",
+    Adafactor => "adafactor",
+    Sgd => "sgd",
+    SgdMomentum => "sgd_momentum",
+});
 
-    /// Parses Trainer `optim` names and a few aliases.
-    pub fn parse(s: &str) -> Option<Optimizer> {
-        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
-            "adamw_torch_fused" | "adamw_fused" => Some(Optimizer::AdamwTorchFused),
-            "adamw_torch_foreach" | "adamw_foreach" => Some(Optimizer::AdamwTorchForeach),
-            "adamw_torch" | "adamw" | "adamw_torch_forloop" | "adamw_forloop" => {
-                Some(Optimizer::AdamwTorch)
-            }
-            "adamw_8bit" | "adamw_bnb_8bit" | "adamw8bit" => Some(Optimizer::Adamw8bit),
-            "paged_adamw_8bit" => Some(Optimizer::PagedAdamw8bit),
-            "paged_adamw_32bit" => Some(Optimizer::PagedAdamw32bit),
-            "adafactor" => Some(Optimizer::Adafactor),
-            "sgd" => Some(Optimizer::Sgd),
-            "sgd_momentum" => Some(Optimizer::SgdMomentum),
-            _ => None,
-        }
-    }
-
-    /// Trainer `optim` name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Optimizer::AdamwTorchFused => "adamw_torch_fused",
-            Optimizer::AdamwTorchForeach => "adamw_torch_foreach",
-            Optimizer::AdamwTorch => "adamw_torch",
-            Optimizer::Adamw8bit => "adamw_8bit",
-            Optimizer::PagedAdamw8bit => "paged_adamw_8bit",
-            Optimizer::PagedAdamw32bit => "paged_adamw_32bit",
-            Optimizer::Adafactor => "adafactor",
-            Optimizer::Sgd => "sgd",
-            Optimizer::SgdMomentum => "sgd_momentum",
-        }
-    }
-}
+impl Optimizer {}
 
 /// Modules trained in full next to the adapters (peft `modules_to_save`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +77,11 @@ pub enum SavedModule {
     /// The input embedding (vocab × hidden).
     EmbedTokens,
 }
+
+names!(SavedModule {
+    LmHead => "lm_head",
+    EmbedTokens => "embed_tokens",
+});
 
 /// A validated training configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
