@@ -6,12 +6,12 @@ use std::io::{BufRead, Write};
 use serde_json::json;
 
 use crate::formats::catalog::{self, GpuEntry};
+use crate::formats::fields;
 use crate::formats::report;
-use crate::model::settings::parse_target_names;
-use crate::model::{plan, AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings};
+use crate::model::{plan, Settings};
 use crate::planning::verdict;
 
-const USAGE: &str = "lorafit — LoRA/QLoRA fine-tuning GPU-memory planner
+const USAGE_HEAD: &str = "lorafit — LoRA/QLoRA fine-tuning GPU-memory planner
 
 USAGE:
   lorafit plan --model NAME [options]      breakdown, totals and verdict for one config
@@ -26,23 +26,20 @@ USAGE:
 PLAN OPTIONS:
   --model NAME | --config FILE   catalog model or a config.json-style numbers file
   --gpu ID | --gpu-mem-gib N     GPU to check against (default a100-80)
-  --batch N  --seq N  --grad-accum N
-  --rank N  --alpha X  --dropout P
-  --targets q,k,v,o,gate,up,down|all-linear   --modules-to-save lm_head,embed_tokens
-  --dtype fp32|bf16|fp16   --quant nf4|fp4   --no-double-quant   --adapter-dtype fp32|bf16|fp16 (peft: fp32)
-  --autocast bf16|fp16|none   --attn eager|sdpa|flash_attention_2   --padded-mask
-  --gpus N (per node) --nodes N --strategy ddp|fsdp|fsdp_shard_grad_op|fsdp_hybrid|zero1|zero2|zero3
-  --offload optimizer,params,activations
-  --gc   --fused-ce (chunked cross-entropy, e.g. Liger)   --optimizer adamw_torch_fused|adamw_torch_foreach|adamw_torch|adamw_8bit|paged_adamw_8bit|paged_adamw_32bit|adafactor|sgd|sgd_momentum
   --utilization U --dataset-tokens N   time estimate (share of peak, default 0.40; tokens per epoch)
   --json                          print the full result as JSON
+
+TRAINING SETTINGS:
 ";
+
+/// The commands, for messages.
+const COMMANDS: &str = "plan, fit, suggest, export, lengths, estimate, models, gpus";
 
 /// Runs the CLI; returns the process exit code.
 pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let result = match args.first().map(String::as_str) {
         None | Some("-h") | Some("--help") | Some("help") => {
-            let _ = write!(out, "{USAGE}");
+            let _ = write!(out, "{USAGE_HEAD}{}", fields::usage());
             return 0;
         }
         Some("plan") => cmd_plan(&args[1..], out),
@@ -54,7 +51,7 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Some("models") => cmd_models(out),
         Some("gpus") => cmd_gpus(out),
         Some(other) => Err(format!(
-            "unknown command {other:?}; expected plan, estimate, models or gpus (see --help)"
+            "unknown command {other:?}; expected one of {COMMANDS} (see --help)"
         )),
     };
     match result {
@@ -77,6 +74,18 @@ fn number<T: std::str::FromStr>(s: &str, flag: &str) -> Result<T, String> {
     s.trim()
         .parse::<T>()
         .map_err(|_| format!("{flag}: {s:?} is not a valid number"))
+}
+
+/// A setting's flag, through the settings table: a `Bool` flag takes no value.
+fn set_field(s: &mut Settings, args: &[String], i: &mut usize, flag: &str) -> Result<(), String> {
+    let field = fields::by_flag(flag)
+        .ok_or_else(|| format!("unknown option {flag:?} (see lorafit --help)"))?;
+    let text = match field.kind {
+        fields::Kind::Bool if field.no_flag == Some(flag) => "0",
+        fields::Kind::Bool => "1",
+        _ => value(args, i, flag)?,
+    };
+    (field.set)(s, text).map_err(|e| format!("{flag}: {e}"))
 }
 
 /// Parsed `plan` arguments.
@@ -149,106 +158,6 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                 }
                 gpu = GpuChoice::Custom(g);
             }
-            "--batch" => s.batch = number(value(args, &mut i, flag)?, flag)?,
-            "--seq" => s.seq = number(value(args, &mut i, flag)?, flag)?,
-            "--grad-accum" => s.grad_accum = number(value(args, &mut i, flag)?, flag)?,
-            "--rank" | "-r" => s.lora_r = number(value(args, &mut i, flag)?, flag)?,
-            "--alpha" => s.lora_alpha = number(value(args, &mut i, flag)?, flag)?,
-            "--dropout" => s.lora_dropout = number(value(args, &mut i, flag)?, flag)?,
-            "--targets" => {
-                s.targets = parse_target_names(value(args, &mut i, flag)?.split(','))
-                    .map_err(|e| e.to_string())?
-            }
-            "--modules-to-save" => {
-                s.modules_to_save = value(args, &mut i, flag)?
-                    .split(',')
-                    .filter(|m| !m.trim().is_empty())
-                    .map(|m| match m.trim() {
-                        "lm_head" => Ok(SavedModule::LmHead),
-                        "embed_tokens" => Ok(SavedModule::EmbedTokens),
-                        o => Err(format!(
-                            "--modules-to-save: unknown module {o:?} (lm_head, embed_tokens)"
-                        )),
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-            "--dtype" => {
-                let v = value(args, &mut i, flag)?;
-                s.dtype = Dtype::parse(v)
-                    .ok_or_else(|| format!("--dtype: unknown dtype {v:?} (fp32, bf16, fp16)"))?
-            }
-            "--quant" => {
-                let v = value(args, &mut i, flag)?;
-                s.quant = match v {
-                    "none" => None,
-                    _ => Some(
-                        Quant::parse(v)
-                            .ok_or_else(|| format!("--quant: unknown {v:?} (nf4, fp4, none)"))?,
-                    ),
-                }
-            }
-            "--no-double-quant" => s.double_quant = false,
-            "--adapter-dtype" => {
-                let v = value(args, &mut i, flag)?;
-                s.adapter_dtype = Dtype::parse(v).ok_or_else(|| {
-                    format!("--adapter-dtype: unknown dtype {v:?} (fp32, bf16, fp16)")
-                })?
-            }
-            "--autocast" => {
-                let v = value(args, &mut i, flag)?;
-                s.autocast = match v {
-                    "none" | "no" => None,
-                    _ => match Dtype::parse(v) {
-                        Some(Dtype::Fp32) | None => {
-                            return Err(format!("--autocast: {v:?} is not bf16, fp16 or none"))
-                        }
-                        d => d,
-                    },
-                }
-            }
-            "--attn" => {
-                let v = value(args, &mut i, flag)?;
-                s.attn_impl = AttnImpl::parse(v).ok_or_else(|| {
-                    format!("--attn: unknown {v:?} (eager, sdpa, flash_attention_2)")
-                })?
-            }
-            "--padded-mask" => s.padded_mask = true,
-            "--fused-ce" => s.fused_ce = true,
-            "--gpus" => s.parallel.gpus_per_node = number(value(args, &mut i, flag)?, flag)?,
-            "--nodes" => s.parallel.nodes = number(value(args, &mut i, flag)?, flag)?,
-            "--strategy" => {
-                let v = value(args, &mut i, flag)?;
-                s.parallel.strategy = crate::model::Strategy::parse(v)
-                    .ok_or_else(|| format!("--strategy: unknown {v:?} (ddp, fsdp, fsdp_shard_grad_op, fsdp_hybrid, zero1, zero2, zero3)"))?
-            }
-            "--offload" => {
-                for part in value(args, &mut i, flag)?
-                    .split(',')
-                    .filter(|p| !p.is_empty())
-                {
-                    match part.trim() {
-                        "optimizer" | "opt" => s.parallel.offload_optimizer = true,
-                        "params" | "param" | "parameters" => s.parallel.offload_params = true,
-                        "activations" | "act" => s.parallel.offload_activations = true,
-                        o => {
-                            return Err(format!(
-                                "--offload: unknown {o:?} (optimizer, params, activations)"
-                            ))
-                        }
-                    }
-                }
-            }
-            "--gc" | "--gradient-checkpointing" => s.grad_ckpt = true,
-            "--optimizer" | "--optim" => {
-                let v = value(args, &mut i, flag)?;
-                s.optimizer = Optimizer::parse(v).ok_or_else(|| {
-                    let names: Vec<&str> = Optimizer::ALL.iter().map(|o| o.name()).collect();
-                    format!(
-                        "--optimizer: unknown {v:?}; did you mean {}?",
-                        catalog::suggest(v, names.into_iter()).join(", ")
-                    )
-                })?
-            }
             "--json" => json = true,
             "--format" => format = Some(value(args, &mut i, flag)?.to_string()),
             "--chars-per-token" => chars_per_token = number(value(args, &mut i, flag)?, flag)?,
@@ -267,7 +176,7 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                 }
             }
             other if !other.starts_with('-') && file.is_none() => file = Some(other.to_string()),
-            other => return Err(format!("unknown option {other:?} (see lorafit --help)")),
+            other => set_field(&mut s, args, &mut i, other)?,
         }
         i += 1;
     }

@@ -1,10 +1,11 @@
 //! `estimate --jsonl`: one JSON object per line with `model` (config numbers) and `settings`
-//! (the schema of `shared/reference/cases.jsonl`), answered with one JSON object per line.
+//! (the schema of `tests/data/reference/cases.jsonl`, read through [`super::fields`]), answered with one JSON object per line.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::model::{plan, Plan, RawSettings};
+use crate::formats::fields::settings_from_json;
+use crate::model::{plan, Plan};
 
 #[derive(Deserialize)]
 struct Line {
@@ -12,7 +13,7 @@ struct Line {
     id: Value,
     model: Value,
     #[serde(default)]
-    settings: Option<RawSettings>,
+    settings: Option<Value>,
 }
 
 /// Plans one input line; `Err` carries the line's id and a message.
@@ -22,10 +23,7 @@ pub fn estimate_line(line: &str) -> Result<(Value, Plan), (Value, String)> {
     let id = parsed.id.clone();
     let arch =
         crate::formats::catalog::resolve_model(&parsed.model).map_err(|e| (id.clone(), e))?;
-    let settings = parsed
-        .settings
-        .unwrap_or_default()
-        .into_settings()
+    let settings = settings_from_json(&parsed.settings.unwrap_or_else(|| json!({})))
         .map_err(|e| (id.clone(), e.to_string()))?;
     let p = plan(&arch, &settings).map_err(|e| (id.clone(), e.to_string()))?;
     Ok((id, p))

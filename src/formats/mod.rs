@@ -1,4 +1,6 @@
-//! What comes in and what goes out: the model and GPU catalog, Hugging Face config.json import,
+//! What comes in and what goes out: the settings table ([`fields`]: every setting's JSON key,
+//! link key, CLI flag and page label, declared once), the model and GPU catalog, Hugging Face
+//! config.json import,
 //! the JSONL protocol of `lorafit estimate`, peft / accelerate / LLaMA-Factory / axolotl exports
 //! and the text report. Every parser here takes untrusted text and answers with a message,
 //! never a panic.
@@ -9,5 +11,6 @@
 pub mod catalog;
 pub mod config_json;
 pub mod export;
+pub mod fields;
 pub mod jsonl;
 pub mod report;

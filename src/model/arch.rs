@@ -41,7 +41,10 @@ impl TryFrom<String> for Family {
     type Error = String;
     fn try_from(s: String) -> Result<Family, String> {
         Family::parse(&s).ok_or_else(|| {
-            format!("unsupported model family {s:?} (supported: {})", Family::choices())
+            format!(
+                "unsupported model family {s:?} (supported: {})",
+                Family::choices()
+            )
         })
     }
 }

@@ -19,5 +19,5 @@ pub use dtype::{Dtype, Quant};
 pub use error::PlanError;
 pub use parallel::{Parallel, Strategy};
 pub use plan::{plan, Phase, Plan};
-pub use settings::{AttnImpl, Optimizer, RawSettings, SavedModule, Settings};
+pub use settings::{AttnImpl, Optimizer, SavedModule, Settings};
 pub use term::{Component, Term, TermKind};

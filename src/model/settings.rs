@@ -1,6 +1,6 @@
 //! What the user chooses for a run: precision, LoRA, training loop, optimizer, attention.
-//! [`Settings`] is the typed, validated form; [`RawSettings`] is the JSON schema of
-//! `shared/reference/cases.jsonl` (and the CLI's `estimate --jsonl`), parsed into it.
+//! [`Settings`] is the typed, validated form; how each setting is spelled in JSON, links, the CLI
+//! and the page is declared once in `crate::formats::fields`.
 
 use serde::{Deserialize, Serialize};
 
@@ -241,141 +241,6 @@ impl Settings {
     }
 }
 
-/// The settings object of `shared/reference/cases.jsonl` (unknown fields ignored).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct RawSettings {
-    /// Base dtype name.
-    pub dtype: Option<String>,
-    /// `nf4` / `fp4` / null.
-    pub quant: Option<String>,
-    /// Double quantization.
-    pub double_quant: Option<bool>,
-    /// prepare_model_for_kbit_training.
-    pub prepare_kbit: Option<bool>,
-    /// Autocast dtype or null.
-    pub autocast: Option<String>,
-    /// autocast_adapter_dtype (true = fp32 adapters).
-    pub autocast_adapter_dtype: Option<bool>,
-    /// Adapter dtype name (overrides autocast_adapter_dtype).
-    pub adapter_dtype: Option<String>,
-    /// Micro-batch.
-    pub batch: Option<u64>,
-    /// Sequence length.
-    pub seq: Option<u64>,
-    /// Rank.
-    pub lora_r: Option<u64>,
-    /// Alpha.
-    pub lora_alpha: Option<f64>,
-    /// Dropout.
-    pub lora_dropout: Option<f64>,
-    /// `all-linear` or a list.
-    pub target_modules: Option<serde_json::Value>,
-    /// Explicit list of module names.
-    pub target_modules_list: Option<Vec<String>>,
-    /// List of module names or null.
-    pub modules_to_save: Option<Vec<String>>,
-    /// Gradient accumulation steps.
-    pub grad_accum: Option<u64>,
-    /// Gradient checkpointing.
-    pub grad_ckpt: Option<bool>,
-    /// eager / sdpa / flash_attention_2.
-    pub attn_impl: Option<String>,
-    /// Optimizer name.
-    pub optimizer: Option<String>,
-    /// `none` / `padded`.
-    pub attention_mask: Option<String>,
-    /// Fused / chunked cross-entropy.
-    pub fused_ce: Option<bool>,
-    /// Multi-GPU layout.
-    pub parallel: Option<super::parallel::Parallel>,
-}
-
-impl RawSettings {
-    /// Parses into validated [`Settings`]; missing fields take the defaults.
-    pub fn into_settings(self) -> Result<Settings, PlanError> {
-        let d = Settings::default();
-        let unknown = |field: &'static str, value: &str, allowed: &str| PlanError::InvalidSetting {
-            field,
-            why: format!("unknown value {value:?} (expected one of {allowed})"),
-        };
-        let dtype = match &self.dtype {
-            None => d.dtype,
-            Some(s) => Dtype::parse(s).ok_or_else(|| unknown("dtype", s, "fp32, bf16, fp16"))?,
-        };
-        let quant = match self.quant.as_deref() {
-            None | Some("") | Some("none") | Some("null") => None,
-            Some(s) => Some(Quant::parse(s).ok_or_else(|| unknown("quant", s, "nf4, fp4, none"))?),
-        };
-        let autocast = match self.autocast.as_deref() {
-            None | Some("") | Some("none") | Some("null") | Some("no") => None,
-            Some(s) => match Dtype::parse(s) {
-                Some(Dtype::Fp32) | None => return Err(unknown("autocast", s, "bf16, fp16, none")),
-                x => x,
-            },
-        };
-        let adapter_dtype = match (&self.adapter_dtype, self.autocast_adapter_dtype) {
-            (Some(s), _) => {
-                Dtype::parse(s).ok_or_else(|| unknown("adapter_dtype", s, "fp32, bf16, fp16"))?
-            }
-            (None, Some(false)) => dtype,
-            (None, _) => Dtype::Fp32,
-        };
-        let targets = parse_targets(
-            self.target_modules_list.as_ref(),
-            self.target_modules.as_ref(),
-        )?;
-        let mut modules_to_save = vec![];
-        for m in self.modules_to_save.unwrap_or_default() {
-            modules_to_save.push(match m.trim() {
-                "lm_head" => SavedModule::LmHead,
-                "embed_tokens" => SavedModule::EmbedTokens,
-                other => return Err(unknown("modules_to_save", other, "lm_head, embed_tokens")),
-            });
-        }
-        let attn_impl = match &self.attn_impl {
-            None => d.attn_impl,
-            Some(s) => AttnImpl::parse(s)
-                .ok_or_else(|| unknown("attn_impl", s, "eager, sdpa, flash_attention_2"))?,
-        };
-        let optimizer = match &self.optimizer {
-            None => d.optimizer,
-            Some(s) => Optimizer::parse(s).ok_or_else(|| {
-                unknown("optimizer", s, "adamw_torch_fused, adamw_torch_foreach, adamw_torch, adamw_8bit, paged_adamw_8bit, paged_adamw_32bit, adafactor, sgd, sgd_momentum")
-            })?,
-        };
-        let padded_mask = match self.attention_mask.as_deref() {
-            None | Some("none") | Some("") => false,
-            Some("padded") => true,
-            Some(s) => return Err(unknown("attention_mask", s, "none, padded")),
-        };
-        let s = Settings {
-            dtype,
-            quant,
-            double_quant: self.double_quant.unwrap_or(true),
-            prepare_kbit: self.prepare_kbit.unwrap_or(true),
-            autocast,
-            adapter_dtype,
-            batch: self.batch.unwrap_or(d.batch),
-            seq: self.seq.unwrap_or(d.seq),
-            lora_r: self.lora_r.unwrap_or(d.lora_r),
-            lora_alpha: self.lora_alpha.unwrap_or(d.lora_alpha),
-            lora_dropout: self.lora_dropout.unwrap_or(d.lora_dropout),
-            targets,
-            modules_to_save,
-            grad_accum: self.grad_accum.unwrap_or(1),
-            grad_ckpt: self.grad_ckpt.unwrap_or(false),
-            attn_impl,
-            padded_mask,
-            optimizer,
-            fused_ce: self.fused_ce.unwrap_or(false),
-            parallel: self.parallel.unwrap_or_default(),
-        };
-        s.validate()?;
-        Ok(s)
-    }
-}
-
 /// Parses a target list: `all-linear`, or names such as `q_proj`, `q`, `qkv_proj`, `gate_up_proj`.
 pub fn parse_target_names<'a>(
     names: impl IntoIterator<Item = &'a str>,
@@ -401,36 +266,4 @@ pub fn parse_target_names<'a>(
     out.sort();
     out.dedup();
     Ok(out)
-}
-
-fn parse_targets(
-    list: Option<&Vec<String>>,
-    spec: Option<&serde_json::Value>,
-) -> Result<Vec<Target>, PlanError> {
-    if let Some(list) = list {
-        return parse_target_names(list.iter().map(String::as_str));
-    }
-    match spec {
-        None | Some(serde_json::Value::Null) => Ok(Target::ALL.to_vec()),
-        Some(serde_json::Value::String(s)) => parse_target_names(s.split(',')),
-        Some(serde_json::Value::Array(items)) => {
-            let mut names = vec![];
-            for it in items {
-                match it.as_str() {
-                    Some(s) => names.push(s),
-                    None => {
-                        return Err(PlanError::InvalidSetting {
-                            field: "target_modules",
-                            why: "list items must be strings".into(),
-                        })
-                    }
-                }
-            }
-            parse_target_names(names)
-        }
-        Some(_) => Err(PlanError::InvalidSetting {
-            field: "target_modules",
-            why: "must be a string or a list of strings".into(),
-        }),
-    }
 }

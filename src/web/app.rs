@@ -7,12 +7,15 @@ use leptos::prelude::*;
 use wasm_bindgen::JsValue;
 
 use crate::formats::catalog;
+use crate::formats::fields;
 use crate::formats::report::{gib, gib_signed};
 use crate::model::plan::ComponentBytes;
-use crate::model::{AttnImpl, Dtype, Optimizer, SavedModule, Settings, Strategy, Target};
+use crate::model::{Settings, Target};
 use crate::planning::evaluate::Axis;
 use crate::planning::evaluate::{self, Evaluation};
 use crate::web::chart;
+use crate::web::controls::{FieldControl, SelectControl, Toggle};
+use crate::web::layout;
 use crate::web::link;
 use crate::web::state::UiState;
 
@@ -33,137 +36,21 @@ fn copy_to_clipboard(text: &str) {
     let _ = window().navigator().clipboard().write_text(text);
 }
 
-/// A labelled number input with a slider (log2 scale when `log`).
-#[component]
-fn NumberControl(
-    /// Visible label.
-    label: &'static str,
-    /// `data-testid` of the number input.
-    testid: &'static str,
-    /// Current value.
-    #[prop(into)]
-    value: Signal<f64>,
-    /// Called with a parsed, clamped value.
-    on_set: Callback<f64>,
-    /// Minimum.
-    min: f64,
-    /// Maximum.
-    max: f64,
-    /// Step of the number field.
-    step: f64,
-    /// Slider on a log2 scale (ticks at powers of two).
-    #[prop(optional)]
-    log: bool,
+/// The controls of the named settings, in order (names from [`layout`]; a name missing from the
+/// table, which a native test rules out, is skipped).
+fn setting_controls(
+    names: &'static [&'static str],
+    state: RwSignal<UiState>,
+    then: Option<fn(&mut Settings)>,
 ) -> impl IntoView {
-    let set = move |raw: String| {
-        if let Ok(v) = raw.trim().parse::<f64>() {
-            if v.is_finite() {
-                on_set.run(v.clamp(min, max));
-            }
-        }
-    };
-    let id = format!("ctl-{testid}");
-    let ticks = format!("ticks-{testid}");
-    let (smin, smax, sstep) = if log {
-        (min.log2(), max.log2(), 0.01)
-    } else {
-        (min, max, step)
-    };
-    let slider_value = move || {
-        if log {
-            value.get().max(min).log2().to_string()
-        } else {
-            value.get().to_string()
-        }
-    };
-    let from_slider = move |raw: String| {
-        if let Ok(p) = raw.parse::<f64>() {
-            let v = if log { 2f64.powf(p).round() } else { p };
-            if v.is_finite() {
-                on_set.run(v.clamp(min, max));
-            }
-        }
-    };
-    let tick_list = (log).then(|| {
-        let marks: Vec<f64> = (smin.ceil() as i32..=smax.floor() as i32).map(f64::from).collect();
-        view! { <datalist id=ticks.clone()>{marks.into_iter().map(|m| view! { <option value=m.to_string()></option> }).collect_view()}</datalist> }
-    });
-    view! {
-        <div class="control">
-            <label for=id.clone()>{label}</label>
-            <input type="range" aria-label=format!("{label} slider") min=smin max=smax step=sstep list=log.then(|| ticks.clone())
-                data-testid=format!("slider-{testid}")
-                prop:value=slider_value
-                on:input:target=move |ev| from_slider(ev.target().value()) />
-            <input type="number" id=id data-testid=testid min=min max=max step=step
-                prop:value=move || value.get().to_string()
-                on:input:target=move |ev| set(ev.target().value()) />
-            {tick_list}
-        </div>
-    }
-}
-
-/// A labelled `<select>` over (value, label) options.
-#[component]
-fn SelectControl(
-    /// Visible label.
-    label: &'static str,
-    /// `data-testid`.
-    testid: &'static str,
-    /// Options as (value, label).
-    #[prop(into)]
-    options: Signal<Vec<(String, String)>>,
-    /// Current value.
-    #[prop(into)]
-    value: Signal<String>,
-    /// Called with the chosen value.
-    on_set: Callback<String>,
-) -> impl IntoView {
-    let id = format!("ctl-{testid}");
-    view! {
-        <div class="control">
-            <label for=id.clone()>{label}</label>
-            <select id=id data-testid=testid
-                prop:value=move || value.get()
-                on:change:target=move |ev| on_set.run(ev.target().value())>
-                {move || options.get().into_iter().map(|(v, l)| {
-                    let v2 = v.clone();
-                    view! { <option value=v selected=move || value.get() == v2>{l}</option> }
-                }).collect_view()}
-            </select>
-        </div>
-    }
-}
-
-/// A labelled checkbox.
-#[component]
-fn Toggle(
-    /// Visible label.
-    label: &'static str,
-    /// `data-testid`.
-    testid: &'static str,
-    /// Checked state.
-    #[prop(into)]
-    checked: Signal<bool>,
-    /// Called with the new state.
-    on_set: Callback<bool>,
-) -> impl IntoView {
-    let id = format!("ctl-{testid}");
-    view! {
-        <div class="toggle">
-            <input type="checkbox" id=id.clone() data-testid=testid
-                prop:checked=move || checked.get()
-                on:change:target=move |ev| on_set.run(ev.target().checked()) />
-            <label for=id>{label}</label>
-        </div>
-    }
-}
-
-fn opts(items: &[(&str, &str)]) -> Vec<(String, String)> {
-    items
+    names
         .iter()
-        .map(|(v, l)| (v.to_string(), l.to_string()))
-        .collect()
+        .filter_map(|n| fields::by_name(n))
+        .map(|field| match then {
+            Some(f) => view! { <FieldControl field=field state=state then=f /> }.into_any(),
+            None => view! { <FieldControl field=field state=state /> }.into_any(),
+        })
+        .collect_view()
 }
 
 /// The planner page.
@@ -220,8 +107,6 @@ pub fn App() -> impl IntoView {
         );
     });
 
-    let set = move |f: Box<dyn Fn(&mut Settings)>| state.update(|st| f(&mut st.settings));
-    let num = move |f: fn(&Settings) -> f64| Memo::new(move |_| state.with(|st| f(&st.settings)));
     let current_model = Memo::new(move |_| state.with(|st| st.model.clone()));
     let model_options = Memo::new(move |_| {
         let q = search.get().to_ascii_lowercase();
@@ -271,87 +156,20 @@ pub fn App() -> impl IntoView {
             <SelectControl label="GPU" testid="select-gpu" options=Signal::derive(move || gpu_options.clone())
                 value=Memo::new(move |_| state.with(|st| st.gpu.clone()))
                 on_set=Callback::new(move |v: String| state.update(|st| st.gpu = v)) />
-            <NumberControl label="Micro-batch" testid="input-batch" min=1.0 max=512.0 step=1.0 log=true
-                value=num(|s| s.batch as f64) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.batch = v.round() as u64))) />
-            <NumberControl label="Sequence length (longest padded batch)" testid="input-seq" min=128.0 max=131072.0 step=1.0 log=true
-                value=num(|s| s.seq as f64) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.seq = v.round() as u64))) />
-            <NumberControl label="LoRA rank" testid="input-rank" min=1.0 max=512.0 step=1.0 log=true
-                value=num(|s| s.lora_r as f64) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.lora_r = v.round() as u64))) />
-            <NumberControl label="LoRA dropout" testid="input-dropout" min=0.0 max=0.5 step=0.01
-                value=num(|s| s.lora_dropout) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.lora_dropout = v))) />
-            <NumberControl label="Gradient accumulation steps" testid="input-grad-accum" min=1.0 max=1024.0 step=1.0 log=true
-                value=num(|s| s.grad_accum as f64) on_set=Callback::new(move |v: f64| set(Box::new(move |s| s.grad_accum = v.round() as u64))) />
-            <SelectControl label="Base weights" testid="select-dtype"
-                options=opts(&[("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"), ("nf4", "4-bit nf4 (QLoRA)"), ("fp4", "4-bit fp4")])
-                value=Memo::new(move |_| state.with(|st| st.settings.base_weights().to_string()))
-                on_set=Callback::new(move |v: String| set(Box::new(move |s| { s.set_base_weights(&v); }))) />
-            <SelectControl label="Autocast (Trainer bf16=True / fp16=True)" testid="select-autocast"
-                options=opts(&[("none", "none"), ("bf16", "bf16"), ("fp16", "fp16")])
-                value=Memo::new(move |_| state.with(|st| st.settings.autocast.map(|d| d.name().to_string()).unwrap_or_else(|| "none".into())))
-                on_set=Callback::new(move |v: String| set(Box::new(move |s| s.autocast = match Dtype::parse(&v) { Some(Dtype::Fp32) | None => None, d => d }))) />
-            <SelectControl label="Attention implementation" testid="select-attn"
-                options=opts(&[("sdpa", "sdpa"), ("flash_attention_2", "flash_attention_2"), ("eager", "eager")])
-                value=Memo::new(move |_| state.with(|st| st.settings.attn_impl.name().to_string()))
-                on_set=Callback::new(move |v: String| set(Box::new(move |s| if let Some(a) = AttnImpl::parse(&v) { s.attn_impl = a }))) />
-            <SelectControl label="Optimizer" testid="select-optimizer"
-                options={Optimizer::ALL.iter().map(|o| (o.name().to_string(), o.name().to_string())).collect::<Vec<_>>()}
-                value=Memo::new(move |_| state.with(|st| st.settings.optimizer.name().to_string()))
-                on_set=Callback::new(move |v: String| set(Box::new(move |s| if let Some(o) = Optimizer::parse(&v) { s.optimizer = o }))) />
-            <Toggle label="Gradient checkpointing" testid="toggle-gc" checked=Memo::new(move |_| state.with(|st| st.settings.grad_ckpt))
-                on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.grad_ckpt = on))) />
-            <Toggle label="Padded batch with explicit attention mask" testid="toggle-mask" checked=Memo::new(move |_| state.with(|st| st.settings.padded_mask))
-                on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.padded_mask = on))) />
+            {setting_controls(layout::MAIN, state, None)}
             <fieldset class="targets gpus">
                 <legend>"GPUs"</legend>
-                <NumberControl label="GPUs per node" testid="input-gpus" min=1.0 max=64.0 step=1.0
-                    value=num(|s| s.parallel.gpus_per_node as f64)
-                    on_set=Callback::new(move |v: f64| set(Box::new(move |s| {
-                        s.parallel.gpus_per_node = v.round() as u64;
-                        if s.parallel.world() > 1 && s.parallel.strategy == Strategy::Single { s.parallel.strategy = Strategy::FsdpFullShard; }
-                        if s.parallel.world() == 1 { s.parallel.strategy = Strategy::Single; s.parallel.offload_params = false; s.parallel.offload_optimizer = false; }
-                    }))) />
-                <NumberControl label="Nodes" testid="input-nodes" min=1.0 max=64.0 step=1.0
-                    value=num(|s| s.parallel.nodes as f64)
-                    on_set=Callback::new(move |v: f64| set(Box::new(move |s| {
-                        s.parallel.nodes = v.round() as u64;
-                        if s.parallel.world() > 1 && s.parallel.strategy == Strategy::Single { s.parallel.strategy = Strategy::FsdpFullShard; }
-                    }))) />
-                <SelectControl label="Strategy" testid="select-strategy"
-                    options={Strategy::ALL.iter().map(|x| (x.name().to_string(), x.name().replace('_', " "))).collect::<Vec<_>>()}
-                    value=Memo::new(move |_| state.with(|st| st.settings.parallel.strategy.name().to_string()))
-                    on_set=Callback::new(move |v: String| set(Box::new(move |s| if let Some(x) = Strategy::parse(&v) { s.parallel.strategy = x; }))) />
-                <Toggle label="offload optimizer to CPU" testid="toggle-offload-optimizer" checked=Memo::new(move |_| state.with(|st| st.settings.parallel.offload_optimizer))
-                    on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.parallel.offload_optimizer = on))) />
-                <Toggle label="offload parameters to CPU" testid="toggle-offload-params" checked=Memo::new(move |_| state.with(|st| st.settings.parallel.offload_params))
-                    on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.parallel.offload_params = on))) />
-                <Toggle label="offload checkpoints to CPU" testid="toggle-offload-activations" checked=Memo::new(move |_| state.with(|st| st.settings.parallel.offload_activations))
-                    on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.parallel.offload_activations = on))) />
+                {setting_controls(layout::GPUS, state, Some(layout::after_gpu_count))}
             </fieldset>
             <fieldset class="targets">
                 <legend>"LoRA target modules"</legend>
                 <Toggle label="all-linear" testid="target-all" checked=Memo::new(move |_| state.with(|st| st.settings.targets.len() == Target::ALL.len()))
-                    on_set=Callback::new(move |on: bool| set(Box::new(move |s| s.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] }))) />
-                {Target::ALL.iter().map(|&t| {
-                    let testid: &'static str = match t { Target::Q => "target-q", Target::K => "target-k", Target::V => "target-v", Target::O => "target-o", Target::Gate => "target-gate", Target::Up => "target-up", Target::Down => "target-down" };
-                    let label: &'static str = match t { Target::Q => "q_proj", Target::K => "k_proj", Target::V => "v_proj", Target::O => "o_proj", Target::Gate => "gate_proj", Target::Up => "up_proj", Target::Down => "down_proj" };
-                    view! {
-                        <Toggle label=label testid=testid checked=Memo::new(move |_| state.with(|st| st.settings.targets.contains(&t)))
-                            on_set=Callback::new(move |on: bool| set(Box::new(move |s| {
-                                if on { if !s.targets.contains(&t) { s.targets.push(t); s.targets.sort(); } }
-                                else if s.targets.len() > 1 || !s.modules_to_save.is_empty() { s.targets.retain(|x| *x != t); }
-                            }))) />
-                    }
-                }).collect_view()}
+                    on_set=Callback::new(move |on: bool| state.update(|st| st.settings.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] })) />
+                {setting_controls(&["target_modules"], state, None)}
             </fieldset>
             <fieldset class="targets">
                 <legend>"modules_to_save (trained in full)"</legend>
-                {[(SavedModule::LmHead, "lm_head", "mts-lm_head"), (SavedModule::EmbedTokens, "embed_tokens", "mts-embed_tokens")].into_iter().map(|(m, label, testid)| view! {
-                    <Toggle label=label testid=testid checked=Memo::new(move |_| state.with(|st| st.settings.modules_to_save.contains(&m)))
-                        on_set=Callback::new(move |on: bool| set(Box::new(move |s| {
-                            if on { if !s.modules_to_save.contains(&m) { s.modules_to_save.push(m); } }
-                            else if !s.targets.is_empty() || s.modules_to_save.len() > 1 { s.modules_to_save.retain(|x| *x != m); }
-                        }))) />
-                }).collect_view()}
+                {setting_controls(&["modules_to_save"], state, None)}
             </fieldset>
         </section>
     };

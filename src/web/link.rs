@@ -2,9 +2,8 @@
 //! Decoding treats the URL as untrusted input: unknown or malformed parameters are skipped with
 //! a notice for the page to show, and everything valid still applies.
 
-use crate::formats::catalog;
-use crate::model::settings::{parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ};
-use crate::model::{Architecture, AttnImpl, Dtype, Family, Optimizer, SavedModule, Target};
+use crate::formats::{catalog, fields};
+use crate::model::{Architecture, Family};
 use crate::planning::evaluate::Axis;
 use crate::web::state::UiState;
 
@@ -102,19 +101,8 @@ fn shown(v: &str) -> String {
     s
 }
 
-fn int_in(v: &str, lo: u64, hi: u64) -> Option<u64> {
-    v.trim()
-        .parse::<u64>()
-        .ok()
-        .filter(|x| (lo..=hi).contains(x))
-}
-
 fn bool01(v: &str) -> Option<bool> {
-    match v {
-        "1" | "true" | "on" | "yes" => Some(true),
-        "0" | "false" | "off" | "no" => Some(false),
-        _ => None,
-    }
+    fields::boolean(v).ok()
 }
 
 /// Parses a query string (with or without the leading `?`). Returns the state and notices about
@@ -136,98 +124,11 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
     for pair in q.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let (k, v) = (percent_decode(k), percent_decode(v));
-        let s = &mut st.settings;
         let ok = match k.as_str() {
             "model" => catalog::find_model(&v)
                 .map(|m| st.model = m.arch.name.clone())
                 .is_ok(),
             "gpu" => catalog::find_gpu(&v).map(|g| st.gpu = g.id.clone()).is_ok(),
-            "b" => int_in(&v, 1, MAX_BATCH).map(|x| s.batch = x).is_some(),
-            "s" => int_in(&v, 1, MAX_SEQ).map(|x| s.seq = x).is_some(),
-            "r" => int_in(&v, 1, MAX_RANK).map(|x| s.lora_r = x).is_some(),
-            "a" => v
-                .parse::<f64>()
-                .ok()
-                .filter(|x| x.is_finite() && x.abs() < 1e9)
-                .map(|x| s.lora_alpha = x)
-                .is_some(),
-            "do" => v
-                .parse::<f64>()
-                .ok()
-                .filter(|x| (0.0..1.0).contains(x))
-                .map(|x| s.lora_dropout = x)
-                .is_some(),
-            "ga" => int_in(&v, 1, 1 << 20).map(|x| s.grad_accum = x).is_some(),
-            "dt" => s.set_base_weights(&v),
-            "dq" => bool01(&v).map(|x| s.double_quant = x).is_some(),
-            "ac" => match v.as_str() {
-                "none" => {
-                    s.autocast = None;
-                    true
-                }
-                _ => match Dtype::parse(&v) {
-                    Some(Dtype::Fp32) | None => false,
-                    d => {
-                        s.autocast = d;
-                        true
-                    }
-                },
-            },
-            "attn" => AttnImpl::parse(&v).map(|x| s.attn_impl = x).is_some(),
-            "gc" => bool01(&v).map(|x| s.grad_ckpt = x).is_some(),
-            "mask" => bool01(&v).map(|x| s.padded_mask = x).is_some(),
-            "ce" => bool01(&v).map(|x| s.fused_ce = x).is_some(),
-            "g" => int_in(&v, 1, crate::model::parallel::MAX_GPUS_PER_NODE)
-                .map(|x| s.parallel.gpus_per_node = x)
-                .is_some(),
-            "nodes" => int_in(&v, 1, crate::model::parallel::MAX_NODES)
-                .map(|x| s.parallel.nodes = x)
-                .is_some(),
-            "st" => crate::model::Strategy::parse(&v)
-                .map(|x| s.parallel.strategy = x)
-                .is_some(),
-            "off" => {
-                let (mut o, mut p, mut a) = (false, false, false);
-                let mut good = true;
-                for part in v.split(',').filter(|x| !x.is_empty()) {
-                    match part {
-                        "optimizer" => o = true,
-                        "params" => p = true,
-                        "activations" => a = true,
-                        _ => good = false,
-                    }
-                }
-                if good {
-                    s.parallel.offload_optimizer = o;
-                    s.parallel.offload_params = p;
-                    s.parallel.offload_activations = a;
-                }
-                good
-            }
-            "opt" => Optimizer::parse(&v).map(|x| s.optimizer = x).is_some(),
-            "t" => match parse_target_names(v.split(',')) {
-                Ok(t) if !t.is_empty() => {
-                    s.targets = t;
-                    true
-                }
-                _ => false,
-            },
-            "mts" => {
-                let mut out = vec![];
-                let mut good = true;
-                for m in v.split(',').filter(|m| !m.is_empty()) {
-                    match m {
-                        "lm_head" => out.push(SavedModule::LmHead),
-                        "embed_tokens" => out.push(SavedModule::EmbedTokens),
-                        _ => good = false,
-                    }
-                }
-                if good {
-                    out.dedup();
-                    s.modules_to_save = out;
-                }
-                good
-            }
             "embed" => bool01(&v).map(|x| st.embed = x).is_some(),
             "arch" => decode_arch(&v).map(|a| st.custom = Some(a)).is_some(),
             "hub" => {
@@ -250,12 +151,15 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
                 }
                 _ => false,
             },
-            _ => {
-                if notices.len() < MAX_NOTICES {
-                    notices.push(format!("ignored unknown parameter “{}”", shown(&k)));
+            key => match fields::by_url(key) {
+                Some(field) => (field.set)(&mut st.settings, &v).is_ok(),
+                None => {
+                    if notices.len() < MAX_NOTICES {
+                        notices.push(format!("ignored unknown parameter “{}”", shown(&k)));
+                    }
+                    continue;
                 }
-                continue;
-            }
+            },
         };
         if !ok && notices.len() < MAX_NOTICES {
             notices.push(format!(
@@ -289,113 +193,22 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
     (st, notices)
 }
 
-fn target_list(t: &[Target]) -> String {
-    if t.len() == Target::ALL.len() {
-        "all-linear".into()
-    } else {
-        t.iter().map(|x| x.name()).collect::<Vec<_>>().join(",")
-    }
-}
-
 /// Encodes the state as a query string (no leading `?`), listing only what differs from the defaults.
 pub fn encode(st: &UiState) -> String {
     let d = UiState::default();
-    let (s, ds) = (&st.settings, &d.settings);
     let mut p: Vec<(&str, String)> = vec![("model", st.model.clone()), ("gpu", st.gpu.clone())];
+    for f in fields::FIELDS {
+        if let Some(key) = f.url {
+            if f.differs(&st.settings) {
+                p.push((key, (f.get)(&st.settings)));
+            }
+        }
+    }
     let mut add = |k: &'static str, differs: bool, v: String| {
         if differs {
             p.push((k, v));
         }
     };
-    add("b", s.batch != ds.batch, s.batch.to_string());
-    add("s", s.seq != ds.seq, s.seq.to_string());
-    add("r", s.lora_r != ds.lora_r, s.lora_r.to_string());
-    add("a", s.lora_alpha != ds.lora_alpha, s.lora_alpha.to_string());
-    add(
-        "do",
-        s.lora_dropout != ds.lora_dropout,
-        s.lora_dropout.to_string(),
-    );
-    add(
-        "ga",
-        s.grad_accum != ds.grad_accum,
-        s.grad_accum.to_string(),
-    );
-    add(
-        "dt",
-        s.base_weights() != ds.base_weights(),
-        s.base_weights().into(),
-    );
-    add(
-        "dq",
-        s.double_quant != ds.double_quant,
-        u8::from(s.double_quant).to_string(),
-    );
-    add(
-        "ac",
-        s.autocast != ds.autocast,
-        s.autocast
-            .map(|d| d.name().to_string())
-            .unwrap_or_else(|| "none".into()),
-    );
-    add(
-        "attn",
-        s.attn_impl != ds.attn_impl,
-        s.attn_impl.name().into(),
-    );
-    add(
-        "gc",
-        s.grad_ckpt != ds.grad_ckpt,
-        u8::from(s.grad_ckpt).to_string(),
-    );
-    add(
-        "mask",
-        s.padded_mask != ds.padded_mask,
-        u8::from(s.padded_mask).to_string(),
-    );
-    add(
-        "ce",
-        s.fused_ce != ds.fused_ce,
-        u8::from(s.fused_ce).to_string(),
-    );
-    let (pp, dp) = (&s.parallel, &ds.parallel);
-    add(
-        "g",
-        pp.gpus_per_node != dp.gpus_per_node,
-        pp.gpus_per_node.to_string(),
-    );
-    add("nodes", pp.nodes != dp.nodes, pp.nodes.to_string());
-    add(
-        "st",
-        pp.strategy != dp.strategy,
-        pp.strategy.name().to_string(),
-    );
-    let off: Vec<&str> = [
-        (pp.offload_optimizer, "optimizer"),
-        (pp.offload_params, "params"),
-        (pp.offload_activations, "activations"),
-    ]
-    .iter()
-    .filter(|(on, _)| *on)
-    .map(|(_, n)| *n)
-    .collect();
-    add("off", !off.is_empty(), off.join(","));
-    add(
-        "opt",
-        s.optimizer != ds.optimizer,
-        s.optimizer.name().into(),
-    );
-    add("t", s.targets != ds.targets, target_list(&s.targets));
-    let mts = s
-        .modules_to_save
-        .iter()
-        .map(|m| match m {
-            SavedModule::LmHead => "lm_head",
-            SavedModule::EmbedTokens => "embed_tokens",
-        })
-        .collect::<Vec<_>>()
-        .join(",");
-    add("mts", s.modules_to_save != ds.modules_to_save, mts);
     add("embed", st.embed, "1".into());
     add("axis", st.axis != d.axis, "batch".into());
     if let Some(a) = &st.custom {
@@ -410,6 +223,7 @@ pub fn encode(st: &UiState) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{AttnImpl, Dtype, Optimizer, SavedModule, Target};
 
     #[test]
     fn round_trip_keeps_every_setting() {

@@ -1,16 +1,21 @@
 //! The web page. [`state`] is the one value the page holds, [`link`] its query-string codec
-//! (links and embeds), [`chart`] the geometry of the bar and curve; all three are pure and tested
-//! natively. [`app`] and [`panels`] are the Leptos components (wasm only): controls write the
-//! state, `Memo`s derive everything through [`crate::planning::evaluate`], views only format.
+//! (links and embeds), [`layout`] which settings show where, [`chart`] the geometry of the bar and
+//! curve; these are pure and tested natively. `app`, `controls` and `panels` are the Leptos
+//! components (wasm only): controls write the state through the
+//! settings table, `Memo`s derive everything through [`crate::planning::evaluate`], views only
+//! format.
 //!
 //! May import: [`crate::model`], [`crate::planning`], [`crate::formats`]. Never the CLI or the
 //! GPU benchmark (that page is a separate bundle).
 
 pub mod chart;
+pub mod layout;
 pub mod link;
 pub mod state;
 
 #[cfg(target_arch = "wasm32")]
 pub mod app;
+#[cfg(target_arch = "wasm32")]
+pub mod controls;
 #[cfg(target_arch = "wasm32")]
 pub mod panels;

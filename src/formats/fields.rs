@@ -1,0 +1,948 @@
+//! One table of the training settings: every setting is declared once here — its name, the
+//! JSON keys, URL key and CLI flags that carry it, its label and help on the page, its kind and
+//! range, and how its text enters [`Settings`]. The CLI parser, the link codec, the JSONL reader
+//! and the page's controls all read this table; adding a setting touches the model and this
+//! file, nothing else.
+
+use crate::model::parallel::{Parallel, MAX_GPUS_PER_NODE, MAX_NODES};
+use crate::model::settings::{parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ};
+use crate::model::{AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings, Strategy, Target};
+
+/// What values a setting takes (decides the page control and the CLI's argument).
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    /// A whole number in `min..=max`.
+    Int {
+        /// Smallest accepted.
+        min: u64,
+        /// Largest accepted.
+        max: u64,
+    },
+    /// A decimal number in `min..max` (`max` excluded).
+    Float {
+        /// Smallest accepted.
+        min: f64,
+        /// Upper bound (excluded).
+        max: f64,
+    },
+    /// On or off (`1`/`0`, `true`/`false`, `on`/`off`, `yes`/`no`).
+    Bool,
+    /// One of `choices()`, as (value, label) pairs.
+    Choice(fn() -> Vec<(&'static str, &'static str)>),
+    /// A comma-separated subset of `items()` ((value, label) pairs); `members` lists the items
+    /// a setting holds (the text may abbreviate them, e.g. `all-linear`).
+    List {
+        /// Every item, as (value, label).
+        items: fn() -> Vec<(&'static str, &'static str)>,
+        /// The items the settings hold.
+        members: fn(&Settings) -> Vec<&'static str>,
+    },
+    /// A JSON object (only through the JSONL protocol).
+    Json,
+}
+
+/// The page's slider for a number setting.
+#[derive(Clone, Copy, Debug)]
+pub struct Slider {
+    /// Left end.
+    pub min: f64,
+    /// Right end.
+    pub max: f64,
+    /// Step of the number box.
+    pub step: f64,
+    /// Log2 scale with ticks at powers of two.
+    pub log: bool,
+}
+
+/// One setting.
+pub struct Field {
+    /// Canonical name; also the key in `estimate --jsonl` settings objects.
+    pub name: &'static str,
+    /// Further JSON keys read for it (the reference schema's spellings), preferred to `name`
+    /// when both are given.
+    pub json_aliases: &'static [&'static str],
+    /// Key in the page's link, if links carry it.
+    pub url: Option<&'static str>,
+    /// CLI flag, if the CLI takes it (a `Bool` flag takes no value and turns it on).
+    pub flag: Option<&'static str>,
+    /// Other spellings of the flag.
+    pub flag_aliases: &'static [&'static str],
+    /// For a `Bool`: the CLI flag that turns it off.
+    pub no_flag: Option<&'static str>,
+    /// Label on the page.
+    pub label: &'static str,
+    /// One line of help (page tooltip and CLI usage).
+    pub help: &'static str,
+    /// `data-testid` of its page control (for a `List`, the prefix of one toggle per item).
+    pub testid: Option<&'static str>,
+    /// Kind and range.
+    pub kind: Kind,
+    /// The page's slider, for numbers shown with one.
+    pub slider: Option<Slider>,
+    /// The value as text (the form links and the CLI use).
+    pub get: fn(&Settings) -> String,
+    /// Sets the value from text; the error says why it is not valid (without the field name).
+    pub set: fn(&mut Settings, &str) -> Result<(), String>,
+}
+
+impl Field {
+    /// Whether this setting differs from the defaults.
+    pub fn differs(&self, s: &Settings) -> bool {
+        (self.get)(s) != (self.get)(&Settings::default())
+    }
+
+    /// The value spellings a user may type, for messages and usage (`N`, `a|b|c`).
+    pub fn value_hint(&self) -> String {
+        match self.kind {
+            Kind::Int { .. } => "N".into(),
+            Kind::Float { .. } => "X".into(),
+            Kind::Bool => String::new(),
+            Kind::Choice(c) => c().iter().map(|(v, _)| *v).collect::<Vec<_>>().join("|"),
+            Kind::List { items, .. } => items()
+                .iter()
+                .map(|(v, _)| *v)
+                .collect::<Vec<_>>()
+                .join(","),
+            Kind::Json => "{…}".into(),
+        }
+    }
+
+    /// Whether `flag` is one of this field's CLI spellings.
+    pub fn takes_flag(&self, flag: &str) -> bool {
+        self.flag == Some(flag) || self.flag_aliases.contains(&flag) || self.no_flag == Some(flag)
+    }
+}
+
+/// Parses a whole number in a range.
+pub fn int_in(v: &str, min: u64, max: u64) -> Result<u64, String> {
+    let x: u64 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("{v:?} is not a whole number"))?;
+    if (min..=max).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("{x} must be between {min} and {max}"))
+    }
+}
+
+fn float_in(v: &str, min: f64, max: f64) -> Result<f64, String> {
+    let x: f64 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("{v:?} is not a number"))?;
+    if x.is_finite() && x >= min && x < max {
+        Ok(x)
+    } else {
+        Err(format!("{v} must be in [{min}, {max})"))
+    }
+}
+
+/// Parses an on/off value.
+pub fn boolean(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err(format!("{v:?} is not on/off (1 or 0)")),
+    }
+}
+
+fn bool_text(b: bool) -> String {
+    u8::from(b).to_string()
+}
+
+fn named<T>(parse: fn(&str) -> Option<T>, v: &str, choices: String) -> Result<T, String> {
+    parse(v).ok_or_else(|| format!("unknown value {v:?} (expected one of {choices})"))
+}
+
+/// `none` (or empty / null) as None, else a 16-bit autocast dtype.
+fn autocast_of(v: &str) -> Result<Option<Dtype>, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "none" | "null" | "no" => Ok(None),
+        _ => match Dtype::parse(v) {
+            Some(Dtype::Fp32) | None => Err(format!(
+                "unknown value {v:?} (expected one of bf16, fp16, none)"
+            )),
+            d => Ok(d),
+        },
+    }
+}
+
+fn items(v: &str) -> impl Iterator<Item = &str> {
+    v.split(',').map(str::trim).filter(|x| !x.is_empty())
+}
+
+/// The canonical text of a target list: `all-linear` for every module.
+pub fn target_list(t: &[Target]) -> String {
+    if t.len() == Target::ALL.len() {
+        "all-linear".into()
+    } else {
+        t.iter().map(|x| x.name()).collect::<Vec<_>>().join(",")
+    }
+}
+
+fn offload_text(p: &Parallel) -> String {
+    [
+        (p.offload_optimizer, "optimizer"),
+        (p.offload_params, "params"),
+        (p.offload_activations, "activations"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, n)| *n)
+    .collect::<Vec<_>>()
+    .join(",")
+}
+
+fn set_offload(s: &mut Settings, v: &str) -> Result<(), String> {
+    let (mut o, mut p, mut a) = (false, false, false);
+    for part in items(v) {
+        match part.to_ascii_lowercase().as_str() {
+            "optimizer" | "opt" => o = true,
+            "params" | "param" | "parameters" => p = true,
+            "activations" | "act" => a = true,
+            "none" => {}
+            other => {
+                return Err(format!(
+                    "unknown {other:?} (optimizer, params, activations)"
+                ))
+            }
+        }
+    }
+    s.parallel.offload_optimizer = o;
+    s.parallel.offload_params = p;
+    s.parallel.offload_activations = a;
+    Ok(())
+}
+
+fn set_modules_to_save(s: &mut Settings, v: &str) -> Result<(), String> {
+    let mut out = vec![];
+    for m in items(v) {
+        if matches!(m, "none" | "null") {
+            continue;
+        }
+        let m = named(SavedModule::parse, m, SavedModule::choices())?;
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    s.modules_to_save = out;
+    Ok(())
+}
+
+fn dtype_choices() -> Vec<(&'static str, &'static str)> {
+    Dtype::ALL.iter().map(|d| (d.name(), d.name())).collect()
+}
+
+fn names_of<T: Copy>(all: &[T], name: fn(T) -> &'static str) -> Vec<(&'static str, &'static str)> {
+    all.iter().map(|&x| (name(x), name(x))).collect()
+}
+
+/// Every setting, in the order links list them.
+pub static FIELDS: &[Field] = &[
+    Field {
+        name: "batch",
+        json_aliases: &[],
+        url: Some("b"),
+        flag: Some("--batch"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Micro-batch",
+        help: "sequences per forward pass on one GPU",
+        testid: Some("input-batch"),
+        kind: Kind::Int {
+            min: 1,
+            max: MAX_BATCH,
+        },
+        slider: Some(Slider {
+            min: 1.0,
+            max: 512.0,
+            step: 1.0,
+            log: true,
+        }),
+        get: |s| s.batch.to_string(),
+        set: |s, v| int_in(v, 1, MAX_BATCH).map(|x| s.batch = x),
+    },
+    Field {
+        name: "seq",
+        json_aliases: &[],
+        url: Some("s"),
+        flag: Some("--seq"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Sequence length (longest padded batch)",
+        help: "tokens per sequence after padding; the longest batch sets the peak",
+        testid: Some("input-seq"),
+        kind: Kind::Int {
+            min: 1,
+            max: MAX_SEQ,
+        },
+        slider: Some(Slider {
+            min: 128.0,
+            max: 131072.0,
+            step: 1.0,
+            log: true,
+        }),
+        get: |s| s.seq.to_string(),
+        set: |s, v| int_in(v, 1, MAX_SEQ).map(|x| s.seq = x),
+    },
+    Field {
+        name: "lora_r",
+        json_aliases: &[],
+        url: Some("r"),
+        flag: Some("--rank"),
+        flag_aliases: &["-r", "--lora-r"],
+        no_flag: None,
+        label: "LoRA rank",
+        help: "r of every adapter (LoraConfig r)",
+        testid: Some("input-rank"),
+        kind: Kind::Int {
+            min: 1,
+            max: MAX_RANK,
+        },
+        slider: Some(Slider {
+            min: 1.0,
+            max: 512.0,
+            step: 1.0,
+            log: true,
+        }),
+        get: |s| s.lora_r.to_string(),
+        set: |s, v| int_in(v, 1, MAX_RANK).map(|x| s.lora_r = x),
+    },
+    Field {
+        name: "lora_alpha",
+        json_aliases: &[],
+        url: Some("a"),
+        flag: Some("--alpha"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "LoRA alpha",
+        help: "scaling only: no memory effect",
+        testid: None,
+        kind: Kind::Float {
+            min: -1e9,
+            max: 1e9,
+        },
+        slider: None,
+        get: |s| s.lora_alpha.to_string(),
+        set: |s, v| float_in(v, -1e9, 1e9).map(|x| s.lora_alpha = x),
+    },
+    Field {
+        name: "lora_dropout",
+        json_aliases: &[],
+        url: Some("do"),
+        flag: Some("--dropout"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "LoRA dropout",
+        help: "with dropout peft keeps the dropout output and a 1-byte mask per adapted module",
+        testid: Some("input-dropout"),
+        kind: Kind::Float { min: 0.0, max: 1.0 },
+        slider: Some(Slider {
+            min: 0.0,
+            max: 0.5,
+            step: 0.01,
+            log: false,
+        }),
+        get: |s| s.lora_dropout.to_string(),
+        set: |s, v| float_in(v, 0.0, 1.0).map(|x| s.lora_dropout = x),
+    },
+    Field {
+        name: "grad_accum",
+        json_aliases: &[],
+        url: Some("ga"),
+        flag: Some("--grad-accum"),
+        flag_aliases: &["--gradient-accumulation-steps"],
+        no_flag: None,
+        label: "Gradient accumulation steps",
+        help: "micro-batches per optimizer step: a larger effective batch at no memory cost",
+        testid: Some("input-grad-accum"),
+        kind: Kind::Int {
+            min: 1,
+            max: 1 << 20,
+        },
+        slider: Some(Slider {
+            min: 1.0,
+            max: 1024.0,
+            step: 1.0,
+            log: true,
+        }),
+        get: |s| s.grad_accum.to_string(),
+        set: |s, v| int_in(v, 1, 1 << 20).map(|x| s.grad_accum = x),
+    },
+    Field {
+        name: "base_weights",
+        json_aliases: &[],
+        url: Some("dt"),
+        flag: None,
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Base weights",
+        help: "storage of the frozen weights: 16/32-bit, or 4-bit bitsandbytes (QLoRA)",
+        testid: Some("select-dtype"),
+        kind: Kind::Choice(|| {
+            vec![
+                ("bf16", "bf16"),
+                ("fp16", "fp16"),
+                ("fp32", "fp32"),
+                ("nf4", "4-bit nf4 (QLoRA)"),
+                ("fp4", "4-bit fp4"),
+            ]
+        }),
+        slider: None,
+        get: |s| s.base_weights().to_string(),
+        set: |s, v| {
+            if s.set_base_weights(v) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "unknown value {v:?} (expected one of bf16, fp16, fp32, nf4, fp4)"
+                ))
+            }
+        },
+    },
+    Field {
+        name: "double_quant",
+        json_aliases: &[],
+        url: Some("dq"),
+        flag: Some("--double-quant"),
+        flag_aliases: &[],
+        no_flag: Some("--no-double-quant"),
+        label: "Double quantization (4-bit)",
+        help: "bitsandbytes quantizes the absmax constants too",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.double_quant),
+        set: |s, v| boolean(v).map(|x| s.double_quant = x),
+    },
+    Field {
+        name: "autocast",
+        json_aliases: &[],
+        url: Some("ac"),
+        flag: Some("--autocast"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Autocast (Trainer bf16=True / fp16=True)",
+        help: "mixed precision: matmuls in 16 bit while the weights keep their dtype",
+        testid: Some("select-autocast"),
+        kind: Kind::Choice(|| vec![("none", "none"), ("bf16", "bf16"), ("fp16", "fp16")]),
+        slider: None,
+        get: |s| s.autocast.map_or("none", Dtype::name).to_string(),
+        set: |s, v| autocast_of(v).map(|x| s.autocast = x),
+    },
+    Field {
+        name: "attn_impl",
+        json_aliases: &[],
+        url: Some("attn"),
+        flag: Some("--attn"),
+        flag_aliases: &["--attn-implementation"],
+        no_flag: None,
+        label: "Attention implementation",
+        help: "attn_implementation: eager keeps the S×S probabilities; sdpa and flash do not",
+        testid: Some("select-attn"),
+        kind: Kind::Choice(|| names_of(AttnImpl::ALL, AttnImpl::name)),
+        slider: None,
+        get: |s| s.attn_impl.name().to_string(),
+        set: |s, v| named(AttnImpl::parse, v, AttnImpl::choices()).map(|x| s.attn_impl = x),
+    },
+    Field {
+        name: "grad_ckpt",
+        json_aliases: &[],
+        url: Some("gc"),
+        flag: Some("--gc"),
+        flag_aliases: &["--gradient-checkpointing"],
+        no_flag: None,
+        label: "Gradient checkpointing",
+        help: "keep one hidden state per layer and recompute the layer in backward",
+        testid: Some("toggle-gc"),
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.grad_ckpt),
+        set: |s, v| boolean(v).map(|x| s.grad_ckpt = x),
+    },
+    Field {
+        name: "padded_mask",
+        json_aliases: &["attention_mask"],
+        url: Some("mask"),
+        flag: Some("--padded-mask"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Padded batch with explicit attention mask",
+        help: "a 4-D mask is materialised and sdpa falls back to the memory-efficient kernel",
+        testid: Some("toggle-mask"),
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.padded_mask),
+        set: |s, v| {
+            s.padded_mask = match v.trim() {
+                "padded" => true,
+                "none" | "" => false,
+                other => boolean(other)?,
+            };
+            Ok(())
+        },
+    },
+    Field {
+        name: "fused_ce",
+        json_aliases: &[],
+        url: Some("ce"),
+        flag: Some("--fused-ce"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Fused / chunked cross-entropy (e.g. Liger)",
+        help: "never materialises the full tokens × vocab logits",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.fused_ce),
+        set: |s, v| boolean(v).map(|x| s.fused_ce = x),
+    },
+    Field {
+        name: "gpus_per_node",
+        json_aliases: &[],
+        url: Some("g"),
+        flag: Some("--gpus"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "GPUs per node",
+        help: "data-parallel ranks on one machine",
+        testid: Some("input-gpus"),
+        kind: Kind::Int {
+            min: 1,
+            max: MAX_GPUS_PER_NODE,
+        },
+        slider: Some(Slider {
+            min: 1.0,
+            max: 64.0,
+            step: 1.0,
+            log: false,
+        }),
+        get: |s| s.parallel.gpus_per_node.to_string(),
+        set: |s, v| int_in(v, 1, MAX_GPUS_PER_NODE).map(|x| s.parallel.gpus_per_node = x),
+    },
+    Field {
+        name: "nodes",
+        json_aliases: &[],
+        url: Some("nodes"),
+        flag: Some("--nodes"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Nodes",
+        help: "machines",
+        testid: Some("input-nodes"),
+        kind: Kind::Int {
+            min: 1,
+            max: MAX_NODES,
+        },
+        slider: Some(Slider {
+            min: 1.0,
+            max: 64.0,
+            step: 1.0,
+            log: false,
+        }),
+        get: |s| s.parallel.nodes.to_string(),
+        set: |s, v| int_in(v, 1, MAX_NODES).map(|x| s.parallel.nodes = x),
+    },
+    Field {
+        name: "strategy",
+        json_aliases: &[],
+        url: Some("st"),
+        flag: Some("--strategy"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Strategy",
+        help: "how the ranks share the model: DDP, FSDP, DeepSpeed ZeRO",
+        testid: Some("select-strategy"),
+        kind: Kind::Choice(|| names_of(Strategy::ALL, Strategy::name)),
+        slider: None,
+        get: |s| s.parallel.strategy.name().to_string(),
+        set: |s, v| named(Strategy::parse, v, Strategy::choices()).map(|x| s.parallel.strategy = x),
+    },
+    Field {
+        name: "offload",
+        json_aliases: &[],
+        url: Some("off"),
+        flag: Some("--offload"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Offload to CPU",
+        help: "optimizer states, parameters, checkpointed activations",
+        testid: Some("toggle-offload"),
+        kind: Kind::List {
+            items: || {
+                vec![
+                    ("optimizer", "offload optimizer to CPU"),
+                    ("params", "offload parameters to CPU"),
+                    ("activations", "offload checkpoints to CPU"),
+                ]
+            },
+            members: |s| {
+                let p = &s.parallel;
+                [
+                    (p.offload_optimizer, "optimizer"),
+                    (p.offload_params, "params"),
+                    (p.offload_activations, "activations"),
+                ]
+                .into_iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, n)| n)
+                .collect()
+            },
+        },
+        slider: None,
+        get: |s| offload_text(&s.parallel),
+        set: set_offload,
+    },
+    Field {
+        name: "optimizer",
+        json_aliases: &[],
+        url: Some("opt"),
+        flag: Some("--optimizer"),
+        flag_aliases: &["--optim"],
+        no_flag: None,
+        label: "Optimizer",
+        help: "Trainer's optim name",
+        testid: Some("select-optimizer"),
+        kind: Kind::Choice(|| names_of(Optimizer::ALL, Optimizer::name)),
+        slider: None,
+        get: |s| s.optimizer.name().to_string(),
+        set: |s, v| named(Optimizer::parse, v, Optimizer::choices()).map(|x| s.optimizer = x),
+    },
+    Field {
+        name: "target_modules",
+        json_aliases: &["target_modules_list"],
+        url: Some("t"),
+        flag: Some("--targets"),
+        flag_aliases: &["--target-modules"],
+        no_flag: None,
+        label: "LoRA target modules",
+        help: "modules that get adapters (peft target_modules)",
+        testid: Some("target"),
+        kind: Kind::List {
+            items: || {
+                vec![
+                    ("q", "q_proj"),
+                    ("k", "k_proj"),
+                    ("v", "v_proj"),
+                    ("o", "o_proj"),
+                    ("gate", "gate_proj"),
+                    ("up", "up_proj"),
+                    ("down", "down_proj"),
+                ]
+            },
+            members: |s| s.targets.iter().map(|t| t.name()).collect(),
+        },
+        slider: None,
+        get: |s| target_list(&s.targets),
+        set: |s, v| {
+            s.targets = parse_target_names(items(v)).map_err(|e| match e {
+                crate::model::PlanError::InvalidSetting { why, .. }
+                | crate::model::PlanError::InvalidArchitecture { why, .. } => why,
+            })?;
+            Ok(())
+        },
+    },
+    Field {
+        name: "modules_to_save",
+        json_aliases: &[],
+        url: Some("mts"),
+        flag: Some("--modules-to-save"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "modules_to_save (trained in full)",
+        help: "modules peft copies and trains in full",
+        testid: Some("mts"),
+        kind: Kind::List {
+            items: || names_of(SavedModule::ALL, SavedModule::name),
+            members: |s| s.modules_to_save.iter().map(|m| m.name()).collect(),
+        },
+        slider: None,
+        get: |s| {
+            s.modules_to_save
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(",")
+        },
+        set: set_modules_to_save,
+    },
+    Field {
+        name: "adapter_dtype",
+        json_aliases: &[],
+        url: Some("ad"),
+        flag: Some("--adapter-dtype"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Adapter dtype",
+        help: "peft keeps LoRA weights in fp32 by default (autocast_adapter_dtype=True)",
+        testid: None,
+        kind: Kind::Choice(dtype_choices),
+        slider: None,
+        get: |s| s.adapter_dtype.name().to_string(),
+        set: |s, v| named(Dtype::parse, v, Dtype::choices()).map(|x| s.adapter_dtype = x),
+    },
+    Field {
+        name: "dtype",
+        json_aliases: &[],
+        url: None,
+        flag: Some("--dtype"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Base dtype",
+        help: "dtype the model is loaded in (torch_dtype)",
+        testid: None,
+        kind: Kind::Choice(dtype_choices),
+        slider: None,
+        get: |s| s.dtype.name().to_string(),
+        set: |s, v| named(Dtype::parse, v, Dtype::choices()).map(|x| s.dtype = x),
+    },
+    Field {
+        name: "quant",
+        json_aliases: &[],
+        url: None,
+        flag: Some("--quant"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "4-bit quantization",
+        help: "bitsandbytes load_in_4bit quant type",
+        testid: None,
+        kind: Kind::Choice(|| vec![("none", "none"), ("nf4", "nf4"), ("fp4", "fp4")]),
+        slider: None,
+        get: |s| s.quant.map_or("none", Quant::name).to_string(),
+        set: |s, v| {
+            s.quant = match v.trim() {
+                "" | "none" | "null" => None,
+                _ => Some(named(Quant::parse, v, "nf4, fp4, none".into())?),
+            };
+            Ok(())
+        },
+    },
+    Field {
+        name: "prepare_kbit",
+        json_aliases: &[],
+        url: None,
+        flag: Some("--prepare-kbit"),
+        flag_aliases: &[],
+        no_flag: Some("--no-prepare-kbit"),
+        label: "prepare_model_for_kbit_training",
+        help: "casts embeddings, norms and lm_head to fp32 for 4-bit training",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.prepare_kbit),
+        set: |s, v| boolean(v).map(|x| s.prepare_kbit = x),
+    },
+    Field {
+        name: "parallel",
+        json_aliases: &[],
+        url: None,
+        flag: None,
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Multi-GPU layout",
+        help: "strategy, gpus_per_node, nodes, offload_* as one object",
+        testid: None,
+        kind: Kind::Json,
+        slider: None,
+        get: |s| serde_json::to_string(&s.parallel).unwrap_or_default(),
+        set: |s, v| {
+            s.parallel = serde_json::from_str(v).map_err(|e| format!("not a valid layout: {e}"))?;
+            Ok(())
+        },
+    },
+];
+
+impl Field {
+    /// For a `List` field: the value text with `item` switched on or off (None for other kinds).
+    pub fn with_item(&self, s: &Settings, item: &'static str, on: bool) -> Option<String> {
+        let Kind::List { members, .. } = self.kind else {
+            return None;
+        };
+        let mut held: Vec<&str> = members(s).into_iter().filter(|x| *x != item).collect();
+        if on {
+            held.push(item);
+        }
+        Some(held.join(","))
+    }
+
+    /// For a `List` field: whether the settings hold `item`.
+    pub fn holds(&self, s: &Settings, item: &str) -> bool {
+        match self.kind {
+            Kind::List { members, .. } => members(s).contains(&item),
+            _ => false,
+        }
+    }
+}
+
+/// The field a CLI flag sets.
+pub fn by_flag(flag: &str) -> Option<&'static Field> {
+    FIELDS.iter().find(|f| f.takes_flag(flag))
+}
+
+/// The field a link key sets.
+pub fn by_url(key: &str) -> Option<&'static Field> {
+    FIELDS.iter().find(|f| f.url == Some(key))
+}
+
+/// The field by its canonical name.
+pub fn by_name(name: &str) -> Option<&'static Field> {
+    FIELDS.iter().find(|f| f.name == name)
+}
+
+/// The CLI usage lines of every flag-carrying setting, generated from the table.
+pub fn usage() -> String {
+    let mut out = String::new();
+    for f in FIELDS {
+        let Some(flag) = f.flag else { continue };
+        let mut spelled = vec![flag.to_string()];
+        spelled.extend(f.flag_aliases.iter().map(|a| a.to_string()));
+        if let Some(no) = f.no_flag {
+            spelled.push(no.to_string());
+        }
+        let hint = f.value_hint();
+        let left = if hint.is_empty() {
+            spelled.join(" | ")
+        } else {
+            format!("{} {hint}", spelled.join(" | "))
+        };
+        out.push_str(&format!("  {left}\n      {}: {}\n", f.label, f.help));
+    }
+    out
+}
+
+/// Text form of a JSON value for [`Field::set`]: strings as they are, numbers and booleans
+/// printed, null as `none`, lists joined by commas, objects as JSON.
+pub fn json_text(v: &serde_json::Value) -> Result<String, String> {
+    use serde_json::Value;
+    Ok(match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Null => "none".into(),
+        Value::Array(items) => {
+            let mut parts = vec![];
+            for it in items {
+                match it {
+                    Value::String(s) => parts.push(s.clone()),
+                    Value::Number(n) => parts.push(n.to_string()),
+                    _ => return Err("list items must be strings".into()),
+                }
+            }
+            parts.join(",")
+        }
+        Value::Object(_) => v.to_string(),
+    })
+}
+
+/// Settings from an `estimate --jsonl` settings object (the reference schema): every field's
+/// JSON keys (null meaning "not given"), then the legacy `autocast_adapter_dtype` (true = fp32
+/// adapters, false = the base dtype). Unknown keys are ignored; the result is validated.
+pub fn settings_from_json(v: &serde_json::Value) -> Result<Settings, crate::model::PlanError> {
+    use crate::model::PlanError;
+    let mut s = Settings::default();
+    let Some(obj) = v.as_object() else {
+        return Err(PlanError::InvalidSetting {
+            field: "settings",
+            why: "must be a JSON object".into(),
+        });
+    };
+    let bad = |field: &'static str, why: String| PlanError::InvalidSetting { field, why };
+    for f in FIELDS {
+        let key = f
+            .json_aliases
+            .iter()
+            .chain(std::iter::once(&f.name))
+            .find(|k| obj.contains_key(**k));
+        if let Some(k) = key.filter(|k| !obj[**k].is_null()) {
+            let text = json_text(&obj[*k]).map_err(|e| bad(f.name, e))?;
+            (f.set)(&mut s, &text).map_err(|e| bad(f.name, e))?;
+        }
+    }
+    if !obj.contains_key("adapter_dtype") {
+        if let Some(serde_json::Value::Bool(false)) = obj.get("autocast_adapter_dtype") {
+            s.adapter_dtype = s.dtype;
+        }
+    }
+    s.validate()?;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_keys_and_flags_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for f in FIELDS {
+            assert!(seen.insert(format!("name:{}", f.name)), "{}", f.name);
+            if let Some(u) = f.url {
+                assert!(seen.insert(format!("url:{u}")), "url {u}");
+            }
+            for flag in f.flag.iter().chain(f.flag_aliases).chain(f.no_flag.iter()) {
+                assert!(seen.insert(format!("flag:{flag}")), "flag {flag}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_field_reads_back_what_it_writes() {
+        // get ∘ set is the identity on the canonical text of every non-default value we can make.
+        let mut changed = Settings::default();
+        for f in FIELDS {
+            let sample = match f.kind {
+                Kind::Int { min, max } => (min + 1).min(max).to_string(),
+                Kind::Float { min, max } => ((min.max(0.0) + max.min(1.0)) / 2.0).to_string(),
+                Kind::Bool => bool_text((f.get)(&changed) != "1"),
+                Kind::Choice(c) => c().last().unwrap().0.to_string(),
+                Kind::List { items, .. } => items()[0].0.to_string(),
+                Kind::Json => continue,
+            };
+            let mut s = changed.clone();
+            (f.set)(&mut s, &sample).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+            let back = (f.get)(&s);
+            let mut again = s.clone();
+            (f.set)(&mut again, &back).unwrap();
+            assert_eq!(again, s, "{} does not round-trip through {back:?}", f.name);
+            changed = s;
+        }
+    }
+
+    #[test]
+    fn list_items_are_switched_on_and_off() {
+        let targets = by_name("target_modules").unwrap();
+        // "all-linear" holds every module; switching one off lists the other six.
+        let mut s = Settings::default();
+        assert_eq!((targets.get)(&s), "all-linear");
+        assert!(targets.holds(&s, "down"));
+        let off = targets.with_item(&s, "down", false).unwrap();
+        (targets.set)(&mut s, &off).unwrap();
+        assert_eq!(s.targets.len(), Target::ALL.len() - 1);
+        assert!(!targets.holds(&s, "down") && targets.holds(&s, "q"));
+        let on = targets.with_item(&s, "down", true).unwrap();
+        (targets.set)(&mut s, &on).unwrap();
+        assert_eq!((targets.get)(&s), "all-linear");
+        let offload = by_name("offload").unwrap();
+        let on = offload.with_item(&s, "params", true).unwrap();
+        (offload.set)(&mut s, &on).unwrap();
+        assert!(s.parallel.offload_params && !s.parallel.offload_optimizer);
+        assert_eq!(by_name("batch").unwrap().with_item(&s, "x", true), None);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_a_reason() {
+        for f in FIELDS {
+            let bad = match f.kind {
+                Kind::Int { .. } | Kind::Float { .. } => "seven",
+                Kind::Bool => "maybe",
+                Kind::Choice(_) | Kind::List { .. } => "no-such-thing",
+                Kind::Json => "{",
+            };
+            let mut s = Settings::default();
+            let err = (f.set)(&mut s, bad).expect_err(f.name);
+            assert!(!err.is_empty());
+            assert_eq!(s, Settings::default(), "{} changed on a bad value", f.name);
+        }
+    }
+}

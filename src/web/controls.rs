@@ -1,0 +1,218 @@
+//! The page's controls (wasm only): a number box with a slider, a select, a checkbox, and
+//! [`FieldControl`], which draws any setting of the settings table
+//! ([`crate::formats::fields`]) with the control its kind calls for and writes it through the
+//! table's `set`, so the page, the CLI and links agree on names, ranges and parsing.
+
+use leptos::prelude::*;
+
+use crate::formats::fields::{Field, Kind};
+use crate::model::Settings;
+use crate::web::state::UiState;
+
+/// A labelled number input with a slider (log2 scale when `log`).
+#[component]
+pub fn NumberControl(
+    /// Visible label.
+    label: &'static str,
+    /// `data-testid` of the number input.
+    #[prop(into)]
+    testid: String,
+    /// Current value.
+    #[prop(into)]
+    value: Signal<f64>,
+    /// Called with a parsed, clamped value.
+    on_set: Callback<f64>,
+    /// Minimum.
+    min: f64,
+    /// Maximum.
+    max: f64,
+    /// Step of the number field.
+    step: f64,
+    /// Slider on a log2 scale (ticks at powers of two).
+    #[prop(optional)]
+    log: bool,
+) -> impl IntoView {
+    let set = move |raw: String| {
+        if let Ok(v) = raw.trim().parse::<f64>() {
+            if v.is_finite() {
+                on_set.run(v.clamp(min, max));
+            }
+        }
+    };
+    let id = format!("ctl-{testid}");
+    let ticks = format!("ticks-{testid}");
+    let slider_testid = format!("slider-{testid}");
+    let (smin, smax, sstep) = if log {
+        (min.log2(), max.log2(), 0.01)
+    } else {
+        (min, max, step)
+    };
+    let slider_value = move || {
+        if log {
+            value.get().max(min).log2().to_string()
+        } else {
+            value.get().to_string()
+        }
+    };
+    let from_slider = move |raw: String| {
+        if let Ok(p) = raw.parse::<f64>() {
+            let v = if log { 2f64.powf(p).round() } else { p };
+            if v.is_finite() {
+                on_set.run(v.clamp(min, max));
+            }
+        }
+    };
+    let tick_list = (log).then(|| {
+        let marks: Vec<f64> = (smin.ceil() as i32..=smax.floor() as i32).map(f64::from).collect();
+        view! { <datalist id=ticks.clone()>{marks.into_iter().map(|m| view! { <option value=m.to_string()></option> }).collect_view()}</datalist> }
+    });
+    view! {
+        <div class="control">
+            <label for=id.clone()>{label}</label>
+            <input type="range" aria-label=format!("{label} slider") min=smin max=smax step=sstep list=log.then(|| ticks.clone())
+                data-testid=slider_testid
+                prop:value=slider_value
+                on:input:target=move |ev| from_slider(ev.target().value()) />
+            <input type="number" id=id data-testid=testid min=min max=max step=step
+                prop:value=move || value.get().to_string()
+                on:input:target=move |ev| set(ev.target().value()) />
+            {tick_list}
+        </div>
+    }
+}
+
+/// A labelled `<select>` over (value, label) options.
+#[component]
+pub fn SelectControl(
+    /// Visible label.
+    label: &'static str,
+    /// `data-testid`.
+    #[prop(into)]
+    testid: String,
+    /// Options as (value, label).
+    #[prop(into)]
+    options: Signal<Vec<(String, String)>>,
+    /// Current value.
+    #[prop(into)]
+    value: Signal<String>,
+    /// Called with the chosen value.
+    on_set: Callback<String>,
+) -> impl IntoView {
+    let id = format!("ctl-{testid}");
+    view! {
+        <div class="control">
+            <label for=id.clone()>{label}</label>
+            <select id=id data-testid=testid
+                prop:value=move || value.get()
+                on:change:target=move |ev| on_set.run(ev.target().value())>
+                {move || options.get().into_iter().map(|(v, l)| {
+                    let v2 = v.clone();
+                    view! { <option value=v selected=move || value.get() == v2>{l}</option> }
+                }).collect_view()}
+            </select>
+        </div>
+    }
+}
+
+/// A labelled checkbox.
+#[component]
+pub fn Toggle(
+    /// Visible label.
+    label: &'static str,
+    /// `data-testid`.
+    #[prop(into)]
+    testid: String,
+    /// Checked state.
+    #[prop(into)]
+    checked: Signal<bool>,
+    /// Called with the new state.
+    on_set: Callback<bool>,
+) -> impl IntoView {
+    let id = format!("ctl-{testid}");
+    view! {
+        <div class="toggle">
+            <input type="checkbox" id=id.clone() data-testid=testid
+                prop:checked=move || checked.get()
+                on:change:target=move |ev| on_set.run(ev.target().checked()) />
+            <label for=id>{label}</label>
+        </div>
+    }
+}
+
+/// One setting of the table, drawn by its kind: a number with its slider, a select, a checkbox, or
+/// one checkbox per item of a list (`data-testid` = the field's `testid`, or `testid-item` for a
+/// list item). `then` runs after each change (the page's own rules, e.g. picking a strategy when
+/// the GPU count grows).
+#[component]
+pub fn FieldControl(
+    /// The setting.
+    field: &'static Field,
+    /// The page state.
+    state: RwSignal<UiState>,
+    /// Runs after each change.
+    #[prop(optional)]
+    then: Option<fn(&mut Settings)>,
+) -> impl IntoView {
+    let testid = field.testid.unwrap_or(field.name);
+    let write = move |text: String| {
+        state.update(|st| {
+            if (field.set)(&mut st.settings, &text).is_ok() {
+                if let Some(f) = then {
+                    f(&mut st.settings);
+                }
+            }
+        })
+    };
+    let text = Memo::new(move |_| state.with(|st| (field.get)(&st.settings)));
+    match (field.kind, field.slider) {
+        (Kind::Int { .. } | Kind::Float { .. }, Some(sl)) => {
+            let whole = matches!(field.kind, Kind::Int { .. });
+            let value = Signal::derive(move || text.get().parse::<f64>().unwrap_or(sl.min));
+            view! {
+                <NumberControl label=field.label testid=testid min=sl.min max=sl.max step=sl.step log=sl.log
+                    value=value
+                    on_set=Callback::new(move |v: f64| write(if whole { (v.round() as u64).to_string() } else { v.to_string() })) />
+            }
+            .into_any()
+        }
+        (Kind::Choice(choices), _) => {
+            let options: Vec<(String, String)> =
+                choices().into_iter().map(|(v, l)| (v.to_string(), l.to_string())).collect();
+            view! {
+                <SelectControl label=field.label testid=testid options=Signal::derive(move || options.clone())
+                    value=text on_set=Callback::new(move |v: String| write(v)) />
+            }
+            .into_any()
+        }
+        (Kind::Bool, _) => view! {
+            <Toggle label=field.label testid=testid checked=Signal::derive(move || text.get() == "1")
+                on_set=Callback::new(move |on: bool| write(if on { "1".into() } else { "0".into() })) />
+        }
+        .into_any(),
+        (Kind::List { items, .. }, _) => items()
+            .into_iter()
+            .map(|(item, label)| {
+                let checked = Memo::new(move |_| state.with(|st| field.holds(&st.settings, item)));
+                view! {
+                    <Toggle label=label testid=format!("{testid}-{item}") checked=checked
+                        on_set=Callback::new(move |on: bool| state.update(|st| {
+                            let Some(text) = field.with_item(&st.settings, item, on) else { return };
+                            let mut next = st.settings.clone();
+                            // Switching an item off never turns a valid plan into an invalid one
+                            // (the last trainable module stays).
+                            if (field.set)(&mut next, &text).is_ok()
+                                && (on || next.validate().is_ok() || st.settings.validate().is_err())
+                            {
+                                if let Some(f) = then {
+                                    f(&mut next);
+                                }
+                                st.settings = next;
+                            }
+                        })) />
+                }
+            })
+            .collect_view()
+            .into_any(),
+        _ => ().into_any(),
+    }
+}
