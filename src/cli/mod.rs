@@ -348,7 +348,10 @@ fn cmd_lengths(args: &[String], out: &mut dyn Write) -> Result<(), String> {
             .unwrap_or_else(|| "none".into())
     ));
     match r.expected_oom_step {
-        Some(step) => t.push_str(&format!("  {:.2} % of samples are longer: expect the first OOM around micro-batch {:.0} (of {} per epoch)\n", r.share_too_long * 100.0, step, r.steps_per_epoch)),
+        Some(step) => t.push_str(&format!(
+            "  {}\n",
+            crate::planning::lengths::oom_words(&r, step)
+        )),
         None => t.push_str("  every sample fits\n"),
     }
     for adv in &r.advice {

@@ -116,14 +116,15 @@ pub fn parse_config(text: &str) -> Result<Architecture, String> {
         || cfg.get("num_experts").is_some()
     {
         return Err(format!(
-            "\"{}\" is a mixture-of-experts model, not supported yet",
+            "{} is a mixture-of-experts model, not supported yet",
             short(&Value::String(model_type.clone()))
         ));
     }
-    let family = Family::parse(&mt).or_else(|| (mt == "gemma3" || mt == "gemma3_text").then_some(Family::Gemma3)).ok_or_else(|| {
+    let family = Family::parse(&mt).ok_or_else(|| {
         format!(
-            "model_type {} is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)",
-            short(&Value::String(model_type.clone()))
+            "model_type {} is not supported (supported: {})",
+            short(&Value::String(model_type.clone())),
+            Family::choices()
         )
     })?;
     let mut head_dim = optional_positive(cfg, "head_dim")?;

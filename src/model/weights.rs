@@ -224,11 +224,7 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
             Term::product(
                 Component::OptimizerStates,
                 "AdamW exp_avg + exp_avg_sq (zeros_like each parameter)",
-                &[
-                    f("2", 2),
-                    f("trainable bytes", trainable_bytes),
-                    bytes_of(1),
-                ],
+                &[f("2", 2), f("trainable weight bytes", trainable_bytes)],
             ),
             step,
         ],
@@ -261,7 +257,7 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
         Optimizer::SgdMomentum => vec![Term::product(
             Component::OptimizerStates,
             "momentum buffer (zeros_like each parameter)",
-            &[f("trainable bytes", trainable_bytes), bytes_of(1)],
+            &[f("trainable weight bytes", trainable_bytes)],
         )],
     };
     let paged = matches!(opt, Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit);

@@ -332,12 +332,6 @@ pub fn myths(arch: &Architecture, s: &Settings) -> Vec<Myth> {
         grad_accum: 1,
         ..s.clone()
     };
-    let fp32 = Settings {
-        dtype: Dtype::Fp32,
-        quant: None,
-        autocast: None,
-        ..s.clone()
-    };
     let fp16 = Settings {
         dtype: Dtype::Fp16,
         quant: None,
@@ -353,7 +347,24 @@ pub fn myths(arch: &Architecture, s: &Settings) -> Vec<Myth> {
         ..s.clone()
     };
     let (p_half, p_double) = (peak(&half_r) - base, peak(&double_r) - base);
-    let (p32, p16) = (peak(&fp32), peak(&fp16));
+    let p16 = peak(&fp16);
+    let (fp16_delta, fp16_why) = if s.quant.is_none() && s.dtype == Dtype::Fp32 {
+        let p = base;
+        (
+            p16 - p,
+            format!("fp32 → fp16 weights: {} of {:.2} GiB: the weights halve, but adapters, their gradients and optimizer states stay fp32, and norms and logits are computed in fp32", gib(p16 - p), p as f64 / (1u64 << 30) as f64),
+        )
+    } else if s.quant.is_none() {
+        (
+            p16 - base,
+            format!("{} → fp16 weights: {}: both are 2 bytes per weight, so switching saves nothing; only fp32 → 16-bit halves the weights (and never the fp32 adapters, gradients, optimizer states, norms or logits)", s.dtype.name(), gib(p16 - base)),
+        )
+    } else {
+        (
+            p16 - base,
+            format!("4-bit → fp16 weights: {}: fp16 is four times the 4-bit weights, not half of anything", gib(p16 - base)),
+        )
+    };
     vec![
         Myth {
             claim: "Call torch.cuda.empty_cache() to fix the OOM",
@@ -373,8 +384,8 @@ pub fn myths(arch: &Architecture, s: &Settings) -> Vec<Myth> {
         Myth { claim: "Upgrade peft to fix the OOM", delta_bytes: None, why: "the memory of a step follows from the settings above (dtype, dropout, targets, checkpointing, attention); a peft upgrade changes none of them".into() },
         Myth {
             claim: "fp16 halves everything",
-            delta_bytes: Some(p16 - p32),
-            why: format!("fp32 → fp16 weights: {} of {:.2} GiB: weights halve, but adapters, their gradients and optimizer states stay fp32, norms and logits are computed in fp32", gib(p16 - p32), p32 as f64 / (1u64 << 30) as f64),
+            delta_bytes: Some(fp16_delta),
+            why: fp16_why,
         },
         Myth {
             claim: "The KV cache grows with sequence length squared",

@@ -244,12 +244,57 @@ pub struct LengthReport {
     pub max_fitting_seq: Option<u64>,
     /// Share of samples longer than that.
     pub share_too_long: f64,
-    /// Expected optimizer step (micro-batch draws) at which a too-long sample first arrives, if any.
+    /// Samples longer than what fits.
+    pub too_long: u64,
+    /// Mean micro-batch (1-based) of the first OOM in a shuffled epoch, if any sample is too long:
+    /// the epoch meets every sample, so the first OOM comes within the first epoch for certain.
     pub expected_oom_step: Option<f64>,
+    /// (micro-batches, chance that the first OOM has come by then) at a few milestones.
+    pub oom_chance_by_step: Vec<(u64, f64)>,
     /// Micro-batches per epoch.
     pub steps_per_epoch: u64,
     /// Advice in words.
     pub advice: Vec<String>,
+}
+
+/// When the first too-long sample arrives in a shuffled epoch of `n` samples, `k` of them too
+/// long, drawn `b` at a time without replacement.
+struct FirstTooLong {
+    /// `survive[j]` = P(none of the first j samples is too long) = C(n−j, k) / C(n, k).
+    survive: Vec<f64>,
+    batch: u64,
+}
+
+impl FirstTooLong {
+    fn new(n: u64, k: u64, batch: u64) -> Self {
+        let mut survive = Vec::with_capacity(n as usize + 1);
+        let mut p = 1.0f64;
+        survive.push(p);
+        for j in 0..n {
+            // C(n−j−1, k) / C(n−j, k) = (n−j−k) / (n−j).
+            p *= (n - j).saturating_sub(k) as f64 / (n - j) as f64;
+            survive.push(p);
+        }
+        FirstTooLong { survive, batch }
+    }
+
+    fn none_in_first(&self, samples: u64) -> f64 {
+        let i = (samples as usize).min(self.survive.len() - 1);
+        self.survive[i]
+    }
+
+    /// Mean 1-based micro-batch of the first too-long sample: Σ_m P(first batch index > m).
+    fn expected_batch(&self) -> f64 {
+        let n = (self.survive.len() - 1) as u64;
+        (0..n.div_ceil(self.batch))
+            .map(|m| self.none_in_first(m * self.batch))
+            .sum()
+    }
+
+    /// Chance that one of the first `batches` micro-batches holds a too-long sample.
+    fn chance_by_batch(&self, batches: u64) -> f64 {
+        1.0 - self.none_in_first(batches.saturating_mul(self.batch))
+    }
 }
 
 /// Plans the typical and the longest batch; `capacity` in bytes.
@@ -279,10 +324,23 @@ pub fn analyze(
     let limit = max_fit.unwrap_or(0);
     let too_long = lengths.iter().filter(|&&l| l > limit).count();
     let q = too_long as f64 / lengths.len() as f64;
-    let b = s.batch.max(1) as f64;
-    // Shuffled batches: P(batch holds ≥ 1 too-long sample) = 1 − (1 − q)^b; first hit is geometric.
-    let p = 1.0 - (1.0 - q).powf(b);
-    let expected = (p > 0.0).then(|| 1.0 / p);
+    let first = FirstTooLong::new(lengths.len() as u64, too_long as u64, s.batch.max(1));
+    let expected = (too_long > 0).then(|| first.expected_batch());
+    let steps_per_epoch = (lengths.len() as u64).div_ceil(s.batch.max(1));
+    let mut milestones: Vec<u64> = [10, 100, 1000, steps_per_epoch / 2]
+        .into_iter()
+        .filter(|&m| m >= 1 && m <= steps_per_epoch)
+        .collect();
+    milestones.sort_unstable();
+    milestones.dedup();
+    let chances = if too_long > 0 {
+        milestones
+            .into_iter()
+            .map(|m| (m, first.chance_by_batch(m)))
+            .collect()
+    } else {
+        vec![]
+    };
     let mut advice = vec![];
     if too_long > 0 {
         advice.push(format!(
@@ -302,15 +360,67 @@ pub fn analyze(
         longest_smi_bytes: longest.nvidia_smi_bytes,
         max_fitting_seq: max_fit,
         share_too_long: q,
+        too_long: too_long as u64,
         expected_oom_step: expected,
-        steps_per_epoch: (lengths.len() as u64).div_ceil(s.batch.max(1)),
+        oom_chance_by_step: chances,
+        steps_per_epoch,
         advice,
     })
+}
+
+/// The expectation in words: "1 of 2000 samples (0.05 %) is longer than fits: in a shuffled
+/// epoch the first OOM comes at micro-batch 251 of 500 on average (20 % chance within the first
+/// 100), and certainly within the first epoch".
+pub fn oom_words(r: &LengthReport, expected_step: f64) -> String {
+    let chances: Vec<String> = r
+        .oom_chance_by_step
+        .iter()
+        .filter(|(m, _)| *m < r.steps_per_epoch)
+        .map(|(m, p)| format!("{:.0} % within the first {m}", p * 100.0))
+        .collect();
+    let chances = if chances.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", chances.join(", "))
+    };
+    format!(
+        "{} of {} samples ({:.2} %) {} longer than fits: in a shuffled epoch the first OOM comes at micro-batch {:.0} of {} on average{chances}, and certainly within the first epoch",
+        r.too_long,
+        r.stats.n,
+        r.share_too_long * 100.0,
+        if r.too_long == 1 { "is" } else { "are" },
+        expected_step,
+        r.steps_per_epoch
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_long_sample_in_a_shuffled_epoch_arrives_half_way_on_average() {
+        // 2,000 samples, one too long, micro-batch 4: 500 micro-batches per epoch; the long
+        // sample's position is uniform, so its batch is uniform on 1..=500: mean 250.5.
+        let f = FirstTooLong::new(2000, 1, 4);
+        assert!((f.expected_batch() - 250.5).abs() < 1e-9);
+        assert!((f.chance_by_batch(100) - 0.2).abs() < 1e-12);
+        assert!((f.chance_by_batch(500) - 1.0).abs() < 1e-12);
+        // Every sample too long: the very first batch.
+        assert!((FirstTooLong::new(10, 10, 2).expected_batch() - 1.0).abs() < 1e-12);
+        // Brute force over all positions of 2 long samples among 7, batch 3.
+        let (n, b) = (7u64, 3u64);
+        let mut sum = 0.0;
+        let mut count = 0.0;
+        for i in 0..n {
+            for j in i + 1..n {
+                sum += (i / b + 1) as f64;
+                count += 1.0;
+            }
+        }
+        let f = FirstTooLong::new(n, 2, b);
+        assert!((f.expected_batch() - sum / count).abs() < 1e-12);
+    }
 
     #[test]
     fn parses_numbers_jsonl_and_csv() {
@@ -362,8 +472,23 @@ mod tests {
         let fit = r.max_fitting_seq.unwrap();
         assert!(fit > 300 && fit < 8000, "{fit}");
         assert!((r.share_too_long - 0.01).abs() < 1e-12);
-        let expected = 1.0 / (1.0 - 0.99f64.powi(4));
-        assert!((r.expected_oom_step.unwrap() - expected).abs() < 1e-9);
+        // The first of 10 long samples among 1,000, batches of 4: E[ceil(min position / 4)]
+        // from the distribution of the minimum, P(min = p) = C(1000 − p, 9) / C(1000, 10)
+        // (computed independently in Python: 23.128139).
+        assert!((r.expected_oom_step.unwrap() - 23.128139087581268).abs() < 1e-6);
         assert_eq!(r.steps_per_epoch, 250);
+        assert_eq!(r.too_long, 10);
+        let by_10 = r
+            .oom_chance_by_step
+            .iter()
+            .find(|(m, _)| *m == 10)
+            .unwrap()
+            .1;
+        assert!((by_10 - 0.3364208603080331).abs() < 1e-9, "{by_10}");
+        let words = oom_words(&r, r.expected_oom_step.unwrap());
+        assert!(
+            words.contains("micro-batch 23 of 250 on average"),
+            "{words}"
+        );
     }
 }

@@ -289,7 +289,7 @@ pub fn Lengths(
                         <dt>"peak, longest batch"</dt><dd data-testid="lengths-longest">{gib(r.longest_peak_bytes)}</dd>
                         <dt>"longest length that fits"</dt><dd data-testid="lengths-max-fit">{r.max_fitting_seq.map(|v| v.to_string()).unwrap_or_else(|| "none".into())}</dd>
                         <dt>"first OOM expected"</dt><dd data-testid="lengths-oom-step">{match r.expected_oom_step {
-                            Some(s) => format!("around micro-batch {s:.0} ({:.2} % of samples too long; {} micro-batches per epoch)", r.share_too_long * 100.0, r.steps_per_epoch),
+                            Some(s) => lengths::oom_words(&r, s),
                             None => "never: every sample fits".into(),
                         }}</dd>
                     </dl>

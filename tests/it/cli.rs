@@ -244,3 +244,84 @@ fn fit_suggest_export_lengths_and_config_import() {
     assert_ne!(code, 0);
     assert!(err.contains("encoder-decoder"), "{err}");
 }
+
+#[test]
+fn an_unknown_command_lists_every_command() {
+    let (code, _, err) = cli(&["frobnicate"]);
+    assert_eq!(code, 2);
+    for command in [
+        "plan", "fit", "suggest", "export", "lengths", "estimate", "models", "gpus",
+    ] {
+        assert!(err.contains(command), "{command} missing from: {err}");
+    }
+}
+
+#[test]
+fn settings_flags_come_from_the_table_and_report_their_flag() {
+    let (_, help, _) = cli(&["--help"]);
+    for f in lorafit::formats::fields::FIELDS {
+        if let Some(flag) = f.flag {
+            assert!(help.contains(flag), "{flag} missing from --help");
+        }
+    }
+    let (code, _, err) = cli(&["plan", "--model", "llama2-7b", "--batch", "0"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--batch") && err.contains("between 1 and"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&["plan", "--model", "llama2-7b", "--no-such-flag"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown option \"--no-such-flag\""), "{err}");
+}
+
+#[test]
+fn a_mixture_of_experts_config_is_named_once_quoted() {
+    let dir = std::env::temp_dir().join(format!("lorafit-moe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.json");
+    std::fs::write(
+        &path,
+        r#"{"model_type":"qwen3_moe","hidden_size":2048,"num_experts":128}"#,
+    )
+    .unwrap();
+    let (code, _, err) = cli(&["plan", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("\"qwen3_moe\" is a mixture-of-experts model"),
+        "{err}"
+    );
+    assert!(!err.contains("\"\""), "doubled quotes: {err}");
+}
+
+#[test]
+fn the_lengths_command_states_when_the_first_oom_comes() {
+    let dir = std::env::temp_dir().join(format!("lorafit-len-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("lengths.txt");
+    // 2,000 samples, one far too long for a 24 GiB card.
+    let mut text = "300\n".repeat(1999);
+    text.push_str("60000\n");
+    std::fs::write(&path, text).unwrap();
+    let (code, out, err) = cli(&[
+        "lengths",
+        path.to_str().unwrap(),
+        "--model",
+        "llama2-7b",
+        "--gpu",
+        "rtx4090",
+        "--batch",
+        "4",
+        "--quant",
+        "nf4",
+        "--gc",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // Uniform over the 500 micro-batches of the epoch: 250.5 on average, 20 % by the 100th.
+    assert!(
+        out.contains("1 of 2000 samples (0.05 %) is longer than fits")
+            && out.contains("micro-batch 251 of 500 on average")
+            && out.contains("20 % within the first 100"),
+        "{out}"
+    );
+}

@@ -1,5 +1,10 @@
-//! Property tests over the model's input space: finiteness, additivity, monotonicity, GC never
-//! hurting, and typed errors (not panics) for impossible configurations.
+//! Property tests over the model's input space: additivity, ordering of the totals, monotonicity,
+//! GC never hurting, no saturation at the extremes, and typed errors (not panics) for impossible
+//! configurations.
+//!
+//! True by construction, so not asserted: byte counts are `u128` (never NaN or infinite, never
+//! negative). What can go wrong is saturation of the saturating products — checked at the
+//! extremes — and the ordering and additivity properties below.
 
 use lorafit::formats::catalog;
 use lorafit::model::{plan, Architecture, AttnImpl, Dtype, Optimizer, Quant, Settings, Target};
@@ -61,7 +66,6 @@ proptest! {
         prop_assert!(p.peak_reserved_bytes >= p.peak_allocated_bytes);
         prop_assert!(p.nvidia_smi_bytes >= p.peak_reserved_bytes);
         for ph in &p.phases { prop_assert!(ph.bytes <= p.peak_allocated_bytes); }
-        prop_assert!((p.peak_allocated_bytes as f64).is_finite());
     }
 
     #[test]
@@ -102,7 +106,7 @@ proptest! {
 }
 
 #[test]
-fn extremes_stay_finite() {
+fn extremes_do_not_saturate() {
     let a = catalog::find_model("llama3.1-405b").unwrap().arch.clone();
     for attn in [AttnImpl::Eager, AttnImpl::Sdpa] {
         let s = Settings {
@@ -115,8 +119,13 @@ fn extremes_stay_finite() {
             ..Settings::default()
         };
         let p = plan(&a, &s).unwrap();
-        let f = p.peak_allocated_bytes as f64;
-        assert!(f.is_finite() && f > 1e15, "{f}");
+        // Saturating arithmetic would pin the total at u128::MAX; real sums stay far below it.
+        assert!(p.peak_allocated_bytes > 1_000_000_000_000_000);
+        assert!(
+            p.nvidia_smi_bytes < u128::MAX >> 32,
+            "{}",
+            p.nvidia_smi_bytes
+        );
         let sum: u128 = p.breakdown.iter().map(|c| c.bytes).sum();
         assert_eq!(sum, p.peak_allocated_bytes);
     }
