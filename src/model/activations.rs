@@ -360,145 +360,174 @@ fn mlp_terms(l: &Layer, out: &mut Vec<Term>) {
     ));
 }
 
+/// Sums over the adapted Linear layers of one block.
+struct Adapted {
+    modules: Vec<LinearShape>,
+    sum_in: u128,
+    /// Σ in_features of modules whose input needs a gradient.
+    sum_in_grad: u128,
+    sum_out: u128,
+}
+
 /// The peft LoRA path: dropout outputs and masks, adapter-dtype input copies, lora_A outputs,
 /// autocast copies.
 fn lora_terms(l: &Layer, out: &mut Vec<Term>) {
     let ctx = l.ctx;
-    let layers = l.layers.clone();
-    let glayers = l.glayers.clone();
-
-    // --- LoRA path.
-    let r = ctx.s.lora_r as u128;
-    let lora = ctx.s.adapter_dtype;
-    let adapted = ctx.adapted();
-    if !adapted.is_empty() {
-        let sum_in: u128 = adapted.iter().map(|l| l.in_features).sum();
-        let sum_in_grad: u128 = adapted
+    let modules = ctx.adapted();
+    if modules.is_empty() {
+        return;
+    }
+    let a = Adapted {
+        sum_in: modules.iter().map(|m| m.in_features).sum(),
+        sum_in_grad: modules
             .iter()
-            .filter(|l| module_input(ctx, l).1)
-            .map(|l| l.in_features)
-            .sum();
-        let sum_in_nograd = sum_in - sum_in_grad;
-        let sum_out: u128 = adapted.iter().map(|l| l.out_features).sum();
-        let modules = adapted.len() as u128;
-        let mask_terms = |out: &mut Vec<Term>| {
-            // native_dropout keeps a 1-byte mask only when its input needs a gradient.
+            .filter(|m| module_input(ctx, m).1)
+            .map(|m| m.in_features)
+            .sum(),
+        sum_out: modules.iter().map(|m| m.out_features).sum(),
+        modules,
+    };
+    match ctx.s.autocast {
+        None => lora_plain_terms(l, &a, out),
+        Some(ac) => lora_autocast_terms(l, &a, ac, out),
+    }
+}
+
+/// native_dropout keeps a 1-byte mask only when its input needs a gradient (q/k/v of layer 0 do
+/// not without checkpointing).
+fn dropout_mask_terms(l: &Layer, a: &Adapted, out: &mut Vec<Term>) {
+    let ctx = l.ctx;
+    let sum_in_nograd = a.sum_in - a.sum_in_grad;
+    out.push(Term::product(
+        Component::ActDropout,
+        "dropout masks (1 B), inputs needing grad",
+        &[
+            l.layers.clone(),
+            tok(ctx),
+            f("Σ in_features", a.sum_in_grad),
+            bytes_of(1),
+        ],
+    ));
+    if sum_in_nograd > 0 {
+        out.push(Term::product(
+            Component::ActDropout,
+            "dropout masks of q/k/v (1 B), layers after the first",
+            &[
+                l.glayers.clone(),
+                tok(ctx),
+                f("Σ in_features(q,k,v)", sum_in_nograd),
+                bytes_of(1),
+            ],
+        ));
+    }
+}
+
+/// Without autocast: dropout outputs (or adapter-dtype input copies), lora_A outputs.
+fn lora_plain_terms(l: &Layer, a: &Adapted, out: &mut Vec<Term>) {
+    let ctx = l.ctx;
+    let layers = l.layers.clone();
+    let (sum_in, r, lora) = (a.sum_in, ctx.s.lora_r as u128, ctx.s.adapter_dtype);
+    let adapted = &a.modules;
+    let modules = adapted.len() as u128;
+    if ctx.dropout() {
+        out.push(Term::product(
+            Component::ActDropout,
+            "dropout outputs in adapter dtype, one per adapted module",
+            &[
+                layers.clone(),
+                tok(ctx),
+                f("Σ in_features", sum_in),
+                by(lora),
+            ],
+        ));
+        dropout_mask_terms(l, a, out);
+    } else {
+        // Cast copies per module when the input is not already in the adapter dtype;
+        // otherwise lora_A saves the (shared) input itself, once per distinct input.
+        let mut cast_in = 0u128;
+        let mut shared: Vec<(&str, u128)> = vec![];
+        for l in adapted {
+            let (dt, _, group) = module_input(ctx, l);
+            if dt != lora {
+                cast_in += l.in_features;
+            } else if !shared.iter().any(|(g, _)| *g == group) {
+                shared.push((group, l.in_features));
+            }
+        }
+        if cast_in > 0 {
             out.push(Term::product(
-                Component::ActDropout,
-                "dropout masks (1 B), inputs needing grad",
+                Component::ActLora,
+                "adapter-dtype copies of module inputs, one per adapted module",
                 &[
                     layers.clone(),
                     tok(ctx),
-                    f("Σ in_features", sum_in_grad),
-                    bytes_of(1),
+                    f("Σ in_features", cast_in),
+                    by(lora),
                 ],
             ));
-            if sum_in_nograd > 0 {
-                out.push(Term::product(
-                    Component::ActDropout,
-                    "dropout masks of q/k/v (1 B), layers after the first",
-                    &[
-                        glayers.clone(),
-                        tok(ctx),
-                        f("Σ in_features(q,k,v)", sum_in_nograd),
-                        bytes_of(1),
-                    ],
-                ));
-            }
-        };
-        match ctx.s.autocast {
-            None => {
-                if ctx.dropout() {
-                    out.push(Term::product(
-                        Component::ActDropout,
-                        "dropout outputs in adapter dtype, one per adapted module",
-                        &[
-                            layers.clone(),
-                            tok(ctx),
-                            f("Σ in_features", sum_in),
-                            by(lora),
-                        ],
-                    ));
-                    mask_terms(out);
-                } else {
-                    // Cast copies per module when the input is not already in the adapter dtype;
-                    // otherwise lora_A saves the (shared) input itself, once per distinct input.
-                    let mut cast_in = 0u128;
-                    let mut shared: Vec<(&str, u128)> = vec![];
-                    for l in &adapted {
-                        let (dt, _, group) = module_input(ctx, l);
-                        if dt != lora {
-                            cast_in += l.in_features;
-                        } else if !shared.iter().any(|(g, _)| *g == group) {
-                            shared.push((group, l.in_features));
-                        }
-                    }
-                    if cast_in > 0 {
-                        out.push(Term::product(
-                            Component::ActLora,
-                            "adapter-dtype copies of module inputs, one per adapted module",
-                            &[
-                                layers.clone(),
-                                tok(ctx),
-                                f("Σ in_features", cast_in),
-                                by(lora),
-                            ],
-                        ));
-                    }
-                    let shared_in: u128 = shared.iter().map(|(_, w)| w).sum();
-                    if shared_in > 0 {
-                        out.push(Term::product(
-                            Component::ActLora,
-                            "module inputs kept by lora_A (shared by modules reading the same input)",
-                            &[layers.clone(), tok(ctx), f("Σ distinct in_features", shared_in), by(lora)],
-                        ));
-                    }
-                }
-                out.push(Term::product(
-                    Component::ActLora,
-                    "lora_A outputs (saved by lora_B)",
-                    &[
-                        layers.clone(),
-                        tok(ctx),
-                        f("modules", modules),
-                        f("rank", r),
-                        by(lora),
-                    ],
-                ));
-            }
-            Some(ac) => {
-                if ctx.dropout() {
-                    mask_terms(out);
-                }
-                out.push(Term::product(
-                    Component::ActLora,
-                    "autocast copies of lora_A inputs",
-                    &[layers.clone(), tok(ctx), f("Σ in_features", sum_in), by(ac)],
-                ));
-                out.push(Term::product(
-                    Component::ActLora,
-                    "lora_A outputs (autocast dtype)",
-                    &[
-                        layers.clone(),
-                        tok(ctx),
-                        f("modules", modules),
-                        f("rank", r),
-                        by(ac),
-                    ],
-                ));
-                out.push(Term::product(
-                    Component::ActWeightCopies,
-                    "autocast copies of the LoRA A and B weights",
-                    &[
-                        layers.clone(),
-                        f("rank", r),
-                        f("Σ (in + out)", sum_in + sum_out),
-                        by(ac),
-                    ],
-                ));
-            }
+        }
+        let shared_in: u128 = shared.iter().map(|(_, w)| w).sum();
+        if shared_in > 0 {
+            out.push(Term::product(
+                Component::ActLora,
+                "module inputs kept by lora_A (shared by modules reading the same input)",
+                &[
+                    layers.clone(),
+                    tok(ctx),
+                    f("Σ distinct in_features", shared_in),
+                    by(lora),
+                ],
+            ));
         }
     }
+    out.push(Term::product(
+        Component::ActLora,
+        "lora_A outputs (saved by lora_B)",
+        &[
+            layers.clone(),
+            tok(ctx),
+            f("modules", modules),
+            f("rank", r),
+            by(lora),
+        ],
+    ));
+}
+
+/// Under autocast: masks, autocast copies of lora_A inputs, lora_A outputs, adapter weight copies.
+fn lora_autocast_terms(l: &Layer, a: &Adapted, ac: Dtype, out: &mut Vec<Term>) {
+    let ctx = l.ctx;
+    let layers = l.layers.clone();
+    let (sum_in, sum_out, r) = (a.sum_in, a.sum_out, ctx.s.lora_r as u128);
+    let modules = a.modules.len() as u128;
+    if ctx.dropout() {
+        dropout_mask_terms(l, a, out);
+    }
+    out.push(Term::product(
+        Component::ActLora,
+        "autocast copies of lora_A inputs",
+        &[layers.clone(), tok(ctx), f("Σ in_features", sum_in), by(ac)],
+    ));
+    out.push(Term::product(
+        Component::ActLora,
+        "lora_A outputs (autocast dtype)",
+        &[
+            layers.clone(),
+            tok(ctx),
+            f("modules", modules),
+            f("rank", r),
+            by(ac),
+        ],
+    ));
+    out.push(Term::product(
+        Component::ActWeightCopies,
+        "autocast copies of the LoRA A and B weights",
+        &[
+            layers.clone(),
+            f("rank", r),
+            f("Σ (in + out)", sum_in + sum_out),
+            by(ac),
+        ],
+    ));
 }
 
 /// Autocast copies of frozen Linear weights that are not in the autocast dtype already.

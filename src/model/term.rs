@@ -140,6 +140,8 @@ pub struct Factor {
     pub name: Cow<'static, str>,
     /// Its value.
     pub value: u128,
+    /// The value is a byte count (shown as `N B` in the numbers).
+    pub in_bytes: bool,
 }
 
 impl Factor {
@@ -154,7 +156,7 @@ impl Factor {
         }
     }
     fn number(&self) -> String {
-        if self.is_bytes() {
+        if self.is_bytes() || self.in_bytes {
             format!("{} B", self.value)
         } else {
             self.value.to_string()
@@ -167,6 +169,16 @@ pub fn f(name: impl Into<Cow<'static, str>>, value: u128) -> Factor {
     Factor {
         name: name.into(),
         value,
+        in_bytes: false,
+    }
+}
+
+/// A named byte count: `trainable weight bytes` in the formula, `159907840 B` in the numbers.
+pub fn named_bytes(name: impl Into<Cow<'static, str>>, value: u128) -> Factor {
+    Factor {
+        name: name.into(),
+        value,
+        in_bytes: true,
     }
 }
 
@@ -175,6 +187,7 @@ pub fn bytes_of(n: u128) -> Factor {
     Factor {
         name: Cow::Borrowed(""),
         value: n,
+        in_bytes: true,
     }
 }
 

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::activations::Ctx;
 use super::dtype::Dtype;
 use super::settings::{Optimizer, SavedModule};
-use super::term::{bytes_of, f, Component, Term, TermKind};
+use super::term::{bytes_of, f, named_bytes, Component, Term, TermKind};
 
 /// Parameter counts of the planned model.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -224,7 +224,10 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
             Term::product(
                 Component::OptimizerStates,
                 "AdamW exp_avg + exp_avg_sq (zeros_like each parameter)",
-                &[f("2", 2), f("trainable weight bytes", trainable_bytes)],
+                &[
+                    f("2", 2),
+                    named_bytes("trainable weight bytes", trainable_bytes),
+                ],
             ),
             step,
         ],
@@ -257,7 +260,7 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
         Optimizer::SgdMomentum => vec![Term::product(
             Component::OptimizerStates,
             "momentum buffer (zeros_like each parameter)",
-            &[f("trainable weight bytes", trainable_bytes)],
+            &[named_bytes("trainable weight bytes", trainable_bytes)],
         )],
     };
     let paged = matches!(opt, Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit);

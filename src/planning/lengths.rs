@@ -413,7 +413,7 @@ mod tests {
         let mut sum = 0.0;
         let mut count = 0.0;
         for i in 0..n {
-            for j in i + 1..n {
+            for _j in i + 1..n {
                 sum += (i / b + 1) as f64;
                 count += 1.0;
             }
