@@ -6,7 +6,6 @@
 use leptos::prelude::*;
 use wasm_bindgen::JsValue;
 
-use crate::formats::catalog;
 use crate::formats::fields;
 use crate::formats::report::{gib, gib_signed};
 use crate::model::plan::ComponentBytes;
@@ -60,7 +59,6 @@ pub fn App() -> impl IntoView {
     let state = RwSignal::new(initial);
     let pinned: RwSignal<Option<UiState>> = RwSignal::new(None);
     let focused: RwSignal<Option<&'static str>> = RwSignal::new(None);
-    let search = RwSignal::new(String::new());
     let gpu_panel = RwSignal::new(false);
 
     let eval = Memo::new(move |_| state.with(crate::web::state::evaluate_state));
@@ -74,105 +72,9 @@ pub fn App() -> impl IntoView {
     let pinned_eval =
         Memo::new(move |_| pinned.with(|p| p.as_ref().map(crate::web::state::evaluate_state)));
     let query = Memo::new(move |_| state.with(link::encode));
-    let share_url = Memo::new(move |_| format!("{}?{}", page_url_without_query(), query.get()));
-    let embed_code = Memo::new(move |_| {
-        let st = state.with(|st| UiState {
-            embed: true,
-            ..st.clone()
-        });
-        format!(
-            "<iframe src=\"{}?{}\" title=\"lorafit memory plan\" width=\"640\" height=\"560\" style=\"border:0\" loading=\"lazy\"></iframe>",
-            page_url_without_query(),
-            link::encode(&st)
-        )
-    });
-    // Keep the address bar in sync (no history entries): reload and bookmarks restore the plan.
-    // replaceState costs about a millisecond, so slider drags update it at most every 200 ms.
-    let pending = StoredValue::new(false);
-    Effect::new(move |_| {
-        query.track();
-        if pending.get_value() {
-            return;
-        }
-        pending.set_value(true);
-        set_timeout(
-            move || {
-                pending.set_value(false);
-                let url = format!("?{}", query.get_untracked());
-                if let Ok(h) = window().history() {
-                    let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&url));
-                }
-            },
-            std::time::Duration::from_millis(200),
-        );
-    });
-
-    let current_model = Memo::new(move |_| state.with(|st| st.model.clone()));
-    let model_options = Memo::new(move |_| {
-        let q = search.get().to_ascii_lowercase();
-        let current = current_model.get();
-        catalog::models()
-            .iter()
-            .filter(|m| {
-                q.is_empty()
-                    || m.arch.name == current
-                    || m.arch.name.contains(&q)
-                    || m.hf_id.to_ascii_lowercase().contains(&q)
-            })
-            .map(|m| {
-                (
-                    m.arch.name.clone(),
-                    format!(
-                        "{} · {:.1}B · {}",
-                        m.arch.name,
-                        m.arch.total_params() as f64 / 1e9,
-                        m.hf_id
-                    ),
-                )
-            })
-            .collect::<Vec<_>>()
-    });
-    let gpu_options: Vec<(String, String)> = catalog::gpus()
-        .iter()
-        .map(|g| {
-            (
-                g.id.clone(),
-                format!("{} — {} GiB", g.name, g.memory_gib.unwrap_or(0.0)),
-            )
-        })
-        .collect();
+    sync_address_bar(query);
     let embed = move || state.with(|st| st.embed);
-
-    let controls = view! {
-        <section class="controls" aria-label="Settings">
-            <div class="control">
-                <label for="ctl-search">"Search models"</label>
-                <input type="search" id="ctl-search" data-testid="search-model" placeholder="e.g. qwen, 70b, gemma"
-                    prop:value=move || search.get() on:input:target=move |ev| search.set(ev.target().value()) />
-            </div>
-            <SelectControl label="Model" testid="select-model" options=model_options
-                value=Memo::new(move |_| state.with(|st| st.model.clone()))
-                on_set=Callback::new(move |v: String| state.update(|st| st.model = v)) />
-            <SelectControl label="GPU" testid="select-gpu" options=Signal::derive(move || gpu_options.clone())
-                value=Memo::new(move |_| state.with(|st| st.gpu.clone()))
-                on_set=Callback::new(move |v: String| state.update(|st| st.gpu = v)) />
-            {setting_controls(layout::MAIN, state, None)}
-            <fieldset class="targets gpus">
-                <legend>"GPUs"</legend>
-                {setting_controls(layout::GPUS, state, Some(layout::after_gpu_count))}
-            </fieldset>
-            <fieldset class="targets">
-                <legend>"LoRA target modules"</legend>
-                <Toggle label="all-linear" testid="target-all" checked=Memo::new(move |_| state.with(|st| st.settings.targets.len() == Target::ALL.len()))
-                    on_set=Callback::new(move |on: bool| state.update(|st| st.settings.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] })) />
-                {setting_controls(&["target_modules"], state, None)}
-            </fieldset>
-            <fieldset class="targets">
-                <legend>"modules_to_save (trained in full)"</legend>
-                {setting_controls(&["modules_to_save"], state, None)}
-            </fieldset>
-        </section>
-    };
+    let controls = view! { <Controls state=state /> };
 
     view! {
         <div class=move || if embed() { "page embed" } else { "page" }>
@@ -216,6 +118,93 @@ pub fn App() -> impl IntoView {
                             <Tables eval=eval />
                         </Show>
                     </Show>
+                    <Share state=state query=query />
+                </section>
+            </main>
+        </div>
+    }
+}
+
+/// Keeps the address bar in sync (no history entries): reload and bookmarks restore the plan.
+/// replaceState costs about a millisecond, so slider drags update it at most every 200 ms.
+fn sync_address_bar(query: Memo<String>) {
+    let pending = StoredValue::new(false);
+    Effect::new(move |_| {
+        query.track();
+        if pending.get_value() {
+            return;
+        }
+        pending.set_value(true);
+        set_timeout(
+            move || {
+                pending.set_value(false);
+                let url = format!("?{}", query.get_untracked());
+                if let Ok(h) = window().history() {
+                    let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&url));
+                }
+            },
+            std::time::Duration::from_millis(200),
+        );
+    });
+}
+
+/// Model and GPU pickers, then every setting the layout places, drawn from the settings table.
+#[component]
+fn Controls(state: RwSignal<UiState>) -> impl IntoView {
+    let search = RwSignal::new(String::new());
+    let current_model = Memo::new(move |_| state.with(|st| st.model.clone()));
+    let model_options =
+        Memo::new(move |_| crate::web::state::model_options(&search.get(), &current_model.get()));
+    let gpu_options = crate::web::state::gpu_options();
+    view! {
+        <section class="controls" aria-label="Settings">
+            <div class="control">
+                <label for="ctl-search">"Search models"</label>
+                <input type="search" id="ctl-search" data-testid="search-model" placeholder="e.g. qwen, 70b, gemma"
+                    prop:value=move || search.get() on:input:target=move |ev| search.set(ev.target().value()) />
+            </div>
+            <SelectControl label="Model" testid="select-model" options=model_options
+                value=Memo::new(move |_| state.with(|st| st.model.clone()))
+                on_set=Callback::new(move |v: String| state.update(|st| st.model = v)) />
+            <SelectControl label="GPU" testid="select-gpu" options=Signal::derive(move || gpu_options.clone())
+                value=Memo::new(move |_| state.with(|st| st.gpu.clone()))
+                on_set=Callback::new(move |v: String| state.update(|st| st.gpu = v)) />
+            {setting_controls(layout::MAIN, state, None)}
+            <fieldset class="targets gpus">
+                <legend>"GPUs"</legend>
+                {setting_controls(layout::GPUS, state, Some(layout::after_gpu_count))}
+            </fieldset>
+            <fieldset class="targets">
+                <legend>"LoRA target modules"</legend>
+                <Toggle label="all-linear" testid="target-all" checked=Memo::new(move |_| state.with(|st| st.settings.targets.len() == Target::ALL.len()))
+                    on_set=Callback::new(move |on: bool| state.update(|st| st.settings.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] })) />
+                {setting_controls(&["target_modules"], state, None)}
+            </fieldset>
+            <fieldset class="targets">
+                <legend>"modules_to_save (trained in full)"</legend>
+                {setting_controls(&["modules_to_save"], state, None)}
+            </fieldset>
+        </section>
+    }
+}
+
+/// The link to this plan and the embed snippet.
+#[component]
+fn Share(state: RwSignal<UiState>, query: Memo<String>) -> impl IntoView {
+    let embed = move || state.with(|st| st.embed);
+    let share_url = Memo::new(move |_| format!("{}?{}", page_url_without_query(), query.get()));
+    let embed_code = Memo::new(move |_| {
+        let st = state.with(|st| UiState {
+            embed: true,
+            ..st.clone()
+        });
+        format!(
+            "<iframe src=\"{}?{}\" title=\"lorafit memory plan\" width=\"640\" height=\"560\" style=\"border:0\" loading=\"lazy\"></iframe>",
+            page_url_without_query(),
+            link::encode(&st)
+        )
+    });
+    view! {
                     <section class="share" aria-label="Share">
                         <div class="share-row">
                             <button type="button" data-testid="copy-link" on:click=move |_| copy_to_clipboard(&share_url.get_untracked())>"Copy link"</button>
@@ -228,9 +217,6 @@ pub fn App() -> impl IntoView {
                             </div>
                         </Show>
                     </section>
-                </section>
-            </main>
-        </div>
     }
 }
 

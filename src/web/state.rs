@@ -53,3 +53,41 @@ pub fn evaluate_state(st: &UiState) -> Result<Evaluation, String> {
     let g = catalog::find_gpu(&st.gpu)?;
     evaluate_arch(&arch, &g.name, g.capacity_bytes(), &st.settings)
 }
+
+/// The model picker's (id, label) options matching a search (the current model always stays).
+pub fn model_options(search: &str, current: &str) -> Vec<(String, String)> {
+    let q = search.to_ascii_lowercase();
+    catalog::models()
+        .iter()
+        .filter(|m| {
+            q.is_empty()
+                || m.arch.name == current
+                || m.arch.name.contains(&q)
+                || m.hf_id.to_ascii_lowercase().contains(&q)
+        })
+        .map(|m| {
+            (
+                m.arch.name.clone(),
+                format!(
+                    "{} · {:.1}B · {}",
+                    m.arch.name,
+                    m.arch.total_params() as f64 / 1e9,
+                    m.hf_id
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The GPU picker's (id, label) options.
+pub fn gpu_options() -> Vec<(String, String)> {
+    catalog::gpus()
+        .iter()
+        .map(|g| {
+            (
+                g.id.clone(),
+                format!("{} — {} GiB", g.name, g.memory_gib.unwrap_or(0.0)),
+            )
+        })
+        .collect()
+}
