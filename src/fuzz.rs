@@ -5,7 +5,7 @@
 use crate::model::{plan, Architecture, Family, Settings};
 
 /// Target names, in the order the fuzzer runs them.
-pub const TARGETS: [&str; 5] = ["url", "config", "estimate", "lengths", "model"];
+pub const TARGETS: [&str; 6] = ["url", "config", "estimate", "lengths", "model", "snapshot"];
 
 /// Runs one target on one input. Returns Err with a description when an invariant fails.
 pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
@@ -43,6 +43,19 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                     return Err("empty or zero lengths accepted".into());
                 }
                 let _ = crate::planning::lengths::stats(&ls);
+            }
+            Ok(())
+        }
+        "snapshot" => {
+            // A dropped file: snapshot pickle (maybe gzip), memory_summary() text or stats JSON.
+            use crate::formats::snapshot::{parse, Report};
+            if let Ok(Report::Snapshot(snap)) = parse(data) {
+                let t = snap.timeline();
+                if t.peak_reserved_bytes < t.start_reserved_bytes {
+                    return Err("peak reserved below the start".into());
+                }
+                let _ = snap.trace_truncated();
+                let _ = snap.largest_blocks_at(t.points.len() / 2, 8);
             }
             Ok(())
         }

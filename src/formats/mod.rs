@@ -14,3 +14,4 @@ pub mod export;
 pub mod fields;
 pub mod jsonl;
 pub mod report;
+pub mod snapshot;

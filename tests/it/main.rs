@@ -11,4 +11,5 @@ mod gpu;
 mod planning;
 mod properties;
 mod reference;
+mod snapshot;
 mod weights;
