@@ -495,7 +495,7 @@ impl Vm<'_, '_> {
     }
 
     fn extend_dict(&mut self, values: &[NodeId]) -> Result<(), String> {
-        if !values.len().is_multiple_of(2) {
+        if values.len() % 2 != 0 {
             return Err(format!(
                 "malformed pickle: SETITEMS at offset {} with an odd number of values",
                 self.op_pos
