@@ -20,6 +20,7 @@ USAGE:
   lorafit export --format F --model NAME [options]   python | accelerate | llama-factory | axolotl
   lorafit lengths FILE --model NAME [options]        peak at typical vs longest batch (mid-training OOM)
   lorafit estimate --jsonl FILE|-          one JSON result per input line (reference schema)
+  lorafit validate [--json]                the model against every measured case it carries
   lorafit models                           list the model catalog
   lorafit gpus                             list the GPU catalog
 
@@ -33,7 +34,7 @@ TRAINING SETTINGS:
 ";
 
 /// The commands, for messages.
-const COMMANDS: &str = "plan, fit, suggest, export, lengths, estimate, models, gpus";
+const COMMANDS: &str = "plan, fit, suggest, export, lengths, estimate, validate, models, gpus";
 
 /// Runs the CLI; returns the process exit code.
 pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
@@ -50,6 +51,7 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Some("estimate") => return cmd_estimate(&args[1..], out, err),
         Some("models") => cmd_models(out),
         Some("gpus") => cmd_gpus(out),
+        Some("validate") => cmd_validate(&args[1..], out),
         Some(other) => Err(format!(
             "unknown command {other:?}; expected one of {COMMANDS} (see --help)"
         )),
@@ -496,4 +498,79 @@ fn cmd_gpus(out: &mut dyn Write) -> Result<(), String> {
     }
     s.push_str("custom: --gpu-mem-gib N\n");
     out.write_all(s.as_bytes()).map_err(|e| e.to_string())
+}
+
+fn cmd_validate(args: &[String], out: &mut dyn Write) -> Result<(), String> {
+    let json = match args {
+        [] => false,
+        [flag] if flag == "--json" => true,
+        _ => return Err("validate takes only --json".into()),
+    };
+    let v = crate::formats::validation::validate()?;
+    if json {
+        return emit(
+            out,
+            &serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?,
+        );
+    }
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let mut t = format!(
+        "{:<78} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8}\n",
+        "measured training step", "alloc", "planned", "err %", "reserved", "planned", "err %"
+    );
+    for c in &v.cases {
+        t.push_str(&format!(
+            "{:<78} {:>9.3} {:>9.3} {:>+8.2} {:>9} {:>9.3} {:>8}\n",
+            c.id,
+            gib(c.measured_allocated_bytes),
+            gib(c.planned_allocated_bytes),
+            c.allocated_error_pct,
+            c.replayed_reserved_bytes
+                .map(|r| format!("{:.3}", gib(r)))
+                .unwrap_or_else(|| "—".into()),
+            gib(c.planned_reserved_bytes),
+            c.reserved_error_pct
+                .map(|e| format!("{e:+.2}"))
+                .unwrap_or_else(|| "—".into()),
+        ));
+    }
+    let stats = |name: &str, s: &crate::formats::validation::ErrorStats| {
+        format!(
+            "{name}: {} rows, median |error| {:.2} %, max {:.2} %, worst under {:+.2} %, worst over {:+.2} %\n",
+            s.n, s.median_abs_pct, s.max_abs_pct, s.worst_under_pct, s.worst_over_pct
+        )
+    };
+    t.push_str(&stats("allocated (measured peaks)", &v.allocated));
+    t.push_str(&stats(
+        "reserved (PyTorch's allocator replayed)",
+        &v.reserved,
+    ));
+    t.push_str("\npublished runs on real GPUs (nvidia-smi):\n");
+    for r in &v.published {
+        let planned = match &r.planned {
+            Ok(p) => format!(
+                "planned {:.2} GiB ({:+.1} %){}",
+                gib(p.smi_bytes),
+                p.smi_error_pct,
+                if p.oom { ", out of memory" } else { "" }
+            ),
+            Err(e) => format!("not planned: {e}"),
+        };
+        t.push_str(&format!(
+            "  {:<70} measured {:.2} GiB{}; {planned}\n",
+            r.id,
+            gib(r.measured_smi_bytes),
+            if r.measured_oom {
+                " (out of memory)"
+            } else {
+                ""
+            }
+        ));
+    }
+    t.push_str(&stats("nvidia-smi (runs that finished)", &v.smi));
+    t.push_str(&format!(
+        "out-of-memory runs called out of memory: {} of {}\n",
+        v.oom_called.0, v.oom_called.1
+    ));
+    emit(out, &t)
 }

@@ -15,3 +15,4 @@ pub mod fields;
 pub mod jsonl;
 pub mod report;
 pub mod snapshot;
+pub mod validation;

@@ -13,4 +13,5 @@ mod planning;
 mod properties;
 mod reference;
 mod snapshot;
+mod validation;
 mod weights;

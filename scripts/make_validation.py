@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Writes data/validation.json: the measured cases the page's "How accurate is this?" view and
+`lorafit validate` compare the model with, compacted from tests/data/reference (the model's
+inputs verbatim, the measured figures, nothing else). Re-run after updating tests/data:
+    python3 scripts/make_validation.py
+tests/it/validation.rs fails when the committed file differs from what this script writes."""
+import json, os, sys
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ref = os.path.join(root, "tests/data/reference")
+
+reserved = {}
+for line in open(os.path.join(ref, "allocator/reserved.jsonl")):
+    r = json.loads(line)
+    reserved[r["id"]] = r["default"]
+
+cases = []
+for line in open(os.path.join(ref, "cases.jsonl")):
+    c = json.loads(line)
+    m = c["measured"]
+    row = {
+        "id": c["id"],
+        "model": c["model"],
+        "settings": c["settings"],
+        "peak_allocated_bytes": m["peak_bytes"],
+        "peak_phase": m["peak_phase"],
+    }
+    if c["id"] in reserved:
+        row["replayed_max_allocated_bytes"] = reserved[c["id"]]["max_allocated"]
+        row["replayed_max_reserved_bytes"] = reserved[c["id"]]["max_reserved"]
+    cases.append(row)
+
+# Published real-GPU runs (A100-80GB, torch 2.4.1, transformers 4.48.1): their settings mapped to
+# lorafit's settings object; every mapping decision is the row's own `assumptions`.
+published = []
+for line in open(os.path.join(ref, "published_gpu.jsonl")):
+    d = json.loads(line)
+    s = d["settings"]
+    st = {k: s[k] for k in ["dtype", "autocast", "batch", "seq", "lora_r", "lora_alpha",
+                            "lora_dropout", "grad_ckpt", "attn_impl", "quant", "double_quant"]}
+    st["target_modules"] = s["target_modules"]
+    st["optimizer"] = s["optimizer"]
+    if s.get("lora_param_dtype") == "bf16":
+        st["adapter_dtype"] = "bf16"
+    if s.get("num_gpus", 1) > 1:
+        st["parallel"] = {"gpus_per_node": s["num_gpus"], "nodes": 1,
+                          "strategy": {"fsdp": "fsdp_full_shard"}.get(s["strategy"], s["strategy"]),
+                          "offload_optimizer": False, "offload_params": False,
+                          "offload_activations": False}
+    meas = d["measured"]
+    published.append({
+        "id": d["id"],
+        "gpu_mem_gib": d["gpu_mem_gib"],
+        "model": d["model_config"],
+        "settings": st,
+        "max_allocated_bytes": meas["max_allocated_bytes"],
+        "nvidia_smi_bytes": meas["nvidia_smi_mib"] * 2**20,
+        "oom": meas["oom"],
+        "software": "torch {torch}, transformers {transformers}, peft {peft}, bitsandbytes {bitsandbytes}, flash-attn {flash-attn}".format(**d["software"]),
+    })
+
+out = {
+    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, published_gpu.jsonl); see tests/data/README.md",
+    "cases": cases,
+    "published": published,
+}
+text = json.dumps(out, separators=(",", ":"), sort_keys=True) + "\n"
+path = os.path.join(root, "data/validation.json")
+if len(sys.argv) > 1 and sys.argv[1] == "--check":
+    sys.exit(0 if open(path).read() == text else 1)
+open(path, "w").write(text)
+print(f"{len(cases)} cases, {len(published)} published runs -> data/validation.json ({len(text)} bytes)")
