@@ -128,10 +128,10 @@ pub fn parse_config(text: &str) -> Result<Architecture, String> {
         )
     })?;
     let mut head_dim = optional_positive(cfg, "head_dim")?;
-    if head_dim.is_none() && family == Family::Gemma3 {
-        head_dim = Some(256); // Gemma3TextConfig's default when the config omits it
+    if head_dim.is_none() {
+        head_dim = family.layout().head_dim_default;
     }
-    let tie_default = matches!(family, Family::Gemma2 | Family::Gemma3);
+    let tie_default = family.layout().tie_default;
     let tie = match cfg
         .get("tie_word_embeddings")
         .or_else(|| root.get("tie_word_embeddings"))

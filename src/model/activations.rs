@@ -12,7 +12,7 @@
 //! - Under autocast, matmul inputs are cast and the casts are kept for backward; a frozen fp32
 //!   weight gets a fresh low-precision copy at every use.
 
-use super::arch::{Architecture, Family, LinearShape};
+use super::arch::{Architecture, LinearShape};
 use super::dtype::Dtype;
 use super::settings::{AttnImpl, SavedModule, Settings};
 use super::term::{bytes_of, f, Component, Factor, Term};
@@ -264,8 +264,8 @@ fn attention_terms(l: &Layer, out: &mut Vec<Term>) {
             by(ad),
         ],
     ));
-    if a.family == Family::Phi3 && !expand {
-        // Phi-3 slices q, k, v out of one fused qkv_proj output: the saved v is a view, so the whole
+    if a.family.layout().fused_projections && !expand {
+        // A fused qkv_proj (Phi-3): q, k, v are sliced out of one output: the saved v is a view, so the whole
         // fused output stays alive (its q and k parts on top of the rotated copies counted above).
         out.push(Term::product(
             Component::ActAttention,

@@ -49,28 +49,88 @@ impl TryFrom<String> for Family {
     }
 }
 
+/// Everything that tells one family's layer layout from another's, in one row per family:
+/// adding a family is a variant of [`Family`], its names in `names!` above, and its row in
+/// [`Family::layout`]; the model, the import and the parameter counts read these flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FamilyLayout {
+    /// RMSNorms per decoder layer on the residual stream (Gemma adds post-attention and
+    /// pre/post-feed-forward norms).
+    pub norms_per_layer: u128,
+    /// A per-head RMSNorm on q and k.
+    pub qk_norm: bool,
+    /// MLP activation GeLU-tanh rather than SiLU.
+    pub gelu: bool,
+    /// One fused `qkv_proj` and one fused `gate_up_proj` (Phi-3).
+    pub fused_projections: bool,
+    /// q, k, v carry biases unless the config says otherwise.
+    pub qkv_bias: bool,
+    /// Attention and final-logit softcapping unless the config turns them off (Gemma 2).
+    pub softcapping: bool,
+    /// `tie_word_embeddings` when config.json omits it.
+    pub tie_default: bool,
+    /// `head_dim` when config.json omits it (else hidden / heads).
+    pub head_dim_default: Option<u64>,
+}
+
 impl Family {
-    fn is_gemma(self) -> bool {
-        matches!(self, Family::Gemma2 | Family::Gemma3)
+    /// The family's layout flags.
+    pub fn layout(self) -> FamilyLayout {
+        let base = FamilyLayout {
+            norms_per_layer: 2,
+            qk_norm: false,
+            gelu: false,
+            fused_projections: false,
+            qkv_bias: false,
+            softcapping: false,
+            tie_default: false,
+            head_dim_default: None,
+        };
+        let gemma = FamilyLayout {
+            norms_per_layer: 4,
+            gelu: true,
+            tie_default: true,
+            ..base
+        };
+        match self {
+            Family::Llama | Family::Mistral => base,
+            Family::Qwen2 => FamilyLayout {
+                qkv_bias: true,
+                ..base
+            },
+            Family::Qwen3 => FamilyLayout {
+                qk_norm: true,
+                ..base
+            },
+            Family::Gemma2 => FamilyLayout {
+                softcapping: true,
+                ..gemma
+            },
+            Family::Gemma3 => FamilyLayout {
+                qk_norm: true,
+                head_dim_default: Some(256), // Gemma3TextConfig's default
+                ..gemma
+            },
+            Family::Phi3 => FamilyLayout {
+                fused_projections: true,
+                ..base
+            },
+        }
     }
 
-    /// RMSNorms per decoder layer on the residual stream (Gemma adds post-attention/feed-forward norms).
+    /// RMSNorms per decoder layer on the residual stream.
     pub fn norms_per_layer(self) -> u128 {
-        if self.is_gemma() {
-            4
-        } else {
-            2
-        }
+        self.layout().norms_per_layer
     }
 
     /// Whether q and k get a per-head RMSNorm (Qwen3, Gemma 3).
     pub fn has_qk_norm(self) -> bool {
-        matches!(self, Family::Qwen3 | Family::Gemma3)
+        self.layout().qk_norm
     }
 
     /// Whether the MLP activation is GeLU-tanh (Gemma) rather than SiLU.
     pub fn gelu(self) -> bool {
-        self.is_gemma()
+        self.layout().gelu
     }
 }
 
@@ -259,17 +319,17 @@ impl Architecture {
     }
 
     fn has_qkv_bias(&self) -> bool {
-        self.qkv_bias.unwrap_or(self.family == Family::Qwen2)
+        self.qkv_bias.unwrap_or(self.family.layout().qkv_bias)
     }
 
-    /// Gemma-2's attention softcapping (only Gemma 2 applies it).
+    /// Attention-logit softcapping (Gemma 2).
     pub fn attn_softcap(&self) -> bool {
-        self.family == Family::Gemma2 && self.attn_logit_softcapping.unwrap_or(50.0) > 0.0
+        self.family.layout().softcapping && self.attn_logit_softcapping.unwrap_or(50.0) > 0.0
     }
 
-    /// Gemma-2's final-logit softcapping.
+    /// Final-logit softcapping (Gemma 2).
     pub fn final_softcap(&self) -> bool {
-        self.family == Family::Gemma2 && self.final_logit_softcapping.unwrap_or(30.0) > 0.0
+        self.family.layout().softcapping && self.final_logit_softcapping.unwrap_or(30.0) > 0.0
     }
 
     /// The Linear layers of one decoder block, in forward order.
@@ -279,7 +339,7 @@ impl Architecture {
         let (qd, kvd) = (self.q_dim(), self.kv_dim());
         let bias = self.has_qkv_bias();
         use Target::*;
-        if self.family == Family::Phi3 {
+        if self.family.layout().fused_projections {
             vec![
                 LinearShape {
                     name: "qkv_proj",
