@@ -3,6 +3,7 @@
 //! No web, UI or GPU dependency: this module compiles and is tested natively.
 
 pub mod activations;
+pub mod allocator;
 pub mod arch;
 pub mod distributed;
 pub mod dtype;

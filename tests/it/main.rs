@@ -1,6 +1,7 @@
 //! One integration-test binary (faster to link than many): the reference comparison, property
 //! tests over the input space, CLI behaviour and catalog invariants.
 
+mod allocator;
 mod architecture;
 mod catalog;
 mod cli;
