@@ -11,6 +11,7 @@ pub mod error;
 pub mod parallel;
 pub mod plan;
 pub mod settings;
+pub mod steptrace;
 pub mod term;
 pub mod weights;
 

@@ -1,0 +1,1001 @@
+//! The step, op by op, as transformers 5 + peft + PyTorch run it: each function mirrors the Python
+//! forward it names (which tensors it creates, in which order, and when its locals die); the
+//! derivative formulas and the engine's order live in [`super::tape`].
+
+use super::tape::{Edge, Mode, Op, Tape, G, X};
+use super::{Event, StepPhase, Trace, What};
+use crate::model::activations::Ctx;
+use crate::model::arch::{Family, LinearShape};
+use crate::model::settings::{AttnImpl, Optimizer, SavedModule};
+
+/// A parameter of the model, in `named_parameters()` order.
+#[derive(Clone, Copy, Debug)]
+struct Param {
+    x: X,
+}
+
+/// The Linear layers of one block, with their LoRA adapters.
+#[derive(Clone, Debug)]
+struct Lin {
+    shape: LinearShape,
+    w: Param,
+    lora: Option<(Param, Param)>,
+}
+
+struct Prog<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    tp: Tape,
+    params: Vec<Param>,
+    trainable: Vec<u32>,
+    layers: Vec<Vec<Lin>>,
+    lm_head: Option<Param>,
+    /// Optimizer states per trainable parameter (created at the first step).
+    states: Vec<u32>,
+    phases: Vec<(usize, u8, StepPhase)>,
+    peak: u64,
+    /// Stored parameter gradients (param index → storage).
+    grads: Vec<Option<u32>>,
+    /// Checkpointed layers' inputs (with the rotary tables their recomputation needs).
+    ckpt_in: Vec<Option<(X, X, X)>>,
+    /// The 4-D mask of the current step, if any.
+    causal: Option<X>,
+}
+
+fn one_x() -> X {
+    X {
+        t: 0,
+        n: 0,
+        es: 0,
+        g: G::No,
+    }
+}
+
+fn bytes(d: crate::model::dtype::Dtype) -> u64 {
+    d.bytes() as u64
+}
+
+impl<'c, 'a> Prog<'c, 'a> {
+    fn tokens(&self) -> u64 {
+        self.ctx.s.batch * self.ctx.s.seq
+    }
+    fn h(&self) -> u64 {
+        self.ctx.arch.hidden_size
+    }
+
+    fn phase(&mut self, step: u8, p: StepPhase) {
+        self.phases.push((self.tp.events.len(), step, p));
+    }
+
+    fn t(&mut self, n: u64, es: u64, what: What) -> X {
+        let t = self.tp.new_t(n * es, what);
+        self.peak = self.peak.max(self.tp.live);
+        X { t, n, es, g: G::No }
+    }
+
+    fn edge(x: &X) -> Edge {
+        Edge {
+            to: x.g,
+            n: x.n,
+            es: x.es,
+            sum_to: 0,
+        }
+    }
+
+    fn param(&mut self, n: u64, es: u64, trainable: bool, what: What) -> Param {
+        let mut x = self.t(n, es, what);
+        if trainable {
+            x.g = G::Param(self.params.len() as u32);
+            self.trainable.push(self.params.len() as u32);
+        }
+        self.params.push(Param { x });
+        self.grads.push(None);
+        Param { x }
+    }
+
+    // ---------------------------------------------------------------- setup
+
+    fn setup(&mut self) {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let s = ctx.s;
+        let aux = bytes(ctx.aux_weight);
+        let h = a.hidden_size;
+        let v = a.vocab_size;
+        let r = s.lora_r;
+        let ad = bytes(s.adapter_dtype);
+        let mts_embed = s.modules_to_save.contains(&SavedModule::EmbedTokens);
+        let embed_n = v * h;
+        if mts_embed {
+            self.param(embed_n, aux, false, What::Weight);
+            self.param(embed_n, aux, true, What::Trainable);
+        } else {
+            self.param(embed_n, aux, false, What::Weight);
+        }
+        let adapted = ctx.adapted();
+        for _ in 0..a.num_hidden_layers {
+            let mut lins = vec![];
+            for l in a.linears() {
+                let (inf, outf) = (l.in_features as u64, l.out_features as u64);
+                let w = match (s.quant, ctx.linear_weight) {
+                    (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, false, What::Weight),
+                    (None, Some(d)) => self.param(inf * outf, bytes(d), false, What::Weight),
+                    (None, None) => self.param(inf * outf, aux, false, What::Weight),
+                };
+                if l.bias {
+                    self.param(outf, aux, false, What::Weight);
+                }
+                let lora = if adapted.iter().any(|x| x.name == l.name) {
+                    let la = self.param(r * inf, ad, true, What::Trainable);
+                    let lb = self.param(outf * r, ad, true, What::Trainable);
+                    Some((la, lb))
+                } else {
+                    None
+                };
+                lins.push(Lin { shape: l, w, lora });
+            }
+            let norms = a.family.norms_per_layer() as u64;
+            for _ in 0..norms {
+                self.param(h, aux, false, What::Weight);
+            }
+            if a.family.has_qk_norm() {
+                self.param(a.head_dim(), aux, false, What::Weight);
+                self.param(a.head_dim(), aux, false, What::Weight);
+            }
+            self.layers.push(lins);
+        }
+        self.param(h, aux, false, What::Weight);
+        if !a.tie_word_embeddings {
+            let head = self.param(v * h, aux, false, What::Weight);
+            self.lm_head = Some(head);
+        }
+        if s.modules_to_save.contains(&SavedModule::LmHead) {
+            let copy = self.param(v * h, aux, true, What::Trainable);
+            self.lm_head = Some(copy);
+        }
+        // Rotary inverse frequencies (+ the original copy).
+        let half = a.head_dim() / 2;
+        let rotaries = if matches!(a.family, Family::Gemma3) { 2 } else { 1 };
+        for _ in 0..rotaries * 2 {
+            self.t(half, 4, What::Buffer);
+        }
+        if s.quant.is_some() {
+            self.quant_state();
+        }
+    }
+
+    /// bitsandbytes quant state of every 4-bit Linear: absmax (uint8 with double quant), the
+    /// nested fp32 absmax, and the code tables.
+    fn quant_state(&mut self) {
+        let ctx = self.ctx;
+        for _ in 0..ctx.arch.num_hidden_layers {
+            for l in ctx.arch.linears() {
+                let n = (l.in_features * l.out_features) as u64;
+                let blocks = n.div_ceil(64);
+                if ctx.s.double_quant {
+                    self.t(blocks, 1, What::QuantState);
+                    self.t(blocks.div_ceil(256), 4, What::QuantState);
+                    self.t(256, 4, What::QuantState);
+                    self.t(16, 4, What::QuantState);
+                } else {
+                    self.t(blocks, 4, What::QuantState);
+                    self.t(16, 4, What::QuantState);
+                }
+            }
+        }
+    }
+
+    fn inputs(&mut self) -> (X, X, Option<X>) {
+        let n = self.tokens();
+        let ids = self.t(n, 8, What::Input);
+        let labels = self.t(n, 8, What::Input);
+        let mask = if self.ctx.s.padded_mask {
+            Some(self.t(n, 8, What::Input))
+        } else {
+            None
+        };
+        (ids, labels, mask)
+    }
+
+    // -------------------------------------------------------------- ops
+
+    fn drop(&mut self, x: X) {
+        self.tp.drop_x(x);
+    }
+
+    /// `x.to(dtype)`: a copy when the dtype changes.
+    fn cast(&mut self, x: X, es: u64, what: What) -> X {
+        if x.es == es {
+            self.tp.keep(x.t);
+            return x;
+        }
+        let mut y = self.t(x.n, es, what);
+        y.g = self.tp.node(Op::Cast, x.n, es, &[Self::edge(&x)], &[]);
+        y
+    }
+
+    /// Elementwise product of `a` and `b` (output `n` elements in `es`), saving what the
+    /// derivative needs.
+    fn mul(&mut self, a: X, b: X, n: u64, es: u64, what: What) -> X {
+        let mut y = self.t(n, es, what);
+        let mut ea = Self::edge(&a);
+        let mut eb = Self::edge(&b);
+        if a.n < n {
+            ea.sum_to = a.n;
+        }
+        if b.n < n {
+            eb.sum_to = b.n;
+        }
+        // MulBackward0 saves `other` for self's gradient and `self` for other's (release order:
+        // other_, self_).
+        let mut saved = vec![];
+        if a.grad() {
+            saved.push(b.t);
+        }
+        if b.grad() {
+            saved.push(a.t);
+        }
+        let op = if a.grad() && b.grad() {
+            Op::Mul
+        } else {
+            Op::MulConst
+        };
+        let ins = if a.grad() { [ea, eb] } else { [eb, ea] };
+        y.g = self.tp.node(op, n, es, &ins, &saved);
+        y
+    }
+
+    /// Product with a scalar or a constant tensor.
+    fn mul_const(&mut self, a: X, what: What) -> X {
+        let mut y = self.t(a.n, a.es, what);
+        y.g = self.tp.node(Op::MulConst, a.n, a.es, &[Self::edge(&a)], &[]);
+        y
+    }
+
+    fn add(&mut self, a: X, b: X, what: What) -> X {
+        let es = a.es.max(b.es);
+        let n = a.n.max(b.n);
+        let mut y = self.t(n, es, what);
+        y.g = self
+            .tp
+            .node(Op::Add, n, es, &[Self::edge(&a), Self::edge(&b)], &[]);
+        y
+    }
+
+    fn unary(&mut self, a: X, out_es: u64, what: What, save_in: bool, save_out: bool) -> X {
+        let mut y = self.t(a.n, out_es, what);
+        let mut saved = vec![];
+        if save_in {
+            saved.push(a.t);
+        }
+        if save_out {
+            saved.push(y.t);
+        }
+        y.g = self
+            .tp
+            .node(Op::Unary, a.n, out_es, &[Self::edge(&a)], &saved);
+        y
+    }
+
+    /// `torch.matmul(x, W.t())` with a weight: frozen (`w.g == No`) or trainable.
+    fn linear(&mut self, x: X, w: X, out_n: u64, es: u64, what: What) -> X {
+        let mut y = self.t(out_n, es, what);
+        let mut saved = vec![];
+        if w.grad() {
+            saved.push(x.t);
+        }
+        let ew = Edge {
+            to: w.g,
+            n: w.n,
+            es,
+            sum_to: 0,
+        };
+        y.g = self.tp.node(
+            Op::Mm {
+                w_n: w.n,
+                w_es: es,
+            },
+            out_n,
+            es,
+            &[Self::edge(&x), ew],
+            &saved,
+        );
+        y
+    }
+
+    /// RMSNorm (llama style; Gemma's adds `1 + weight` in fp32 and casts at the end).
+    fn rmsnorm(&mut self, x: X, width: u64) -> X {
+        let rows = x.n / width;
+        let gemma = matches!(self.ctx.arch.family, Family::Gemma2 | Family::Gemma3);
+        let hs = self.cast(x, 4, What::Norm);
+        let p = {
+            let mut y = self.t(hs.n, 4, What::Norm);
+            y.g = self
+                .tp
+                .node(Op::PowLike, hs.n, 4, &[Self::edge(&hs)], &[hs.t]);
+            y
+        };
+        let var = {
+            let mut y = self.t(rows, 4, What::Norm);
+            y.g = self.tp.node(Op::Mean, rows, 4, &[Self::edge(&p)], &[]);
+            y
+        };
+        self.drop(p);
+        let eps = {
+            let mut y = self.t(rows, 4, What::Norm);
+            y.g = self.tp.node(Op::Pass, rows, 4, &[Self::edge(&var)], &[]);
+            y
+        };
+        let rs = {
+            let mut y = self.t(rows, 4, What::Norm);
+            let g = self
+                .tp
+                .node(Op::PowLike, rows, 4, &[Self::edge(&eps)], &[y.t]);
+            y.g = g;
+            y
+        };
+        self.drop(eps);
+        let normed = self.mul(hs, rs, hs.n, 4, What::Norm);
+        self.drop(rs);
+        self.drop(hs);
+        let out = if gemma {
+            // output * (1.0 + self.weight.float()), then .type_as(x)
+            let wf = self.t(width, 4, What::Norm);
+            let w1 = self.t(width, 4, What::Norm);
+            self.drop(wf);
+            let o = self.mul_const(normed, What::Norm);
+            self.drop(w1);
+            let o2 = self.cast(o, x.es, What::Hidden);
+            self.drop(o);
+            o2
+        } else {
+            let c = self.cast(normed, x.es, What::Hidden);
+            let o = self.mul_const(c, What::Hidden);
+            self.drop(c);
+            o
+        };
+        self.drop(normed);
+        self.drop(var);
+        out
+    }
+
+    /// A Linear layer with its LoRA adapter (peft's `Linear.forward`).
+    fn lora_linear(&mut self, x: X, lin: &Lin) -> X {
+        let ctx = self.ctx;
+        let s = ctx.s;
+        let tokens = x.n / lin.shape.in_features as u64;
+        let out_n = tokens * lin.shape.out_features as u64;
+        let in_n = x.n;
+        let mod_es = x.es;
+        let result = self.linear(x, lin.w.x, out_n, mod_es, What::LinearOut);
+        let Some((la, lb)) = lin.lora else {
+            return result;
+        };
+        let ad = bytes(s.adapter_dtype);
+        let xc = self.cast(x, ad, What::LoraCast);
+        let d = if s.lora_dropout > 0.0 {
+            let mut y = self.t(in_n, ad, What::Dropout);
+            let mask = self.t(in_n, 1, What::DropoutMask);
+            y.g = self
+                .tp
+                .node(Op::Unary, in_n, ad, &[Self::edge(&xc)], &[mask.t]);
+            self.drop(mask);
+            y
+        } else {
+            self.tp.keep(xc.t);
+            xc
+        };
+        let r = s.lora_r;
+        let a_out = self.linear(d, la.x, tokens * r, ad, What::Lora);
+        self.drop(d);
+        let b_out = self.linear(a_out, lb.x, out_n, ad, What::Lora);
+        self.drop(a_out);
+        let scaled = self.mul_const(b_out, What::Lora);
+        self.drop(b_out);
+        let sum = self.add(result, scaled, What::Lora);
+        self.drop(scaled);
+        self.drop(result);
+        let out = self.cast(sum, mod_es, What::LinearOut);
+        self.drop(sum);
+        self.drop(xc);
+        out
+    }
+
+    /// `q * cos + rotate_half(q) * sin`.
+    fn rope(&mut self, q: X, cos: X, sin: X) -> X {
+        let half = q.n / 2;
+        let m1 = {
+            let mut y = self.t(q.n, q.es, What::Rope);
+            y.g = self
+                .tp
+                .node(Op::MulConst, q.n, q.es, &[Self::edge(&q)], &[cos.t]);
+            y
+        };
+        let slice = |p: &mut Self| -> G {
+            p.tp.node(Op::Slice, half, q.es, &[Self::edge(&q)], &[])
+        };
+        let x1g = slice(self);
+        let x2g = slice(self);
+        let neg = {
+            let mut y = self.t(half, q.es, What::Rope);
+            let e = Edge {
+                to: x2g,
+                n: half,
+                es: q.es,
+                sum_to: 0,
+            };
+            y.g = self.tp.node(Op::Unary, half, q.es, &[e], &[]);
+            y
+        };
+        let cat = {
+            let mut y = self.t(q.n, q.es, What::Rope);
+            let e1 = Edge {
+                to: x1g,
+                n: half,
+                es: q.es,
+                sum_to: 0,
+            };
+            y.g = self
+                .tp
+                .node(Op::Split, q.n, q.es, &[Self::edge(&neg), e1], &[]);
+            y
+        };
+        self.drop(neg);
+        let m2 = {
+            let mut y = self.t(q.n, q.es, What::Rope);
+            y.g = self
+                .tp
+                .node(Op::MulConst, q.n, q.es, &[Self::edge(&cat)], &[sin.t]);
+            y
+        };
+        self.drop(cat);
+        let out = self.add(m1, m2, What::Rope);
+        self.drop(m1);
+        self.drop(m2);
+        out
+    }
+
+    /// A view + transpose whose backward `reshape` must copy.
+    fn view_clone(&mut self, x: X) -> X {
+        let mut y = x;
+        self.tp.keep(x.t);
+        y.g = self
+            .tp
+            .node(Op::ViewClone, x.n, x.es, &[Self::edge(&x)], &[]);
+        y
+    }
+
+    fn attention(&mut self, x: X, lins: &[Lin], cos: X, sin: X, mask: Option<X>) -> X {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let s = ctx.s;
+        let (b, sq) = (s.batch, s.seq);
+        let heads = a.num_attention_heads;
+        let hd = a.head_dim();
+        let ad = bytes(ctx.attn);
+        let eager = s.attn_impl == AttnImpl::Eager;
+        let q = self.lora_linear(x, &lins[0]);
+        let qv = self.view_clone(q);
+        self.drop(q);
+        let k = self.lora_linear(x, &lins[1]);
+        let kv = self.view_clone(k);
+        self.drop(k);
+        let v = self.lora_linear(x, &lins[2]);
+        let vv = if eager {
+            let t = self.view_clone(v);
+            self.drop(v);
+            t
+        } else {
+            v
+        };
+        let (qn, kn) = if a.family.has_qk_norm() {
+            let qn = self.rmsnorm(qv, hd);
+            self.drop(qv);
+            let kn = self.rmsnorm(kv, hd);
+            self.drop(kv);
+            (qn, kn)
+        } else {
+            (qv, kv)
+        };
+        let qe = self.rope(qn, cos, sin);
+        let ke = self.rope(kn, cos, sin);
+        self.drop(qn);
+        self.drop(kn);
+        let tokens = b * sq;
+        let out = if eager {
+            self.eager_attention(qe, ke, vv, mask)
+        } else {
+            let efficient = ctx.attn == crate::model::dtype::Dtype::Fp32 || s.padded_mask;
+            let rep = heads / a.kv_heads().max(1);
+            let (kk, vk) = if s.padded_mask && rep > 1 {
+                (
+                    self.repeat_kv(ke, rep),
+                    self.repeat_kv(vv, rep),
+                )
+            } else {
+                self.tp.keep(ke.t);
+                self.tp.keep(vv.t);
+                (ke, vv)
+            };
+            let mut o = self.t(tokens * heads * hd, ad, What::Attention);
+            let rows = if efficient { sq.div_ceil(32) * 32 } else { sq };
+            let lse = self.t(b * heads * rows, 4, What::Attention);
+            let seed = self.t(if efficient { 1 } else { 1 }, 8, What::Attention);
+            let off = self.t(1, 8, What::Attention);
+            let mut saved = vec![kk.t, qe.t, vk.t, lse.t, o.t, off.t, seed.t];
+            if let Some(m) = mask {
+                saved.insert(0, m.t);
+            }
+            o.g = self.tp.node(
+                Op::Attention,
+                o.n,
+                ad,
+                &[Self::edge(&qe), Self::edge(&kk), Self::edge(&vk)],
+                &saved,
+            );
+            self.drop(lse);
+            self.drop(seed);
+            self.drop(off);
+            self.drop(kk);
+            self.drop(vk);
+            o
+        };
+        self.drop(qe);
+        self.drop(ke);
+        self.drop(vv);
+        let o = self.lora_linear(out, &lins[3]);
+        self.drop(out);
+        o
+    }
+
+    fn repeat_kv(&mut self, x: X, rep: u64) -> X {
+        let mut y = self.t(x.n * rep, x.es, What::Attention);
+        let e = Edge {
+            to: x.g,
+            n: x.n,
+            es: x.es,
+            sum_to: x.n,
+        };
+        y.g = self.tp.node(Op::Pass, x.n * rep, x.es, &[e], &[]);
+        y
+    }
+
+    fn eager_attention(&mut self, q: X, k: X, v: X, mask: Option<X>) -> X {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let s = ctx.s;
+        let (b, sq) = (s.batch, s.seq);
+        let heads = a.num_attention_heads;
+        let rep = heads / a.kv_heads().max(1);
+        let es = q.es;
+        let (kk, vv) = if rep > 1 {
+            (self.repeat_kv(k, rep), self.repeat_kv(v, rep))
+        } else {
+            self.tp.keep(k.t);
+            self.tp.keep(v.t);
+            (k, v)
+        };
+        let sn = b * heads * sq * sq;
+        let mut sc = self.t(sn, es, What::Scores);
+        sc.g = self.tp.node(
+            Op::Bmm,
+            sn,
+            es,
+            &[Self::edge(&q), Self::edge(&kk)],
+            &[kk.t, q.t],
+        );
+        let scaled = self.mul_const(sc, What::Scores);
+        self.drop(sc);
+        let mut cur = scaled;
+        if a.attn_softcap() {
+            let d = self.mul_const(cur, What::Scores);
+            self.drop(cur);
+            let t = self.unary(d, es, What::Scores, false, true);
+            self.drop(d);
+            let m = self.mul_const(t, What::Scores);
+            self.drop(t);
+            cur = m;
+        }
+        let masked = {
+            let mut y = self.t(sn, es, What::Scores);
+            y.g = self.tp.node(Op::Pass, sn, es, &[Self::edge(&cur)], &[]);
+            y
+        };
+        let _ = mask;
+        self.drop(cur);
+        let f = self.cast(masked, 4, What::Scores);
+        let sm = {
+            let mut y = self.t(sn, 4, What::Scores);
+            y.g = self.tp.node(Op::Softmax, sn, 4, &[Self::edge(&f)], &[y.t]);
+            y
+        };
+        self.drop(f);
+        let p = self.cast(sm, es, What::Scores);
+        self.drop(masked);
+        self.drop(sm);
+        let on = q.n;
+        let mut o = self.t(on, es, What::Attention);
+        o.g = self.tp.node(
+            Op::Bmm,
+            on,
+            es,
+            &[Self::edge(&p), Self::edge(&vv)],
+            &[p.t, vv.t],
+        );
+        self.drop(p);
+        // transpose(1, 2).contiguous()
+        let mut c = self.t(on, es, What::Attention);
+        c.g = self.tp.node(Op::Pass, on, es, &[Self::edge(&o)], &[]);
+        self.drop(o);
+        self.drop(kk);
+        self.drop(vv);
+        c
+    }
+
+    fn mlp(&mut self, x: X, lins: &[Lin]) -> X {
+        let gelu = self.ctx.arch.family.gelu();
+        let _ = gelu;
+        let gate = self.lora_linear(x, &lins[4]);
+        let act = self.unary(gate, gate.es, What::Mlp, true, false);
+        self.drop(gate);
+        let up = self.lora_linear(x, &lins[5]);
+        let prod = self.mul(act, up, act.n, act.es, What::Mlp);
+        self.drop(act);
+        self.drop(up);
+        let down = self.lora_linear(prod, &lins[6]);
+        self.drop(prod);
+        down
+    }
+
+    fn layer(&mut self, h: X, li: usize, cos: X, sin: X, mask: Option<X>) -> X {
+        let lins = self.layers[li].clone();
+        let width = self.h();
+        let normed = self.rmsnorm(h, width);
+        let attn = self.attention(normed, &lins, cos, sin, mask);
+        self.drop(normed);
+        let h2 = self.add(h, attn, What::Hidden);
+        self.drop(attn);
+        let normed2 = self.rmsnorm(h2, width);
+        let m = self.mlp(normed2, &lins);
+        self.drop(normed2);
+        let h3 = self.add(h2, m, What::Hidden);
+        self.drop(m);
+        self.drop(h2);
+        h3
+    }
+
+    fn rotary(&mut self, es: u64) -> (X, X) {
+        let sq = self.ctx.s.seq;
+        let hd = self.ctx.arch.head_dim();
+        let pos = self.t(sq, 4, What::Rotary);
+        let freqs = self.t(sq * hd / 2, 4, What::Rotary);
+        self.drop(pos);
+        let emb = self.t(sq * hd, 4, What::Rotary);
+        let c = self.t(sq * hd, 4, What::Rotary);
+        let cs = self.t(sq * hd, 4, What::Rotary);
+        self.drop(c);
+        let sn = self.t(sq * hd, 4, What::Rotary);
+        let ss = self.t(sq * hd, 4, What::Rotary);
+        self.drop(sn);
+        let cos = if es == 4 {
+            self.tp.keep(cs.t);
+            cs
+        } else {
+            self.t(sq * hd, es, What::Rotary)
+        };
+        let sin = if es == 4 {
+            self.tp.keep(ss.t);
+            ss
+        } else {
+            self.t(sq * hd, es, What::Rotary)
+        };
+        self.drop(freqs);
+        self.drop(emb);
+        self.drop(cs);
+        self.drop(ss);
+        (cos, sin)
+    }
+
+    /// One forward pass through the loss; returns the loss's node and the loss tensor.
+    fn forward(&mut self, ids: X, labels: X, mask: Option<X>) -> (G, X) {
+        let ctx = self.ctx;
+        let s = ctx.s;
+        let a = ctx.arch;
+        let tokens = self.tokens();
+        let h = a.hidden_size;
+        let aux = bytes(ctx.aux_weight);
+        let _ = ids;
+        let mut emb = self.t(tokens * h, aux, What::Hidden);
+        if s.grad_ckpt {
+            // enable_input_require_grads: the embedding output becomes a leaf needing a gradient.
+            emb.g = G::Param(u32::MAX);
+        }
+        if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
+            let norm = self.t(1, aux, What::Hidden);
+            let e2 = self.mul_const(emb, What::Hidden);
+            self.drop(norm);
+            self.drop(emb);
+            emb = e2;
+        }
+        // cache_position / position_ids
+        let ar = self.t(s.seq, 8, What::Input);
+        let pos = self.t(s.seq, 8, What::Input);
+        self.drop(ar);
+        let causal = if s.attn_impl == AttnImpl::Eager || s.padded_mask {
+            let t1 = self.t(1, 8, What::Input);
+            let t2 = self.t(1, 8, What::Input);
+            let a1 = self.t(s.seq, 8, What::Input);
+            let b1 = self.t(s.seq, 8, What::Input);
+            self.drop(a1);
+            let a2 = self.t(s.seq, 8, What::Input);
+            let b2 = self.t(s.seq, 8, What::Input);
+            self.drop(a2);
+            let le = self.t(s.batch * s.seq * s.seq, 1, What::Scores);
+            self.drop(t1);
+            self.drop(t2);
+            self.drop(b1);
+            self.drop(b2);
+            let z = self.t(1, bytes(ctx.attn), What::Input);
+            let st = self.t(1, bytes(ctx.attn), What::Input);
+            let w = self.t(s.batch * s.seq * s.seq, bytes(ctx.attn), What::Scores);
+            self.drop(st);
+            self.drop(z);
+            self.drop(le);
+            Some(w)
+        } else {
+            None
+        };
+        let _ = mask;
+        let (cos, sin) = self.rotary(bytes(ctx.resid));
+        self.causal = causal;
+        self.tp.keep(emb.t);
+        let mut hcur = emb;
+        let saved_mode = self.tp.mode;
+        for li in 0..self.layers.len() {
+            if s.grad_ckpt {
+                self.tp.mode = Mode::Discard;
+                self.tp.layer = Some(li as u32);
+                self.tp.begin_checkpoint(li as u32);
+                self.tp.keep(hcur.t);
+                self.tp.keep(cos.t);
+                self.tp.keep(sin.t);
+                if self.ckpt_in.len() <= li {
+                    self.ckpt_in.resize(li + 1, None);
+                }
+                self.ckpt_in[li] = Some((hcur, cos, sin));
+            }
+            let hn = self.layer(hcur, li, cos, sin, causal);
+            self.tp.mode = saved_mode;
+            self.tp.layer = None;
+            self.drop(hcur);
+            hcur = hn;
+        }
+        let fin = self.rmsnorm(hcur, h);
+        self.drop(hcur);
+        self.drop(pos);
+        self.drop(emb);
+        if let Some(c) = causal {
+            self.drop(c);
+        }
+        // lm_head + loss
+        let v = a.vocab_size;
+        let head = self.lm_head.map(|p| p.x).unwrap_or(self.params[0].x);
+        let logits_es = bytes(ctx.logits);
+        let logits = self.linear(fin, head, tokens * v, logits_es, What::Logits);
+        let (g, loss) = self.loss(logits, labels);
+        self.drop(fin);
+        self.drop(logits);
+        self.drop(cos);
+        self.drop(sin);
+        (g, loss)
+    }
+
+    fn loss(&mut self, logits: X, labels: X) -> (G, X) {
+        let s = self.ctx.s;
+        let mut cur = logits;
+        self.tp.keep(cur.t);
+        if self.ctx.arch.final_softcap() {
+            let d = self.mul_const(cur, What::Logits);
+            self.drop(cur);
+            let t = self.unary(d, d.es, What::Logits, false, true);
+            self.drop(d);
+            let m = self.mul_const(t, What::Logits);
+            self.drop(t);
+            cur = m;
+        }
+        let f = self.cast(cur, 4, What::Logits);
+        self.drop(cur);
+        let _ = labels;
+        let pad = self.t(s.batch * (s.seq + 1), 8, What::Loss);
+        let shift = if s.batch > 1 {
+            let c = self.t(s.batch * s.seq, 8, What::Loss);
+            self.drop(pad);
+            c
+        } else {
+            pad
+        };
+        let ls = {
+            let mut y = self.t(f.n, 4, What::Loss);
+            y.g = self.tp.node(Op::Softmax, f.n, 4, &[Self::edge(&f)], &[y.t]);
+            y
+        };
+        let mut loss = self.t(1, 4, What::Loss);
+        let tw = self.t(1, 4, What::Loss);
+        loss.g = self
+            .tp
+            .node(Op::NllLoss, 1, 4, &[Self::edge(&ls)], &[ls.t, shift.t, tw.t]);
+        self.drop(tw);
+        self.drop(shift);
+        self.drop(f);
+        self.drop(ls);
+        (loss.g, loss)
+    }
+
+    // ------------------------------------------------------------ backward
+
+    fn backward(&mut self, root: G, loss: X) {
+        let one = self.t(1, 4, What::Grad);
+        self.tp.keep(one.t);
+        self.tp.seed(root, one.t);
+        let mut i = self.tp.node_count();
+        while i > 0 {
+            i -= 1;
+            if !self.tp.has_grad(i) {
+                continue;
+            }
+            if let Some(l) = self.tp.needs_recompute(i) {
+                self.recompute(l);
+            }
+            self.tp.run(i);
+            self.peak = self.peak.max(self.tp.live);
+            // The checkpoint of a layer is released with the layer's first node.
+            for l in 0..self.ckpt_in.len() {
+                if self.ckpt_in[l].is_some() && self.tp.layer_first_node(l as u32) == Some(i) {
+                    let (h, c, s) = self.ckpt_in[l].take().unwrap_or((one_x(), one_x(), one_x()));
+                    self.drop(h);
+                    self.drop(c);
+                    self.drop(s);
+                }
+            }
+        }
+        self.tp.drop_t(one.t);
+        for l in 0..self.ckpt_in.len() {
+            if let Some((h, c, s)) = self.ckpt_in[l].take() {
+                self.drop(h);
+                self.drop(c);
+                self.drop(s);
+            }
+        }
+        self.tp.free_graph();
+        // Parameter gradients: the first one for a parameter is stored as is.
+        let pg = std::mem::take(&mut self.tp.param_grads);
+        let mut leaf = vec![];
+        for (p, t) in pg {
+            if p == u32::MAX {
+                leaf.push(t);
+                continue;
+            }
+            match self.grads[p as usize] {
+                None => self.grads[p as usize] = Some(t),
+                Some(_) => self.tp.drop_t(t),
+            }
+        }
+        for t in leaf {
+            self.tp.drop_t(t);
+        }
+        self.drop(loss);
+    }
+
+    /// Recomputes checkpointed `layer` from its saved input until its last saved tensor exists.
+    fn recompute(&mut self, layer: u32) {
+        let Some((h, cos, sin)) = self.ckpt_in.get(layer as usize).copied().flatten() else {
+            return;
+        };
+        self.tp.begin_recompute(layer);
+        self.tp.layer = Some(layer);
+        let mask = self.causal;
+        let out = self.layer(h, layer as usize, cos, sin, mask);
+        self.drop(out);
+        self.tp.layer = None;
+        self.tp.end_recompute();
+    }
+
+    // ----------------------------------------------------------- optimizer
+
+    fn optimizer(&mut self, step: u8) {
+        let s = self.ctx.s;
+        let tr = self.trainable.clone();
+        match s.optimizer {
+            Optimizer::AdamwTorchFused | Optimizer::AdamwTorch | Optimizer::AdamwTorchForeach => {
+                if step == 1 {
+                    for &p in &tr {
+                        let x = self.params[p as usize].x;
+                        let a = self.t(1, 4, What::OptState);
+                        let b = self.t(x.n, x.es, What::OptState);
+                        let c = self.t(x.n, x.es, What::OptState);
+                        self.states.extend([a.t, b.t, c.t]);
+                    }
+                }
+            }
+            Optimizer::SgdMomentum => {
+                if step == 1 {
+                    for &p in &tr {
+                        let x = self.params[p as usize].x;
+                        let b = self.t(x.n, x.es, What::OptState);
+                        self.states.push(b.t);
+                    }
+                }
+            }
+            Optimizer::Adamw8bit => {
+                if step == 1 {
+                    for &p in &tr {
+                        let x = self.params[p as usize].x;
+                        let a = self.t(x.n, 1, What::OptState);
+                        let b = self.t(x.n, 1, What::OptState);
+                        let c = self.t(x.n.div_ceil(256), 4, What::OptState);
+                        let d = self.t(x.n.div_ceil(256), 4, What::OptState);
+                        self.states.extend([a.t, b.t, c.t, d.t]);
+                    }
+                }
+            }
+            Optimizer::Adafactor => {
+                if step == 1 {
+                    for &p in &tr {
+                        let x = self.params[p as usize].x;
+                        let a = self.t(x.n.min(1 << 20), 4, What::OptState);
+                        self.states.push(a.t);
+                    }
+                }
+            }
+            Optimizer::Sgd | Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit => {}
+        }
+    }
+
+    fn zero_grad(&mut self) {
+        let tr = self.trainable.clone();
+        for p in tr {
+            if let Some(t) = self.grads[p as usize].take() {
+                self.tp.drop_t(t);
+            }
+        }
+    }
+}
+
+/// Runs setup, inputs and two training steps.
+pub(super) fn run(ctx: &Ctx) -> Trace {
+    let mut p = Prog {
+        ctx,
+        tp: Tape::new(),
+        params: vec![],
+        trainable: vec![],
+        layers: vec![],
+        lm_head: None,
+        states: vec![],
+        phases: vec![],
+        peak: 0,
+        grads: vec![],
+        ckpt_in: vec![],
+        causal: None,
+    };
+    p.phase(0, StepPhase::Setup);
+    p.setup();
+    p.phase(0, StepPhase::Inputs);
+    let (ids, labels, mask) = p.inputs();
+    for step in 1..=2u8 {
+        p.phase(step, StepPhase::Forward);
+        let (root, loss) = p.forward(ids, labels, mask);
+        p.phase(step, StepPhase::Backward);
+        p.backward(root, loss);
+        p.phase(step, StepPhase::Optimizer);
+        p.optimizer(step);
+        p.phase(step, StepPhase::ZeroGrad);
+        p.zero_grad();
+    }
+    let peak = p.peak.max(p.tp.live);
+    let _ = Event::Free { id: 0 };
+    Trace {
+        events: p.tp.events,
+        labels: p.tp.labels,
+        phases: p.phases,
+        peak_live_bytes: peak,
+    }
+}
