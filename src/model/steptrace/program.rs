@@ -37,18 +37,14 @@ struct Prog<'c, 'a> {
     grads: Vec<Option<u32>>,
     /// Checkpointed layers' inputs (with the rotary tables their recomputation needs).
     ckpt_in: Vec<Option<(X, X, X)>>,
+    /// The embedding output as a leaf needing a gradient (checkpointing).
+    emb_leaf: Option<X>,
+    /// position_ids of the current step.
+    pos: Option<X>,
     /// The 4-D mask of the current step, if any.
     causal: Option<X>,
 }
 
-fn one_x() -> X {
-    X {
-        t: 0,
-        n: 0,
-        es: 0,
-        g: G::No,
-    }
-}
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
     d.bytes() as u64
@@ -539,11 +535,11 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(vk);
             o
         };
+        let o = self.lora_linear(out, &lins[3]);
+        self.drop(out);
         self.drop(qe);
         self.drop(ke);
         self.drop(vv);
-        let o = self.lora_linear(out, &lins[3]);
-        self.drop(out);
         o
     }
 
@@ -619,7 +615,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             on,
             es,
             &[Self::edge(&p), Self::edge(&vv)],
-            &[p.t, vv.t],
+            &[vv.t, p.t],
         );
         self.drop(p);
         // transpose(1, 2).contiguous()
@@ -706,8 +702,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         let _ = ids;
         let mut emb = self.t(tokens * h, aux, What::Hidden);
         if s.grad_ckpt {
-            // enable_input_require_grads: the embedding output becomes a leaf needing a gradient.
+            // enable_input_require_grads: the embedding output becomes a leaf needing a gradient;
+            // its AccumulateGrad node keeps it until the graph is freed.
             emb.g = G::Param(u32::MAX);
+            self.tp.keep(emb.t);
+            self.emb_leaf = Some(emb);
         }
         if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
             let norm = self.t(1, aux, What::Hidden);
@@ -754,10 +753,11 @@ impl<'c, 'a> Prog<'c, 'a> {
             if s.grad_ckpt {
                 self.tp.mode = Mode::Discard;
                 self.tp.layer = Some(li as u32);
-                self.tp.begin_checkpoint(li as u32);
-                self.tp.keep(hcur.t);
-                self.tp.keep(cos.t);
-                self.tp.keep(sin.t);
+                let mut keeps = vec![hcur.t, pos.t, cos.t, sin.t];
+                if let Some(c) = causal {
+                    keeps.push(c.t);
+                }
+                self.tp.begin_checkpoint(li as u32, &keeps);
                 if self.ckpt_in.len() <= li {
                     self.ckpt_in.resize(li + 1, None);
                 }
@@ -847,25 +847,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             self.tp.run(i);
             self.peak = self.peak.max(self.tp.live);
-            // The checkpoint of a layer is released with the layer's first node.
-            for l in 0..self.ckpt_in.len() {
-                if self.ckpt_in[l].is_some() && self.tp.layer_first_node(l as u32) == Some(i) {
-                    let (h, c, s) = self.ckpt_in[l].take().unwrap_or((one_x(), one_x(), one_x()));
-                    self.drop(h);
-                    self.drop(c);
-                    self.drop(s);
-                }
-            }
         }
         self.tp.drop_t(one.t);
-        for l in 0..self.ckpt_in.len() {
-            if let Some((h, c, s)) = self.ckpt_in[l].take() {
-                self.drop(h);
-                self.drop(c);
-                self.drop(s);
-            }
-        }
-        self.tp.free_graph();
+        self.ckpt_in.clear();
         // Parameter gradients: the first one for a parameter is stored as is.
         let pg = std::mem::take(&mut self.tp.param_grads);
         let mut leaf = vec![];
@@ -879,9 +863,15 @@ impl<'c, 'a> Prog<'c, 'a> {
                 Some(_) => self.tp.drop_t(t),
             }
         }
+        // `del loss` frees the graph: the embedding leaf (its .grad first), saved tensors of
+        // nodes that never ran, then the loss itself.
         for t in leaf {
             self.tp.drop_t(t);
         }
+        if let Some(e) = self.emb_leaf.take() {
+            self.drop(e);
+        }
+        self.tp.free_graph();
         self.drop(loss);
     }
 
@@ -974,6 +964,8 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         peak: 0,
         grads: vec![],
         ckpt_in: vec![],
+        pos: None,
+        emb_leaf: None,
         causal: None,
     };
     p.phase(0, StepPhase::Setup);

@@ -149,6 +149,9 @@ pub(super) struct Tape {
     pub param_grads: Vec<(u32, T)>,
     /// First node of each checkpointed layer.
     layer_start: Vec<(u32, usize)>,
+    /// Per checkpointed layer: the first node that saved something (its release frees the
+    /// checkpoint) and the tensors the checkpoint keeps (its inputs).
+    ckpt: Vec<(u32, Option<usize>, Vec<T>)>,
     /// Peak tracking of live bytes.
     pub live: u64,
 }
@@ -169,6 +172,7 @@ impl Tape {
             stopped: false,
             param_grads: vec![],
             layer_start: vec![],
+            ckpt: vec![],
             live: 0,
         }
     }
@@ -252,7 +256,16 @@ impl Tape {
             self.nodes[i].pending = 0;
             if i >= self.re_last {
                 // Early stop: every saved tensor exists again; the rest of the forward is skipped
-                // and its Python frames release their locals, newest first.
+                // and its Python frames release their locals, newest first. Inputs are saved
+                // before the op runs, so an op saving only inputs never allocates its output.
+                if let Some(&Event::Alloc { id, bytes }) = self.events.last() {
+                    if !saved.contains(&id) {
+                        self.events.pop();
+                        self.live -= bytes;
+                        self.refs[id as usize] = 0;
+                        self.re_locals.retain(|&t| t != id);
+                    }
+                }
                 let locals = std::mem::take(&mut self.re_locals);
                 for &t in locals.iter().rev() {
                     self.release(t);
@@ -270,6 +283,13 @@ impl Tape {
             }
         }
         let idx = self.nodes.len();
+        if !keep && !saved.is_empty() {
+            if let Some(c) = self.ckpt.last_mut() {
+                if Some(c.0) == self.layer && c.1.is_none() {
+                    c.1 = Some(idx);
+                }
+            }
+        }
         self.nodes.push(Node {
             op,
             out_n,
@@ -283,9 +303,14 @@ impl Tape {
         G::Node(idx as u32)
     }
 
-    /// Marks the start of a checkpointed layer's forward.
-    pub fn begin_checkpoint(&mut self, layer: u32) {
+    /// Marks the start of a checkpointed layer's forward; the checkpoint takes a reference to
+    /// each of `keeps` (its inputs) until the layer's saved tensors are all released.
+    pub fn begin_checkpoint(&mut self, layer: u32, keeps: &[T]) {
         self.layer_start.push((layer, self.nodes.len()));
+        for &t in keeps {
+            self.keep(t);
+        }
+        self.ckpt.push((layer, None, keeps.to_vec()));
     }
 
     /// Starts recomputing `layer`: its nodes from the first one are filled again.
@@ -436,6 +461,14 @@ impl Tape {
                 }
             }
         }
+        // Outputs of the formula no input needs die with its result.
+        for (k, slot) in grads.iter_mut().enumerate() {
+            if !wants(k) {
+                if let Some(t) = slot.take() {
+                    self.drop_t(t);
+                }
+            }
+        }
         if unpacked {
             // Unpacked saved tensors die with the formula's locals, last unpacked first.
             for &s in node.saved.iter().rev() {
@@ -468,6 +501,14 @@ impl Tape {
                 self.drop_t(s);
             }
         }
+        if let Some(l) = node.layer {
+            if let Some(k) = self.ckpt.iter().position(|c| c.0 == l && c.1 == Some(i)) {
+                let keeps = std::mem::take(&mut self.ckpt[k].2);
+                for t in keeps.into_iter().rev() {
+                    self.drop_t(t);
+                }
+            }
+        }
         for (k, e) in node.edges.iter().enumerate() {
             let Some(t) = grads[k] else { continue };
             self.deliver(e.to, t);
@@ -477,7 +518,20 @@ impl Tape {
     fn deliver(&mut self, to: G, t: T) {
         match to {
             G::No => self.drop_t(t),
-            G::Param(p) => self.param_grads.push((p, t)),
+            G::Param(p) => {
+                // AccumulateGrad: the first gradient becomes `.grad`, a later one is added.
+                match self.param_grads.iter().position(|&(q, _)| q == p) {
+                    None => self.param_grads.push((p, t)),
+                    Some(k) => {
+                        let old = self.param_grads[k].1;
+                        let b = self.bytes[t as usize].max(self.bytes[old as usize]);
+                        let s = self.new_t(b, What::ParamGrad);
+                        self.drop_t(old);
+                        self.drop_t(t);
+                        self.param_grads[k].1 = s;
+                    }
+                }
+            }
             G::Node(j) => {
                 let j = j as usize;
                 match self.nodes[j].buf {
@@ -506,6 +560,11 @@ impl Tape {
             }
         }
         self.layer_start.clear();
+        for (_, _, keeps) in std::mem::take(&mut self.ckpt) {
+            for t in keeps {
+                self.drop_t(t);
+            }
+        }
     }
 
     /// Bytes of a storage.
