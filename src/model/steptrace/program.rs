@@ -37,6 +37,8 @@ struct Prog<'c, 'a> {
     grads: Vec<Option<u32>>,
     /// Checkpointed layers' inputs (with the rotary tables their recomputation needs).
     ckpt_in: Vec<Option<(X, X, X)>>,
+    /// Autocast's cached casts of trainable weights (freed when the context exits).
+    ac_cache: Vec<X>,
     /// The embedding output as a leaf needing a gradient (checkpointing).
     emb_leaf: Option<X>,
     /// position_ids of the current step.
@@ -275,7 +277,12 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// `torch.matmul(x, W.t())` with a weight: frozen (`w.g == No`) or trainable.
     fn linear(&mut self, x: X, w: X, out_n: u64, es: u64, what: What) -> X {
         let mut y = self.t(out_n, es, what);
+        // MmBackward0 saves mat2 (the weight) for the input's gradient and self (the input) for
+        // the weight's; released as mat2_, self_.
         let mut saved = vec![];
+        if x.grad() {
+            saved.push(w.t);
+        }
         if w.grad() {
             saved.push(x.t);
         }
@@ -296,6 +303,27 @@ impl<'c, 'a> Prog<'c, 'a> {
             &saved,
         );
         y
+    }
+
+    /// `F.linear(x, w)`, under autocast with both operands cast to the autocast dtype first.
+    fn matmul(&mut self, x: X, w: X, out_n: u64, what: What) -> X {
+        match self.ctx.s.autocast {
+            None => self.linear(x, w, out_n, x.es, what),
+            Some(ac) => {
+                let es = bytes(ac);
+                let wc = self.cast(w, es, What::WeightCopy);
+                if w.grad() && wc.t != w.t {
+                    // Autocast caches the casts of trainable leaves until the context exits.
+                    self.tp.keep(wc.t);
+                    self.ac_cache.push(wc);
+                }
+                let xc = self.cast(x, es, What::WeightCopy);
+                let y = self.linear(xc, wc, out_n, es, what);
+                self.drop(xc);
+                self.drop(wc);
+                y
+            }
+        }
     }
 
     /// RMSNorm (llama style; Gemma's adds `1 + weight` in fp32 and casts at the end).
@@ -361,8 +389,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         let tokens = x.n / lin.shape.in_features as u64;
         let out_n = tokens * lin.shape.out_features as u64;
         let in_n = x.n;
-        let mod_es = x.es;
-        let result = self.linear(x, lin.w.x, out_n, mod_es, What::LinearOut);
+        let result = self.base_linear(x, lin, out_n);
+        let mod_es = result.es;
         let Some((la, lb)) = lin.lora else {
             return result;
         };
@@ -377,13 +405,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(mask);
             y
         } else {
-            self.tp.keep(xc.t);
             xc
         };
         let r = s.lora_r;
-        let a_out = self.linear(d, la.x, tokens * r, ad, What::Lora);
-        self.drop(d);
-        let b_out = self.linear(a_out, lb.x, out_n, ad, What::Lora);
+        let a_out = self.matmul(d, la.x, tokens * r, What::Lora);
+        if s.lora_dropout > 0.0 {
+            self.drop(d);
+        }
+        let b_out = self.matmul(a_out, lb.x, out_n, What::Lora);
         self.drop(a_out);
         let scaled = self.mul_const(b_out, What::Lora);
         self.drop(b_out);
@@ -396,14 +425,20 @@ impl<'c, 'a> Prog<'c, 'a> {
         out
     }
 
+    /// The frozen base layer of a Linear (bf16/fp32 weight, or bitsandbytes 4-bit).
+    fn base_linear(&mut self, x: X, lin: &Lin, out_n: u64) -> X {
+        self.matmul(x, lin.w.x, out_n, What::LinearOut)
+    }
+
     /// `q * cos + rotate_half(q) * sin`.
     fn rope(&mut self, q: X, cos: X, sin: X) -> X {
         let half = q.n / 2;
+        let pe = q.es.max(cos.es);
         let m1 = {
-            let mut y = self.t(q.n, q.es, What::Rope);
+            let mut y = self.t(q.n, pe, What::Rope);
             y.g = self
                 .tp
-                .node(Op::MulConst, q.n, q.es, &[Self::edge(&q)], &[cos.t]);
+                .node(Op::MulConst, q.n, pe, &[Self::edge(&q)], &[cos.t]);
             y
         };
         let slice = |p: &mut Self| -> G {
@@ -437,10 +472,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         };
         self.drop(neg);
         let m2 = {
-            let mut y = self.t(q.n, q.es, What::Rope);
+            let mut y = self.t(q.n, pe, What::Rope);
             y.g = self
                 .tp
-                .node(Op::MulConst, q.n, q.es, &[Self::edge(&cat)], &[sin.t]);
+                .node(Op::MulConst, q.n, pe, &[Self::edge(&cat)], &[sin.t]);
             y
         };
         self.drop(cat);
@@ -502,16 +537,21 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             let efficient = ctx.attn == crate::model::dtype::Dtype::Fp32 || s.padded_mask;
             let rep = heads / a.kv_heads().max(1);
+            // Under autocast the kernel's inputs are cast to the autocast dtype (kept for backward).
+            // (autocast's wrapper casts the arguments right to left)
+            let vc = self.cast(vv, ad, What::Attention);
+            let kc = self.cast(ke, ad, What::Attention);
+            let qc = self.cast(qe, ad, What::Attention);
             let (kk, vk) = if s.padded_mask && rep > 1 {
-                (
-                    self.repeat_kv(ke, rep),
-                    self.repeat_kv(vv, rep),
-                )
+                (self.repeat_kv(kc, rep), self.repeat_kv(vc, rep))
             } else {
-                self.tp.keep(ke.t);
-                self.tp.keep(vv.t);
-                (ke, vv)
+                self.tp.keep(kc.t);
+                self.tp.keep(vc.t);
+                (kc, vc)
             };
+            self.drop(kc);
+            self.drop(vc);
+            let qe = qc;
             let mut o = self.t(tokens * heads * hd, ad, What::Attention);
             let rows = if efficient { sq.div_ceil(32) * 32 } else { sq };
             let lse = self.t(b * heads * rows, 4, What::Attention);
@@ -533,6 +573,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(off);
             self.drop(kk);
             self.drop(vk);
+            self.drop(qe);
             o
         };
         let o = self.lora_linear(out, &lins[3]);
@@ -771,22 +812,45 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         let fin = self.rmsnorm(hcur, h);
         self.drop(hcur);
-        self.drop(pos);
-        self.drop(emb);
-        if let Some(c) = causal {
-            self.drop(c);
+        // Locals die in declaration order; families that gather the mask arguments in a dict
+        // (`mask_kwargs`) release the embedding output before the position ids.
+        let mask_kwargs = matches!(
+            a.family,
+            Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Gemma3
+        );
+        if mask_kwargs {
+            if let Some(c) = causal {
+                self.drop(c);
+            }
+            self.drop(emb);
+            self.drop(pos);
+        } else {
+            self.drop(pos);
+            self.drop(emb);
+            if let Some(c) = causal {
+                self.drop(c);
+            }
         }
         // lm_head + loss
         let v = a.vocab_size;
         let head = self.lm_head.map(|p| p.x).unwrap_or(self.params[0].x);
         let logits_es = bytes(ctx.logits);
-        let logits = self.linear(fin, head, tokens * v, logits_es, What::Logits);
+        let logits = self.matmul(fin, head, tokens * v, What::Logits);
+        debug_assert_eq!(logits.es, logits_es);
         let (g, loss) = self.loss(logits, labels);
         self.drop(fin);
-        self.drop(logits);
         self.drop(cos);
         self.drop(sin);
+        // Leaving `with autocast:` clears its cache; `del out` then frees the logits.
+        self.clear_autocast_cache();
+        self.drop(logits);
         (g, loss)
+    }
+
+    fn clear_autocast_cache(&mut self) {
+        for x in std::mem::take(&mut self.ac_cache) {
+            self.drop(x);
+        }
     }
 
     fn loss(&mut self, logits: X, labels: X) -> (G, X) {
@@ -806,11 +870,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(cur);
         let _ = labels;
         let pad = self.t(s.batch * (s.seq + 1), 8, What::Loss);
+        // labels[..., 1:].contiguous() copies unless the batch is a single row.
         let shift = if s.batch > 1 {
-            let c = self.t(s.batch * s.seq, 8, What::Loss);
-            self.drop(pad);
-            c
+            self.t(s.batch * s.seq, 8, What::Loss)
         } else {
+            self.tp.keep(pad.t);
             pad
         };
         let ls = {
@@ -824,8 +888,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             .tp
             .node(Op::NllLoss, 1, 4, &[Self::edge(&ls)], &[ls.t, shift.t, tw.t]);
         self.drop(tw);
-        self.drop(shift);
         self.drop(f);
+        self.drop(pad);
+        self.drop(shift);
         self.drop(ls);
         (loss.g, loss)
     }
@@ -885,6 +950,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let mask = self.causal;
         let out = self.layer(h, layer as usize, cos, sin, mask);
         self.drop(out);
+        self.clear_autocast_cache();
         self.tp.layer = None;
         self.tp.end_recompute();
     }
@@ -966,6 +1032,7 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         ckpt_in: vec![],
         pos: None,
         emb_leaf: None,
+        ac_cache: vec![],
         causal: None,
     };
     p.phase(0, StepPhase::Setup);
