@@ -170,10 +170,12 @@ impl<'c, 'a> Prog<'c, 'a> {
                 let n = (l.in_features * l.out_features) as u64;
                 let blocks = n.div_ceil(64);
                 if ctx.s.double_quant {
+                    // absmax (uint8), code, offset, nested absmax, nested code
                     self.t(blocks, 1, What::QuantState);
+                    self.t(16, 4, What::QuantState);
+                    self.t(1, 4, What::QuantState);
                     self.t(blocks.div_ceil(256), 4, What::QuantState);
                     self.t(256, 4, What::QuantState);
-                    self.t(16, 4, What::QuantState);
                 } else {
                     self.t(blocks, 4, What::QuantState);
                     self.t(16, 4, What::QuantState);
@@ -203,7 +205,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// `x.to(dtype)`: a copy when the dtype changes.
     fn cast(&mut self, x: X, es: u64, what: What) -> X {
         if x.es == es {
-            self.tp.keep(x.t);
+            self.tp.keep_local(x.t);
             return x;
         }
         let mut y = self.t(x.n, es, what);
@@ -314,7 +316,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 let wc = self.cast(w, es, What::WeightCopy);
                 if w.grad() && wc.t != w.t {
                     // Autocast caches the casts of trainable leaves until the context exits.
-                    self.tp.keep(wc.t);
+                    self.tp.keep_local(wc.t);
                     self.ac_cache.push(wc);
                 }
                 let xc = self.cast(x, es, What::WeightCopy);
@@ -395,13 +397,19 @@ impl<'c, 'a> Prog<'c, 'a> {
             return result;
         };
         let ad = bytes(s.adapter_dtype);
-        let xc = self.cast(x, ad, What::LoraCast);
+        // peft's bnb layers skip the input cast under autocast.
+        let xc = if s.quant.is_some() && s.autocast.is_some() {
+            self.tp.keep_local(x.t);
+            x
+        } else {
+            self.cast(x, ad, What::LoraCast)
+        };
         let d = if s.lora_dropout > 0.0 {
-            let mut y = self.t(in_n, ad, What::Dropout);
+            let mut y = self.t(in_n, xc.es, What::Dropout);
             let mask = self.t(in_n, 1, What::DropoutMask);
             y.g = self
                 .tp
-                .node(Op::Unary, in_n, ad, &[Self::edge(&xc)], &[mask.t]);
+                .node(Op::Unary, in_n, xc.es, &[Self::edge(&xc)], &[mask.t]);
             self.drop(mask);
             y
         } else {
@@ -417,6 +425,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         let scaled = self.mul_const(b_out, What::Lora);
         self.drop(b_out);
         let sum = self.add(result, scaled, What::Lora);
+        if s.quant.is_some() {
+            // peft's bnb layer: `result = result + output` (no cast back).
+            self.drop(result);
+            self.drop(scaled);
+            self.drop(xc);
+            return sum;
+        }
         self.drop(scaled);
         self.drop(result);
         let out = self.cast(sum, mod_es, What::LinearOut);
@@ -427,7 +442,34 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// The frozen base layer of a Linear (bf16/fp32 weight, or bitsandbytes 4-bit).
     fn base_linear(&mut self, x: X, lin: &Lin, out_n: u64) -> X {
-        self.matmul(x, lin.w.x, out_n, What::LinearOut)
+        if self.ctx.s.quant.is_none() {
+            return self.matmul(x, lin.w.x, out_n, What::LinearOut);
+        }
+        // bnb Linear4bit: x.to(compute_dtype), gemm_4bit, out.to(input dtype); then peft's
+        // `result.clone()`.
+        let ce = bytes(self.ctx.s.dtype);
+        let xc = self.cast(x, ce, What::LoraCast);
+        let n = (lin.shape.in_features * lin.shape.out_features) as u64;
+        let absmax_n = if self.ctx.s.double_quant {
+            n.div_ceil(64)
+        } else {
+            0
+        };
+        let mut g = self.t(out_n, ce, What::LinearOut);
+        g.g = self.tp.node(
+            Op::Dequant4 { w_n: n, absmax_n },
+            out_n,
+            ce,
+            &[Self::edge(&xc)],
+            &[],
+        );
+        let o = self.cast(g, x.es, What::LinearOut);
+        self.drop(g);
+        self.drop(xc);
+        let mut c = self.t(o.n, o.es, What::LinearOut);
+        c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
+        self.drop(o);
+        c
     }
 
     /// `q * cos + rotate_half(q) * sin`.
@@ -488,7 +530,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// A view + transpose whose backward `reshape` must copy.
     fn view_clone(&mut self, x: X) -> X {
         let mut y = x;
-        self.tp.keep(x.t);
+        self.tp.keep_local(x.t);
         y.g = self
             .tp
             .node(Op::ViewClone, x.n, x.es, &[Self::edge(&x)], &[]);
@@ -545,8 +587,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             let (kk, vk) = if s.padded_mask && rep > 1 {
                 (self.repeat_kv(kc, rep), self.repeat_kv(vc, rep))
             } else {
-                self.tp.keep(kc.t);
-                self.tp.keep(vc.t);
+                self.tp.keep_local(kc.t);
+                self.tp.keep_local(vc.t);
                 (kc, vc)
             };
             self.drop(kc);
@@ -607,8 +649,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         let (kk, vv) = if rep > 1 {
             (self.repeat_kv(k, rep), self.repeat_kv(v, rep))
         } else {
-            self.tp.keep(k.t);
-            self.tp.keep(v.t);
+            self.tp.keep_local(k.t);
+            self.tp.keep_local(v.t);
             (k, v)
         };
         let sn = b * heads * sq * sq;
@@ -714,13 +756,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ss = self.t(sq * hd, 4, What::Rotary);
         self.drop(sn);
         let cos = if es == 4 {
-            self.tp.keep(cs.t);
+            self.tp.keep_local(cs.t);
             cs
         } else {
             self.t(sq * hd, es, What::Rotary)
         };
         let sin = if es == 4 {
-            self.tp.keep(ss.t);
+            self.tp.keep_local(ss.t);
             ss
         } else {
             self.t(sq * hd, es, What::Rotary)
@@ -746,7 +788,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             // enable_input_require_grads: the embedding output becomes a leaf needing a gradient;
             // its AccumulateGrad node keeps it until the graph is freed.
             emb.g = G::Param(u32::MAX);
-            self.tp.keep(emb.t);
+            self.tp.keep_local(emb.t);
             self.emb_leaf = Some(emb);
         }
         if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
@@ -787,7 +829,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let _ = mask;
         let (cos, sin) = self.rotary(bytes(ctx.resid));
         self.causal = causal;
-        self.tp.keep(emb.t);
+        self.tp.keep_local(emb.t);
         let mut hcur = emb;
         let saved_mode = self.tp.mode;
         for li in 0..self.layers.len() {
@@ -856,7 +898,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn loss(&mut self, logits: X, labels: X) -> (G, X) {
         let s = self.ctx.s;
         let mut cur = logits;
-        self.tp.keep(cur.t);
+        self.tp.keep_local(cur.t);
         if self.ctx.arch.final_softcap() {
             let d = self.mul_const(cur, What::Logits);
             self.drop(cur);
@@ -874,7 +916,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let shift = if s.batch > 1 {
             self.t(s.batch * s.seq, 8, What::Loss)
         } else {
-            self.tp.keep(pad.t);
+            self.tp.keep_local(pad.t);
             pad
         };
         let ls = {

@@ -96,6 +96,9 @@ pub(super) enum Op {
     NllLoss,
     /// Batched matmul of two activations (eager attention): gradient of the second input first.
     Bmm,
+    /// bitsandbytes 4-bit matmul backward: dequantize the nested absmax (`absmax_n` fp32 values,
+    /// double quantization) and the weight (`w_n` values in the compute dtype), then `grad @ W`.
+    Dequant4 { w_n: u64, absmax_n: u64 },
 }
 
 #[derive(Clone, Debug)]
@@ -200,6 +203,18 @@ impl Tape {
     pub fn keep(&mut self, t: T) {
         if !self.stopped {
             self.refs[t as usize] += 1;
+        }
+    }
+
+    /// One more reference held by the program (a Python variable): dropped at a recomputation's
+    /// early stop like the program's other locals.
+    pub fn keep_local(&mut self, t: T) {
+        if self.stopped {
+            return;
+        }
+        self.refs[t as usize] += 1;
+        if self.mode == Mode::Recompute {
+            self.re_locals.push(t);
         }
     }
 
@@ -453,6 +468,16 @@ impl Tape {
                     let e = node.edges[0];
                     grads[0] = Some(self.new_t(e.n * node.out_es, what));
                 }
+            }
+            Op::Dequant4 { w_n, absmax_n } => {
+                let a = (absmax_n > 0).then(|| self.new_t(absmax_n * 4, What::BackwardTemp));
+                let w = self.new_t(w_n * node.out_es, What::WeightCopy);
+                if let Some(a) = a {
+                    self.drop_t(a);
+                }
+                let e = node.edges[0];
+                grads[0] = Some(self.new_t(e.n * node.out_es, what));
+                self.drop_t(w);
             }
             Op::Attention => {
                 for (k, slot) in grads.iter_mut().enumerate() {
