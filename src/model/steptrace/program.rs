@@ -37,6 +37,8 @@ struct Prog<'c, 'a> {
     grads: Vec<Option<u32>>,
     /// Checkpointed layers' inputs (with the rotary tables their recomputation needs).
     ckpt_in: Vec<Option<(X, X, X)>>,
+    /// The sliding-window mask of the current step (Gemma, eager).
+    sliding: Option<X>,
     /// Autocast's cached casts of trainable weights (freed when the context exits).
     ac_cache: Vec<X>,
     /// The embedding output as a leaf needing a gradient (checkpointing).
@@ -149,6 +151,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         if s.modules_to_save.contains(&SavedModule::LmHead) {
             let copy = self.param(v * h, aux, true, What::Trainable);
             self.lm_head = Some(copy);
+        }
+        if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
+            self.t(1, aux, What::Buffer);
         }
         // Rotary inverse frequencies (+ the original copy).
         let half = a.head_dim() / 2;
@@ -328,7 +333,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    /// RMSNorm (llama style; Gemma's adds `1 + weight` in fp32 and casts at the end).
+    /// RMSNorm over rows of `width`: llama's (`hidden.to(fp32)`, variance, rsqrt, cast back,
+    /// times the weight) or Gemma's (`x * rsqrt(mean(x²) + eps)` in fp32, times `1 + weight`).
     fn rmsnorm(&mut self, x: X, width: u64) -> X {
         let rows = x.n / width;
         let gemma = matches!(self.ctx.arch.family, Family::Gemma2 | Family::Gemma3);
@@ -351,6 +357,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             y.g = self.tp.node(Op::Pass, rows, 4, &[Self::edge(&var)], &[]);
             y
         };
+        if gemma {
+            self.drop(var);
+        }
         let rs = {
             let mut y = self.t(rows, 4, What::Norm);
             let g = self
@@ -362,23 +371,30 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(eps);
         let normed = self.mul(hs, rs, hs.n, 4, What::Norm);
         self.drop(rs);
-        self.drop(hs);
-        let out = if gemma {
+        if gemma {
+            // `self._norm(x.float())`: the fp32 copy dies with `_norm`.
+            self.drop(hs);
             // output * (1.0 + self.weight.float()), then .type_as(x)
             let wf = self.t(width, 4, What::Norm);
             let w1 = self.t(width, 4, What::Norm);
             self.drop(wf);
-            let o = self.mul_const(normed, What::Norm);
+            let o = {
+                let mut y = self.t(normed.n, 4, What::Norm);
+                y.g = self
+                    .tp
+                    .node(Op::MulConst, normed.n, 4, &[Self::edge(&normed)], &[w1.t]);
+                y
+            };
             self.drop(w1);
+            self.drop(normed);
             let o2 = self.cast(o, x.es, What::Hidden);
             self.drop(o);
-            o2
-        } else {
-            let c = self.cast(normed, x.es, What::Hidden);
-            let o = self.mul_const(c, What::Hidden);
-            self.drop(c);
-            o
-        };
+            return o2;
+        }
+        self.drop(hs);
+        let c = self.cast(normed, x.es, What::Hidden);
+        let out = self.mul_const(c, What::Hidden);
+        self.drop(c);
         self.drop(normed);
         self.drop(var);
         out
@@ -728,18 +744,67 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn layer(&mut self, h: X, li: usize, cos: X, sin: X, mask: Option<X>) -> X {
         let lins = self.layers[li].clone();
         let width = self.h();
+        let sandwich = matches!(self.ctx.arch.family, Family::Gemma2 | Family::Gemma3);
         let normed = self.rmsnorm(h, width);
-        let attn = self.attention(normed, &lins, cos, sin, mask);
+        let mut attn = self.attention(normed, &lins, cos, sin, mask);
         self.drop(normed);
+        if sandwich {
+            let n = self.rmsnorm(attn, width);
+            self.drop(attn);
+            attn = n;
+        }
         let h2 = self.add(h, attn, What::Hidden);
         self.drop(attn);
         let normed2 = self.rmsnorm(h2, width);
-        let m = self.mlp(normed2, &lins);
+        let mut m = self.mlp(normed2, &lins);
         self.drop(normed2);
+        if sandwich {
+            let n = self.rmsnorm(m, width);
+            self.drop(m);
+            m = n;
+        }
         let h3 = self.add(h2, m, What::Hidden);
         self.drop(m);
         self.drop(h2);
         h3
+    }
+
+    /// `create_sliding_window_causal_mask` for eager attention: a boolean window, then the
+    /// additive mask.
+    fn sliding_mask(&mut self) -> X {
+        let s = self.ctx.s;
+        let ss = s.batch * s.seq * s.seq;
+        let es = bytes(self.ctx.attn);
+        let t1 = self.t(1, 8, What::Input);
+        let t2 = self.t(1, 8, What::Input);
+        let a1 = self.t(s.seq, 8, What::Input);
+        let b1 = self.t(s.seq, 8, What::Input);
+        self.drop(a1);
+        let a2 = self.t(s.seq, 8, What::Input);
+        let b2 = self.t(s.seq, 8, What::Input);
+        self.drop(a2);
+        let one = self.t(1, 1, What::Input);
+        let sub = self.t(s.seq, 8, What::Input);
+        let gt = self.t(ss, 1, What::Scores);
+        self.drop(sub);
+        let and1 = self.t(ss, 1, What::Scores);
+        self.drop(gt);
+        self.drop(one);
+        let le = self.t(ss, 1, What::Scores);
+        let and2 = self.t(ss, 1, What::Scores);
+        self.drop(le);
+        self.drop(and1);
+        self.drop(t1);
+        self.drop(t2);
+        self.drop(b1);
+        self.drop(b2);
+        let z = self.t(1, es, What::Input);
+        let st = self.t(1, es, What::Input);
+        let w = self.t(ss, es, What::Scores);
+        self.drop(st);
+        self.drop(z);
+        self.drop(and2);
+        w
     }
 
     fn rotary(&mut self, es: u64) -> (X, X) {
@@ -784,19 +849,18 @@ impl<'c, 'a> Prog<'c, 'a> {
         let aux = bytes(ctx.aux_weight);
         let _ = ids;
         let mut emb = self.t(tokens * h, aux, What::Hidden);
+        if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
+            // The scaled embedding: `embedding(ids) * embed_scale` (a buffer).
+            let e2 = self.t(tokens * h, aux, What::Hidden);
+            self.drop(emb);
+            emb = e2;
+        }
         if s.grad_ckpt {
             // enable_input_require_grads: the embedding output becomes a leaf needing a gradient;
             // its AccumulateGrad node keeps it until the graph is freed.
             emb.g = G::Param(u32::MAX);
             self.tp.keep_local(emb.t);
             self.emb_leaf = Some(emb);
-        }
-        if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
-            let norm = self.t(1, aux, What::Hidden);
-            let e2 = self.mul_const(emb, What::Hidden);
-            self.drop(norm);
-            self.drop(emb);
-            emb = e2;
         }
         // cache_position / position_ids
         let ar = self.t(s.seq, 8, What::Input);
@@ -822,6 +886,11 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(st);
             self.drop(z);
             self.drop(le);
+            if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
+                // The sliding-window mask of the local layers.
+                let sw = self.sliding_mask();
+                self.sliding = Some(sw);
+            }
             Some(w)
         } else {
             None
@@ -864,6 +933,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             if let Some(c) = causal {
                 self.drop(c);
             }
+            if let Some(w) = self.sliding.take() {
+                self.drop(w);
+            }
             self.drop(emb);
             self.drop(pos);
         } else {
@@ -877,8 +949,18 @@ impl<'c, 'a> Prog<'c, 'a> {
         let v = a.vocab_size;
         let head = self.lm_head.map(|p| p.x).unwrap_or(self.params[0].x);
         let logits_es = bytes(ctx.logits);
-        let logits = self.matmul(fin, head, tokens * v, What::Logits);
+        let mut logits = self.matmul(fin, head, tokens * v, What::Logits);
         debug_assert_eq!(logits.es, logits_es);
+        if a.final_softcap() {
+            // logits / cap, tanh, * cap (each reassigning `logits`)
+            let d = self.mul_const(logits, What::Logits);
+            self.drop(logits);
+            let t = self.unary(d, d.es, What::Logits, false, true);
+            self.drop(d);
+            let m = self.mul_const(t, What::Logits);
+            self.drop(t);
+            logits = m;
+        }
         let (g, loss) = self.loss(logits, labels);
         self.drop(fin);
         self.drop(cos);
@@ -897,19 +979,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     fn loss(&mut self, logits: X, labels: X) -> (G, X) {
         let s = self.ctx.s;
-        let mut cur = logits;
-        self.tp.keep_local(cur.t);
-        if self.ctx.arch.final_softcap() {
-            let d = self.mul_const(cur, What::Logits);
-            self.drop(cur);
-            let t = self.unary(d, d.es, What::Logits, false, true);
-            self.drop(d);
-            let m = self.mul_const(t, What::Logits);
-            self.drop(t);
-            cur = m;
-        }
-        let f = self.cast(cur, 4, What::Logits);
-        self.drop(cur);
+        let f = self.cast(logits, 4, What::Logits);
         let _ = labels;
         let pad = self.t(s.batch * (s.seq + 1), 8, What::Loss);
         // labels[..., 1:].contiguous() copies unless the batch is a single row.
@@ -1075,6 +1145,7 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         pos: None,
         emb_leaf: None,
         ac_cache: vec![],
+        sliding: None,
         causal: None,
     };
     p.phase(0, StepPhase::Setup);
