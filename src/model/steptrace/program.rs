@@ -553,7 +553,16 @@ impl<'c, 'a> Prog<'c, 'a> {
         y
     }
 
-    fn attention(&mut self, x: X, lins: &[Lin], cos: X, sin: X, mask: Option<X>) -> X {
+    /// Self-attention; returns the output and the eager attention probabilities (which the
+    /// decoder layer keeps in `_` until it returns).
+    fn attention(
+        &mut self,
+        x: X,
+        lins: &[Lin],
+        cos: X,
+        sin: X,
+        mask: Option<X>,
+    ) -> (X, Option<X>) {
         let ctx = self.ctx;
         let a = ctx.arch;
         let s = ctx.s;
@@ -590,8 +599,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(qn);
         self.drop(kn);
         let tokens = b * sq;
+        let mut weights = None;
         let out = if eager {
-            self.eager_attention(qe, ke, vv, mask)
+            let (o, w) = self.eager_attention(qe, ke, vv, mask);
+            weights = Some(w);
+            o
         } else {
             let efficient = ctx.attn == crate::model::dtype::Dtype::Fp32 || s.padded_mask;
             let rep = heads / a.kv_heads().max(1);
@@ -639,7 +651,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(qe);
         self.drop(ke);
         self.drop(vv);
-        o
+        (o, weights)
     }
 
     fn repeat_kv(&mut self, x: X, rep: u64) -> X {
@@ -654,7 +666,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         y
     }
 
-    fn eager_attention(&mut self, q: X, k: X, v: X, mask: Option<X>) -> X {
+    /// Eager attention; returns the output and the probabilities (`attn_weights`, which the
+    /// attention module holds until it returns).
+    fn eager_attention(&mut self, q: X, k: X, v: X, mask: Option<X>) -> (X, X) {
         let ctx = self.ctx;
         let a = ctx.arch;
         let s = ctx.s;
@@ -716,14 +730,13 @@ impl<'c, 'a> Prog<'c, 'a> {
             &[Self::edge(&p), Self::edge(&vv)],
             &[vv.t, p.t],
         );
-        self.drop(p);
         // transpose(1, 2).contiguous()
         let mut c = self.t(on, es, What::Attention);
         c.g = self.tp.node(Op::Pass, on, es, &[Self::edge(&o)], &[]);
         self.drop(o);
         self.drop(kk);
         self.drop(vv);
-        c
+        (c, p)
     }
 
     fn mlp(&mut self, x: X, lins: &[Lin]) -> X {
@@ -746,7 +759,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let width = self.h();
         let sandwich = matches!(self.ctx.arch.family, Family::Gemma2 | Family::Gemma3);
         let normed = self.rmsnorm(h, width);
-        let mut attn = self.attention(normed, &lins, cos, sin, mask);
+        let (mut attn, weights) = self.attention(normed, &lins, cos, sin, mask);
         self.drop(normed);
         if sandwich {
             let n = self.rmsnorm(attn, width);
@@ -766,7 +779,24 @@ impl<'c, 'a> Prog<'c, 'a> {
         let h3 = self.add(h2, m, What::Hidden);
         self.drop(m);
         self.drop(h2);
+        if let Some(w) = weights {
+            self.drop(w);
+        }
         h3
+    }
+
+    /// The mask layer `li` attends with: Gemma's local (sliding-window) layers use the sliding
+    /// mask (Gemma 2: every other layer from the first; Gemma 3: five of every six).
+    fn mask_for(&self, li: usize) -> Option<X> {
+        let local = match self.ctx.arch.family {
+            Family::Gemma2 => li % 2 == 0,
+            Family::Gemma3 => (li + 1) % 6 != 0,
+            _ => false,
+        };
+        match (local, self.sliding) {
+            (true, Some(w)) => Some(w),
+            _ => self.causal,
+        }
     }
 
     /// `create_sliding_window_causal_mask` for eager attention: a boolean window, then the
@@ -906,7 +936,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.tp.mode = Mode::Discard;
                 self.tp.layer = Some(li as u32);
                 let mut keeps = vec![hcur.t, pos.t, cos.t, sin.t];
-                if let Some(c) = causal {
+                if let Some(c) = self.mask_for(li) {
                     keeps.push(c.t);
                 }
                 self.tp.begin_checkpoint(li as u32, &keeps);
@@ -915,7 +945,8 @@ impl<'c, 'a> Prog<'c, 'a> {
                 }
                 self.ckpt_in[li] = Some((hcur, cos, sin));
             }
-            let hn = self.layer(hcur, li, cos, sin, causal);
+            let m = self.mask_for(li);
+            let hn = self.layer(hcur, li, cos, sin, m);
             self.tp.mode = saved_mode;
             self.tp.layer = None;
             self.drop(hcur);
@@ -1059,7 +1090,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         };
         self.tp.begin_recompute(layer);
         self.tp.layer = Some(layer);
-        let mask = self.causal;
+        let mask = self.mask_for(layer as usize);
         let out = self.layer(h, layer as usize, cos, sin, mask);
         self.drop(out);
         self.clear_autocast_cache();
