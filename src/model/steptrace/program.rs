@@ -37,6 +37,10 @@ struct Prog<'c, 'a> {
     grads: Vec<Option<u32>>,
     /// Checkpointed layers' inputs (with the rotary tables their recomputation needs).
     ckpt_in: Vec<Option<(X, X, X)>>,
+    /// Adafactor's `state["RMS"]` per trainable parameter.
+    rms: Vec<Option<X>>,
+    /// Last dimension of each trainable parameter.
+    param_cols: Vec<u64>,
     /// The sliding-window mask of the current step (Gemma, eager).
     sliding: Option<X>,
     /// Autocast's cached casts of trainable weights (freed when the context exits).
@@ -108,6 +112,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         if mts_embed {
             self.param(embed_n, aux, false, What::Weight);
             self.param(embed_n, aux, true, What::Trainable);
+            self.param_cols.push(h);
         } else {
             self.param(embed_n, aux, false, What::Weight);
         }
@@ -127,6 +132,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 let lora = if adapted.iter().any(|x| x.name == l.name) {
                     let la = self.param(r * inf, ad, true, What::Trainable);
                     let lb = self.param(outf * r, ad, true, What::Trainable);
+                    self.param_cols.extend([inf, r]);
                     Some((la, lb))
                 } else {
                     None
@@ -150,6 +156,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         if s.modules_to_save.contains(&SavedModule::LmHead) {
             let copy = self.param(v * h, aux, true, What::Trainable);
+            self.param_cols.push(h);
             self.lm_head = Some(copy);
         }
         if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
@@ -1102,51 +1109,152 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     fn optimizer(&mut self, step: u8) {
         let s = self.ctx.s;
-        let tr = self.trainable.clone();
+        let tr: Vec<X> = self
+            .trainable
+            .iter()
+            .map(|&p| self.params[p as usize].x)
+            .collect();
+        let first = step == 1;
         match s.optimizer {
-            Optimizer::AdamwTorchFused | Optimizer::AdamwTorch | Optimizer::AdamwTorchForeach => {
-                if step == 1 {
-                    for &p in &tr {
-                        let x = self.params[p as usize].x;
-                        let a = self.t(1, 4, What::OptState);
-                        let b = self.t(x.n, x.es, What::OptState);
-                        let c = self.t(x.n, x.es, What::OptState);
-                        self.states.extend([a.t, b.t, c.t]);
+            Optimizer::AdamwTorchFused => {
+                // step (a device scalar), exp_avg, exp_avg_sq per parameter; the fused kernel
+                // updates in place.
+                if first {
+                    for x in &tr {
+                        for (n, es) in [(1, 4), (x.n, x.es), (x.n, x.es)] {
+                            let t = self.t(n, es, What::OptState);
+                            self.states.push(t.t);
+                        }
+                    }
+                }
+            }
+            Optimizer::AdamwTorchForeach | Optimizer::AdamwTorch => {
+                if first {
+                    for x in &tr {
+                        for _ in 0..2 {
+                            let t = self.t(x.n, x.es, What::OptState);
+                            self.states.push(t.t);
+                        }
+                    }
+                }
+                if s.optimizer == Optimizer::AdamwTorchForeach {
+                    // _foreach_sqrt(exp_avg_sqs): one list for all parameters, freed (as a
+                    // Python list) from its end.
+                    let list: Vec<X> = tr
+                        .iter()
+                        .map(|x| self.t(x.n, x.es, What::OptTemp))
+                        .collect();
+                    for x in list.into_iter().rev() {
+                        self.drop(x);
+                    }
+                } else {
+                    // denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps), per
+                    // parameter; the previous denom dies when the name is rebound.
+                    let mut prev: Option<X> = None;
+                    for x in &tr {
+                        let sq = self.t(x.n, x.es, What::OptTemp);
+                        let d = self.t(x.n, x.es, What::OptTemp);
+                        self.drop(sq);
+                        if let Some(p) = prev.replace(d) {
+                            self.drop(p);
+                        }
+                    }
+                    if let Some(p) = prev {
+                        self.drop(p);
                     }
                 }
             }
             Optimizer::SgdMomentum => {
-                if step == 1 {
-                    for &p in &tr {
-                        let x = self.params[p as usize].x;
+                if first {
+                    for x in &tr {
                         let b = self.t(x.n, x.es, What::OptState);
                         self.states.push(b.t);
                     }
                 }
             }
             Optimizer::Adamw8bit => {
-                if step == 1 {
-                    for &p in &tr {
-                        let x = self.params[p as usize].x;
-                        let a = self.t(x.n, 1, What::OptState);
-                        let b = self.t(x.n, 1, What::OptState);
-                        let c = self.t(x.n.div_ceil(256), 4, What::OptState);
-                        let d = self.t(x.n.div_ceil(256), 4, What::OptState);
-                        self.states.extend([a.t, b.t, c.t, d.t]);
+                if first {
+                    for x in &tr {
+                        let n = x.n;
+                        for (k, es) in [(n, 1), (n.div_ceil(256), 4), (n, 1), (n.div_ceil(256), 4)] {
+                            let t = self.t(k, es, What::OptState);
+                            self.states.push(t.t);
+                        }
                     }
                 }
             }
-            Optimizer::Adafactor => {
-                if step == 1 {
-                    for &p in &tr {
-                        let x = self.params[p as usize].x;
-                        let a = self.t(x.n.min(1 << 20), 4, What::OptState);
-                        self.states.push(a.t);
-                    }
-                }
-            }
+            Optimizer::Adafactor => self.adafactor(&tr, first),
             Optimizer::Sgd | Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit => {}
         }
+    }
+
+    /// transformers' Adafactor (factored second moment, no first moment), parameter by parameter.
+    fn adafactor(&mut self, tr: &[X], first: bool) {
+        if self.rms.len() < tr.len() {
+            self.rms.resize(tr.len(), None);
+        }
+        let mut prev_update: Option<X> = None;
+        for (i, x) in tr.iter().enumerate() {
+            let p = self
+                .trainable
+                .get(i)
+                .map(|&k| self.params[k as usize].x)
+                .unwrap_or(*x);
+            // Rows and columns of the (2-D) parameter.
+            let cols = self.cols_of(i).max(1);
+            let rows = (p.n / cols).max(1);
+            if first {
+                let r = self.t(rows, 4, What::OptState);
+                let c = self.t(cols, 4, What::OptState);
+                self.states.extend([r.t, c.t]);
+            }
+            // state["RMS"] = self._rms(p)
+            let norm = self.t(1, 4, What::OptTemp);
+            let rms = self.t(1, 4, What::OptState);
+            self.drop(norm);
+            if let Some(old) = self.rms[i].replace(rms) {
+                self.drop(old);
+            }
+            // update = grad**2 + eps
+            let pw = self.t(p.n, 4, What::OptTemp);
+            let upd = self.t(p.n, 4, What::OptTemp);
+            self.drop(pw);
+            if let Some(u) = prev_update.take() {
+                self.drop(u);
+            }
+            for k in [rows, cols] {
+                let m = self.t(k, 4, What::OptTemp);
+                self.drop(m);
+            }
+            // _approx_sq_grad: row / row.mean(), rsqrt; col rsqrt; outer product
+            let mm = self.t(1, 4, What::OptTemp);
+            let rf = self.t(rows, 4, What::OptTemp);
+            self.drop(mm);
+            let cf = self.t(cols, 4, What::OptTemp);
+            let u2 = self.t(p.n, 4, What::OptTemp);
+            self.drop(rf);
+            self.drop(cf);
+            self.drop(upd);
+            // update.div_((self._rms(update) / clip).clamp_(min=1.0))
+            let n2 = self.t(1, 4, What::OptTemp);
+            let d1 = self.t(1, 4, What::OptTemp);
+            self.drop(n2);
+            let d2 = self.t(1, 4, What::OptTemp);
+            self.drop(d1);
+            self.drop(d2);
+            // p.add_(-update)
+            let ng = self.t(p.n, 4, What::OptTemp);
+            self.drop(ng);
+            prev_update = Some(u2);
+        }
+        if let Some(u) = prev_update {
+            self.drop(u);
+        }
+    }
+
+    /// Columns (last dimension) of trainable parameter `i`.
+    fn cols_of(&self, i: usize) -> u64 {
+        self.param_cols.get(i).copied().unwrap_or(1)
     }
 
     fn zero_grad(&mut self) {
@@ -1177,6 +1285,8 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         emb_leaf: None,
         ac_cache: vec![],
         sliding: None,
+        rms: vec![],
+        param_cols: vec![],
         causal: None,
     };
     p.phase(0, StepPhase::Setup);
