@@ -119,7 +119,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         let adapted = ctx.adapted();
         for _ in 0..a.num_hidden_layers {
             let mut lins = vec![];
-            for l in a.linears() {
+            // Parameters are registered in module order (Phi-3 registers o_proj before qkv_proj);
+            // `lins` keeps the forward order.
+            let mut order: Vec<LinearShape> = a.linears();
+            if a.family == Family::Phi3 && order.len() > 1 {
+                order.swap(0, 1);
+            }
+            for l in order {
                 let (inf, outf) = (l.in_features as u64, l.out_features as u64);
                 let w = match (s.quant, ctx.linear_weight) {
                     (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, false, What::Weight),
@@ -137,15 +143,20 @@ impl<'c, 'a> Prog<'c, 'a> {
                 } else {
                     None
                 };
+                let is_o = l.name == "o_proj";
                 lins.push(Lin { shape: l, w, lora });
+                if is_o && a.family.has_qk_norm() {
+                    // q_norm, k_norm are registered in the attention module after o_proj.
+                    self.param(a.head_dim(), aux, false, What::Weight);
+                    self.param(a.head_dim(), aux, false, What::Weight);
+                }
             }
             let norms = a.family.norms_per_layer() as u64;
             for _ in 0..norms {
                 self.param(h, aux, false, What::Weight);
             }
-            if a.family.has_qk_norm() {
-                self.param(a.head_dim(), aux, false, What::Weight);
-                self.param(a.head_dim(), aux, false, What::Weight);
+            if a.family == Family::Phi3 && lins.len() > 1 {
+                lins.swap(0, 1);
             }
             self.layers.push(lins);
         }
@@ -164,7 +175,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         // Rotary inverse frequencies (+ the original copy).
         let half = a.head_dim() / 2;
-        let rotaries = if matches!(a.family, Family::Gemma3) { 2 } else { 1 };
+        let rotaries = 1;
         for _ in 0..rotaries * 2 {
             self.t(half, 4, What::Buffer);
         }
@@ -547,6 +558,15 @@ impl<'c, 'a> Prog<'c, 'a> {
         let out = self.add(m1, m2, What::Rope);
         self.drop(m1);
         self.drop(m2);
+        if self.ctx.arch.family == Family::Phi3 {
+            // Partial rotary: cat([rotated, pass-through]) copies even when nothing passes.
+            let mut c = self.t(out.n, out.es, What::Rope);
+            c.g = self
+                .tp
+                .node(Op::Pass, out.n, out.es, &[Self::edge(&out)], &[]);
+            self.drop(out);
+            return c;
+        }
         out
     }
 
@@ -578,21 +598,57 @@ impl<'c, 'a> Prog<'c, 'a> {
         let hd = a.head_dim();
         let ad = bytes(ctx.attn);
         let eager = s.attn_impl == AttnImpl::Eager;
-        let q = self.lora_linear(x, &lins[0]);
-        let qv = self.view_clone(q);
+        // Qwen3 norms q and k right after each projection; Gemma 3 after all three.
+        let qk_norm = a.family.has_qk_norm() && !matches!(a.family, Family::Gemma3);
+        let late_norm = a.family.has_qk_norm() && !qk_norm;
+        // q_proj(x).view(...) [→ q_norm] .transpose(1, 2): the view's backward copies the
+        // transposed gradient.
+        // Phi-3 projects q, k, v at once and slices the fused output (views).
+        let fused = a.family == Family::Phi3;
+        let qkv = fused.then(|| self.lora_linear(x, &lins[0]));
+        let tokens_ = s.batch * s.seq;
+        let (qd, kvd) = (a.q_dim() as u64, a.kv_dim() as u64);
+        let q = match qkv {
+            Some(f) => self.slice_of(f, tokens_ * qd),
+            None => self.lora_linear(x, &lins[0]),
+        };
+        let mut qv = self.view_clone(q);
         self.drop(q);
-        let k = self.lora_linear(x, &lins[1]);
-        let kv = self.view_clone(k);
+        if qk_norm {
+            let n = self.rmsnorm(qv, hd);
+            self.drop(qv);
+            qv = n;
+        }
+        let k = match qkv {
+            Some(f) => self.slice_of(f, tokens_ * kvd),
+            None => self.lora_linear(x, &lins[1]),
+        };
+        let mut kv = self.view_clone(k);
         self.drop(k);
-        let v = self.lora_linear(x, &lins[2]);
-        let vv = if eager {
+        if qk_norm {
+            let n = self.rmsnorm(kv, hd);
+            self.drop(kv);
+            kv = n;
+        }
+        let v = match qkv {
+            Some(f) => {
+                let v = self.slice_of(f, tokens_ * kvd);
+                self.drop(f);
+                v
+            }
+            None => self.lora_linear(x, &lins[2]),
+        };
+        // v's view also copies its gradient back when it arrives contiguous in (b, h, s, d):
+        // from eager matmuls or from repeat_kv's reduction (a masked sdpa with GQA).
+        let rep = heads / a.kv_heads().max(1);
+        let vv = if eager || (mask.is_some() && rep > 1) {
             let t = self.view_clone(v);
             self.drop(v);
             t
         } else {
             v
         };
-        let (qn, kn) = if a.family.has_qk_norm() {
+        let (qn, kn) = if late_norm {
             let qn = self.rmsnorm(qv, hd);
             self.drop(qv);
             let kn = self.rmsnorm(kv, hd);
@@ -612,14 +668,29 @@ impl<'c, 'a> Prog<'c, 'a> {
             weights = Some(w);
             o
         } else {
-            let efficient = ctx.attn == crate::model::dtype::Dtype::Fp32 || s.padded_mask;
-            let rep = heads / a.kv_heads().max(1);
+            let efficient = ctx.attn == crate::model::dtype::Dtype::Fp32;
             // Under autocast the kernel's inputs are cast to the autocast dtype (kept for backward).
             // (autocast's wrapper casts the arguments right to left)
             let vc = self.cast(vv, ad, What::Attention);
             let kc = self.cast(ke, ad, What::Attention);
             let qc = self.cast(qe, ad, What::Attention);
-            let (kk, vk) = if s.padded_mask && rep > 1 {
+            // A boolean mask becomes an additive bias in the attention dtype (Gemma 3 converts
+            // it before repeating k, v; the others after).
+            let mut bias = None;
+            let make_bias = |p: &mut Self| {
+                mask.map(|m| {
+                    let s1 = p.t(1, ad, What::Attention);
+                    let s2 = p.t(1, ad, What::Attention);
+                    let w = p.t(m.n, ad, What::Attention);
+                    p.drop(s2);
+                    p.drop(s1);
+                    w
+                })
+            };
+            if a.family == Family::Gemma3 {
+                bias = make_bias(self);
+            }
+            let (kk, vk) = if mask.is_some() && rep > 1 {
                 (self.repeat_kv(kc, rep), self.repeat_kv(vc, rep))
             } else {
                 self.tp.keep_local(kc.t);
@@ -628,6 +699,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             };
             self.drop(kc);
             self.drop(vc);
+            if a.family != Family::Gemma3 {
+                bias = make_bias(self);
+            }
             let qe = qc;
             let mut o = self.t(tokens * heads * hd, ad, What::Attention);
             let rows = if efficient { sq.div_ceil(32) * 32 } else { sq };
@@ -635,8 +709,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             let seed = self.t(if efficient { 1 } else { 1 }, 8, What::Attention);
             let off = self.t(1, 8, What::Attention);
             let mut saved = vec![kk.t, qe.t, vk.t, lse.t, o.t, off.t, seed.t];
-            if let Some(m) = mask {
-                saved.insert(0, m.t);
+            if let Some(b) = bias {
+                saved.insert(0, b.t);
             }
             o.g = self.tp.node(
                 Op::Attention,
@@ -651,9 +725,22 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(kk);
             self.drop(vk);
             self.drop(qe);
-            o
+            if let Some(b) = bias {
+                self.drop(b);
+            }
+            if a.family == Family::Phi3 {
+                // q comes from a cat, contiguous in (b, h, s, d): so does the output, and
+                // `transpose(1, 2).contiguous()` copies it.
+                let mut c = self.t(o.n, o.es, What::Attention);
+                c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
+                self.drop(o);
+                c
+            } else {
+                o
+            }
         };
-        let o = self.lora_linear(out, &lins[3]);
+        let o_idx = if fused { 1 } else { 3 };
+        let o = self.lora_linear(out, &lins[o_idx]);
         self.drop(out);
         self.drop(qe);
         self.drop(ke);
@@ -661,8 +748,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         (o, weights)
     }
 
+    /// `repeat_kv`: expand + reshape, a copy unless there is a single kv head (then a view).
     fn repeat_kv(&mut self, x: X, rep: u64) -> X {
-        let mut y = self.t(x.n * rep, x.es, What::Attention);
+        let mut y = if self.ctx.arch.kv_heads() == 1 {
+            self.tp.keep_local(x.t);
+            X { n: x.n * rep, ..x }
+        } else {
+            self.t(x.n * rep, x.es, What::Attention)
+        };
         let e = Edge {
             to: x.g,
             n: x.n,
@@ -746,9 +839,37 @@ impl<'c, 'a> Prog<'c, 'a> {
         (c, p)
     }
 
+    /// A view slicing `n` elements out of `full` (its backward is a full-size `slice_backward`).
+    fn slice_of(&mut self, full: X, n: u64) -> X {
+        self.tp.keep_local(full.t);
+        let g = self
+            .tp
+            .node(Op::Slice, n, full.es, &[Self::edge(&full)], &[]);
+        X {
+            t: full.t,
+            n,
+            es: full.es,
+            g,
+        }
+    }
+
     fn mlp(&mut self, x: X, lins: &[Lin]) -> X {
-        let gelu = self.ctx.arch.family.gelu();
-        let _ = gelu;
+        if self.ctx.arch.family == Family::Phi3 {
+            // up_states = gate_up_proj(x); gate, up = chunk(2); up * act(gate)
+            let gu = self.lora_linear(x, &lins[2]);
+            let half = gu.n / 2;
+            let gate = self.slice_of(gu, half);
+            let up = self.slice_of(gu, half);
+            self.drop(gu);
+            let act = self.unary(gate, gate.es, What::Mlp, true, false);
+            let prod = self.mul(up, act, act.n, act.es, What::Mlp);
+            self.drop(up);
+            self.drop(act);
+            self.drop(gate);
+            let down = self.lora_linear(prod, &lins[3]);
+            self.drop(prod);
+            return down;
+        }
         let gate = self.lora_linear(x, &lins[4]);
         let act = self.unary(gate, gate.es, What::Mlp, true, false);
         self.drop(gate);
@@ -804,6 +925,66 @@ impl<'c, 'a> Prog<'c, 'a> {
             (true, Some(w)) => Some(w),
             _ => self.causal,
         }
+    }
+
+    /// Whether sdpa needs Gemma's sliding-window mask materialised (the sequence reaches the
+    /// window: Gemma 2 4096; Gemma 3 512 at 1B, 1024 above).
+    fn sdpa_sliding(&self) -> bool {
+        let a = self.ctx.arch;
+        let window = match a.family {
+            Family::Gemma2 => 4096,
+            Family::Gemma3 if a.hidden_size <= 1152 => 512,
+            Family::Gemma3 => 1024,
+            _ => return false,
+        };
+        self.ctx.s.seq >= window
+    }
+
+    /// The boolean 4-D mask sdpa receives: causal and padding (`padded`) or causal and window.
+    fn sdpa_mask(&mut self, padded: bool) -> X {
+        let s = self.ctx.s;
+        let (b, sq) = (s.batch, s.seq);
+        let tc = padded.then(|| self.t(b * sq, 1, What::Input));
+        let t1 = self.t(1, 8, What::Input);
+        let t2 = self.t(1, 8, What::Input);
+        let a1 = self.t(sq, 8, What::Input);
+        let b1 = self.t(sq, 8, What::Input);
+        self.drop(a1);
+        let a2 = self.t(sq, 8, What::Input);
+        let b2 = self.t(sq, 8, What::Input);
+        self.drop(a2);
+        let one = self.t(1, 1, What::Input);
+        let out = if padded {
+            let le = self.t(sq * sq, 1, What::Scores);
+            let and1 = self.t(sq * sq, 1, What::Scores);
+            self.drop(le);
+            self.drop(one);
+            let idx = self.t(b * sq, 1, What::Input);
+            let and2 = self.t(b * sq * sq, 1, What::Scores);
+            self.drop(idx);
+            self.drop(and1);
+            and2
+        } else {
+            let sub = self.t(sq, 8, What::Input);
+            let gt = self.t(sq * sq, 1, What::Scores);
+            self.drop(sub);
+            let and1 = self.t(sq * sq, 1, What::Scores);
+            self.drop(gt);
+            self.drop(one);
+            let le = self.t(sq * sq, 1, What::Scores);
+            let and2 = self.t(sq * sq, 1, What::Scores);
+            self.drop(le);
+            self.drop(and1);
+            and2
+        };
+        self.drop(t1);
+        self.drop(t2);
+        self.drop(b1);
+        self.drop(b2);
+        if let Some(t) = tc {
+            self.drop(t);
+        }
+        out
     }
 
     /// `create_sliding_window_causal_mask` for eager attention: a boolean window, then the
@@ -886,6 +1067,17 @@ impl<'c, 'a> Prog<'c, 'a> {
         let aux = bytes(ctx.aux_weight);
         let _ = ids;
         let mut emb = self.t(tokens * h, aux, What::Hidden);
+        if s.modules_to_save.contains(&SavedModule::EmbedTokens) {
+            // The trainable copy of embed_tokens: its gradient is a dense [vocab, hidden] tensor.
+            let w = self.params[1].x;
+            let e = Edge {
+                to: w.g,
+                n: w.n,
+                es: w.es,
+                sum_to: 0,
+            };
+            emb.g = self.tp.node(Op::Embedding, emb.n, emb.es, &[e], &[]);
+        }
         if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
             // The scaled embedding: `embedding(ids) * embed_scale` (a buffer).
             let e2 = self.t(tokens * h, aux, What::Hidden);
@@ -903,7 +1095,16 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ar = self.t(s.seq, 8, What::Input);
         let pos = self.t(s.seq, 8, What::Input);
         self.drop(ar);
-        let causal = if s.attn_impl == AttnImpl::Eager || s.padded_mask {
+        let eager = s.attn_impl == AttnImpl::Eager;
+        let causal = if !eager && s.padded_mask {
+            Some(self.sdpa_mask(true))
+        } else if !eager {
+            if self.sdpa_sliding() {
+                let w = self.sdpa_mask(false);
+                self.sliding = Some(w);
+            }
+            None
+        } else if eager {
             let t1 = self.t(1, 8, What::Input);
             let t2 = self.t(1, 8, What::Input);
             let a1 = self.t(s.seq, 8, What::Input);

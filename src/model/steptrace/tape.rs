@@ -96,6 +96,8 @@ pub(super) enum Op {
     NllLoss,
     /// Batched matmul of two activations (eager attention): gradient of the second input first.
     Bmm,
+    /// `embedding_dense_backward`: a dense gradient of the whole table.
+    Embedding,
     /// bitsandbytes 4-bit matmul backward: dequantize the nested absmax (`absmax_n` fp32 values,
     /// double quantization) and the weight (`w_n` values in the compute dtype), then `grad @ W`.
     Dequant4 { w_n: u64, absmax_n: u64 },
@@ -468,6 +470,10 @@ impl Tape {
                     let e = node.edges[0];
                     grads[0] = Some(self.new_t(e.n * node.out_es, what));
                 }
+            }
+            Op::Embedding => {
+                let e = node.edges[0];
+                grads[0] = Some(self.new_t(e.n * e.es, what));
             }
             Op::Dequant4 { w_n, absmax_n } => {
                 let a = (absmax_n > 0).then(|| self.new_t(absmax_n * 4, What::BackwardTemp));
