@@ -12,4 +12,5 @@ mod gpu;
 mod planning;
 mod properties;
 mod reference;
+mod reserved;
 mod weights;

@@ -32,7 +32,6 @@ struct Prog<'c, 'a> {
     /// Optimizer states per trainable parameter (created at the first step).
     states: Vec<u32>,
     phases: Vec<(usize, u8, StepPhase)>,
-    peak: u64,
     /// Stored parameter gradients (param index → storage).
     grads: Vec<Option<u32>>,
     /// Checkpointed layers' inputs (with the rotary tables their recomputation needs).
@@ -72,7 +71,6 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     fn t(&mut self, n: u64, es: u64, what: What) -> X {
         let t = self.tp.new_t(n * es, what);
-        self.peak = self.peak.max(self.tp.live);
         X { t, n, es, g: G::No }
     }
 
@@ -1262,8 +1260,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.recompute(l);
             }
             self.tp.run(i);
-            self.peak = self.peak.max(self.tp.live);
-        }
+            }
         self.tp.drop_t(one.t);
         self.ckpt_in.clear();
         // Parameter gradients: the first one for a parameter is stored as is.
@@ -1479,7 +1476,6 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         lm_head: None,
         states: vec![],
         phases: vec![],
-        peak: 0,
         grads: vec![],
         ckpt_in: vec![],
         pos: None,
@@ -1504,7 +1500,7 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         p.phase(step, StepPhase::ZeroGrad);
         p.zero_grad();
     }
-    let peak = p.peak.max(p.tp.live);
+    let peak = p.tp.peak;
     let _ = Event::Free { id: 0 };
     Trace {
         events: p.tp.events,

@@ -157,8 +157,10 @@ pub(super) struct Tape {
     /// Per checkpointed layer: the first node that saved something (its release frees the
     /// checkpoint) and the tensors the checkpoint keeps (its inputs).
     ckpt: Vec<(u32, Option<usize>, Vec<T>)>,
-    /// Peak tracking of live bytes.
+    /// Live bytes (sum of requested sizes).
     pub live: u64,
+    /// Highest `live` so far.
+    pub peak: u64,
 }
 
 impl Tape {
@@ -179,6 +181,7 @@ impl Tape {
             layer_start: vec![],
             ckpt: vec![],
             live: 0,
+            peak: 0,
         }
     }
 
@@ -194,6 +197,7 @@ impl Tape {
         if !self.stopped {
             self.events.push(Event::Alloc { id: t, bytes });
             self.live += bytes;
+            self.peak = self.peak.max(self.live);
             if self.mode == Mode::Recompute {
                 self.re_locals.push(t);
             }
