@@ -62,7 +62,9 @@ fn reserved_matches_pytorch_allocator_replays() {
         let sim = simulate(&arch, &s, &conf).expect("simulates");
         let p = plan(&arch, &s).expect("plans");
         let want_res = r["default"]["max_reserved"].as_f64().expect("max_reserved");
-        let want_alloc = r["default"]["max_allocated"].as_f64().expect("max_allocated");
+        let want_alloc = r["default"]["max_allocated"]
+            .as_f64()
+            .expect("max_allocated");
         let live = r["live_peak"].as_f64().expect("live_peak");
         let err = |got: f64, want: f64| (got - want) / want * 100.0;
         rows.push((
@@ -105,9 +107,11 @@ fn reserved_matches_pytorch_allocator_replays() {
         max <= 3.0 && med <= 1.5 && worst_under >= -3.0,
         "reserved accuracy target missed: max {max:.2} %, median {med:.2} %, worst under {worst_under:+.2} %"
     );
+    assert!(max_alloc <= 3.0, "max_allocated off by {max_alloc:.2} %");
+    let max_live = rows.iter().map(|r| r.5.abs()).fold(0.0, f64::max);
     assert!(
-        max_alloc <= 3.0,
-        "max_allocated off by {max_alloc:.2} %"
+        max_live <= 0.01,
+        "the sequence's live peak differs from the measured one by {max_live:.3} %"
     );
 }
 
@@ -130,5 +134,74 @@ fn sequence_peak_matches_the_model() {
         worst = worst.max(e.abs());
     }
     println!("sequence peak vs plan: worst {worst:.2} %");
-    assert!(worst <= 3.0, "sequence peak differs from the plan by {worst:.2} %");
+    assert!(
+        worst <= 3.0,
+        "sequence peak differs from the plan by {worst:.2} %"
+    );
+}
+
+/// What the planner gets from `simulate`: phases in run order, reserved ≥ allocated ≥ live, the
+/// peak in the second step, and the cached free blocks at the reserved peak named by the tensors
+/// that left them.
+#[test]
+fn simulation_reports_phases_and_named_cache() {
+    let cases = data("tests/data/reference/cases.jsonl");
+    let line = cases
+        .lines()
+        .find(|l| l.contains("\"llama2-7b_bf16_s2048_b4_r16_all-linear_do0.05_sdpa_gc\""))
+        .expect("case present");
+    let v: Value = serde_json::from_str(line).expect("JSON");
+    let arch = resolve_model(&v["model"]).expect("model");
+    let raw: RawSettings = serde_json::from_value(v["settings"].clone()).expect("settings");
+    let s = raw.into_settings().expect("valid");
+    let sim = simulate(&arch, &s, &AllocConf::default()).expect("simulates");
+    assert!(sim.peak_reserved >= sim.peak_allocated);
+    assert!(
+        sim.peak_allocated >= sim.peak_live,
+        "{} < {}",
+        sim.peak_allocated,
+        sim.peak_live
+    );
+    assert!(sim.reserved_at_allocated_peak <= sim.peak_reserved);
+    assert!(sim.allocated_at_reserved_peak <= sim.peak_allocated);
+    let names: Vec<String> = sim
+        .phases
+        .iter()
+        .map(|p| format!("step{}:{}", p.step, p.phase.name()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "step0:setup",
+            "step0:inputs",
+            "step1:forward",
+            "step1:backward",
+            "step1:optimizer",
+            "step1:zero_grad",
+            "step2:forward",
+            "step2:backward",
+            "step2:optimizer",
+            "step2:zero_grad"
+        ]
+    );
+    let max_phase = sim.phases.iter().map(|p| p.max_reserved).max();
+    assert_eq!(max_phase, Some(sim.peak_reserved));
+    assert!(!sim.cached_free.is_empty());
+    assert!(sim.cached_free.windows(2).all(|w| w[0].bytes >= w[1].bytes));
+    assert!(
+        sim.cached_free.iter().any(|b| b.label.is_some()),
+        "the largest cached blocks are named: {:?}",
+        sim.cached_free
+    );
+    for b in &sim.cached_free {
+        println!(
+            "{:>10.1} MiB  {}",
+            b.bytes as f64 / 1048576.0,
+            b.label.map_or("(never used)".to_string(), |l| format!(
+                "{}{}",
+                l.what.name(),
+                l.layer.map_or(String::new(), |x| format!(", layer {x}"))
+            ))
+        );
+    }
 }

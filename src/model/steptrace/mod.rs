@@ -16,7 +16,7 @@ mod program;
 mod simulate;
 mod tape;
 
-pub use simulate::{simulate, CachedBlock, PhaseFigures, Simulation};
+pub use simulate::{replay, simulate, CachedBlock, PhaseFigures, Simulation};
 
 use super::activations::Ctx;
 use super::arch::Architecture;

@@ -46,12 +46,9 @@ struct Prog<'c, 'a> {
     ac_cache: Vec<X>,
     /// The embedding output as a leaf needing a gradient (checkpointing).
     emb_leaf: Option<X>,
-    /// position_ids of the current step.
-    pos: Option<X>,
     /// The 4-D mask of the current step, if any.
     causal: Option<X>,
 }
-
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
     d.bytes() as u64
@@ -268,7 +265,9 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// Product with a scalar or a constant tensor.
     fn mul_const(&mut self, a: X, what: What) -> X {
         let mut y = self.t(a.n, a.es, what);
-        y.g = self.tp.node(Op::MulConst, a.n, a.es, &[Self::edge(&a)], &[]);
+        y.g = self
+            .tp
+            .node(Op::MulConst, a.n, a.es, &[Self::edge(&a)], &[]);
         y
     }
 
@@ -316,10 +315,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             sum_to: 0,
         };
         y.g = self.tp.node(
-            Op::Mm {
-                w_n: w.n,
-                w_es: es,
-            },
+            Op::Mm { w_n: w.n, w_es: es },
             out_n,
             es,
             &[Self::edge(&x), ew],
@@ -515,9 +511,8 @@ impl<'c, 'a> Prog<'c, 'a> {
                 .node(Op::MulConst, q.n, pe, &[Self::edge(&q)], &[cos.t]);
             y
         };
-        let slice = |p: &mut Self| -> G {
-            p.tp.node(Op::Slice, half, q.es, &[Self::edge(&q)], &[])
-        };
+        let slice =
+            |p: &mut Self| -> G { p.tp.node(Op::Slice, half, q.es, &[Self::edge(&q)], &[]) };
         let x1g = slice(self);
         let x2g = slice(self);
         let neg = {
@@ -580,14 +575,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Self-attention; returns the output and the eager attention probabilities (which the
     /// decoder layer keeps in `_` until it returns).
-    fn attention(
-        &mut self,
-        x: X,
-        lins: &[Lin],
-        cos: X,
-        sin: X,
-        mask: Option<X>,
-    ) -> (X, Option<X>) {
+    fn attention(&mut self, x: X, lins: &[Lin], cos: X, sin: X, mask: Option<X>) -> (X, Option<X>) {
         let ctx = self.ctx;
         let a = ctx.arch;
         let s = ctx.s;
@@ -1233,9 +1221,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         };
         let mut loss = self.t(1, 4, What::Loss);
         let tw = self.t(1, 4, What::Loss);
-        loss.g = self
-            .tp
-            .node(Op::NllLoss, 1, 4, &[Self::edge(&ls)], &[ls.t, shift.t, tw.t]);
+        loss.g = self.tp.node(
+            Op::NllLoss,
+            1,
+            4,
+            &[Self::edge(&ls)],
+            &[ls.t, shift.t, tw.t],
+        );
         self.drop(tw);
         self.drop(f);
         self.drop(pad);
@@ -1260,11 +1252,11 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.recompute(l);
             }
             self.tp.run(i);
-            }
+        }
         self.tp.drop_t(one.t);
         self.ckpt_in.clear();
         // Parameter gradients: the first one for a parameter is stored as is.
-        let pg = std::mem::take(&mut self.tp.param_grads);
+        let pg = self.tp.take_param_grads();
         let mut leaf = vec![];
         for (p, t) in pg {
             if p == u32::MAX {
@@ -1374,7 +1366,8 @@ impl<'c, 'a> Prog<'c, 'a> {
                 if first {
                     for x in &tr {
                         let n = x.n;
-                        for (k, es) in [(n, 1), (n.div_ceil(256), 4), (n, 1), (n.div_ceil(256), 4)] {
+                        for (k, es) in [(n, 1), (n.div_ceil(256), 4), (n, 1), (n.div_ceil(256), 4)]
+                        {
                             let t = self.t(k, es, What::OptState);
                             self.states.push(t.t);
                         }
@@ -1469,7 +1462,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 pub(super) fn run(ctx: &Ctx) -> Trace {
     let mut p = Prog {
         ctx,
-        tp: Tape::new(),
+        tp: Tape::new(ctx.arch.num_hidden_layers),
         params: vec![],
         trainable: vec![],
         layers: vec![],
@@ -1478,7 +1471,6 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         phases: vec![],
         grads: vec![],
         ckpt_in: vec![],
-        pos: None,
         emb_leaf: None,
         ac_cache: vec![],
         sliding: None,

@@ -43,16 +43,52 @@ pub(super) struct X {
 }
 
 impl X {
-    pub fn bytes(&self) -> u64 {
-        self.n * self.es
-    }
     pub fn grad(&self) -> bool {
         self.g != G::No
     }
 }
 
-/// One input of a node: where its gradient goes, with the input's size and dtype.
+/// A short list stored inline (a node's edges and saved tensors: no heap allocation per node).
 #[derive(Clone, Copy, Debug)]
+pub(super) struct Inline<U: Copy + Default, const N: usize> {
+    v: [U; N],
+    len: u8,
+}
+
+impl<U: Copy + Default, const N: usize> Inline<U, N> {
+    fn new() -> Self {
+        Inline {
+            v: [U::default(); N],
+            len: 0,
+        }
+    }
+    fn from_slice(s: &[U]) -> Self {
+        let mut x = Self::new();
+        for &u in s {
+            x.push(u);
+        }
+        x
+    }
+    fn push(&mut self, u: U) {
+        let i = self.len as usize;
+        if i < N {
+            self.v[i] = u;
+            self.len += 1;
+        }
+    }
+    fn as_slice(&self) -> &[U] {
+        &self.v[..self.len as usize]
+    }
+}
+
+impl Default for G {
+    fn default() -> Self {
+        G::No
+    }
+}
+
+/// One input of a node: where its gradient goes, with the input's size and dtype.
+#[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Edge {
     pub to: G,
     pub n: u64,
@@ -109,9 +145,9 @@ pub(super) struct Node {
     /// Output elements and bytes per element (the incoming gradient's size).
     out_n: u64,
     out_es: u64,
-    edges: Vec<Edge>,
+    edges: Inline<Edge, 3>,
     /// Saved tensors, in release order.
-    saved: Vec<T>,
+    saved: Inline<T, 8>,
     /// Saved tensors the forward discarded (checkpointing) and recomputation must provide.
     pending: u8,
     /// Gradient accumulated for this node's output.
@@ -129,8 +165,6 @@ pub(super) enum Mode {
     Discard,
     /// Recompute a checkpointed layer: fill the saved tensors of nodes `next..`.
     Recompute,
-    /// No graph (`torch.no_grad`).
-    NoGrad,
 }
 
 /// Storages, events and the graph.
@@ -152,25 +186,33 @@ pub(super) struct Tape {
     pub stopped: bool,
     /// Gradients stored into parameters, in arrival order: (param, storage).
     pub param_grads: Vec<(u32, T)>,
+    /// Index into `param_grads` per parameter (slot 0: the embedding leaf), `u32::MAX` if none.
+    grad_slot: Vec<u32>,
     /// First node of each checkpointed layer.
     layer_start: Vec<(u32, usize)>,
     /// Per checkpointed layer: the first node that saved something (its release frees the
     /// checkpoint) and the tensors the checkpoint keeps (its inputs).
-    ckpt: Vec<(u32, Option<usize>, Vec<T>)>,
+    /// (layer, first node saving something, its inputs kept, last node saving something)
+    ckpt: Vec<(u32, Option<usize>, Vec<T>, usize)>,
     /// Live bytes (sum of requested sizes).
     pub live: u64,
     /// Highest `live` so far.
     pub peak: u64,
+    /// `peak` before the last allocation (restored when a recomputation's early stop undoes it).
+    peak_before: u64,
 }
 
 impl Tape {
-    pub fn new() -> Tape {
+    /// A tape sized for a model of `layers` decoder layers (about 1 100 events and 150 nodes
+    /// per layer and step).
+    pub fn new(layers: u64) -> Tape {
+        let l = layers.min(1 << 12) as usize;
         Tape {
-            events: Vec::with_capacity(1 << 14),
-            labels: Vec::with_capacity(1 << 13),
-            refs: Vec::with_capacity(1 << 13),
-            bytes: Vec::with_capacity(1 << 13),
-            nodes: Vec::with_capacity(1 << 12),
+            events: Vec::with_capacity(2_400 * l + 4_096),
+            labels: Vec::with_capacity(1_200 * l + 2_048),
+            refs: Vec::with_capacity(1_200 * l + 2_048),
+            bytes: Vec::with_capacity(1_200 * l + 2_048),
+            nodes: Vec::with_capacity(200 * l + 256),
             mode: Mode::Grad,
             layer: None,
             re_next: 0,
@@ -178,10 +220,12 @@ impl Tape {
             re_locals: vec![],
             stopped: false,
             param_grads: vec![],
+            grad_slot: vec![],
             layer_start: vec![],
             ckpt: vec![],
             live: 0,
             peak: 0,
+            peak_before: 0,
         }
     }
 
@@ -197,6 +241,7 @@ impl Tape {
         if !self.stopped {
             self.events.push(Event::Alloc { id: t, bytes });
             self.live += bytes;
+            self.peak_before = self.peak;
             self.peak = self.peak.max(self.live);
             if self.mode == Mode::Recompute {
                 self.re_locals.push(t);
@@ -255,16 +300,11 @@ impl Tape {
         self.drop_t(x.t);
     }
 
-    /// Whether the current mode records graph nodes.
-    fn records(&self) -> bool {
-        !matches!(self.mode, Mode::NoGrad)
-    }
-
     /// Creates (or, when recomputing, finds) the node of a forward op whose inputs are `ins`
     /// (only those needing a gradient get an edge), saving `saved` (in release order).
     /// Returns where the output's gradient goes.
     pub fn node(&mut self, op: Op, out_n: u64, out_es: u64, ins: &[Edge], saved: &[T]) -> G {
-        if self.stopped || !self.records() || ins.iter().all(|e| e.to == G::No) {
+        if self.stopped || ins.iter().all(|e| e.to == G::No) {
             return G::No;
         }
         if self.mode == Mode::Recompute {
@@ -283,6 +323,7 @@ impl Tape {
                     if !saved.contains(&id) {
                         self.events.pop();
                         self.live -= bytes;
+                        self.peak = self.peak_before;
                         self.refs[id as usize] = 0;
                         self.re_locals.retain(|&t| t != id);
                     }
@@ -296,7 +337,7 @@ impl Tape {
             return G::Node(i as u32);
         }
         let keep = self.mode == Mode::Grad;
-        let mut sv = Vec::with_capacity(saved.len());
+        let mut sv = Inline::new();
         if keep {
             for &s in saved {
                 self.keep(s);
@@ -306,8 +347,11 @@ impl Tape {
         let idx = self.nodes.len();
         if !keep && !saved.is_empty() {
             if let Some(c) = self.ckpt.last_mut() {
-                if Some(c.0) == self.layer && c.1.is_none() {
-                    c.1 = Some(idx);
+                if Some(c.0) == self.layer {
+                    if c.1.is_none() {
+                        c.1 = Some(idx);
+                    }
+                    c.3 = idx;
                 }
             }
         }
@@ -315,7 +359,7 @@ impl Tape {
             op,
             out_n,
             out_es,
-            edges: ins.to_vec(),
+            edges: Inline::from_slice(ins),
             saved: sv,
             pending: if keep { 0 } else { saved.len() as u8 },
             buf: None,
@@ -331,21 +375,21 @@ impl Tape {
         for &t in keeps {
             self.keep(t);
         }
-        self.ckpt.push((layer, None, keeps.to_vec()));
+        self.ckpt
+            .push((layer, None, keeps.to_vec(), self.nodes.len()));
     }
 
     /// Starts recomputing `layer`: its nodes from the first one are filled again.
     pub fn begin_recompute(&mut self, layer: u32) {
-        let start = self
+        let (start, last) = self
             .layer_start
             .iter()
             .find(|(l, _)| *l == layer)
-            .map(|(_, s)| *s)
-            .unwrap_or(0);
-        let last = (start..self.nodes.len())
-            .filter(|&i| self.nodes[i].layer == Some(layer) && self.nodes[i].pending > 0)
-            .max()
-            .unwrap_or(start);
+            .map(|&(_, st)| {
+                let last = self.ckpt.iter().find(|c| c.0 == layer).map_or(st, |c| c.3);
+                (st, last)
+            })
+            .unwrap_or((0, 0));
         self.mode = Mode::Recompute;
         self.re_next = start;
         self.re_last = last;
@@ -387,14 +431,6 @@ impl Tape {
         self.nodes.len()
     }
 
-    /// First node of checkpointed `layer`.
-    pub fn layer_first_node(&self, layer: u32) -> Option<usize> {
-        self.layer_start
-            .iter()
-            .find(|(l, _)| *l == layer)
-            .map(|(_, s)| *s)
-    }
-
     /// Runs node `i`'s backward.
     pub fn run(&mut self, i: usize) {
         let unpacked = self.nodes[i].layer.is_some();
@@ -411,21 +447,24 @@ impl Tape {
                 op: Op::Pass,
                 out_n: 0,
                 out_es: 0,
-                edges: vec![],
-                saved: vec![],
+                edges: Inline::new(),
+                saved: Inline::new(),
                 pending: 0,
                 buf: None,
                 layer: None,
             },
         );
-        let mut grads: Vec<Option<T>> = vec![None; node.edges.len()];
-        let wants = |k: usize| node.edges.get(k).is_some_and(|e| e.to != G::No);
+        let edges = node.edges;
+        let edges = edges.as_slice();
+        let mut grads_buf: [Option<T>; 3] = [None; 3];
+        let grads = &mut grads_buf[..edges.len()];
+        let wants = |k: usize| edges.get(k).is_some_and(|e| e.to != G::No);
         let full = node.out_n * node.out_es;
         let what = What::Grad;
         match node.op {
             Op::Cast => {
                 if wants(0) {
-                    let e = node.edges[0];
+                    let e = edges[0];
                     grads[0] = Some(self.new_t(e.n * e.es, what));
                 }
             }
@@ -433,7 +472,7 @@ impl Tape {
                 for k in [1usize, 0] {
                     if wants(k) {
                         let b = if matches!(node.op, Op::Bmm) {
-                            node.edges[k].n * node.out_es
+                            edges[k].n * node.out_es
                         } else {
                             full
                         };
@@ -442,7 +481,7 @@ impl Tape {
                 }
             }
             Op::MulConst | Op::Unary | Op::ViewClone => {
-                let e = node.edges[0];
+                let e = edges[0];
                 grads[0] = Some(self.new_t(e.n * node.out_es, what));
             }
             Op::Add | Op::Pass | Op::Split => {
@@ -454,7 +493,7 @@ impl Tape {
                 }
             }
             Op::PowLike => {
-                let e = node.edges[0];
+                let e = edges[0];
                 let b = e.n * node.out_es;
                 let a = self.new_t(b, What::BackwardTemp);
                 let m = self.new_t(b, What::BackwardTemp);
@@ -463,7 +502,7 @@ impl Tape {
                 self.drop_t(a);
             }
             Op::Mean | Op::Slice | Op::Softmax | Op::NllLoss => {
-                let e = node.edges[0];
+                let e = edges[0];
                 grads[0] = Some(self.new_t(e.n * node.out_es, what));
             }
             Op::Mm { w_n, w_es } => {
@@ -471,12 +510,12 @@ impl Tape {
                     grads[1] = Some(self.new_t(w_n * w_es, what));
                 }
                 if wants(0) {
-                    let e = node.edges[0];
+                    let e = edges[0];
                     grads[0] = Some(self.new_t(e.n * node.out_es, what));
                 }
             }
             Op::Embedding => {
-                let e = node.edges[0];
+                let e = edges[0];
                 grads[0] = Some(self.new_t(e.n * e.es, what));
             }
             Op::Dequant4 { w_n, absmax_n } => {
@@ -485,13 +524,13 @@ impl Tape {
                 if let Some(a) = a {
                     self.drop_t(a);
                 }
-                let e = node.edges[0];
+                let e = edges[0];
                 grads[0] = Some(self.new_t(e.n * node.out_es, what));
                 self.drop_t(w);
             }
             Op::Attention => {
                 for (k, slot) in grads.iter_mut().enumerate() {
-                    let e = node.edges[k];
+                    let e = edges[k];
                     *slot = Some(self.new_t(e.n * e.es, what));
                 }
             }
@@ -506,12 +545,12 @@ impl Tape {
         }
         if unpacked {
             // Unpacked saved tensors die with the formula's locals, last unpacked first.
-            for &s in node.saved.iter().rev() {
+            for &s in node.saved.as_slice().iter().rev() {
                 self.drop_t(s);
             }
         }
         // validate_outputs: broadcast reduction, then the input's dtype.
-        for (k, e) in node.edges.iter().enumerate() {
+        for (k, e) in edges.iter().enumerate() {
             let Some(mut t) = grads[k] else { continue };
             if e.sum_to > 0 {
                 let r = self.new_t(e.sum_to * node.out_es, what);
@@ -532,7 +571,7 @@ impl Tape {
         }
         self.drop_t(g);
         if !unpacked {
-            for &s in &node.saved {
+            for &s in node.saved.as_slice() {
                 self.drop_t(s);
             }
         }
@@ -544,7 +583,7 @@ impl Tape {
                 }
             }
         }
-        for (k, e) in node.edges.iter().enumerate() {
+        for (k, e) in edges.iter().enumerate() {
             let Some(t) = grads[k] else { continue };
             self.deliver(e.to, t);
         }
@@ -555,8 +594,16 @@ impl Tape {
             G::No => self.drop_t(t),
             G::Param(p) => {
                 // AccumulateGrad: the first gradient becomes `.grad`, a later one is added.
-                match self.param_grads.iter().position(|&(q, _)| q == p) {
-                    None => self.param_grads.push((p, t)),
+                let slot = if p == u32::MAX { 0 } else { p as usize + 1 };
+                if self.grad_slot.len() <= slot {
+                    self.grad_slot.resize(slot + 1, u32::MAX);
+                }
+                let found = self.grad_slot[slot];
+                match (found != u32::MAX).then_some(found as usize) {
+                    None => {
+                        self.grad_slot[slot] = self.param_grads.len() as u32;
+                        self.param_grads.push((p, t));
+                    }
                     Some(k) => {
                         let old = self.param_grads[k].1;
                         let b = self.bytes[t as usize].max(self.bytes[old as usize]);
@@ -583,11 +630,17 @@ impl Tape {
         }
     }
 
+    /// The gradients stored into parameters during the last backward, in arrival order.
+    pub fn take_param_grads(&mut self) -> Vec<(u32, T)> {
+        self.grad_slot.clear();
+        std::mem::take(&mut self.param_grads)
+    }
+
     /// Releases what the graph still holds (saved tensors of nodes that never ran) and forgets it.
     pub fn free_graph(&mut self) {
         let nodes = std::mem::take(&mut self.nodes);
         for n in &nodes {
-            for &s in &n.saved {
+            for &s in n.saved.as_slice() {
                 self.drop_t(s);
             }
             if let Some(b) = n.buf {
@@ -595,15 +648,10 @@ impl Tape {
             }
         }
         self.layer_start.clear();
-        for (_, _, keeps) in std::mem::take(&mut self.ckpt) {
+        for (_, _, keeps, _) in std::mem::take(&mut self.ckpt) {
             for t in keeps {
                 self.drop_t(t);
             }
         }
-    }
-
-    /// Bytes of a storage.
-    pub fn bytes_of(&self, t: T) -> u64 {
-        self.bytes[t as usize]
     }
 }
