@@ -5,6 +5,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use lorafit::formats::catalog;
+use lorafit::model::allocator::AllocConf;
+use lorafit::model::steptrace::{generate, simulate};
 use lorafit::model::{plan, Settings};
 use lorafit::planning::evaluate;
 use lorafit::planning::evaluate::Axis;
@@ -33,4 +35,28 @@ fn main() {
     time("evaluate::curve (11 points)", 2_000, || {
         black_box(evaluate::curve(&a, black_box(&s), Axis::Seq));
     });
+    let conf = AllocConf::default();
+    let big = catalog::find_model("llama3-70b").unwrap().arch.clone();
+    let gc = Settings {
+        grad_ckpt: true,
+        ..Settings::default()
+    };
+    for (name, arch, st) in [
+        ("llama2-7b", &a, &s),
+        ("llama2-7b gc", &a, &gc),
+        ("llama3-70b (80 layers)", &big, &s),
+        ("llama3-70b gc", &big, &gc),
+    ] {
+        let n = generate(arch, st).unwrap().events.len();
+        time(
+            &format!("steptrace::generate {name} ({n} events)"),
+            50,
+            || {
+                black_box(generate(black_box(arch), black_box(st)).unwrap());
+            },
+        );
+        time(&format!("steptrace::simulate {name}"), 50, || {
+            black_box(simulate(black_box(arch), black_box(st), &conf).unwrap());
+        });
+    }
 }

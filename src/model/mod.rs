@@ -12,6 +12,7 @@ mod names;
 pub mod parallel;
 pub mod plan;
 pub mod settings;
+pub mod steptrace;
 pub mod term;
 pub mod weights;
 

@@ -12,6 +12,7 @@ mod gpu;
 mod planning;
 mod properties;
 mod reference;
+mod reserved;
 mod snapshot;
 mod validation;
 mod weights;

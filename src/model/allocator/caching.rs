@@ -12,6 +12,28 @@ use super::expandable::ExpandableSegment;
 use super::oom::Oom;
 use super::stats::{PoolKind, Stats};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Hashes allocation handles (sequential integers) by a multiplicative mix: the map of live
+/// allocations is on every `malloc` / `free`, where SipHash costs more than the lookup itself.
+#[derive(Default)]
+pub(crate) struct HandleHasher(u64);
+
+impl Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type HandleMap = HashMap<u64, BlockIdx, BuildHasherDefault<HandleHasher>>;
 
 /// Start of the simulated device address space (2 MiB aligned).
 pub const ARENA_BASE: u64 = 0x7f00_0000_0000;
@@ -60,7 +82,7 @@ pub struct CachingAllocator {
     pub(crate) large_blocks: BlockPool,
     pub(crate) small_blocks: BlockPool,
     /// `allocated_blocks`: live allocations by handle.
-    pub(crate) allocated_blocks: HashMap<u64, BlockIdx>,
+    pub(crate) allocated_blocks: HandleMap,
     next_handle: u64,
     /// `total_allocated_memory`: bytes reserved from the device.
     pub(crate) total_allocated_memory: u64,
@@ -88,7 +110,7 @@ impl CachingAllocator {
             blocks: BlockArena::default(),
             large_blocks: BlockPool::new(),
             small_blocks: BlockPool::new(),
-            allocated_blocks: HashMap::new(),
+            allocated_blocks: HandleMap::default(),
             next_handle: 1,
             total_allocated_memory: 0,
             allowed_memory_maximum: None,

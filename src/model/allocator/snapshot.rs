@@ -96,6 +96,18 @@ impl CachingAllocator {
         Some(block_info(&self.blocks[idx]))
     }
 
+    /// The `k` largest cached free blocks of `pool` as (address, size), largest first (the pool is
+    /// ordered by size, so this costs O(k log n)).
+    pub fn largest_free_blocks(&self, pool: PoolKind, k: usize) -> Vec<(u64, u64)> {
+        self.pool(pool)
+            .blocks
+            .keys()
+            .rev()
+            .take(k)
+            .map(|&(_, size, ptr)| (ptr, size))
+            .collect()
+    }
+
     /// Bytes of free blocks in the pool, i.e. cached but not handed out.
     pub fn cached_free_bytes(&self, pool: PoolKind) -> u64 {
         self.pool(pool)

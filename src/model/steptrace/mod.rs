@@ -1,0 +1,190 @@
+//! The training step as PyTorch allocates it: the ordered sequence of tensor-storage allocations
+//! and frees of one run (parameters, inputs, then two training steps: forward layer by layer,
+//! the loss, backward layer by layer in reverse, the optimizer step and `zero_grad`), generated
+//! from the same inputs the model plans from.
+//!
+//! The step is written as a small program mirroring transformers' and peft's forward code op by
+//! op ([`program`]), over a miniature of autograd ([`tape`]) that keeps the references PyTorch
+//! keeps (Python variables, saved tensors, gradient buffers) and runs backward in the engine's
+//! order. Sizes and dtypes come from [`Ctx`](super::activations::Ctx) and the architecture's
+//! Linear shapes, the same facts the model's terms are built from. Replayed through the caching
+//! allocator ([`super::allocator`]) the sequence gives the reserved memory ([`simulate`]).
+//!
+//! Pure: no I/O, no dependency.
+
+mod program;
+mod simulate;
+mod tape;
+
+pub use simulate::{replay, simulate, CachedBlock, PhaseFigures, Simulation};
+
+use super::activations::Ctx;
+use super::arch::Architecture;
+use super::error::PlanError;
+use super::settings::Settings;
+
+/// One event of the sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A storage of `bytes` is created.
+    Alloc {
+        /// Storage id (index into [`Trace::labels`]).
+        id: u32,
+        /// Size.
+        bytes: u64,
+    },
+    /// The storage is freed.
+    Free {
+        /// Storage id.
+        id: u32,
+    },
+}
+
+/// Phase of the run, as the reference recordings name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StepPhase {
+    /// Parameters and buffers.
+    Setup,
+    /// Input ids and labels.
+    Inputs,
+    /// Forward pass, through the loss.
+    Forward,
+    /// `loss.backward()`.
+    Backward,
+    /// `optimizer.step()`.
+    Optimizer,
+    /// `optimizer.zero_grad(set_to_none=True)`.
+    ZeroGrad,
+}
+
+impl StepPhase {
+    /// Lowercase name (`setup`, `forward`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            StepPhase::Setup => "setup",
+            StepPhase::Inputs => "inputs",
+            StepPhase::Forward => "forward",
+            StepPhase::Backward => "backward",
+            StepPhase::Optimizer => "optimizer",
+            StepPhase::ZeroGrad => "zero_grad",
+        }
+    }
+}
+
+/// What a storage holds (for naming cached blocks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum What {
+    /// Frozen base weight.
+    Weight,
+    /// 4-bit quantization state.
+    QuantState,
+    /// Trainable weight (LoRA A/B, modules_to_save copy).
+    Trainable,
+    /// Buffer (rotary inverse frequencies).
+    Buffer,
+    /// Input ids, labels, mask.
+    Input,
+    /// Embedding output / residual stream.
+    Hidden,
+    /// Rotary cos / sin tables and their temporaries.
+    Rotary,
+    /// RMSNorm fp32 copy, square, variance, rsqrt.
+    Norm,
+    /// Output of a Linear layer.
+    LinearOut,
+    /// peft's cast of a module input to the adapter dtype.
+    LoraCast,
+    /// LoRA dropout output.
+    Dropout,
+    /// LoRA dropout mask (1 byte per element).
+    DropoutMask,
+    /// lora_A / lora_B outputs and the scaled sum.
+    Lora,
+    /// Autocast / dequantized copy of a weight.
+    WeightCopy,
+    /// Rotary embedding of q / k and its temporaries.
+    Rope,
+    /// Attention output and kernel state (logsumexp, seeds).
+    Attention,
+    /// Eager attention scores and probabilities.
+    Scores,
+    /// MLP gate, activation, up and product.
+    Mlp,
+    /// Logits (module dtype or fp32 upcast).
+    Logits,
+    /// log_softmax output, loss, label shift.
+    Loss,
+    /// A gradient in flight during backward.
+    Grad,
+    /// A temporary of a derivative formula.
+    BackwardTemp,
+    /// A parameter's `.grad`.
+    ParamGrad,
+    /// Optimizer state.
+    OptState,
+    /// Optimizer temporary.
+    OptTemp,
+}
+
+impl What {
+    /// Short human name.
+    pub fn name(self) -> &'static str {
+        match self {
+            What::Weight => "frozen weight",
+            What::QuantState => "quantization state",
+            What::Trainable => "trainable weight",
+            What::Buffer => "buffer",
+            What::Input => "input ids / labels",
+            What::Hidden => "hidden state",
+            What::Rotary => "rotary tables",
+            What::Norm => "RMSNorm fp32 temporaries",
+            What::LinearOut => "Linear output",
+            What::LoraCast => "LoRA input cast",
+            What::Dropout => "LoRA dropout output",
+            What::DropoutMask => "LoRA dropout mask",
+            What::Lora => "LoRA A/B outputs",
+            What::WeightCopy => "weight copy (autocast / dequantized)",
+            What::Rope => "rotary q/k",
+            What::Attention => "attention output",
+            What::Scores => "attention scores",
+            What::Mlp => "MLP activations",
+            What::Logits => "logits",
+            What::Loss => "log_softmax / loss",
+            What::Grad => "activation gradient",
+            What::BackwardTemp => "backward temporary",
+            What::ParamGrad => "parameter gradient",
+            What::OptState => "optimizer state",
+            What::OptTemp => "optimizer temporary",
+        }
+    }
+}
+
+/// What a storage held and in which decoder layer it was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Label {
+    /// Kind of tensor.
+    pub what: What,
+    /// Decoder layer, if made inside one.
+    pub layer: Option<u32>,
+}
+
+/// The generated sequence.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    /// Allocations and frees in order.
+    pub events: Vec<Event>,
+    /// Label of each storage id.
+    pub labels: Vec<Label>,
+    /// `(first event index, step, phase)` at each phase change (step 0 = before training).
+    pub phases: Vec<(usize, u8, StepPhase)>,
+    /// Peak of live bytes (sum of requested sizes) over the sequence.
+    pub peak_live_bytes: u64,
+}
+
+/// Generates the allocation sequence of a run: setup, inputs and two training steps.
+pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
+    arch.validate()?;
+    s.validate()?;
+    let ctx = Ctx::new(arch, s);
+    Ok(program::run(&ctx))
+}

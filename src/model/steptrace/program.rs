@@ -1,0 +1,1503 @@
+//! The step, op by op, as transformers 5 + peft + PyTorch run it: each function mirrors the Python
+//! forward it names (which tensors it creates, in which order, and when its locals die); the
+//! derivative formulas and the engine's order live in [`super::tape`].
+
+use super::tape::{Edge, Mode, Op, Tape, G, X};
+use super::{Event, StepPhase, Trace, What};
+use crate::model::activations::Ctx;
+use crate::model::arch::{Family, LinearShape};
+use crate::model::settings::{AttnImpl, Optimizer, SavedModule};
+
+/// A parameter of the model, in `named_parameters()` order.
+#[derive(Clone, Copy, Debug)]
+struct Param {
+    x: X,
+}
+
+/// The Linear layers of one block, with their LoRA adapters.
+#[derive(Clone, Debug)]
+struct Lin {
+    shape: LinearShape,
+    w: Param,
+    lora: Option<(Param, Param)>,
+}
+
+struct Prog<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    tp: Tape,
+    params: Vec<Param>,
+    trainable: Vec<u32>,
+    layers: Vec<Vec<Lin>>,
+    lm_head: Option<Param>,
+    /// Optimizer states per trainable parameter (created at the first step).
+    states: Vec<u32>,
+    phases: Vec<(usize, u8, StepPhase)>,
+    /// Stored parameter gradients (param index → storage).
+    grads: Vec<Option<u32>>,
+    /// Checkpointed layers' inputs (with the rotary tables their recomputation needs).
+    ckpt_in: Vec<Option<(X, X, X)>>,
+    /// Adafactor's `state["RMS"]` per trainable parameter.
+    rms: Vec<Option<X>>,
+    /// Last dimension of each trainable parameter.
+    param_cols: Vec<u64>,
+    /// The sliding-window mask of the current step (Gemma, eager).
+    sliding: Option<X>,
+    /// Autocast's cached casts of trainable weights (freed when the context exits).
+    ac_cache: Vec<X>,
+    /// The embedding output as a leaf needing a gradient (checkpointing).
+    emb_leaf: Option<X>,
+    /// The 4-D mask of the current step, if any.
+    causal: Option<X>,
+}
+
+fn bytes(d: crate::model::dtype::Dtype) -> u64 {
+    d.bytes() as u64
+}
+
+impl<'c, 'a> Prog<'c, 'a> {
+    fn tokens(&self) -> u64 {
+        self.ctx.s.batch * self.ctx.s.seq
+    }
+    fn h(&self) -> u64 {
+        self.ctx.arch.hidden_size
+    }
+
+    fn phase(&mut self, step: u8, p: StepPhase) {
+        self.phases.push((self.tp.events.len(), step, p));
+    }
+
+    fn t(&mut self, n: u64, es: u64, what: What) -> X {
+        let t = self.tp.new_t(n * es, what);
+        X { t, n, es, g: G::No }
+    }
+
+    fn edge(x: &X) -> Edge {
+        Edge {
+            to: x.g,
+            n: x.n,
+            es: x.es,
+            sum_to: 0,
+        }
+    }
+
+    fn param(&mut self, n: u64, es: u64, trainable: bool, what: What) -> Param {
+        let mut x = self.t(n, es, what);
+        if trainable {
+            x.g = G::Param(self.params.len() as u32);
+            self.trainable.push(self.params.len() as u32);
+        }
+        self.params.push(Param { x });
+        self.grads.push(None);
+        Param { x }
+    }
+
+    // ---------------------------------------------------------------- setup
+
+    fn setup(&mut self) {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let s = ctx.s;
+        let aux = bytes(ctx.aux_weight);
+        let h = a.hidden_size;
+        let v = a.vocab_size;
+        let r = s.lora_r;
+        let ad = bytes(s.adapter_dtype);
+        let mts_embed = s.modules_to_save.contains(&SavedModule::EmbedTokens);
+        let embed_n = v * h;
+        if mts_embed {
+            self.param(embed_n, aux, false, What::Weight);
+            self.param(embed_n, aux, true, What::Trainable);
+            self.param_cols.push(h);
+        } else {
+            self.param(embed_n, aux, false, What::Weight);
+        }
+        let adapted = ctx.adapted();
+        for _ in 0..a.num_hidden_layers {
+            let mut lins = vec![];
+            // Parameters are registered in module order (Phi-3 registers o_proj before qkv_proj);
+            // `lins` keeps the forward order.
+            let mut order: Vec<LinearShape> = a.linears();
+            if a.family == Family::Phi3 && order.len() > 1 {
+                order.swap(0, 1);
+            }
+            for l in order {
+                let (inf, outf) = (l.in_features as u64, l.out_features as u64);
+                let w = match (s.quant, ctx.linear_weight) {
+                    (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, false, What::Weight),
+                    (None, Some(d)) => self.param(inf * outf, bytes(d), false, What::Weight),
+                    (None, None) => self.param(inf * outf, aux, false, What::Weight),
+                };
+                if l.bias {
+                    self.param(outf, aux, false, What::Weight);
+                }
+                let lora = if adapted.iter().any(|x| x.name == l.name) {
+                    let la = self.param(r * inf, ad, true, What::Trainable);
+                    let lb = self.param(outf * r, ad, true, What::Trainable);
+                    self.param_cols.extend([inf, r]);
+                    Some((la, lb))
+                } else {
+                    None
+                };
+                let is_o = l.name == "o_proj";
+                lins.push(Lin { shape: l, w, lora });
+                if is_o && a.family.has_qk_norm() {
+                    // q_norm, k_norm are registered in the attention module after o_proj.
+                    self.param(a.head_dim(), aux, false, What::Weight);
+                    self.param(a.head_dim(), aux, false, What::Weight);
+                }
+            }
+            let norms = a.family.norms_per_layer() as u64;
+            for _ in 0..norms {
+                self.param(h, aux, false, What::Weight);
+            }
+            if a.family == Family::Phi3 && lins.len() > 1 {
+                lins.swap(0, 1);
+            }
+            self.layers.push(lins);
+        }
+        self.param(h, aux, false, What::Weight);
+        if !a.tie_word_embeddings {
+            let head = self.param(v * h, aux, false, What::Weight);
+            self.lm_head = Some(head);
+        }
+        if s.modules_to_save.contains(&SavedModule::LmHead) {
+            let copy = self.param(v * h, aux, true, What::Trainable);
+            self.param_cols.push(h);
+            self.lm_head = Some(copy);
+        }
+        if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
+            self.t(1, aux, What::Buffer);
+        }
+        // Rotary inverse frequencies (+ the original copy).
+        let half = a.head_dim() / 2;
+        let rotaries = 1;
+        for _ in 0..rotaries * 2 {
+            self.t(half, 4, What::Buffer);
+        }
+        if s.quant.is_some() {
+            self.quant_state();
+        }
+    }
+
+    /// bitsandbytes quant state of every 4-bit Linear: absmax (uint8 with double quant), the
+    /// nested fp32 absmax, and the code tables.
+    fn quant_state(&mut self) {
+        let ctx = self.ctx;
+        for _ in 0..ctx.arch.num_hidden_layers {
+            for l in ctx.arch.linears() {
+                let n = (l.in_features * l.out_features) as u64;
+                let blocks = n.div_ceil(64);
+                if ctx.s.double_quant {
+                    // absmax (uint8), code, offset, nested absmax, nested code
+                    self.t(blocks, 1, What::QuantState);
+                    self.t(16, 4, What::QuantState);
+                    self.t(1, 4, What::QuantState);
+                    self.t(blocks.div_ceil(256), 4, What::QuantState);
+                    self.t(256, 4, What::QuantState);
+                } else {
+                    self.t(blocks, 4, What::QuantState);
+                    self.t(16, 4, What::QuantState);
+                }
+            }
+        }
+    }
+
+    fn inputs(&mut self) -> (X, X, Option<X>) {
+        let n = self.tokens();
+        let ids = self.t(n, 8, What::Input);
+        let labels = self.t(n, 8, What::Input);
+        let mask = if self.ctx.s.padded_mask {
+            Some(self.t(n, 8, What::Input))
+        } else {
+            None
+        };
+        (ids, labels, mask)
+    }
+
+    // -------------------------------------------------------------- ops
+
+    fn drop(&mut self, x: X) {
+        self.tp.drop_x(x);
+    }
+
+    /// `x.to(dtype)`: a copy when the dtype changes.
+    fn cast(&mut self, x: X, es: u64, what: What) -> X {
+        if x.es == es {
+            self.tp.keep_local(x.t);
+            return x;
+        }
+        let mut y = self.t(x.n, es, what);
+        y.g = self.tp.node(Op::Cast, x.n, es, &[Self::edge(&x)], &[]);
+        y
+    }
+
+    /// Elementwise product of `a` and `b` (output `n` elements in `es`), saving what the
+    /// derivative needs.
+    fn mul(&mut self, a: X, b: X, n: u64, es: u64, what: What) -> X {
+        let mut y = self.t(n, es, what);
+        let mut ea = Self::edge(&a);
+        let mut eb = Self::edge(&b);
+        if a.n < n {
+            ea.sum_to = a.n;
+        }
+        if b.n < n {
+            eb.sum_to = b.n;
+        }
+        // MulBackward0 saves `other` for self's gradient and `self` for other's (release order:
+        // other_, self_).
+        let mut saved = vec![];
+        if a.grad() {
+            saved.push(b.t);
+        }
+        if b.grad() {
+            saved.push(a.t);
+        }
+        let op = if a.grad() && b.grad() {
+            Op::Mul
+        } else {
+            Op::MulConst
+        };
+        let ins = if a.grad() { [ea, eb] } else { [eb, ea] };
+        y.g = self.tp.node(op, n, es, &ins, &saved);
+        y
+    }
+
+    /// Product with a scalar or a constant tensor.
+    fn mul_const(&mut self, a: X, what: What) -> X {
+        let mut y = self.t(a.n, a.es, what);
+        y.g = self
+            .tp
+            .node(Op::MulConst, a.n, a.es, &[Self::edge(&a)], &[]);
+        y
+    }
+
+    fn add(&mut self, a: X, b: X, what: What) -> X {
+        let es = a.es.max(b.es);
+        let n = a.n.max(b.n);
+        let mut y = self.t(n, es, what);
+        y.g = self
+            .tp
+            .node(Op::Add, n, es, &[Self::edge(&a), Self::edge(&b)], &[]);
+        y
+    }
+
+    fn unary(&mut self, a: X, out_es: u64, what: What, save_in: bool, save_out: bool) -> X {
+        let mut y = self.t(a.n, out_es, what);
+        let mut saved = vec![];
+        if save_in {
+            saved.push(a.t);
+        }
+        if save_out {
+            saved.push(y.t);
+        }
+        y.g = self
+            .tp
+            .node(Op::Unary, a.n, out_es, &[Self::edge(&a)], &saved);
+        y
+    }
+
+    /// `torch.matmul(x, W.t())` with a weight: frozen (`w.g == No`) or trainable.
+    fn linear(&mut self, x: X, w: X, out_n: u64, es: u64, what: What) -> X {
+        let mut y = self.t(out_n, es, what);
+        // MmBackward0 saves mat2 (the weight) for the input's gradient and self (the input) for
+        // the weight's; released as mat2_, self_.
+        let mut saved = vec![];
+        if x.grad() {
+            saved.push(w.t);
+        }
+        if w.grad() {
+            saved.push(x.t);
+        }
+        let ew = Edge {
+            to: w.g,
+            n: w.n,
+            es,
+            sum_to: 0,
+        };
+        y.g = self.tp.node(
+            Op::Mm { w_n: w.n, w_es: es },
+            out_n,
+            es,
+            &[Self::edge(&x), ew],
+            &saved,
+        );
+        y
+    }
+
+    /// `F.linear(x, w)`, under autocast with both operands cast to the autocast dtype first.
+    fn matmul(&mut self, x: X, w: X, out_n: u64, what: What) -> X {
+        match self.ctx.s.autocast {
+            None => self.linear(x, w, out_n, x.es, what),
+            Some(ac) => {
+                let es = bytes(ac);
+                let wc = self.cast(w, es, What::WeightCopy);
+                if w.grad() && wc.t != w.t {
+                    // Autocast caches the casts of trainable leaves until the context exits.
+                    self.tp.keep_local(wc.t);
+                    self.ac_cache.push(wc);
+                }
+                let xc = self.cast(x, es, What::WeightCopy);
+                let y = self.linear(xc, wc, out_n, es, what);
+                self.drop(xc);
+                self.drop(wc);
+                y
+            }
+        }
+    }
+
+    /// RMSNorm over rows of `width`: llama's (`hidden.to(fp32)`, variance, rsqrt, cast back,
+    /// times the weight) or Gemma's (`x * rsqrt(mean(x²) + eps)` in fp32, times `1 + weight`).
+    fn rmsnorm(&mut self, x: X, width: u64) -> X {
+        let rows = x.n / width;
+        let gemma = matches!(self.ctx.arch.family, Family::Gemma2 | Family::Gemma3);
+        let hs = self.cast(x, 4, What::Norm);
+        let p = {
+            let mut y = self.t(hs.n, 4, What::Norm);
+            y.g = self
+                .tp
+                .node(Op::PowLike, hs.n, 4, &[Self::edge(&hs)], &[hs.t]);
+            y
+        };
+        let var = {
+            let mut y = self.t(rows, 4, What::Norm);
+            y.g = self.tp.node(Op::Mean, rows, 4, &[Self::edge(&p)], &[]);
+            y
+        };
+        self.drop(p);
+        let eps = {
+            let mut y = self.t(rows, 4, What::Norm);
+            y.g = self.tp.node(Op::Pass, rows, 4, &[Self::edge(&var)], &[]);
+            y
+        };
+        if gemma {
+            self.drop(var);
+        }
+        let rs = {
+            let mut y = self.t(rows, 4, What::Norm);
+            let g = self
+                .tp
+                .node(Op::PowLike, rows, 4, &[Self::edge(&eps)], &[y.t]);
+            y.g = g;
+            y
+        };
+        self.drop(eps);
+        let normed = self.mul(hs, rs, hs.n, 4, What::Norm);
+        self.drop(rs);
+        if gemma {
+            // `self._norm(x.float())`: the fp32 copy dies with `_norm`.
+            self.drop(hs);
+            // output * (1.0 + self.weight.float()), then .type_as(x)
+            let wf = self.t(width, 4, What::Norm);
+            let w1 = self.t(width, 4, What::Norm);
+            self.drop(wf);
+            let o = {
+                let mut y = self.t(normed.n, 4, What::Norm);
+                y.g = self
+                    .tp
+                    .node(Op::MulConst, normed.n, 4, &[Self::edge(&normed)], &[w1.t]);
+                y
+            };
+            self.drop(w1);
+            self.drop(normed);
+            let o2 = self.cast(o, x.es, What::Hidden);
+            self.drop(o);
+            return o2;
+        }
+        self.drop(hs);
+        let c = self.cast(normed, x.es, What::Hidden);
+        let out = self.mul_const(c, What::Hidden);
+        self.drop(c);
+        self.drop(normed);
+        self.drop(var);
+        out
+    }
+
+    /// A Linear layer with its LoRA adapter (peft's `Linear.forward`).
+    fn lora_linear(&mut self, x: X, lin: &Lin) -> X {
+        let ctx = self.ctx;
+        let s = ctx.s;
+        let tokens = x.n / lin.shape.in_features as u64;
+        let out_n = tokens * lin.shape.out_features as u64;
+        let in_n = x.n;
+        let result = self.base_linear(x, lin, out_n);
+        let mod_es = result.es;
+        let Some((la, lb)) = lin.lora else {
+            return result;
+        };
+        let ad = bytes(s.adapter_dtype);
+        // peft's bnb layers skip the input cast under autocast.
+        let xc = if s.quant.is_some() && s.autocast.is_some() {
+            self.tp.keep_local(x.t);
+            x
+        } else {
+            self.cast(x, ad, What::LoraCast)
+        };
+        let d = if s.lora_dropout > 0.0 {
+            let mut y = self.t(in_n, xc.es, What::Dropout);
+            let mask = self.t(in_n, 1, What::DropoutMask);
+            y.g = self
+                .tp
+                .node(Op::Unary, in_n, xc.es, &[Self::edge(&xc)], &[mask.t]);
+            self.drop(mask);
+            y
+        } else {
+            xc
+        };
+        let r = s.lora_r;
+        let a_out = self.matmul(d, la.x, tokens * r, What::Lora);
+        if s.lora_dropout > 0.0 {
+            self.drop(d);
+        }
+        let b_out = self.matmul(a_out, lb.x, out_n, What::Lora);
+        self.drop(a_out);
+        let scaled = self.mul_const(b_out, What::Lora);
+        self.drop(b_out);
+        let sum = self.add(result, scaled, What::Lora);
+        if s.quant.is_some() {
+            // peft's bnb layer: `result = result + output` (no cast back).
+            self.drop(result);
+            self.drop(scaled);
+            self.drop(xc);
+            return sum;
+        }
+        self.drop(scaled);
+        self.drop(result);
+        let out = self.cast(sum, mod_es, What::LinearOut);
+        self.drop(sum);
+        self.drop(xc);
+        out
+    }
+
+    /// The frozen base layer of a Linear (bf16/fp32 weight, or bitsandbytes 4-bit).
+    fn base_linear(&mut self, x: X, lin: &Lin, out_n: u64) -> X {
+        if self.ctx.s.quant.is_none() {
+            return self.matmul(x, lin.w.x, out_n, What::LinearOut);
+        }
+        // bnb Linear4bit: x.to(compute_dtype), gemm_4bit, out.to(input dtype); then peft's
+        // `result.clone()`.
+        let ce = bytes(self.ctx.s.dtype);
+        let xc = self.cast(x, ce, What::LoraCast);
+        let n = (lin.shape.in_features * lin.shape.out_features) as u64;
+        let absmax_n = if self.ctx.s.double_quant {
+            n.div_ceil(64)
+        } else {
+            0
+        };
+        let mut g = self.t(out_n, ce, What::LinearOut);
+        g.g = self.tp.node(
+            Op::Dequant4 { w_n: n, absmax_n },
+            out_n,
+            ce,
+            &[Self::edge(&xc)],
+            &[],
+        );
+        let o = self.cast(g, x.es, What::LinearOut);
+        self.drop(g);
+        self.drop(xc);
+        let mut c = self.t(o.n, o.es, What::LinearOut);
+        c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
+        self.drop(o);
+        c
+    }
+
+    /// `q * cos + rotate_half(q) * sin`.
+    fn rope(&mut self, q: X, cos: X, sin: X) -> X {
+        let half = q.n / 2;
+        let pe = q.es.max(cos.es);
+        let m1 = {
+            let mut y = self.t(q.n, pe, What::Rope);
+            y.g = self
+                .tp
+                .node(Op::MulConst, q.n, pe, &[Self::edge(&q)], &[cos.t]);
+            y
+        };
+        let slice =
+            |p: &mut Self| -> G { p.tp.node(Op::Slice, half, q.es, &[Self::edge(&q)], &[]) };
+        let x1g = slice(self);
+        let x2g = slice(self);
+        let neg = {
+            let mut y = self.t(half, q.es, What::Rope);
+            let e = Edge {
+                to: x2g,
+                n: half,
+                es: q.es,
+                sum_to: 0,
+            };
+            y.g = self.tp.node(Op::Unary, half, q.es, &[e], &[]);
+            y
+        };
+        let cat = {
+            let mut y = self.t(q.n, q.es, What::Rope);
+            let e1 = Edge {
+                to: x1g,
+                n: half,
+                es: q.es,
+                sum_to: 0,
+            };
+            y.g = self
+                .tp
+                .node(Op::Split, q.n, q.es, &[Self::edge(&neg), e1], &[]);
+            y
+        };
+        self.drop(neg);
+        let m2 = {
+            let mut y = self.t(q.n, pe, What::Rope);
+            y.g = self
+                .tp
+                .node(Op::MulConst, q.n, pe, &[Self::edge(&cat)], &[sin.t]);
+            y
+        };
+        self.drop(cat);
+        let out = self.add(m1, m2, What::Rope);
+        self.drop(m1);
+        self.drop(m2);
+        if self.ctx.arch.family == Family::Phi3 {
+            // Partial rotary: cat([rotated, pass-through]) copies even when nothing passes.
+            let mut c = self.t(out.n, out.es, What::Rope);
+            c.g = self
+                .tp
+                .node(Op::Pass, out.n, out.es, &[Self::edge(&out)], &[]);
+            self.drop(out);
+            return c;
+        }
+        out
+    }
+
+    /// A view + transpose whose backward `reshape` must copy.
+    fn view_clone(&mut self, x: X) -> X {
+        let mut y = x;
+        self.tp.keep_local(x.t);
+        y.g = self
+            .tp
+            .node(Op::ViewClone, x.n, x.es, &[Self::edge(&x)], &[]);
+        y
+    }
+
+    /// Self-attention; returns the output and the eager attention probabilities (which the
+    /// decoder layer keeps in `_` until it returns).
+    fn attention(&mut self, x: X, lins: &[Lin], cos: X, sin: X, mask: Option<X>) -> (X, Option<X>) {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let s = ctx.s;
+        let (b, sq) = (s.batch, s.seq);
+        let heads = a.num_attention_heads;
+        let hd = a.head_dim();
+        let ad = bytes(ctx.attn);
+        let eager = s.attn_impl == AttnImpl::Eager;
+        // Qwen3 norms q and k right after each projection; Gemma 3 after all three.
+        let qk_norm = a.family.has_qk_norm() && !matches!(a.family, Family::Gemma3);
+        let late_norm = a.family.has_qk_norm() && !qk_norm;
+        // q_proj(x).view(...) [→ q_norm] .transpose(1, 2): the view's backward copies the
+        // transposed gradient.
+        // Phi-3 projects q, k, v at once and slices the fused output (views).
+        let fused = a.family == Family::Phi3;
+        let qkv = fused.then(|| self.lora_linear(x, &lins[0]));
+        let tokens_ = s.batch * s.seq;
+        let (qd, kvd) = (a.q_dim() as u64, a.kv_dim() as u64);
+        let q = match qkv {
+            Some(f) => self.slice_of(f, tokens_ * qd),
+            None => self.lora_linear(x, &lins[0]),
+        };
+        let mut qv = self.view_clone(q);
+        self.drop(q);
+        if qk_norm {
+            let n = self.rmsnorm(qv, hd);
+            self.drop(qv);
+            qv = n;
+        }
+        let k = match qkv {
+            Some(f) => self.slice_of(f, tokens_ * kvd),
+            None => self.lora_linear(x, &lins[1]),
+        };
+        let mut kv = self.view_clone(k);
+        self.drop(k);
+        if qk_norm {
+            let n = self.rmsnorm(kv, hd);
+            self.drop(kv);
+            kv = n;
+        }
+        let v = match qkv {
+            Some(f) => {
+                let v = self.slice_of(f, tokens_ * kvd);
+                self.drop(f);
+                v
+            }
+            None => self.lora_linear(x, &lins[2]),
+        };
+        // v's view also copies its gradient back when it arrives contiguous in (b, h, s, d):
+        // from eager matmuls or from repeat_kv's reduction (a masked sdpa with GQA).
+        let rep = heads / a.kv_heads().max(1);
+        let vv = if eager || (mask.is_some() && rep > 1) {
+            let t = self.view_clone(v);
+            self.drop(v);
+            t
+        } else {
+            v
+        };
+        let (qn, kn) = if late_norm {
+            let qn = self.rmsnorm(qv, hd);
+            self.drop(qv);
+            let kn = self.rmsnorm(kv, hd);
+            self.drop(kv);
+            (qn, kn)
+        } else {
+            (qv, kv)
+        };
+        let qe = self.rope(qn, cos, sin);
+        let ke = self.rope(kn, cos, sin);
+        self.drop(qn);
+        self.drop(kn);
+        let tokens = b * sq;
+        let mut weights = None;
+        let out = if eager {
+            let (o, w) = self.eager_attention(qe, ke, vv, mask);
+            weights = Some(w);
+            o
+        } else {
+            let efficient = ctx.attn == crate::model::dtype::Dtype::Fp32;
+            // Under autocast the kernel's inputs are cast to the autocast dtype (kept for backward).
+            // (autocast's wrapper casts the arguments right to left)
+            let vc = self.cast(vv, ad, What::Attention);
+            let kc = self.cast(ke, ad, What::Attention);
+            let qc = self.cast(qe, ad, What::Attention);
+            // A boolean mask becomes an additive bias in the attention dtype (Gemma 3 converts
+            // it before repeating k, v; the others after).
+            let mut bias = None;
+            let make_bias = |p: &mut Self| {
+                mask.map(|m| {
+                    let s1 = p.t(1, ad, What::Attention);
+                    let s2 = p.t(1, ad, What::Attention);
+                    let w = p.t(m.n, ad, What::Attention);
+                    p.drop(s2);
+                    p.drop(s1);
+                    w
+                })
+            };
+            if a.family == Family::Gemma3 {
+                bias = make_bias(self);
+            }
+            let (kk, vk) = if mask.is_some() && rep > 1 {
+                (self.repeat_kv(kc, rep), self.repeat_kv(vc, rep))
+            } else {
+                self.tp.keep_local(kc.t);
+                self.tp.keep_local(vc.t);
+                (kc, vc)
+            };
+            self.drop(kc);
+            self.drop(vc);
+            if a.family != Family::Gemma3 {
+                bias = make_bias(self);
+            }
+            let qe = qc;
+            let mut o = self.t(tokens * heads * hd, ad, What::Attention);
+            let rows = if efficient { sq.div_ceil(32) * 32 } else { sq };
+            let lse = self.t(b * heads * rows, 4, What::Attention);
+            let seed = self.t(if efficient { 1 } else { 1 }, 8, What::Attention);
+            let off = self.t(1, 8, What::Attention);
+            let mut saved = vec![kk.t, qe.t, vk.t, lse.t, o.t, off.t, seed.t];
+            if let Some(b) = bias {
+                saved.insert(0, b.t);
+            }
+            o.g = self.tp.node(
+                Op::Attention,
+                o.n,
+                ad,
+                &[Self::edge(&qe), Self::edge(&kk), Self::edge(&vk)],
+                &saved,
+            );
+            self.drop(lse);
+            self.drop(seed);
+            self.drop(off);
+            self.drop(kk);
+            self.drop(vk);
+            self.drop(qe);
+            if let Some(b) = bias {
+                self.drop(b);
+            }
+            if a.family == Family::Phi3 {
+                // q comes from a cat, contiguous in (b, h, s, d): so does the output, and
+                // `transpose(1, 2).contiguous()` copies it.
+                let mut c = self.t(o.n, o.es, What::Attention);
+                c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
+                self.drop(o);
+                c
+            } else {
+                o
+            }
+        };
+        let o_idx = if fused { 1 } else { 3 };
+        let o = self.lora_linear(out, &lins[o_idx]);
+        self.drop(out);
+        self.drop(qe);
+        self.drop(ke);
+        self.drop(vv);
+        (o, weights)
+    }
+
+    /// `repeat_kv`: expand + reshape, a copy unless there is a single kv head (then a view).
+    fn repeat_kv(&mut self, x: X, rep: u64) -> X {
+        let mut y = if self.ctx.arch.kv_heads() == 1 {
+            self.tp.keep_local(x.t);
+            X { n: x.n * rep, ..x }
+        } else {
+            self.t(x.n * rep, x.es, What::Attention)
+        };
+        let e = Edge {
+            to: x.g,
+            n: x.n,
+            es: x.es,
+            sum_to: x.n,
+        };
+        y.g = self.tp.node(Op::Pass, x.n * rep, x.es, &[e], &[]);
+        y
+    }
+
+    /// Eager attention; returns the output and the probabilities (`attn_weights`, which the
+    /// attention module holds until it returns).
+    fn eager_attention(&mut self, q: X, k: X, v: X, mask: Option<X>) -> (X, X) {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let s = ctx.s;
+        let (b, sq) = (s.batch, s.seq);
+        let heads = a.num_attention_heads;
+        let rep = heads / a.kv_heads().max(1);
+        let es = q.es;
+        let (kk, vv) = if rep > 1 {
+            (self.repeat_kv(k, rep), self.repeat_kv(v, rep))
+        } else {
+            self.tp.keep_local(k.t);
+            self.tp.keep_local(v.t);
+            (k, v)
+        };
+        let sn = b * heads * sq * sq;
+        let mut sc = self.t(sn, es, What::Scores);
+        sc.g = self.tp.node(
+            Op::Bmm,
+            sn,
+            es,
+            &[Self::edge(&q), Self::edge(&kk)],
+            &[kk.t, q.t],
+        );
+        let scaled = self.mul_const(sc, What::Scores);
+        self.drop(sc);
+        let mut cur = scaled;
+        if a.attn_softcap() {
+            let d = self.mul_const(cur, What::Scores);
+            self.drop(cur);
+            let t = self.unary(d, es, What::Scores, false, true);
+            self.drop(d);
+            let m = self.mul_const(t, What::Scores);
+            self.drop(t);
+            cur = m;
+        }
+        let masked = {
+            let mut y = self.t(sn, es, What::Scores);
+            y.g = self.tp.node(Op::Pass, sn, es, &[Self::edge(&cur)], &[]);
+            y
+        };
+        let _ = mask;
+        self.drop(cur);
+        let f = self.cast(masked, 4, What::Scores);
+        let sm = {
+            let mut y = self.t(sn, 4, What::Scores);
+            y.g = self.tp.node(Op::Softmax, sn, 4, &[Self::edge(&f)], &[y.t]);
+            y
+        };
+        self.drop(f);
+        let p = self.cast(sm, es, What::Scores);
+        self.drop(masked);
+        self.drop(sm);
+        let on = q.n;
+        let mut o = self.t(on, es, What::Attention);
+        o.g = self.tp.node(
+            Op::Bmm,
+            on,
+            es,
+            &[Self::edge(&p), Self::edge(&vv)],
+            &[vv.t, p.t],
+        );
+        // transpose(1, 2).contiguous()
+        let mut c = self.t(on, es, What::Attention);
+        c.g = self.tp.node(Op::Pass, on, es, &[Self::edge(&o)], &[]);
+        self.drop(o);
+        self.drop(kk);
+        self.drop(vv);
+        (c, p)
+    }
+
+    /// A view slicing `n` elements out of `full` (its backward is a full-size `slice_backward`).
+    fn slice_of(&mut self, full: X, n: u64) -> X {
+        self.tp.keep_local(full.t);
+        let g = self
+            .tp
+            .node(Op::Slice, n, full.es, &[Self::edge(&full)], &[]);
+        X {
+            t: full.t,
+            n,
+            es: full.es,
+            g,
+        }
+    }
+
+    fn mlp(&mut self, x: X, lins: &[Lin]) -> X {
+        if self.ctx.arch.family == Family::Phi3 {
+            // up_states = gate_up_proj(x); gate, up = chunk(2); up * act(gate)
+            let gu = self.lora_linear(x, &lins[2]);
+            let half = gu.n / 2;
+            let gate = self.slice_of(gu, half);
+            let up = self.slice_of(gu, half);
+            self.drop(gu);
+            let act = self.unary(gate, gate.es, What::Mlp, true, false);
+            let prod = self.mul(up, act, act.n, act.es, What::Mlp);
+            self.drop(up);
+            self.drop(act);
+            self.drop(gate);
+            let down = self.lora_linear(prod, &lins[3]);
+            self.drop(prod);
+            return down;
+        }
+        let gate = self.lora_linear(x, &lins[4]);
+        let act = self.unary(gate, gate.es, What::Mlp, true, false);
+        self.drop(gate);
+        let up = self.lora_linear(x, &lins[5]);
+        let prod = self.mul(act, up, act.n, act.es, What::Mlp);
+        self.drop(act);
+        self.drop(up);
+        let down = self.lora_linear(prod, &lins[6]);
+        self.drop(prod);
+        down
+    }
+
+    fn layer(&mut self, h: X, li: usize, cos: X, sin: X, mask: Option<X>) -> X {
+        let lins = self.layers[li].clone();
+        let width = self.h();
+        let sandwich = matches!(self.ctx.arch.family, Family::Gemma2 | Family::Gemma3);
+        let normed = self.rmsnorm(h, width);
+        let (mut attn, weights) = self.attention(normed, &lins, cos, sin, mask);
+        self.drop(normed);
+        if sandwich {
+            let n = self.rmsnorm(attn, width);
+            self.drop(attn);
+            attn = n;
+        }
+        let h2 = self.add(h, attn, What::Hidden);
+        self.drop(attn);
+        let normed2 = self.rmsnorm(h2, width);
+        let mut m = self.mlp(normed2, &lins);
+        self.drop(normed2);
+        if sandwich {
+            let n = self.rmsnorm(m, width);
+            self.drop(m);
+            m = n;
+        }
+        let h3 = self.add(h2, m, What::Hidden);
+        self.drop(m);
+        self.drop(h2);
+        if let Some(w) = weights {
+            self.drop(w);
+        }
+        h3
+    }
+
+    /// The mask layer `li` attends with: Gemma's local (sliding-window) layers use the sliding
+    /// mask (Gemma 2: every other layer from the first; Gemma 3: five of every six).
+    fn mask_for(&self, li: usize) -> Option<X> {
+        let local = match self.ctx.arch.family {
+            Family::Gemma2 => li % 2 == 0,
+            Family::Gemma3 => (li + 1) % 6 != 0,
+            _ => false,
+        };
+        match (local, self.sliding) {
+            (true, Some(w)) => Some(w),
+            _ => self.causal,
+        }
+    }
+
+    /// Whether sdpa needs Gemma's sliding-window mask materialised (the sequence reaches the
+    /// window: Gemma 2 4096; Gemma 3 512 at 1B, 1024 above).
+    fn sdpa_sliding(&self) -> bool {
+        let a = self.ctx.arch;
+        let window = match a.family {
+            Family::Gemma2 => 4096,
+            Family::Gemma3 if a.hidden_size <= 1152 => 512,
+            Family::Gemma3 => 1024,
+            _ => return false,
+        };
+        self.ctx.s.seq >= window
+    }
+
+    /// The boolean 4-D mask sdpa receives: causal and padding (`padded`) or causal and window.
+    fn sdpa_mask(&mut self, padded: bool) -> X {
+        let s = self.ctx.s;
+        let (b, sq) = (s.batch, s.seq);
+        let tc = padded.then(|| self.t(b * sq, 1, What::Input));
+        let t1 = self.t(1, 8, What::Input);
+        let t2 = self.t(1, 8, What::Input);
+        let a1 = self.t(sq, 8, What::Input);
+        let b1 = self.t(sq, 8, What::Input);
+        self.drop(a1);
+        let a2 = self.t(sq, 8, What::Input);
+        let b2 = self.t(sq, 8, What::Input);
+        self.drop(a2);
+        let one = self.t(1, 1, What::Input);
+        let out = if padded {
+            let le = self.t(sq * sq, 1, What::Scores);
+            let and1 = self.t(sq * sq, 1, What::Scores);
+            self.drop(le);
+            self.drop(one);
+            let idx = self.t(b * sq, 1, What::Input);
+            let and2 = self.t(b * sq * sq, 1, What::Scores);
+            self.drop(idx);
+            self.drop(and1);
+            and2
+        } else {
+            let sub = self.t(sq, 8, What::Input);
+            let gt = self.t(sq * sq, 1, What::Scores);
+            self.drop(sub);
+            let and1 = self.t(sq * sq, 1, What::Scores);
+            self.drop(gt);
+            self.drop(one);
+            let le = self.t(sq * sq, 1, What::Scores);
+            let and2 = self.t(sq * sq, 1, What::Scores);
+            self.drop(le);
+            self.drop(and1);
+            and2
+        };
+        self.drop(t1);
+        self.drop(t2);
+        self.drop(b1);
+        self.drop(b2);
+        if let Some(t) = tc {
+            self.drop(t);
+        }
+        out
+    }
+
+    /// `create_sliding_window_causal_mask` for eager attention: a boolean window, then the
+    /// additive mask.
+    fn sliding_mask(&mut self) -> X {
+        let s = self.ctx.s;
+        let ss = s.batch * s.seq * s.seq;
+        let es = bytes(self.ctx.attn);
+        let t1 = self.t(1, 8, What::Input);
+        let t2 = self.t(1, 8, What::Input);
+        let a1 = self.t(s.seq, 8, What::Input);
+        let b1 = self.t(s.seq, 8, What::Input);
+        self.drop(a1);
+        let a2 = self.t(s.seq, 8, What::Input);
+        let b2 = self.t(s.seq, 8, What::Input);
+        self.drop(a2);
+        let one = self.t(1, 1, What::Input);
+        let sub = self.t(s.seq, 8, What::Input);
+        let gt = self.t(ss, 1, What::Scores);
+        self.drop(sub);
+        let and1 = self.t(ss, 1, What::Scores);
+        self.drop(gt);
+        self.drop(one);
+        let le = self.t(ss, 1, What::Scores);
+        let and2 = self.t(ss, 1, What::Scores);
+        self.drop(le);
+        self.drop(and1);
+        self.drop(t1);
+        self.drop(t2);
+        self.drop(b1);
+        self.drop(b2);
+        let z = self.t(1, es, What::Input);
+        let st = self.t(1, es, What::Input);
+        let w = self.t(ss, es, What::Scores);
+        self.drop(st);
+        self.drop(z);
+        self.drop(and2);
+        w
+    }
+
+    fn rotary(&mut self, es: u64) -> (X, X) {
+        let sq = self.ctx.s.seq;
+        let hd = self.ctx.arch.head_dim();
+        let pos = self.t(sq, 4, What::Rotary);
+        let freqs = self.t(sq * hd / 2, 4, What::Rotary);
+        self.drop(pos);
+        let emb = self.t(sq * hd, 4, What::Rotary);
+        let c = self.t(sq * hd, 4, What::Rotary);
+        let cs = self.t(sq * hd, 4, What::Rotary);
+        self.drop(c);
+        let sn = self.t(sq * hd, 4, What::Rotary);
+        let ss = self.t(sq * hd, 4, What::Rotary);
+        self.drop(sn);
+        let cos = if es == 4 {
+            self.tp.keep_local(cs.t);
+            cs
+        } else {
+            self.t(sq * hd, es, What::Rotary)
+        };
+        let sin = if es == 4 {
+            self.tp.keep_local(ss.t);
+            ss
+        } else {
+            self.t(sq * hd, es, What::Rotary)
+        };
+        self.drop(freqs);
+        self.drop(emb);
+        self.drop(cs);
+        self.drop(ss);
+        (cos, sin)
+    }
+
+    /// One forward pass through the loss; returns the loss's node and the loss tensor.
+    fn forward(&mut self, ids: X, labels: X, mask: Option<X>) -> (G, X) {
+        let ctx = self.ctx;
+        let s = ctx.s;
+        let a = ctx.arch;
+        let tokens = self.tokens();
+        let h = a.hidden_size;
+        let aux = bytes(ctx.aux_weight);
+        let _ = ids;
+        let mut emb = self.t(tokens * h, aux, What::Hidden);
+        if s.modules_to_save.contains(&SavedModule::EmbedTokens) {
+            // The trainable copy of embed_tokens: its gradient is a dense [vocab, hidden] tensor.
+            let w = self.params[1].x;
+            let e = Edge {
+                to: w.g,
+                n: w.n,
+                es: w.es,
+                sum_to: 0,
+            };
+            emb.g = self.tp.node(Op::Embedding, emb.n, emb.es, &[e], &[]);
+        }
+        if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
+            // The scaled embedding: `embedding(ids) * embed_scale` (a buffer).
+            let e2 = self.t(tokens * h, aux, What::Hidden);
+            self.drop(emb);
+            emb = e2;
+        }
+        if s.grad_ckpt {
+            // enable_input_require_grads: the embedding output becomes a leaf needing a gradient;
+            // its AccumulateGrad node keeps it until the graph is freed.
+            emb.g = G::Param(u32::MAX);
+            self.tp.keep_local(emb.t);
+            self.emb_leaf = Some(emb);
+        }
+        // cache_position / position_ids
+        let ar = self.t(s.seq, 8, What::Input);
+        let pos = self.t(s.seq, 8, What::Input);
+        self.drop(ar);
+        let eager = s.attn_impl == AttnImpl::Eager;
+        let causal = if !eager && s.padded_mask {
+            Some(self.sdpa_mask(true))
+        } else if !eager {
+            if self.sdpa_sliding() {
+                let w = self.sdpa_mask(false);
+                self.sliding = Some(w);
+            }
+            None
+        } else if eager {
+            let t1 = self.t(1, 8, What::Input);
+            let t2 = self.t(1, 8, What::Input);
+            let a1 = self.t(s.seq, 8, What::Input);
+            let b1 = self.t(s.seq, 8, What::Input);
+            self.drop(a1);
+            let a2 = self.t(s.seq, 8, What::Input);
+            let b2 = self.t(s.seq, 8, What::Input);
+            self.drop(a2);
+            let le = self.t(s.batch * s.seq * s.seq, 1, What::Scores);
+            self.drop(t1);
+            self.drop(t2);
+            self.drop(b1);
+            self.drop(b2);
+            let z = self.t(1, bytes(ctx.attn), What::Input);
+            let st = self.t(1, bytes(ctx.attn), What::Input);
+            let w = self.t(s.batch * s.seq * s.seq, bytes(ctx.attn), What::Scores);
+            self.drop(st);
+            self.drop(z);
+            self.drop(le);
+            if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
+                // The sliding-window mask of the local layers.
+                let sw = self.sliding_mask();
+                self.sliding = Some(sw);
+            }
+            Some(w)
+        } else {
+            None
+        };
+        let _ = mask;
+        let (cos, sin) = self.rotary(bytes(ctx.resid));
+        self.causal = causal;
+        self.tp.keep_local(emb.t);
+        let mut hcur = emb;
+        let saved_mode = self.tp.mode;
+        for li in 0..self.layers.len() {
+            if s.grad_ckpt {
+                self.tp.mode = Mode::Discard;
+                self.tp.layer = Some(li as u32);
+                let mut keeps = vec![hcur.t, pos.t, cos.t, sin.t];
+                if let Some(c) = self.mask_for(li) {
+                    keeps.push(c.t);
+                }
+                self.tp.begin_checkpoint(li as u32, &keeps);
+                if self.ckpt_in.len() <= li {
+                    self.ckpt_in.resize(li + 1, None);
+                }
+                self.ckpt_in[li] = Some((hcur, cos, sin));
+            }
+            let m = self.mask_for(li);
+            let hn = self.layer(hcur, li, cos, sin, m);
+            self.tp.mode = saved_mode;
+            self.tp.layer = None;
+            self.drop(hcur);
+            hcur = hn;
+        }
+        let fin = self.rmsnorm(hcur, h);
+        self.drop(hcur);
+        // Locals die in declaration order; families that gather the mask arguments in a dict
+        // (`mask_kwargs`) release the embedding output before the position ids.
+        let mask_kwargs = matches!(
+            a.family,
+            Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Gemma3
+        );
+        if mask_kwargs {
+            if let Some(c) = causal {
+                self.drop(c);
+            }
+            if let Some(w) = self.sliding.take() {
+                self.drop(w);
+            }
+            self.drop(emb);
+            self.drop(pos);
+        } else {
+            self.drop(pos);
+            self.drop(emb);
+            if let Some(c) = causal {
+                self.drop(c);
+            }
+        }
+        // lm_head + loss
+        let v = a.vocab_size;
+        let head = self.lm_head.map(|p| p.x).unwrap_or(self.params[0].x);
+        let logits_es = bytes(ctx.logits);
+        let mut logits = self.matmul(fin, head, tokens * v, What::Logits);
+        debug_assert_eq!(logits.es, logits_es);
+        if a.final_softcap() {
+            // logits / cap, tanh, * cap (each reassigning `logits`)
+            let d = self.mul_const(logits, What::Logits);
+            self.drop(logits);
+            let t = self.unary(d, d.es, What::Logits, false, true);
+            self.drop(d);
+            let m = self.mul_const(t, What::Logits);
+            self.drop(t);
+            logits = m;
+        }
+        let (g, loss) = self.loss(logits, labels);
+        self.drop(fin);
+        self.drop(cos);
+        self.drop(sin);
+        // Leaving `with autocast:` clears its cache; `del out` then frees the logits.
+        self.clear_autocast_cache();
+        self.drop(logits);
+        (g, loss)
+    }
+
+    fn clear_autocast_cache(&mut self) {
+        for x in std::mem::take(&mut self.ac_cache) {
+            self.drop(x);
+        }
+    }
+
+    fn loss(&mut self, logits: X, labels: X) -> (G, X) {
+        let s = self.ctx.s;
+        let f = self.cast(logits, 4, What::Logits);
+        let _ = labels;
+        let pad = self.t(s.batch * (s.seq + 1), 8, What::Loss);
+        // labels[..., 1:].contiguous() copies unless the batch is a single row.
+        let shift = if s.batch > 1 {
+            self.t(s.batch * s.seq, 8, What::Loss)
+        } else {
+            self.tp.keep_local(pad.t);
+            pad
+        };
+        let ls = {
+            let mut y = self.t(f.n, 4, What::Loss);
+            y.g = self.tp.node(Op::Softmax, f.n, 4, &[Self::edge(&f)], &[y.t]);
+            y
+        };
+        let mut loss = self.t(1, 4, What::Loss);
+        let tw = self.t(1, 4, What::Loss);
+        loss.g = self.tp.node(
+            Op::NllLoss,
+            1,
+            4,
+            &[Self::edge(&ls)],
+            &[ls.t, shift.t, tw.t],
+        );
+        self.drop(tw);
+        self.drop(f);
+        self.drop(pad);
+        self.drop(shift);
+        self.drop(ls);
+        (loss.g, loss)
+    }
+
+    // ------------------------------------------------------------ backward
+
+    fn backward(&mut self, root: G, loss: X) {
+        let one = self.t(1, 4, What::Grad);
+        self.tp.keep(one.t);
+        self.tp.seed(root, one.t);
+        let mut i = self.tp.node_count();
+        while i > 0 {
+            i -= 1;
+            if !self.tp.has_grad(i) {
+                continue;
+            }
+            if let Some(l) = self.tp.needs_recompute(i) {
+                self.recompute(l);
+            }
+            self.tp.run(i);
+        }
+        self.tp.drop_t(one.t);
+        self.ckpt_in.clear();
+        // Parameter gradients: the first one for a parameter is stored as is.
+        let pg = self.tp.take_param_grads();
+        let mut leaf = vec![];
+        for (p, t) in pg {
+            if p == u32::MAX {
+                leaf.push(t);
+                continue;
+            }
+            match self.grads[p as usize] {
+                None => self.grads[p as usize] = Some(t),
+                Some(_) => self.tp.drop_t(t),
+            }
+        }
+        // `del loss` frees the graph: the embedding leaf (its .grad first), saved tensors of
+        // nodes that never ran, then the loss itself.
+        for t in leaf {
+            self.tp.drop_t(t);
+        }
+        if let Some(e) = self.emb_leaf.take() {
+            self.drop(e);
+        }
+        self.tp.free_graph();
+        self.drop(loss);
+    }
+
+    /// Recomputes checkpointed `layer` from its saved input until its last saved tensor exists.
+    fn recompute(&mut self, layer: u32) {
+        let Some((h, cos, sin)) = self.ckpt_in.get(layer as usize).copied().flatten() else {
+            return;
+        };
+        self.tp.begin_recompute(layer);
+        self.tp.layer = Some(layer);
+        let mask = self.mask_for(layer as usize);
+        let out = self.layer(h, layer as usize, cos, sin, mask);
+        self.drop(out);
+        self.clear_autocast_cache();
+        self.tp.layer = None;
+        self.tp.end_recompute();
+    }
+
+    // ----------------------------------------------------------- optimizer
+
+    fn optimizer(&mut self, step: u8) {
+        let s = self.ctx.s;
+        let tr: Vec<X> = self
+            .trainable
+            .iter()
+            .map(|&p| self.params[p as usize].x)
+            .collect();
+        let first = step == 1;
+        match s.optimizer {
+            Optimizer::AdamwTorchFused => {
+                // step (a device scalar), exp_avg, exp_avg_sq per parameter; the fused kernel
+                // updates in place.
+                if first {
+                    for x in &tr {
+                        for (n, es) in [(1, 4), (x.n, x.es), (x.n, x.es)] {
+                            let t = self.t(n, es, What::OptState);
+                            self.states.push(t.t);
+                        }
+                    }
+                }
+            }
+            Optimizer::AdamwTorchForeach | Optimizer::AdamwTorch => {
+                if first {
+                    for x in &tr {
+                        for _ in 0..2 {
+                            let t = self.t(x.n, x.es, What::OptState);
+                            self.states.push(t.t);
+                        }
+                    }
+                }
+                if s.optimizer == Optimizer::AdamwTorchForeach {
+                    // _foreach_sqrt(exp_avg_sqs): one list for all parameters, freed (as a
+                    // Python list) from its end.
+                    let list: Vec<X> = tr
+                        .iter()
+                        .map(|x| self.t(x.n, x.es, What::OptTemp))
+                        .collect();
+                    for x in list.into_iter().rev() {
+                        self.drop(x);
+                    }
+                } else {
+                    // denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps), per
+                    // parameter; the previous denom dies when the name is rebound.
+                    let mut prev: Option<X> = None;
+                    for x in &tr {
+                        let sq = self.t(x.n, x.es, What::OptTemp);
+                        let d = self.t(x.n, x.es, What::OptTemp);
+                        self.drop(sq);
+                        if let Some(p) = prev.replace(d) {
+                            self.drop(p);
+                        }
+                    }
+                    if let Some(p) = prev {
+                        self.drop(p);
+                    }
+                }
+            }
+            Optimizer::SgdMomentum => {
+                if first {
+                    for x in &tr {
+                        let b = self.t(x.n, x.es, What::OptState);
+                        self.states.push(b.t);
+                    }
+                }
+            }
+            Optimizer::Adamw8bit => {
+                if first {
+                    for x in &tr {
+                        let n = x.n;
+                        for (k, es) in [(n, 1), (n.div_ceil(256), 4), (n, 1), (n.div_ceil(256), 4)]
+                        {
+                            let t = self.t(k, es, What::OptState);
+                            self.states.push(t.t);
+                        }
+                    }
+                }
+            }
+            Optimizer::Adafactor => self.adafactor(&tr, first),
+            Optimizer::Sgd | Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit => {}
+        }
+    }
+
+    /// transformers' Adafactor (factored second moment, no first moment), parameter by parameter.
+    fn adafactor(&mut self, tr: &[X], first: bool) {
+        if self.rms.len() < tr.len() {
+            self.rms.resize(tr.len(), None);
+        }
+        let mut prev_update: Option<X> = None;
+        for (i, x) in tr.iter().enumerate() {
+            let p = self
+                .trainable
+                .get(i)
+                .map(|&k| self.params[k as usize].x)
+                .unwrap_or(*x);
+            // Rows and columns of the (2-D) parameter.
+            let cols = self.cols_of(i).max(1);
+            let rows = (p.n / cols).max(1);
+            if first {
+                let r = self.t(rows, 4, What::OptState);
+                let c = self.t(cols, 4, What::OptState);
+                self.states.extend([r.t, c.t]);
+            }
+            // state["RMS"] = self._rms(p)
+            let norm = self.t(1, 4, What::OptTemp);
+            let rms = self.t(1, 4, What::OptState);
+            self.drop(norm);
+            if let Some(old) = self.rms[i].replace(rms) {
+                self.drop(old);
+            }
+            // update = grad**2 + eps
+            let pw = self.t(p.n, 4, What::OptTemp);
+            let upd = self.t(p.n, 4, What::OptTemp);
+            self.drop(pw);
+            if let Some(u) = prev_update.take() {
+                self.drop(u);
+            }
+            for k in [rows, cols] {
+                let m = self.t(k, 4, What::OptTemp);
+                self.drop(m);
+            }
+            // _approx_sq_grad: row / row.mean(), rsqrt; col rsqrt; outer product
+            let mm = self.t(1, 4, What::OptTemp);
+            let rf = self.t(rows, 4, What::OptTemp);
+            self.drop(mm);
+            let cf = self.t(cols, 4, What::OptTemp);
+            let u2 = self.t(p.n, 4, What::OptTemp);
+            self.drop(rf);
+            self.drop(cf);
+            self.drop(upd);
+            // update.div_((self._rms(update) / clip).clamp_(min=1.0))
+            let n2 = self.t(1, 4, What::OptTemp);
+            let d1 = self.t(1, 4, What::OptTemp);
+            self.drop(n2);
+            let d2 = self.t(1, 4, What::OptTemp);
+            self.drop(d1);
+            self.drop(d2);
+            // p.add_(-update)
+            let ng = self.t(p.n, 4, What::OptTemp);
+            self.drop(ng);
+            prev_update = Some(u2);
+        }
+        if let Some(u) = prev_update {
+            self.drop(u);
+        }
+    }
+
+    /// Columns (last dimension) of trainable parameter `i`.
+    fn cols_of(&self, i: usize) -> u64 {
+        self.param_cols.get(i).copied().unwrap_or(1)
+    }
+
+    fn zero_grad(&mut self) {
+        let tr = self.trainable.clone();
+        for p in tr {
+            if let Some(t) = self.grads[p as usize].take() {
+                self.tp.drop_t(t);
+            }
+        }
+    }
+}
+
+/// Runs setup, inputs and two training steps.
+pub(super) fn run(ctx: &Ctx) -> Trace {
+    let mut p = Prog {
+        ctx,
+        tp: Tape::new(ctx.arch.num_hidden_layers),
+        params: vec![],
+        trainable: vec![],
+        layers: vec![],
+        lm_head: None,
+        states: vec![],
+        phases: vec![],
+        grads: vec![],
+        ckpt_in: vec![],
+        emb_leaf: None,
+        ac_cache: vec![],
+        sliding: None,
+        rms: vec![],
+        param_cols: vec![],
+        causal: None,
+    };
+    p.phase(0, StepPhase::Setup);
+    p.setup();
+    p.phase(0, StepPhase::Inputs);
+    let (ids, labels, mask) = p.inputs();
+    for step in 1..=2u8 {
+        p.phase(step, StepPhase::Forward);
+        let (root, loss) = p.forward(ids, labels, mask);
+        p.phase(step, StepPhase::Backward);
+        p.backward(root, loss);
+        p.phase(step, StepPhase::Optimizer);
+        p.optimizer(step);
+        p.phase(step, StepPhase::ZeroGrad);
+        p.zero_grad();
+    }
+    let peak = p.tp.peak;
+    let _ = Event::Free { id: 0 };
+    Trace {
+        events: p.tp.events,
+        labels: p.tp.labels,
+        phases: p.phases,
+        peak_live_bytes: peak,
+    }
+}

@@ -1,0 +1,657 @@
+//! A miniature of PyTorch's autograd as far as memory goes: tensor storages with reference
+//! counts (Python variables, saved tensors, gradient buffers), graph nodes created by forward ops,
+//! and the engine's backward order and rules:
+//! - nodes run in decreasing creation order (one device, one ready queue);
+//! - a node computes its input gradients (the op's derivative formula, allocation by allocation),
+//!   then `validate_outputs` reduces broadcast gradients (`sum_to`) and casts each to its input's
+//!   dtype, then the node's incoming gradient is freed, then its saved tensors are released (in
+//!   the alphabetical order of their names, as the generated `release_variables` does);
+//! - a gradient reaching an input that already holds one is added out of place (`old + new`).
+//!
+//! Under gradient checkpointing (non-reentrant, the default of transformers) forward records the
+//! graph but keeps no saved tensor; the first node of a layer that needs one recomputes the layer's
+//! forward up to its last saved tensor (early stop), and nodes then free the unpacked tensors as
+//! soon as their formula returns.
+
+use super::{Event, Label, What};
+
+/// A tensor storage.
+pub(super) type T = u32;
+
+/// Where a tensor's gradient goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum G {
+    /// Needs no gradient.
+    No,
+    /// To a graph node's input buffer.
+    Node(u32),
+    /// Into a trainable parameter's `.grad` (AccumulateGrad).
+    Param(u32),
+}
+
+/// A tensor value in the forward program.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct X {
+    /// Storage.
+    pub t: T,
+    /// Elements.
+    pub n: u64,
+    /// Bytes per element.
+    pub es: u64,
+    /// Where its gradient goes.
+    pub g: G,
+}
+
+impl X {
+    pub fn grad(&self) -> bool {
+        self.g != G::No
+    }
+}
+
+/// A short list stored inline (a node's edges and saved tensors: no heap allocation per node).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Inline<U: Copy + Default, const N: usize> {
+    v: [U; N],
+    len: u8,
+}
+
+impl<U: Copy + Default, const N: usize> Inline<U, N> {
+    fn new() -> Self {
+        Inline {
+            v: [U::default(); N],
+            len: 0,
+        }
+    }
+    fn from_slice(s: &[U]) -> Self {
+        let mut x = Self::new();
+        for &u in s {
+            x.push(u);
+        }
+        x
+    }
+    fn push(&mut self, u: U) {
+        let i = self.len as usize;
+        if i < N {
+            self.v[i] = u;
+            self.len += 1;
+        }
+    }
+    fn as_slice(&self) -> &[U] {
+        &self.v[..self.len as usize]
+    }
+}
+
+impl Default for G {
+    fn default() -> Self {
+        G::No
+    }
+}
+
+/// One input of a node: where its gradient goes, with the input's size and dtype.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Edge {
+    pub to: G,
+    pub n: u64,
+    pub es: u64,
+    /// Broadcast input: the gradient is summed down to this many elements.
+    pub sum_to: u64,
+}
+
+/// The derivative formulas that matter for memory.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Op {
+    /// `_to_copy` back to the input dtype.
+    Cast,
+    /// Product of two tensors: the second input's gradient first, then the first's.
+    Mul,
+    /// Product with a constant (scalar or tensor needing no gradient).
+    MulConst,
+    /// Sum: the incoming gradient goes to both inputs as is.
+    Add,
+    /// Pass-through (adding a scalar, views).
+    Pass,
+    /// `pow(x, 2)`, `rsqrt`: three full-size temporaries, the last one returned.
+    PowLike,
+    /// `mean` over the last dimension: `grad.expand(...) / n`.
+    Mean,
+    /// Matrix product with a weight: weight gradient (`w_n` elements) first, then the input's.
+    Mm { w_n: u64, w_es: u64 },
+    /// `native_dropout_backward`, `silu_backward`, `neg`, `tanh_backward`, …: one output.
+    Unary,
+    /// `slice_backward`: a zero tensor of the full size.
+    Slice,
+    /// `cat` backward: views of the incoming gradient.
+    Split,
+    /// View backward of a non-contiguous gradient (`reshape` clones).
+    ViewClone,
+    /// Fused attention backward: one gradient per input (q, k, v).
+    Attention,
+    /// `_log_softmax_backward_data` / `_softmax_backward_data`.
+    Softmax,
+    /// `nll_loss_backward`.
+    NllLoss,
+    /// Batched matmul of two activations (eager attention): gradient of the second input first.
+    Bmm,
+    /// `embedding_dense_backward`: a dense gradient of the whole table.
+    Embedding,
+    /// bitsandbytes 4-bit matmul backward: dequantize the nested absmax (`absmax_n` fp32 values,
+    /// double quantization) and the weight (`w_n` values in the compute dtype), then `grad @ W`.
+    Dequant4 { w_n: u64, absmax_n: u64 },
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Node {
+    op: Op,
+    /// Output elements and bytes per element (the incoming gradient's size).
+    out_n: u64,
+    out_es: u64,
+    edges: Inline<Edge, 3>,
+    /// Saved tensors, in release order.
+    saved: Inline<T, 8>,
+    /// Saved tensors the forward discarded (checkpointing) and recomputation must provide.
+    pending: u8,
+    /// Gradient accumulated for this node's output.
+    buf: Option<T>,
+    /// Checkpointed layer this node belongs to.
+    layer: Option<u32>,
+}
+
+/// How forward ops treat the graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Record nodes and keep saved tensors.
+    Grad,
+    /// Record nodes, discard saved tensors (checkpointed forward).
+    Discard,
+    /// Recompute a checkpointed layer: fill the saved tensors of nodes `next..`.
+    Recompute,
+}
+
+/// Storages, events and the graph.
+pub(super) struct Tape {
+    pub events: Vec<Event>,
+    pub labels: Vec<Label>,
+    refs: Vec<u32>,
+    bytes: Vec<u64>,
+    nodes: Vec<Node>,
+    pub mode: Mode,
+    /// Layer whose ops are being recorded (for labels and checkpointing).
+    pub layer: Option<u32>,
+    /// Recomputation: the next original node to fill and the last one that needs it.
+    re_next: usize,
+    re_last: usize,
+    /// Program-held references created since recomputation began (dropped at the early stop).
+    re_locals: Vec<T>,
+    /// Recomputation reached its last saved tensor: the rest of the layer's forward is skipped.
+    pub stopped: bool,
+    /// Gradients stored into parameters, in arrival order: (param, storage).
+    pub param_grads: Vec<(u32, T)>,
+    /// Index into `param_grads` per parameter (slot 0: the embedding leaf), `u32::MAX` if none.
+    grad_slot: Vec<u32>,
+    /// First node of each checkpointed layer.
+    layer_start: Vec<(u32, usize)>,
+    /// Per checkpointed layer: the first node that saved something (its release frees the
+    /// checkpoint) and the tensors the checkpoint keeps (its inputs).
+    /// (layer, first node saving something, its inputs kept, last node saving something)
+    ckpt: Vec<(u32, Option<usize>, Vec<T>, usize)>,
+    /// Live bytes (sum of requested sizes).
+    pub live: u64,
+    /// Highest `live` so far.
+    pub peak: u64,
+    /// `peak` before the last allocation (restored when a recomputation's early stop undoes it).
+    peak_before: u64,
+}
+
+impl Tape {
+    /// A tape sized for a model of `layers` decoder layers (about 1 100 events and 150 nodes
+    /// per layer and step).
+    pub fn new(layers: u64) -> Tape {
+        let l = layers.min(1 << 12) as usize;
+        Tape {
+            events: Vec::with_capacity(2_400 * l + 4_096),
+            labels: Vec::with_capacity(1_200 * l + 2_048),
+            refs: Vec::with_capacity(1_200 * l + 2_048),
+            bytes: Vec::with_capacity(1_200 * l + 2_048),
+            nodes: Vec::with_capacity(200 * l + 256),
+            mode: Mode::Grad,
+            layer: None,
+            re_next: 0,
+            re_last: 0,
+            re_locals: vec![],
+            stopped: false,
+            param_grads: vec![],
+            grad_slot: vec![],
+            layer_start: vec![],
+            ckpt: vec![],
+            live: 0,
+            peak: 0,
+            peak_before: 0,
+        }
+    }
+
+    /// A new storage of `bytes`, held once (by the program).
+    pub fn new_t(&mut self, bytes: u64, what: What) -> T {
+        let t = self.refs.len() as T;
+        self.refs.push(if self.stopped { 0 } else { 1 });
+        self.bytes.push(bytes);
+        self.labels.push(Label {
+            what,
+            layer: self.layer,
+        });
+        if !self.stopped {
+            self.events.push(Event::Alloc { id: t, bytes });
+            self.live += bytes;
+            self.peak_before = self.peak;
+            self.peak = self.peak.max(self.live);
+            if self.mode == Mode::Recompute {
+                self.re_locals.push(t);
+            }
+        }
+        t
+    }
+
+    /// One more reference.
+    pub fn keep(&mut self, t: T) {
+        if !self.stopped {
+            self.refs[t as usize] += 1;
+        }
+    }
+
+    /// One more reference held by the program (a Python variable): dropped at a recomputation's
+    /// early stop like the program's other locals.
+    pub fn keep_local(&mut self, t: T) {
+        if self.stopped {
+            return;
+        }
+        self.refs[t as usize] += 1;
+        if self.mode == Mode::Recompute {
+            self.re_locals.push(t);
+        }
+    }
+
+    /// One reference less; the storage is freed at zero.
+    pub fn drop_t(&mut self, t: T) {
+        if self.stopped {
+            return;
+        }
+        self.release(t);
+    }
+
+    fn release(&mut self, t: T) {
+        let r = &mut self.refs[t as usize];
+        debug_assert!(*r > 0, "double free of {t}");
+        if *r == 0 {
+            return;
+        }
+        *r -= 1;
+        if *r == 0 {
+            self.events.push(Event::Free { id: t });
+            self.live -= self.bytes[t as usize];
+        }
+    }
+
+    /// Drops a program value.
+    pub fn drop_x(&mut self, x: X) {
+        if self.mode == Mode::Recompute && !self.stopped {
+            if let Some(i) = self.re_locals.iter().rposition(|&t| t == x.t) {
+                self.re_locals.remove(i);
+            }
+        }
+        self.drop_t(x.t);
+    }
+
+    /// Creates (or, when recomputing, finds) the node of a forward op whose inputs are `ins`
+    /// (only those needing a gradient get an edge), saving `saved` (in release order).
+    /// Returns where the output's gradient goes.
+    pub fn node(&mut self, op: Op, out_n: u64, out_es: u64, ins: &[Edge], saved: &[T]) -> G {
+        if self.stopped || ins.iter().all(|e| e.to == G::No) {
+            return G::No;
+        }
+        if self.mode == Mode::Recompute {
+            let i = self.re_next;
+            self.re_next += 1;
+            for &s in saved {
+                self.keep(s);
+                self.nodes[i].saved.push(s);
+            }
+            self.nodes[i].pending = 0;
+            if i >= self.re_last {
+                // Early stop: every saved tensor exists again; the rest of the forward is skipped
+                // and its Python frames release their locals, newest first. Inputs are saved
+                // before the op runs, so an op saving only inputs never allocates its output.
+                if let Some(&Event::Alloc { id, bytes }) = self.events.last() {
+                    if !saved.contains(&id) {
+                        self.events.pop();
+                        self.live -= bytes;
+                        self.peak = self.peak_before;
+                        self.refs[id as usize] = 0;
+                        self.re_locals.retain(|&t| t != id);
+                    }
+                }
+                let locals = std::mem::take(&mut self.re_locals);
+                for &t in locals.iter().rev() {
+                    self.release(t);
+                }
+                self.stopped = true;
+            }
+            return G::Node(i as u32);
+        }
+        let keep = self.mode == Mode::Grad;
+        let mut sv = Inline::new();
+        if keep {
+            for &s in saved {
+                self.keep(s);
+                sv.push(s);
+            }
+        }
+        let idx = self.nodes.len();
+        if !keep && !saved.is_empty() {
+            if let Some(c) = self.ckpt.last_mut() {
+                if Some(c.0) == self.layer {
+                    if c.1.is_none() {
+                        c.1 = Some(idx);
+                    }
+                    c.3 = idx;
+                }
+            }
+        }
+        self.nodes.push(Node {
+            op,
+            out_n,
+            out_es,
+            edges: Inline::from_slice(ins),
+            saved: sv,
+            pending: if keep { 0 } else { saved.len() as u8 },
+            buf: None,
+            layer: if keep { None } else { self.layer },
+        });
+        G::Node(idx as u32)
+    }
+
+    /// Marks the start of a checkpointed layer's forward; the checkpoint takes a reference to
+    /// each of `keeps` (its inputs) until the layer's saved tensors are all released.
+    pub fn begin_checkpoint(&mut self, layer: u32, keeps: &[T]) {
+        self.layer_start.push((layer, self.nodes.len()));
+        for &t in keeps {
+            self.keep(t);
+        }
+        self.ckpt
+            .push((layer, None, keeps.to_vec(), self.nodes.len()));
+    }
+
+    /// Starts recomputing `layer`: its nodes from the first one are filled again.
+    pub fn begin_recompute(&mut self, layer: u32) {
+        let (start, last) = self
+            .layer_start
+            .iter()
+            .find(|(l, _)| *l == layer)
+            .map(|&(_, st)| {
+                let last = self.ckpt.iter().find(|c| c.0 == layer).map_or(st, |c| c.3);
+                (st, last)
+            })
+            .unwrap_or((0, 0));
+        self.mode = Mode::Recompute;
+        self.re_next = start;
+        self.re_last = last;
+        self.re_locals.clear();
+        self.stopped = false;
+    }
+
+    /// Ends recomputation (program values of the skipped rest are ignored).
+    pub fn end_recompute(&mut self) {
+        self.stopped = false;
+        self.mode = Mode::Grad;
+        self.re_locals.clear();
+    }
+
+    /// Gives `g` as the gradient of the graph's output `node` (the loss).
+    pub fn seed(&mut self, node: G, g: T) {
+        if let G::Node(i) = node {
+            self.nodes[i as usize].buf = Some(g);
+        }
+    }
+
+    /// The layer whose saved tensors node `i` needs recomputed first, if any.
+    pub fn needs_recompute(&self, i: usize) -> Option<u32> {
+        let n = &self.nodes[i];
+        if n.pending > 0 {
+            n.layer
+        } else {
+            None
+        }
+    }
+
+    /// Whether node `i` received a gradient (it runs).
+    pub fn has_grad(&self, i: usize) -> bool {
+        self.nodes[i].buf.is_some()
+    }
+
+    /// Number of nodes recorded so far.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Runs node `i`'s backward.
+    pub fn run(&mut self, i: usize) {
+        let unpacked = self.nodes[i].layer.is_some();
+        self.run_node(i, unpacked);
+    }
+
+    fn run_node(&mut self, i: usize, unpacked: bool) {
+        let Some(g) = self.nodes[i].buf.take() else {
+            return;
+        };
+        let node = std::mem::replace(
+            &mut self.nodes[i],
+            Node {
+                op: Op::Pass,
+                out_n: 0,
+                out_es: 0,
+                edges: Inline::new(),
+                saved: Inline::new(),
+                pending: 0,
+                buf: None,
+                layer: None,
+            },
+        );
+        let edges = node.edges;
+        let edges = edges.as_slice();
+        let mut grads_buf: [Option<T>; 3] = [None; 3];
+        let grads = &mut grads_buf[..edges.len()];
+        let wants = |k: usize| edges.get(k).is_some_and(|e| e.to != G::No);
+        let full = node.out_n * node.out_es;
+        let what = What::Grad;
+        match node.op {
+            Op::Cast => {
+                if wants(0) {
+                    let e = edges[0];
+                    grads[0] = Some(self.new_t(e.n * e.es, what));
+                }
+            }
+            Op::Mul | Op::Bmm => {
+                for k in [1usize, 0] {
+                    if wants(k) {
+                        let b = if matches!(node.op, Op::Bmm) {
+                            edges[k].n * node.out_es
+                        } else {
+                            full
+                        };
+                        grads[k] = Some(self.new_t(b, what));
+                    }
+                }
+            }
+            Op::MulConst | Op::Unary | Op::ViewClone => {
+                let e = edges[0];
+                grads[0] = Some(self.new_t(e.n * node.out_es, what));
+            }
+            Op::Add | Op::Pass | Op::Split => {
+                for (k, slot) in grads.iter_mut().enumerate() {
+                    if wants(k) {
+                        self.keep(g);
+                        *slot = Some(g);
+                    }
+                }
+            }
+            Op::PowLike => {
+                let e = edges[0];
+                let b = e.n * node.out_es;
+                let a = self.new_t(b, What::BackwardTemp);
+                let m = self.new_t(b, What::BackwardTemp);
+                grads[0] = Some(self.new_t(b, what));
+                self.drop_t(m);
+                self.drop_t(a);
+            }
+            Op::Mean | Op::Slice | Op::Softmax | Op::NllLoss => {
+                let e = edges[0];
+                grads[0] = Some(self.new_t(e.n * node.out_es, what));
+            }
+            Op::Mm { w_n, w_es } => {
+                if wants(1) {
+                    grads[1] = Some(self.new_t(w_n * w_es, what));
+                }
+                if wants(0) {
+                    let e = edges[0];
+                    grads[0] = Some(self.new_t(e.n * node.out_es, what));
+                }
+            }
+            Op::Embedding => {
+                let e = edges[0];
+                grads[0] = Some(self.new_t(e.n * e.es, what));
+            }
+            Op::Dequant4 { w_n, absmax_n } => {
+                let a = (absmax_n > 0).then(|| self.new_t(absmax_n * 4, What::BackwardTemp));
+                let w = self.new_t(w_n * node.out_es, What::WeightCopy);
+                if let Some(a) = a {
+                    self.drop_t(a);
+                }
+                let e = edges[0];
+                grads[0] = Some(self.new_t(e.n * node.out_es, what));
+                self.drop_t(w);
+            }
+            Op::Attention => {
+                for (k, slot) in grads.iter_mut().enumerate() {
+                    let e = edges[k];
+                    *slot = Some(self.new_t(e.n * e.es, what));
+                }
+            }
+        }
+        // Outputs of the formula no input needs die with its result.
+        for (k, slot) in grads.iter_mut().enumerate() {
+            if !wants(k) {
+                if let Some(t) = slot.take() {
+                    self.drop_t(t);
+                }
+            }
+        }
+        if unpacked {
+            // Unpacked saved tensors die with the formula's locals, last unpacked first.
+            for &s in node.saved.as_slice().iter().rev() {
+                self.drop_t(s);
+            }
+        }
+        // validate_outputs: broadcast reduction, then the input's dtype.
+        for (k, e) in edges.iter().enumerate() {
+            let Some(mut t) = grads[k] else { continue };
+            if e.sum_to > 0 {
+                let r = self.new_t(e.sum_to * node.out_es, what);
+                self.drop_t(t);
+                t = r;
+            }
+            let es_now = if e.sum_to > 0 || matches!(node.op, Op::Cast | Op::Attention) {
+                e.es
+            } else {
+                node.out_es
+            };
+            if es_now != e.es && e.to != G::No {
+                let c = self.new_t(e.n * e.es, What::Grad);
+                self.drop_t(t);
+                t = c;
+            }
+            grads[k] = Some(t);
+        }
+        self.drop_t(g);
+        if !unpacked {
+            for &s in node.saved.as_slice() {
+                self.drop_t(s);
+            }
+        }
+        if let Some(l) = node.layer {
+            if let Some(k) = self.ckpt.iter().position(|c| c.0 == l && c.1 == Some(i)) {
+                let keeps = std::mem::take(&mut self.ckpt[k].2);
+                for t in keeps.into_iter().rev() {
+                    self.drop_t(t);
+                }
+            }
+        }
+        for (k, e) in edges.iter().enumerate() {
+            let Some(t) = grads[k] else { continue };
+            self.deliver(e.to, t);
+        }
+    }
+
+    fn deliver(&mut self, to: G, t: T) {
+        match to {
+            G::No => self.drop_t(t),
+            G::Param(p) => {
+                // AccumulateGrad: the first gradient becomes `.grad`, a later one is added.
+                let slot = if p == u32::MAX { 0 } else { p as usize + 1 };
+                if self.grad_slot.len() <= slot {
+                    self.grad_slot.resize(slot + 1, u32::MAX);
+                }
+                let found = self.grad_slot[slot];
+                match (found != u32::MAX).then_some(found as usize) {
+                    None => {
+                        self.grad_slot[slot] = self.param_grads.len() as u32;
+                        self.param_grads.push((p, t));
+                    }
+                    Some(k) => {
+                        let old = self.param_grads[k].1;
+                        let b = self.bytes[t as usize].max(self.bytes[old as usize]);
+                        let s = self.new_t(b, What::ParamGrad);
+                        self.drop_t(old);
+                        self.drop_t(t);
+                        self.param_grads[k].1 = s;
+                    }
+                }
+            }
+            G::Node(j) => {
+                let j = j as usize;
+                match self.nodes[j].buf {
+                    None => self.nodes[j].buf = Some(t),
+                    Some(old) => {
+                        let b = self.bytes[t as usize].max(self.bytes[old as usize]);
+                        let s = self.new_t(b, What::Grad);
+                        self.drop_t(old);
+                        self.drop_t(t);
+                        self.nodes[j].buf = Some(s);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The gradients stored into parameters during the last backward, in arrival order.
+    pub fn take_param_grads(&mut self) -> Vec<(u32, T)> {
+        self.grad_slot.clear();
+        std::mem::take(&mut self.param_grads)
+    }
+
+    /// Releases what the graph still holds (saved tensors of nodes that never ran) and forgets it.
+    pub fn free_graph(&mut self) {
+        let nodes = std::mem::take(&mut self.nodes);
+        for n in &nodes {
+            for &s in n.saved.as_slice() {
+                self.drop_t(s);
+            }
+            if let Some(b) = n.buf {
+                self.drop_t(b);
+            }
+        }
+        self.layer_start.clear();
+        for (_, _, keeps, _) in std::mem::take(&mut self.ckpt) {
+            for t in keeps {
+                self.drop_t(t);
+            }
+        }
+    }
+}
