@@ -10,6 +10,7 @@ use lorafit::model::steptrace::{generate, simulate};
 use lorafit::model::{plan, Settings};
 use lorafit::planning::evaluate;
 use lorafit::planning::evaluate::Axis;
+use lorafit::planning::fit::Fidelity;
 
 fn time<F: FnMut()>(name: &str, n: u32, mut f: F) {
     for _ in 0..n / 10 {
@@ -30,7 +31,9 @@ fn main() {
         black_box(plan(black_box(&a), black_box(&s)).unwrap());
     });
     time("evaluate::evaluate (plan + fit limits)", 500, || {
-        black_box(evaluate::evaluate("llama2-7b", "a100-80", black_box(&s)).unwrap());
+        black_box(
+            evaluate::evaluate("llama2-7b", "a100-80", black_box(&s), Fidelity::Quick).unwrap(),
+        );
     });
     time("evaluate::curve (11 points)", 2_000, || {
         black_box(evaluate::curve(&a, black_box(&s), Axis::Seq));

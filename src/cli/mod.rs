@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::formats::catalog::{self, GpuEntry};
 use crate::formats::fields;
 use crate::formats::report;
-use crate::model::{plan, Settings};
+use crate::model::{plan, plan_simulated, Settings};
 use crate::planning::verdict;
 
 const USAGE_HEAD: &str = "lorafit — LoRA/QLoRA fine-tuning GPU-memory planner
@@ -218,7 +218,13 @@ fn emit(out: &mut dyn Write, text: &str) -> Result<(), String> {
 fn cmd_fit(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     let a = parse_plan(args)?;
     let (gpu_name, capacity, _) = a.gpu();
-    let e = crate::planning::evaluate::evaluate_arch(&a.arch, &gpu_name, capacity, &a.settings)?;
+    let e = crate::planning::evaluate::evaluate_arch(
+        &a.arch,
+        &gpu_name,
+        capacity,
+        &a.settings,
+        crate::planning::fit::Fidelity::Simulated,
+    )?;
     let smallest = crate::planning::evaluate::smallest_gpu(&a.arch, &a.settings);
     let curve = crate::planning::evaluate::curve(
         &a.arch,
@@ -271,7 +277,7 @@ fn cmd_fit(args: &[String], out: &mut dyn Write) -> Result<(), String> {
 fn cmd_suggest(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     let a = parse_plan(args)?;
     let (gpu_name, capacity, bf16_ok) = a.gpu();
-    let p = plan(&a.arch, &a.settings).map_err(|e| e.to_string())?;
+    let p = plan_simulated(&a.arch, &a.settings).map_err(|e| e.to_string())?;
     let v = verdict(&p, capacity);
     let fixes = crate::planning::fixes::suggest(&a.arch, &a.settings, capacity, bf16_ok);
     let myths = crate::planning::fixes::myths(&a.arch, &a.settings);
@@ -364,7 +370,7 @@ fn cmd_lengths(args: &[String], out: &mut dyn Write) -> Result<(), String> {
 
 fn cmd_plan(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     let a = parse_plan(args)?;
-    let p = plan(&a.arch, &a.settings).map_err(|e| e.to_string())?;
+    let p = plan_simulated(&a.arch, &a.settings).map_err(|e| e.to_string())?;
     let (gpu_name, capacity) = match &a.gpu {
         GpuChoice::Catalog(g) => (g.name.clone(), g.capacity_bytes()),
         GpuChoice::Custom(gib) => (format!("custom {gib} GiB GPU"), (gib * report::GIB) as u128),

@@ -39,6 +39,8 @@ pub enum Kind {
     },
     /// A JSON object (only through the JSONL protocol).
     Json,
+    /// Free text, validated by the setter.
+    Text,
 }
 
 /// The page's slider for a number setting.
@@ -104,6 +106,7 @@ impl Field {
                 .collect::<Vec<_>>()
                 .join(","),
             Kind::Json => "{…}".into(),
+            Kind::Text => "TEXT".into(),
         }
     }
 
@@ -734,6 +737,28 @@ pub static FIELDS: &[Field] = &[
         set: |s, v| boolean(v).map(|x| s.prepare_kbit = x),
     },
     Field {
+        name: "alloc_conf",
+        json_aliases: &[],
+        url: Some("alloc"),
+        flag: Some("--alloc-conf"),
+        flag_aliases: &["--pytorch-cuda-alloc-conf"],
+        no_flag: None,
+        label: "PYTORCH_CUDA_ALLOC_CONF",
+        help: "the caching allocator's options, e.g. expandable_segments:True or max_split_size_mb:128",
+        testid: Some("input-alloc-conf"),
+        kind: Kind::Text,
+        slider: None,
+        get: |s| s.alloc_conf.clone(),
+        set: |s, v| {
+            let v = v.trim();
+            let v = v.strip_prefix("PYTORCH_CUDA_ALLOC_CONF=").unwrap_or(v);
+            let v = if v == "none" { "" } else { v };
+            crate::model::allocator::AllocConf::parse(v).map_err(|e| e.to_string())?;
+            s.alloc_conf = v.to_string();
+            Ok(())
+        },
+    },
+    Field {
         name: "parallel",
         json_aliases: &[],
         url: None,
@@ -898,6 +923,7 @@ mod tests {
                 Kind::Choice(c) => c().last().unwrap().0.to_string(),
                 Kind::List { items, .. } => items()[0].0.to_string(),
                 Kind::Json => continue,
+                Kind::Text => "expandable_segments:True".to_string(),
             };
             let mut s = changed.clone();
             (f.set)(&mut s, &sample).unwrap_or_else(|e| panic!("{}: {e}", f.name));
@@ -938,6 +964,7 @@ mod tests {
                 Kind::Bool => "maybe",
                 Kind::Choice(_) | Kind::List { .. } => "no-such-thing",
                 Kind::Json => "{",
+                Kind::Text => "no_such_option:1",
             };
             let mut s = Settings::default();
             let err = (f.set)(&mut s, bad).expect_err(f.name);

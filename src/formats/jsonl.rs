@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::formats::fields::settings_from_json;
-use crate::model::{plan, Plan};
+use crate::model::{plan_simulated, Plan};
 
 #[derive(Deserialize)]
 struct Line {
@@ -25,7 +25,7 @@ pub fn estimate_line(line: &str) -> Result<(Value, Plan), (Value, String)> {
         crate::formats::catalog::resolve_model(&parsed.model).map_err(|e| (id.clone(), e))?;
     let settings = settings_from_json(&parsed.settings.unwrap_or_else(|| json!({})))
         .map_err(|e| (id.clone(), e.to_string()))?;
-    let p = plan(&arch, &settings).map_err(|e| (id.clone(), e.to_string()))?;
+    let p = plan_simulated(&arch, &settings).map_err(|e| (id.clone(), e.to_string()))?;
     Ok((id, p))
 }
 

@@ -28,19 +28,33 @@ pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> Stri
         plan.peak_moment
     ));
     s.push_str(&format!(
-        "  peak reserved    {:>12}   (estimate: {})\n",
+        "  peak reserved    {:>12}   ({})\n",
         gib(plan.peak_reserved_bytes),
         plan.reserve_explanation
     ));
+    let outside: Vec<String> = plan
+        .outside_terms
+        .iter()
+        .map(|t| format!("{} {}", t.label, gib(t.bytes)))
+        .collect();
     s.push_str(&format!(
-        "  nvidia-smi       {:>12}   (reserved + CUDA context{})\n",
+        "  nvidia-smi       {:>12}   (reserved + {})\n",
         gib(plan.nvidia_smi_bytes),
-        if plan.outside_allocator_bytes > crate::model::plan::CUDA_CONTEXT_BYTES {
-            " + paged optimizer states"
-        } else {
-            ""
-        }
+        outside.join(" + ")
     ));
+    if !plan.cached_free_blocks.is_empty() {
+        let blocks: Vec<String> = plan
+            .cached_free_blocks
+            .iter()
+            .take(4)
+            .map(|b| format!("{} left by {}", gib(b.bytes), b.left_by))
+            .collect();
+        s.push_str(&format!(
+            "  allocator cache  {:>12}   (reserved − allocated; largest free blocks at the peak: {})\n",
+            gib(plan.peak_reserved_bytes.saturating_sub(plan.peak_allocated_bytes)),
+            blocks.join(", ")
+        ));
+    }
     if let Some((gpu, v)) = verdict {
         s.push_str(&format!(
             "  verdict          {:>12}   on {gpu} ({} usable, headroom {})\n",

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::catalog::resolve_model;
 use super::fields::settings_from_json;
-use crate::model::{plan, Plan};
+use crate::model::{plan_simulated, Plan};
 
 #[derive(Deserialize)]
 struct Data {
@@ -154,7 +154,7 @@ fn pct(planned: u64, measured: u64) -> f64 {
 fn plan_of(model: &Value, settings: &Value) -> Result<Plan, String> {
     let arch = resolve_model(model)?;
     let s = settings_from_json(settings).map_err(|e| e.to_string())?;
-    plan(&arch, &s).map_err(|e| e.to_string())
+    plan_simulated(&arch, &s).map_err(|e| e.to_string())
 }
 
 fn data() -> Result<Data, String> {

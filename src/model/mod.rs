@@ -20,6 +20,6 @@ pub use arch::{Architecture, Family, Target};
 pub use dtype::{Dtype, Quant};
 pub use error::PlanError;
 pub use parallel::{Parallel, Strategy};
-pub use plan::{plan, Phase, Plan};
+pub use plan::{plan, plan_simulated, Phase, Plan};
 pub use settings::{AttnImpl, Optimizer, SavedModule, Settings};
 pub use term::{Component, Term, TermKind};

@@ -130,6 +130,9 @@ pub struct Settings {
     /// Multi-GPU layout (one GPU by default).
     #[serde(default)]
     pub parallel: super::parallel::Parallel,
+    /// `PYTORCH_CUDA_ALLOC_CONF` (e.g. `expandable_segments:True`); empty = PyTorch's defaults.
+    #[serde(default)]
+    pub alloc_conf: String,
 }
 
 /// Supported ranges (beyond these the planner refuses rather than extrapolating nonsense).
@@ -162,6 +165,7 @@ impl Default for Settings {
             optimizer: Optimizer::AdamwTorchFused,
             fused_ce: false,
             parallel: Default::default(),
+            alloc_conf: String::new(),
         }
     }
 }
@@ -201,6 +205,7 @@ impl Settings {
             return bad("grad_accum", "must be at least 1".into());
         }
         self.parallel.validate(self.grad_ckpt)?;
+        self.allocator_conf()?;
         if self.targets.is_empty() && self.modules_to_save.is_empty() {
             return bad(
                 "target_modules",
@@ -233,6 +238,16 @@ impl Settings {
         } else {
             false
         }
+    }
+
+    /// The caching allocator's configuration parsed from [`Settings::alloc_conf`].
+    pub fn allocator_conf(&self) -> Result<super::allocator::AllocConf, PlanError> {
+        super::allocator::AllocConf::parse(&self.alloc_conf).map_err(|e| {
+            PlanError::InvalidSetting {
+                field: "alloc_conf",
+                why: e.to_string(),
+            }
+        })
     }
 
     /// Tokens in one micro-batch.

@@ -44,6 +44,12 @@ pub enum Component {
     OptimizerTemps,
     /// Multi-GPU buffers: gathered parameter units, gradient buckets.
     CommBuffers,
+    /// Reserved by PyTorch's caching allocator but holding no tensor (rounding, fragmentation):
+    /// `max_memory_reserved()` − `max_memory_allocated()`. Not part of the allocated peak.
+    AllocatorCache,
+    /// Outside the allocator: CUDA context, library workspaces, paged optimizer states, NCCL
+    /// buffers (nvidia-smi − reserved). Not part of the allocated peak.
+    CudaContext,
 }
 
 impl Component {
@@ -68,6 +74,10 @@ impl Component {
         Component::BackwardTemps,
     ];
 
+    /// The levels above the allocated peak, bottom first: reserved adds the allocator cache,
+    /// nvidia-smi adds what lies outside the allocator.
+    pub const ABOVE_ALLOCATED: [Component; 2] = [Component::AllocatorCache, Component::CudaContext];
+
     /// Stable key (`frozen_weights`, `act_attention`, ...) used in JSON and `data-testid`s.
     pub fn key(self) -> &'static str {
         match self {
@@ -88,6 +98,8 @@ impl Component {
             Component::BackwardTemps => "backward_temps",
             Component::OptimizerTemps => "optimizer_temps",
             Component::CommBuffers => "comm_buffers",
+            Component::AllocatorCache => "allocator_cache",
+            Component::CudaContext => "cuda_context",
         }
     }
 
@@ -111,6 +123,8 @@ impl Component {
             Component::BackwardTemps => "Backward temporaries",
             Component::OptimizerTemps => "Optimizer step temporaries",
             Component::CommBuffers => "Multi-GPU buffers (gathered units, buckets)",
+            Component::AllocatorCache => "Allocator cache (fragmentation)",
+            Component::CudaContext => "CUDA context and outside the allocator",
         }
     }
 }

@@ -3,7 +3,8 @@
 
 use crate::formats::catalog;
 use crate::model::{plan, Architecture, Plan, Settings};
-use crate::planning::{fit, verdict, Verdict};
+use crate::planning::fit::{self, Fidelity};
+use crate::planning::{verdict, Verdict};
 
 /// Everything derived from (model, GPU, settings).
 #[derive(Clone, Debug, PartialEq)]
@@ -26,10 +27,10 @@ pub const BATCH_SEARCH_MAX: u64 = 512;
 pub const SEQ_SEARCH_MAX: u64 = 131_072;
 
 /// Evaluates a catalog model on a catalog GPU.
-pub fn evaluate(model: &str, gpu: &str, s: &Settings) -> Result<Evaluation, String> {
+pub fn evaluate(model: &str, gpu: &str, s: &Settings, how: Fidelity) -> Result<Evaluation, String> {
     let arch = catalog::find_model(model)?.arch.clone();
     let g = catalog::find_gpu(gpu)?;
-    evaluate_arch(&arch, &g.name, g.capacity_bytes(), s)
+    evaluate_arch(&arch, &g.name, g.capacity_bytes(), s, how)
 }
 
 /// Evaluates any architecture against a capacity.
@@ -38,12 +39,13 @@ pub fn evaluate_arch(
     gpu_name: &str,
     capacity_bytes: u128,
     s: &Settings,
+    how: Fidelity,
 ) -> Result<Evaluation, String> {
-    let p = plan(arch, s).map_err(|e| e.to_string())?;
+    let p = how.plan(arch, s).map_err(|e| e.to_string())?;
     let v = verdict(&p, capacity_bytes);
     Ok(Evaluation {
-        max_batch: fit::max_batch(arch, s, capacity_bytes, BATCH_SEARCH_MAX),
-        max_seq: fit::max_seq(arch, s, capacity_bytes, SEQ_SEARCH_MAX),
+        max_batch: fit::max_batch(arch, s, capacity_bytes, BATCH_SEARCH_MAX, how),
+        max_seq: fit::max_seq(arch, s, capacity_bytes, SEQ_SEARCH_MAX, how),
         plan: p,
         verdict: v,
         gpu_name: gpu_name.to_string(),

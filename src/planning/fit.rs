@@ -1,11 +1,30 @@
 //! Fit solver: the largest micro-batch and the longest sequence that fit a capacity, found by
 //! bisection over the (monotone) plan.
 
-use crate::model::{plan, Architecture, Settings};
+use crate::model::{plan, plan_simulated, Architecture, Plan, PlanError, Settings};
 
-/// Whether a configuration's nvidia-smi estimate fits in `capacity_bytes`.
-fn fits(arch: &Architecture, s: &Settings, capacity_bytes: u128) -> bool {
-    plan(arch, s)
+/// How the reserved and nvidia-smi figures are computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fidelity {
+    /// The quick reserve allowance (microseconds per plan): slider drags, property tests.
+    Quick,
+    /// PyTorch's caching allocator simulated over the step (milliseconds per plan).
+    Simulated,
+}
+
+impl Fidelity {
+    /// Plans at this fidelity.
+    pub fn plan(self, arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
+        match self {
+            Fidelity::Quick => plan(arch, s),
+            Fidelity::Simulated => plan_simulated(arch, s),
+        }
+    }
+}
+
+/// Whether a configuration's nvidia-smi figure fits in `capacity_bytes`.
+fn fits(arch: &Architecture, s: &Settings, capacity_bytes: u128, how: Fidelity) -> bool {
+    how.plan(arch, s)
         .map(|p| p.nvidia_smi_bytes <= capacity_bytes)
         .unwrap_or(false)
 }
@@ -31,7 +50,13 @@ fn largest(hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
 }
 
 /// Largest micro-batch (up to `max`) that fits at the current sequence length.
-pub fn max_batch(arch: &Architecture, s: &Settings, capacity_bytes: u128, max: u64) -> Option<u64> {
+pub fn max_batch(
+    arch: &Architecture,
+    s: &Settings,
+    capacity_bytes: u128,
+    max: u64,
+    how: Fidelity,
+) -> Option<u64> {
     largest(max, |b| {
         fits(
             arch,
@@ -40,12 +65,19 @@ pub fn max_batch(arch: &Architecture, s: &Settings, capacity_bytes: u128, max: u
                 ..s.clone()
             },
             capacity_bytes,
+            how,
         )
     })
 }
 
 /// Longest sequence (up to `max`) that fits at the current micro-batch.
-pub fn max_seq(arch: &Architecture, s: &Settings, capacity_bytes: u128, max: u64) -> Option<u64> {
+pub fn max_seq(
+    arch: &Architecture,
+    s: &Settings,
+    capacity_bytes: u128,
+    max: u64,
+    how: Fidelity,
+) -> Option<u64> {
     largest(max, |t| {
         fits(
             arch,
@@ -54,6 +86,7 @@ pub fn max_seq(arch: &Architecture, s: &Settings, capacity_bytes: u128, max: u64
                 ..s.clone()
             },
             capacity_bytes,
+            how,
         )
     })
 }

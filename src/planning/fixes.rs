@@ -186,7 +186,13 @@ fn candidates(
             with(&|t| t.targets = vec![Target::Q, Target::V]),
         ));
     }
-    if let Some(m) = fit::max_seq(arch, s, capacity, s.seq.saturating_sub(1)) {
+    if let Some(m) = fit::max_seq(
+        arch,
+        s,
+        capacity,
+        s.seq.saturating_sub(1),
+        fit::Fidelity::Quick,
+    ) {
         if m < s.seq {
             out.push((
                 "shorter_seq",

@@ -320,7 +320,7 @@ pub fn analyze(
     };
     let typical = at(st.p50)?;
     let longest = at(st.max)?;
-    let max_fit = fit::max_seq(arch, s, capacity, st.max.max(1));
+    let max_fit = fit::max_seq(arch, s, capacity, st.max.max(1), fit::Fidelity::Quick);
     let limit = max_fit.unwrap_or(0);
     let too_long = lengths.iter().filter(|&&l| l > limit).count();
     let q = too_long as f64 / lengths.len() as f64;

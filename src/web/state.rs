@@ -5,6 +5,7 @@
 use crate::formats::catalog;
 use crate::model::{Architecture, Settings};
 use crate::planning::evaluate::{evaluate_arch, Axis, Evaluation};
+use crate::planning::fit::Fidelity;
 
 /// Everything a link carries.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,11 +48,18 @@ pub fn arch_of(st: &UiState) -> Result<Architecture, String> {
     }
 }
 
-/// Evaluates a page state (imported architecture or catalog model, catalog GPU).
+/// Evaluates a page state (imported architecture or catalog model, catalog GPU) with the quick
+/// reserve allowance: what the page shows within a frame of a slider move.
 pub fn evaluate_state(st: &UiState) -> Result<Evaluation, String> {
+    evaluate_state_with(st, Fidelity::Quick)
+}
+
+/// Evaluates a page state at the given fidelity ([`Fidelity::Simulated`]: the caching
+/// allocator simulated, what the page settles on once the state stops changing).
+pub fn evaluate_state_with(st: &UiState, how: Fidelity) -> Result<Evaluation, String> {
     let arch = arch_of(st)?;
     let g = catalog::find_gpu(&st.gpu)?;
-    evaluate_arch(&arch, &g.name, g.capacity_bytes(), &st.settings)
+    evaluate_arch(&arch, &g.name, g.capacity_bytes(), &st.settings, how)
 }
 
 /// The model picker's (id, label) options matching a search (the current model always stays).

@@ -14,7 +14,7 @@ use super::weights::{self, ParamCounts};
 mod phases;
 pub mod reserve;
 
-pub use reserve::CUDA_CONTEXT_BYTES;
+pub use reserve::{CachedBlock, CUDA_CONTEXT_BYTES};
 
 /// A phase of the (second) training step, when optimizer states already exist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -82,14 +82,23 @@ pub struct Plan {
     pub phases: Vec<PhasePeak>,
     /// Memory between steps (weights + optimizer states).
     pub steady_state_bytes: u128,
-    /// Estimated `torch.cuda.max_memory_reserved()`.
+    /// `torch.cuda.max_memory_reserved()`: simulated (see `reserve_simulated`) or a quick
+    /// allowance.
     pub peak_reserved_bytes: u128,
-    /// The allowance added for allocator rounding and fragmentation, and why.
+    /// How the reserved figure was reached.
     pub reserve_explanation: String,
-    /// Estimated nvidia-smi "memory used".
+    /// The reserved figure comes from the caching-allocator simulation ([`plan_simulated`]);
+    /// false for [`plan`]'s quick allowance.
+    pub reserve_simulated: bool,
+    /// Largest cached-but-free blocks at the reserved peak (simulated plans only).
+    pub cached_free_blocks: Vec<CachedBlock>,
+    /// Estimated nvidia-smi "memory used": reserved + `outside_terms`.
     pub nvidia_smi_bytes: u128,
-    /// Bytes outside PyTorch's allocator (CUDA context, paged optimizer states).
+    /// Bytes outside PyTorch's allocator (the sum of `outside_terms`).
     pub outside_allocator_bytes: u128,
+    /// What lies outside the allocator, explained (CUDA context and workspaces, paged optimizer
+    /// states, NCCL buffers).
+    pub outside_terms: Vec<Term>,
     /// GPUs in total (the numbers above are per GPU).
     pub world_size: u128,
     /// micro-batch × accumulation × data-parallel ranks.
@@ -139,9 +148,10 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     let all_phases = step.phases();
     let (peak, per_phase) = pick_peak(all_phases);
     let steady = total(&step.statics);
-    let reserve = reserve::estimate(&ctx, &peak, steady, &rank.comm);
+    let reserve = reserve::quick(&ctx, &peak, steady, &rank.comm);
     let paged_bytes = if paged { total(&opt_states) } else { 0 };
-    let outside = CUDA_CONTEXT_BYTES + paged_bytes;
+    let outside_terms = reserve::outside_terms(s, paged_bytes);
+    let outside = total(&outside_terms);
     let par = &s.parallel;
     let cpu = step.cpu_terms();
     Ok(Plan {
@@ -155,14 +165,36 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
         steady_state_bytes: steady,
         peak_reserved_bytes: reserve.bytes,
         reserve_explanation: reserve.explanation,
+        reserve_simulated: reserve.simulated,
+        cached_free_blocks: reserve.cached_free,
         nvidia_smi_bytes: reserve.bytes + outside,
         outside_allocator_bytes: outside,
+        outside_terms,
         world_size: par.world(),
         effective_batch: (s.batch as u128) * (s.grad_accum as u128) * par.world(),
         cpu_bytes_per_rank: total(&cpu),
         cpu_bytes_per_node: total(&cpu) * par.gpus_per_node as u128,
         cpu_terms: cpu,
     })
+}
+
+/// Plans one configuration with PyTorch's caching allocator simulated over the step: the
+/// reserved and nvidia-smi figures are the allocator's, not an allowance. Tens of
+/// milliseconds for a 7B model (the sequence has tens of thousands of events); [`plan`] is the
+/// microsecond version with a quick reserve allowance.
+pub fn plan_simulated(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
+    let mut p = plan(arch, s)?;
+    let compute = distributed::compute_settings(s);
+    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(s));
+    let comm = distributed::apply(&ctx, &[], &[], &[], &[]).comm;
+    if let Some(r) = reserve::simulate(arch, s, &p, &comm) {
+        p.peak_reserved_bytes = r.bytes;
+        p.reserve_explanation = r.explanation;
+        p.reserve_simulated = true;
+        p.cached_free_blocks = r.cached_free;
+        p.nvidia_smi_bytes = r.bytes + p.outside_allocator_bytes;
+    }
+    Ok(p)
 }
 
 /// The highest moment is the peak (the first of equals); each phase reports its own highest.
