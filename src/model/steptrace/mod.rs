@@ -181,10 +181,41 @@ pub struct Trace {
     pub peak_live_bytes: u64,
 }
 
+/// Largest single tensor the sequence may hold (16 TiB): beyond it byte counts could overflow
+/// and no device exists anyway.
+const MAX_TENSOR_BYTES: u128 = 1 << 44;
+
+/// Refuses inputs whose tensors are beyond any device (sizes are `u64` in the sequence).
+fn check_sizes(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
+    let tokens = s.batch as u128 * s.seq as u128;
+    let widest = [
+        arch.vocab_size as u128,
+        2 * arch.intermediate_size as u128,
+        arch.q_dim() + 2 * arch.kv_dim(),
+        arch.hidden_size as u128,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(1);
+    let scores = s.batch as u128 * arch.num_attention_heads as u128 * (s.seq as u128).pow(2);
+    let table = arch.vocab_size as u128 * arch.hidden_size as u128;
+    let largest = (tokens * widest).max(scores).max(table) * 4;
+    if largest > MAX_TENSOR_BYTES {
+        return Err(PlanError::InvalidSetting {
+            field: "seq",
+            why: format!(
+                "a single tensor of {largest} bytes is beyond what the allocator simulation handles"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Generates the allocation sequence of a run: setup, inputs and two training steps.
 pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
     arch.validate()?;
     s.validate()?;
+    check_sizes(arch, s)?;
     let ctx = Ctx::new(arch, s);
     Ok(program::run(&ctx))
 }

@@ -4,7 +4,7 @@
 
 use super::tape::{Edge, Mode, Op, Tape, G, X};
 use super::{Event, StepPhase, Trace, What};
-use crate::model::activations::Ctx;
+use crate::model::activations::{self, Ctx};
 use crate::model::arch::{Family, LinearShape};
 use crate::model::settings::{AttnImpl, Optimizer, SavedModule};
 
@@ -692,7 +692,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             let mut o = self.t(tokens * heads * hd, ad, What::Attention);
             let rows = if efficient { sq.div_ceil(32) * 32 } else { sq };
             let lse = self.t(b * heads * rows, 4, What::Attention);
-            let seed = self.t(if efficient { 1 } else { 1 }, 8, What::Attention);
+            let seed = self.t(1, 8, What::Attention);
             let off = self.t(1, 8, What::Attention);
             let mut saved = vec![kk.t, qe.t, vk.t, lse.t, o.t, off.t, seed.t];
             if let Some(b) = bias {
@@ -1170,6 +1170,14 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.drop(c);
             }
         }
+        if s.fused_ce {
+            let (g, loss) = self.fused_ce(fin);
+            self.drop(fin);
+            self.drop(cos);
+            self.drop(sin);
+            self.clear_autocast_cache();
+            return (g, loss);
+        }
         // lm_head + loss
         let v = a.vocab_size;
         let head = self.lm_head.map(|p| p.x).unwrap_or(self.params[0].x);
@@ -1194,6 +1202,38 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.clear_autocast_cache();
         self.drop(logits);
         (g, loss)
+    }
+
+    /// A fused linear cross-entropy (Liger's): rows in chunks (the model's chunk size), each
+    /// chunk's fp32 logits and their gradient made and dropped in forward, the hidden states'
+    /// gradient computed in forward and kept for backward (approximation: the kernel's own
+    /// temporaries are not recorded).
+    fn fused_ce(&mut self, fin: X) -> (G, X) {
+        let ctx = self.ctx;
+        let tokens = self.tokens();
+        let v = ctx.arch.vocab_size;
+        let h = ctx.arch.hidden_size;
+        let chunk = (activations::fused_ce_chunk(ctx) as u64)
+            .max(tokens.div_ceil(4096))
+            .max(1);
+        let gi = self.t(tokens * h, fin.es, What::Grad);
+        let mut done = 0;
+        while done < tokens {
+            let c = chunk.min(tokens - done);
+            let lg = self.t(c * v, 4, What::Logits);
+            let gl = self.t(c * v, 4, What::Grad);
+            let gc = self.t(c * h, fin.es, What::Grad);
+            self.drop(gc);
+            self.drop(gl);
+            self.drop(lg);
+            done += c;
+        }
+        let mut loss = self.t(1, 4, What::Loss);
+        loss.g = self
+            .tp
+            .node(Op::MulConst, fin.n, fin.es, &[Self::edge(&fin)], &[gi.t]);
+        self.drop(gi);
+        (loss.g, loss)
     }
 
     fn clear_autocast_cache(&mut self) {
