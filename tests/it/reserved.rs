@@ -347,3 +347,99 @@ fn every_catalog_model_and_option_simulates() {
     );
     assert!(n > 100);
 }
+
+/// (allocation sizes, storages freed before each allocation and at the end) with storages
+/// numbered by allocation order.
+type Canonical = (Vec<u64>, Vec<std::collections::BTreeSet<usize>>);
+
+fn canonical(events: impl Iterator<Item = (bool, u64, u64)>) -> Canonical {
+    let mut index: HashMap<u64, usize> = HashMap::new();
+    let (mut sizes, mut gaps) = (vec![], vec![std::collections::BTreeSet::new()]);
+    for (alloc, id, bytes) in events {
+        if alloc {
+            index.insert(id, sizes.len());
+            sizes.push(bytes);
+            gaps.push(std::collections::BTreeSet::new());
+        } else if let (Some(&k), Some(g)) = (index.get(&id), gaps.last_mut()) {
+            g.insert(k);
+        }
+    }
+    (sizes, gaps)
+}
+
+/// Asserts that the sequence generated for `case` (a line with `model` and `settings`) is the
+/// recording at `path`: the same allocations (sizes, in order) and, between two allocations, the
+/// same storages freed (their order within such a gap can differ where PyTorch iterates a hash
+/// map).
+fn assert_matches_recording(id: &str, case: &Value, path: &std::path::Path) {
+    use flate2::read::GzDecoder;
+    use lorafit::model::steptrace::Event;
+    let f = std::fs::File::open(path).expect("open events");
+    let recorded: Value = serde_json::from_reader(GzDecoder::new(f)).expect("events JSON");
+    let recorded = recorded.as_array().expect("event list").iter().map(|e| {
+        (
+            e[0].as_str() == Some("a"),
+            e[1].as_u64().expect("id"),
+            e[2].as_u64().unwrap_or(0),
+        )
+    });
+    let arch = resolve_model(&case["model"]).expect("model");
+    let raw: RawSettings = serde_json::from_value(case["settings"].clone()).expect("settings");
+    let s = raw.into_settings().expect("valid");
+    let t = generate(&arch, &s).expect("generates");
+    let generated = t.events.iter().map(|e| match *e {
+        Event::Alloc { id, bytes } => (true, id as u64, bytes),
+        Event::Free { id } => (false, id as u64, 0),
+    });
+    let (rs, rg) = canonical(recorded);
+    let (gs, gg) = canonical(generated);
+    let first = rs
+        .iter()
+        .zip(&gs)
+        .position(|(a, b)| a != b)
+        .or((rs.len() != gs.len()).then_some(rs.len().min(gs.len())));
+    assert_eq!(first, None, "{id}: allocations differ from #{first:?}");
+    let gap = rg.iter().zip(&gg).position(|(a, b)| a != b);
+    assert_eq!(gap, None, "{id}: frees differ before allocation #{gap:?}");
+}
+
+/// The generated sequence is the recorded one for each committed full-depth recording
+/// (`tests/data/reference/allocator/*.events.json.gz`).
+#[test]
+fn generated_sequences_equal_the_recorded_ones() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference/allocator");
+    let mut checked = 0;
+    for line in data("tests/data/reference/cases.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+    {
+        let case: Value = serde_json::from_str(line).expect("JSON");
+        let id = case["id"].as_str().expect("id");
+        let path = dir.join(format!("{id}.events.json.gz"));
+        if path.exists() {
+            assert_matches_recording(id, &case, &path);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 7, "recorded sequences");
+}
+
+/// The same for two-layer recordings of the other families and options
+/// (`tests/data/steptrace`: eager, dropout 0, q/v only, fp32, autocast from fp32 / bf16 / fp16,
+/// QLoRA with and without autocast and checkpointing, Qwen2, Qwen3, Mistral, Gemma 2 with and
+/// without checkpointing, batch 4, padded mask, modules_to_save, optimizers).
+#[test]
+fn generated_sequences_equal_two_layer_recordings() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
+    let mut checked = 0;
+    for line in data("tests/data/steptrace/cases.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+    {
+        let case: Value = serde_json::from_str(line).expect("JSON");
+        let id = case["id"].as_str().expect("id");
+        assert_matches_recording(id, &case, &dir.join(format!("{id}.events.json.gz")));
+        checked += 1;
+    }
+    assert_eq!(checked, 22, "two-layer recordings");
+}
