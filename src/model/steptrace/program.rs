@@ -3,8 +3,8 @@
 //! derivative formulas and the engine's order live in [`super::tape`].
 
 use super::tape::{Edge, Mode, Op, Tape, G, X};
-use super::{Event, StepPhase, Trace, What};
-use crate::model::activations::Ctx;
+use super::{StepPhase, Trace, What};
+use crate::model::activations::{self, Ctx};
 use crate::model::arch::{Family, LinearShape};
 use crate::model::settings::{AttnImpl, Optimizer, SavedModule};
 
@@ -202,16 +202,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    fn inputs(&mut self) -> (X, X, Option<X>) {
+    /// input_ids, `labels = input_ids.clone()`, and `ones_like` for a padded batch's mask.
+    fn inputs(&mut self) {
         let n = self.tokens();
-        let ids = self.t(n, 8, What::Input);
-        let labels = self.t(n, 8, What::Input);
-        let mask = if self.ctx.s.padded_mask {
-            Some(self.t(n, 8, What::Input))
-        } else {
-            None
-        };
-        (ids, labels, mask)
+        self.t(n, 8, What::Input);
+        self.t(n, 8, What::Input);
+        if self.ctx.s.padded_mask {
+            self.t(n, 8, What::Input);
+        }
     }
 
     // -------------------------------------------------------------- ops
@@ -650,7 +648,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let tokens = b * sq;
         let mut weights = None;
         let out = if eager {
-            let (o, w) = self.eager_attention(qe, ke, vv, mask);
+            let (o, w) = self.eager_attention(qe, ke, vv);
             weights = Some(w);
             o
         } else {
@@ -692,7 +690,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             let mut o = self.t(tokens * heads * hd, ad, What::Attention);
             let rows = if efficient { sq.div_ceil(32) * 32 } else { sq };
             let lse = self.t(b * heads * rows, 4, What::Attention);
-            let seed = self.t(if efficient { 1 } else { 1 }, 8, What::Attention);
+            let seed = self.t(1, 8, What::Attention);
             let off = self.t(1, 8, What::Attention);
             let mut saved = vec![kk.t, qe.t, vk.t, lse.t, o.t, off.t, seed.t];
             if let Some(b) = bias {
@@ -754,7 +752,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Eager attention; returns the output and the probabilities (`attn_weights`, which the
     /// attention module holds until it returns).
-    fn eager_attention(&mut self, q: X, k: X, v: X, mask: Option<X>) -> (X, X) {
+    fn eager_attention(&mut self, q: X, k: X, v: X) -> (X, X) {
         let ctx = self.ctx;
         let a = ctx.arch;
         let s = ctx.s;
@@ -795,7 +793,6 @@ impl<'c, 'a> Prog<'c, 'a> {
             y.g = self.tp.node(Op::Pass, sn, es, &[Self::edge(&cur)], &[]);
             y
         };
-        let _ = mask;
         self.drop(cur);
         let f = self.cast(masked, 4, What::Scores);
         let sm = {
@@ -1044,14 +1041,13 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// One forward pass through the loss; returns the loss's node and the loss tensor.
-    fn forward(&mut self, ids: X, labels: X, mask: Option<X>) -> (G, X) {
+    fn forward(&mut self) -> (G, X) {
         let ctx = self.ctx;
         let s = ctx.s;
         let a = ctx.arch;
         let tokens = self.tokens();
         let h = a.hidden_size;
         let aux = bytes(ctx.aux_weight);
-        let _ = ids;
         let mut emb = self.t(tokens * h, aux, What::Hidden);
         if s.modules_to_save.contains(&SavedModule::EmbedTokens) {
             // The trainable copy of embed_tokens: its gradient is a dense [vocab, hidden] tensor.
@@ -1119,7 +1115,6 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             None
         };
-        let _ = mask;
         let (cos, sin) = self.rotary(bytes(ctx.resid));
         self.causal = causal;
         self.tp.keep_local(emb.t);
@@ -1170,6 +1165,14 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.drop(c);
             }
         }
+        if s.fused_ce {
+            let (g, loss) = self.fused_ce(fin);
+            self.drop(fin);
+            self.drop(cos);
+            self.drop(sin);
+            self.clear_autocast_cache();
+            return (g, loss);
+        }
         // lm_head + loss
         let v = a.vocab_size;
         let head = self.lm_head.map(|p| p.x).unwrap_or(self.params[0].x);
@@ -1186,7 +1189,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(t);
             logits = m;
         }
-        let (g, loss) = self.loss(logits, labels);
+        let (g, loss) = self.loss(logits);
         self.drop(fin);
         self.drop(cos);
         self.drop(sin);
@@ -1196,16 +1199,48 @@ impl<'c, 'a> Prog<'c, 'a> {
         (g, loss)
     }
 
+    /// A fused linear cross-entropy (Liger's): rows in chunks (the model's chunk size), each
+    /// chunk's fp32 logits and their gradient made and dropped in forward, the hidden states'
+    /// gradient computed in forward and kept for backward (approximation: the kernel's own
+    /// temporaries are not recorded).
+    fn fused_ce(&mut self, fin: X) -> (G, X) {
+        let ctx = self.ctx;
+        let tokens = self.tokens();
+        let v = ctx.arch.vocab_size;
+        let h = ctx.arch.hidden_size;
+        let chunk = (activations::fused_ce_chunk(ctx) as u64)
+            .max(tokens.div_ceil(4096))
+            .max(1);
+        let gi = self.t(tokens * h, fin.es, What::Grad);
+        let mut done = 0;
+        while done < tokens {
+            let c = chunk.min(tokens - done);
+            let lg = self.t(c * v, 4, What::Logits);
+            let gl = self.t(c * v, 4, What::Grad);
+            let gc = self.t(c * h, fin.es, What::Grad);
+            self.drop(gc);
+            self.drop(gl);
+            self.drop(lg);
+            done += c;
+        }
+        let mut loss = self.t(1, 4, What::Loss);
+        loss.g = self
+            .tp
+            .node(Op::MulConst, fin.n, fin.es, &[Self::edge(&fin)], &[gi.t]);
+        self.drop(gi);
+        (loss.g, loss)
+    }
+
     fn clear_autocast_cache(&mut self) {
         for x in std::mem::take(&mut self.ac_cache) {
             self.drop(x);
         }
     }
 
-    fn loss(&mut self, logits: X, labels: X) -> (G, X) {
+    /// `ForCausalLMLoss`: fp32 logits, labels padded and shifted, log_softmax, nll_loss.
+    fn loss(&mut self, logits: X) -> (G, X) {
         let s = self.ctx.s;
         let f = self.cast(logits, 4, What::Logits);
-        let _ = labels;
         let pad = self.t(s.batch * (s.seq + 1), 8, What::Loss);
         // labels[..., 1:].contiguous() copies unless the batch is a single row.
         let shift = if s.batch > 1 {
@@ -1481,10 +1516,11 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
     p.phase(0, StepPhase::Setup);
     p.setup();
     p.phase(0, StepPhase::Inputs);
-    let (ids, labels, mask) = p.inputs();
+    // input_ids, labels (and the padding mask) live through the whole run.
+    p.inputs();
     for step in 1..=2u8 {
         p.phase(step, StepPhase::Forward);
-        let (root, loss) = p.forward(ids, labels, mask);
+        let (root, loss) = p.forward();
         p.phase(step, StepPhase::Backward);
         p.backward(root, loss);
         p.phase(step, StepPhase::Optimizer);
@@ -1493,7 +1529,6 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         p.zero_grad();
     }
     let peak = p.tp.peak;
-    let _ = Event::Free { id: 0 };
     Trace {
         events: p.tp.events,
         labels: p.tp.labels,
