@@ -299,7 +299,7 @@ fn every_catalog_model_and_option_simulates() {
             },
         ),
     ];
-    for o in Optimizer::ALL {
+    for &o in Optimizer::ALL {
         variants.push((
             o.name(),
             Settings {
@@ -381,8 +381,7 @@ fn assert_matches_recording(id: &str, case: &Value, path: &std::path::Path) {
         )
     });
     let arch = resolve_model(&case["model"]).expect("model");
-    let raw: RawSettings = serde_json::from_value(case["settings"].clone()).expect("settings");
-    let s = raw.into_settings().expect("valid");
+    let s = settings_from_json(&case["settings"]).expect("valid");
     let t = generate(&arch, &s).expect("generates");
     let generated = t.events.iter().map(|e| match *e {
         Event::Alloc { id, bytes } => (true, id as u64, bytes),
