@@ -21,6 +21,10 @@ USAGE:
   lorafit lengths FILE --model NAME [options]        peak at typical vs longest batch (mid-training OOM)
   lorafit estimate --jsonl FILE|-          one JSON result per input line (reference schema)
   lorafit validate [--json]                the model against every measured case it carries
+  lorafit inspect FILE [--model NAME [options]] [--json]
+                                           a memory snapshot (.pickle[.gz]), memory_summary() text or
+                                           memory_stats() JSON: measured peaks, and what the run holds
+                                           that the plan of the stated configuration does not
   lorafit models                           list the model catalog
   lorafit gpus                             list the GPU catalog
 
@@ -34,7 +38,8 @@ TRAINING SETTINGS:
 ";
 
 /// The commands, for messages.
-const COMMANDS: &str = "plan, fit, suggest, export, lengths, estimate, validate, models, gpus";
+const COMMANDS: &str =
+    "plan, fit, suggest, export, lengths, estimate, validate, inspect, models, gpus";
 
 /// Runs the CLI; returns the process exit code.
 pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
@@ -52,6 +57,7 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Some("models") => cmd_models(out),
         Some("gpus") => cmd_gpus(out),
         Some("validate") => cmd_validate(&args[1..], out),
+        Some("inspect") => cmd_inspect(&args[1..], out),
         Some(other) => Err(format!(
             "unknown command {other:?}; expected one of {COMMANDS} (see --help)"
         )),
@@ -578,5 +584,69 @@ fn cmd_validate(args: &[String], out: &mut dyn Write) -> Result<(), String> {
         "out-of-memory runs called out of memory: {} of {}\n",
         v.oom_called.0, v.oom_called.1
     ));
+    emit(out, &t)
+}
+
+fn cmd_inspect(args: &[String], out: &mut dyn Write) -> Result<(), String> {
+    let Some(path) = args.first().filter(|a| !a.starts_with('-')) else {
+        return Err("inspect needs a FILE (a memory snapshot, memory_summary() text or memory_stats() JSON)".into());
+    };
+    let rest = &args[1..];
+    let json = rest.iter().any(|a| a == "--json");
+    let has_model = rest.iter().any(|a| a == "--model" || a == "--config");
+    let config = if has_model {
+        Some(parse_plan(rest)?)
+    } else {
+        if let Some(other) = rest.iter().find(|a| *a != "--json") {
+            return Err(format!(
+                "{other}: settings need --model NAME or --config FILE to compare with a plan"
+            ));
+        }
+        None
+    };
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let ins =
+        crate::planning::inspect::inspect(&bytes, config.as_ref().map(|a| (&a.arch, &a.settings)))?;
+    if json {
+        return emit(
+            out,
+            &serde_json::to_string_pretty(&ins).map_err(|e| e.to_string())?,
+        );
+    }
+    let g = |b: Option<u64>| {
+        b.map(|b| report::gib(b as u128))
+            .unwrap_or_else(|| "—".into())
+    };
+    let bound = if ins.trace_truncated {
+        " (lower bound)"
+    } else {
+        ""
+    };
+    let mut t = format!(
+        "{path}: {}\n  peak allocated   {:>12}{bound}\n  peak reserved    {:>12}{bound}\n  peak requested   {:>12}{bound}\n",
+        ins.kind,
+        g(ins.peak_allocated_bytes),
+        g(ins.peak_reserved_bytes),
+        g(ins.peak_requested_bytes)
+    );
+    if let Some(p) = &ins.planned {
+        t.push_str(&format!(
+            "  planned          {:>12} allocated, {} reserved\n",
+            report::gib(p.peak_allocated_bytes as u128),
+            report::gib(p.peak_reserved_bytes as u128)
+        ));
+        for u in &ins.unplanned {
+            t.push_str(&format!(
+                "  unplanned        {:>12}   {} × {} allocated in {}\n",
+                report::gib(u.bytes as u128),
+                u.count,
+                report::gib(u.bytes_each as u128),
+                u.phase
+            ));
+        }
+    }
+    for f in &ins.findings {
+        t.push_str(&format!("  - {f}\n"));
+    }
     emit(out, &t)
 }

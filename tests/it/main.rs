@@ -9,6 +9,7 @@ mod distributed;
 mod fuzz;
 #[cfg(feature = "gpu")]
 mod gpu;
+mod inspect;
 mod planning;
 mod properties;
 mod reference;

@@ -208,7 +208,8 @@ impl Snapshot {
 
     // ---- helpers -----------------------------------------------------------
 
-    fn device_trace(&self, device: usize) -> &[TraceEvent] {
+    /// The trace events of `device` (empty when it has none).
+    pub fn device_trace(&self, device: usize) -> &[TraceEvent] {
         self.device_traces.get(device).map_or(&[], Vec::as_slice)
     }
 
