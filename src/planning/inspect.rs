@@ -161,9 +161,14 @@ struct PlannedLive {
     ordinal: usize,
 }
 
+/// Planned storages live at the plan's peak, by size.
+type LiveBySize = HashMap<u64, Vec<PlannedLive>>;
+/// (first allocation ordinal, phase) at each phase change of the planned run.
+type PhaseStarts = Vec<(usize, StepPhase)>;
+
 /// The planned storages live at the plan's peak, by size, and the phase of each allocation
 /// ordinal of the planned run.
-fn planned_at_peak(t: &Trace) -> (HashMap<u64, Vec<PlannedLive>>, Vec<(usize, StepPhase)>) {
+fn planned_at_peak(t: &Trace) -> (LiveBySize, PhaseStarts) {
     let mut ordinal_of: Vec<usize> = vec![0; t.labels.len()];
     let mut sizes: Vec<u64> = vec![0; t.labels.len()];
     let mut alive: Vec<bool> = vec![false; t.labels.len()];
