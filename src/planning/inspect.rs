@@ -344,16 +344,17 @@ fn compare(
 
 /// A likely explanation of an unplanned tensor by its size.
 fn hint(u: &Unplanned, arch: &Architecture, s: &Settings) -> String {
-    let tokens = s.batch as u64 * s.seq as u64;
-    let logits = tokens * arch.vocab_size;
-    if u.bytes_each == logits * 4 {
+    let tokens = s.batch.saturating_mul(s.seq);
+    let logits = tokens.saturating_mul(arch.vocab_size);
+    let hidden_bytes = tokens.saturating_mul(arch.hidden_size);
+    if u.bytes_each == logits.saturating_mul(4) {
         " — the size of an fp32 copy of the logits (tokens × vocab × 4 B): older transformers versions upcast the logits in forward; upgrade transformers or use a fused cross-entropy".into()
-    } else if u.bytes_each == logits * 2 {
+    } else if u.bytes_each == logits.saturating_mul(2) {
         " — the size of the 16-bit logits (tokens × vocab × 2 B): something keeps the model output alive (e.g. outputs stored across the step)".into()
-    } else if u.bytes_each % (tokens * arch.hidden_size) == 0 && tokens * arch.hidden_size > 0 {
+    } else if hidden_bytes > 0 && u.bytes_each % hidden_bytes == 0 {
         format!(
             " — {} × (tokens × hidden) bytes: a hidden state or activation the plan does not keep (different batch or sequence than stated?)",
-            u.bytes_each / (tokens * arch.hidden_size)
+            u.bytes_each / hidden_bytes
         )
     } else {
         String::new()
