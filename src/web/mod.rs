@@ -18,4 +18,6 @@ pub mod app;
 #[cfg(target_arch = "wasm32")]
 pub mod controls;
 #[cfg(target_arch = "wasm32")]
+pub mod measured;
+#[cfg(target_arch = "wasm32")]
 pub mod panels;
