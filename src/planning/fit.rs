@@ -49,6 +49,22 @@ fn largest(hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
     Some(lo)
 }
 
+/// Largest value of one setting (up to `max`) that fits, the others as they are.
+fn largest_fitting(
+    arch: &Architecture,
+    s: &Settings,
+    capacity_bytes: u128,
+    max: u64,
+    how: Fidelity,
+    set: fn(&mut Settings, u64),
+) -> Option<u64> {
+    largest(max, |v| {
+        let mut t = s.clone();
+        set(&mut t, v);
+        fits(arch, &t, capacity_bytes, how)
+    })
+}
+
 /// Largest micro-batch (up to `max`) that fits at the current sequence length.
 pub fn max_batch(
     arch: &Architecture,
@@ -57,17 +73,7 @@ pub fn max_batch(
     max: u64,
     how: Fidelity,
 ) -> Option<u64> {
-    largest(max, |b| {
-        fits(
-            arch,
-            &Settings {
-                batch: b,
-                ..s.clone()
-            },
-            capacity_bytes,
-            how,
-        )
-    })
+    largest_fitting(arch, s, capacity_bytes, max, how, |t, v| t.batch = v)
 }
 
 /// Longest sequence (up to `max`) that fits at the current micro-batch.
@@ -78,15 +84,5 @@ pub fn max_seq(
     max: u64,
     how: Fidelity,
 ) -> Option<u64> {
-    largest(max, |t| {
-        fits(
-            arch,
-            &Settings {
-                seq: t,
-                ..s.clone()
-            },
-            capacity_bytes,
-            how,
-        )
-    })
+    largest_fitting(arch, s, capacity_bytes, max, how, |t, v| t.seq = v)
 }
