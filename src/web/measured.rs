@@ -58,10 +58,14 @@ pub fn MeasuredRun(
                     return;
                 }
             };
-            status.set(Some(format!("parsing {:.1} MiB…", bytes.len() as f64 / 1048576.0)));
+            status.set(Some(format!(
+                "parsing {:.1} MiB…",
+                bytes.len() as f64 / 1048576.0
+            )));
             // Let the browser paint the progress line before the parse takes the thread.
             let _ = JsFuture::from(js_sys::Promise::new(&mut |resolve, _| {
-                let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 16);
+                let _ =
+                    window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 16);
             }))
             .await;
             let st = state.get_untracked();
