@@ -61,7 +61,7 @@ pub fn App() -> impl IntoView {
     let focused: RwSignal<Option<&'static str>> = RwSignal::new(None);
     let gpu_panel = RwSignal::new(false);
 
-    let eval = Memo::new(move |_| state.with(crate::web::state::evaluate_state));
+    let (eval, simulated) = crate::web::settle::settled_evaluation(state);
     let curve = Memo::new(move |_| {
         state.with(|st| {
             crate::web::state::arch_of(st)
@@ -91,7 +91,8 @@ pub fn App() -> impl IntoView {
             })}
             <main class="layout">
                 {controls}
-                <section class="results" aria-live="polite">
+                <section class="results" aria-live="polite"
+                    data-reserve=move || if simulated.get() { "simulated" } else { "quick" }>
                     {move || eval.with(|r| r.as_ref().err().cloned()).map(|msg| view! { <p class="error" role="alert" data-testid="error">{msg}</p> })}
                     <Show when=move || eval.with(|r| r.is_ok())>
                         <Summary eval=eval focused=focused />

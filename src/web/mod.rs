@@ -21,3 +21,5 @@ pub mod controls;
 pub mod measured;
 #[cfg(target_arch = "wasm32")]
 pub mod panels;
+#[cfg(target_arch = "wasm32")]
+pub mod settle;

@@ -62,6 +62,20 @@ pub fn evaluate_state_with(st: &UiState, how: Fidelity) -> Result<Evaluation, St
     evaluate_arch(&arch, &g.name, g.capacity_bytes(), &st.settings, how)
 }
 
+/// The settled evaluation of a state: the quick one with the plan re-made with PyTorch's caching
+/// allocator simulated, and the verdict from it (the fit limits stay the quick search's: a
+/// simulated bisection costs a second of main-thread time in the browser).
+pub fn settle(st: &UiState, quick: &Evaluation) -> Result<Evaluation, String> {
+    let arch = arch_of(st)?;
+    let g = catalog::find_gpu(&st.gpu)?;
+    let plan = crate::model::plan_simulated(&arch, &st.settings).map_err(|e| e.to_string())?;
+    Ok(Evaluation {
+        verdict: crate::planning::verdict(&plan, g.capacity_bytes()),
+        plan,
+        ..quick.clone()
+    })
+}
+
 /// The model picker's (id, label) options matching a search (the current model always stays).
 pub fn model_options(search: &str, current: &str) -> Vec<(String, String)> {
     let q = search.to_ascii_lowercase();

@@ -1,0 +1,48 @@
+//! What the page shows (wasm only): the quick evaluation within a frame of every change, then —
+//! once the state has been still for a moment — the settled one, whose reserved, nvidia-smi and
+//! verdict come from PyTorch's caching allocator simulated over the step
+//! ([`crate::web::state::settle`], tens of milliseconds). The results carry
+//! `data-reserve="quick" | "simulated"`, so neither a person nor a test mistakes the quick
+//! allowance for the simulated figure.
+
+use leptos::prelude::*;
+
+use crate::planning::evaluate::Evaluation;
+use crate::web::state::{evaluate_state, settle, UiState};
+
+/// How long the state must stay unchanged before the simulation runs.
+const SETTLE_MS: u64 = 120;
+
+/// The evaluation to show, and whether it is the simulated one.
+pub fn settled_evaluation(
+    state: RwSignal<UiState>,
+) -> (Memo<Result<Evaluation, String>>, Memo<bool>) {
+    let quick = Memo::new(move |_| state.with(evaluate_state));
+    let settled: RwSignal<Option<(UiState, Result<Evaluation, String>)>> = RwSignal::new(None);
+    Effect::new(move |_| {
+        let st = state.get();
+        set_timeout(
+            move || {
+                if state.with_untracked(|now| *now != st) {
+                    return; // moved on: a later timer settles the newer state
+                }
+                let Ok(q) = quick.get_untracked() else {
+                    return;
+                };
+                let r = settle(&st, &q);
+                settled.set(Some((st, r)));
+            },
+            std::time::Duration::from_millis(SETTLE_MS),
+        );
+    });
+    let current = move || {
+        settled.with(|s| {
+            s.as_ref()
+                .filter(|(st, r)| r.is_ok() && state.with(|now| now == st))
+                .map(|(_, r)| r.clone())
+        })
+    };
+    let shown = Memo::new(move |_| current().unwrap_or_else(|| quick.get()));
+    let simulated = Memo::new(move |_| current().is_some());
+    (shown, simulated)
+}
