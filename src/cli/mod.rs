@@ -288,12 +288,13 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     let fixes = crate::planning::fixes::suggest(&a.arch, &a.settings, capacity, bf16_ok);
     let best = crate::planning::fixes::best_combination(&a.arch, &a.settings, capacity, bf16_ok);
     let myths = crate::planning::fixes::myths(&a.arch, &a.settings);
+    let allocator = crate::planning::fixes::allocator_fix(&a.arch, &a.settings, capacity);
     if a.json {
         return emit(
             out,
             &format!(
                 "{}\n",
-                json!({"gpu": gpu_name, "verdict": v, "peak_allocated_bytes": p.peak_allocated_bytes, "best": best, "fixes": fixes, "myths": myths})
+                json!({"gpu": gpu_name, "verdict": v, "peak_allocated_bytes": p.peak_allocated_bytes, "best": best, "fixes": fixes, "allocator": allocator, "myths": myths})
             ),
         );
     }
@@ -318,6 +319,17 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write) -> Result<(), String> {
             b.status.name(),
             report::speed(b.time_factor),
             b.cost
+        ));
+    }
+    if let Some(f) = &allocator {
+        t.push_str(&format!(
+            "Allocator setting (no tensor changes; simulated): PYTORCH_CUDA_ALLOC_CONF={}\n  → reserved {} instead of {} ({} saved), nvidia-smi {}, {}\n\n",
+            f.alloc_conf,
+            report::gib(f.reserved_after_bytes),
+            report::gib(f.reserved_before_bytes),
+            report::gib_signed(f.saved_bytes),
+            report::gib(f.nvidia_smi_bytes),
+            f.status.name()
         ));
     }
     t.push_str("Single changes, best first (each re-planned):\n");

@@ -323,3 +323,31 @@ fn exports_parse_back_to_the_planned_values() {
     assert_eq!(acc["num_processes"], 1);
     assert!(export("toml", "x", &s).is_err());
 }
+
+/// expandable_segments:True is offered with its simulated saving: reserved memory only, never
+/// allocated, and not again once it is set.
+#[test]
+fn expandable_segments_is_measured_by_the_allocator_simulation() {
+    let a = lorafit::formats::catalog::find_model("qwen2.5-0.5b")
+        .unwrap()
+        .arch
+        .clone();
+    let s = Settings {
+        batch: 4,
+        seq: 2048,
+        grad_ckpt: true,
+        ..Settings::default()
+    };
+    let f = lorafit::planning::fixes::allocator_fix(&a, &s, 80 << 30).expect("offered");
+    assert_eq!(f.alloc_conf, "expandable_segments:True");
+    assert!(f.saved_bytes > 0, "{f:?}");
+    assert_eq!(
+        f.saved_bytes,
+        f.reserved_before_bytes as i128 - f.reserved_after_bytes as i128
+    );
+    let set = Settings {
+        alloc_conf: f.alloc_conf.clone(),
+        ..s
+    };
+    assert!(lorafit::planning::fixes::allocator_fix(&a, &set, 80 << 30).is_none());
+}
