@@ -113,11 +113,13 @@ pub fn App() -> impl IntoView {
                             </Show>
                         </section>
                         <super::panels::Lengths state=state eval=eval />
+                        <super::measured::MeasuredRun state=state />
                         <super::panels::Import state=state />
                         <super::panels::Export state=state />
                         <Show when=move || eval.with(|r| r.is_ok())>
                             <Tables eval=eval />
                         </Show>
+                        <super::evidence::Evidence />
                     </Show>
                     <Share state=state query=query />
                 </section>

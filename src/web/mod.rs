@@ -18,6 +18,8 @@ pub mod app;
 #[cfg(target_arch = "wasm32")]
 pub mod controls;
 #[cfg(target_arch = "wasm32")]
+pub mod evidence;
+#[cfg(target_arch = "wasm32")]
 pub mod measured;
 #[cfg(target_arch = "wasm32")]
 pub mod panels;

@@ -1,0 +1,53 @@
+//! "How accurate is this?" (wasm only): on request, the model against every measured case the
+//! project carries ([`crate::formats::validation`], the same table as `lorafit validate`), so a
+//! visitor sees the evidence rather than a claim.
+
+use leptos::prelude::*;
+
+use crate::formats::validation::{validate, ErrorStats, Validation};
+
+fn stats_line(name: &str, s: &ErrorStats) -> String {
+    format!(
+        "{name}: {} cases, median |error| {:.2} %, max {:.2} %, worst under {:+.2} %",
+        s.n, s.median_abs_pct, s.max_abs_pct, s.worst_under_pct
+    )
+}
+
+/// The panel.
+#[component]
+pub fn Evidence() -> impl IntoView {
+    let result: RwSignal<Option<Result<Validation, String>>> = RwSignal::new(None);
+    view! {
+        <section class="evidence" aria-label="How accurate is this?" data-testid="evidence">
+            <h2>"How accurate is this?"</h2>
+            <p class="hint">"Every measured case lorafit carries — real transformers + peft training steps, PyTorch's own allocator replayed over them, and published runs on A100s — planned again in this browser (takes a few seconds)."</p>
+            <button type="button" data-testid="evidence-run" on:click=move |_| result.set(Some(validate()))>"Show the evidence"</button>
+            {move || result.get().map(|r| match r {
+                Err(e) => view! { <p class="error" role="alert">{e}</p> }.into_any(),
+                Ok(v) => view! {
+                    <ul data-testid="evidence-summary">
+                        <li data-testid="evidence-allocated">{stats_line("peak allocated vs measured", &v.allocated)}</li>
+                        <li data-testid="evidence-reserved">{stats_line("peak reserved vs PyTorch's allocator", &v.reserved)}</li>
+                        <li data-testid="evidence-smi">{stats_line("nvidia-smi vs published A100 runs", &v.smi)}</li>
+                        <li>{format!("runs that ran out of memory called out of memory: {} of {}", v.oom_called.0, v.oom_called.1)}</li>
+                    </ul>
+                    <details>
+                        <summary>"every case"</summary>
+                        <table class="terms">
+                            <thead><tr><th>"case"</th><th>"allocated error"</th><th>"reserved error"</th></tr></thead>
+                            <tbody>
+                                {v.cases.iter().map(|c| view! {
+                                    <tr>
+                                        <td>{c.id.clone()}</td>
+                                        <td>{format!("{:+.2} %", c.allocated_error_pct)}</td>
+                                        <td>{c.reserved_error_pct.map(|e| format!("{e:+.2} %")).unwrap_or_else(|| "—".into())}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </details>
+                }.into_any(),
+            })}
+        </section>
+    }
+}

@@ -1,0 +1,63 @@
+// Reading a real run in the browser: a genuine PyTorch snapshot of a run that deliberately differs
+// from its plan (tests/data/unplanned: an fp32 logits copy kept from forward) is parsed in the page
+// and the unplanned tensor is named with its phase and size; the evidence view shows the model
+// against every measured case; the results settle on the allocator simulation.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { serve, launch, openApp, gibOf, cliPlan, GIB } from "./harness.mjs";
+
+const root = path.resolve(import.meta.dirname, "../..");
+const expected = JSON.parse(fs.readFileSync(path.join(root, "tests/data/unplanned/expected.json"), "utf8"))["logits-fp32"];
+let server, browser;
+before(async () => {
+  server = await serve("/");
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+test("a snapshot of a run that differs from its plan names the unplanned tensor, its phase and size", async () => {
+  const { page, errors } = await openApp(browser, server.url + "?model=qwen2.5-0.5b&b=4&s=2048&gc=1");
+  await page.setInputFiles('[data-testid="measured-file"]', path.join(root, "tests/data/unplanned/logits-fp32.pickle.gz"));
+  await page.waitForSelector('[data-testid="measured-report"]', { timeout: 60000 });
+  const item = page.locator('[data-testid="measured-unplanned-item"]').first();
+  const bytes = Number(await item.getAttribute("data-bytes"));
+  assert.ok(Math.abs(bytes - expected.unplanned_bytes) / expected.unplanned_bytes <= 0.05, `${bytes}`);
+  assert.equal(await item.getAttribute("data-phase"), expected.unplanned_phase);
+  assert.match(await item.textContent(), /unplanned: 1 × 4\.64 GiB allocated in forward/);
+  assert.match(await page.textContent('[data-testid="measured-findings"]'), /fp32 copy of the logits/);
+  const reserved = await page.textContent('[data-testid="measured-peak-reserved"]');
+  assert.ok(reserved.startsWith((expected.max_reserved / GIB).toFixed(2)), reserved);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test("a file that is not a report gets one clear message", async () => {
+  const { page } = await openApp(browser, server.url);
+  await page.setInputFiles('[data-testid="measured-file"]', { name: "x.pickle", mimeType: "application/octet-stream", buffer: Buffer.from([0x80, 4, 0x63, 0x6f, 0x73]) });
+  await page.waitForSelector('[data-testid="measured-error"]');
+  assert.match(await page.textContent('[data-testid="measured-error"]'), /not a PyTorch memory snapshot|pickle/);
+  await page.close();
+});
+
+test("results settle on the simulated allocator and match the CLI", async () => {
+  const { page } = await openApp(browser, server.url + "?model=llama2-7b&gpu=rtx4090&b=2&s=2048&dt=nf4&gc=1");
+  await page.waitForSelector('[data-reserve="simulated"]');
+  const cli = cliPlan(["--model", "llama2-7b", "--gpu", "rtx4090", "--batch", "2", "--seq", "2048", "--quant", "nf4", "--gc"]).plan;
+  assert.ok(Math.abs(await gibOf(page, "peak-reserved") - cli.peak_reserved_bytes / GIB) <= 0.006);
+  assert.ok(cli.reserve_simulated);
+  await page.close();
+});
+
+test("the evidence view lists the model against every measured case", async () => {
+  const { page } = await openApp(browser, server.url);
+  await page.click('[data-testid="evidence-run"]');
+  await page.waitForSelector('[data-testid="evidence-summary"]', { timeout: 120000 });
+  assert.match(await page.textContent('[data-testid="evidence-reserved"]'), /peak reserved vs PyTorch's allocator: 56 cases, median \|error\| 0\.00 %/);
+  assert.match(await page.textContent('[data-testid="evidence-allocated"]'), /cases, median/);
+  await page.close();
+});
