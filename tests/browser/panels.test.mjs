@@ -38,6 +38,8 @@ test("fixes appear when it does not fit, and applying one re-plans", async () =>
   assert.ok(near(await gibOf(page, "peak-allocated"), want));
   assert.notEqual(await page.textContent('[data-testid="verdict"]'), "oom");
   await page.click('[data-testid="myths-toggle"]');
+  // The details' toggle event is queued as a task: wait for the myths it computes.
+  await page.waitForFunction(() => document.querySelector('[data-testid="myths"]').textContent.includes("empty_cache"));
   const myths = await page.textContent('[data-testid="myths"]');
   assert.match(myths, /empty_cache\(\).*\+0\.00 GiB/s);
   assert.match(myths, /KV cache/);
