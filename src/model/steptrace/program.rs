@@ -692,7 +692,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             let mut o = self.t(tokens * heads * hd, ad, What::Attention);
             let rows = if efficient { sq.div_ceil(32) * 32 } else { sq };
             let lse = self.t(b * heads * rows, 4, What::Attention);
-            let seed = self.t(if efficient { 1 } else { 1 }, 8, What::Attention);
+            let seed = self.t(1, 8, What::Attention);
             let off = self.t(1, 8, What::Attention);
             let mut saved = vec![kk.t, qe.t, vk.t, lse.t, o.t, off.t, seed.t];
             if let Some(b) = bias {

@@ -19,9 +19,10 @@ use super::{Event, Label, What};
 pub(super) type T = u32;
 
 /// Where a tensor's gradient goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) enum G {
     /// Needs no gradient.
+    #[default]
     No,
     /// To a graph node's input buffer.
     Node(u32),
@@ -78,12 +79,6 @@ impl<U: Copy + Default, const N: usize> Inline<U, N> {
     }
     fn as_slice(&self) -> &[U] {
         &self.v[..self.len as usize]
-    }
-}
-
-impl Default for G {
-    fn default() -> Self {
-        G::No
     }
 }
 
