@@ -173,6 +173,8 @@ pub fn parse_config(text: &str) -> Result<Architecture, String> {
         qkv_bias,
         attn_logit_softcapping: optional_f64(cfg, "attn_logit_softcapping")?,
         final_logit_softcapping: optional_f64(cfg, "final_logit_softcapping")?,
+        moe: Default::default(),
+        mla: Default::default(),
     };
     arch.validate().map_err(|e| e.to_string())?;
     Ok(arch)

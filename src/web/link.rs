@@ -44,6 +44,8 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
         qkv_bias: None,
         attn_logit_softcapping: None,
         final_logit_softcapping: None,
+        moe: Default::default(),
+        mla: Default::default(),
     };
     a.validate().ok()?;
     Some(a)

@@ -110,6 +110,15 @@ fn total(terms: &[Term]) -> u128 {
 fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     arch.validate()?;
     s.validate()?;
+    if arch.is_moe() && !s.target_parameters.is_empty() && s.lora_dropout > 0.0 {
+        return Err(PlanError::InvalidSetting {
+            field: "target_parameters",
+            why: format!(
+                "LoRA on the experts (peft's ParamWrapper) refuses lora_dropout {}: set it to 0",
+                s.lora_dropout
+            ),
+        });
+    }
     if s.lora_r > arch.hidden_size {
         return Err(PlanError::InvalidSetting {
             field: "lora_r",
@@ -122,6 +131,8 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
 /// Plans one configuration.
 pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     check_inputs(arch, s)?;
+    let run = s.as_run(arch);
+    let s: &Settings = &run;
     // Sharded mixed precision computes in low precision while the shards stay fp32.
     let compute = distributed::compute_settings(s);
     let storage_ctx = Ctx::new(arch, s);

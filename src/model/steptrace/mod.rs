@@ -185,6 +185,7 @@ pub struct Trace {
 pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
     arch.validate()?;
     s.validate()?;
-    let ctx = Ctx::new(arch, s);
+    let run = s.as_run(arch);
+    let ctx = Ctx::new(arch, &run);
     Ok(program::run(&ctx))
 }
