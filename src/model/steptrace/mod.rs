@@ -110,6 +110,8 @@ pub enum What {
     Scores,
     /// MLP gate, activation, up and product.
     Mlp,
+    /// Router logits, probabilities, top-k, and the routed experts' tensors.
+    Experts,
     /// Logits (module dtype or fp32 upcast).
     Logits,
     /// log_softmax output, loss, label shift.
@@ -148,6 +150,7 @@ impl What {
             What::Attention => "attention output",
             What::Scores => "attention scores",
             What::Mlp => "MLP activations",
+            What::Experts => "router / expert activations",
             What::Logits => "logits",
             What::Loss => "log_softmax / loss",
             What::Grad => "activation gradient",

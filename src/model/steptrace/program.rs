@@ -5,13 +5,26 @@
 use super::tape::{Edge, Mode, Op, Tape, G, X};
 use super::{Event, StepPhase, Trace, What};
 use crate::model::activations::Ctx;
-use crate::model::arch::{Family, LinearShape};
-use crate::model::settings::{AttnImpl, Optimizer, SavedModule};
+use crate::model::arch::{AttentionKind, Family, LayerKind, LinearShape, Target};
+use crate::model::settings::{AttnImpl, ExpertParam, Optimizer, SavedModule};
 
 /// A parameter of the model, in `named_parameters()` order.
 #[derive(Clone, Copy, Debug)]
 struct Param {
     x: X,
+}
+
+/// The parameters of one MoE block.
+#[derive(Clone, Debug)]
+struct MoeParams {
+    router: Param,
+    router_bias: Option<Param>,
+    gate_up: Param,
+    gate_up_bias: Option<Param>,
+    down: Param,
+    down_bias: Option<Param>,
+    /// LoRA A and B of each adapted expert parameter (peft `target_parameters`).
+    lora: Vec<(ExpertParam, Param, Param)>,
 }
 
 /// The Linear layers of one block, with their LoRA adapters.
@@ -28,6 +41,8 @@ struct Prog<'c, 'a> {
     params: Vec<Param>,
     trainable: Vec<u32>,
     layers: Vec<Vec<Lin>>,
+    /// Each layer's MoE block (None for a dense layer).
+    moe: Vec<Option<MoeParams>>,
     lm_head: Option<Param>,
     /// Optimizer states per trainable parameter (created at the first step).
     states: Vec<u32>,
@@ -53,6 +68,8 @@ struct Prog<'c, 'a> {
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
     d.bytes() as u64
 }
+
+mod moe;
 
 impl<'c, 'a> Prog<'c, 'a> {
     fn tokens(&self) -> u64 {
@@ -111,40 +128,33 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             self.param(embed_n, aux, false, What::Weight);
         }
-        let adapted = ctx.adapted();
-        for _ in 0..a.num_hidden_layers {
+        let is_ffn = |l: &LinearShape| {
+            l.selected_by
+                .iter()
+                .any(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
+        };
+        for li in 0..a.num_hidden_layers {
+            let kind = a.layer_kind(li);
+            let adapted = ctx.adapted_of(kind);
             let mut lins = vec![];
-            // Parameters are registered in module order (Phi-3 registers o_proj before qkv_proj);
-            // `lins` keeps the forward order.
-            let mut order: Vec<LinearShape> = a.linears();
+            // Parameters are registered in module order (Phi-3 registers o_proj before qkv_proj;
+            // an MoE layer registers its shared experts inside the MoE block); `lins` keeps the
+            // forward order.
+            let mut order: Vec<LinearShape> = a.block_linears(kind);
             if a.family == Family::Phi3 && order.len() > 1 {
                 order.swap(0, 1);
             }
+            let (ffn_later, order): (Vec<LinearShape>, Vec<LinearShape>) = order
+                .into_iter()
+                .partition(|l| kind == LayerKind::Moe && is_ffn(l));
             for l in order {
-                let (inf, outf) = (l.in_features as u64, l.out_features as u64);
-                let w = match (s.quant, ctx.linear_weight) {
-                    (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, false, What::Weight),
-                    (None, Some(d)) => self.param(inf * outf, bytes(d), false, What::Weight),
-                    (None, None) => self.param(inf * outf, aux, false, What::Weight),
-                };
-                if l.bias {
-                    self.param(outf, aux, false, What::Weight);
-                }
-                let lora = if adapted.iter().any(|x| x.name == l.name) {
-                    let la = self.param(r * inf, ad, true, What::Trainable);
-                    let lb = self.param(outf * r, ad, true, What::Trainable);
-                    self.param_cols.extend([inf, r]);
-                    Some((la, lb))
-                } else {
-                    None
-                };
-                let is_o = l.name == "o_proj";
-                lins.push(Lin { shape: l, w, lora });
-                if is_o && a.family.has_qk_norm() {
-                    // q_norm, k_norm are registered in the attention module after o_proj.
-                    self.param(a.head_dim(), aux, false, What::Weight);
-                    self.param(a.head_dim(), aux, false, What::Weight);
-                }
+                self.register_linear(l, &adapted, &mut lins);
+            }
+            if kind == LayerKind::Moe {
+                let moe = self.register_moe(&ffn_later, &adapted, &mut lins);
+                self.moe.push(Some(moe));
+            } else {
+                self.moe.push(None);
             }
             let norms = a.family.norms_per_layer() as u64;
             for _ in 0..norms {
@@ -179,12 +189,139 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
+    /// A Linear layer's weight, bias and LoRA A/B, then the norms and sinks its attention module
+    /// registers right after it (q/k norms and sinks after o_proj, MLA's latent norms after
+    /// their projections).
+    fn register_linear(&mut self, l: LinearShape, adapted: &[LinearShape], lins: &mut Vec<Lin>) {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let s = ctx.s;
+        let aux = bytes(ctx.aux_weight);
+        let r = s.lora_r;
+        let ad = bytes(s.adapter_dtype);
+        let (inf, outf) = (l.in_features as u64, l.out_features as u64);
+        let w = match (s.quant, ctx.linear_weight) {
+            (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, false, What::Weight),
+            (None, Some(d)) => self.param(inf * outf, bytes(d), false, What::Weight),
+            (None, None) => self.param(inf * outf, aux, false, What::Weight),
+        };
+        if l.bias {
+            self.param(outf, aux, false, What::Weight);
+        }
+        let lora = if adapted.iter().any(|x| x.name == l.name) {
+            let la = self.param(r * inf, ad, true, What::Trainable);
+            let lb = self.param(outf * r, ad, true, What::Trainable);
+            self.param_cols.extend([inf, r]);
+            Some((la, lb))
+        } else {
+            None
+        };
+        let name = l.name;
+        lins.push(Lin { shape: l, w, lora });
+        let layout = a.family.layout();
+        match name {
+            "o_proj" if layout.qk_norm_whole => {
+                self.param(a.q_dim() as u64, aux, false, What::Weight);
+                self.param(a.kv_dim() as u64, aux, false, What::Weight);
+            }
+            "o_proj" if a.family.has_qk_norm() => {
+                // q_norm, k_norm are registered in the attention module after o_proj.
+                self.param(a.head_dim(), aux, false, What::Weight);
+                self.param(a.head_dim(), aux, false, What::Weight);
+            }
+            "o_proj" if layout.attention == AttentionKind::Sinks => {
+                self.param(a.num_attention_heads, aux, false, What::Weight);
+            }
+            "q_a_proj" => {
+                let m = a.mla().map_or(0, |m| m.q_rank.unwrap_or(0));
+                self.param(m as u64, aux, false, What::Weight);
+            }
+            "kv_a_proj_with_mqa" => {
+                let m = a.mla().map_or(0, |m| m.kv_rank);
+                self.param(m as u64, aux, false, What::Weight);
+            }
+            _ => {}
+        }
+    }
+
+    /// An MoE block's parameters in module order: Mixtral, OLMoE, DeepSeek and gpt-oss register
+    /// the router before the experts, Qwen3-MoE after; the experts' LoRA (peft ParamWrapper)
+    /// follows their base parameters; DeepSeek's shared experts come last.
+    fn register_moe(
+        &mut self,
+        shared: &[LinearShape],
+        adapted: &[LinearShape],
+        lins: &mut Vec<Lin>,
+    ) -> MoeParams {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let s = ctx.s;
+        let layout = a.moe_layout().expect("MoE layer of an MoE family");
+        let ed = bytes(ctx.expert);
+        let (e, i, h) = (
+            a.num_experts() as u64,
+            a.expert_width() as u64,
+            a.hidden_size,
+        );
+        let router_es = if layout.fp32_router { 4 } else { ed };
+        let router = |p: &mut Self| {
+            let w = p.param(e * h, router_es, false, What::Weight);
+            let b = layout
+                .clamped_glu
+                .then(|| p.param(e, router_es, false, What::Weight));
+            (w, b)
+        };
+        let router_first = a.family != Family::Qwen3Moe;
+        let (mut rw, mut rb) = (None, None);
+        if router_first {
+            let (w, b) = router(self);
+            rw = Some(w);
+            rb = b;
+        }
+        let gate_up = self.param(e * 2 * i * h, ed, false, What::Weight);
+        let gate_up_bias = layout
+            .clamped_glu
+            .then(|| self.param(e * 2 * i, ed, false, What::Weight));
+        let down = self.param(e * h * i, ed, false, What::Weight);
+        let down_bias = layout
+            .clamped_glu
+            .then(|| self.param(e * h, ed, false, What::Weight));
+        let r = s.lora_r;
+        let ad = bytes(s.adapter_dtype);
+        let mut lora = vec![];
+        for &p in &s.target_parameters {
+            let (o, n) = crate::model::activations::expert_param_shape(ctx, p);
+            let (o, n) = (o as u64, n as u64);
+            let la = self.param(r * e * n, ad, true, What::Trainable);
+            let lb = self.param(o * r * e, ad, true, What::Trainable);
+            self.param_cols.extend([n, r * e]);
+            lora.push((p, la, lb));
+        }
+        if !router_first {
+            let (w, b) = router(self);
+            rw = Some(w);
+            rb = b;
+        }
+        for l in shared {
+            self.register_linear(*l, adapted, lins);
+        }
+        MoeParams {
+            router: rw.expect("router registered"),
+            router_bias: rb,
+            gate_up,
+            gate_up_bias,
+            down,
+            down_bias,
+            lora,
+        }
+    }
+
     /// bitsandbytes quant state of every 4-bit Linear: absmax (uint8 with double quant), the
     /// nested fp32 absmax, and the code tables.
     fn quant_state(&mut self) {
         let ctx = self.ctx;
-        for _ in 0..ctx.arch.num_hidden_layers {
-            for l in ctx.arch.linears() {
+        for li in 0..ctx.arch.num_hidden_layers {
+            for l in ctx.arch.block_linears(ctx.arch.layer_kind(li)) {
                 let n = (l.in_features * l.out_features) as u64;
                 let blocks = n.div_ceil(64);
                 if ctx.s.double_quant {
@@ -450,8 +587,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         let b_out = self.matmul(a_out, lb.x, out_n, What::Lora);
         self.drop(a_out);
-        let scaled = self.mul_const(b_out, What::Lora);
+        let mut scaled = self.mul_const(b_out, What::Lora);
         self.drop(b_out);
+        if s.quant.is_some() && s.autocast.is_none() && scaled.es != result.es {
+            // peft's bnb layer outside autocast: `output = output.to(expected_dtype)`.
+            let c = self.cast(scaled, result.es, What::Lora);
+            self.drop(scaled);
+            scaled = c;
+        }
         let sum = self.add(result, scaled, What::Lora);
         if s.quant.is_some() {
             // peft's bnb layer: `result = result + output` (no cast back).
@@ -585,8 +728,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ad = bytes(ctx.attn);
         let eager = s.attn_impl == AttnImpl::Eager;
         // Qwen3 norms q and k right after each projection; Gemma 3 after all three.
-        let qk_norm = a.family.has_qk_norm() && !matches!(a.family, Family::Gemma3);
-        let late_norm = a.family.has_qk_norm() && !qk_norm;
+        // OLMoE norms the whole projection before the view into heads.
+        let whole_norm = a.family.layout().qk_norm_whole;
+        let qk_norm =
+            a.family.has_qk_norm() && !matches!(a.family, Family::Gemma3) && !whole_norm;
+        let late_norm = a.family.has_qk_norm() && !qk_norm && !whole_norm;
         // q_proj(x).view(...) [→ q_norm] .transpose(1, 2): the view's backward copies the
         // transposed gradient.
         // Phi-3 projects q, k, v at once and slices the fused output (views).
@@ -598,8 +744,21 @@ impl<'c, 'a> Prog<'c, 'a> {
             Some(f) => self.slice_of(f, tokens_ * qd),
             None => self.lora_linear(x, &lins[0]),
         };
-        let mut qv = self.view_clone(q);
-        self.drop(q);
+        let q = if whole_norm {
+            let n = self.rmsnorm(q, qd);
+            self.drop(q);
+            n
+        } else {
+            q
+        };
+        // OLMoE views q and k into heads after all three projections.
+        let mut qv = if whole_norm {
+            q
+        } else {
+            let t = self.view_clone(q);
+            self.drop(q);
+            t
+        };
         if qk_norm {
             let n = self.rmsnorm(qv, hd);
             self.drop(qv);
@@ -609,8 +768,20 @@ impl<'c, 'a> Prog<'c, 'a> {
             Some(f) => self.slice_of(f, tokens_ * kvd),
             None => self.lora_linear(x, &lins[1]),
         };
-        let mut kv = self.view_clone(k);
-        self.drop(k);
+        let k = if whole_norm {
+            let n = self.rmsnorm(k, kvd);
+            self.drop(k);
+            n
+        } else {
+            k
+        };
+        let mut kv = if whole_norm {
+            k
+        } else {
+            let t = self.view_clone(k);
+            self.drop(k);
+            t
+        };
         if qk_norm {
             let n = self.rmsnorm(kv, hd);
             self.drop(kv);
@@ -624,6 +795,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             None => self.lora_linear(x, &lins[2]),
         };
+        if whole_norm {
+            let t = self.view_clone(qv);
+            self.drop(qv);
+            qv = t;
+            let t = self.view_clone(kv);
+            self.drop(kv);
+            kv = t;
+        }
         // v's view also copies its gradient back when it arrives contiguous in (b, h, s, d):
         // from eager matmuls or from repeat_kv's reduction (a masked sdpa with GQA).
         let rep = heads / a.kv_heads().max(1);
@@ -856,14 +1035,19 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(prod);
             return down;
         }
-        let gate = self.lora_linear(x, &lins[4]);
+        let named = |n: &str| lins.iter().find(|l| l.shape.name == n).cloned();
+        let (Some(g), Some(u), Some(d)) = (named("gate_proj"), named("up_proj"), named("down_proj"))
+        else {
+            return x;
+        };
+        let gate = self.lora_linear(x, &g);
         let act = self.unary(gate, gate.es, What::Mlp, true, false);
         self.drop(gate);
-        let up = self.lora_linear(x, &lins[5]);
+        let up = self.lora_linear(x, &u);
         let prod = self.mul(act, up, act.n, act.es, What::Mlp);
         self.drop(act);
         self.drop(up);
-        let down = self.lora_linear(prod, &lins[6]);
+        let down = self.lora_linear(prod, &d);
         self.drop(prod);
         down
     }
@@ -883,7 +1067,20 @@ impl<'c, 'a> Prog<'c, 'a> {
         let h2 = self.add(h, attn, What::Hidden);
         self.drop(attn);
         let normed2 = self.rmsnorm(h2, width);
-        let mut m = self.mlp(normed2, &lins);
+        let mut weights = weights;
+        let mut m = if self.moe.get(li).is_some_and(|m| m.is_some()) {
+            let (out, scores) = self.moe_block(normed2, li, &lins);
+            if let Some(sc) = scores {
+                // gpt-oss: `hidden_states, _ = self.mlp(...)` rebinds `_` from the attention
+                // weights to the router scores.
+                if let Some(w) = weights.replace(sc) {
+                    self.drop(w);
+                }
+            }
+            out
+        } else {
+            self.mlp(normed2, &lins)
+        };
         self.drop(normed2);
         if sandwich {
             let n = self.rmsnorm(m, width);
@@ -1129,7 +1326,13 @@ impl<'c, 'a> Prog<'c, 'a> {
             if s.grad_ckpt {
                 self.tp.mode = Mode::Discard;
                 self.tp.layer = Some(li as u32);
-                let mut keeps = vec![hcur.t, pos.t, cos.t, sin.t];
+                // The checkpoint releases the layer's keyword arguments in call order, a tuple's
+                // items last first (the position embeddings): `keeps` is that order reversed.
+                let mut keeps = if matches!(a.family, Family::Mixtral | Family::Qwen3Moe) {
+                    vec![hcur.t, cos.t, sin.t, pos.t]
+                } else {
+                    vec![hcur.t, pos.t, cos.t, sin.t]
+                };
                 if let Some(c) = self.mask_for(li) {
                     keeps.push(c.t);
                 }
@@ -1466,6 +1669,7 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         params: vec![],
         trainable: vec![],
         layers: vec![],
+        moe: vec![],
         lm_head: None,
         states: vec![],
         phases: vec![],
