@@ -37,6 +37,10 @@ fn main() {
             Event::Free { id } => serde_json::json!(["f", id]),
         });
     }
-    eprintln!("peak live {} B, {} events", t.peak_live_bytes, t.events.len());
+    eprintln!(
+        "peak live {} B, {} events",
+        t.peak_live_bytes,
+        t.events.len()
+    );
     println!("{}", serde_json::Value::Array(out));
 }

@@ -123,7 +123,7 @@ pub fn parse_config(text: &str) -> Result<Architecture, String> {
         || cfg.get("num_experts").is_some()
         || cfg.get("n_routed_experts").is_some();
     if UNSUPPORTED_MOE.iter().any(|m| mt == *m)
-        || (moe_keys && !family.is_some_and(|f| f.layout().moe.is_some()))
+        || (moe_keys && family.is_none_or(|f| f.layout().moe.is_none()))
     {
         return Err(format!(
             "{} is a mixture-of-experts model lorafit does not plan yet (supported MoE families: {})",

@@ -18,11 +18,8 @@ struct Param {
 #[derive(Clone, Debug)]
 struct MoeParams {
     router: Param,
-    router_bias: Option<Param>,
     gate_up: Param,
-    gate_up_bias: Option<Param>,
     down: Param,
-    down_bias: Option<Param>,
     /// LoRA A and B of each adapted expert parameter (peft `target_parameters`).
     lora: Vec<(ExpertParam, Param, Param)>,
 }
@@ -63,6 +60,8 @@ struct Prog<'c, 'a> {
     emb_leaf: Option<X>,
     /// The 4-D mask of the current step, if any.
     causal: Option<X>,
+    /// Router logits the output recorder holds (`output_router_logits`).
+    router_logits: Vec<X>,
 }
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
@@ -117,8 +116,6 @@ impl<'c, 'a> Prog<'c, 'a> {
         let aux = bytes(ctx.aux_weight);
         let h = a.hidden_size;
         let v = a.vocab_size;
-        let r = s.lora_r;
-        let ad = bytes(s.adapter_dtype);
         let mts_embed = s.modules_to_save.contains(&SavedModule::EmbedTokens);
         let embed_n = v * h;
         if mts_embed {
@@ -305,13 +302,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         for l in shared {
             self.register_linear(*l, adapted, lins);
         }
+        let _ = (rb, gate_up_bias, down_bias);
         MoeParams {
             router: rw.expect("router registered"),
-            router_bias: rb,
             gate_up,
-            gate_up_bias,
             down,
-            down_bias,
             lora,
         }
     }
@@ -541,6 +536,15 @@ impl<'c, 'a> Prog<'c, 'a> {
             return o2;
         }
         self.drop(hs);
+        if self.ctx.arch.family == Family::GptOss {
+            // gpt-oss: `(self.weight * hidden_states).to(input_dtype)`: the product in fp32.
+            let p = self.mul_const(normed, What::Norm);
+            let out = self.cast(p, x.es, What::Hidden);
+            self.drop(p);
+            self.drop(normed);
+            self.drop(var);
+            return out;
+        }
         let c = self.cast(normed, x.es, What::Hidden);
         let out = self.mul_const(c, What::Hidden);
         self.drop(c);
@@ -719,6 +723,11 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// Self-attention; returns the output and the eager attention probabilities (which the
     /// decoder layer keeps in `_` until it returns).
     fn attention(&mut self, x: X, lins: &[Lin], cos: X, sin: X, mask: Option<X>) -> (X, Option<X>) {
+        match self.ctx.arch.family.layout().attention {
+            AttentionKind::Latent => return self.latent_attention(x, lins, cos, mask),
+            AttentionKind::Sinks => return self.sink_attention(x, lins, cos, sin, mask),
+            AttentionKind::Standard => {}
+        }
         let ctx = self.ctx;
         let a = ctx.arch;
         let s = ctx.s;
@@ -730,8 +739,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         // Qwen3 norms q and k right after each projection; Gemma 3 after all three.
         // OLMoE norms the whole projection before the view into heads.
         let whole_norm = a.family.layout().qk_norm_whole;
-        let qk_norm =
-            a.family.has_qk_norm() && !matches!(a.family, Family::Gemma3) && !whole_norm;
+        let qk_norm = a.family.has_qk_norm() && !matches!(a.family, Family::Gemma3) && !whole_norm;
         let late_norm = a.family.has_qk_norm() && !qk_norm && !whole_norm;
         // q_proj(x).view(...) [→ q_norm] .transpose(1, 2): the view's backward copies the
         // transposed gradient.
@@ -986,7 +994,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let p = self.cast(sm, es, What::Scores);
         self.drop(masked);
         self.drop(sm);
-        let on = q.n;
+        let on = v.n * rep;
         let mut o = self.t(on, es, What::Attention);
         o.g = self.tp.node(
             Op::Bmm,
@@ -1036,7 +1044,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             return down;
         }
         let named = |n: &str| lins.iter().find(|l| l.shape.name == n).cloned();
-        let (Some(g), Some(u), Some(d)) = (named("gate_proj"), named("up_proj"), named("down_proj"))
+        let (Some(g), Some(u), Some(d)) =
+            (named("gate_proj"), named("up_proj"), named("down_proj"))
         else {
             return x;
         };
@@ -1100,7 +1109,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// mask (Gemma 2: every other layer from the first; Gemma 3: five of every six).
     fn mask_for(&self, li: usize) -> Option<X> {
         let local = match self.ctx.arch.family {
-            Family::Gemma2 => li % 2 == 0,
+            Family::Gemma2 | Family::GptOss => li % 2 == 0,
             Family::Gemma3 => (li + 1) % 6 != 0,
             _ => false,
         };
@@ -1211,6 +1220,42 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn rotary(&mut self, es: u64) -> (X, X) {
         let sq = self.ctx.s.seq;
         let hd = self.ctx.arch.head_dim();
+        match self.ctx.arch.family.layout().attention {
+            AttentionKind::Latent => {
+                // DeepSeek: freqs [seq, rope/2] fp32, polar(ones_like(freqs), freqs) complex64,
+                // times attention_scaling: one complex table for q and k.
+                let pos = self.t(sq, 4, What::Rotary);
+                let freqs = self.t(sq * hd / 2, 4, What::Rotary);
+                self.drop(pos);
+                let ones = self.t(sq * hd / 2, 4, What::Rotary);
+                let polar = self.t(sq * hd / 2, 8, What::Rotary);
+                self.drop(ones);
+                let fc = self.t(sq * hd / 2, 8, What::Rotary);
+                self.drop(polar);
+                self.drop(freqs);
+                self.tp.keep_local(fc.t);
+                return (fc, fc);
+            }
+            AttentionKind::Sinks => {
+                // gpt-oss: cos and sin of the half-width frequencies (no cat).
+                let pos = self.t(sq, 4, What::Rotary);
+                let freqs = self.t(sq * hd / 2, 4, What::Rotary);
+                self.drop(pos);
+                let c = self.t(sq * hd / 2, 4, What::Rotary);
+                let cs = self.t(sq * hd / 2, 4, What::Rotary);
+                self.drop(c);
+                let sn = self.t(sq * hd / 2, 4, What::Rotary);
+                let ss = self.t(sq * hd / 2, 4, What::Rotary);
+                self.drop(sn);
+                let cos = self.cast(cs, es, What::Rotary);
+                let sin = self.cast(ss, es, What::Rotary);
+                self.drop(freqs);
+                self.drop(cs);
+                self.drop(ss);
+                return (cos, sin);
+            }
+            AttentionKind::Standard => {}
+        }
         let pos = self.t(sq, 4, What::Rotary);
         let freqs = self.t(sq * hd / 2, 4, What::Rotary);
         self.drop(pos);
@@ -1307,7 +1352,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(st);
             self.drop(z);
             self.drop(le);
-            if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
+            if matches!(a.family, Family::Gemma2 | Family::Gemma3 | Family::GptOss) {
                 // The sliding-window mask of the local layers.
                 let sw = self.sliding_mask();
                 self.sliding = Some(sw);
@@ -1355,7 +1400,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         // (`mask_kwargs`) release the embedding output before the position ids.
         let mask_kwargs = matches!(
             a.family,
-            Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Gemma3
+            Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Gemma3 | Family::GptOss
         );
         if mask_kwargs {
             if let Some(c) = causal {
@@ -1389,13 +1434,40 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(t);
             logits = m;
         }
-        let (g, loss) = self.loss(logits, labels);
+        let (mut g, loss) = self.loss(logits, labels);
+        // output_router_logits: the load-balancing loss over every MoE layer's logits, added
+        // to the loss in place.
+        let recorded = std::mem::take(&mut self.router_logits);
+        if let Some(aux) = self.load_balancing(&recorded) {
+            let scaled = self.mul_const(aux, What::Loss);
+            self.drop(aux);
+            g = self.tp.node(
+                Op::Add,
+                1,
+                4,
+                &[
+                    Edge {
+                        to: g,
+                        n: 1,
+                        es: 4,
+                        sum_to: 0,
+                    },
+                    Self::edge(&scaled),
+                ],
+                &[],
+            );
+            self.drop(scaled);
+        }
         self.drop(fin);
         self.drop(cos);
         self.drop(sin);
-        // Leaving `with autocast:` clears its cache; `del out` then frees the logits.
+        // Leaving `with autocast:` clears its cache; `del out` then frees the logits (and the
+        // router logits it holds).
         self.clear_autocast_cache();
         self.drop(logits);
+        for x in recorded {
+            self.drop(x);
+        }
         (g, loss)
     }
 
@@ -1678,6 +1750,7 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         emb_leaf: None,
         ac_cache: vec![],
         sliding: None,
+        router_logits: vec![],
         rms: vec![],
         param_cols: vec![],
         causal: None,

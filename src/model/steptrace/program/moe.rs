@@ -7,7 +7,7 @@
 use super::{bytes, Lin, MoeParams, Prog};
 use crate::model::arch::Family;
 use crate::model::settings::{ExpertParam, ExpertsImpl};
-use crate::model::steptrace::tape::{Edge, Op, X};
+use crate::model::steptrace::tape::{Edge, Mode, Op, X};
 use crate::model::steptrace::What;
 
 const W: What = What::Experts;
@@ -33,6 +33,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.tp.push_frame();
         let (logits, weights, idx) = self.router(x, &m);
         self.tp.pop_frame();
+        if self.ctx.s.output_router_logits && self.tp.mode != Mode::Recompute {
+            // The output recorder keeps each layer's logits for the load-balancing loss.
+            self.tp.keep_local(logits.t);
+            self.router_logits.push(logits);
+        }
         self.tp.push_frame();
         let mut out = match self.ctx.s.experts_impl {
             ExpertsImpl::GroupedMm => self.grouped_experts(x, idx, weights, &m),
@@ -154,13 +159,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             es: v.es,
             sum_to: t,
         };
-        let g = self.tp.node(
-            Op::Div,
-            v.n,
-            v.es,
-            &[Self::edge(&v), es],
-            &[sum.t, orig.t],
-        );
+        let g = self
+            .tp
+            .node(Op::Div, v.n, v.es, &[Self::edge(&v), es], &[sum.t, orig.t]);
         self.drop(orig);
         self.drop(sum);
         X { g, ..v }
@@ -197,10 +198,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             sum_to: 0,
         };
         y.g = self.tp.node(
-            Op::Mm {
-                w_n: w.n,
-                w_es: ed,
-            },
+            Op::Mm { w_n: w.n, w_es: ed },
             out_n,
             ed,
             &[Self::edge(&xc), ew],
@@ -234,11 +232,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             };
             let lhs = self.cast(l_src, ed, W);
             let rhs = self.cast(r_src, ed, W);
-            if transposed {
-                self.drop(b_view);
-            } else {
-                self.drop(b_view);
-            }
+            self.drop(b_view);
             // register_parametrization (unsafe=False): one evaluation, discarded.
             let check = self.baddbmm(lhs, rhs, e * o * n);
             self.drop(check);
@@ -310,7 +304,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// transformers' `grouped_mm_experts_forward`: the token–expert pairs sorted by expert, one
     /// grouped matmul per projection, weighted, unsorted and summed over the k.
-    fn grouped_experts(&mut self, h: X, idx: X, wts: X, m: &MoeParams) -> X {
+    fn grouped_experts(&mut self, h: X, _idx: X, wts: X, m: &MoeParams) -> X {
         let ctx = self.ctx;
         let a = ctx.arch;
         let (t, e, k, i, hd) = (
@@ -497,7 +491,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// The experts' Python loop (`experts_implementation="eager"`), with the routing balanced
     /// over the experts (the sizes depend on the routing; the saved total does not).
-    fn eager_experts(&mut self, h: X, idx: X, wts: X, m: &MoeParams) -> X {
+    fn eager_experts(&mut self, h: X, _idx: X, wts: X, m: &MoeParams) -> X {
         let ctx = self.ctx;
         let a = ctx.arch;
         let (t, e, k, i, hd) = (
@@ -566,5 +560,390 @@ impl<'c, 'a> Prog<'c, 'a> {
         let order: Vec<ExpertParam> = wrappers.iter().rev().map(|w| w.param).collect();
         self.deactivate_expert_lora(wrappers, &order);
         fin
+    }
+}
+
+impl<'c, 'a> Prog<'c, 'a> {
+    /// A fused attention kernel (sdpa, flash) over q, k, v: output, logsumexp, rng state (and
+    /// the additive mask when one is given), all saved.
+    fn fused_attention(&mut self, q: X, k: X, v: X, mask: Option<X>, out_n: u64) -> X {
+        let ctx = self.ctx;
+        let s = ctx.s;
+        let heads = ctx.arch.num_attention_heads;
+        let ad = bytes(ctx.attn);
+        let efficient = ctx.attn == crate::model::dtype::Dtype::Fp32 || mask.is_some();
+        let vc = self.cast(v, ad, What::Attention);
+        let kc = self.cast(k, ad, What::Attention);
+        let qc = self.cast(q, ad, What::Attention);
+        let bias = mask.map(|m| {
+            let s1 = self.t(1, ad, What::Attention);
+            let s2 = self.t(1, ad, What::Attention);
+            let w = self.t(m.n, ad, What::Attention);
+            self.drop(s2);
+            self.drop(s1);
+            w
+        });
+        let mut o = self.t(out_n, ad, What::Attention);
+        let rows = if efficient {
+            s.seq.div_ceil(32) * 32
+        } else {
+            s.seq
+        };
+        let lse = self.t(s.batch * heads * rows, 4, What::Attention);
+        let seed = self.t(1, 8, What::Attention);
+        let off = self.t(1, 8, What::Attention);
+        let mut saved = vec![kc.t, qc.t, vc.t, lse.t, o.t, off.t, seed.t];
+        if let Some(b) = bias {
+            saved.insert(0, b.t);
+        }
+        o.g = self.tp.node(
+            Op::Attention,
+            out_n,
+            ad,
+            &[Self::edge(&qc), Self::edge(&kc), Self::edge(&vc)],
+            &saved,
+        );
+        for x in [lse, seed, off, kc, vc, qc] {
+            self.drop(x);
+        }
+        if let Some(b) = bias {
+            self.drop(b);
+        }
+        o
+    }
+
+    /// Two views of `x` split along its last dimension (`torch.split` / `chunk`): one node whose
+    /// backward concatenates both gradients.
+    fn split2(&mut self, x: X, n0: u64, n1: u64) -> (X, X) {
+        let g = self.tp.node(Op::Join, x.n, x.es, &[Self::edge(&x)], &[]);
+        self.tp.keep_local(x.t);
+        self.tp.keep_local(x.t);
+        (X { n: n0, g, ..x }, X { n: n1, g, ..x })
+    }
+
+    /// `torch.cat` of two tensors into a new one (its backward: views of the gradient).
+    fn cat2(&mut self, a: X, b: X, what: What) -> X {
+        let mut y = self.t(a.n + b.n, a.es.max(b.es), what);
+        y.g = self
+            .tp
+            .node(Op::Split, y.n, y.es, &[Self::edge(&a), Self::edge(&b)], &[]);
+        y
+    }
+
+    /// DeepSeek's multi-head latent attention (`DeepseekV2Attention.forward`): q (or q_a →
+    /// q_a_layernorm → q_b), the compressed kv split into its latent and rotary parts, the
+    /// latent normed and expanded by kv_b_proj, the rotary parts rotated as complex numbers,
+    /// the query concatenated, the key assembled in a new tensor.
+    pub(super) fn latent_attention(
+        &mut self,
+        x: X,
+        lins: &[Lin],
+        freqs: X,
+        mask: Option<X>,
+    ) -> (X, Option<X>) {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let Some(m) = a.mla() else { return (x, None) };
+        let t = self.tokens();
+        let heads = a.num_attention_heads;
+        let (nope, rope, vd, kvr) = (m.nope as u64, m.rope as u64, m.v as u64, m.kv_rank as u64);
+        let named = |n: &str| lins.iter().find(|l| l.shape.name == n).cloned();
+        let q = match (named("q_proj"), named("q_a_proj"), named("q_b_proj")) {
+            (Some(qp), _, _) => self.lora_linear(x, &qp),
+            (None, Some(qa), Some(qb)) => {
+                let qa_out = self.lora_linear(x, &qa);
+                let n = self.rmsnorm(qa_out, m.q_rank.unwrap_or(1) as u64);
+                self.drop(qa_out);
+                let q = self.lora_linear(n, &qb);
+                self.drop(n);
+                q
+            }
+            _ => return (x, None),
+        };
+        let qv = self.view_clone(q);
+        self.drop(q);
+        let (q_nope, q_pe) = self.split2(qv, t * heads * nope, t * heads * rope);
+        let Some(kva) = named("kv_a_proj_with_mqa") else {
+            return (x, None);
+        };
+        let ckv = self.lora_linear(x, &kva);
+        let (kv_nope, k_pe) = self.split2(ckv, t * kvr, t * rope);
+        let k_lat = self.rmsnorm(kv_nope, kvr);
+        // apply_rotary_emb: fp32 copies viewed as complex, times freqs_cis, back to the dtype.
+        let fq = self.cast(q_pe, 4, What::Rope);
+        let fk = self.cast(k_pe, 4, What::Rope);
+        let cq = self.mul_by(fq, freqs);
+        let q_rot = self.cast(cq, q_pe.es, What::Rope);
+        self.drop(cq);
+        let ck = self.mul_by(fk, freqs);
+        let k_rot = self.cast(ck, k_pe.es, What::Rope);
+        self.drop(ck);
+        self.drop(fq);
+        self.drop(fk);
+        let query = self.cat2(q_nope, q_rot, What::Attention);
+        // expand_kv: kv_b_proj(latent).view().transpose(); split into k_nope and the values;
+        // the key is a new tensor filled with k_nope and the rotary part expanded to all heads.
+        let Some(kvb) = named("kv_b_proj") else {
+            return (x, None);
+        };
+        let kvo = self.lora_linear(k_lat, &kvb);
+        let kvv = self.view_clone(kvo);
+        self.drop(kvo);
+        let (k_nope, value) = self.split2(kvv, t * heads * nope, t * heads * vd);
+        let mut key = self.t(t * heads * (nope + rope), kvv.es, What::Attention);
+        key.g = self.tp.node(
+            Op::Split,
+            key.n,
+            key.es,
+            &[
+                Self::edge(&k_nope),
+                Edge {
+                    to: k_rot.g,
+                    n: t * heads * rope,
+                    es: k_rot.es,
+                    sum_to: t * rope,
+                },
+            ],
+            &[],
+        );
+        self.drop(kvv);
+        self.drop(k_nope);
+        let out = if ctx.s.attn_impl == crate::model::settings::AttnImpl::Eager {
+            let (o, w) = self.eager_attention(query, key, value, mask);
+            self.drop(w);
+            o
+        } else {
+            self.fused_attention(query, key, value, mask, t * heads * vd)
+        };
+        let Some(op) = named("o_proj") else {
+            return (out, None);
+        };
+        let o = self.lora_linear(out, &op);
+        self.drop(out);
+        for v in [
+            qv, q_nope, q_pe, ckv, kv_nope, k_pe, k_lat, q_rot, k_rot, query, key, value,
+        ] {
+            self.drop(v);
+        }
+        (o, None)
+    }
+
+    /// gpt-oss's rotary: the two halves of the head rotated by cos/sin (half the head width)
+    /// and concatenated.
+    fn half_rope(&mut self, x: X, cos: X, sin: X) -> X {
+        let half = x.n / 2;
+        let (first, second) = self.split2(x, half, half);
+        let t1 = self.mul_by(first, cos);
+        let t2 = self.mul_by(second, sin);
+        let f = self.add(t1, t2, What::Rope);
+        self.drop(t1);
+        self.drop(t2);
+        let t3 = self.mul_by(second, cos);
+        let t4 = self.mul_by(first, sin);
+        let g = self.add(t3, t4, What::Rope);
+        self.drop(t3);
+        self.drop(t4);
+        let out = self.cat2(f, g, What::Rope);
+        for v in [first, second, f, g] {
+            self.drop(v);
+        }
+        out
+    }
+
+    /// `x * c` with a constant tensor `c` (saved for x's gradient).
+    fn mul_by(&mut self, x: X, c: X) -> X {
+        let mut y = self.t(x.n, x.es.max(c.es), What::Rope);
+        y.g = self
+            .tp
+            .node(Op::MulConst, x.n, y.es, &[Self::edge(&x)], &[c.t]);
+        y
+    }
+
+    /// gpt-oss's attention: q, k, v with biases, rotated halves, and eager attention over the
+    /// scores concatenated with one sink logit per head (max-subtracted softmax, the sink
+    /// column dropped); flash kernels from the Hub instead keep only output and logsumexp.
+    pub(super) fn sink_attention(
+        &mut self,
+        x: X,
+        lins: &[Lin],
+        cos: X,
+        sin: X,
+        mask: Option<X>,
+    ) -> (X, Option<X>) {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let s = ctx.s;
+        let (b, sq) = (s.batch, s.seq);
+        let heads = a.num_attention_heads;
+        let kvh = a.kv_heads().max(1);
+        let rep = heads / kvh;
+        let named = |n: &str| lins.iter().find(|l| l.shape.name == n).cloned();
+        let (Some(ql), Some(kl), Some(vl), Some(ol)) = (
+            named("q_proj"),
+            named("k_proj"),
+            named("v_proj"),
+            named("o_proj"),
+        ) else {
+            return (x, None);
+        };
+        let q = self.lora_linear(x, &ql);
+        let qv = self.view_clone(q);
+        self.drop(q);
+        let k = self.lora_linear(x, &kl);
+        let kv = self.view_clone(k);
+        self.drop(k);
+        let v = self.lora_linear(x, &vl);
+        let vv = self.view_clone(v);
+        self.drop(v);
+        let qe = self.half_rope(qv, cos, sin);
+        let ke = self.half_rope(kv, cos, sin);
+        self.drop(qv);
+        self.drop(kv);
+        let t = self.tokens();
+        if s.attn_impl == crate::model::settings::AttnImpl::FlashAttention2 {
+            let o = self.fused_attention(qe, ke, vv, None, t * heads * a.head_dim());
+            let out = self.lora_linear(o, &ol);
+            self.drop(o);
+            self.drop(qe);
+            self.drop(ke);
+            self.drop(vv);
+            return (out, None);
+        }
+        let es = qe.es;
+        let (kk, vk) = if rep > 1 {
+            (self.repeat_kv(ke, rep), self.repeat_kv(vv, rep))
+        } else {
+            self.tp.keep_local(ke.t);
+            self.tp.keep_local(vv.t);
+            (ke, vv)
+        };
+        let sn = b * heads * sq * sq;
+        let mut sc = self.t(sn, es, What::Scores);
+        sc.g = self.tp.node(
+            Op::Bmm,
+            sn,
+            es,
+            &[Self::edge(&qe), Self::edge(&kk)],
+            &[kk.t, qe.t],
+        );
+        let scaled = self.mul_const(sc, What::Scores);
+        self.drop(sc);
+        let masked = {
+            let mut y = self.t(sn, es, What::Scores);
+            y.g = self.tp.node(Op::Pass, sn, es, &[Self::edge(&scaled)], &[]);
+            y
+        };
+        self.drop(scaled);
+        let _ = mask;
+        let cn = b * heads * sq * (sq + 1);
+        let mut comb = self.t(cn, es, What::Scores);
+        comb.g = self.tp.node(Op::Split, cn, es, &[Self::edge(&masked)], &[]);
+        self.drop(masked);
+        // combined - combined.max(-1, keepdim=True).values
+        let mut mx = self.t(b * heads * sq, es, What::Scores);
+        let mi = self.t(b * heads * sq, 8, What::Scores);
+        mx.g = self
+            .tp
+            .node(Op::Scatter, mx.n, es, &[Self::edge(&comb)], &[mi.t]);
+        let sub = {
+            let mut y = self.t(cn, es, What::Scores);
+            let em = Edge {
+                to: mx.g,
+                n: mx.n,
+                es,
+                sum_to: mx.n,
+            };
+            y.g = self.tp.node(Op::Add, cn, es, &[Self::edge(&comb), em], &[]);
+            y
+        };
+        self.drop(mx);
+        self.drop(mi);
+        self.drop(comb);
+        let probs = {
+            let mut y = self.t(cn, es, What::Scores);
+            y.g = self
+                .tp
+                .node(Op::Softmax, cn, es, &[Self::edge(&sub)], &[y.t]);
+            y
+        };
+        self.drop(sub);
+        // scores = probs[..., :-1] (a view; its backward pads a zero tensor of the full size)
+        let g = self.tp.node(Op::Slice, sn, es, &[Self::edge(&probs)], &[]);
+        self.tp.keep_local(probs.t);
+        let scores = X { n: sn, g, ..probs };
+        let on = vk.n;
+        let mut o = self.t(on, es, What::Attention);
+        o.g = self.tp.node(
+            Op::Bmm,
+            on,
+            es,
+            &[Self::edge(&scores), Self::edge(&vk)],
+            &[vk.t, scores.t],
+        );
+        let mut c = self.t(on, es, What::Attention);
+        c.g = self.tp.node(Op::Pass, on, es, &[Self::edge(&o)], &[]);
+        self.drop(o);
+        self.drop(kk);
+        self.drop(vk);
+        self.drop(probs);
+        let out = self.lora_linear(c, &ol);
+        self.drop(c);
+        self.drop(qe);
+        self.drop(ke);
+        self.drop(vv);
+        (out, Some(scores))
+    }
+}
+
+impl<'c, 'a> Prog<'c, 'a> {
+    /// `load_balancing_loss_func` over the recorded router logits: per layer a softmax (saved),
+    /// top-k, the experts' histogram and the probabilities' sum in fp32; then the scalar loss.
+    pub(super) fn load_balancing(&mut self, logits: &[X]) -> Option<X> {
+        if logits.is_empty() {
+            return None;
+        }
+        let a = self.ctx.arch;
+        let (t, e, k) = (
+            self.tokens(),
+            a.num_experts() as u64,
+            a.experts_per_tok() as u64,
+        );
+        let mut tpe = self.t(e, 4, W);
+        let mut rps = self.t(e, 4, W);
+        for &lg in logits {
+            let sm = self.softmax(lg);
+            let (vals, idx) = self.topk(sm, k);
+            self.drop(vals);
+            let ids = self.t(t * k, 4, W);
+            let h = self.t(e, 4, W);
+            self.drop(ids);
+            let n = self.t(e, 4, W);
+            self.drop(h);
+            self.drop(tpe);
+            tpe = n;
+            let f = self.cast(sm, 4, W);
+            let mut sum = self.t(e, 4, W);
+            sum.g = self.tp.node(Op::Pass, e, 4, &[Self::edge(&f)], &[]);
+            self.drop(f);
+            let n = self.add(rps, sum, W);
+            self.drop(sum);
+            self.drop(rps);
+            rps = n;
+            self.drop(idx);
+            self.drop(sm);
+        }
+        let per_expert = self.t(e, 4, W);
+        self.drop(tpe);
+        let probs = self.mul_const(rps, W);
+        self.drop(rps);
+        let prod = self.mul(per_expert, probs, e, 4, W);
+        self.drop(per_expert);
+        self.drop(probs);
+        let mut total = self.t(1, 4, W);
+        total.g = self.tp.node(Op::Pass, 1, 4, &[Self::edge(&prod)], &[]);
+        self.drop(prod);
+        let out = self.mul_const(total, W);
+        self.drop(total);
+        Some(out)
     }
 }
