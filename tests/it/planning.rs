@@ -143,7 +143,6 @@ fn llama() -> lorafit::model::Architecture {
         .clone()
 }
 
-#[test]
 /// MoE exports: the model's own module names (DeepSeek's latent projections), peft's
 /// `target_parameters` for LoRA on the experts, the experts implementation and router logits
 /// as from_pretrained arguments, and gpt-oss's MXFP4 dequantization.
