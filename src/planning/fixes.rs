@@ -6,7 +6,9 @@ use serde::Serialize;
 
 use crate::planning::{fit, verdict, Status};
 
-use crate::model::{plan, Architecture, AttnImpl, Dtype, Optimizer, Quant, Settings, Target};
+use crate::model::{
+    plan, Architecture, AttnImpl, Dtype, ExpertsImpl, Optimizer, Quant, Settings, Target,
+};
 
 /// One suggested change, re-planned.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -32,7 +34,9 @@ pub struct Fix {
 /// Order in which equally-fitting fixes are preferred (cheapest in speed/quality first).
 fn cost_rank(id: &str) -> u8 {
     match id {
-        "sdpa" => 0,
+        "sdpa" | "grouped_mm" => 0,
+        "no_router_logits" => 5,
+        "no_expert_lora" => 9,
         "bf16_weights" => 1,
         "dropout0" => 2,
         "adamw8bit" => 3,
@@ -66,6 +70,40 @@ fn candidates(
             "none: same math, O(S) memory instead of O(S²), usually faster".into(),
             with(&|t| t.attn_impl = AttnImpl::Sdpa),
         ));
+    }
+    if arch.is_moe() {
+        if s.experts_impl != ExpertsImpl::GroupedMm {
+            out.push((
+                "grouped_mm",
+                format!(
+                    "experts_implementation: {} → grouped_mm (transformers' default)",
+                    s.experts_impl.name()
+                ),
+                "none: one grouped matmul per projection over the tokens sorted by expert".into(),
+                with(&|t| t.experts_impl = ExpertsImpl::GroupedMm),
+            ));
+        }
+        if s.output_router_logits {
+            out.push((
+                "no_router_logits",
+                "output_router_logits=False".into(),
+                "no load-balancing loss: the routing may drift towards fewer experts".into(),
+                with(&|t| t.output_router_logits = false),
+            ));
+        }
+        if !s.target_parameters.is_empty() {
+            out.push((
+                "no_expert_lora",
+                "target_parameters: none (LoRA on attention and the Linear layers only)".into(),
+                "the experts are not adapted; each layer no longer keeps a W + B·A copy of its experts".into(),
+                with(&|t| {
+                    t.target_parameters.clear();
+                    if t.targets.is_empty() {
+                        t.targets = vec![Target::Q, Target::K, Target::V, Target::O];
+                    }
+                }),
+            ));
+        }
     }
     if s.dtype == Dtype::Fp32 && s.quant.is_none() {
         let d = if bf16_ok { Dtype::Bf16 } else { Dtype::Fp16 };
@@ -365,7 +403,24 @@ pub fn myths(arch: &Architecture, s: &Settings) -> Vec<Myth> {
             format!("4-bit → fp16 weights: {}: fp16 is four times the 4-bit weights, not half of anything", gib(p16 - base)),
         )
     };
-    vec![
+    let mut moe = vec![];
+    if arch.is_moe() && s.quant.is_none() {
+        let q = Settings {
+            quant: Some(Quant::Nf4),
+            double_quant: true,
+            ..s.clone()
+        };
+        let d = peak(&q) - base;
+        moe.push(Myth {
+            claim: "QLoRA shrinks a mixture-of-experts model to a quarter",
+            delta_bytes: Some(d),
+            why: format!(
+                "load_in_4bit quantizes only nn.Linear layers; the fused experts are not, and prepare_model_for_kbit_training casts them to fp32: {} here",
+                gib(d)
+            ),
+        });
+    }
+    let mut out = vec![
         Myth {
             claim: "Call torch.cuda.empty_cache() to fix the OOM",
             delta_bytes: Some(0),
@@ -392,5 +447,7 @@ pub fn myths(arch: &Architecture, s: &Settings) -> Vec<Myth> {
             delta_bytes: Some(peak(&eager) - peak(&sdpa)),
             why: format!("training keeps no KV cache (use_cache=False); the only S² term is eager attention's saved probabilities: eager vs sdpa here is {}", gib(peak(&eager) - peak(&sdpa))),
         },
-    ]
+    ];
+    out.extend(moe);
+    out
 }
