@@ -254,14 +254,21 @@ pub fn gradient_terms(
     let per_layer = p.lora_params / layers.max(1);
     let mut out = vec![];
     if ctx.arch.is_moe() {
-        // Layers differ (dense / MoE, expert LoRA): the first layer's own count is subtracted.
+        // Layers differ (dense / MoE, expert LoRA): the lowest layers' own counts are
+        // subtracted.
         let (n, label) = if lora_layers >= layers {
             (p.lora_params, "gradients of the LoRA weights")
         } else {
+            let below: u128 = (0..(layers - lora_layers) as u64)
+                .map(|li| lora_params_of(ctx, ctx.arch.layer_kind(li)))
+                .sum();
             (
-                p.lora_params
-                    .saturating_sub(lora_params_of(ctx, ctx.arch.layer_kind(0))),
-                "gradients of the LoRA weights of the layers above the first",
+                p.lora_params.saturating_sub(below),
+                if lora_layers + 1 == layers {
+                    "gradients of the LoRA weights of the layers above the first"
+                } else {
+                    "gradients of the LoRA weights of the layers above"
+                },
             )
         };
         if n > 0 && lora_layers > 0 {

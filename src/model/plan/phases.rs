@@ -113,11 +113,16 @@ impl<'c, 'a> Step<'c, 'a> {
     /// Gradients of the layers above the first, sharded as the strategy shards them (none on the
     /// GPU when parameters are offloaded).
     fn gradients_above_first_layer(&self) -> Vec<Term> {
+        self.gradients_above(0)
+    }
+
+    /// Gradients of the layers above layer `li` (0-based), sharded likewise.
+    fn gradients_above(&self, li: u64) -> Vec<Term> {
         let par = &self.ctx.s.parallel;
         if par.offload_params {
             return vec![];
         }
-        let above = self.layers.saturating_sub(1);
+        let above = self.layers.saturating_sub(li as u128 + 1);
         weights::gradient_terms(self.ctx, self.params, above, false)
             .into_iter()
             .map(|x| x.per_rank(par.grad_shards()))
@@ -173,7 +178,7 @@ impl<'c, 'a> Step<'c, 'a> {
                 .collect()
         };
         let [forward, backward] = self.loss_moments(&saved);
-        vec![
+        let mut moments = vec![
             forward,
             backward,
             self.moment(
@@ -190,7 +195,19 @@ impl<'c, 'a> Step<'c, 'a> {
                 "recomputed first layer",
                 recomputed(1, &first_layer, self.gradients_above_first_layer()),
             ),
-        ]
+        ];
+        // MoE families whose first layers are dense (DeepSeek's first_k_dense_replace, Qwen3-MoE's
+        // mlp_only_layers): the lowest MoE layer, recomputed with the gradients above it.
+        let lowest_moe = (0..a.num_hidden_layers).find(|&li| a.layer_kind(li) == LayerKind::Moe);
+        if let Some(j) = lowest_moe.filter(|&j| j > 0) {
+            let layer = layer_of(j);
+            moments.push(self.moment(
+                Phase::Backward,
+                "recomputed lowest MoE layer",
+                recomputed(j as u128 + 1, &layer, self.gradients_above(j)),
+            ));
+        }
+        moments
     }
 
     /// No checkpointing: every layer's saved tensors live from forward into backward.

@@ -188,6 +188,21 @@ pub struct Trace {
 pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
     arch.validate()?;
     s.validate()?;
+    // Sizes are u64 here: refuse steps whose peak or number of events could not be held (the
+    // plan, in u128, answers those).
+    let peak = super::plan::plan(arch, s)?.peak_allocated_bytes;
+    let loop_experts = if s.experts_impl == super::settings::ExpertsImpl::Eager {
+        arch.num_experts()
+    } else {
+        1
+    };
+    let events = arch.num_hidden_layers as u128 * (3_000 + 60 * loop_experts);
+    if peak > 1u128 << 60 || events > 1u128 << 26 {
+        return Err(PlanError::InvalidSetting {
+            field: "seq",
+            why: "too large a step to generate its allocation sequence".into(),
+        });
+    }
     let run = s.as_run(arch);
     let ctx = Ctx::new(arch, &run);
     Ok(program::run(&ctx))
