@@ -2,7 +2,10 @@
 """One-off importer: copies published config.json numbers from shared/catalog (and the exact
 configs of shared/reference/cases.jsonl) into data/models.json and data/gpus.json, keeping each
 entry's source. Re-run when the shared catalog changes:  python3 scripts/import_catalog.py ../shared
-Mixture-of-experts entries and entries without a vocab size are skipped (not supported yet)."""
+Entries without a vocab size, and MoE families lorafit does not plan (qwen2_moe), are skipped.
+Mixture-of-experts entries keep their config.json MoE keys; MoE models not in the shared catalog
+(OLMoE, DeepSeek-V2-Lite, gpt-oss, Qwen3-235B-A22B) come from scripts/models_extra.json, each with
+the public copy of its config.json it was read from."""
 import json, sys, os
 
 shared = sys.argv[1] if len(sys.argv) > 1 else "../shared"
@@ -22,14 +25,26 @@ NAMES = {
     "google/gemma-3-1b-it": "gemma3-1b", "microsoft/Phi-3-mini-4k-instruct": "phi3-mini-4k",
     "microsoft/Phi-3.5-mini-instruct": "phi3.5-mini", "codellama/CodeLlama-7b-hf": "codellama-7b",
     "codellama/CodeLlama-34b-hf": "codellama-34b",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b", "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",
 }
+MOE_FAMILIES = {"mixtral", "qwen3_moe"}
+MOE_KEYS = ("num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+            "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers", "attention_bias")
 FAMILY_TIE_DEFAULT = {"gemma2": True, "gemma3": True, "llama": False}
 out = []
+moe = []
 for m in json.load(open(os.path.join(shared, "catalog/models.json"))):
     name = NAMES.get(m["hf_id"])
     if not name or m.get("vocab_size") is None:
         continue
     fam = m["family"].split()[0].replace("gemma3_text", "gemma3")
+    if fam in MOE_FAMILIES:
+        e = {k: m[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size")}
+        e.update(name=name, hf_id=m["hf_id"], family=fam, tie_word_embeddings=m["tie_word_embeddings"])
+        e.update({k: m[k] for k in MOE_KEYS if k in m})
+        e["source"] = m["source"]
+        moe.append(e)
+        continue
     tie = m.get("tie_word_embeddings")
     note = m.get("note") or m.get("conflict") or ""
     if tie is None:
@@ -52,6 +67,7 @@ for l in open(os.path.join(shared, "reference/cases.jsonl")):
         e = {k: c[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings")}
         e.update(name=name, hf_id=c["hf_name"], family=c["family"], source="shared/reference/cases.jsonl: the config the reference measurements were built from")
         out.append(e)
+out += moe + json.load(open("scripts/models_extra.json"))
 json.dump(out, open("data/models.json", "w"), indent=1)
 print(len(out), "models")
 

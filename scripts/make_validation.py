@@ -14,8 +14,16 @@ for line in open(os.path.join(ref, "allocator/reserved.jsonl")):
     r = json.loads(line)
     reserved[r["id"]] = r["default"]
 
+for line in open(os.path.join(ref, "moe/reserved.jsonl")):
+    r = json.loads(line)
+    reserved[r["id"]] = r["default"]
+
 cases = []
-for line in open(os.path.join(ref, "cases.jsonl")):
+# The dense reference cases, then the full-size mixture-of-experts cases (the MoE file's small
+# CPU rows measure a CPU step, not the GPU step planned).
+lines = list(open(os.path.join(ref, "cases.jsonl"))) + [
+    l for l in open(os.path.join(ref, "moe/cases.jsonl")) if json.loads(l)["method"] != "real-cpu"]
+for line in lines:
     c = json.loads(line)
     m = c["measured"]
     row = {
@@ -60,7 +68,7 @@ for line in open(os.path.join(ref, "published_gpu.jsonl")):
     })
 
 out = {
-    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, published_gpu.jsonl); see tests/data/README.md",
+    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, published_gpu.jsonl); see tests/data/README.md",
     "cases": cases,
     "published": published,
 }

@@ -104,6 +104,8 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                 qkv_bias: None,
                 attn_logit_softcapping: None,
                 final_logit_softcapping: None,
+                moe: Default::default(),
+                mla: Default::default(),
             };
             let s = Settings {
                 batch: pick(w[8], 1, 4096),

@@ -365,7 +365,7 @@ fn cmd_export(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     plan(&a.arch, &a.settings).map_err(|e| e.to_string())?;
     emit(
         out,
-        &crate::formats::export::export(&f, &a.model_id, &a.settings)?,
+        &crate::formats::export::export(&f, &a.model_id, &a.arch, &a.settings)?,
     )
 }
 

@@ -3,22 +3,24 @@
 
 use serde_json::Value;
 
+use crate::model::arch::{MlaConfig, MoeConfig};
 use crate::model::{Architecture, Family};
 
 /// Largest config accepted (real ones are a few KiB).
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
 
-const MOE: &[&str] = &[
-    "mixtral",
+/// Mixture-of-experts model types lorafit does not plan (yet).
+const UNSUPPORTED_MOE: &[&str] = &[
     "qwen2_moe",
-    "qwen3_moe",
-    "deepseek_v2",
     "deepseek_v3",
     "dbrx",
     "jamba",
-    "olmoe",
     "granitemoe",
     "phimoe",
+    "llama4",
+    "llama4_text",
+    "qwen3_next",
+    "glm4_moe",
 ];
 
 fn family_from_architectures(v: &Value) -> Option<String> {
@@ -26,12 +28,17 @@ fn family_from_architectures(v: &Value) -> Option<String> {
     let a = a.to_ascii_lowercase();
     [
         ("llama", "llama"),
+        ("mixtral", "mixtral"),
         ("mistral", "mistral"),
+        ("qwen3moe", "qwen3_moe"),
         ("qwen3", "qwen3"),
         ("qwen2", "qwen2"),
         ("gemma3", "gemma3"),
         ("gemma2", "gemma2"),
         ("phi3", "phi3"),
+        ("olmoe", "olmoe"),
+        ("deepseekv2", "deepseek_v2"),
+        ("gptoss", "gpt_oss"),
     ]
     .iter()
     .find(|(k, _)| a.starts_with(k))
@@ -111,16 +118,25 @@ pub fn parse_config(text: &str) -> Result<Architecture, String> {
         .or_else(|| family_from_architectures(&root))
         .ok_or("config.json has no \"model_type\" (nor a known \"architectures\" entry)")?;
     let mt = model_type.to_ascii_lowercase();
-    if MOE.iter().any(|m| mt == *m)
-        || cfg.get("num_local_experts").is_some()
+    let family = Family::parse(&mt);
+    let moe_keys = cfg.get("num_local_experts").is_some()
         || cfg.get("num_experts").is_some()
+        || cfg.get("n_routed_experts").is_some();
+    if UNSUPPORTED_MOE.iter().any(|m| mt == *m)
+        || (moe_keys && family.is_none_or(|f| f.layout().moe.is_none()))
     {
         return Err(format!(
-            "{} is a mixture-of-experts model, not supported yet",
-            short(&Value::String(model_type.clone()))
+            "{} is a mixture-of-experts model lorafit does not plan yet (supported MoE families: {})",
+            short(&Value::String(model_type.clone())),
+            Family::ALL
+                .iter()
+                .filter(|f| f.layout().moe.is_some())
+                .map(|f| f.name())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
-    let family = Family::parse(&mt).ok_or_else(|| {
+    let family = family.ok_or_else(|| {
         format!(
             "model_type {} is not supported (supported: {})",
             short(&Value::String(model_type.clone())),
@@ -173,9 +189,107 @@ pub fn parse_config(text: &str) -> Result<Architecture, String> {
         qkv_bias,
         attn_logit_softcapping: optional_f64(cfg, "attn_logit_softcapping")?,
         final_logit_softcapping: optional_f64(cfg, "final_logit_softcapping")?,
+        moe: moe_config(cfg, family)?,
+        mla: mla_config(cfg, family)?,
     };
     arch.validate().map_err(|e| e.to_string())?;
     Ok(arch)
+}
+
+/// The first of `keys` present (and not null) as a positive integer.
+fn first_positive(v: &Value, keys: &[&str]) -> Result<Option<u64>, String> {
+    for k in keys {
+        if let Some(x) = optional_positive(v, k)? {
+            return Ok(Some(x));
+        }
+    }
+    Ok(None)
+}
+
+fn optional_count(v: &Value, key: &str) -> Result<Option<u64>, String> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("\"{key}\" must be a whole number, got {}", short(x))),
+    }
+}
+
+fn optional_bool(v: &Value, key: &str) -> Result<Option<bool>, String> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(x) => Err(format!("\"{key}\" must be true or false, got {}", short(x))),
+    }
+}
+
+/// The MoE keys of an MoE family's config.json (each family's spelling).
+fn moe_config(cfg: &Value, family: Family) -> Result<MoeConfig, String> {
+    if family.layout().moe.is_none() {
+        return Ok(MoeConfig::default());
+    }
+    let mlp_only_layers = match cfg.get("mlp_only_layers") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(items)) if items.len() <= 4096 => Some(
+            items
+                .iter()
+                .map(|x| {
+                    x.as_u64().ok_or_else(|| {
+                        format!(
+                            "\"mlp_only_layers\" must list layer numbers, got {}",
+                            short(x)
+                        )
+                    })
+                })
+                .collect::<Result<Vec<u64>, String>>()?,
+        ),
+        Some(x) => {
+            return Err(format!(
+                "\"mlp_only_layers\" must be a list of layer numbers, got {}",
+                short(x)
+            ))
+        }
+    };
+    let per_tok = first_positive(cfg, &["num_experts_per_tok", "experts_per_token"])?;
+    if per_tok.is_none() && family == Family::DeepseekV2 {
+        return Err(
+            "config.json has no \"num_experts_per_tok\" (DeepSeek's config class has no default)"
+                .into(),
+        );
+    }
+    Ok(MoeConfig {
+        num_experts: first_positive(
+            cfg,
+            &["num_experts", "num_local_experts", "n_routed_experts"],
+        )?,
+        num_experts_per_tok: per_tok,
+        moe_intermediate_size: optional_positive(cfg, "moe_intermediate_size")?,
+        n_shared_experts: optional_count(cfg, "n_shared_experts")?,
+        first_k_dense_replace: optional_count(cfg, "first_k_dense_replace")?,
+        decoder_sparse_step: optional_positive(cfg, "decoder_sparse_step")?,
+        mlp_only_layers,
+        norm_topk_prob: optional_bool(cfg, "norm_topk_prob")?,
+    })
+}
+
+/// DeepSeek's latent-attention keys (`q_lora_rank` absent takes the config class's 1536; `null`
+/// means a plain q_proj).
+fn mla_config(cfg: &Value, family: Family) -> Result<MlaConfig, String> {
+    if family.layout().attention != crate::model::arch::AttentionKind::Latent {
+        return Ok(MlaConfig::default());
+    }
+    let q_lora_rank = match cfg.get("q_lora_rank") {
+        None => Some(1536),
+        Some(_) => optional_positive(cfg, "q_lora_rank")?,
+    };
+    Ok(MlaConfig {
+        q_lora_rank,
+        kv_lora_rank: optional_positive(cfg, "kv_lora_rank")?,
+        qk_nope_head_dim: optional_positive(cfg, "qk_nope_head_dim")?,
+        qk_rope_head_dim: optional_positive(cfg, "qk_rope_head_dim")?,
+        v_head_dim: optional_positive(cfg, "v_head_dim")?,
+    })
 }
 
 #[cfg(test)]
@@ -204,8 +318,16 @@ mod tests {
                 "encoder-decoder",
             ),
             (
-                r#"{"model_type":"mixtral","hidden_size":1}"#,
+                r#"{"model_type":"qwen2_moe","hidden_size":1}"#,
                 "mixture-of-experts",
+            ),
+            (
+                r#"{"model_type":"llama","num_local_experts":8,"hidden_size":1}"#,
+                "mixture-of-experts",
+            ),
+            (
+                r#"{"model_type":"deepseek_v2","hidden_size":64,"intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":10}"#,
+                "num_experts_per_tok",
             ),
             (r#"{"model_type":"llava","vision_config":{}}"#, "vision"),
             (r#"{"model_type":"gpt2","n_embd":768}"#, "not supported"),
@@ -230,6 +352,55 @@ mod tests {
         assert!(parse_config(&" ".repeat(MAX_CONFIG_BYTES + 1))
             .unwrap_err()
             .contains("limit"));
+    }
+
+    #[test]
+    fn moe_configs_import_with_exact_parameter_counts() {
+        // The published config.json of each MoE family (the catalog's numbers), in its own
+        // spelling: total parameters as transformers 5.24 counts them.
+        let mixtral = r#"{"architectures":["MixtralForCausalLM"],"model_type":"mixtral","hidden_size":4096,"intermediate_size":14336,
+            "num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":32000,"tie_word_embeddings":false,
+            "num_local_experts":8,"num_experts_per_tok":2,"sliding_window":null}"#;
+        let qwen = r#"{"architectures":["Qwen3MoeForCausalLM"],"model_type":"qwen3_moe","hidden_size":2048,"intermediate_size":6144,
+            "num_hidden_layers":48,"num_attention_heads":32,"num_key_value_heads":4,"head_dim":128,"vocab_size":151936,
+            "tie_word_embeddings":false,"num_experts":128,"num_experts_per_tok":8,"moe_intermediate_size":768,"norm_topk_prob":true,
+            "decoder_sparse_step":1,"mlp_only_layers":[]}"#;
+        let olmoe = r#"{"model_type":"olmoe","hidden_size":2048,"intermediate_size":1024,"num_hidden_layers":16,"num_attention_heads":16,
+            "num_key_value_heads":16,"vocab_size":50304,"tie_word_embeddings":false,"num_experts":64,"num_experts_per_tok":8,"clip_qkv":null}"#;
+        let deepseek = r#"{"architectures":["DeepseekV2ForCausalLM"],"model_type":"deepseek_v2","hidden_size":2048,"intermediate_size":10944,
+            "num_hidden_layers":27,"num_attention_heads":16,"num_key_value_heads":16,"vocab_size":102400,"tie_word_embeddings":false,
+            "q_lora_rank":null,"kv_lora_rank":512,"qk_nope_head_dim":128,"qk_rope_head_dim":64,"v_head_dim":128,"n_routed_experts":64,
+            "n_shared_experts":2,"num_experts_per_tok":6,"moe_intermediate_size":1408,"first_k_dense_replace":1,"moe_layer_freq":1}"#;
+        let gpt_oss = r#"{"architectures":["GptOssForCausalLM"],"model_type":"gpt_oss","hidden_size":2880,"intermediate_size":2880,
+            "num_hidden_layers":24,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":64,"vocab_size":201088,
+            "tie_word_embeddings":false,"num_local_experts":32,"num_experts_per_tok":4,"experts_per_token":4,"attention_bias":true,
+            "sliding_window":128,"quantization_config":{"quant_method":"mxfp4"}}"#;
+        for (text, family, total) in [
+            (mixtral, Family::Mixtral, 46_702_792_704u128),
+            (qwen, Family::Qwen3Moe, 30_532_122_624),
+            (olmoe, Family::Olmoe, 6_919_161_856),
+            (deepseek, Family::DeepseekV2, 15_706_484_224),
+            (gpt_oss, Family::GptOss, 20_914_757_184),
+        ] {
+            let a = parse_config(text).unwrap_or_else(|e| panic!("{family:?}: {e}"));
+            assert_eq!(a.family, family);
+            assert_eq!(a.total_params(), total, "{family:?}");
+        }
+        // Layers kept dense: DeepSeek's first_k_dense_replace, Qwen3-MoE's mlp_only_layers and
+        // decoder_sparse_step.
+        assert_eq!(parse_config(deepseek).unwrap().moe_layers(), 26);
+        let sparse = qwen.replace(
+            "\"decoder_sparse_step\":1,\"mlp_only_layers\":[]",
+            "\"decoder_sparse_step\":2,\"mlp_only_layers\":[1]",
+        );
+        assert_eq!(parse_config(&sparse).unwrap().moe_layers(), 23);
+        // DeepSeek without q_lora_rank takes the config class's default (1536): q_a_proj → q_b_proj.
+        let full = deepseek.replace("\"q_lora_rank\":null,", "");
+        assert!(parse_config(&full)
+            .unwrap()
+            .linears()
+            .iter()
+            .any(|l| l.name == "q_b_proj"));
     }
 
     #[test]

@@ -1,16 +1,71 @@
 //! Copy-paste configs that reproduce a planned run: peft + transformers (Python), accelerate,
 //! LLaMA-Factory and axolotl (YAML). Every value comes from the plan's settings.
 
-use crate::model::{AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings, Target};
+use crate::model::{
+    Architecture, AttnImpl, Dtype, ExpertsImpl, Family, Optimizer, Quant, SavedModule, Settings,
+    Target,
+};
 
 /// Export formats.
 pub const FORMATS: [&str; 4] = ["python", "accelerate", "llama-factory", "axolotl"];
 
-fn module_names(s: &Settings) -> Vec<String> {
-    s.targets
+/// peft's `target_modules`: for MoE families the module names of the model (DeepSeek's latent
+/// projections, the dense / shared MLPs), else the canonical `*_proj` names.
+fn module_names(arch: &Architecture, s: &Settings) -> Vec<String> {
+    if !arch.is_moe() {
+        return s
+            .targets
+            .iter()
+            .map(|t| format!("{}_proj", t.name()))
+            .collect();
+    }
+    let mut out: Vec<String> = vec![];
+    for (kind, _) in arch.layer_groups() {
+        for l in arch.block_linears(kind) {
+            if l.selected_by.iter().any(|t| s.targets.contains(t))
+                && !out.iter().any(|x| x == l.name)
+            {
+                out.push(l.name.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// peft's `target_parameters` (LoRA on the fused experts) of an MoE model.
+fn expert_params(arch: &Architecture, s: &Settings) -> Vec<String> {
+    if !arch.is_moe() {
+        return vec![];
+    }
+    s.target_parameters
         .iter()
-        .map(|t| format!("{}_proj", t.name()))
+        .map(|p| format!("mlp.experts.{}", p.name()))
         .collect()
+}
+
+/// What an MoE run needs that the YAML formats have no key for, as comment lines.
+fn moe_comments(arch: &Architecture, s: &Settings) -> String {
+    let mut out = String::new();
+    if arch.family == Family::GptOss {
+        out.push_str("# gpt-oss: load with quantization_config=Mxfp4Config(dequantize=True) (MXFP4 experts cannot be trained; dequantized to bf16)\n");
+    }
+    let tp = expert_params(arch, s);
+    if !tp.is_empty() {
+        out.push_str(&format!(
+            "# LoRA on the experts: peft LoraConfig(target_parameters={}, lora_dropout=0)\n",
+            py_list(&tp)
+        ));
+    }
+    if arch.is_moe() && s.output_router_logits {
+        out.push_str("# output_router_logits=True (load-balancing loss)\n");
+    }
+    if arch.is_moe() && s.experts_impl != ExpertsImpl::GroupedMm {
+        out.push_str(&format!(
+            "# experts_implementation={:?}\n",
+            s.experts_impl.name()
+        ));
+    }
+    out
 }
 
 fn torch_dtype(d: Dtype) -> &'static str {
@@ -54,13 +109,20 @@ fn py_bool(b: bool) -> &'static str {
     }
 }
 
-/// Renders one format; `model_id` is the Hugging Face repository (or a path).
-pub fn export(format: &str, model_id: &str, s: &Settings) -> Result<String, String> {
+/// Renders one format for `arch`; `model_id` is the Hugging Face repository (or a path).
+pub fn export(
+    format: &str,
+    model_id: &str,
+    arch: &Architecture,
+    s: &Settings,
+) -> Result<String, String> {
     match format {
-        "python" => Ok(python(model_id, s)),
+        "python" => Ok(python(model_id, arch, s)),
         "accelerate" => Ok(accelerate(s)),
-        "llama-factory" | "llamafactory" => Ok(llama_factory(model_id, s)),
-        "axolotl" => Ok(axolotl(model_id, s)),
+        "llama-factory" | "llamafactory" => {
+            Ok(llama_factory(model_id, arch, s) + &moe_comments(arch, s))
+        }
+        "axolotl" => Ok(axolotl(model_id, arch, s) + &moe_comments(arch, s)),
         other => Err(format!(
             "unknown export format {other:?} (expected {})",
             FORMATS.join(", ")
@@ -68,8 +130,13 @@ pub fn export(format: &str, model_id: &str, s: &Settings) -> Result<String, Stri
     }
 }
 
-fn python(model_id: &str, s: &Settings) -> String {
-    let mut out = String::from("import torch\nfrom peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n\n");
+fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
+    let gpt_oss = arch.family == Family::GptOss;
+    let mut out = String::from("import torch\nfrom peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n");
+    if gpt_oss {
+        out.push_str("from transformers import Mxfp4Config\n");
+    }
+    out.push('\n');
     let load_dtype = if s.quant.is_some() {
         s.autocast.unwrap_or(Dtype::Bf16)
     } else {
@@ -83,21 +150,47 @@ fn python(model_id: &str, s: &Settings) -> String {
             torch_dtype(load_dtype)
         ));
     }
+    let mut extra = String::new();
+    if s.quant.is_some() {
+        extra.push_str("    quantization_config=bnb_config,\n");
+    } else if gpt_oss {
+        // MXFP4 experts cannot be trained: dequantized to bf16 on load.
+        extra.push_str("    quantization_config=Mxfp4Config(dequantize=True),\n");
+    }
+    if arch.is_moe() && s.experts_impl != ExpertsImpl::GroupedMm {
+        extra.push_str(&format!(
+            "    experts_implementation={:?},\n",
+            s.experts_impl.name()
+        ));
+    }
+    if arch.is_moe() && s.output_router_logits {
+        extra.push_str("    output_router_logits=True,\n");
+    }
+    let attn = if gpt_oss && s.attn_impl == AttnImpl::Sdpa {
+        AttnImpl::Eager
+    } else {
+        s.attn_impl
+    };
     out.push_str(&format!(
-        "model = AutoModelForCausalLM.from_pretrained(\n    {model_id:?},\n    torch_dtype={},\n    attn_implementation={:?},\n{})\n",
+        "model = AutoModelForCausalLM.from_pretrained(\n    {model_id:?},\n    torch_dtype={},\n    attn_implementation={:?},\n{extra})\n",
         torch_dtype(load_dtype),
-        attn_name(s.attn_impl),
-        if s.quant.is_some() { "    quantization_config=bnb_config,\n" } else { "" }
+        attn_name(attn),
     ));
     if s.quant.is_some() {
         out.push_str("# from peft import prepare_model_for_kbit_training; model = prepare_model_for_kbit_training(model)\n");
     }
+    let tp = expert_params(arch, s);
+    let target_parameters = if tp.is_empty() {
+        String::new()
+    } else {
+        format!("    target_parameters={},\n", py_list(&tp))
+    };
     out.push_str(&format!(
-        "lora_config = LoraConfig(\n    r={},\n    lora_alpha={},\n    lora_dropout={},\n    target_modules={},\n    modules_to_save={},\n    task_type=\"CAUSAL_LM\",\n)\n",
+        "lora_config = LoraConfig(\n    r={},\n    lora_alpha={},\n    lora_dropout={},\n    target_modules={},\n{target_parameters}    modules_to_save={},\n    task_type=\"CAUSAL_LM\",\n)\n",
         s.lora_r,
         s.lora_alpha,
         s.lora_dropout,
-        py_list(&module_names(s)),
+        py_list(&module_names(arch, s)),
         if s.modules_to_save.is_empty() { "None".to_string() } else { py_list(&mts(s).iter().map(|m| m.to_string()).collect::<Vec<_>>()) },
     ));
     out.push_str(&format!(
@@ -171,11 +264,11 @@ fn accelerate(s: &Settings) -> String {
     out
 }
 
-fn llama_factory(model_id: &str, s: &Settings) -> String {
+fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     let targets = if s.targets.len() == Target::ALL.len() {
         "all".to_string()
     } else {
-        module_names(s).join(",")
+        module_names(arch, s).join(",")
     };
     let attn = match s.attn_impl {
         AttnImpl::Eager => "disabled",
@@ -212,7 +305,7 @@ fn llama_factory(model_id: &str, s: &Settings) -> String {
     out
 }
 
-fn axolotl(model_id: &str, s: &Settings) -> String {
+fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     let optimizer = match s.optimizer {
         Optimizer::Adamw8bit => "adamw_bnb_8bit",
         o => o.name(),
@@ -224,7 +317,7 @@ fn axolotl(model_id: &str, s: &Settings) -> String {
         s.lora_r,
         s.lora_alpha,
         s.lora_dropout,
-        module_names(s).iter().map(|m| format!("  - {m}\n")).collect::<String>(),
+        module_names(arch, s).iter().map(|m| format!("  - {m}\n")).collect::<String>(),
     );
     if !s.modules_to_save.is_empty() {
         out.push_str(&format!(

@@ -5,8 +5,12 @@
 //! file, nothing else.
 
 use crate::model::parallel::{Parallel, MAX_GPUS_PER_NODE, MAX_NODES};
-use crate::model::settings::{parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ};
-use crate::model::{AttnImpl, Dtype, Optimizer, Quant, SavedModule, Settings, Strategy, Target};
+use crate::model::settings::{
+    parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
+};
+use crate::model::{
+    AttnImpl, Dtype, ExpertsImpl, Optimizer, Quant, SavedModule, Settings, Strategy, Target,
+};
 
 /// What values a setting takes (decides the page control and the CLI's argument).
 #[derive(Clone, Copy, Debug)]
@@ -645,6 +649,68 @@ pub static FIELDS: &[Field] = &[
             })?;
             Ok(())
         },
+    },
+    Field {
+        name: "target_parameters",
+        json_aliases: &[],
+        url: Some("tp"),
+        flag: Some("--target-parameters"),
+        flag_aliases: &["--expert-lora"],
+        no_flag: None,
+        label: "LoRA on the experts (target_parameters)",
+        help: "peft adapts the fused expert weights (MoE models; needs lora_dropout 0)",
+        testid: Some("expert-lora"),
+        kind: Kind::List {
+            items: || {
+                vec![
+                    ("gate_up_proj", "experts' gate_up_proj"),
+                    ("down_proj", "experts' down_proj"),
+                ]
+            },
+            members: |s| s.target_parameters.iter().map(|p| p.name()).collect(),
+        },
+        slider: None,
+        get: |s| {
+            s.target_parameters
+                .iter()
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+                .join(",")
+        },
+        set: |s, v| {
+            s.target_parameters = parse_expert_params(items(v))?;
+            Ok(())
+        },
+    },
+    Field {
+        name: "output_router_logits",
+        json_aliases: &[],
+        url: Some("rl"),
+        flag: Some("--router-logits"),
+        flag_aliases: &["--output-router-logits"],
+        no_flag: None,
+        label: "Router logits and load-balancing loss",
+        help: "output_router_logits: keeps every MoE layer's router logits for the auxiliary loss",
+        testid: Some("toggle-router-logits"),
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.output_router_logits),
+        set: |s, v| boolean(v).map(|x| s.output_router_logits = x),
+    },
+    Field {
+        name: "experts_implementation",
+        json_aliases: &[],
+        url: Some("ei"),
+        flag: Some("--experts-implementation"),
+        flag_aliases: &["--experts"],
+        no_flag: None,
+        label: "Experts implementation",
+        help: "grouped_mm (default) sorts the tokens by expert; eager loops over experts; batched_mm copies each expert's weights per token",
+        testid: Some("select-experts"),
+        kind: Kind::Choice(|| names_of(ExpertsImpl::ALL, ExpertsImpl::name)),
+        slider: None,
+        get: |s| s.experts_impl.name().to_string(),
+        set: |s, v| named(ExpertsImpl::parse, v, ExpertsImpl::choices()).map(|x| s.experts_impl = x),
     },
     Field {
         name: "modules_to_save",

@@ -93,10 +93,21 @@ pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> Stri
         }
     }
     s.push_str(&format!(
-        "\n  params: base {:.3} B, trainable {:.2} M\n",
+        "\n  params: base {:.3} B{}, trainable {:.2} M\n",
         plan.params.base_params as f64 / 1e9,
+        if plan.params.active_params != plan.params.base_params {
+            format!(
+                " ({:.3} B active per token)",
+                plan.params.active_params as f64 / 1e9
+            )
+        } else {
+            String::new()
+        },
         plan.params.trainable_params as f64 / 1e6
     ));
+    for n in &plan.notes {
+        s.push_str(&format!("  note: {n}\n"));
+    }
     s.push_str("\nBreakdown at the peak\n");
     for c in plan.breakdown.iter().filter(|c| c.bytes > 0) {
         s.push_str(&format!("  {:<42} {:>12}\n", c.label, gib(c.bytes)));

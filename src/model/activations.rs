@@ -12,10 +12,16 @@
 //! - Under autocast, matmul inputs are cast and the casts are kept for backward; a frozen fp32
 //!   weight gets a fresh low-precision copy at every use.
 
-use super::arch::{Architecture, LinearShape};
+use super::arch::{Architecture, AttentionKind, LayerKind, LinearShape};
 use super::dtype::Dtype;
 use super::settings::{AttnImpl, SavedModule, Settings};
 use super::term::{bytes_of, f, Component, Factor, Term};
+
+mod experts;
+
+pub use experts::{
+    checkpointed_mask_terms, expert_param_shape, moe_backward_working, router_logit_terms,
+};
 
 /// Dtypes and sizes that every activation rule needs, derived once from arch + settings.
 #[derive(Clone, Debug)]
@@ -36,6 +42,14 @@ pub struct Ctx<'a> {
     pub linear_weight: Option<Dtype>,
     /// Dtype of lm_head / embedding / norm weights.
     pub aux_weight: Dtype,
+    /// Dtype of the fused expert weights, and of the experts' computation (`grouped_mm` runs
+    /// in the weights' dtype): not `nn.Linear`, so never 4-bit; fp32 after
+    /// `prepare_model_for_kbit_training`.
+    pub expert: Dtype,
+    /// Dtype of the router logits.
+    pub router_logits: Dtype,
+    /// Dtype of the routing weights the expert outputs are multiplied by.
+    pub routing: Dtype,
 }
 
 impl<'a> Ctx<'a> {
@@ -58,6 +72,18 @@ impl<'a> Ctx<'a> {
         } else {
             Some(s.dtype)
         };
+        let moe = arch.moe_layout();
+        let router_in = if moe.is_some_and(|m| m.fp32_router) {
+            Dtype::Fp32
+        } else {
+            resid
+        };
+        let router_logits = s.autocast.unwrap_or(router_in);
+        let routing = if moe.is_some_and(|m| m.fp32_routing) {
+            Dtype::Fp32
+        } else {
+            router_logits
+        };
         Ctx {
             arch,
             s,
@@ -67,6 +93,9 @@ impl<'a> Ctx<'a> {
             logits,
             linear_weight,
             aux_weight,
+            expert: aux_weight,
+            router_logits,
+            routing,
         }
     }
 
@@ -87,8 +116,13 @@ impl<'a> Ctx<'a> {
 
     /// Linear layers of a block that LoRA adapts.
     pub fn adapted(&self) -> Vec<LinearShape> {
+        self.adapted_of(LayerKind::Dense)
+    }
+
+    /// Linear layers LoRA adapts in a decoder layer of `kind`.
+    pub fn adapted_of(&self, kind: LayerKind) -> Vec<LinearShape> {
         self.arch
-            .linears()
+            .block_linears(kind)
             .into_iter()
             .filter(|l| l.selected_by.iter().any(|t| self.s.targets.contains(t)))
             .collect()
@@ -120,12 +154,18 @@ pub struct LayerCounts {
     pub all: u128,
     /// Layers whose input requires grad (layer 0 does not without checkpointing).
     pub grad_input: u128,
+    /// Of `all`, the layers with a router and experts (0 for dense families).
+    pub moe: u128,
 }
 
 /// Input of an adapted module inside the block: (dtype, requires grad, shared group id).
 fn module_input(ctx: &Ctx, l: &LinearShape) -> (Dtype, bool, &'static str) {
     match l.name {
-        "q_proj" | "k_proj" | "v_proj" | "qkv_proj" => (ctx.resid, false, "attention-norm output"),
+        "q_proj" | "k_proj" | "v_proj" | "qkv_proj" | "q_a_proj" | "kv_a_proj_with_mqa" => {
+            (ctx.resid, false, "attention-norm output")
+        }
+        "q_b_proj" => (ctx.resid, true, "q_a_layernorm output"),
+        "kv_b_proj" => (ctx.resid, true, "kv_a_layernorm output"),
         "o_proj" => (ctx.attn, true, "attention output"),
         "gate_proj" | "up_proj" | "gate_up_proj" => (ctx.resid, true, "MLP-norm output"),
         _ => (ctx.module_out, true, "MLP product"),
@@ -139,31 +179,116 @@ struct Layer<'c, 'a> {
     layers: Factor,
     /// `layers` or `(layers − 1)`: layers whose input requires grad.
     glayers: Factor,
+    /// Appended to labels of per-group terms (MoE families: which layers or modules).
+    scope: &'static str,
+}
+
+fn scoped(label: &str, scope: &str) -> String {
+    format!("{label}{scope}")
 }
 
 /// Saved tensors of decoder layers (per-layer terms already multiplied by the layer counts):
 /// norms, attention, MLP, the LoRA path and autocast weight copies.
 pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
+    let glayers_name = if n.grad_input == n.all {
+        "layers"
+    } else {
+        "(layers − 1)"
+    };
     let l = Layer {
         ctx,
         layers: f("layers", n.all),
-        glayers: f(
-            if n.grad_input == n.all {
-                "layers"
-            } else {
-                "(layers − 1)"
-            },
-            n.grad_input,
-        ),
+        glayers: f(glayers_name, n.grad_input),
+        scope: "",
     };
     let mut out = vec![];
     norm_terms(&l, &mut out);
-    attention_terms(&l, &mut out);
-    mlp_terms(&l, &mut out);
-    lora_terms(&l, &mut out);
-    weight_copy_terms(&l, &mut out);
+    match ctx.arch.family.layout().attention {
+        AttentionKind::Standard => attention_terms(&l, &mut out),
+        AttentionKind::Latent => experts::latent_attention_terms(&l, &mut out),
+        AttentionKind::Sinks => experts::sink_attention_terms(&l, &mut out),
+    }
+    if !ctx.arch.is_moe() {
+        mlp_terms(&l, ctx.inter(), &mut out);
+        lora_terms(&l, ctx.adapted(), &mut out);
+        weight_copy_terms(&l, ctx.arch.linear_weight_params_per_layer(), &mut out);
+    } else {
+        moe_family_layer_terms(&l, n, &mut out);
+    }
     out.retain(|t| t.bytes > 0);
     out
+}
+
+/// The layer terms of an MoE family past attention: dense MLPs in the dense layers, router,
+/// experts (and shared experts) in the MoE layers, the LoRA path of each group of modules, and
+/// autocast weight copies.
+fn moe_family_layer_terms(l: &Layer, n: LayerCounts, out: &mut Vec<Term>) {
+    let ctx = l.ctx;
+    let a = ctx.arch;
+    let dense = n.all - n.moe;
+    let is_ffn = |m: &LinearShape| {
+        m.selected_by.iter().any(|t| {
+            matches!(
+                t,
+                super::arch::Target::Gate | super::arch::Target::Up | super::arch::Target::Down
+            )
+        })
+    };
+    let ffn_of = |kind: LayerKind| -> Vec<LinearShape> {
+        ctx.adapted_of(kind)
+            .into_iter()
+            .filter(|m| is_ffn(m))
+            .collect()
+    };
+    let attention_params: u128 = a
+        .attention_linears()
+        .iter()
+        .map(|m| m.in_features * m.out_features)
+        .sum();
+    let attn_l = Layer {
+        ctx,
+        layers: l.layers.clone(),
+        glayers: l.glayers.clone(),
+        scope: " (attention)",
+    };
+    let attn_modules: Vec<LinearShape> = ctx
+        .adapted_of(LayerKind::Dense)
+        .into_iter()
+        .filter(|m| !is_ffn(m))
+        .collect();
+    lora_terms(&attn_l, attn_modules, out);
+    weight_copy_terms(&attn_l, attention_params, out);
+    if dense > 0 {
+        let dense_l = Layer {
+            ctx,
+            layers: f("dense layers", dense),
+            glayers: f("dense layers", dense),
+            scope: " (dense MLP layers)",
+        };
+        mlp_terms(&dense_l, ctx.inter(), out);
+        lora_terms(&dense_l, ffn_of(LayerKind::Dense), out);
+        let p = a.block_linear_params(LayerKind::Dense) - attention_params;
+        weight_copy_terms(&dense_l, p, out);
+    }
+    if n.moe > 0 {
+        let moe_l = Layer {
+            ctx,
+            layers: f("MoE layers", n.moe),
+            glayers: f("MoE layers", n.moe),
+            scope: " (shared experts)",
+        };
+        if a.shared_width() > 0 {
+            mlp_terms(&moe_l, a.shared_width(), out);
+            lora_terms(&moe_l, ffn_of(LayerKind::Moe), out);
+            let p = a.block_linear_params(LayerKind::Moe) - attention_params;
+            weight_copy_terms(&moe_l, p, out);
+        }
+        let moe_l = Layer {
+            scope: " (MoE layers)",
+            ..moe_l
+        };
+        experts::moe_terms(&moe_l, out);
+    }
 }
 
 /// RMSNorms: an fp32 copy of the input + rsqrt per token.
@@ -205,7 +330,19 @@ fn norm_terms(l: &Layer, out: &mut Vec<Term>) {
             fp32.clone(),
         ],
     ));
-    if a.family.has_qk_norm() {
+    if a.family.layout().qk_norm_whole {
+        // OLMoE: q_norm / k_norm over the whole projection, before the view into heads.
+        out.push(Term::product(
+            Component::ActNorms,
+            "q/k RMSNorm over the whole projections: fp32 copies + rsqrt",
+            &[
+                layers.clone(),
+                tok(ctx),
+                f("(q_dim + kv_dim + 2)", qd + kvd + 2),
+                fp32.clone(),
+            ],
+        ));
+    } else if a.family.has_qk_norm() {
         let kvh = a.kv_heads() as u128;
         out.push(Term::product(
             Component::ActNorms,
@@ -220,6 +357,39 @@ fn norm_terms(l: &Layer, out: &mut Vec<Term>) {
                 fp32.clone(),
             ],
         ));
+    }
+    if let Some(m) = a.mla() {
+        // kv_a_layernorm (and q_a_layernorm): their inputs need a gradient in every layer when
+        // the projection before them is adapted, else only above the first layer.
+        let adapted = ctx.adapted();
+        let kv_a = adapted.iter().any(|x| x.name == "kv_a_proj_with_mqa");
+        out.push(Term::product(
+            Component::ActNorms,
+            "kv_a_layernorm: fp32 input copy + rsqrt",
+            &[
+                if kv_a {
+                    layers.clone()
+                } else {
+                    glayers.clone()
+                },
+                tok(ctx),
+                f("(kv_lora_rank + 1)", m.kv_rank + 1),
+                fp32.clone(),
+            ],
+        ));
+        if let Some(qr) = m.q_rank {
+            let q_a = adapted.iter().any(|x| x.name == "q_a_proj");
+            out.push(Term::product(
+                Component::ActNorms,
+                "q_a_layernorm: fp32 input copy + rsqrt",
+                &[
+                    if q_a { layers.clone() } else { glayers.clone() },
+                    tok(ctx),
+                    f("(q_lora_rank + 1)", qr + 1),
+                    fp32.clone(),
+                ],
+            ));
+        }
     }
 }
 
@@ -336,25 +506,34 @@ fn attention_terms(l: &Layer, out: &mut Vec<Term>) {
 }
 
 /// MLP: gate output (saved by the activation), activation output and up output (saved by mul).
-fn mlp_terms(l: &Layer, out: &mut Vec<Term>) {
+fn mlp_terms(l: &Layer, i: u128, out: &mut Vec<Term>) {
     let ctx = l.ctx;
     let a = ctx.arch;
-    let i = ctx.inter();
     let layers = l.layers.clone();
 
     // --- MLP: gate output (saved by the activation), activation output and up output (saved by mul).
     out.push(Term::product(
         Component::ActMlp,
-        if a.family.gelu() {
-            "gate, GeLU(gate), up"
-        } else {
-            "gate, SiLU(gate), up"
-        },
+        scoped(
+            if a.family.gelu() {
+                "gate, GeLU(gate), up"
+            } else {
+                "gate, SiLU(gate), up"
+            },
+            l.scope,
+        ),
         &[
             layers.clone(),
             f("3", 3),
             tok(ctx),
-            f("intermediate", i),
+            f(
+                if a.shared_width() == i && l.scope.contains("shared") {
+                    "shared width"
+                } else {
+                    "intermediate"
+                },
+                i,
+            ),
             by(ctx.module_out),
         ],
     ));
@@ -371,9 +550,8 @@ struct Adapted {
 
 /// The peft LoRA path: dropout outputs and masks, adapter-dtype input copies, lora_A outputs,
 /// autocast copies.
-fn lora_terms(l: &Layer, out: &mut Vec<Term>) {
+fn lora_terms(l: &Layer, modules: Vec<LinearShape>, out: &mut Vec<Term>) {
     let ctx = l.ctx;
-    let modules = ctx.adapted();
     if modules.is_empty() {
         return;
     }
@@ -400,7 +578,7 @@ fn dropout_mask_terms(l: &Layer, a: &Adapted, out: &mut Vec<Term>) {
     let sum_in_nograd = a.sum_in - a.sum_in_grad;
     out.push(Term::product(
         Component::ActDropout,
-        "dropout masks (1 B), inputs needing grad",
+        scoped("dropout masks (1 B), inputs needing grad", l.scope),
         &[
             l.layers.clone(),
             tok(ctx),
@@ -411,7 +589,10 @@ fn dropout_mask_terms(l: &Layer, a: &Adapted, out: &mut Vec<Term>) {
     if sum_in_nograd > 0 {
         out.push(Term::product(
             Component::ActDropout,
-            "dropout masks of q/k/v (1 B), layers after the first",
+            scoped(
+                "dropout masks of q/k/v (1 B), layers after the first",
+                l.scope,
+            ),
             &[
                 l.glayers.clone(),
                 tok(ctx),
@@ -432,7 +613,10 @@ fn lora_plain_terms(l: &Layer, a: &Adapted, out: &mut Vec<Term>) {
     if ctx.dropout() {
         out.push(Term::product(
             Component::ActDropout,
-            "dropout outputs in adapter dtype, one per adapted module",
+            scoped(
+                "dropout outputs in adapter dtype, one per adapted module",
+                l.scope,
+            ),
             &[
                 layers.clone(),
                 tok(ctx),
@@ -457,7 +641,10 @@ fn lora_plain_terms(l: &Layer, a: &Adapted, out: &mut Vec<Term>) {
         if cast_in > 0 {
             out.push(Term::product(
                 Component::ActLora,
-                "adapter-dtype copies of module inputs, one per adapted module",
+                scoped(
+                    "adapter-dtype copies of module inputs, one per adapted module",
+                    l.scope,
+                ),
                 &[
                     layers.clone(),
                     tok(ctx),
@@ -470,7 +657,10 @@ fn lora_plain_terms(l: &Layer, a: &Adapted, out: &mut Vec<Term>) {
         if shared_in > 0 {
             out.push(Term::product(
                 Component::ActLora,
-                "module inputs kept by lora_A (shared by modules reading the same input)",
+                scoped(
+                    "module inputs kept by lora_A (shared by modules reading the same input)",
+                    l.scope,
+                ),
                 &[
                     layers.clone(),
                     tok(ctx),
@@ -482,7 +672,7 @@ fn lora_plain_terms(l: &Layer, a: &Adapted, out: &mut Vec<Term>) {
     }
     out.push(Term::product(
         Component::ActLora,
-        "lora_A outputs (saved by lora_B)",
+        scoped("lora_A outputs (saved by lora_B)", l.scope),
         &[
             layers.clone(),
             tok(ctx),
@@ -504,12 +694,12 @@ fn lora_autocast_terms(l: &Layer, a: &Adapted, ac: Dtype, out: &mut Vec<Term>) {
     }
     out.push(Term::product(
         Component::ActLora,
-        "autocast copies of lora_A inputs",
+        scoped("autocast copies of lora_A inputs", l.scope),
         &[layers.clone(), tok(ctx), f("Σ in_features", sum_in), by(ac)],
     ));
     out.push(Term::product(
         Component::ActLora,
-        "lora_A outputs (autocast dtype)",
+        scoped("lora_A outputs (autocast dtype)", l.scope),
         &[
             layers.clone(),
             tok(ctx),
@@ -520,7 +710,7 @@ fn lora_autocast_terms(l: &Layer, a: &Adapted, ac: Dtype, out: &mut Vec<Term>) {
     ));
     out.push(Term::product(
         Component::ActWeightCopies,
-        "autocast copies of the LoRA A and B weights",
+        scoped("autocast copies of the LoRA A and B weights", l.scope),
         &[
             layers.clone(),
             f("rank", r),
@@ -531,9 +721,8 @@ fn lora_autocast_terms(l: &Layer, a: &Adapted, ac: Dtype, out: &mut Vec<Term>) {
 }
 
 /// Autocast copies of frozen Linear weights that are not in the autocast dtype already.
-fn weight_copy_terms(l: &Layer, out: &mut Vec<Term>) {
+fn weight_copy_terms(l: &Layer, linear_params: u128, out: &mut Vec<Term>) {
     let ctx = l.ctx;
-    let a = ctx.arch;
     let layers = l.layers.clone();
 
     // Autocast copies of frozen weights (every Linear, adapted or not) when they are not in the
@@ -542,17 +731,52 @@ fn weight_copy_terms(l: &Layer, out: &mut Vec<Term>) {
         if w != ac {
             out.push(Term::product(
                 Component::ActWeightCopies,
-                "autocast copies of frozen Linear weights",
+                scoped("autocast copies of frozen Linear weights", l.scope),
                 &[
                     layers.clone(),
-                    f(
-                        "linear params per layer",
-                        a.linear_weight_params_per_layer(),
-                    ),
+                    f("linear params per layer", linear_params),
                     by(ac),
                 ],
             ));
         }
+    }
+}
+
+/// The rotary tables the layers share: cos + sin (gpt-oss: of half the head width), or
+/// DeepSeek's complex `freqs_cis`.
+fn rotary_term(ctx: &Ctx) -> Term {
+    let a = ctx.arch;
+    let t = ctx.s.seq as u128;
+    match a.family.layout().attention {
+        AttentionKind::Latent => Term::product(
+            Component::ActEmbeddings,
+            "rotary freqs_cis (complex64)",
+            &[
+                f("seq", t),
+                f("rope_head_dim / 2", a.head_dim() as u128 / 2),
+                bytes_of(8),
+            ],
+        ),
+        AttentionKind::Sinks => Term::product(
+            Component::ActEmbeddings,
+            "rotary cos + sin tables (half the head width)",
+            &[
+                f("2", 2),
+                f("seq", t),
+                f("head_dim / 2", a.head_dim() as u128 / 2),
+                by(ctx.resid),
+            ],
+        ),
+        AttentionKind::Standard => Term::product(
+            Component::ActEmbeddings,
+            "rotary cos + sin tables",
+            &[
+                f("2", 2),
+                f("seq", t),
+                f("head_dim", a.head_dim() as u128),
+                by(ctx.resid),
+            ],
+        ),
     }
 }
 
@@ -566,16 +790,7 @@ pub fn global_terms(ctx: &Ctx) -> Vec<Term> {
             "input_ids + labels (int64)",
             &[f("2", 2), tok(ctx), bytes_of(8)],
         ),
-        Term::product(
-            Component::ActEmbeddings,
-            "rotary cos + sin tables",
-            &[
-                f("2", 2),
-                f("seq", t),
-                f("head_dim", a.head_dim() as u128),
-                by(ctx.resid),
-            ],
-        ),
+        rotary_term(ctx),
         Term::product(
             Component::ActNorms,
             "final RMSNorm: fp32 input copy + rsqrt",

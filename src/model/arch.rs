@@ -25,6 +25,19 @@ pub enum Family {
     Gemma3,
     /// Phi-3: fused qkv_proj and gate_up_proj.
     Phi3,
+    /// Mixtral: 8 routed experts per layer (fused 3-D parameters), top-2, fp32 routing weights.
+    Mixtral,
+    /// Qwen3-MoE (Qwen3-30B-A3B, 235B-A22B): per-head q/k norms, `moe_intermediate_size`
+    /// experts, dense layers by `mlp_only_layers` / `decoder_sparse_step`.
+    Qwen3Moe,
+    /// OLMoE: q/k RMSNorm over the whole projection, top-8 of 64 experts.
+    Olmoe,
+    /// DeepSeek-V2 (Lite): multi-head latent attention, shared experts, fp32 router, the first
+    /// `first_k_dense_replace` layers dense.
+    DeepseekV2,
+    /// gpt-oss: eager attention with sinks and biases, clamped SwiGLU experts with biases
+    /// (MXFP4 on the Hub, dequantized to bf16 for training).
+    GptOss,
 }
 
 names!(Family {
@@ -35,6 +48,11 @@ names!(Family {
     Gemma2 => "gemma2",
     Gemma3 => "gemma3" | "gemma3_text",
     Phi3 => "phi3" | "phi_3",
+    Mixtral => "mixtral",
+    Qwen3Moe => "qwen3_moe",
+    Olmoe => "olmoe",
+    DeepseekV2 => "deepseek_v2",
+    GptOss => "gpt_oss" | "gptoss",
 });
 
 impl TryFrom<String> for Family {
@@ -71,6 +89,84 @@ pub struct FamilyLayout {
     pub tie_default: bool,
     /// `head_dim` when config.json omits it (else hidden / heads).
     pub head_dim_default: Option<u64>,
+    /// q_norm / k_norm normalise the whole projection (OLMoE) rather than each head.
+    pub qk_norm_whole: bool,
+    /// `attention_bias` also gives o_proj a bias (gpt-oss, OLMoE, Qwen3-MoE).
+    pub o_bias: bool,
+    /// How attention is built.
+    pub attention: AttentionKind,
+    /// `_supports_sdpa`: without it transformers runs eager attention (gpt-oss).
+    pub sdpa: bool,
+    /// The mixture-of-experts block, for MoE families.
+    pub moe: Option<MoeLayout>,
+}
+
+/// How a family builds attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionKind {
+    /// q, k, v, o projections (GQA).
+    Standard,
+    /// DeepSeek's multi-head latent attention: q (or q_a → q_b), kv_a_proj_with_mqa → kv_a_layernorm
+    /// → kv_b_proj, rotary on a separate slice.
+    Latent,
+    /// gpt-oss: eager softmax over the scores and one learned sink logit per head.
+    Sinks,
+}
+
+/// Which layers of an MoE family keep a dense MLP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenseLayers {
+    /// Every layer is MoE.
+    None,
+    /// Qwen3-MoE: layer `i` is dense if listed in `mlp_only_layers` or `(i+1) % decoder_sparse_step != 0`.
+    SparseStep,
+    /// DeepSeek-V2: the first `first_k_dense_replace` layers are dense.
+    FirstK,
+}
+
+/// The MoE block of a family, as transformers 5.24 builds it (every family stores its routed
+/// experts as two fused 3-D parameters per layer, `gate_up_proj` and `down_proj`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeLayout {
+    /// The expert width is `moe_intermediate_size` (Qwen3-MoE, DeepSeek) rather than `intermediate_size`.
+    pub moe_width: bool,
+    /// The routing weights stay fp32 (Mixtral's softmax of `logits.float()`, DeepSeek's fp32 router),
+    /// rather than being cast back to the logits' dtype.
+    pub fp32_routing: bool,
+    /// The router weight is stored in fp32 (DeepSeek's `_keep_in_fp32_modules_strict`).
+    pub fp32_router: bool,
+    /// The top-k weights are renormalised: always (Mixtral), per `norm_topk_prob`, or never.
+    pub renorm: Renorm,
+    /// Top-k of the raw logits, then a softmax over the k (gpt-oss): no `[tokens, experts]` softmax.
+    pub softmax_after_topk: bool,
+    /// gpt-oss's clamped SwiGLU (`clamp`, `sigmoid`, `glu`, `up + 1` kept) and biases on the
+    /// experts and the router.
+    pub clamped_glu: bool,
+    /// Shared experts next to the routed ones (a plain MLP of `moe_intermediate_size ×
+    /// n_shared_experts`).
+    pub shared_experts: bool,
+    /// Which layers stay dense.
+    pub dense: DenseLayers,
+}
+
+/// Whether the top-k routing weights are renormalised to sum to one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renorm {
+    /// Always (Mixtral).
+    Always,
+    /// When `norm_topk_prob` is true (default false).
+    Config,
+    /// Never (DeepSeek-V2 scales by `routed_scaling_factor`).
+    Never,
+}
+
+/// Which kind of feed-forward block a decoder layer has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LayerKind {
+    /// A dense MLP (gate, up, down Linear layers).
+    Dense,
+    /// A router and routed experts (plus shared experts where the family has them).
+    Moe,
 }
 
 impl Family {
@@ -85,6 +181,21 @@ impl Family {
             softcapping: false,
             tie_default: false,
             head_dim_default: None,
+            qk_norm_whole: false,
+            o_bias: false,
+            attention: AttentionKind::Standard,
+            sdpa: true,
+            moe: None,
+        };
+        let moe = MoeLayout {
+            moe_width: false,
+            fp32_routing: false,
+            fp32_router: false,
+            renorm: Renorm::Config,
+            softmax_after_topk: false,
+            clamped_glu: false,
+            shared_experts: false,
+            dense: DenseLayers::None,
         };
         let gemma = FamilyLayout {
             norms_per_layer: 4,
@@ -113,6 +224,59 @@ impl Family {
             },
             Family::Phi3 => FamilyLayout {
                 fused_projections: true,
+                ..base
+            },
+            Family::Mixtral => FamilyLayout {
+                moe: Some(MoeLayout {
+                    fp32_routing: true,
+                    renorm: Renorm::Always,
+                    ..moe
+                }),
+                ..base
+            },
+            Family::Qwen3Moe => FamilyLayout {
+                qk_norm: true,
+                o_bias: true,
+                moe: Some(MoeLayout {
+                    moe_width: true,
+                    dense: DenseLayers::SparseStep,
+                    ..moe
+                }),
+                ..base
+            },
+            Family::Olmoe => FamilyLayout {
+                qk_norm: true,
+                qk_norm_whole: true,
+                o_bias: true,
+                moe: Some(moe),
+                ..base
+            },
+            Family::DeepseekV2 => FamilyLayout {
+                o_bias: true,
+                attention: AttentionKind::Latent,
+                moe: Some(MoeLayout {
+                    moe_width: true,
+                    fp32_routing: true,
+                    fp32_router: true,
+                    renorm: Renorm::Never,
+                    shared_experts: true,
+                    dense: DenseLayers::FirstK,
+                    ..moe
+                }),
+                ..base
+            },
+            Family::GptOss => FamilyLayout {
+                qkv_bias: true,
+                o_bias: true,
+                head_dim_default: Some(64),
+                attention: AttentionKind::Sinks,
+                sdpa: false,
+                moe: Some(MoeLayout {
+                    renorm: Renorm::Never,
+                    softmax_after_topk: true,
+                    clamped_glu: true,
+                    ..moe
+                }),
                 ..base
             },
         }
@@ -170,6 +334,83 @@ pub struct Architecture {
     /// Gemma-2 final-logit softcapping.
     #[serde(default)]
     pub final_logit_softcapping: Option<f64>,
+    /// Mixture-of-experts numbers (config.json keys; empty for dense models).
+    #[serde(flatten)]
+    pub moe: MoeConfig,
+    /// DeepSeek's multi-head latent attention numbers (config.json keys; empty otherwise).
+    #[serde(flatten)]
+    pub mla: MlaConfig,
+}
+
+/// The config.json numbers of a mixture-of-experts model, each under its config.json key
+/// (aliases: the other families' spellings). A missing number takes the transformers config
+/// class's default for the family.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoeConfig {
+    /// Routed experts per MoE layer (`num_experts`, `num_local_experts`, `n_routed_experts`).
+    #[serde(
+        default,
+        alias = "num_local_experts",
+        alias = "n_routed_experts",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub num_experts: Option<u64>,
+    /// Experts each token is routed to (top-k).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts_per_tok: Option<u64>,
+    /// Expert width of Qwen3-MoE and DeepSeek (their `intermediate_size` is the dense layers').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_intermediate_size: Option<u64>,
+    /// DeepSeek: shared experts (one MLP of `moe_intermediate_size × n_shared_experts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_shared_experts: Option<u64>,
+    /// DeepSeek: the first layers keep a dense MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_k_dense_replace: Option<u64>,
+    /// Qwen3-MoE: every `decoder_sparse_step`-th layer is MoE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoder_sparse_step: Option<u64>,
+    /// Qwen3-MoE: layers that keep a dense MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlp_only_layers: Option<Vec<u64>>,
+    /// Renormalise the top-k routing weights (Qwen3-MoE, OLMoE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm_topk_prob: Option<bool>,
+}
+
+/// DeepSeek's multi-head latent attention (config.json keys).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MlaConfig {
+    /// Rank of the query compression (`null`: a plain q_proj).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q_lora_rank: Option<u64>,
+    /// Rank of the key/value compression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_lora_rank: Option<u64>,
+    /// Per-head query/key width without rotary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_nope_head_dim: Option<u64>,
+    /// Per-head query/key width with rotary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_rope_head_dim: Option<u64>,
+    /// Per-head value width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v_head_dim: Option<u64>,
+}
+
+/// MLA widths with the config class's defaults applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mla {
+    /// q_lora_rank (None: plain q_proj).
+    pub q_rank: Option<u128>,
+    /// kv_lora_rank.
+    pub kv_rank: u128,
+    /// qk_nope_head_dim.
+    pub nope: u128,
+    /// qk_rope_head_dim.
+    pub rope: u128,
+    /// v_head_dim.
+    pub v: u128,
 }
 
 /// One Linear layer of a decoder block that LoRA can adapt.
@@ -223,6 +464,7 @@ impl Target {}
 const MAX_DIM: u64 = 1 << 20;
 const MAX_LAYERS: u64 = 4096;
 const MAX_VOCAB: u64 = 1 << 24;
+const MAX_EXPERTS: u128 = 1 << 12;
 
 impl Architecture {
     /// Checks that the numbers describe a buildable model.
@@ -284,6 +526,7 @@ impl Architecture {
                 }
             }
         }
+        self.validate_moe()?;
         for (field, v) in [
             ("attn_logit_softcapping", self.attn_logit_softcapping),
             ("final_logit_softcapping", self.final_logit_softcapping),
@@ -297,14 +540,91 @@ impl Architecture {
         Ok(())
     }
 
+    /// Range checks of the MoE and MLA numbers (absent ones take the family's defaults).
+    fn validate_moe(&self) -> Result<(), PlanError> {
+        let bad =
+            |field: &'static str, why: String| Err(PlanError::InvalidArchitecture { field, why });
+        if !self.is_moe() {
+            return Ok(());
+        }
+        let e = self.num_experts();
+        if e == 0 || e > MAX_EXPERTS {
+            return bad(
+                "num_experts",
+                format!("{e} must be between 1 and {MAX_EXPERTS}"),
+            );
+        }
+        let k = self.experts_per_tok();
+        if k == 0 || k > e {
+            return bad(
+                "num_experts_per_tok",
+                if k == 0 {
+                    "is required and must be at least 1".into()
+                } else {
+                    format!("{k} must not exceed the number of experts ({e})")
+                },
+            );
+        }
+        for (field, v) in [
+            ("moe_intermediate_size", self.moe.moe_intermediate_size),
+            ("n_shared_experts", self.moe.n_shared_experts),
+            ("decoder_sparse_step", self.moe.decoder_sparse_step),
+            ("q_lora_rank", self.mla.q_lora_rank),
+            ("kv_lora_rank", self.mla.kv_lora_rank),
+            ("qk_nope_head_dim", self.mla.qk_nope_head_dim),
+            ("qk_rope_head_dim", self.mla.qk_rope_head_dim),
+            ("v_head_dim", self.mla.v_head_dim),
+        ] {
+            match v {
+                Some(0) if field != "n_shared_experts" => {
+                    return bad(field, "must be at least 1".into())
+                }
+                Some(x) if x > MAX_DIM => {
+                    return bad(field, format!("{x} is larger than {MAX_DIM}"))
+                }
+                _ => {}
+            }
+        }
+        if self.expert_width() == 0 || self.expert_width() > (MAX_DIM * 4) as u128 {
+            return bad(
+                "moe_intermediate_size",
+                format!("expert width {} is out of range", self.expert_width()),
+            );
+        }
+        if let Some(m) = self.mla() {
+            if m.rope % 2 == 1 {
+                return bad("qk_rope_head_dim", format!("{} must be even", m.rope));
+            }
+        }
+        if self
+            .moe
+            .mlp_only_layers
+            .as_ref()
+            .is_some_and(|v| v.len() > MAX_LAYERS as usize)
+        {
+            return bad("mlp_only_layers", "lists too many layers".into());
+        }
+        Ok(())
+    }
+
     /// Key/value heads (defaults to the query heads).
     pub fn kv_heads(&self) -> u64 {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }
 
-    /// Per-head width.
+    /// Per-head width (of the rotary part for MLA: DeepSeek's config sets `head_dim =
+    /// qk_rope_head_dim`).
     pub fn head_dim(&self) -> u64 {
+        if let Some(m) = self.mla() {
+            return m.rope as u64;
+        }
+        let moe_default = if self.is_moe() {
+            self.family.layout().head_dim_default
+        } else {
+            None
+        };
         self.head_dim
+            .or(moe_default)
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
@@ -332,15 +652,168 @@ impl Architecture {
         self.family.layout().softcapping && self.final_logit_softcapping.unwrap_or(30.0) > 0.0
     }
 
-    /// The Linear layers of one decoder block, in forward order.
+    /// The family's MoE block, if it is an MoE family.
+    pub fn moe_layout(&self) -> Option<MoeLayout> {
+        self.family.layout().moe
+    }
+
+    /// Whether this is a mixture-of-experts model.
+    pub fn is_moe(&self) -> bool {
+        self.moe_layout().is_some()
+    }
+
+    /// Routed experts per MoE layer (the config class's default when config.json omits it).
+    pub fn num_experts(&self) -> u128 {
+        let default = match self.family {
+            Family::Mixtral => 8,
+            Family::Qwen3Moe => 128,
+            Family::Olmoe | Family::DeepseekV2 => 64,
+            Family::GptOss => 128,
+            _ => 0,
+        };
+        self.moe.num_experts.unwrap_or(default) as u128
+    }
+
+    /// Experts per token (top-k; DeepSeek's config class has no default).
+    pub fn experts_per_tok(&self) -> u128 {
+        let default = match self.family {
+            Family::Mixtral => 2,
+            Family::Qwen3Moe | Family::Olmoe => 8,
+            Family::GptOss => 4,
+            _ => 0,
+        };
+        self.moe.num_experts_per_tok.unwrap_or(default) as u128
+    }
+
+    /// Width of one routed expert (`moe_intermediate_size` or `intermediate_size` by family).
+    pub fn expert_width(&self) -> u128 {
+        match self.moe_layout() {
+            Some(m) if m.moe_width => {
+                let default = match self.family {
+                    Family::DeepseekV2 => 1407,
+                    _ => 768,
+                };
+                self.moe.moe_intermediate_size.unwrap_or(default) as u128
+            }
+            _ => self.intermediate_size as u128,
+        }
+    }
+
+    /// Width of the shared-experts MLP (0 without shared experts).
+    pub fn shared_width(&self) -> u128 {
+        match self.moe_layout() {
+            Some(m) if m.shared_experts => {
+                self.expert_width() * self.moe.n_shared_experts.unwrap_or(2) as u128
+            }
+            _ => 0,
+        }
+    }
+
+    /// Whether the top-k routing weights are renormalised.
+    pub fn renorm_topk(&self) -> bool {
+        match self.moe_layout().map(|m| m.renorm) {
+            Some(Renorm::Always) => true,
+            Some(Renorm::Config) => self.moe.norm_topk_prob.unwrap_or(false),
+            _ => false,
+        }
+    }
+
+    /// The feed-forward kind of decoder layer `li` (0-based).
+    pub fn layer_kind(&self, li: u64) -> LayerKind {
+        let Some(m) = self.moe_layout() else {
+            return LayerKind::Dense;
+        };
+        let moe = match m.dense {
+            DenseLayers::None => true,
+            DenseLayers::SparseStep => {
+                let step = self.moe.decoder_sparse_step.unwrap_or(1).max(1);
+                let only = self.moe.mlp_only_layers.as_deref().unwrap_or(&[]);
+                !only.contains(&li) && self.num_experts() > 0 && (li + 1) % step == 0
+            }
+            DenseLayers::FirstK => li >= self.moe.first_k_dense_replace.unwrap_or(0),
+        };
+        if moe {
+            LayerKind::Moe
+        } else {
+            LayerKind::Dense
+        }
+    }
+
+    /// Decoder layers with a router and experts.
+    pub fn moe_layers(&self) -> u128 {
+        if !self.is_moe() {
+            return 0;
+        }
+        let l = self.num_hidden_layers.min(MAX_LAYERS);
+        (0..l)
+            .filter(|&i| self.layer_kind(i) == LayerKind::Moe)
+            .count() as u128
+    }
+
+    /// Decoder layers with a dense MLP.
+    pub fn dense_layers(&self) -> u128 {
+        self.num_hidden_layers as u128 - self.moe_layers()
+    }
+
+    /// Each kind of layer present with its count (dense first).
+    pub fn layer_groups(&self) -> Vec<(LayerKind, u128)> {
+        [
+            (LayerKind::Dense, self.dense_layers()),
+            (LayerKind::Moe, self.moe_layers()),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect()
+    }
+
+    /// MLA widths (DeepSeek), with the config class's defaults.
+    pub fn mla(&self) -> Option<Mla> {
+        if self.family.layout().attention != AttentionKind::Latent {
+            return None;
+        }
+        let m = &self.mla;
+        Some(Mla {
+            q_rank: m.q_lora_rank.map(|x| x as u128),
+            kv_rank: m.kv_lora_rank.unwrap_or(512) as u128,
+            nope: m.qk_nope_head_dim.unwrap_or(128) as u128,
+            rope: m.qk_rope_head_dim.unwrap_or(64) as u128,
+            v: m.v_head_dim.unwrap_or(128) as u128,
+        })
+    }
+
+    /// The Linear layers of attention, in forward order.
+    pub fn attention_linears(&self) -> Vec<LinearShape> {
+        self.block_linears(LayerKind::Dense)
+            .into_iter()
+            .filter(|l| {
+                !l.selected_by
+                    .iter()
+                    .any(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
+            })
+            .collect()
+    }
+
+    /// The Linear layers of one decoder block, in forward order (for MoE families, of a dense
+    /// layer: see [`Architecture::block_linears`]).
     pub fn linears(&self) -> Vec<LinearShape> {
+        self.block_linears(LayerKind::Dense)
+    }
+
+    /// The Linear layers (what LoRA's `target_modules` and 4-bit quantization reach) of a decoder
+    /// layer of `kind`, in forward order: attention, then the dense MLP or, in an MoE layer, the
+    /// shared experts (routed experts and routers are not `nn.Linear`).
+    pub fn block_linears(&self, kind: LayerKind) -> Vec<LinearShape> {
         let h = self.hidden_size as u128;
-        let i = self.intermediate_size as u128;
+        let i = match kind {
+            LayerKind::Dense => self.intermediate_size as u128,
+            LayerKind::Moe => self.shared_width(),
+        };
         let (qd, kvd) = (self.q_dim(), self.kv_dim());
         let bias = self.has_qkv_bias();
+        let o_bias = self.family.layout().o_bias && bias;
         use Target::*;
         if self.family.layout().fused_projections {
-            vec![
+            return vec![
                 LinearShape {
                     name: "qkv_proj",
                     in_features: h,
@@ -369,9 +842,62 @@ impl Architecture {
                     selected_by: &[Down],
                     bias: false,
                 },
-            ]
-        } else {
-            vec![
+            ];
+        }
+        let mut out = match self.mla() {
+            Some(m) => {
+                let heads = self.num_attention_heads as u128;
+                let qk = m.nope + m.rope;
+                let mut v = vec![];
+                match m.q_rank {
+                    None => v.push(LinearShape {
+                        name: "q_proj",
+                        in_features: h,
+                        out_features: heads * qk,
+                        selected_by: &[Q],
+                        bias: false,
+                    }),
+                    Some(qr) => {
+                        v.push(LinearShape {
+                            name: "q_a_proj",
+                            in_features: h,
+                            out_features: qr,
+                            selected_by: &[Q],
+                            bias,
+                        });
+                        v.push(LinearShape {
+                            name: "q_b_proj",
+                            in_features: qr,
+                            out_features: heads * qk,
+                            selected_by: &[Q],
+                            bias: false,
+                        });
+                    }
+                }
+                v.push(LinearShape {
+                    name: "kv_a_proj_with_mqa",
+                    in_features: h,
+                    out_features: m.kv_rank + m.rope,
+                    selected_by: &[K, V],
+                    bias,
+                });
+                v.push(LinearShape {
+                    name: "kv_b_proj",
+                    in_features: m.kv_rank,
+                    out_features: heads * (m.nope + m.v),
+                    selected_by: &[K, V],
+                    bias: false,
+                });
+                v.push(LinearShape {
+                    name: "o_proj",
+                    in_features: heads * m.v,
+                    out_features: h,
+                    selected_by: &[O],
+                    bias: o_bias,
+                });
+                v
+            }
+            None => vec![
                 LinearShape {
                     name: "q_proj",
                     in_features: h,
@@ -398,8 +924,12 @@ impl Architecture {
                     in_features: qd,
                     out_features: h,
                     selected_by: &[O],
-                    bias: false,
+                    bias: o_bias,
                 },
+            ],
+        };
+        if i > 0 {
+            out.extend([
                 LinearShape {
                     name: "gate_proj",
                     in_features: h,
@@ -421,33 +951,99 @@ impl Architecture {
                     selected_by: &[Down],
                     bias: false,
                 },
-            ]
+            ]);
         }
+        out
     }
 
-    /// Parameters of the Linear weights (no biases) of one decoder block.
-    pub fn linear_weight_params_per_layer(&self) -> u128 {
-        self.linears()
+    /// Parameters of the Linear weights (no biases) of one decoder block of `kind`.
+    pub fn block_linear_params(&self, kind: LayerKind) -> u128 {
+        self.block_linears(kind)
             .iter()
             .map(|l| l.in_features * l.out_features)
             .sum()
     }
 
-    /// Everything in one decoder block that is not a Linear weight: biases and norm weights.
-    pub fn small_params_per_layer(&self) -> u128 {
+    /// Parameters of the Linear weights (no biases) of one decoder block (for MoE families the
+    /// largest kind of block).
+    pub fn linear_weight_params_per_layer(&self) -> u128 {
+        self.layer_groups()
+            .iter()
+            .map(|&(k, _)| self.block_linear_params(k))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Parameters of every decoder Linear weight (no biases), all layers.
+    pub fn linear_weight_params(&self) -> u128 {
+        self.layer_groups()
+            .iter()
+            .map(|&(k, n)| n * self.block_linear_params(k))
+            .sum()
+    }
+
+    /// Everything in one decoder block of `kind` that is neither a Linear weight nor an expert
+    /// or router parameter: biases, norm weights, attention sinks.
+    pub fn block_small_params(&self, kind: LayerKind) -> u128 {
         let h = self.hidden_size as u128;
         let biases: u128 = self
-            .linears()
+            .block_linears(kind)
             .iter()
             .filter(|l| l.bias)
             .map(|l| l.out_features)
             .sum();
-        let qk_norm = if self.family.has_qk_norm() {
-            2 * self.head_dim() as u128
+        let layout = self.family.layout();
+        let qk_norm = match (layout.qk_norm, layout.qk_norm_whole) {
+            (false, _) => 0,
+            (true, false) => 2 * self.head_dim() as u128,
+            (true, true) => self.q_dim() + self.kv_dim(),
+        };
+        let latent_norms = self.mla().map_or(0, |m| m.kv_rank + m.q_rank.unwrap_or(0));
+        let sinks = if layout.attention == AttentionKind::Sinks {
+            self.num_attention_heads as u128
         } else {
             0
         };
-        biases + self.family.norms_per_layer() * h + qk_norm
+        biases + self.family.norms_per_layer() * h + qk_norm + latent_norms + sinks
+    }
+
+    /// Small parameters of one decoder block (biases, norms; the largest kind for MoE families).
+    pub fn small_params_per_layer(&self) -> u128 {
+        self.layer_groups()
+            .iter()
+            .map(|&(k, _)| self.block_small_params(k))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Routed-expert parameters of one MoE layer: `gate_up_proj [E, 2I, H]` and `down_proj
+    /// [E, H, I]` (gpt-oss adds their biases `[E, 2I]`, `[E, H]`).
+    pub fn expert_params_per_layer(&self) -> u128 {
+        let Some(m) = self.moe_layout() else { return 0 };
+        let (e, i, h) = (
+            self.num_experts(),
+            self.expert_width(),
+            self.hidden_size as u128,
+        );
+        let bias = if m.clamped_glu { e * (2 * i + h) } else { 0 };
+        e * 3 * i * h + bias
+    }
+
+    /// Router parameters of one MoE layer: `weight [E, H]` (gpt-oss: and `bias [E]`).
+    pub fn router_params_per_layer(&self) -> u128 {
+        let Some(m) = self.moe_layout() else { return 0 };
+        let e = self.num_experts();
+        e * self.hidden_size as u128 + if m.clamped_glu { e } else { 0 }
+    }
+
+    /// Routed-expert parameters of the whole model.
+    pub fn expert_params(&self) -> u128 {
+        self.moe_layers() * self.expert_params_per_layer()
+    }
+
+    /// Router parameters of the whole model.
+    pub fn router_params(&self) -> u128 {
+        self.moe_layers() * self.router_params_per_layer()
     }
 
     /// Embedding matrix parameters (vocab × hidden).
@@ -466,10 +1062,28 @@ impl Architecture {
 
     /// Total parameters of the base model (what `model.num_parameters()` reports).
     pub fn total_params(&self) -> u128 {
-        let layers = self.num_hidden_layers as u128;
-        layers * (self.linear_weight_params_per_layer() + self.small_params_per_layer())
+        let small: u128 = self
+            .layer_groups()
+            .iter()
+            .map(|&(k, n)| n * self.block_small_params(k))
+            .sum();
+        self.linear_weight_params()
+            + small
+            + self.expert_params()
+            + self.router_params()
             + self.embedding_params()
             + self.lm_head_params()
             + self.hidden_size as u128
+    }
+
+    /// Parameters one token runs through: all but the routed experts it is not sent to
+    /// (`total − (E − k)/E × routed-expert parameters`).
+    pub fn active_params(&self) -> u128 {
+        let e = self.num_experts();
+        if e == 0 {
+            return self.total_params();
+        }
+        let k = self.experts_per_tok().min(e);
+        self.total_params() - self.expert_params() / e * (e - k)
     }
 }

@@ -62,11 +62,32 @@ pub fn apply(
     if ps > 1 {
         // FSDP / ZeRO-3 gather one decoder layer at a time and prefetch the next: two unsharded
         // units in their storage dtype (4-bit layers stay packed, as fsdp_qlora stores them).
-        let linear = a.linear_weight_params_per_layer();
-        let small = a.small_params_per_layer();
-        let layer_bytes = match ctx.s.quant {
+        let unit = |linear: u128, small: u128| match ctx.s.quant {
             Some(_) => linear.div_ceil(2) + small * ctx.aux_weight.bytes(),
             None => (linear + small) * ctx.s.dtype.bytes(),
+        };
+        let layer_bytes = if a.is_moe() {
+            // The largest kind of layer; an MoE layer gathers its routed experts and router
+            // too, in their own dtype (never 4-bit).
+            a.layer_groups()
+                .iter()
+                .map(|&(k, _)| {
+                    let base = unit(a.block_linear_params(k), a.block_small_params(k));
+                    let experts = if k == super::arch::LayerKind::Moe {
+                        (a.expert_params_per_layer() + a.router_params_per_layer())
+                            * ctx.expert.bytes()
+                    } else {
+                        0
+                    };
+                    base + experts
+                })
+                .max()
+                .unwrap_or(0)
+        } else {
+            unit(
+                a.linear_weight_params_per_layer(),
+                a.small_params_per_layer(),
+            )
         };
         r.comm.push(
             Term::product(

@@ -83,6 +83,61 @@ names!(SavedModule {
     EmbedTokens => "embed_tokens",
 });
 
+/// How transformers runs the routed experts (`experts_implementation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertsImpl {
+    /// `torch._grouped_mm` over the token–expert pairs sorted by expert (transformers' default).
+    GroupedMm,
+    /// The Python loop over the experts that received tokens.
+    Eager,
+    /// A weight copy per token–expert pair and `bmm` (kept for backward: unusable for training).
+    BatchedMm,
+}
+
+names!(ExpertsImpl {
+    GroupedMm => "grouped_mm" | "grouped",
+    Eager => "eager",
+    BatchedMm => "batched_mm" | "batched",
+});
+
+/// A fused expert parameter that peft's `target_parameters` adapts (`ParamWrapper`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertParam {
+    /// `mlp.experts.gate_up_proj` `[E, 2I, H]`.
+    GateUp,
+    /// `mlp.experts.down_proj` `[E, H, I]`.
+    Down,
+}
+
+names!(ExpertParam {
+    GateUp => "gate_up_proj" | "mlp.experts.gate_up_proj" | "experts.gate_up_proj",
+    Down => "down_proj" | "mlp.experts.down_proj" | "experts.down_proj",
+});
+
+/// Parses a `target_parameters` list (`experts` = both fused expert parameters).
+pub fn parse_expert_params<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+) -> Result<Vec<ExpertParam>, String> {
+    let mut out = vec![];
+    for n in names {
+        let n = n.trim();
+        match n.to_ascii_lowercase().as_str() {
+            "" | "none" | "null" => continue,
+            "experts" | "mlp.experts" | "all" => out.extend(ExpertParam::ALL),
+            _ => out.push(ExpertParam::parse(n).ok_or_else(|| {
+                format!(
+                    "unknown expert parameter {n:?} (expected gate_up_proj, down_proj or experts)"
+                )
+            })?),
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// A validated training configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -133,6 +188,19 @@ pub struct Settings {
     /// `PYTORCH_CUDA_ALLOC_CONF` (e.g. `expandable_segments:True`); empty = PyTorch's defaults.
     #[serde(default)]
     pub alloc_conf: String,
+    /// Fused expert parameters adapted by LoRA (peft `target_parameters`; MoE models).
+    #[serde(default)]
+    pub target_parameters: Vec<ExpertParam>,
+    /// `output_router_logits`: the router logits are kept and the load-balancing loss added.
+    #[serde(default)]
+    pub output_router_logits: bool,
+    /// How the routed experts run (`experts_implementation`).
+    #[serde(default = "default_experts_impl")]
+    pub experts_impl: ExpertsImpl,
+}
+
+fn default_experts_impl() -> ExpertsImpl {
+    ExpertsImpl::GroupedMm
 }
 
 /// Supported ranges (beyond these the planner refuses rather than extrapolating nonsense).
@@ -166,6 +234,9 @@ impl Default for Settings {
             fused_ce: false,
             parallel: Default::default(),
             alloc_conf: String::new(),
+            target_parameters: vec![],
+            output_router_logits: false,
+            experts_impl: ExpertsImpl::GroupedMm,
         }
     }
 }
@@ -206,7 +277,10 @@ impl Settings {
         }
         self.parallel.validate(self.grad_ckpt)?;
         self.allocator_conf()?;
-        if self.targets.is_empty() && self.modules_to_save.is_empty() {
+        if self.targets.is_empty()
+            && self.modules_to_save.is_empty()
+            && self.target_parameters.is_empty()
+        {
             return bad(
                 "target_modules",
                 "nothing is trainable: choose at least one target module".into(),
@@ -250,6 +324,19 @@ impl Settings {
         })
     }
 
+    /// The settings as transformers runs them for `arch`: a family without sdpa support
+    /// (gpt-oss, `_supports_sdpa = False`) runs eager attention when sdpa is asked for.
+    pub fn as_run(&self, arch: &super::arch::Architecture) -> std::borrow::Cow<'_, Settings> {
+        if self.attn_impl == AttnImpl::Sdpa && !arch.family.layout().sdpa {
+            std::borrow::Cow::Owned(Settings {
+                attn_impl: AttnImpl::Eager,
+                ..self.clone()
+            })
+        } else {
+            std::borrow::Cow::Borrowed(self)
+        }
+    }
+
     /// Tokens in one micro-batch.
     pub fn tokens(&self) -> u128 {
         self.batch as u128 * self.seq as u128
@@ -270,6 +357,11 @@ pub fn parse_target_names<'a>(
             "all-linear" | "all_linear" | "all" => out.extend(Target::ALL),
             "qkv" | "qkv_proj" => out.extend([Target::Q, Target::K, Target::V]),
             "gate_up" | "gate_up_proj" => out.extend([Target::Gate, Target::Up]),
+            "attn" | "attention" => out.extend([Target::Q, Target::K, Target::V, Target::O]),
+            "mlp" => out.extend([Target::Gate, Target::Up, Target::Down]),
+            // DeepSeek's latent attention: the q path and the compressed k/v path.
+            "q_a_proj" | "q_b_proj" => out.push(Target::Q),
+            "kv_a_proj_with_mqa" | "kv_a_proj" | "kv_b_proj" => out.extend([Target::K, Target::V]),
             _ => out.push(Target::parse(n).ok_or_else(|| PlanError::InvalidSetting {
                 field: "target_modules",
                 why: format!(

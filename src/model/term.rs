@@ -12,6 +12,8 @@ use serde::Serialize;
 pub enum Component {
     /// Frozen base weights (incl. embeddings, norms, lm_head).
     FrozenWeights,
+    /// Frozen routed-expert weights of MoE models (fused 3-D parameters).
+    FrozenExperts,
     /// bitsandbytes absmax / code constants of 4-bit weights.
     QuantState,
     /// LoRA adapters and modules_to_save copies.
@@ -24,6 +26,8 @@ pub enum Component {
     ActAttention,
     /// Saved for backward by the MLP (gate, up, activation).
     ActMlp,
+    /// Saved for backward by the router and the routed experts of MoE layers.
+    ActExperts,
     /// Saved for backward by RMSNorms (fp32 input copy, rsqrt).
     ActNorms,
     /// peft LoRA path (fp32 input copies, A outputs, autocast weight copies).
@@ -54,8 +58,9 @@ pub enum Component {
 
 impl Component {
     /// Every component, in stacking order (bottom first).
-    pub const ALL: [Component; 17] = [
+    pub const ALL: [Component; 19] = [
         Component::FrozenWeights,
+        Component::FrozenExperts,
         Component::QuantState,
         Component::TrainableWeights,
         Component::Gradients,
@@ -68,6 +73,7 @@ impl Component {
         Component::ActNorms,
         Component::ActAttention,
         Component::ActMlp,
+        Component::ActExperts,
         Component::ActLora,
         Component::ActDropout,
         Component::LogitsLoss,
@@ -82,12 +88,14 @@ impl Component {
     pub fn key(self) -> &'static str {
         match self {
             Component::FrozenWeights => "frozen_weights",
+            Component::FrozenExperts => "frozen_experts",
             Component::QuantState => "quant_state",
             Component::TrainableWeights => "trainable_weights",
             Component::Gradients => "gradients",
             Component::OptimizerStates => "optimizer_states",
             Component::ActAttention => "act_attention",
             Component::ActMlp => "act_mlp",
+            Component::ActExperts => "act_experts",
             Component::ActNorms => "act_norms",
             Component::ActLora => "act_lora",
             Component::ActDropout => "act_dropout",
@@ -107,12 +115,14 @@ impl Component {
     pub fn label(self) -> &'static str {
         match self {
             Component::FrozenWeights => "Frozen weights",
+            Component::FrozenExperts => "Frozen expert weights",
             Component::QuantState => "4-bit quantization state",
             Component::TrainableWeights => "Trainable weights",
             Component::Gradients => "Gradients",
             Component::OptimizerStates => "Optimizer states",
             Component::ActAttention => "Activations: attention",
             Component::ActMlp => "Activations: MLP",
+            Component::ActExperts => "Activations: router and experts",
             Component::ActNorms => "Activations: norms",
             Component::ActLora => "Activations: LoRA path",
             Component::ActDropout => "Activations: LoRA dropout",
@@ -145,6 +155,9 @@ pub enum TermKind {
     GatheredLayers,
     /// FSDP's root unit (embeddings, lm_head), gathered for the whole step.
     GatheredRoot,
+    /// The routed experts' outputs kept for the routing weights' gradient (released before the
+    /// experts' own backward, so not alive at a recomputed MoE layer's peak).
+    ExpertOutputs,
 }
 
 /// One named factor of a term.

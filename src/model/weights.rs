@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use super::activations::Ctx;
+use super::activations::{expert_param_shape, Ctx};
+use super::arch::LayerKind;
 use super::dtype::Dtype;
 use super::settings::{Optimizer, SavedModule};
 use super::term::{bytes_of, f, named_bytes, Component, Term, TermKind};
@@ -19,6 +20,13 @@ pub struct ParamCounts {
     pub lora_params: u128,
     /// Parameters of fully trained module copies.
     pub modules_to_save_params: u128,
+    /// Of `lora_params`, those of LoRA on the fused expert parameters (`target_parameters`).
+    pub expert_lora_params: u128,
+    /// Routed-expert parameters of the base model (MoE; 0 for dense models).
+    pub expert_params: u128,
+    /// Base parameters one token runs through (MoE: the k routed experts it is sent to, not
+    /// all E; equal to `base_params` for dense models).
+    pub active_params: u128,
 }
 
 /// bitsandbytes 4-bit blocksize.
@@ -26,16 +34,49 @@ const QUANT_BLOCK: u128 = 64;
 /// Double-quant groups this many absmax blocks under one fp32 constant.
 const DQ_GROUP: u128 = 256;
 
-/// Counts parameters.
-pub fn param_counts(ctx: &Ctx) -> ParamCounts {
-    let a = ctx.arch;
+/// LoRA parameters of the fused expert parameters of one MoE layer (peft `target_parameters`:
+/// `lora_A [r·E, in]`, `lora_B [out, r·E]` per adapted parameter).
+pub fn expert_lora_params_per_layer(ctx: &Ctx) -> u128 {
+    if !ctx.arch.is_moe() {
+        return 0;
+    }
     let r = ctx.s.lora_r as u128;
-    let per_layer: u128 = ctx
-        .adapted()
+    let e = ctx.arch.num_experts();
+    ctx.s
+        .target_parameters
+        .iter()
+        .map(|&p| {
+            let (o, i) = expert_param_shape(ctx, p);
+            r * e * (o + i)
+        })
+        .sum()
+}
+
+/// LoRA parameters of one decoder layer of `kind` (adapted Linear layers, and the experts').
+fn lora_params_of(ctx: &Ctx, kind: LayerKind) -> u128 {
+    let r = ctx.s.lora_r as u128;
+    let linear: u128 = ctx
+        .adapted_of(kind)
         .iter()
         .map(|l| r * (l.in_features + l.out_features))
         .sum();
-    let lora_params = per_layer * a.num_hidden_layers as u128;
+    linear
+        + if kind == LayerKind::Moe {
+            expert_lora_params_per_layer(ctx)
+        } else {
+            0
+        }
+}
+
+/// Counts parameters.
+pub fn param_counts(ctx: &Ctx) -> ParamCounts {
+    let a = ctx.arch;
+    let lora_params: u128 = a
+        .layer_groups()
+        .iter()
+        .map(|&(k, n)| n * lora_params_of(ctx, k))
+        .sum();
+    let expert_lora_params = a.moe_layers() * expert_lora_params_per_layer(ctx);
     let modules_to_save_params: u128 = ctx
         .s
         .modules_to_save
@@ -47,21 +88,31 @@ pub fn param_counts(ctx: &Ctx) -> ParamCounts {
         trainable_params: lora_params + modules_to_save_params,
         lora_params,
         modules_to_save_params,
+        expert_lora_params,
+        expert_params: a.expert_params(),
+        active_params: a.active_params(),
     }
 }
 
-/// Frozen weights (and 4-bit quantization state).
+/// Frozen weights (and 4-bit quantization state). MoE models: the routed experts (fused 3-D
+/// parameters, never `nn.Linear`, so never 4-bit: in the load dtype, fp32 after
+/// `prepare_model_for_kbit_training`) and the routers are terms of their own.
 pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
     let a = ctx.arch;
-    let layers = a.num_hidden_layers as u128;
-    let linear = a.linear_weight_params_per_layer() * layers;
-    let other = a.total_params() - linear;
+    let linear = a.linear_weight_params();
+    let (experts, routers) = (a.expert_params(), a.router_params());
+    let other = a.total_params() - linear - experts - routers;
     let mut out = vec![];
     match ctx.s.quant {
-        None => out.push(Term::product(
+        None if !a.is_moe() => out.push(Term::product(
             Component::FrozenWeights,
             "base weights",
             &[f("params", a.total_params()), bytes_of(ctx.s.dtype.bytes())],
+        )),
+        None => out.push(Term::product(
+            Component::FrozenWeights,
+            "base weights (attention, norms, embeddings, dense and shared MLPs)",
+            &[f("params", linear + other), bytes_of(ctx.s.dtype.bytes())],
         )),
         Some(q) => {
             out.push(Term::sum(
@@ -78,13 +129,16 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
             ));
             // Per module: absmax per 64 weights (fp32, or uint8 + fp32 per 256 blocks with
             // double quant) plus the code tables (nf4 16 values fp32; double quant 256 fp32 + offset).
-            let modules = a.linears().len() as u128 * layers;
+            let mut modules = 0u128;
             let mut blocks = 0u128;
             let mut groups = 0u128;
-            for l in a.linears() {
-                let nb = (l.in_features * l.out_features).div_ceil(QUANT_BLOCK);
-                blocks += nb * layers;
-                groups += nb.div_ceil(DQ_GROUP) * layers;
+            for (kind, layers) in a.layer_groups() {
+                for l in a.block_linears(kind) {
+                    let nb = (l.in_features * l.out_features).div_ceil(QUANT_BLOCK);
+                    modules += layers;
+                    blocks += nb * layers;
+                    groups += nb.div_ceil(DQ_GROUP) * layers;
+                }
             }
             let t = if ctx.s.double_quant {
                 Term::sum(
@@ -109,6 +163,35 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
             out.push(t);
         }
     }
+    if let Some(m) = a.moe_layout() {
+        let router = if m.fp32_router {
+            Dtype::Fp32
+        } else {
+            ctx.expert
+        };
+        out.push(Term::product(
+            Component::FrozenWeights,
+            if m.fp32_router {
+                "routers (kept in fp32)"
+            } else {
+                "routers"
+            },
+            &[
+                f("MoE layers", a.moe_layers()),
+                f("router params per layer", a.router_params_per_layer()),
+                bytes_of(router.bytes()),
+            ],
+        ));
+        out.push(Term::product(
+            Component::FrozenExperts,
+            "routed experts: fused gate_up_proj + down_proj",
+            &[
+                f("MoE layers", a.moe_layers()),
+                f("expert params per layer", a.expert_params_per_layer()),
+                bytes_of(ctx.expert.bytes()),
+            ],
+        ));
+    }
     out
 }
 
@@ -123,10 +206,20 @@ pub fn trainable_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
         Component::TrainableWeights,
         "LoRA A and B (rank × (in + out) per adapted module)",
         &[
-            f("lora params", p.lora_params),
+            f("lora params", p.lora_params - p.expert_lora_params),
             bytes_of(ctx.s.adapter_dtype.bytes()),
         ],
     )];
+    if p.expert_lora_params > 0 {
+        out.push(Term::product(
+            Component::TrainableWeights,
+            "expert LoRA A and B (rank × experts × (in + out) per adapted expert parameter)",
+            &[
+                f("expert lora params", p.expert_lora_params),
+                bytes_of(ctx.s.adapter_dtype.bytes()),
+            ],
+        ));
+    }
     for &m in &ctx.s.modules_to_save {
         out.push(Term::product(
             Component::TrainableWeights,
@@ -160,7 +253,32 @@ pub fn gradient_terms(
     let layers = ctx.arch.num_hidden_layers as u128;
     let per_layer = p.lora_params / layers.max(1);
     let mut out = vec![];
-    if per_layer > 0 && lora_layers > 0 {
+    if ctx.arch.is_moe() {
+        // Layers differ (dense / MoE, expert LoRA): the lowest layers' own counts are
+        // subtracted.
+        let (n, label) = if lora_layers >= layers {
+            (p.lora_params, "gradients of the LoRA weights")
+        } else {
+            let below: u128 = (0..(layers - lora_layers) as u64)
+                .map(|li| lora_params_of(ctx, ctx.arch.layer_kind(li)))
+                .sum();
+            (
+                p.lora_params.saturating_sub(below),
+                if lora_layers + 1 == layers {
+                    "gradients of the LoRA weights of the layers above the first"
+                } else {
+                    "gradients of the LoRA weights of the layers above"
+                },
+            )
+        };
+        if n > 0 && lora_layers > 0 {
+            out.push(Term::product(
+                Component::Gradients,
+                label,
+                &[f("lora params", n), bytes_of(ctx.s.adapter_dtype.bytes())],
+            ));
+        }
+    } else if per_layer > 0 && lora_layers > 0 {
         let (name, label) = if lora_layers == layers {
             ("layers", "gradients of the LoRA weights")
         } else {
@@ -205,7 +323,18 @@ pub fn gradient_terms(
 /// Optimizer states, and whether they live in paged (unified) memory outside PyTorch's allocator.
 pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
     let n = p.trainable_params;
-    let tensors = ctx.adapted().len() as u128 * 2 * ctx.arch.num_hidden_layers as u128
+    let a = ctx.arch;
+    let expert_tensors = if a.is_moe() {
+        ctx.s.target_parameters.len() as u128 * 2 * a.moe_layers()
+    } else {
+        0
+    };
+    let tensors = a
+        .layer_groups()
+        .iter()
+        .map(|&(k, n)| ctx.adapted_of(k).len() as u128 * 2 * n)
+        .sum::<u128>()
+        + expert_tensors
         + ctx.s.modules_to_save.len() as u128;
     let params = f("trainable params", n);
     let step = Term::product(
@@ -242,12 +371,33 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
         Optimizer::Adafactor => {
             // Factored second moment: a row and a column vector per matrix, no first moment.
             let r = ctx.s.lora_r as u128;
-            let per_layer: u128 = ctx
-                .adapted()
+            let per_kind = |k: LayerKind| -> u128 {
+                ctx.adapted_of(k)
+                    .iter()
+                    .map(|l| (r + l.in_features) + (l.out_features + r))
+                    .sum()
+            };
+            // Expert LoRA: lora_A [r·E, in], lora_B [out, r·E].
+            let re = r * a.num_experts();
+            let experts: u128 = if a.is_moe() {
+                ctx.s
+                    .target_parameters
+                    .iter()
+                    .map(|&p| {
+                        let (o, i) = expert_param_shape(ctx, p);
+                        (re + i) + (o + re)
+                    })
+                    .sum::<u128>()
+                    * a.moe_layers()
+            } else {
+                0
+            };
+            let rows_cols = a
+                .layer_groups()
                 .iter()
-                .map(|l| (r + l.in_features) + (l.out_features + r))
-                .sum();
-            let rows_cols = per_layer * ctx.arch.num_hidden_layers as u128
+                .map(|&(k, n)| n * per_kind(k))
+                .sum::<u128>()
+                + experts
                 + ctx.s.modules_to_save.len() as u128
                     * (ctx.arch.vocab_size as u128 + ctx.arch.hidden_size as u128);
             vec![Term::product(
@@ -293,12 +443,28 @@ pub fn optimizer_step_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
 
 fn largest_param(ctx: &Ctx) -> u128 {
     let r = ctx.s.lora_r as u128;
-    let lora = ctx
-        .adapted()
+    let a = ctx.arch;
+    let linear = a
+        .layer_groups()
         .iter()
+        .flat_map(|&(k, _)| ctx.adapted_of(k))
         .map(|l| r * l.in_features.max(l.out_features))
         .max()
         .unwrap_or(0);
+    let experts = if a.is_moe() {
+        ctx.s
+            .target_parameters
+            .iter()
+            .map(|&p| {
+                let (o, i) = expert_param_shape(ctx, p);
+                r * a.num_experts() * o.max(i)
+            })
+            .max()
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    let lora = linear.max(experts);
     if ctx.s.modules_to_save.is_empty() {
         lora
     } else {

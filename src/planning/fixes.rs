@@ -7,7 +7,9 @@ use serde::Serialize;
 
 use crate::planning::{fit, time, verdict, Status};
 
-use crate::model::{plan, Architecture, AttnImpl, Dtype, Optimizer, Quant, Settings, Target};
+use crate::model::{
+    plan, Architecture, AttnImpl, Dtype, ExpertsImpl, Optimizer, Quant, Settings, Target,
+};
 
 /// One suggested change (or combination of changes), re-planned.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -63,6 +65,12 @@ pub enum Patch {
     Qlora(Dtype),
     /// Adapt only q_proj and v_proj.
     QvOnly,
+    /// MoE: transformers' default grouped_mm experts.
+    GroupedMm,
+    /// MoE: no router logits / load-balancing loss.
+    NoRouterLogits,
+    /// MoE: no LoRA on the fused experts (attention and Linear layers only).
+    NoExpertLora,
 }
 
 impl Patch {
@@ -92,6 +100,14 @@ impl Patch {
                 t.autocast = Some(d);
             }
             Patch::QvOnly => t.targets = vec![Target::Q, Target::V],
+            Patch::GroupedMm => t.experts_impl = ExpertsImpl::GroupedMm,
+            Patch::NoRouterLogits => t.output_router_logits = false,
+            Patch::NoExpertLora => {
+                t.target_parameters.clear();
+                if t.targets.is_empty() {
+                    t.targets = vec![Target::Q, Target::K, Target::V, Target::O];
+                }
+            }
         }
     }
 }
@@ -170,6 +186,42 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             patch,
         })
     };
+    if s.experts_impl != ExpertsImpl::GroupedMm {
+        push(
+            "grouped_mm",
+            "experts",
+            format!(
+                "experts_implementation: {} → grouped_mm (transformers' default)",
+                s.experts_impl.name()
+            ),
+            "grouped_mm experts",
+            "none: one grouped matmul per projection over the tokens sorted by expert",
+            1,
+            Patch::GroupedMm,
+        );
+    }
+    if s.output_router_logits {
+        push(
+            "no_router_logits",
+            "router",
+            "output_router_logits=False".into(),
+            "no router logits",
+            "no load-balancing loss: the routing may drift towards fewer experts",
+            10,
+            Patch::NoRouterLogits,
+        );
+    }
+    if !s.target_parameters.is_empty() {
+        push(
+            "no_expert_lora",
+            "expert_lora",
+            "target_parameters: none (LoRA on attention and the Linear layers only)".into(),
+            "no expert LoRA",
+            "the experts are not adapted; each layer no longer keeps a W + B·A copy of its experts",
+            30,
+            Patch::NoExpertLora,
+        );
+    }
     if s.attn_impl == AttnImpl::Eager {
         push(
             "sdpa",

@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use crate::formats::catalog::GpuEntry;
+use crate::model::arch::LayerKind;
 use crate::model::Architecture;
 use crate::model::{AttnImpl, Dtype, Settings};
 
@@ -30,32 +31,96 @@ pub struct StepFlops {
     pub total: f64,
 }
 
-/// FLOPs of one micro-batch step.
+/// FLOPs of one micro-batch step. Mixture-of-experts models count the parameters a token
+/// runs through (its k routed experts and the router), not all of them.
 pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
     let t = (s.batch as f64) * (s.seq as f64);
     let layers = a.num_hidden_layers as f64;
-    let lin = a.linear_weight_params_per_layer() as f64;
     let head = (a.vocab_size as f64) * (a.hidden_size as f64);
     let r = s.lora_r as f64;
-    let lora_per_layer: f64 = a
-        .linears()
-        .iter()
-        .filter(|l| l.selected_by.iter().any(|x| s.targets.contains(x)))
-        .map(|l| r * (l.in_features + l.out_features) as f64)
-        .sum();
+    let lora_of = |kind: LayerKind| -> f64 {
+        a.block_linears(kind)
+            .iter()
+            .filter(|l| l.selected_by.iter().any(|x| s.targets.contains(x)))
+            .map(|l| r * (l.in_features + l.out_features) as f64)
+            .sum()
+    };
+    // Per-layer averages over the layer kinds (dense / MoE), so `× layers` gives the total.
+    let groups = a.layer_groups();
+    let avg = |f: &dyn Fn(LayerKind) -> f64| -> f64 {
+        match groups.as_slice() {
+            [(k, _)] => f(*k),
+            _ => groups.iter().map(|&(k, n)| n as f64 * f(k)).sum::<f64>() / layers.max(1.0),
+        }
+    };
+    let (e, k, i, h) = (
+        a.num_experts() as f64,
+        a.experts_per_tok() as f64,
+        a.expert_width() as f64,
+        a.hidden_size as f64,
+    );
+    let active_experts = |kind: LayerKind| -> f64 {
+        if kind == LayerKind::Moe {
+            // k experts of 3 × width × hidden each, and the router.
+            k * 3.0 * i * h + e * h
+        } else {
+            0.0
+        }
+    };
+    let lin = avg(&|kind| a.block_linear_params(kind) as f64 + active_experts(kind));
+    let mut lora_per_layer = avg(&lora_of);
+    // LoRA on the fused experts: each token's k experts see their LoRA path (r × (in + out)).
+    let expert_params: Vec<(f64, f64)> = if a.is_moe() {
+        s.target_parameters
+            .iter()
+            .map(|p| match p {
+                crate::model::ExpertParam::GateUp => (2.0 * i, h),
+                crate::model::ExpertParam::Down => (h, i),
+            })
+            .collect()
+    } else {
+        vec![]
+    };
+    let moe_share = a.moe_layers() as f64 / layers.max(1.0);
+    lora_per_layer += moe_share
+        * expert_params
+            .iter()
+            .map(|(o, n)| k * r * (o + n))
+            .sum::<f64>();
+    // Queries × keys and weights × values; DeepSeek's latent attention has wider q/k heads.
+    let (qk_dim, v_dim) = match a.mla() {
+        Some(m) => {
+            let heads = a.num_attention_heads as f64;
+            (heads * (m.nope + m.rope) as f64, heads * m.v as f64)
+        }
+        None => (a.q_dim() as f64, a.q_dim() as f64),
+    };
     // QKᵀ and P·V: 2 matmuls × 2 FLOPs × batch × seq² × q_dim; causal kernels skip half.
-    let causal = if s.attn_impl == AttnImpl::Eager {
+    let causal = if s.attn_impl == AttnImpl::Eager || !a.family.layout().sdpa {
         1.0
     } else {
         0.5
     };
     let attn_per_layer =
-        4.0 * (s.batch as f64) * (s.seq as f64).powi(2) * a.q_dim() as f64 * causal;
+        2.0 * (s.batch as f64) * (s.seq as f64).powi(2) * (qk_dim + v_dim) * causal;
     let forward_frozen = 2.0 * t * (lin * layers + head);
     let forward_lora = 2.0 * t * lora_per_layer * layers;
     let forward_attention = attn_per_layer * layers;
+    // Expert LoRA's W′ = W + B·A of every expert (its backward twice that) and W′'s dense
+    // gradient (2 × pairs × in × out).
+    let expert_lora_fixed: f64 = expert_params
+        .iter()
+        .map(|(o, n)| 2.0 * e * o * n * r)
+        .sum::<f64>()
+        * a.moe_layers() as f64;
+    let expert_lora_grad: f64 = expert_params
+        .iter()
+        .map(|(o, n)| 2.0 * t * k * o * n)
+        .sum::<f64>()
+        * a.moe_layers() as f64;
+    let forward_lora = forward_lora + expert_lora_fixed;
     let backward_frozen = forward_frozen;
-    let backward_lora = 2.0 * forward_lora;
+    let backward_lora = 2.0 * forward_lora + expert_lora_grad;
     let backward_attention = 2.0 * forward_attention;
     let recompute = if s.grad_ckpt {
         2.0 * t * lin * layers + forward_lora + forward_attention
@@ -173,8 +238,19 @@ pub fn estimate(
     let tokens_per_step = (s.batch as f64) * (s.seq as f64) * accum * world;
     let tokens_per_second = tokens_per_step / seconds_per_step;
     let seconds_per_epoch = (dataset_tokens / tokens_per_step).ceil() * seconds_per_step;
+    let active = if a.is_moe() {
+        format!(
+            ", from the {:.2} B active of {:.2} B parameters ({} of {} experts per token)",
+            a.active_params() as f64 / 1e9,
+            a.total_params() as f64 / 1e9,
+            a.experts_per_tok(),
+            a.num_experts()
+        )
+    } else {
+        String::new()
+    };
     let explanation = format!(
-        "{:.3} PFLOP per micro-batch ({} GC recompute) ÷ ({peak} TFLOP/s {kind} × {:.0} % utilisation){}; × {} accumulation steps; {} GPU(s) in parallel",
+        "{:.3} PFLOP per micro-batch ({} GC recompute{active}) ÷ ({peak} TFLOP/s {kind} × {:.0} % utilisation){}; × {} accumulation steps; {} GPU(s) in parallel",
         flops.total / 1e15,
         if s.grad_ckpt { "with" } else { "no" },
         utilization * 100.0,
@@ -260,6 +336,45 @@ mod tests {
             (long.forward_attention / no.forward_attention - 4.0).abs() < 1e-9,
             "twice the length, four times the scores"
         );
+    }
+
+    #[test]
+    fn moe_models_count_active_parameters() {
+        // Mixtral-8x7B runs 2 of 8 experts per token: the forward is 2 × active params × tokens
+        // (its 12.9 B active matmul weights), not 2 × 46.7 B.
+        let a = crate::formats::catalog::find_model("mixtral-8x7b")
+            .unwrap()
+            .arch
+            .clone();
+        let s = Settings {
+            batch: 1,
+            seq: 1,
+            ..Settings::default()
+        };
+        let f = step_flops(&a, &s);
+        let embed = a.embedding_params() as f64;
+        let small =
+            (a.total_params() - a.linear_weight_params() - a.expert_params() - a.router_params())
+                as f64
+                - embed
+                - a.lm_head_params() as f64;
+        let active_matmul = a.active_params() as f64 - embed - small;
+        assert!(
+            (f.forward_frozen / 2.0 - active_matmul).abs() < 1.0,
+            "{} vs {active_matmul}",
+            f.forward_frozen / 2.0
+        );
+        assert!(f.forward_frozen < 0.3 * 2.0 * a.total_params() as f64);
+        // LoRA on the experts adds W + B·A per layer and W′'s gradient.
+        let with = step_flops(
+            &a,
+            &Settings {
+                target_parameters: vec![crate::model::ExpertParam::GateUp],
+                lora_dropout: 0.0,
+                ..s.clone()
+            },
+        );
+        assert!(with.forward_lora > f.forward_lora && with.backward_lora > f.backward_lora);
     }
 
     #[test]

@@ -187,6 +187,12 @@ fn Controls(state: RwSignal<UiState>) -> impl IntoView {
                 <legend>"modules_to_save (trained in full)"</legend>
                 {setting_controls(&["modules_to_save"], state, None)}
             </fieldset>
+            <Show when=move || state.with(|st| crate::web::state::arch_of(st).is_ok_and(|a| a.is_moe()))>
+                <fieldset class="targets moe" data-testid="moe-settings">
+                    <legend>"Mixture of experts"</legend>
+                    {setting_controls(layout::MOE, state, None)}
+                </fieldset>
+            </Show>
         </section>
     }
 }
@@ -284,9 +290,20 @@ fn Summary(
                     <dt>"Peak reserved (estimate)"</dt><dd data-testid="peak-reserved">{move || read(eval, |e| gib(e.plan.peak_reserved_bytes))}</dd>
                     <dt>"nvidia-smi (estimate)"</dt><dd data-testid="peak-smi">{move || read(eval, |e| gib(e.plan.nvidia_smi_bytes))}</dd>
                     <dt>"Peak phase"</dt><dd data-testid="peak-phase">{move || read(eval, |e| format!("{} — {}", e.plan.peak_phase.name(), e.plan.peak_moment))}</dd>
+                    <dt>"Parameters"</dt><dd data-testid="params">{move || read(eval, |e| {
+                        let p = &e.plan.params;
+                        if p.active_params != p.base_params {
+                            format!("{:.2} B ({:.2} B active per token) · {:.2} M trainable", p.base_params as f64 / 1e9, p.active_params as f64 / 1e9, p.trainable_params as f64 / 1e6)
+                        } else {
+                            format!("{:.2} B · {:.2} M trainable", p.base_params as f64 / 1e9, p.trainable_params as f64 / 1e6)
+                        }
+                    })}</dd>
                     <dt>"Largest micro-batch that fits"</dt><dd data-testid="max-batch">{move || read(eval, |e| limit(e.max_batch))}</dd>
                     <dt>"Longest sequence that fits"</dt><dd data-testid="max-seq">{move || read(eval, |e| limit(e.max_seq))}</dd>
                 </dl>
+                <ul class="notes" data-testid="plan-notes">
+                    {move || read(eval, |e| e.plan.notes.clone()).into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}
+                </ul>
                 {detail}
             </div>
             <StackedBar bar=bar focused=Some(focused) title="Memory at the peak" />

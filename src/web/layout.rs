@@ -22,6 +22,13 @@ pub const MAIN: &[&str] = &[
 /// The "GPUs" group.
 pub const GPUS: &[&str] = &["gpus_per_node", "nodes", "strategy", "offload"];
 
+/// The "Mixture of experts" group, shown for MoE models.
+pub const MOE: &[&str] = &[
+    "target_parameters",
+    "output_router_logits",
+    "experts_implementation",
+];
+
 /// After the GPU count changes: several GPUs need a strategy (FSDP full shard unless one is
 /// chosen); one GPU runs without one and cannot offload parameters or optimizer states.
 pub fn after_gpu_count(s: &mut Settings) {
@@ -46,6 +53,7 @@ mod tests {
         for name in MAIN
             .iter()
             .chain(GPUS)
+            .chain(MOE)
             .chain(&["target_modules", "modules_to_save"])
         {
             assert!(

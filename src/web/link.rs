@@ -7,9 +7,12 @@ use crate::model::{Architecture, Family};
 use crate::planning::evaluate::Axis;
 use crate::web::state::UiState;
 
-/// `family.hidden.intermediate.layers.heads.kv_heads.head_dim.vocab.tied` of an imported model.
+/// `family.hidden.intermediate.layers.heads.kv_heads.head_dim.vocab.tied` of an imported model,
+/// then, for a mixture-of-experts model, its MoE and MLA numbers as prefixed parts (`e64`,
+/// `k8`, `m1408`, `s2`, `f1`, `d1`, `n0`, `o1-3` (mlp_only_layers), `q1536` (q_lora_rank, 0 =
+/// none), `c512`, `p128`, `r64`, `v128`).
 pub fn encode_arch(a: &Architecture) -> String {
-    format!(
+    let mut s = format!(
         "{}.{}.{}.{}.{}.{}.{}.{}.{}",
         a.family.name(),
         a.hidden_size,
@@ -20,17 +23,45 @@ pub fn encode_arch(a: &Architecture) -> String {
         a.head_dim(),
         a.vocab_size,
         u8::from(a.tie_word_embeddings)
-    )
+    );
+    let m = &a.moe;
+    for (p, v) in [
+        ("e", m.num_experts),
+        ("k", m.num_experts_per_tok),
+        ("m", m.moe_intermediate_size),
+        ("s", m.n_shared_experts),
+        ("f", m.first_k_dense_replace),
+        ("d", m.decoder_sparse_step),
+        ("n", m.norm_topk_prob.map(u64::from)),
+        ("c", a.mla.kv_lora_rank),
+        ("p", a.mla.qk_nope_head_dim),
+        ("r", a.mla.qk_rope_head_dim),
+        ("v", a.mla.v_head_dim),
+    ] {
+        if let Some(v) = v {
+            s.push_str(&format!(".{p}{v}"));
+        }
+    }
+    if let Some(only) = &m.mlp_only_layers {
+        if !only.is_empty() {
+            let l: Vec<String> = only.iter().map(|x| x.to_string()).collect();
+            s.push_str(&format!(".o{}", l.join("-")));
+        }
+    }
+    if a.mla().is_some() {
+        s.push_str(&format!(".q{}", a.mla.q_lora_rank.unwrap_or(0)));
+    }
+    s
 }
 
 /// Parses [`encode_arch`]'s form; None when malformed or invalid.
 pub fn decode_arch(v: &str) -> Option<Architecture> {
     let parts: Vec<&str> = v.split('.').collect();
-    if parts.len() != 9 {
+    if parts.len() < 9 || parts.len() > 9 + 16 {
         return None;
     }
     let n = |i: usize| parts[i].parse::<u64>().ok();
-    let a = Architecture {
+    let mut a = Architecture {
         name: "imported config".into(),
         family: Family::parse(parts[0])?,
         hidden_size: n(1)?,
@@ -44,7 +75,37 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
         qkv_bias: None,
         attn_logit_softcapping: None,
         final_logit_softcapping: None,
+        moe: Default::default(),
+        mla: Default::default(),
     };
+    for part in &parts[9..] {
+        let (p, rest) = part.split_at(part.char_indices().nth(1).map_or(part.len(), |(i, _)| i));
+        if p == "o" {
+            let layers: Option<Vec<u64>> = rest.split('-').map(|x| x.parse().ok()).collect();
+            a.moe.mlp_only_layers = Some(layers?);
+            continue;
+        }
+        let x: u64 = rest.parse().ok()?;
+        match p {
+            "e" => a.moe.num_experts = Some(x),
+            "k" => a.moe.num_experts_per_tok = Some(x),
+            "m" => a.moe.moe_intermediate_size = Some(x),
+            "s" => a.moe.n_shared_experts = Some(x),
+            "f" => a.moe.first_k_dense_replace = Some(x),
+            "d" => a.moe.decoder_sparse_step = Some(x),
+            "n" => a.moe.norm_topk_prob = Some(x == 1),
+            "c" => a.mla.kv_lora_rank = Some(x),
+            "p" => a.mla.qk_nope_head_dim = Some(x),
+            "r" => a.mla.qk_rope_head_dim = Some(x),
+            "v" => a.mla.v_head_dim = Some(x),
+            "q" => a.mla.q_lora_rank = (x > 0).then_some(x),
+            _ => return None,
+        }
+    }
+    if a.mla().is_some() {
+        // head_dim is derived (qk_rope_head_dim) for latent attention.
+        a.head_dim = None;
+    }
     a.validate().ok()?;
     Some(a)
 }
@@ -270,6 +331,39 @@ mod tests {
         assert!(notices.is_empty(), "{notices:?}");
         assert_eq!(back, st);
         assert_eq!(decode(&encode(&UiState::default())).0, UiState::default());
+    }
+
+    #[test]
+    fn imported_moe_architectures_and_moe_settings_round_trip() {
+        // Every MoE catalog model, as an imported config: the link keeps its MoE / MLA numbers.
+        for m in crate::formats::catalog::models()
+            .iter()
+            .filter(|m| m.arch.is_moe())
+        {
+            let a = decode_arch(&encode_arch(&m.arch)).expect("decodes");
+            assert_eq!(a.total_params(), m.arch.total_params(), "{}", m.arch.name);
+            assert_eq!(a.moe_layers(), m.arch.moe_layers(), "{}", m.arch.name);
+        }
+        let mut a = crate::formats::catalog::find_model("qwen3-30b-a3b")
+            .unwrap()
+            .arch
+            .clone();
+        a.moe.decoder_sparse_step = Some(2);
+        a.moe.mlp_only_layers = Some(vec![1, 3]);
+        let back = decode_arch(&encode_arch(&a)).unwrap();
+        assert_eq!(back.moe_layers(), a.moe_layers());
+        let mut st = UiState {
+            model: "qwen3-30b-a3b".into(),
+            ..UiState::default()
+        };
+        st.settings.lora_dropout = 0.0;
+        st.settings.target_parameters = vec![crate::model::ExpertParam::Down];
+        st.settings.output_router_logits = true;
+        st.settings.experts_impl = crate::model::ExpertsImpl::Eager;
+        let (back, notices) = decode(&encode(&st));
+        assert!(notices.is_empty(), "{notices:?}");
+        assert_eq!(back.settings, st.settings);
+        assert!(decode_arch("mixtral.4096.14336.32.32.8.128.32000.0.e8.x5").is_none());
     }
 
     #[test]

@@ -316,7 +316,10 @@ pub fn Export(
                     .map(|m| m.hf_id.clone())
                     .unwrap_or_default(),
             };
-            export::export(&f, &id, &st.settings).unwrap_or_else(|e| e)
+            match crate::web::state::arch_of(st) {
+                Ok(a) => export::export(&f, &id, &a, &st.settings).unwrap_or_else(|e| e),
+                Err(e) => e,
+            }
         })
     });
     view! {

@@ -90,12 +90,22 @@ pub fn model_options(search: &str, current: &str) -> Vec<(String, String)> {
         .map(|m| {
             (
                 m.arch.name.clone(),
-                format!(
-                    "{} · {:.1}B · {}",
-                    m.arch.name,
-                    m.arch.total_params() as f64 / 1e9,
-                    m.hf_id
-                ),
+                if m.arch.is_moe() {
+                    format!(
+                        "{} · {:.1}B ({:.1}B active) · {}",
+                        m.arch.name,
+                        m.arch.total_params() as f64 / 1e9,
+                        m.arch.active_params() as f64 / 1e9,
+                        m.hf_id
+                    )
+                } else {
+                    format!(
+                        "{} · {:.1}B · {}",
+                        m.arch.name,
+                        m.arch.total_params() as f64 / 1e9,
+                        m.hf_id
+                    )
+                },
             )
         })
         .collect()

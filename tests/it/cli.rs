@@ -282,16 +282,35 @@ fn a_mixture_of_experts_config_is_named_once_quoted() {
     let path = dir.join("config.json");
     std::fs::write(
         &path,
-        r#"{"model_type":"qwen3_moe","hidden_size":2048,"num_experts":128}"#,
+        r#"{"model_type":"qwen2_moe","hidden_size":2048,"num_experts":60}"#,
     )
     .unwrap();
     let (code, _, err) = cli(&["plan", "--config", path.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("\"qwen3_moe\" is a mixture-of-experts model"),
+        err.contains("\"qwen2_moe\" is a mixture-of-experts model"),
         "{err}"
     );
     assert!(!err.contains("\"\""), "doubled quotes: {err}");
+    // A supported MoE family plans from its config.json, experts listed in the breakdown.
+    std::fs::write(
+        &path,
+        r#"{"model_type":"qwen3_moe","hidden_size":2048,"intermediate_size":6144,"num_hidden_layers":48,
+            "num_attention_heads":32,"num_key_value_heads":4,"head_dim":128,"vocab_size":151936,"num_experts":128,
+            "num_experts_per_tok":8,"moe_intermediate_size":768,"norm_topk_prob":true}"#,
+    )
+    .unwrap();
+    let (code, out, err) = cli(&["plan", "--config", path.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let experts = v["plan"]["breakdown"]
+        .as_array()
+        .or_else(|| v["breakdown"].as_array())
+        .expect("breakdown")
+        .iter()
+        .find(|c| c["key"] == "frozen_experts")
+        .expect("frozen_experts component");
+    assert!(experts["bytes"].as_u64().unwrap() > 50 << 30);
 }
 
 #[test]

@@ -269,9 +269,10 @@ fn accelerate_configs_for_the_planned_layout() {
         },
         ..Settings::default()
     };
-    let y: serde_yaml::Value =
-        serde_yaml::from_str(&lorafit::formats::export::export("accelerate", "x", &s).unwrap())
-            .unwrap();
+    let y: serde_yaml::Value = serde_yaml::from_str(
+        &lorafit::formats::export::export("accelerate", "x", &llama7b(), &s).unwrap(),
+    )
+    .unwrap();
     assert_eq!(y["distributed_type"], "FSDP");
     assert_eq!(y["fsdp_config"]["fsdp_sharding_strategy"], "HYBRID_SHARD");
     assert_eq!(y["fsdp_config"]["fsdp_offload_params"], true);
@@ -287,9 +288,10 @@ fn accelerate_configs_for_the_planned_layout() {
         },
         ..Settings::default()
     };
-    let y: serde_yaml::Value =
-        serde_yaml::from_str(&lorafit::formats::export::export("accelerate", "x", &z).unwrap())
-            .unwrap();
+    let y: serde_yaml::Value = serde_yaml::from_str(
+        &lorafit::formats::export::export("accelerate", "x", &llama7b(), &z).unwrap(),
+    )
+    .unwrap();
     assert_eq!(y["distributed_type"], "DEEPSPEED");
     assert_eq!(y["deepspeed_config"]["zero_stage"], 3);
     assert_eq!(y["deepspeed_config"]["offload_optimizer_device"], "cpu");
@@ -299,6 +301,7 @@ fn accelerate_configs_for_the_planned_layout() {
         &lorafit::formats::export::export(
             "accelerate",
             "x",
+            &llama7b(),
             &Settings {
                 parallel: Parallel {
                     gpus_per_node: 2,
@@ -353,4 +356,11 @@ fn cli_plans_per_gpu() {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     assert_ne!(lorafit::cli::run(&bad, &mut out, &mut err), 0);
     assert!(String::from_utf8_lossy(&err).contains("need a strategy"));
+}
+
+fn llama7b() -> lorafit::model::Architecture {
+    lorafit::formats::catalog::find_model("llama2-7b")
+        .unwrap()
+        .arch
+        .clone()
 }

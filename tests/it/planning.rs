@@ -261,6 +261,58 @@ fn python_kwargs(code: &str, call: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+fn llama() -> lorafit::model::Architecture {
+    lorafit::formats::catalog::find_model("llama2-7b")
+        .unwrap()
+        .arch
+        .clone()
+}
+
+/// MoE exports: the model's own module names (DeepSeek's latent projections), peft's
+/// `target_parameters` for LoRA on the experts, the experts implementation and router logits
+/// as from_pretrained arguments, and gpt-oss's MXFP4 dequantization.
+#[test]
+fn moe_exports_name_what_transformers_and_peft_need() {
+    let ds = lorafit::formats::catalog::find_model("deepseek-v2-lite")
+        .unwrap()
+        .arch
+        .clone();
+    let s = Settings {
+        targets: vec![Target::Q, Target::K, Target::V, Target::O],
+        target_parameters: vec![
+            lorafit::model::ExpertParam::GateUp,
+            lorafit::model::ExpertParam::Down,
+        ],
+        lora_dropout: 0.0,
+        output_router_logits: true,
+        experts_impl: lorafit::model::ExpertsImpl::Eager,
+        ..Settings::default()
+    };
+    let py = export("python", "deepseek-ai/DeepSeek-V2-Lite", &ds, &s).unwrap();
+    let lora = python_kwargs(&py, "LoraConfig");
+    assert_eq!(
+        lora["target_modules"],
+        serde_json::json!(["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"])
+    );
+    assert_eq!(
+        lora["target_parameters"],
+        serde_json::json!(["mlp.experts.gate_up_proj", "mlp.experts.down_proj"])
+    );
+    assert!(py.contains("experts_implementation=\"eager\""), "{py}");
+    assert!(py.contains("output_router_logits=True"), "{py}");
+    let oss = lorafit::formats::catalog::find_model("gpt-oss-20b")
+        .unwrap()
+        .arch
+        .clone();
+    let py = export("python", "openai/gpt-oss-20b", &oss, &Settings::default()).unwrap();
+    assert!(py.contains("Mxfp4Config(dequantize=True)"), "{py}");
+    assert!(py.contains("attn_implementation=\"eager\""), "{py}");
+    let ax = export("axolotl", "openai/gpt-oss-20b", &oss, &s).unwrap();
+    let y: serde_yaml::Value = serde_yaml::from_str(&ax).unwrap();
+    assert_eq!(y["lora_r"], 16);
+    assert!(ax.contains("target_parameters"), "{ax}");
+}
+
 #[test]
 fn exports_parse_back_to_the_planned_values() {
     let s = Settings {
@@ -278,7 +330,7 @@ fn exports_parse_back_to_the_planned_values() {
         attn_impl: AttnImpl::Sdpa,
         ..Settings::default()
     };
-    let py = export("python", "meta-llama/Llama-2-7b-hf", &s).unwrap();
+    let py = export("python", "meta-llama/Llama-2-7b-hf", &llama(), &s).unwrap();
     let lora = python_kwargs(&py, "LoraConfig");
     assert_eq!(lora["r"], 32);
     assert_eq!(lora["lora_alpha"], 64);
@@ -297,9 +349,10 @@ fn exports_parse_back_to_the_planned_values() {
     assert_eq!(bnb["load_in_4bit"], true);
     assert_eq!(bnb["bnb_4bit_quant_type"], "nf4");
 
-    let lf: serde_yaml::Value =
-        serde_yaml::from_str(&export("llama-factory", "meta-llama/Llama-2-7b-hf", &s).unwrap())
-            .unwrap();
+    let lf: serde_yaml::Value = serde_yaml::from_str(
+        &export("llama-factory", "meta-llama/Llama-2-7b-hf", &llama(), &s).unwrap(),
+    )
+    .unwrap();
     assert_eq!(lf["lora_rank"], 32);
     assert_eq!(lf["cutoff_len"], 3072);
     assert_eq!(lf["per_device_train_batch_size"], 3);
@@ -308,7 +361,8 @@ fn exports_parse_back_to_the_planned_values() {
     assert_eq!(lf["disable_gradient_checkpointing"], false);
 
     let ax: serde_yaml::Value =
-        serde_yaml::from_str(&export("axolotl", "meta-llama/Llama-2-7b-hf", &s).unwrap()).unwrap();
+        serde_yaml::from_str(&export("axolotl", "meta-llama/Llama-2-7b-hf", &llama(), &s).unwrap())
+            .unwrap();
     assert_eq!(ax["adapter"], "qlora");
     assert_eq!(ax["lora_r"], 32);
     assert_eq!(ax["sequence_len"], 3072);
@@ -318,10 +372,10 @@ fn exports_parse_back_to_the_planned_values() {
     assert_eq!(ax["sdp_attention"], true);
 
     let acc: serde_yaml::Value =
-        serde_yaml::from_str(&export("accelerate", "x", &s).unwrap()).unwrap();
+        serde_yaml::from_str(&export("accelerate", "x", &llama(), &s).unwrap()).unwrap();
     assert_eq!(acc["mixed_precision"], "bf16");
     assert_eq!(acc["num_processes"], 1);
-    assert!(export("toml", "x", &s).is_err());
+    assert!(export("toml", "x", &llama(), &s).is_err());
 }
 
 /// expandable_segments:True is offered with its simulated saving: reserved memory only, never

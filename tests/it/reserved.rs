@@ -17,6 +17,8 @@ use serde_json::Value;
 
 /// Cases in the committed file; a change to the data must change this number too.
 const EXPECTED_CASES: usize = 56;
+/// MoE allocator replays in the committed file.
+const EXPECTED_MOE_REPLAYS: usize = 4;
 
 fn data(path: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -438,4 +440,138 @@ fn generated_sequences_equal_two_layer_recordings() {
         checked += 1;
     }
     assert_eq!(checked, 22, "two-layer recordings");
+}
+
+/// the byte, and its live peak is the measured one.
+#[test]
+fn moe_reserved_matches_pytorch_allocator_replays() {
+    let cases: HashMap<String, Value> = data("tests/data/reference/moe/cases.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("case line is JSON");
+            (v["id"].as_str().expect("id").to_string(), v)
+        })
+        .collect();
+    let conf = AllocConf::default();
+    let mut n = 0;
+    for line in data("tests/data/reference/moe/reserved.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+    {
+        let r: Value = serde_json::from_str(line).expect("reserved line is JSON");
+        let id = r["id"].as_str().expect("id");
+        let case = &cases[id];
+        let arch = resolve_model(&case["model"]).expect("model resolves");
+        let s = settings_from_json(&case["settings"]).expect("settings valid");
+        let sim = simulate(&arch, &s, &conf).expect("simulates");
+        let want_res = r["default"]["max_reserved"].as_u64().expect("max_reserved");
+        let want_alloc = r["default"]["max_allocated"]
+            .as_u64()
+            .expect("max_allocated");
+        let live = r["live_peak"].as_u64().expect("live_peak");
+        println!(
+            "{id:<76} reserved {} / {want_res}, allocated {} / {want_alloc}, live {} / {live}",
+            sim.peak_reserved, sim.peak_allocated, sim.peak_live
+        );
+        assert_eq!(sim.peak_live as u64, live, "{id}: live peak");
+        assert_eq!(sim.peak_allocated as u64, want_alloc, "{id}: max_allocated");
+        assert_eq!(sim.peak_reserved as u64, want_res, "{id}: max_reserved");
+        n += 1;
+    }
+    assert_eq!(n, EXPECTED_MOE_REPLAYS, "MoE reserved.jsonl case count");
+}
+
+/// Every measured MoE case: the generated sequence's live peak is the measured peak (to the
+/// byte, but for the load-balancing loss's transients with `output_router_logits`, whose
+/// sequence was not recorded: within 0.01 %), and within 0.1 % of the plan.
+#[test]
+fn moe_sequence_peaks_match_the_measurements() {
+    let text = data("tests/data/reference/moe/cases.jsonl");
+    let mut n = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).expect("JSON");
+        if v["method"] == "real-cpu" {
+            continue;
+        }
+        let id = v["id"].as_str().unwrap_or("?");
+        let arch = resolve_model(&v["model"]).expect("model");
+        let s = settings_from_json(&v["settings"]).expect("valid");
+        let t = generate(&arch, &s).expect("generates");
+        let measured = v["measured"]["peak_bytes"].as_u64().expect("peak_bytes");
+        let p = plan(&arch, &s).expect("plans");
+        let e = (t.peak_live_bytes as f64 - measured as f64) / measured as f64 * 100.0;
+        let ep = (t.peak_live_bytes as f64 - p.peak_allocated_bytes as f64)
+            / p.peak_allocated_bytes as f64
+            * 100.0;
+        println!("{id:<80} sequence {e:+.4} % vs measured, {ep:+.4} % vs plan");
+        if s.output_router_logits {
+            assert!(e.abs() <= 0.01, "{id}: {e:+.4} %");
+        } else {
+            assert_eq!(t.peak_live_bytes, measured, "{id}: sequence peak");
+        }
+        assert!(ep.abs() <= 0.1, "{id}: {ep:+.4} % vs the plan");
+        n += 1;
+    }
+    assert_eq!(n, 28);
+}
+
+/// Every MoE catalog model under every MoE option (experts implementation, checkpointing,
+/// 4-bit, LoRA on the experts, router logits, attention kernel): the plan answers, the
+/// generated sequence's live peak is within 1 % of it, and the replay gives reserved ≥
+/// allocated ≥ live, with no panic.
+#[test]
+fn moe_plans_and_simulations_hold_for_every_option() {
+    use lorafit::model::{AttnImpl, ExpertParam, ExpertsImpl, Quant, Settings};
+    let conf = AllocConf::default();
+    let mut worst: f64 = 0.0;
+    let mut n = 0;
+    for m in lorafit::formats::catalog::models()
+        .iter()
+        .filter(|m| m.arch.is_moe())
+    {
+        for (i, experts_impl) in [
+            ExpertsImpl::GroupedMm,
+            ExpertsImpl::Eager,
+            ExpertsImpl::BatchedMm,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for gc in [false, true] {
+                let s = Settings {
+                    batch: 1,
+                    seq: 64,
+                    grad_ckpt: gc,
+                    experts_impl,
+                    quant: (i == 1 && gc).then_some(Quant::Nf4),
+                    target_parameters: if i == 0 && gc {
+                        vec![ExpertParam::GateUp, ExpertParam::Down]
+                    } else {
+                        vec![]
+                    },
+                    lora_dropout: if i == 0 && gc { 0.0 } else { 0.05 },
+                    output_router_logits: !gc,
+                    attn_impl: [AttnImpl::Sdpa, AttnImpl::Eager, AttnImpl::FlashAttention2][i],
+                    ..Settings::default()
+                };
+                let p = plan(&m.arch, &s).unwrap_or_else(|e| panic!("{}: {e}", m.arch.name));
+                let sim =
+                    simulate(&m.arch, &s, &conf).unwrap_or_else(|e| panic!("{}: {e}", m.arch.name));
+                assert!(sim.peak_reserved >= sim.peak_allocated);
+                assert!(sim.peak_allocated >= sim.peak_live);
+                let e = (sim.peak_live as f64 - p.peak_allocated_bytes as f64)
+                    / p.peak_allocated_bytes as f64
+                    * 100.0;
+                println!(
+                    "{:<18} {experts_impl:?} gc={gc}: sequence vs plan {e:+.3} %",
+                    m.arch.name
+                );
+                worst = worst.max(e.abs());
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 42);
+    assert!(worst <= 1.0, "sequence vs plan: {worst:.2} %");
 }

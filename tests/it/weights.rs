@@ -6,8 +6,21 @@ use lorafit::formats::jsonl::estimate_line;
 #[test]
 fn parameter_counts_and_weight_bytes_match_pytorch() {
     let text = std::fs::read_to_string(super::reference::cases_path()).expect("reference cases");
+    assert!(check_weights(super::reference::full_size_lines(&text)) >= 10);
+}
+
+/// The MoE families: total (routed experts, routers, shared experts, MLA, sinks and biases
+/// included), trainable (expert LoRA included) and the frozen bytes (experts fp32 after
+/// prepare_model_for_kbit_training, DeepSeek's fp32 routers).
+#[test]
+fn moe_parameter_counts_and_weight_bytes_match_pytorch() {
+    let text = std::fs::read_to_string(super::reference::moe_cases_path()).expect("MoE cases");
+    assert_eq!(check_weights(super::reference::full_size_lines(&text)), 28);
+}
+
+fn check_weights(lines: Vec<&str>) -> usize {
     let mut checked = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+    for line in lines {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let id = v["id"].as_str().unwrap().to_string();
         let (_, p) = estimate_line(line).unwrap_or_else(|(_, e)| panic!("{id}: {e}"));
@@ -35,7 +48,7 @@ fn parameter_counts_and_weight_bytes_match_pytorch() {
                 .sum()
         };
         assert_eq!(
-            bytes_of("frozen_weights") + bytes_of("quant_state"),
+            bytes_of("frozen_weights") + bytes_of("frozen_experts") + bytes_of("quant_state"),
             at["frozen_weights"].as_u64().unwrap() as u128,
             "{id}: frozen weights"
         );
@@ -53,5 +66,5 @@ fn parameter_counts_and_weight_bytes_match_pytorch() {
         );
         checked += 1;
     }
-    assert!(checked >= 10);
+    checked
 }

@@ -7,7 +7,7 @@ use super::activations::Ctx;
 use super::arch::Architecture;
 use super::distributed;
 use super::error::PlanError;
-use super::settings::Settings;
+use super::settings::{AttnImpl, Settings};
 use super::term::{Component, Term};
 use super::weights::{self, ParamCounts};
 
@@ -109,6 +109,9 @@ pub struct Plan {
     pub cpu_bytes_per_node: u128,
     /// What is offloaded, explained.
     pub cpu_terms: Vec<Term>,
+    /// What the plan assumes beyond the settings as given (how transformers runs this model).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 fn total(terms: &[Term]) -> u128 {
@@ -119,6 +122,15 @@ fn total(terms: &[Term]) -> u128 {
 fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     arch.validate()?;
     s.validate()?;
+    if arch.is_moe() && !s.target_parameters.is_empty() && s.lora_dropout > 0.0 {
+        return Err(PlanError::InvalidSetting {
+            field: "target_parameters",
+            why: format!(
+                "LoRA on the experts (peft's ParamWrapper) refuses lora_dropout {}: set it to 0",
+                s.lora_dropout
+            ),
+        });
+    }
     if s.lora_r > arch.hidden_size {
         return Err(PlanError::InvalidSetting {
             field: "lora_r",
@@ -131,6 +143,9 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
 /// Plans one configuration.
 pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     check_inputs(arch, s)?;
+    let notes = notes(arch, s);
+    let run = s.as_run(arch);
+    let s: &Settings = &run;
     // Sharded mixed precision computes in low precision while the shards stay fp32.
     let compute = distributed::compute_settings(s);
     let storage_ctx = Ctx::new(arch, s);
@@ -175,6 +190,7 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
         cpu_bytes_per_rank: total(&cpu),
         cpu_bytes_per_node: total(&cpu) * par.gpus_per_node as u128,
         cpu_terms: cpu,
+        notes,
     })
 }
 
@@ -195,6 +211,56 @@ pub fn plan_simulated(arch: &Architecture, s: &Settings) -> Result<Plan, PlanErr
         p.nvidia_smi_bytes = r.bytes + p.outside_allocator_bytes;
     }
     Ok(p)
+}
+
+/// How transformers 5.24 + peft run a mixture-of-experts model, where it differs from the
+/// settings as given.
+fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
+    let mut out = vec![];
+    let Some(m) = arch.moe_layout() else {
+        if !s.target_parameters.is_empty() {
+            out.push("target_parameters ignored: this model has no fused expert parameters".into());
+        }
+        return out;
+    };
+    let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+    if arch.family == super::arch::Family::GptOss {
+        out.push(
+            "gpt-oss ships its experts in MXFP4, which transformers 5.24 cannot train (Mxfp4HfQuantizer.is_trainable is False, Trainer refuses the model): load it with Mxfp4Config(dequantize=True), which turns the experts into bf16 — planned as such"
+                .into(),
+        );
+        if s.attn_impl == AttnImpl::Sdpa {
+            out.push(
+                "gpt-oss has no sdpa support in transformers 5.24 (_supports_sdpa = False): its eager attention with sinks is planned"
+                    .into(),
+            );
+        }
+    }
+    if s.quant.is_some() {
+        let ctx = Ctx::new(arch, s);
+        out.push(format!(
+            "bitsandbytes quantizes only nn.Linear layers: the fused experts and routers stay unquantized{} ({:.1} GiB of experts)",
+            if s.prepare_kbit {
+                ", and prepare_model_for_kbit_training casts them to fp32"
+            } else {
+                ""
+            },
+            gib(arch.expert_params() * ctx.expert.bytes())
+        ));
+    }
+    match s.experts_impl {
+        super::settings::ExpertsImpl::Eager => out.push(
+            "experts_implementation=eager: what is saved does not depend on the routing; the experts' backward is planned with its worst case, one expert receiving every token"
+                .into(),
+        ),
+        super::settings::ExpertsImpl::BatchedMm => out.push(
+            "experts_implementation=batched_mm copies its experts' weights for every token–expert pair and keeps them for backward; grouped_mm (the default) does not"
+                .into(),
+        ),
+        super::settings::ExpertsImpl::GroupedMm => {}
+    }
+    let _ = m;
+    out
 }
 
 /// The highest moment is the peak (the first of equals); each phase reports its own highest.

@@ -4,6 +4,7 @@
 
 use super::{total, Phase, PhasePeak};
 use crate::model::activations::{self, Ctx, LayerCounts};
+use crate::model::arch::LayerKind;
 use crate::model::distributed::RankTerms;
 use crate::model::settings::SavedModule;
 use crate::model::term::{Component, Term, TermKind};
@@ -72,9 +73,18 @@ impl<'c, 'a> Step<'c, 'a> {
         }
     }
 
-    /// The forward and backward moments of the loss over everything `saved`.
+    /// The forward and backward moments of the loss over everything `saved` (and the router
+    /// logits the load-balancing loss holds, then their gradients).
     fn loss_moments(&self, saved: &[Term]) -> [PhasePeak; 2] {
-        let with = |extra: Vec<Term>| saved.iter().cloned().chain(extra).collect::<Vec<_>>();
+        let router = activations::router_logit_terms(self.ctx);
+        let with = |extra: Vec<Term>| {
+            saved
+                .iter()
+                .cloned()
+                .chain(router.iter().cloned())
+                .chain(extra)
+                .collect::<Vec<_>>()
+        };
         [
             self.moment(
                 Phase::Forward,
@@ -103,11 +113,16 @@ impl<'c, 'a> Step<'c, 'a> {
     /// Gradients of the layers above the first, sharded as the strategy shards them (none on the
     /// GPU when parameters are offloaded).
     fn gradients_above_first_layer(&self) -> Vec<Term> {
+        self.gradients_above(0)
+    }
+
+    /// Gradients of the layers above layer `li` (0-based), sharded likewise.
+    fn gradients_above(&self, li: u64) -> Vec<Term> {
         let par = &self.ctx.s.parallel;
         if par.offload_params {
             return vec![];
         }
-        let above = self.layers.saturating_sub(1);
+        let above = self.layers.saturating_sub(li as u128 + 1);
         weights::gradient_terms(self.ctx, self.params, above, false)
             .into_iter()
             .map(|x| x.per_rank(par.grad_shards()))
@@ -120,45 +135,79 @@ impl<'c, 'a> Step<'c, 'a> {
         let saved: Vec<Term> = self
             .checkpoints_on_gpu(self.layers)
             .into_iter()
+            .chain(activations::checkpointed_mask_terms(self.ctx))
             .chain(self.global.iter().cloned())
             .collect();
-        let one_layer = activations::layer_terms(
-            self.ctx,
-            LayerCounts {
-                all: 1,
-                grad_input: 1,
-            },
-        );
-        let working = activations::layer_backward_working(self.ctx);
+        let a = self.ctx.arch;
+        // The recomputed layer's saved tensors and the gradients in flight at its peak, by the
+        // kind of the layer (top: the last layer; first: layer 0).
+        let layer_of = |li: u64| -> Vec<Term> {
+            let kind = a.layer_kind(li);
+            let mut t = activations::layer_terms(
+                self.ctx,
+                LayerCounts {
+                    all: 1,
+                    grad_input: 1,
+                    moe: u128::from(kind == LayerKind::Moe),
+                },
+            );
+            match kind {
+                LayerKind::Dense => t.push(activations::layer_backward_working(self.ctx)),
+                LayerKind::Moe => {
+                    t.retain(|x| x.kind != TermKind::ExpertOutputs);
+                    t.push(activations::moe_backward_working(self.ctx));
+                }
+            }
+            t
+        };
+        let top_layer = layer_of(a.num_hidden_layers.saturating_sub(1));
+        let first_layer = layer_of(0);
         let small_global = self
             .global
             .iter()
             .filter(|t| t.component == Component::ActEmbeddings)
             .cloned();
-        let recomputed = |checkpoints: u128, grads: Vec<Term>| -> Vec<Term> {
+        let masks = activations::checkpointed_mask_terms(self.ctx);
+        let recomputed = |checkpoints: u128, layer: &[Term], grads: Vec<Term>| -> Vec<Term> {
             self.checkpoints_on_gpu(checkpoints)
                 .into_iter()
+                .chain(masks.iter().cloned())
                 .chain(small_global.clone())
-                .chain(one_layer.iter().cloned())
-                .chain([working.clone()])
+                .chain(layer.iter().cloned())
                 .chain(grads)
                 .collect()
         };
         let [forward, backward] = self.loss_moments(&saved);
-        vec![
+        let mut moments = vec![
             forward,
             backward,
             self.moment(
                 Phase::Backward,
                 "recomputed top layer",
-                recomputed(self.layers, vec![]),
+                recomputed(
+                    self.layers,
+                    &top_layer,
+                    activations::router_logit_terms(self.ctx),
+                ),
             ),
             self.moment(
                 Phase::Backward,
                 "recomputed first layer",
-                recomputed(1, self.gradients_above_first_layer()),
+                recomputed(1, &first_layer, self.gradients_above_first_layer()),
             ),
-        ]
+        ];
+        // MoE families whose first layers are dense (DeepSeek's first_k_dense_replace, Qwen3-MoE's
+        // mlp_only_layers): the lowest MoE layer, recomputed with the gradients above it.
+        let lowest_moe = (0..a.num_hidden_layers).find(|&li| a.layer_kind(li) == LayerKind::Moe);
+        if let Some(j) = lowest_moe.filter(|&j| j > 0) {
+            let layer = layer_of(j);
+            moments.push(self.moment(
+                Phase::Backward,
+                "recomputed lowest MoE layer",
+                recomputed(j as u128 + 1, &layer, self.gradients_above(j)),
+            ));
+        }
+        moments
     }
 
     /// No checkpointing: every layer's saved tensors live from forward into backward.
@@ -176,6 +225,7 @@ impl<'c, 'a> Step<'c, 'a> {
             LayerCounts {
                 all: self.layers,
                 grad_input,
+                moe: self.ctx.arch.moe_layers(),
             },
         )
         .into_iter()
@@ -201,7 +251,56 @@ impl<'c, 'a> Step<'c, 'a> {
                 alive,
             ));
         }
+        if let Some(m) = self.top_experts_backward(grad_input) {
+            phases.push(m);
+        }
         phases
+    }
+
+    /// MoE families without checkpointing: inside the top layer's experts' backward, every
+    /// layer's saved tensors but the top layer's expert outputs are alive with the experts'
+    /// gradients (the peak when the vocabulary is small next to the experts).
+    fn top_experts_backward(&self, grad_input: u128) -> Option<PhasePeak> {
+        let a = self.ctx.arch;
+        let top = a.num_hidden_layers.saturating_sub(1);
+        if a.layer_kind(top) != LayerKind::Moe {
+            return None;
+        }
+        let top_grad = u128::from(grad_input > 0);
+        let below = activations::layer_terms(
+            self.ctx,
+            LayerCounts {
+                all: self.layers - 1,
+                grad_input: grad_input - top_grad,
+                moe: a.moe_layers() - 1,
+            },
+        );
+        let mut top_layer = activations::layer_terms(
+            self.ctx,
+            LayerCounts {
+                all: 1,
+                grad_input: top_grad,
+                moe: 1,
+            },
+        );
+        top_layer.retain(|t| t.kind != TermKind::ExpertOutputs);
+        let lm_head_grad = self
+            .grads
+            .iter()
+            .filter(|t| t.kind == TermKind::LmHeadGradient)
+            .cloned();
+        let alive = below
+            .into_iter()
+            .chain(top_layer)
+            .chain([activations::moe_backward_working(self.ctx)])
+            .chain(self.global.iter().cloned())
+            .chain(activations::router_logit_terms(self.ctx))
+            .chain(lm_head_grad);
+        Some(self.moment(
+            Phase::Backward,
+            "backward through the top layer's experts",
+            alive,
+        ))
     }
 
     /// optimizer.step(): every gradient, and the optimizer's temporaries unless it runs on the CPU.

@@ -4,25 +4,11 @@
 //! from the same inputs the model plans from.
 //!
 //! The step is written as a small program mirroring transformers' and peft's forward code op by
-//! op (`program.rs`), over a miniature of autograd (`tape.rs`) that keeps the references PyTorch
-//! keeps (Python variables, saved tensors, gradient buffers, autocast's cache, checkpoints) and
-//! runs backward in the engine's order with each derivative's allocations. Sizes and dtypes come
-//! from [`Ctx`](super::activations::Ctx) and the architecture's Linear shapes, the facts the
-//! model's terms are built from; the sequence's peak of live bytes is the measured peak and stays
-//! within the model's tolerance of `plan().peak_allocated_bytes` (tested). Replayed through the
-//! caching allocator ([`super::allocator`]) the sequence gives the reserved memory ([`simulate`]).
-//!
-//! Fidelity: on the recorded sequences (`tests/data/reference/allocator`, and recordings of every
-//! family and option made with the measuring harness) the generated sequence is the recorded one
-//! event for event (sizes, order; frees within one gap between allocations may differ in order
-//! where PyTorch iterates a hash map), so the replayed `max_memory_reserved` /
-//! `max_memory_allocated` equal PyTorch's to the byte on all 56 reference cases.
-//!
-//! Approximations: Gemma 3's q/k-norm backward order; Phi-3's `chunk` backward as two slices;
-//! bitsandbytes 8-bit / paged optimizers' state layout (paged states are outside the allocator);
-//! a fused linear cross-entropy's kernel temporaries; multi-GPU strategies are simulated as one
-//! GPU running the whole step (no sharding, gathers or communication buffers); the embedding
-//! lookup of `input_ids` and CUDA workspaces allocate nothing here (as in the reference).
+//! op ([`program`]), over a miniature of autograd ([`tape`]) that keeps the references PyTorch
+//! keeps (Python variables, saved tensors, gradient buffers) and runs backward in the engine's
+//! order. Sizes and dtypes come from [`Ctx`](super::activations::Ctx) and the architecture's
+//! Linear shapes, the same facts the model's terms are built from. Replayed through the caching
+//! allocator ([`super::allocator`]) the sequence gives the reserved memory ([`simulate`]).
 //!
 //! Pure: no I/O, no dependency.
 
@@ -124,6 +110,8 @@ pub enum What {
     Scores,
     /// MLP gate, activation, up and product.
     Mlp,
+    /// Router logits, probabilities, top-k, and the routed experts' tensors.
+    Experts,
     /// Logits (module dtype or fp32 upcast).
     Logits,
     /// log_softmax output, loss, label shift.
@@ -162,6 +150,7 @@ impl What {
             What::Attention => "attention output",
             What::Scores => "attention scores",
             What::Mlp => "MLP activations",
+            What::Experts => "router / expert activations",
             What::Logits => "logits",
             What::Loss => "log_softmax / loss",
             What::Grad => "activation gradient",
@@ -195,41 +184,37 @@ pub struct Trace {
     pub peak_live_bytes: u64,
 }
 
-/// Largest single tensor the sequence may hold (16 TiB): beyond it byte counts could overflow
-/// and no device exists anyway.
-const MAX_TENSOR_BYTES: u128 = 1 << 44;
-
-/// Refuses inputs whose tensors are beyond any device (sizes are `u64` in the sequence).
-fn check_sizes(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
-    let tokens = s.batch as u128 * s.seq as u128;
-    let widest = [
-        arch.vocab_size as u128,
-        2 * arch.intermediate_size as u128,
-        arch.q_dim() + 2 * arch.kv_dim(),
-        arch.hidden_size as u128,
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(1);
-    let scores = s.batch as u128 * arch.num_attention_heads as u128 * (s.seq as u128).pow(2);
-    let table = arch.vocab_size as u128 * arch.hidden_size as u128;
-    let largest = (tokens * widest).max(scores).max(table) * 4;
-    if largest > MAX_TENSOR_BYTES {
-        return Err(PlanError::InvalidSetting {
-            field: "seq",
-            why: format!(
-                "a single tensor of {largest} bytes is beyond what the allocator simulation handles"
-            ),
-        });
-    }
-    Ok(())
-}
-
 /// Generates the allocation sequence of a run: setup, inputs and two training steps.
 pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
     arch.validate()?;
     s.validate()?;
-    check_sizes(arch, s)?;
-    let ctx = Ctx::new(arch, s);
+    // Sizes are u64 here: refuse steps whose memory or number of events could not be held (the
+    // plan, in u128, answers those). A generous bound of the step's bytes from its shapes:
+    // weights, and per token the logits and every layer's activations (attention scores
+    // included), with margin; only absurd configurations come near 2^60 bytes.
+    let tokens = s.batch as u128 * s.seq as u128;
+    let per_layer = arch.hidden_size as u128 * 64
+        + arch.intermediate_size as u128 * 64
+        + arch.num_attention_heads as u128 * s.seq as u128 * 16;
+    let peak = (arch.total_params() * 16).saturating_add(
+        tokens.saturating_mul(
+            (arch.vocab_size as u128 * 32)
+                .saturating_add(per_layer.saturating_mul(arch.num_hidden_layers as u128 * 16)),
+        ),
+    );
+    let loop_experts = if s.experts_impl == super::settings::ExpertsImpl::Eager {
+        arch.num_experts()
+    } else {
+        1
+    };
+    let events = arch.num_hidden_layers as u128 * (3_000 + 60 * loop_experts);
+    if peak > 1u128 << 60 || events > 1u128 << 26 {
+        return Err(PlanError::InvalidSetting {
+            field: "seq",
+            why: "too large a step to generate its allocation sequence".into(),
+        });
+    }
+    let run = s.as_run(arch);
+    let ctx = Ctx::new(arch, &run);
     Ok(program::run(&ctx))
 }

@@ -3,15 +3,25 @@
 //! derivative formulas and the engine's order live in [`super::tape`].
 
 use super::tape::{Edge, Mode, Op, Tape, G, X};
-use super::{StepPhase, Trace, What};
-use crate::model::activations::{self, Ctx};
-use crate::model::arch::{Family, LinearShape};
-use crate::model::settings::{AttnImpl, Optimizer, SavedModule};
+use super::{Event, StepPhase, Trace, What};
+use crate::model::activations::Ctx;
+use crate::model::arch::{AttentionKind, Family, LayerKind, LinearShape, Target};
+use crate::model::settings::{AttnImpl, ExpertParam, Optimizer, SavedModule};
 
 /// A parameter of the model, in `named_parameters()` order.
 #[derive(Clone, Copy, Debug)]
 struct Param {
     x: X,
+}
+
+/// The parameters of one MoE block.
+#[derive(Clone, Debug)]
+struct MoeParams {
+    router: Param,
+    gate_up: Param,
+    down: Param,
+    /// LoRA A and B of each adapted expert parameter (peft `target_parameters`).
+    lora: Vec<(ExpertParam, Param, Param)>,
 }
 
 /// The Linear layers of one block, with their LoRA adapters.
@@ -28,6 +38,8 @@ struct Prog<'c, 'a> {
     params: Vec<Param>,
     trainable: Vec<u32>,
     layers: Vec<Vec<Lin>>,
+    /// Each layer's MoE block (None for a dense layer).
+    moe: Vec<Option<MoeParams>>,
     lm_head: Option<Param>,
     /// Optimizer states per trainable parameter (created at the first step).
     states: Vec<u32>,
@@ -48,11 +60,15 @@ struct Prog<'c, 'a> {
     emb_leaf: Option<X>,
     /// The 4-D mask of the current step, if any.
     causal: Option<X>,
+    /// Router logits the output recorder holds (`output_router_logits`).
+    router_logits: Vec<X>,
 }
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
     d.bytes() as u64
 }
+
+mod moe;
 
 impl<'c, 'a> Prog<'c, 'a> {
     fn tokens(&self) -> u64 {
@@ -100,8 +116,6 @@ impl<'c, 'a> Prog<'c, 'a> {
         let aux = bytes(ctx.aux_weight);
         let h = a.hidden_size;
         let v = a.vocab_size;
-        let r = s.lora_r;
-        let ad = bytes(s.adapter_dtype);
         let mts_embed = s.modules_to_save.contains(&SavedModule::EmbedTokens);
         let embed_n = v * h;
         if mts_embed {
@@ -111,40 +125,33 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             self.param(embed_n, aux, false, What::Weight);
         }
-        let adapted = ctx.adapted();
-        for _ in 0..a.num_hidden_layers {
+        let is_ffn = |l: &LinearShape| {
+            l.selected_by
+                .iter()
+                .any(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
+        };
+        for li in 0..a.num_hidden_layers {
+            let kind = a.layer_kind(li);
+            let adapted = ctx.adapted_of(kind);
             let mut lins = vec![];
-            // Parameters are registered in module order (Phi-3 registers o_proj before qkv_proj);
-            // `lins` keeps the forward order.
-            let mut order: Vec<LinearShape> = a.linears();
+            // Parameters are registered in module order (Phi-3 registers o_proj before qkv_proj;
+            // an MoE layer registers its shared experts inside the MoE block); `lins` keeps the
+            // forward order.
+            let mut order: Vec<LinearShape> = a.block_linears(kind);
             if a.family == Family::Phi3 && order.len() > 1 {
                 order.swap(0, 1);
             }
+            let (ffn_later, order): (Vec<LinearShape>, Vec<LinearShape>) = order
+                .into_iter()
+                .partition(|l| kind == LayerKind::Moe && is_ffn(l));
             for l in order {
-                let (inf, outf) = (l.in_features as u64, l.out_features as u64);
-                let w = match (s.quant, ctx.linear_weight) {
-                    (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, false, What::Weight),
-                    (None, Some(d)) => self.param(inf * outf, bytes(d), false, What::Weight),
-                    (None, None) => self.param(inf * outf, aux, false, What::Weight),
-                };
-                if l.bias {
-                    self.param(outf, aux, false, What::Weight);
-                }
-                let lora = if adapted.iter().any(|x| x.name == l.name) {
-                    let la = self.param(r * inf, ad, true, What::Trainable);
-                    let lb = self.param(outf * r, ad, true, What::Trainable);
-                    self.param_cols.extend([inf, r]);
-                    Some((la, lb))
-                } else {
-                    None
-                };
-                let is_o = l.name == "o_proj";
-                lins.push(Lin { shape: l, w, lora });
-                if is_o && a.family.has_qk_norm() {
-                    // q_norm, k_norm are registered in the attention module after o_proj.
-                    self.param(a.head_dim(), aux, false, What::Weight);
-                    self.param(a.head_dim(), aux, false, What::Weight);
-                }
+                self.register_linear(l, &adapted, &mut lins);
+            }
+            if kind == LayerKind::Moe {
+                let moe = self.register_moe(&ffn_later, &adapted, &mut lins);
+                self.moe.push(Some(moe));
+            } else {
+                self.moe.push(None);
             }
             let norms = a.family.norms_per_layer() as u64;
             for _ in 0..norms {
@@ -179,12 +186,137 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
+    /// A Linear layer's weight, bias and LoRA A/B, then the norms and sinks its attention module
+    /// registers right after it (q/k norms and sinks after o_proj, MLA's latent norms after
+    /// their projections).
+    fn register_linear(&mut self, l: LinearShape, adapted: &[LinearShape], lins: &mut Vec<Lin>) {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let s = ctx.s;
+        let aux = bytes(ctx.aux_weight);
+        let r = s.lora_r;
+        let ad = bytes(s.adapter_dtype);
+        let (inf, outf) = (l.in_features as u64, l.out_features as u64);
+        let w = match (s.quant, ctx.linear_weight) {
+            (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, false, What::Weight),
+            (None, Some(d)) => self.param(inf * outf, bytes(d), false, What::Weight),
+            (None, None) => self.param(inf * outf, aux, false, What::Weight),
+        };
+        if l.bias {
+            self.param(outf, aux, false, What::Weight);
+        }
+        let lora = if adapted.iter().any(|x| x.name == l.name) {
+            let la = self.param(r * inf, ad, true, What::Trainable);
+            let lb = self.param(outf * r, ad, true, What::Trainable);
+            self.param_cols.extend([inf, r]);
+            Some((la, lb))
+        } else {
+            None
+        };
+        let name = l.name;
+        lins.push(Lin { shape: l, w, lora });
+        let layout = a.family.layout();
+        match name {
+            "o_proj" if layout.qk_norm_whole => {
+                self.param(a.q_dim() as u64, aux, false, What::Weight);
+                self.param(a.kv_dim() as u64, aux, false, What::Weight);
+            }
+            "o_proj" if a.family.has_qk_norm() => {
+                // q_norm, k_norm are registered in the attention module after o_proj.
+                self.param(a.head_dim(), aux, false, What::Weight);
+                self.param(a.head_dim(), aux, false, What::Weight);
+            }
+            "o_proj" if layout.attention == AttentionKind::Sinks => {
+                self.param(a.num_attention_heads, aux, false, What::Weight);
+            }
+            "q_a_proj" => {
+                let m = a.mla().map_or(0, |m| m.q_rank.unwrap_or(0));
+                self.param(m as u64, aux, false, What::Weight);
+            }
+            "kv_a_proj_with_mqa" => {
+                let m = a.mla().map_or(0, |m| m.kv_rank);
+                self.param(m as u64, aux, false, What::Weight);
+            }
+            _ => {}
+        }
+    }
+
+    /// An MoE block's parameters in module order: Mixtral, OLMoE, DeepSeek and gpt-oss register
+    /// the router before the experts, Qwen3-MoE after; the experts' LoRA (peft ParamWrapper)
+    /// follows their base parameters; DeepSeek's shared experts come last.
+    fn register_moe(
+        &mut self,
+        shared: &[LinearShape],
+        adapted: &[LinearShape],
+        lins: &mut Vec<Lin>,
+    ) -> MoeParams {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let s = ctx.s;
+        let layout = a.moe_layout().expect("MoE layer of an MoE family");
+        let ed = bytes(ctx.expert);
+        let (e, i, h) = (
+            a.num_experts() as u64,
+            a.expert_width() as u64,
+            a.hidden_size,
+        );
+        let router_es = if layout.fp32_router { 4 } else { ed };
+        let router = |p: &mut Self| {
+            let w = p.param(e * h, router_es, false, What::Weight);
+            let b = layout
+                .clamped_glu
+                .then(|| p.param(e, router_es, false, What::Weight));
+            (w, b)
+        };
+        let router_first = a.family != Family::Qwen3Moe;
+        let (mut rw, mut rb) = (None, None);
+        if router_first {
+            let (w, b) = router(self);
+            rw = Some(w);
+            rb = b;
+        }
+        let gate_up = self.param(e * 2 * i * h, ed, false, What::Weight);
+        let gate_up_bias = layout
+            .clamped_glu
+            .then(|| self.param(e * 2 * i, ed, false, What::Weight));
+        let down = self.param(e * h * i, ed, false, What::Weight);
+        let down_bias = layout
+            .clamped_glu
+            .then(|| self.param(e * h, ed, false, What::Weight));
+        let r = s.lora_r;
+        let ad = bytes(s.adapter_dtype);
+        let mut lora = vec![];
+        for &p in &s.target_parameters {
+            let (o, n) = crate::model::activations::expert_param_shape(ctx, p);
+            let (o, n) = (o as u64, n as u64);
+            let la = self.param(r * e * n, ad, true, What::Trainable);
+            let lb = self.param(o * r * e, ad, true, What::Trainable);
+            self.param_cols.extend([n, r * e]);
+            lora.push((p, la, lb));
+        }
+        if !router_first {
+            let (w, b) = router(self);
+            rw = Some(w);
+            rb = b;
+        }
+        for l in shared {
+            self.register_linear(*l, adapted, lins);
+        }
+        let _ = (rb, gate_up_bias, down_bias);
+        MoeParams {
+            router: rw.expect("router registered"),
+            gate_up,
+            down,
+            lora,
+        }
+    }
+
     /// bitsandbytes quant state of every 4-bit Linear: absmax (uint8 with double quant), the
     /// nested fp32 absmax, and the code tables.
     fn quant_state(&mut self) {
         let ctx = self.ctx;
-        for _ in 0..ctx.arch.num_hidden_layers {
-            for l in ctx.arch.linears() {
+        for li in 0..ctx.arch.num_hidden_layers {
+            for l in ctx.arch.block_linears(ctx.arch.layer_kind(li)) {
                 let n = (l.in_features * l.out_features) as u64;
                 let blocks = n.div_ceil(64);
                 if ctx.s.double_quant {
@@ -202,14 +334,16 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    /// input_ids, `labels = input_ids.clone()`, and `ones_like` for a padded batch's mask.
-    fn inputs(&mut self) {
+    fn inputs(&mut self) -> (X, X, Option<X>) {
         let n = self.tokens();
-        self.t(n, 8, What::Input);
-        self.t(n, 8, What::Input);
-        if self.ctx.s.padded_mask {
-            self.t(n, 8, What::Input);
-        }
+        let ids = self.t(n, 8, What::Input);
+        let labels = self.t(n, 8, What::Input);
+        let mask = if self.ctx.s.padded_mask {
+            Some(self.t(n, 8, What::Input))
+        } else {
+            None
+        };
+        (ids, labels, mask)
     }
 
     // -------------------------------------------------------------- ops
@@ -402,6 +536,15 @@ impl<'c, 'a> Prog<'c, 'a> {
             return o2;
         }
         self.drop(hs);
+        if self.ctx.arch.family == Family::GptOss {
+            // gpt-oss: `(self.weight * hidden_states).to(input_dtype)`: the product in fp32.
+            let p = self.mul_const(normed, What::Norm);
+            let out = self.cast(p, x.es, What::Hidden);
+            self.drop(p);
+            self.drop(normed);
+            self.drop(var);
+            return out;
+        }
         let c = self.cast(normed, x.es, What::Hidden);
         let out = self.mul_const(c, What::Hidden);
         self.drop(c);
@@ -448,8 +591,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         let b_out = self.matmul(a_out, lb.x, out_n, What::Lora);
         self.drop(a_out);
-        let scaled = self.mul_const(b_out, What::Lora);
+        let mut scaled = self.mul_const(b_out, What::Lora);
         self.drop(b_out);
+        if s.quant.is_some() && s.autocast.is_none() && scaled.es != result.es {
+            // peft's bnb layer outside autocast: `output = output.to(expected_dtype)`.
+            let c = self.cast(scaled, result.es, What::Lora);
+            self.drop(scaled);
+            scaled = c;
+        }
         let sum = self.add(result, scaled, What::Lora);
         if s.quant.is_some() {
             // peft's bnb layer: `result = result + output` (no cast back).
@@ -574,6 +723,11 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// Self-attention; returns the output and the eager attention probabilities (which the
     /// decoder layer keeps in `_` until it returns).
     fn attention(&mut self, x: X, lins: &[Lin], cos: X, sin: X, mask: Option<X>) -> (X, Option<X>) {
+        match self.ctx.arch.family.layout().attention {
+            AttentionKind::Latent => return self.latent_attention(x, lins, cos, mask),
+            AttentionKind::Sinks => return self.sink_attention(x, lins, cos, sin, mask),
+            AttentionKind::Standard => {}
+        }
         let ctx = self.ctx;
         let a = ctx.arch;
         let s = ctx.s;
@@ -583,8 +737,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ad = bytes(ctx.attn);
         let eager = s.attn_impl == AttnImpl::Eager;
         // Qwen3 norms q and k right after each projection; Gemma 3 after all three.
-        let qk_norm = a.family.has_qk_norm() && !matches!(a.family, Family::Gemma3);
-        let late_norm = a.family.has_qk_norm() && !qk_norm;
+        // OLMoE norms the whole projection before the view into heads.
+        let whole_norm = a.family.layout().qk_norm_whole;
+        let qk_norm = a.family.has_qk_norm() && !matches!(a.family, Family::Gemma3) && !whole_norm;
+        let late_norm = a.family.has_qk_norm() && !qk_norm && !whole_norm;
         // q_proj(x).view(...) [→ q_norm] .transpose(1, 2): the view's backward copies the
         // transposed gradient.
         // Phi-3 projects q, k, v at once and slices the fused output (views).
@@ -596,8 +752,21 @@ impl<'c, 'a> Prog<'c, 'a> {
             Some(f) => self.slice_of(f, tokens_ * qd),
             None => self.lora_linear(x, &lins[0]),
         };
-        let mut qv = self.view_clone(q);
-        self.drop(q);
+        let q = if whole_norm {
+            let n = self.rmsnorm(q, qd);
+            self.drop(q);
+            n
+        } else {
+            q
+        };
+        // OLMoE views q and k into heads after all three projections.
+        let mut qv = if whole_norm {
+            q
+        } else {
+            let t = self.view_clone(q);
+            self.drop(q);
+            t
+        };
         if qk_norm {
             let n = self.rmsnorm(qv, hd);
             self.drop(qv);
@@ -607,8 +776,20 @@ impl<'c, 'a> Prog<'c, 'a> {
             Some(f) => self.slice_of(f, tokens_ * kvd),
             None => self.lora_linear(x, &lins[1]),
         };
-        let mut kv = self.view_clone(k);
-        self.drop(k);
+        let k = if whole_norm {
+            let n = self.rmsnorm(k, kvd);
+            self.drop(k);
+            n
+        } else {
+            k
+        };
+        let mut kv = if whole_norm {
+            k
+        } else {
+            let t = self.view_clone(k);
+            self.drop(k);
+            t
+        };
         if qk_norm {
             let n = self.rmsnorm(kv, hd);
             self.drop(kv);
@@ -622,6 +803,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             None => self.lora_linear(x, &lins[2]),
         };
+        if whole_norm {
+            let t = self.view_clone(qv);
+            self.drop(qv);
+            qv = t;
+            let t = self.view_clone(kv);
+            self.drop(kv);
+            kv = t;
+        }
         // v's view also copies its gradient back when it arrives contiguous in (b, h, s, d):
         // from eager matmuls or from repeat_kv's reduction (a masked sdpa with GQA).
         let rep = heads / a.kv_heads().max(1);
@@ -648,7 +837,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let tokens = b * sq;
         let mut weights = None;
         let out = if eager {
-            let (o, w) = self.eager_attention(qe, ke, vv);
+            let (o, w) = self.eager_attention(qe, ke, vv, mask);
             weights = Some(w);
             o
         } else {
@@ -752,7 +941,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Eager attention; returns the output and the probabilities (`attn_weights`, which the
     /// attention module holds until it returns).
-    fn eager_attention(&mut self, q: X, k: X, v: X) -> (X, X) {
+    fn eager_attention(&mut self, q: X, k: X, v: X, mask: Option<X>) -> (X, X) {
         let ctx = self.ctx;
         let a = ctx.arch;
         let s = ctx.s;
@@ -793,6 +982,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             y.g = self.tp.node(Op::Pass, sn, es, &[Self::edge(&cur)], &[]);
             y
         };
+        let _ = mask;
         self.drop(cur);
         let f = self.cast(masked, 4, What::Scores);
         let sm = {
@@ -804,7 +994,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let p = self.cast(sm, es, What::Scores);
         self.drop(masked);
         self.drop(sm);
-        let on = q.n;
+        let on = v.n * rep;
         let mut o = self.t(on, es, What::Attention);
         o.g = self.tp.node(
             Op::Bmm,
@@ -853,14 +1043,20 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(prod);
             return down;
         }
-        let gate = self.lora_linear(x, &lins[4]);
+        let named = |n: &str| lins.iter().find(|l| l.shape.name == n).cloned();
+        let (Some(g), Some(u), Some(d)) =
+            (named("gate_proj"), named("up_proj"), named("down_proj"))
+        else {
+            return x;
+        };
+        let gate = self.lora_linear(x, &g);
         let act = self.unary(gate, gate.es, What::Mlp, true, false);
         self.drop(gate);
-        let up = self.lora_linear(x, &lins[5]);
+        let up = self.lora_linear(x, &u);
         let prod = self.mul(act, up, act.n, act.es, What::Mlp);
         self.drop(act);
         self.drop(up);
-        let down = self.lora_linear(prod, &lins[6]);
+        let down = self.lora_linear(prod, &d);
         self.drop(prod);
         down
     }
@@ -880,7 +1076,20 @@ impl<'c, 'a> Prog<'c, 'a> {
         let h2 = self.add(h, attn, What::Hidden);
         self.drop(attn);
         let normed2 = self.rmsnorm(h2, width);
-        let mut m = self.mlp(normed2, &lins);
+        let mut weights = weights;
+        let mut m = if self.moe.get(li).is_some_and(|m| m.is_some()) {
+            let (out, scores) = self.moe_block(normed2, li, &lins);
+            if let Some(sc) = scores {
+                // gpt-oss: `hidden_states, _ = self.mlp(...)` rebinds `_` from the attention
+                // weights to the router scores.
+                if let Some(w) = weights.replace(sc) {
+                    self.drop(w);
+                }
+            }
+            out
+        } else {
+            self.mlp(normed2, &lins)
+        };
         self.drop(normed2);
         if sandwich {
             let n = self.rmsnorm(m, width);
@@ -900,7 +1109,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// mask (Gemma 2: every other layer from the first; Gemma 3: five of every six).
     fn mask_for(&self, li: usize) -> Option<X> {
         let local = match self.ctx.arch.family {
-            Family::Gemma2 => li % 2 == 0,
+            Family::Gemma2 | Family::GptOss => li % 2 == 0,
             Family::Gemma3 => (li + 1) % 6 != 0,
             _ => false,
         };
@@ -1011,6 +1220,42 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn rotary(&mut self, es: u64) -> (X, X) {
         let sq = self.ctx.s.seq;
         let hd = self.ctx.arch.head_dim();
+        match self.ctx.arch.family.layout().attention {
+            AttentionKind::Latent => {
+                // DeepSeek: freqs [seq, rope/2] fp32, polar(ones_like(freqs), freqs) complex64,
+                // times attention_scaling: one complex table for q and k.
+                let pos = self.t(sq, 4, What::Rotary);
+                let freqs = self.t(sq * hd / 2, 4, What::Rotary);
+                self.drop(pos);
+                let ones = self.t(sq * hd / 2, 4, What::Rotary);
+                let polar = self.t(sq * hd / 2, 8, What::Rotary);
+                self.drop(ones);
+                let fc = self.t(sq * hd / 2, 8, What::Rotary);
+                self.drop(polar);
+                self.drop(freqs);
+                self.tp.keep_local(fc.t);
+                return (fc, fc);
+            }
+            AttentionKind::Sinks => {
+                // gpt-oss: cos and sin of the half-width frequencies (no cat).
+                let pos = self.t(sq, 4, What::Rotary);
+                let freqs = self.t(sq * hd / 2, 4, What::Rotary);
+                self.drop(pos);
+                let c = self.t(sq * hd / 2, 4, What::Rotary);
+                let cs = self.t(sq * hd / 2, 4, What::Rotary);
+                self.drop(c);
+                let sn = self.t(sq * hd / 2, 4, What::Rotary);
+                let ss = self.t(sq * hd / 2, 4, What::Rotary);
+                self.drop(sn);
+                let cos = self.cast(cs, es, What::Rotary);
+                let sin = self.cast(ss, es, What::Rotary);
+                self.drop(freqs);
+                self.drop(cs);
+                self.drop(ss);
+                return (cos, sin);
+            }
+            AttentionKind::Standard => {}
+        }
         let pos = self.t(sq, 4, What::Rotary);
         let freqs = self.t(sq * hd / 2, 4, What::Rotary);
         self.drop(pos);
@@ -1041,13 +1286,14 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// One forward pass through the loss; returns the loss's node and the loss tensor.
-    fn forward(&mut self) -> (G, X) {
+    fn forward(&mut self, ids: X, labels: X, mask: Option<X>) -> (G, X) {
         let ctx = self.ctx;
         let s = ctx.s;
         let a = ctx.arch;
         let tokens = self.tokens();
         let h = a.hidden_size;
         let aux = bytes(ctx.aux_weight);
+        let _ = ids;
         let mut emb = self.t(tokens * h, aux, What::Hidden);
         if s.modules_to_save.contains(&SavedModule::EmbedTokens) {
             // The trainable copy of embed_tokens: its gradient is a dense [vocab, hidden] tensor.
@@ -1106,7 +1352,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(st);
             self.drop(z);
             self.drop(le);
-            if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
+            if matches!(a.family, Family::Gemma2 | Family::Gemma3 | Family::GptOss) {
                 // The sliding-window mask of the local layers.
                 let sw = self.sliding_mask();
                 self.sliding = Some(sw);
@@ -1115,6 +1361,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             None
         };
+        let _ = mask;
         let (cos, sin) = self.rotary(bytes(ctx.resid));
         self.causal = causal;
         self.tp.keep_local(emb.t);
@@ -1124,7 +1371,13 @@ impl<'c, 'a> Prog<'c, 'a> {
             if s.grad_ckpt {
                 self.tp.mode = Mode::Discard;
                 self.tp.layer = Some(li as u32);
-                let mut keeps = vec![hcur.t, pos.t, cos.t, sin.t];
+                // The checkpoint releases the layer's keyword arguments in call order, a tuple's
+                // items last first (the position embeddings): `keeps` is that order reversed.
+                let mut keeps = if matches!(a.family, Family::Mixtral | Family::Qwen3Moe) {
+                    vec![hcur.t, cos.t, sin.t, pos.t]
+                } else {
+                    vec![hcur.t, pos.t, cos.t, sin.t]
+                };
                 if let Some(c) = self.mask_for(li) {
                     keeps.push(c.t);
                 }
@@ -1147,7 +1400,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         // (`mask_kwargs`) release the embedding output before the position ids.
         let mask_kwargs = matches!(
             a.family,
-            Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Gemma3
+            Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Gemma3 | Family::GptOss
         );
         if mask_kwargs {
             if let Some(c) = causal {
@@ -1165,14 +1418,6 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.drop(c);
             }
         }
-        if s.fused_ce {
-            let (g, loss) = self.fused_ce(fin);
-            self.drop(fin);
-            self.drop(cos);
-            self.drop(sin);
-            self.clear_autocast_cache();
-            return (g, loss);
-        }
         // lm_head + loss
         let v = a.vocab_size;
         let head = self.lm_head.map(|p| p.x).unwrap_or(self.params[0].x);
@@ -1189,46 +1434,41 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(t);
             logits = m;
         }
-        let (g, loss) = self.loss(logits);
+        let (mut g, loss) = self.loss(logits, labels);
+        // output_router_logits: the load-balancing loss over every MoE layer's logits, added
+        // to the loss in place.
+        let recorded = std::mem::take(&mut self.router_logits);
+        if let Some(aux) = self.load_balancing(&recorded) {
+            let scaled = self.mul_const(aux, What::Loss);
+            self.drop(aux);
+            g = self.tp.node(
+                Op::Add,
+                1,
+                4,
+                &[
+                    Edge {
+                        to: g,
+                        n: 1,
+                        es: 4,
+                        sum_to: 0,
+                    },
+                    Self::edge(&scaled),
+                ],
+                &[],
+            );
+            self.drop(scaled);
+        }
         self.drop(fin);
         self.drop(cos);
         self.drop(sin);
-        // Leaving `with autocast:` clears its cache; `del out` then frees the logits.
+        // Leaving `with autocast:` clears its cache; `del out` then frees the logits (and the
+        // router logits it holds).
         self.clear_autocast_cache();
         self.drop(logits);
-        (g, loss)
-    }
-
-    /// A fused linear cross-entropy (Liger's): rows in chunks (the model's chunk size), each
-    /// chunk's fp32 logits and their gradient made and dropped in forward, the hidden states'
-    /// gradient computed in forward and kept for backward (approximation: the kernel's own
-    /// temporaries are not recorded).
-    fn fused_ce(&mut self, fin: X) -> (G, X) {
-        let ctx = self.ctx;
-        let tokens = self.tokens();
-        let v = ctx.arch.vocab_size;
-        let h = ctx.arch.hidden_size;
-        let chunk = (activations::fused_ce_chunk(ctx) as u64)
-            .max(tokens.div_ceil(4096))
-            .max(1);
-        let gi = self.t(tokens * h, fin.es, What::Grad);
-        let mut done = 0;
-        while done < tokens {
-            let c = chunk.min(tokens - done);
-            let lg = self.t(c * v, 4, What::Logits);
-            let gl = self.t(c * v, 4, What::Grad);
-            let gc = self.t(c * h, fin.es, What::Grad);
-            self.drop(gc);
-            self.drop(gl);
-            self.drop(lg);
-            done += c;
+        for x in recorded {
+            self.drop(x);
         }
-        let mut loss = self.t(1, 4, What::Loss);
-        loss.g = self
-            .tp
-            .node(Op::MulConst, fin.n, fin.es, &[Self::edge(&fin)], &[gi.t]);
-        self.drop(gi);
-        (loss.g, loss)
+        (g, loss)
     }
 
     fn clear_autocast_cache(&mut self) {
@@ -1237,10 +1477,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    /// `ForCausalLMLoss`: fp32 logits, labels padded and shifted, log_softmax, nll_loss.
-    fn loss(&mut self, logits: X) -> (G, X) {
+    fn loss(&mut self, logits: X, labels: X) -> (G, X) {
         let s = self.ctx.s;
         let f = self.cast(logits, 4, What::Logits);
+        let _ = labels;
         let pad = self.t(s.batch * (s.seq + 1), 8, What::Loss);
         // labels[..., 1:].contiguous() copies unless the batch is a single row.
         let shift = if s.batch > 1 {
@@ -1501,6 +1741,7 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         params: vec![],
         trainable: vec![],
         layers: vec![],
+        moe: vec![],
         lm_head: None,
         states: vec![],
         phases: vec![],
@@ -1509,6 +1750,7 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         emb_leaf: None,
         ac_cache: vec![],
         sliding: None,
+        router_logits: vec![],
         rms: vec![],
         param_cols: vec![],
         causal: None,
@@ -1516,11 +1758,10 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
     p.phase(0, StepPhase::Setup);
     p.setup();
     p.phase(0, StepPhase::Inputs);
-    // input_ids, labels (and the padding mask) live through the whole run.
-    p.inputs();
+    let (ids, labels, mask) = p.inputs();
     for step in 1..=2u8 {
         p.phase(step, StepPhase::Forward);
-        let (root, loss) = p.forward();
+        let (root, loss) = p.forward(ids, labels, mask);
         p.phase(step, StepPhase::Backward);
         p.backward(root, loss);
         p.phase(step, StepPhase::Optimizer);
@@ -1529,6 +1770,7 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         p.zero_grad();
     }
     let peak = p.tp.peak;
+    let _ = Event::Free { id: 0 };
     Trace {
         events: p.tp.events,
         labels: p.tp.labels,

@@ -134,7 +134,7 @@ pub fn replay(trace: &Trace, conf: &AllocConf) -> Simulation {
             }
         }
     }
-    at_peak.sort_by_key(|b| std::cmp::Reverse(b.1));
+    at_peak.sort_by_key(|x| std::cmp::Reverse(x.1));
     at_peak.truncate(NAMED);
     Simulation {
         peak_allocated: best_alloc,

@@ -19,7 +19,7 @@ use super::{Event, Label, What};
 pub(super) type T = u32;
 
 /// Where a tensor's gradient goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) enum G {
     /// Needs no gradient.
     #[default]
@@ -132,6 +132,18 @@ pub(super) enum Op {
     /// bitsandbytes 4-bit matmul backward: dequantize the nested absmax (`absmax_n` fp32 values,
     /// double quantization) and the weight (`w_n` values in the compute dtype), then `grad @ W`.
     Dequant4 { w_n: u64, absmax_n: u64 },
+    /// `self / other` with a broadcast `other`: other's gradient `-grad * ((self / other) /
+    /// other)` (three temporaries), then self's `grad / other`.
+    Div,
+    /// `index` / `topk` backward: a zero tensor of the input's size, the gradient scattered
+    /// into a copy of it (out of place), the zeros freed.
+    Scatter,
+    /// `baddbmm(W, b1, b2, alpha)` of a frozen W: each batch's gradient is a `bmm` times alpha
+    /// (the product a temporary), first `b1`'s, then `b2`'s.
+    Baddbmm,
+    /// A `split`/`chunk` whose outputs' gradients arrive separately: the node waits for both
+    /// and concatenates them into one tensor of the input's size.
+    Join,
 }
 
 #[derive(Clone, Debug)]
@@ -147,6 +159,8 @@ pub(super) struct Node {
     pending: u8,
     /// Gradient accumulated for this node's output.
     buf: Option<T>,
+    /// A [`Op::Join`] node's second output gradient.
+    buf2: Option<T>,
     /// Checkpointed layer this node belongs to.
     layer: Option<u32>,
 }
@@ -176,7 +190,9 @@ pub(super) struct Tape {
     re_next: usize,
     re_last: usize,
     /// Program-held references created since recomputation began (dropped at the early stop).
-    re_locals: Vec<T>,
+    re_locals: Vec<(T, u32)>,
+    /// Depth of the Python frame the program is in, when it marks frames (0: unmarked).
+    frame: u32,
     /// Recomputation reached its last saved tensor: the rest of the layer's forward is skipped.
     pub stopped: bool,
     /// Gradients stored into parameters, in arrival order: (param, storage).
@@ -213,6 +229,7 @@ impl Tape {
             re_next: 0,
             re_last: 0,
             re_locals: vec![],
+            frame: 0,
             stopped: false,
             param_grads: vec![],
             grad_slot: vec![],
@@ -239,7 +256,7 @@ impl Tape {
             self.peak_before = self.peak;
             self.peak = self.peak.max(self.live);
             if self.mode == Mode::Recompute {
-                self.re_locals.push(t);
+                self.re_locals.push((t, self.frame));
             }
         }
         t
@@ -260,7 +277,7 @@ impl Tape {
         }
         self.refs[t as usize] += 1;
         if self.mode == Mode::Recompute {
-            self.re_locals.push(t);
+            self.re_locals.push((t, self.frame));
         }
     }
 
@@ -288,7 +305,7 @@ impl Tape {
     /// Drops a program value.
     pub fn drop_x(&mut self, x: X) {
         if self.mode == Mode::Recompute && !self.stopped {
-            if let Some(i) = self.re_locals.iter().rposition(|&t| t == x.t) {
+            if let Some(i) = self.re_locals.iter().rposition(|&(t, _)| t == x.t) {
                 self.re_locals.remove(i);
             }
         }
@@ -320,11 +337,19 @@ impl Tape {
                         self.live -= bytes;
                         self.peak = self.peak_before;
                         self.refs[id as usize] = 0;
-                        self.re_locals.retain(|&t| t != id);
+                        self.re_locals.retain(|&(t, _)| t != id);
                     }
                 }
+                // Frames the program marks unwind innermost first, each clearing its locals
+                // in the order they were bound; the unmarked layer frame, newest first.
                 let locals = std::mem::take(&mut self.re_locals);
-                for &t in locals.iter().rev() {
+                let deepest = locals.iter().map(|&(_, d)| d).max().unwrap_or(0);
+                for d in (1..=deepest).rev() {
+                    for &(t, _) in locals.iter().filter(|&&(_, x)| x == d) {
+                        self.release(t);
+                    }
+                }
+                for &(t, _) in locals.iter().rev().filter(|&&(_, x)| x == 0) {
                     self.release(t);
                 }
                 self.stopped = true;
@@ -358,6 +383,7 @@ impl Tape {
             saved: sv,
             pending: if keep { 0 } else { saved.len() as u8 },
             buf: None,
+            buf2: None,
             layer: if keep { None } else { self.layer },
         });
         G::Node(idx as u32)
@@ -392,11 +418,42 @@ impl Tape {
         self.stopped = false;
     }
 
+    /// Enters a Python frame whose locals the early stop of a recomputation clears in binding
+    /// order.
+    pub fn push_frame(&mut self) {
+        self.frame += 1;
+    }
+
+    /// Leaves the frame: what it still holds (its return values) now belongs to its caller.
+    pub fn pop_frame(&mut self) {
+        let f = self.frame;
+        self.frame = f.saturating_sub(1);
+        for l in self.re_locals.iter_mut().filter(|l| l.1 == f) {
+            l.1 = f.saturating_sub(1);
+        }
+    }
+
     /// Ends recomputation (program values of the skipped rest are ignored).
     pub fn end_recompute(&mut self) {
         self.stopped = false;
         self.mode = Mode::Grad;
         self.re_locals.clear();
+        self.frame = 0;
+    }
+
+    /// Forgets the node of an output the program discards (nothing can reach it in backward):
+    /// its saved tensors are released, as PyTorch frees a graph node with its last output.
+    pub fn forget(&mut self, g: G) {
+        if self.stopped {
+            return;
+        }
+        if let G::Node(i) = g {
+            let i = i as usize;
+            let saved = std::mem::replace(&mut self.nodes[i].saved, Inline::new());
+            for &s in saved.as_slice() {
+                self.drop_t(s);
+            }
+        }
     }
 
     /// Gives `g` as the gradient of the graph's output `node` (the loss).
@@ -446,6 +503,7 @@ impl Tape {
                 saved: Inline::new(),
                 pending: 0,
                 buf: None,
+                buf2: None,
                 layer: None,
             },
         );
@@ -527,6 +585,44 @@ impl Tape {
                 for (k, slot) in grads.iter_mut().enumerate() {
                     let e = edges[k];
                     *slot = Some(self.new_t(e.n * e.es, what));
+                }
+            }
+            Op::Div => {
+                if wants(1) {
+                    let b = node.out_n * node.out_es;
+                    let t1 = self.new_t(b, What::BackwardTemp);
+                    let t2 = self.new_t(b, What::BackwardTemp);
+                    let t3 = self.new_t(b, What::BackwardTemp);
+                    grads[1] = Some(self.new_t(b, what));
+                    self.drop_t(t3);
+                    self.drop_t(t2);
+                    self.drop_t(t1);
+                }
+                if wants(0) {
+                    grads[0] = Some(self.new_t(full, what));
+                }
+            }
+            Op::Scatter => {
+                let e = edges[0];
+                let z = self.new_t(e.n * node.out_es, What::BackwardTemp);
+                grads[0] = Some(self.new_t(e.n * node.out_es, what));
+                self.drop_t(z);
+            }
+            Op::Baddbmm => {
+                for k in 0..edges.len() {
+                    if wants(k) {
+                        let b = edges[k].n * node.out_es;
+                        let tmp = self.new_t(b, What::BackwardTemp);
+                        grads[k] = Some(self.new_t(b, what));
+                        self.drop_t(tmp);
+                    }
+                }
+            }
+            Op::Join => {
+                let e = edges[0];
+                grads[0] = Some(self.new_t(e.n * e.es, what));
+                if let Some(b2) = node.buf2 {
+                    self.drop_t(b2);
                 }
             }
         }
@@ -611,6 +707,13 @@ impl Tape {
             }
             G::Node(j) => {
                 let j = j as usize;
+                if matches!(self.nodes[j].op, Op::Join)
+                    && self.nodes[j].buf.is_some()
+                    && self.nodes[j].buf2.is_none()
+                {
+                    self.nodes[j].buf2 = Some(t);
+                    return;
+                }
                 match self.nodes[j].buf {
                     None => self.nodes[j].buf = Some(t),
                     Some(old) => {
@@ -639,6 +742,9 @@ impl Tape {
                 self.drop_t(s);
             }
             if let Some(b) = n.buf {
+                self.drop_t(b);
+            }
+            if let Some(b) = n.buf2 {
                 self.drop_t(b);
             }
         }

@@ -1,0 +1,46 @@
+//! Dumps the allocation sequence `model::steptrace` generates for one case of a cases file, in
+//! the form the recordings use (`["a", id, bytes, phase, step]`, `["f", id]`), with each storage's
+//! label, to compare with a recorded `*.events.json.gz`:
+//!     cargo run --example steptrace_dump -- tests/data/reference/moe/cases.jsonl CASE_ID > gen.json
+
+use lorafit::formats::catalog::resolve_model;
+use lorafit::formats::fields::settings_from_json;
+use lorafit::model::steptrace::{generate, Event};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(path), Some(id)) = (args.get(1), args.get(2)) else {
+        eprintln!("usage: steptrace_dump CASES.jsonl CASE_ID");
+        std::process::exit(2);
+    };
+    let text = std::fs::read_to_string(path).expect("cases file");
+    let case: serde_json::Value = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["id"] == id.as_str())
+        .expect("case id in the file");
+    let arch = resolve_model(&case["model"]).expect("model");
+    let s = settings_from_json(&case["settings"]).expect("settings");
+    let t = generate(&arch, &s).expect("trace");
+    let mut phase = 0;
+    let mut out = vec![];
+    for (i, e) in t.events.iter().enumerate() {
+        while phase + 1 < t.phases.len() && t.phases[phase + 1].0 <= i {
+            phase += 1;
+        }
+        let (_, step, p) = t.phases[phase];
+        out.push(match *e {
+            Event::Alloc { id, bytes } => {
+                let l = t.labels[id as usize];
+                serde_json::json!(["a", id, bytes, p.name(), step, l.what.name(), l.layer])
+            }
+            Event::Free { id } => serde_json::json!(["f", id]),
+        });
+    }
+    eprintln!(
+        "peak live {} B, {} events",
+        t.peak_live_bytes,
+        t.events.len()
+    );
+    println!("{}", serde_json::Value::Array(out));
+}
