@@ -274,24 +274,43 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     let p = plan(&a.arch, &a.settings).map_err(|e| e.to_string())?;
     let v = verdict(&p, capacity);
     let fixes = crate::planning::fixes::suggest(&a.arch, &a.settings, capacity, bf16_ok);
+    let best = crate::planning::fixes::best_combination(&a.arch, &a.settings, capacity, bf16_ok);
     let myths = crate::planning::fixes::myths(&a.arch, &a.settings);
     if a.json {
         return emit(
             out,
             &format!(
                 "{}\n",
-                json!({"gpu": gpu_name, "verdict": v, "peak_allocated_bytes": p.peak_allocated_bytes, "fixes": fixes, "myths": myths})
+                json!({"gpu": gpu_name, "verdict": v, "peak_allocated_bytes": p.peak_allocated_bytes, "best": best, "fixes": fixes, "myths": myths})
             ),
         );
     }
     let mut t = format!(
-        "{}: {} on {gpu_name} (nvidia-smi {} of {})\n\nChanges, best first (each re-planned):\n",
+        "{}: {} on {gpu_name} (nvidia-smi {} of {})\n\n",
         a.title,
         v.status.name(),
         report::gib(p.nvidia_smi_bytes),
         report::gib(capacity)
     );
-    for (n, f) in fixes.iter().enumerate() {
+    if let Some(b) = &best {
+        t.push_str(&format!(
+            "{}:\n  {}\n  → peak {}, nvidia-smi {}, {} | {} | cost: {}\n\n",
+            if b.last_resort {
+                "No combination fits at this sequence length; last resort"
+            } else {
+                "Cheapest combination that fits (same sequence length and effective batch)"
+            },
+            b.title,
+            report::gib(b.peak_allocated_bytes),
+            report::gib(b.nvidia_smi_bytes),
+            b.status.name(),
+            report::speed(b.time_factor),
+            b.cost
+        ));
+    }
+    t.push_str("Single changes, best first (each re-planned):\n");
+    let shown = |f: &&crate::planning::fixes::Fix| best.is_none() || f.id != "combined";
+    for (n, f) in fixes.iter().filter(shown).enumerate() {
         t.push_str(&format!(
             "  {}. {}\n     saves {} → peak {}, {} | cost: {}\n",
             n + 1,

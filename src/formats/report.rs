@@ -17,6 +17,18 @@ pub fn gib_signed(bytes: i128) -> String {
     format!("{:+.2} GiB", bytes as f64 / GIB)
 }
 
+/// A compute-time ratio in words: `≈ 47 % more compute per token`, `≈ 5 % less …`, `no more compute`.
+pub fn speed(factor: f64) -> String {
+    let pct = ((factor - 1.0) * 100.0).round();
+    if !pct.is_finite() || pct == 0.0 {
+        "no more compute per token".into()
+    } else if pct > 0.0 {
+        format!("≈ {pct:.0} % more compute per token")
+    } else {
+        format!("≈ {:.0} % less compute per token", -pct)
+    }
+}
+
 /// The full text report of a plan: totals, verdict, breakdown with formulas, phase peaks.
 pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> String {
     let mut s = String::new();

@@ -1,22 +1,32 @@
-//! Planning advice: ranked single changes that make a plan fit (each re-planned, never looked up
-//! in a table), combinations when no single change suffices, and what the model says about the
-//! remedies forums repeat.
+//! Planning advice: the cheapest *combination* of changes that makes a plan fit at the user's
+//! sequence length and effective batch (searched in cost order over every combination of the
+//! candidate changes, each re-planned), the single changes ranked, truncation as the last resort,
+//! and what the model says about the remedies forums repeat.
 
 use serde::Serialize;
 
-use crate::planning::{fit, verdict, Status};
+use crate::planning::{fit, time, verdict, Status};
 
 use crate::model::{plan, Architecture, AttnImpl, Dtype, Optimizer, Quant, Settings, Target};
 
-/// One suggested change, re-planned.
+/// One suggested change (or combination of changes), re-planned.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Fix {
-    /// Stable id (`grad_ckpt`, `smaller_batch`, ...).
+    /// Stable id (`grad_ckpt`, `smaller_batch`, ..., `combined` for a combination).
     pub id: &'static str,
-    /// What to change, in words.
+    /// What to change, in the words of the training arguments.
     pub title: String,
+    /// The same in a few words (`gradient checkpointing + QLoRA (nf4)`).
+    pub summary: String,
     /// What it costs (speed, quality, effective batch), with a number where one exists.
     pub cost: String,
+    /// Ids of the changes it is made of (one for a single change).
+    pub changes: Vec<&'static str>,
+    /// Cost weight (the sum of its changes' [`Change::weight`]): what "cheapest" orders by.
+    pub weight: u32,
+    /// Compute time per trained token after / before ([`time::relative_time`]: FLOPs and the 4-bit
+    /// dequantisation; not modelled: smaller matmuls' lower efficiency, paging).
+    pub time_factor: f64,
     /// The settings after the change.
     pub settings: Settings,
     /// New peak allocated bytes.
@@ -27,67 +37,179 @@ pub struct Fix {
     pub saved_bytes: i128,
     /// New verdict.
     pub status: Status,
+    /// Truncates the sequence length: offered only when nothing else fits.
+    pub last_resort: bool,
 }
 
-/// Order in which equally-fitting fixes are preferred (cheapest in speed/quality first).
-fn cost_rank(id: &str) -> u8 {
-    match id {
-        "sdpa" => 0,
-        "bf16_weights" => 1,
-        "dropout0" => 2,
-        "adamw8bit" => 3,
-        "paged" => 4,
-        "fused_ce" => 5,
-        "grad_ckpt" => 6,
-        "smaller_batch" => 7,
-        "qlora" => 8,
-        "fewer_targets" => 9,
-        "shorter_seq" => 10,
-        _ => 11,
-    }
+/// What one change edits in the settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Patch {
+    /// Eager attention → sdpa.
+    Sdpa,
+    /// fp32 base weights → this 16-bit dtype (autocast to it if none).
+    Weights16(Dtype),
+    /// LoRA dropout → 0.
+    Dropout0,
+    /// Another optimizer.
+    Optimizer(Optimizer),
+    /// Fused / chunked cross-entropy.
+    FusedCe,
+    /// Gradient checkpointing on.
+    GradCkpt,
+    /// This micro-batch (a divisor of the current one), accumulating more so the effective batch
+    /// stays the same.
+    MicroBatch(u64),
+    /// QLoRA: nf4 with double quantisation, this autocast dtype.
+    Qlora(Dtype),
+    /// Adapt only q_proj and v_proj.
+    QvOnly,
 }
 
-fn candidates(
-    arch: &Architecture,
-    s: &Settings,
-    capacity: u128,
-    bf16_ok: bool,
-) -> Vec<(&'static str, String, String, Settings)> {
-    let mut out = vec![];
-    let with = |f: &dyn Fn(&mut Settings)| {
-        let mut t = s.clone();
-        f(&mut t);
-        t
-    };
-    if s.attn_impl == AttnImpl::Eager {
-        out.push((
-            "sdpa",
-            "attn_implementation: eager → sdpa".into(),
-            "none: same math, O(S) memory instead of O(S²), usually faster".into(),
-            with(&|t| t.attn_impl = AttnImpl::Sdpa),
-        ));
-    }
-    if s.dtype == Dtype::Fp32 && s.quant.is_none() {
-        let d = if bf16_ok { Dtype::Bf16 } else { Dtype::Fp16 };
-        out.push((
-            "bf16_weights",
-            format!("load the base model in {} (torch_dtype={}) instead of fp32", d.name(), if bf16_ok { "torch.bfloat16" } else { "torch.float16" }),
-            "none for frozen weights under autocast: the copies autocast made were already low precision".into(),
-            with(&|t| {
+impl Patch {
+    /// Applies the change.
+    pub fn apply(self, t: &mut Settings) {
+        match self {
+            Patch::Sdpa => t.attn_impl = AttnImpl::Sdpa,
+            Patch::Weights16(d) => {
                 t.dtype = d;
                 if t.autocast.is_none() {
                     t.autocast = Some(d);
                 }
-            }),
-        ));
+            }
+            Patch::Dropout0 => t.lora_dropout = 0.0,
+            Patch::Optimizer(o) => t.optimizer = o,
+            Patch::FusedCe => t.fused_ce = true,
+            Patch::GradCkpt => t.grad_ckpt = true,
+            Patch::MicroBatch(b) => {
+                let b = b.clamp(1, t.batch);
+                t.grad_accum = t.grad_accum.saturating_mul(t.batch / b);
+                t.batch = b;
+            }
+            Patch::Qlora(d) => {
+                t.quant = Some(Quant::Nf4);
+                t.double_quant = true;
+                t.dtype = d;
+                t.autocast = Some(d);
+            }
+            Patch::QvOnly => t.targets = vec![Target::Q, Target::V],
+        }
+    }
+}
+
+/// One candidate change. Changes of the same `kind` exclude each other (two optimizers, two
+/// weight formats, two micro-batches); a combination takes at most one of each kind.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// Stable id.
+    pub id: &'static str,
+    /// What it changes (`attention`, `weights`, `dropout`, `optimizer`, `loss`, `checkpointing`,
+    /// `micro_batch`, `targets`).
+    pub kind: &'static str,
+    /// In the words of the training arguments.
+    pub title: String,
+    /// In a few words.
+    pub short: String,
+    /// What it costs, in words.
+    pub cost: String,
+    /// Cost weight, roughly "per cent slower, or a quality risk judged comparable": sdpa 1,
+    /// 16-bit weights 1, no dropout 2, 8-bit AdamW 2, fused cross-entropy 3, paged AdamW 4,
+    /// micro-batch 4 per halving, fewer targets 25, checkpointing 30, QLoRA 40.
+    pub weight: u32,
+    /// The edit.
+    pub patch: Patch,
+}
+
+impl Change {
+    /// `s` with this change.
+    pub fn applied(&self, s: &Settings) -> Settings {
+        let mut t = s.clone();
+        self.patch.apply(&mut t);
+        t
+    }
+}
+
+/// Micro-batches offered below `batch`: the largest divisor at or under batch/2, batch/4, …, 1,
+/// so the effective batch (micro-batch × accumulation) stays exactly the same.
+pub fn micro_batches(batch: u64) -> Vec<u64> {
+    let mut out: Vec<u64> = vec![];
+    let mut cap = batch / 2;
+    while cap >= 1 {
+        if let Some(d) = (1..=cap).rev().find(|d| batch % d == 0) {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        cap /= 2;
+    }
+    out
+}
+
+fn halvings(from: u64, to: u64) -> u32 {
+    let mut n = 0;
+    let mut b = from;
+    while b > to {
+        b = b.div_ceil(2);
+        n += 1;
+    }
+    n
+}
+
+/// Every change the search may use for `s` (each applicable to `s`, none touching the sequence
+/// length), in cost order within each kind.
+pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
+    let mut out = vec![];
+    let low = if bf16_ok { Dtype::Bf16 } else { Dtype::Fp16 };
+    let mut push = |id, kind, title: String, short: &str, cost: &str, weight, patch| {
+        out.push(Change {
+            id,
+            kind,
+            title,
+            short: short.into(),
+            cost: cost.into(),
+            weight,
+            patch,
+        })
+    };
+    if s.attn_impl == AttnImpl::Eager {
+        push(
+            "sdpa",
+            "attention",
+            "attn_implementation: eager → sdpa".into(),
+            "sdpa attention",
+            "none: same math, O(S) memory instead of O(S²), usually faster",
+            1,
+            Patch::Sdpa,
+        );
+    }
+    if s.dtype == Dtype::Fp32 && s.quant.is_none() {
+        push(
+            "bf16_weights",
+            "weights",
+            format!(
+                "load the base model in {} (torch_dtype={}) instead of fp32",
+                low.name(),
+                if bf16_ok {
+                    "torch.bfloat16"
+                } else {
+                    "torch.float16"
+                }
+            ),
+            if bf16_ok { "bf16 weights" } else { "fp16 weights" },
+            "none for frozen weights under autocast: the copies autocast made were already low precision",
+            1,
+            Patch::Weights16(low),
+        );
     }
     if s.lora_dropout > 0.0 && !s.targets.is_empty() {
-        out.push((
+        push(
             "dropout0",
+            "dropout",
             format!("lora_dropout {} → 0", s.lora_dropout),
-            "less regularisation; peft then shares one input copy per module".into(),
-            with(&|t| t.lora_dropout = 0.0),
-        ));
+            "LoRA dropout 0",
+            "less regularisation; peft then shares one input copy per module",
+            2,
+            Patch::Dropout0,
+        );
     }
     if matches!(
         s.optimizer,
@@ -96,116 +218,146 @@ fn candidates(
             | Optimizer::AdamwTorch
             | Optimizer::PagedAdamw32bit
     ) {
-        out.push((
+        push(
             "adamw8bit",
+            "optimizer",
             format!("optim {} → adamw_8bit (bitsandbytes)", s.optimizer.name()),
-            "states in 8 bits: indistinguishable loss curves in most LoRA runs".into(),
-            with(&|t| t.optimizer = Optimizer::Adamw8bit),
-        ));
+            "8-bit AdamW",
+            "states in 8 bits: indistinguishable loss curves in most LoRA runs",
+            2,
+            Patch::Optimizer(Optimizer::Adamw8bit),
+        );
     }
     if !matches!(
         s.optimizer,
         Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit | Optimizer::Sgd
     ) {
-        out.push((
+        push(
             "paged",
+            "optimizer",
             format!("optim {} → paged_adamw_8bit", s.optimizer.name()),
-            "states in unified memory, evicted to CPU under pressure (slower when it pages)".into(),
-            with(&|t| t.optimizer = Optimizer::PagedAdamw8bit),
-        ));
+            "paged 8-bit AdamW",
+            "states in unified memory, evicted to CPU under pressure (slower when it pages)",
+            4,
+            Patch::Optimizer(Optimizer::PagedAdamw8bit),
+        );
     }
     if !s.fused_ce {
-        out.push((
+        push(
             "fused_ce",
+            "loss",
             "use a fused / chunked cross-entropy (e.g. Liger's FusedLinearCrossEntropy)".into(),
-            "an extra dependency; the [tokens × vocab] logits are never materialised".into(),
-            with(&|t| t.fused_ce = true),
-        ));
+            "fused cross-entropy",
+            "an extra dependency; the [tokens × vocab] logits are never materialised",
+            3,
+            Patch::FusedCe,
+        );
     }
     if !s.grad_ckpt {
-        out.push((
+        push(
             "grad_ckpt",
+            "checkpointing",
             "gradient_checkpointing=True".into(),
-            "≈ +1 forward per step: about 30–35 % more compute".into(),
-            with(&|t| t.grad_ckpt = true),
-        ));
+            "gradient checkpointing",
+            "≈ +1 forward per step: about 30–35 % more compute",
+            30,
+            Patch::GradCkpt,
+        );
     }
-    if s.batch > 1 {
-        // Halve until it fits (or reaches 1); accumulate more to keep the effective batch.
-        let mut b = s.batch;
-        let mut t = s.clone();
-        while b > 1 {
-            b = b.div_ceil(2);
-            t = Settings {
-                batch: b,
-                grad_accum: s.grad_accum.saturating_mul(s.batch.div_ceil(b)),
-                ..s.clone()
-            };
-            if plan(arch, &t)
-                .map(|p| p.nvidia_smi_bytes <= capacity)
-                .unwrap_or(false)
-            {
-                break;
-            }
-        }
-        out.push((
-            "smaller_batch",
-            format!(
-                "per_device_train_batch_size {} → {}, gradient_accumulation_steps {} → {}",
-                s.batch, t.batch, s.grad_accum, t.grad_accum
+    for b in micro_batches(s.batch) {
+        let accum = s.grad_accum.saturating_mul(s.batch / b);
+        out.push(Change {
+            id: "smaller_batch",
+            kind: "micro_batch",
+            title: format!(
+                "per_device_train_batch_size {} → {b}, gradient_accumulation_steps {} → {accum}",
+                s.batch, s.grad_accum
             ),
-            format!(
+            short: format!("micro-batch {b} × accumulation {accum}"),
+            cost: format!(
                 "same effective batch ({}); smaller matmuls use the GPU less efficiently",
                 s.batch.saturating_mul(s.grad_accum)
             ),
-            t,
-        ));
+            weight: 4 * halvings(s.batch, b),
+            patch: Patch::MicroBatch(b),
+        });
     }
     if s.quant.is_none() {
-        let ac = if bf16_ok { Dtype::Bf16 } else { Dtype::Fp16 };
-        out.push((
-            "qlora",
-            format!(
+        out.push(Change {
+            id: "qlora",
+            kind: "weights",
+            title: format!(
                 "QLoRA: load_in_4bit (nf4, double quant), {} autocast",
-                ac.name()
+                low.name()
             ),
-            "≈ 20–40 % slower steps (dequantisation); small quality cost reported for nf4".into(),
-            with(&|t| {
-                t.quant = Some(Quant::Nf4);
-                t.double_quant = true;
-                t.dtype = ac;
-                t.autocast = Some(ac);
-            }),
-        ));
+            short: "QLoRA (4-bit nf4)".into(),
+            cost: "≈ 20–40 % slower steps (dequantisation); small quality cost reported for nf4"
+                .into(),
+            weight: 40,
+            patch: Patch::Qlora(low),
+        });
     }
     if s.targets.len() > 2 && s.targets.contains(&Target::Q) && s.targets.contains(&Target::V) {
-        out.push((
-            "fewer_targets",
-            "target_modules: only q_proj, v_proj".into(),
-            "fewer adapted modules: usually slightly lower quality than all-linear".into(),
-            with(&|t| t.targets = vec![Target::Q, Target::V]),
-        ));
-    }
-    if let Some(m) = fit::max_seq(arch, s, capacity, s.seq.saturating_sub(1)) {
-        if m < s.seq {
-            out.push((
-                "shorter_seq",
-                format!("max_length {} → {m} (truncate longer samples)", s.seq),
-                format!("samples longer than {m} tokens are cut"),
-                with(&|t| t.seq = m),
-            ));
-        }
+        out.push(Change {
+            id: "fewer_targets",
+            kind: "targets",
+            title: "target_modules: only q_proj, v_proj".into(),
+            short: "LoRA on q_proj, v_proj only".into(),
+            cost: "fewer adapted modules: usually slightly lower quality than all-linear".into(),
+            weight: 25,
+            patch: Patch::QvOnly,
+        });
     }
     out
 }
 
-fn evaluate(
+/// Every combination of `changes` taking at most one change of each kind (the empty one
+/// excluded), cheapest first: by total weight, then fewer changes, then the order of `changes`.
+pub fn combinations(changes: &[Change]) -> Vec<Vec<usize>> {
+    let mut kinds: Vec<&str> = vec![];
+    for c in changes {
+        if !kinds.contains(&c.kind) {
+            kinds.push(c.kind);
+        }
+    }
+    let mut combos: Vec<Vec<usize>> = vec![vec![]];
+    for kind in kinds {
+        let of_kind: Vec<usize> = (0..changes.len())
+            .filter(|&i| changes[i].kind == kind)
+            .collect();
+        let mut next = Vec::with_capacity(combos.len() * (of_kind.len() + 1));
+        for c in &combos {
+            next.push(c.clone());
+            for &i in &of_kind {
+                let mut d = c.clone();
+                d.push(i);
+                next.push(d);
+            }
+        }
+        combos = next;
+    }
+    combos.retain(|c| !c.is_empty());
+    let weight = |c: &Vec<usize>| c.iter().map(|&i| changes[i].weight).sum::<u32>();
+    combos.sort_by(|a, b| {
+        (weight(a), a.len())
+            .cmp(&(weight(b), b.len()))
+            .then_with(|| a.cmp(b))
+    });
+    combos
+}
+
+#[allow(clippy::too_many_arguments)]
+fn replan(
     arch: &Architecture,
+    s: &Settings,
     base_peak: u128,
     capacity: u128,
     id: &'static str,
     title: String,
+    summary: String,
     cost: String,
+    changes: Vec<&'static str>,
+    weight: u32,
     t: Settings,
 ) -> Option<Fix> {
     let p = plan(arch, &t).ok()?;
@@ -213,13 +365,40 @@ fn evaluate(
     Some(Fix {
         id,
         title,
+        summary,
         cost,
+        changes,
+        weight,
+        time_factor: time::relative_time(arch, s, &t),
         peak_allocated_bytes: p.peak_allocated_bytes,
         nvidia_smi_bytes: p.nvidia_smi_bytes,
         saved_bytes: base_peak as i128 - p.peak_allocated_bytes as i128,
         status: v.status,
         settings: t,
+        last_resort: false,
     })
+}
+
+fn single(
+    arch: &Architecture,
+    s: &Settings,
+    base_peak: u128,
+    cap: u128,
+    c: &Change,
+) -> Option<Fix> {
+    replan(
+        arch,
+        s,
+        base_peak,
+        cap,
+        c.id,
+        c.title.clone(),
+        c.short.clone(),
+        c.cost.clone(),
+        vec![c.id],
+        c.weight,
+        c.applied(s),
+    )
 }
 
 fn status_rank(s: Status) -> u8 {
@@ -230,74 +409,196 @@ fn status_rank(s: Status) -> u8 {
     }
 }
 
+fn fits_in(arch: &Architecture, s: &Settings, capacity: u128) -> bool {
+    plan(arch, s)
+        .map(|p| p.nvidia_smi_bytes <= capacity)
+        .unwrap_or(false)
+}
+
+/// The last resort: `max_length` cut to the longest that fits with `with` (the current settings
+/// or a combination), said so in its title.
+fn truncation(
+    arch: &Architecture,
+    s: &Settings,
+    base_peak: u128,
+    capacity: u128,
+    with: Option<&Fix>,
+) -> Option<Fix> {
+    let from = with.map(|f| &f.settings).unwrap_or(s);
+    let m = fit::max_seq(arch, from, capacity, s.seq.saturating_sub(1))?;
+    let t = Settings {
+        seq: m,
+        ..from.clone()
+    };
+    let cut = format!("max_length {} → {m} (truncate longer samples)", s.seq);
+    let (title, summary, mut changes, weight) = match with {
+        Some(f) => (
+            format!("{} + {cut}", f.title),
+            format!("{} + sequence length {m}", f.summary),
+            f.changes.clone(),
+            f.weight,
+        ),
+        None => (cut, format!("sequence length {m}"), vec![], 0),
+    };
+    changes.push("shorter_seq");
+    let cost = format!(
+        "last resort: samples longer than {m} tokens are cut, so the model never trains on their end{}",
+        with.map(|f| format!("; {}", f.cost)).unwrap_or_default()
+    );
+    let mut f = replan(
+        arch,
+        s,
+        base_peak,
+        capacity,
+        "shorter_seq",
+        title,
+        summary,
+        cost,
+        changes,
+        weight,
+        t,
+    )?;
+    f.last_resort = true;
+    Some(f)
+}
+
 /// Ranked single changes (those that save memory), best first: fitting before tight before
-/// out-of-memory, then cheapest, then most saved. When none fits, the last entry combines changes
-/// greedily (largest saving first) until the plan fits.
+/// out-of-memory, then cheapest (by weight), then most saved. When none fits, the cheapest
+/// combination follows ([`best_combination`], id `combined`). Truncating the sequence comes last,
+/// always, marked as the last resort.
 pub fn suggest(arch: &Architecture, s: &Settings, capacity: u128, bf16_ok: bool) -> Vec<Fix> {
     let Ok(base) = plan(arch, s) else {
         return vec![];
     };
-    let mut fixes: Vec<Fix> = candidates(arch, s, capacity, bf16_ok)
-        .into_iter()
-        .filter_map(|(id, title, cost, t)| {
-            evaluate(
-                arch,
-                base.peak_allocated_bytes,
-                capacity,
-                id,
-                title,
-                cost,
-                t,
-            )
-        })
-        .filter(|f| f.saved_bytes > 0)
-        .collect();
-    fixes.sort_by_key(|f| (status_rank(f.status), cost_rank(f.id), -f.saved_bytes));
+    let peak = base.peak_allocated_bytes;
+    let all = changes(s, bf16_ok);
+    let mut fixes: Vec<Fix> = vec![];
+    // One micro-batch single: the largest that fits, else the smallest.
+    let batches: Vec<&Change> = all.iter().filter(|c| c.kind == "micro_batch").collect();
+    let batch = batches
+        .iter()
+        .find(|c| fits_in(arch, &c.applied(s), capacity))
+        .or(batches.last())
+        .copied();
+    for c in all.iter().filter(|c| c.kind != "micro_batch").chain(batch) {
+        if let Some(f) = single(arch, s, peak, capacity, c) {
+            fixes.push(f);
+        }
+    }
+    fixes.retain(|f| f.saved_bytes > 0);
+    fixes.sort_by_key(|f| (status_rank(f.status), f.weight, -f.saved_bytes));
     if !fixes.iter().any(|f| f.status != Status::Oom) {
-        if let Some(c) = combine(arch, s, capacity, bf16_ok, base.peak_allocated_bytes) {
+        if let Some(c) = best_combination(arch, s, capacity, bf16_ok).filter(|c| !c.last_resort) {
             fixes.push(c);
         }
+    }
+    if let Some(t) = truncation(arch, s, peak, capacity, None).filter(|t| t.saved_bytes > 0) {
+        fixes.push(t);
     }
     fixes
 }
 
-fn combine(
+/// The cheapest combination of [`changes`] that makes the plan fit at its sequence length and
+/// effective batch: the combinations are planned in cost order ([`combinations`]: weight, then
+/// fewer changes) and the first that fits is returned, so none cheaper fits. An out-of-memory
+/// plan that no combination makes fit gets the cheapest that makes it tight; failing that, the
+/// last resort: the combination with the lowest nvidia-smi estimate plus the longest sequence
+/// that then fits (`last_resort`). None when the plan already fits, or nothing can make it.
+pub fn best_combination(
     arch: &Architecture,
     s: &Settings,
     capacity: u128,
     bf16_ok: bool,
-    base_peak: u128,
 ) -> Option<Fix> {
-    let mut cur = s.clone();
-    let mut titles: Vec<String> = vec![];
-    let mut costs: Vec<String> = vec![];
-    for _ in 0..6 {
-        let cur_peak = plan(arch, &cur).ok()?.peak_allocated_bytes;
-        let best = candidates(arch, &cur, capacity, bf16_ok)
-            .into_iter()
-            .filter_map(|(id, title, cost, t)| {
-                evaluate(arch, cur_peak, capacity, id, title, cost, t)
-            })
-            .filter(|f| f.saved_bytes > 0)
-            .max_by_key(|f| f.saved_bytes)?;
-        titles.push(best.title.clone());
-        costs.push(best.cost.clone());
-        cur = best.settings.clone();
-        if best.status != Status::Oom {
-            break;
+    let base = plan(arch, s).ok()?;
+    let status = verdict(&base, capacity).status;
+    if status == Status::Fits {
+        return None;
+    }
+    let all = changes(s, bf16_ok);
+    let combos = combinations(&all);
+    let with = |combo: &[usize]| {
+        let mut t = s.clone();
+        for &i in combo {
+            all[i].patch.apply(&mut t);
+        }
+        t
+    };
+    let mut tight: Option<&Vec<usize>> = None;
+    let mut found = None;
+    for combo in &combos {
+        let Ok(p) = plan(arch, &with(combo)) else {
+            continue;
+        };
+        match verdict(&p, capacity).status {
+            Status::Fits => {
+                found = Some(combo);
+                break;
+            }
+            Status::Tight if tight.is_none() => tight = Some(combo),
+            _ => {}
         }
     }
-    let mut f = evaluate(
+    let as_fix = |combo: &[usize], t: Settings| -> Option<Fix> {
+        let pick: Vec<&Change> = combo.iter().map(|&i| &all[i]).collect();
+        let join = |f: &dyn Fn(&Change) -> String, sep: &str| {
+            pick.iter().map(|c| f(c)).collect::<Vec<_>>().join(sep)
+        };
+        let mut f = replan(
+            arch,
+            s,
+            base.peak_allocated_bytes,
+            capacity,
+            if pick.len() == 1 {
+                pick[0].id
+            } else {
+                "combined"
+            },
+            join(&|c| c.title.clone(), " + "),
+            join(&|c| c.short.clone(), " + "),
+            join(&|c| c.cost.clone(), "; "),
+            pick.iter().map(|c| c.id).collect(),
+            pick.iter().map(|c| c.weight).sum(),
+            t,
+        )?;
+        if pick.len() > 1 {
+            f.title = format!("together: {}", f.title);
+        }
+        Some(f)
+    };
+    if let Some(combo) = found.or(tight.filter(|_| status == Status::Oom)) {
+        return as_fix(combo, with(combo));
+    }
+    // Last resort: the combination (cheapest first) under which the longest sequence fits. A
+    // combination is bisected only if it beats the best length so far by one token.
+    let mut best: Option<(u64, &Vec<usize>)> = None;
+    for combo in &combos {
+        let t = with(combo);
+        let beat = best.map(|(n, _)| n + 1).unwrap_or(1);
+        if beat >= s.seq
+            || !fits_in(
+                arch,
+                &Settings {
+                    seq: beat,
+                    ..t.clone()
+                },
+                capacity,
+            )
+        {
+            continue;
+        }
+        if let Some(n) = fit::max_seq(arch, &t, capacity, s.seq - 1) {
+            best = Some((n, combo));
+        }
+    }
+    let chosen = best.and_then(|(_, combo)| as_fix(combo, with(combo)));
+    truncation(
         arch,
-        base_peak,
+        s,
+        base.peak_allocated_bytes,
         capacity,
-        "combined",
-        titles.join(" + "),
-        costs.join("; "),
-        cur,
-    )?;
-    f.title = format!("together: {}", f.title);
-    Some(f)
+        chosen.as_ref(),
+    )
 }
 
 /// A remedy forums repeat, and what the model says it changes.

@@ -87,6 +87,26 @@ pub const DEFAULT_UTILIZATION: f64 = 0.40;
 /// Slowdown of 4-bit layers (dequantise each weight before its matmul).
 pub const QUANT_SLOWDOWN: f64 = 1.3;
 
+/// Compute time per trained token of `after` relative to `before` (same model and GPU): FLOPs per
+/// token × the 4-bit dequantisation slowdown, so the GPU's rate cancels. 1.3 means 30 % slower.
+/// Not modelled: the lower efficiency of smaller matmuls, paging, a different tensor-core rate.
+pub fn relative_time(a: &Architecture, before: &Settings, after: &Settings) -> f64 {
+    let per_token = |s: &Settings| {
+        let slowdown = if s.quant.is_some() {
+            QUANT_SLOWDOWN
+        } else {
+            1.0
+        };
+        step_flops(a, s).total / ((s.batch as f64) * (s.seq as f64)).max(1.0) * slowdown
+    };
+    let b = per_token(before);
+    if b > 0.0 && b.is_finite() {
+        per_token(after) / b
+    } else {
+        1.0
+    }
+}
+
 /// Time estimate of a planned run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TimeEstimate {

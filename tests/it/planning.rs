@@ -4,7 +4,7 @@
 use lorafit::formats::catalog;
 use lorafit::formats::export::export;
 use lorafit::model::{plan, AttnImpl, Dtype, Optimizer, Quant, Settings, Target};
-use lorafit::planning::fixes::{myths, suggest};
+use lorafit::planning::fixes::{best_combination, changes, myths, suggest};
 use lorafit::planning::Status;
 
 fn arch(name: &str) -> lorafit::model::Architecture {
@@ -33,7 +33,14 @@ fn fixes_are_replanned_ranked_and_make_it_fit() {
         );
         assert!(f.saved_bytes > 0);
     }
-    let ranks: Vec<u8> = fixes
+    // Truncating the sequence is the last resort: always last, whatever its verdict.
+    let (last, ranked) = fixes.split_last().unwrap();
+    assert!(
+        last.id == "shorter_seq" && last.last_resort,
+        "{}",
+        last.title
+    );
+    let ranks: Vec<u8> = ranked
         .iter()
         .map(|f| match f.status {
             Status::Fits => 0,
@@ -71,6 +78,124 @@ fn combination_when_no_single_change_suffices() {
         .expect("a combination");
     assert!(c.title.contains(" + "), "{}", c.title);
     assert_ne!(c.status, Status::Oom, "{}", c.title);
+}
+
+/// Every combination of the candidate changes (at most one of each kind), enumerated here
+/// independently of the search, planned: none cheaper than the one shown fits.
+fn assert_cheapest(
+    a: &lorafit::model::Architecture,
+    s: &Settings,
+    cap: u128,
+) -> lorafit::planning::fixes::Fix {
+    let best = best_combination(a, s, cap, true).expect("a combination");
+    let all = changes(s, true);
+    let mut kinds: Vec<&str> = all.iter().map(|c| c.kind).collect();
+    kinds.dedup();
+    kinds.sort();
+    kinds.dedup();
+    // Power set over the kinds, each kind contributing none or one of its changes.
+    let mut combos: Vec<Vec<usize>> = vec![vec![]];
+    for k in &kinds {
+        let mut next = vec![];
+        for c in &combos {
+            next.push(c.clone());
+            for (i, ch) in all.iter().enumerate() {
+                if ch.kind == *k {
+                    let mut d = c.clone();
+                    d.push(i);
+                    next.push(d);
+                }
+            }
+        }
+        combos = next;
+    }
+    let mut fitting_weights = vec![];
+    for c in &combos {
+        let mut t = s.clone();
+        for &i in c {
+            all[i].patch.apply(&mut t);
+        }
+        let weight: u32 = c.iter().map(|&i| all[i].weight).sum();
+        let p = plan(a, &t).unwrap();
+        let fits = lorafit::planning::verdict(&p, cap).status == Status::Fits;
+        // The effective batch and the sequence length never change.
+        assert_eq!(t.batch * t.grad_accum, s.batch * s.grad_accum);
+        assert_eq!(t.seq, s.seq);
+        if fits {
+            fitting_weights.push((weight, c.len()));
+            assert!(
+                (weight, c.len()) >= (best.weight, best.changes.len()),
+                "a cheaper combination fits: {:?} (weight {weight}) vs {} (weight {})",
+                c.iter().map(|&i| all[i].short.clone()).collect::<Vec<_>>(),
+                best.summary,
+                best.weight
+            );
+        }
+    }
+    assert!(fitting_weights.contains(&(best.weight, best.changes.len())));
+    assert_eq!(best.status, Status::Fits, "{}", best.summary);
+    assert_eq!(
+        plan(a, &best.settings).unwrap().peak_allocated_bytes,
+        best.peak_allocated_bytes
+    );
+    assert!(!best.last_resort);
+    best
+}
+
+#[test]
+fn the_combination_shown_is_the_cheapest_that_fits() {
+    // Llama-2-7B on an RTX 4090, micro-batch 8 × 4096 tokens: no single change fits except
+    // truncating the sequence.
+    let a = arch("llama2-7b");
+    let s = Settings {
+        batch: 8,
+        seq: 4096,
+        ..Settings::default()
+    };
+    let cap = catalog::find_gpu("rtx4090").unwrap().capacity_bytes();
+    let singles = suggest(&a, &s, cap, true);
+    assert!(singles
+        .iter()
+        .filter(|f| f.id != "shorter_seq" && f.id != "combined")
+        .all(|f| f.status == Status::Oom));
+    let last = singles.last().unwrap();
+    assert!(
+        last.id == "shorter_seq" && last.last_resort,
+        "truncation comes last"
+    );
+    let best = assert_cheapest(&a, &s, cap);
+    assert!(best.changes.len() > 1, "{}", best.summary);
+    assert!(best.time_factor >= 1.0, "{}", best.time_factor);
+    // Another out-of-memory case with eager attention, fp32 weights and dropout.
+    let s = Settings {
+        batch: 6,
+        seq: 2048,
+        attn_impl: AttnImpl::Eager,
+        dtype: Dtype::Fp32,
+        autocast: Some(Dtype::Bf16),
+        ..Settings::default()
+    };
+    assert_cheapest(&arch("mistral-7b-v0.1"), &s, 40 * GIB);
+}
+
+#[test]
+fn nothing_fits_leaves_truncation_as_the_last_resort() {
+    let a = arch("llama2-13b");
+    let s = Settings {
+        batch: 1,
+        seq: 65536,
+        ..Settings::default()
+    };
+    let best = best_combination(&a, &s, 24 * GIB, true).expect("a last resort");
+    assert!(
+        best.last_resort && best.settings.seq < 65536,
+        "{}",
+        best.title
+    );
+    assert!(best.changes.contains(&"shorter_seq"));
+    assert_ne!(best.status, Status::Oom);
+    // A plan that fits needs nothing.
+    assert!(best_combination(&a, &Settings::default(), 80 * GIB, true).is_none());
 }
 
 #[test]
