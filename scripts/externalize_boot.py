@@ -9,14 +9,16 @@ import hashlib, os, re, sys
 staging = os.environ.get("TRUNK_STAGING_DIR") or (sys.argv[1] if len(sys.argv) > 1 else "dist")
 path = os.path.join(staging, "index.html")
 html = open(path, encoding="utf-8").read()
-m = re.search(r'<script type="module">(.*?)</script>', html, re.S)
+# (Release builds minify the HTML: the attribute may lose its quotes.)
+m = re.search(r'<script type=["\']?module["\']?>(.*?)</script>', html, re.S)
 boot = m.group(1).strip() + "\n" if m else open(os.path.join(staging, "boot.js"), encoding="utf-8").read()
 if m:
     html = html[: m.start()] + '<script type="module" src="./boot.js"></script>' + html[m.end():]
     open(path, "w", encoding="utf-8").write(html)
 
-# The GPU benchmark page (gpu/index.html) is online-only and lives under the main page's scope.
-if os.path.basename(os.path.dirname(os.path.abspath(os.environ.get("TRUNK_HTML_FILE", "index.html")))) == "gpu":
+# The GPU benchmark page (gpu/index.html) is online-only and lives under the main page's scope;
+# lib/index.html (the JavaScript module for other pages) needs no service worker either.
+if os.path.basename(os.path.dirname(os.path.abspath(os.environ.get("TRUNK_HTML_FILE", "index.html")))) in ("gpu", "lib"):
     open(os.path.join(staging, "boot.js"), "w", encoding="utf-8").write(boot)
     sys.exit(0)
 

@@ -7,5 +7,6 @@ bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
 trunk build --release
 trunk build --release --dist dist/gpu gpu/index.html
+trunk build --release --dist dist/lib --filehash false lib/index.html
 echo "lorafit: http://127.0.0.1:${PORT:-8080}/"
 exec python3 -m http.server "${PORT:-8080}" --bind 127.0.0.1 --directory dist

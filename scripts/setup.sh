@@ -2,7 +2,7 @@
 # Installs what lorafit's build and tests need and is missing on this machine.
 # Idempotent: every step is skipped when its tool is already there at the right version.
 # Sources: crates.io (trunk, wasm-bindgen-cli), Debian (chromium, chromedriver, mesa-vulkan-drivers),
-# npm (binaryen for wasm-opt, playwright-core to drive chromium).
+# npm (binaryen for wasm-opt, playwright-core to drive chromium, axe-core for accessibility checks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
@@ -29,8 +29,8 @@ if ! wasm-bindgen --version 2>/dev/null | grep -q " $WB_VERSION\$"; then
 fi
 
 # wasm-opt: npm's binaryen (Debian's binaryen 108 produces a wasm that crashes on load).
-if [ ! -x node_modules/.bin/wasm-opt ] || [ ! -d node_modules/playwright-core ]; then
-  say "installing binaryen (wasm-opt) and playwright-core from npm"
+if [ ! -x node_modules/.bin/wasm-opt ] || [ ! -d node_modules/playwright-core ] || [ ! -d node_modules/axe-core ]; then
+  say "installing binaryen (wasm-opt), playwright-core and axe-core from npm"
   npm install --no-audit --no-fund --silent
 fi
 

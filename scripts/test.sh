@@ -23,9 +23,10 @@ REF=tests/data/reference/cases.jsonl
 ./target/debug/lorafit estimate --jsonl "$REF" > target/pred.jsonl
 python3 tests/data/compare_reference.py "$REF" target/pred.jsonl
 
-echo "== release web build (trunk): the planner, then the lazily loaded GPU benchmark page"
+echo "== release web build (trunk): the planner, the lazily loaded GPU benchmark page, plan() for JavaScript"
 trunk build --release
 trunk build --release --dist dist/gpu gpu/index.html
+trunk build --release --dist dist/lib --filehash false lib/index.html
 
 echo "== browser tests (headless Debian chromium, release build)"
 node --test tests/browser/

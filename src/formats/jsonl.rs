@@ -36,6 +36,38 @@ fn id_of(line: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The planner for other pages (`plan()` of the release build's `lib/lorafit-js.js`): one request
+/// object as an `estimate --jsonl` line takes it (`{"model": name or config numbers, "settings":
+/// {…}}`), plus an optional `"gpu"` (catalog id) that adds `"verdict"` and `"gpu"`; answers the plan
+/// as the CLI prints it. A string is read as the JSON text of such an object.
+pub fn plan_request(v: &Value) -> Result<Value, String> {
+    if let Value::String(text) = v {
+        let parsed: Value =
+            serde_json::from_str(text).map_err(|e| format!("not a JSON object: {e}"))?;
+        return plan_request(&parsed);
+    }
+    let obj = v
+        .as_object()
+        .ok_or(r#"expected {"model": "llama2-7b", "settings": {...}}"#)?;
+    let arch =
+        crate::formats::catalog::resolve_model(obj.get("model").ok_or("missing \"model\"")?)?;
+    let settings =
+        settings_from_json(obj.get("settings").unwrap_or(&json!({}))).map_err(|e| e.to_string())?;
+    let p = plan_simulated(&arch, &settings).map_err(|e| e.to_string())?;
+    let mut out = serde_json::to_value(&p).map_err(|e| e.to_string())?;
+    if let (Some(g), Value::Object(m)) = (obj.get("gpu"), &mut out) {
+        let g =
+            crate::formats::catalog::find_gpu(g.as_str().ok_or("\"gpu\" must be a catalog id")?)?;
+        let v = crate::planning::verdict(&p, g.capacity_bytes());
+        m.insert("gpu".into(), json!(g.name));
+        m.insert(
+            "verdict".into(),
+            serde_json::to_value(v).map_err(|e| e.to_string())?,
+        );
+    }
+    Ok(out)
+}
+
 /// The output object for one line.
 pub fn output_line(line: &str) -> (bool, String) {
     match estimate_line(line) {
@@ -47,5 +79,32 @@ pub fn output_line(line: &str) -> (bool, String) {
             (true, v.to_string())
         }
         Err((id, e)) => (false, json!({"id": id, "error": e}).to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_planned_like_a_jsonl_line() {
+        let req = json!({"model": "llama2-7b", "settings": {"batch": 2, "seq": 2048, "grad_ckpt": true}, "gpu": "rtx4090"});
+        let out = plan_request(&req).unwrap();
+        let (ok, line) = output_line(&json!({"model": "llama2-7b", "settings": {"batch": 2, "seq": 2048, "grad_ckpt": true}}).to_string());
+        assert!(ok);
+        let line: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(out["peak_allocated_bytes"], line["peak_allocated_bytes"]);
+        assert_eq!(out["verdict"]["status"], "fits");
+        assert!(out["gpu"].as_str().unwrap().contains("4090"));
+        // JSON text works too; bad input says why.
+        assert_eq!(plan_request(&json!(req.to_string())).unwrap(), out);
+        assert!(plan_request(&json!({"settings": {}}))
+            .unwrap_err()
+            .contains("model"));
+        assert!(plan_request(&json!({"model": "llama2-7b", "settings": {"batch": 0}})).is_err());
+        assert!(plan_request(&json!({"model": "llama2-7b", "gpu": "nope"}))
+            .unwrap_err()
+            .contains("unknown GPU"));
+        assert!(plan_request(&json!(3)).is_err());
     }
 }

@@ -389,13 +389,16 @@ pub fn combinations(changes: &[Change]) -> Vec<Vec<usize>> {
         combos = next;
     }
     combos.retain(|c| !c.is_empty());
-    let weight = |c: &Vec<usize>| c.iter().map(|&i| changes[i].weight).sum::<u32>();
-    combos.sort_by(|a, b| {
-        (weight(a), a.len())
-            .cmp(&(weight(b), b.len()))
-            .then_with(|| a.cmp(b))
-    });
-    combos
+    // Sort keys (weight, changes, position): the position keeps the order deterministic.
+    let mut keys: Vec<(u32, usize, usize)> = combos
+        .iter()
+        .enumerate()
+        .map(|(n, c)| (c.iter().map(|&i| changes[i].weight).sum(), c.len(), n))
+        .collect();
+    keys.sort_unstable();
+    keys.into_iter()
+        .map(|k| std::mem::take(&mut combos[k.2]))
+        .collect()
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,26 +1,35 @@
 //! The web page (wasm only). One `RwSignal<UiState>` holds everything a link carries; every
-//! number is derived through `Memo`s from [`crate::planning::evaluate`]; views only format and draw
-//! geometry computed in [`crate::web::chart`]. The URL is kept in sync (replaceState) so reload and
-//! shared links restore the plan.
+//! number is derived through `Memo`s from the planner; views only format and draw geometry
+//! computed in [`crate::web::chart`]. The URL is kept in sync (replaceState) so reload and shared
+//! links restore the plan.
+//!
+//! Order of the page, by importance: the verdict and the breakdown bar (the hero), what fits when
+//! it does not, the settings changed most often; then titled sections for everything else. The
+//! embed (`?embed=1`) keeps the hero and three sliders.
 
 use leptos::prelude::*;
 use wasm_bindgen::JsValue;
 
-use crate::formats::fields;
 use crate::formats::report::{gib, gib_signed};
-use crate::model::plan::ComponentBytes;
-use crate::model::{Settings, Target};
-use crate::planning::evaluate::Axis;
-use crate::planning::evaluate::{self, Evaluation};
-use crate::web::chart;
-use crate::web::controls::{FieldControl, SelectControl, Toggle};
+use crate::formats::{catalog, fields};
+use crate::model::{plan, Settings, Target};
+use crate::planning::evaluate::{self, Axis, Evaluation, BATCH_SEARCH_MAX, SEQ_SEARCH_MAX};
+use crate::planning::{fit, verdict};
+use crate::web::chart::{self, Group};
+use crate::web::controls::{flag, text, FieldControl, SelectControl, Toggle};
 use crate::web::layout;
 use crate::web::link;
-use crate::web::state::UiState;
+use crate::web::state::{arch_of, UiState};
 
-/// Mounts the app on `<body>`.
+/// Mounts the page (or, with `embed=1`, the embed) on `<body>`. Two mounts, not one view
+/// switching between them, so neither is type-erased (smaller wasm).
 pub fn mount() {
-    leptos::mount::mount_to_body(App);
+    let link = link::decode(&window().location().search().unwrap_or_default());
+    if link.0.embed {
+        leptos::mount::mount_to_body(move || view! { <Embed link=link /> })
+    } else {
+        leptos::mount::mount_to_body(move || view! { <App link=link /> })
+    }
 }
 
 fn page_url_without_query() -> String {
@@ -36,7 +45,8 @@ fn copy_to_clipboard(text: &str) {
 }
 
 /// The controls of the named settings, in order (names from [`layout`]; a name missing from the
-/// table, which a native test rules out, is skipped).
+/// table, which a native test rules out, is skipped). Controls that mean nothing for the current
+/// settings ([`layout::relevant`]) are hidden.
 fn setting_controls(
     names: &'static [&'static str],
     state: RwSignal<UiState>,
@@ -45,84 +55,216 @@ fn setting_controls(
     names
         .iter()
         .filter_map(|n| fields::by_name(n))
-        .map(|field| match then {
-            Some(f) => view! { <FieldControl field=field state=state then=f /> }.into_any(),
-            None => view! { <FieldControl field=field state=state /> }.into_any(),
+        .map(move |field| {
+            let hidden = flag(move || state.with(|st| !layout::relevant(field.name, &st.settings)));
+            view! { <div class="cond" class:hidden=hidden><FieldControl field=field state=state then=then /></div> }
         })
         .collect_view()
 }
 
+/// The settings with one swept value fixed, so memos over them skip the work when only that
+/// value moves (the curve vs length does not change when the length does).
+fn without(st: &UiState, axis: Axis) -> UiState {
+    let mut k = st.clone();
+    k.embed = false;
+    match axis {
+        Axis::Seq => k.settings.seq = 1,
+        Axis::Batch => k.settings.batch = 1,
+    }
+    k
+}
+
+/// The state, the notices about its link, the evaluation and the link of the state.
+type Page = (
+    RwSignal<UiState>,
+    Vec<String>,
+    Memo<Result<Evaluation, String>>,
+    Memo<String>,
+    Memo<bool>,
+);
+
+/// What both the page and the embed hold: the state (from the link), the notices about the
+/// link, the evaluation, and the link of the state. The plan and verdict follow every change;
+/// each fit limit is keyed on the state without the value it sweeps, so a slider move re-plans
+/// once for the plan and once per bisection step of the other limit, not forty times.
+fn setup((initial, notices): (UiState, Vec<String>)) -> Page {
+    let state = RwSignal::new(initial);
+    let limit = move |axis: Axis| {
+        let key = Memo::new(move |_| state.with(|st| without(st, axis)));
+        Memo::new(move |_| {
+            key.with(|st| {
+                let a = arch_of(st).ok()?;
+                let cap = catalog::find_gpu(&st.gpu).ok()?.capacity_bytes();
+                match axis {
+                    Axis::Seq => {
+                        fit::max_seq(&a, &st.settings, cap, SEQ_SEARCH_MAX, fit::Fidelity::Quick)
+                    }
+                    Axis::Batch => fit::max_batch(
+                        &a,
+                        &st.settings,
+                        cap,
+                        BATCH_SEARCH_MAX,
+                        fit::Fidelity::Quick,
+                    ),
+                }
+            })
+        })
+    };
+    let (max_seq, max_batch) = (limit(Axis::Seq), limit(Axis::Batch));
+    let eval = Memo::new(move |_| {
+        state.with(|st| {
+            let a = arch_of(st)?;
+            let g = catalog::find_gpu(&st.gpu)?;
+            let p = plan(&a, &st.settings).map_err(|e| e.to_string())?;
+            Ok(Evaluation {
+                verdict: verdict(&p, g.capacity_bytes()),
+                plan: p,
+                gpu_name: g.name.clone(),
+                max_batch: max_batch.get(),
+                max_seq: max_seq.get(),
+            })
+        })
+    });
+    // Reserved, nvidia-smi and the verdict settle on the allocator simulation once the state
+    // is still (web::settle).
+    let (eval, simulated) = crate::web::settle::settle_on(state, eval);
+    let query = Memo::new(move |_| state.with(link::encode));
+    sync_address_bar(query);
+    (state, notices, eval, query, simulated)
+}
+
+fn notice_list(notices: Vec<String>) -> impl IntoView {
+    (!notices.is_empty()).then(|| {
+        view! {
+            <ul class="notices" role="status" data-testid="notices">
+                {notices.into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}
+            </ul>
+        }
+    })
+}
+
+/// The embed (`?embed=1`, for iframes from 480 × 360 to 800 × 600): the hero, three sliders and
+/// a link to the full page with the same state.
+#[component]
+pub fn Embed(
+    /// The decoded link: state and notices.
+    link: (UiState, Vec<String>),
+) -> impl IntoView {
+    let (state, notices, eval, _, simulated) = setup(link);
+    let open = text(move || {
+        let st = state.with(|st| UiState {
+            embed: false,
+            ..st.clone()
+        });
+        format!("{}?{}", page_url_without_query(), link::encode(&st))
+    });
+    let model = text(move || {
+        state.with(|st| {
+            if st.custom.is_some() {
+                "imported config".to_string()
+            } else {
+                st.model.clone()
+            }
+        })
+    });
+    view! {
+        <div class="page embed">
+            {notice_list(notices)}
+            <main data-reserve=move || if simulated.get() { "simulated" } else { "quick" }>
+                <Hero eval=eval />
+                <div class="embed-controls" role="group" aria-label="Settings">{setting_controls(layout::EMBED, state, None)}</div>
+                <p class="embed-foot">
+                    <span>{model}</span>
+                    <a href=open target="_blank" rel="noopener" data-testid="open-full">"open in lorafit ↗"</a>
+                </p>
+            </main>
+        </div>
+    }
+}
+
 /// The planner page.
 #[component]
-pub fn App() -> impl IntoView {
-    let (initial, notices) = link::decode(&window().location().search().unwrap_or_default());
-    let state = RwSignal::new(initial);
-    let pinned: RwSignal<Option<UiState>> = RwSignal::new(None);
-    let focused: RwSignal<Option<&'static str>> = RwSignal::new(None);
+pub fn App(
+    /// The decoded link: state and notices.
+    link: (UiState, Vec<String>),
+) -> impl IntoView {
+    let (state, notices, eval, query, simulated) = setup(link);
+    let pinned: RwSignal<Option<Evaluation>> = RwSignal::new(None);
     let gpu_panel = RwSignal::new(false);
-
-    let (eval, simulated) = crate::web::settle::settled_evaluation(state);
+    let curve_key = Memo::new(move |_| state.with(|st| without(st, st.axis)));
     let curve = Memo::new(move |_| {
-        state.with(|st| {
-            crate::web::state::arch_of(st)
+        curve_key.with(|st| {
+            arch_of(st)
                 .map(|a| evaluate::curve(&a, &st.settings, st.axis))
                 .unwrap_or_default()
         })
     });
-    let pinned_eval =
-        Memo::new(move |_| pinned.with(|p| p.as_ref().map(crate::web::state::evaluate_state)));
-    let query = Memo::new(move |_| state.with(link::encode));
-    sync_address_bar(query);
-    let embed = move || state.with(|st| st.embed);
-    let controls = view! { <Controls state=state /> };
-
+    let sections: [(&str, &str); 12] = [
+        ("more", "More settings"),
+        ("gpus", "Several GPUs"),
+        ("fixes", "Changes one by one"),
+        ("curve", "Curve"),
+        ("compare", "Compare"),
+        ("terms", "Every term"),
+        ("lengths", "Lengths"),
+        ("measured", "A real run"),
+        ("import", "Your model"),
+        ("export", "Export"),
+        ("evidence", "Accuracy"),
+        ("time", "Time"),
+    ];
     view! {
-        <div class=move || if embed() { "page embed" } else { "page" }>
-            <Show when=move || !embed()>
-                <header class="top">
-                    <h1>"lorafit"</h1>
-                    <p class="tagline">"Will this LoRA / QLoRA fine-tune fit? Where does every GiB go? Computed in your browser from the model's shapes, checked against measured PyTorch peaks."</p>
-                </header>
-            </Show>
-            {(!notices.is_empty()).then(|| view! {
-                <ul class="notices" role="status" data-testid="notices">
-                    {notices.iter().map(|n| view! { <li>{n.clone()}</li> }).collect_view()}
-                </ul>
-            })}
-            <main class="layout">
-                {controls}
-                <section class="results" aria-live="polite"
-                    data-reserve=move || if simulated.get() { "simulated" } else { "quick" }>
-                    {move || eval.with(|r| r.as_ref().err().cloned()).map(|msg| view! { <p class="error" role="alert" data-testid="error">{msg}</p> })}
-                    <Show when=move || eval.with(|r| r.is_ok())>
-                        <Summary eval=eval focused=focused />
-                    </Show>
-                    <Show when=move || !embed()>
-                        <super::panels::Fixes state=state eval=eval />
-                        <CurveChart curve=curve eval=eval axis=Signal::from(Memo::new(move |_| state.with(|st| st.axis)))
-                            on_axis=Callback::new(move |a: Axis| state.update(|st| st.axis = a)) />
-                        <Compare pinned=pinned pinned_eval=pinned_eval eval=eval
-                            on_pin=Callback::new(move |_: ()| pinned.set(Some(state.get_untracked())))
-                            on_unpin=Callback::new(move |_: ()| pinned.set(None)) />
-                        <section class="speed" aria-label="Speed">
-                            <h2>"How long will it take?"</h2>
-                            <p class="hint">"Step time and throughput from the FLOPs of the planned step, and a WebGPU microbenchmark of one adapted Linear on this device (loaded only when asked for)."</p>
-                            <button type="button" data-testid="open-gpu-panel" on:click=move |_| gpu_panel.set(true)>"Time estimate & measure my GPU"</button>
-                            <Show when=move || gpu_panel.get()>
-                                <iframe data-testid="gpu-panel" class="gpu-panel" title="GPU benchmark and time estimate" src=move || format!("./gpu/?{}", query.get())></iframe>
-                            </Show>
-                        </section>
-                        <super::panels::Lengths state=state eval=eval />
-                        <super::measured::MeasuredRun state=state />
-                        <super::panels::Import state=state />
-                        <super::panels::Export state=state />
-                        <Show when=move || eval.with(|r| r.is_ok())>
-                            <Tables eval=eval />
-                        </Show>
-                        <super::evidence::Evidence />
-                    </Show>
+        <div class="page">
+            <header class="top">
+                <h1>"lorafit"</h1>
+                <p class="tagline">"Will this LoRA / QLoRA fine-tune fit, and where does every GiB go? Planned in your browser."</p>
+            </header>
+            {notice_list(notices)}
+            <main data-reserve=move || if simulated.get() { "simulated" } else { "quick" }>
+                <Hero eval=eval state=state />
+                <Essentials state=state />
+                <nav class="toc" aria-label="Sections">
+                    {sections.into_iter().map(|(id, label)| view! { <a href=format!("#{id}")>{label}</a> }).collect_view()}
+                </nav>
+                <div class="sections">
+                    <section class="card" id="more" aria-labelledby="h-more">
+                        <h2 id="h-more">"More training settings"</h2>
+                        <div class="controls-grid">{setting_controls(layout::TRAINING, state, None)}</div>
+                        <fieldset class="targets">
+                            <legend>"LoRA target modules"</legend>
+                            <Toggle label="all-linear" testid="target-all" checked=flag(move || state.with(|st| st.settings.targets.len() == Target::ALL.len()))
+                                on_set=Callback::new(move |on: bool| state.update(|st| st.settings.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] })) />
+                            {setting_controls(&["target_modules"], state, None)}
+                        </fieldset>
+                        <fieldset class="targets">
+                            <legend>"modules_to_save (trained in full)"</legend>
+                            {setting_controls(&["modules_to_save"], state, None)}
+                        </fieldset>
+                    </section>
+                    <section class="card" id="gpus" aria-labelledby="h-gpus">
+                        <h2 id="h-gpus">"Several GPUs"</h2>
+                        <p class="hint">"With more than one GPU, every number is per GPU; a strategy and CPU offload appear here."</p>
+                        <div class="controls-grid">{setting_controls(layout::GPUS, state, Some(layout::after_gpu_count))}</div>
+                    </section>
+                    <super::panels::Fixes state=state eval=eval />
+                    <CurveChart curve=curve eval=eval state=state />
+                    <Compare pinned=pinned eval=eval />
+                    <Tables eval=eval />
+                    <super::panels::Lengths state=state eval=eval />
+                    <super::measured::MeasuredRun state=state />
+                    <super::panels::Import state=state />
+                    <super::panels::Export state=state />
+                    <super::evidence::Evidence />
+                    <section class="card" id="time" aria-labelledby="h-time">
+                        <h2 id="h-time">"How long will it take?"</h2>
+                        <p class="hint">"Step time and throughput from the FLOPs of the planned step, and a WebGPU microbenchmark of one adapted Linear on this device (loaded only when asked for)."</p>
+                        <button type="button" data-testid="open-gpu-panel" on:click=move |_| gpu_panel.set(true)>"Time estimate & measure my GPU"</button>
+                        {move || gpu_panel.get().then(|| view! {
+                            <iframe data-testid="gpu-panel" class="gpu-panel" title="GPU benchmark and time estimate" src=text(move || format!("./gpu/?{}", query.get()))></iframe>
+                        })}
+                    </section>
                     <Share state=state query=query />
-                </section>
+                </div>
             </main>
         </div>
     }
@@ -151,48 +293,29 @@ fn sync_address_bar(query: Memo<String>) {
     });
 }
 
-/// Model and GPU pickers, then every setting the layout places, drawn from the settings table.
+/// Model and GPU pickers and the settings changed most often ([`layout::ESSENTIAL`]).
 #[component]
-fn Controls(state: RwSignal<UiState>) -> impl IntoView {
+fn Essentials(state: RwSignal<UiState>) -> impl IntoView {
     let search = RwSignal::new(String::new());
     let current_model = Memo::new(move |_| state.with(|st| st.model.clone()));
     let model_options =
         Memo::new(move |_| crate::web::state::model_options(&search.get(), &current_model.get()));
     let gpu_options = crate::web::state::gpu_options();
     view! {
-        <section class="controls" aria-label="Settings">
-            <div class="control">
-                <label for="ctl-search">"Search models"</label>
-                <input type="search" id="ctl-search" data-testid="search-model" placeholder="e.g. qwen, 70b, gemma"
-                    prop:value=move || search.get() on:input:target=move |ev| search.set(ev.target().value()) />
+        <section class="card essentials" aria-label="Settings">
+            <div class="controls-grid">
+                <div class="model-pick">
+                    <SelectControl label="Model" testid="select-model" options=model_options
+                        value=current_model
+                        on_set=Callback::new(move |v: String| state.update(|st| st.model = v)) />
+                    <input type="search" aria-label="Filter the models" data-testid="search-model" placeholder="filter: qwen, 70b, gemma…"
+                        prop:value=search on:input:target=move |ev| search.set(ev.target().value()) />
+                </div>
+                <SelectControl label="GPU" testid="select-gpu" options=Signal::derive(move || gpu_options.clone())
+                    value=text(move || state.with(|st| st.gpu.clone()))
+                    on_set=Callback::new(move |v: String| state.update(|st| st.gpu = v)) />
+                {setting_controls(layout::ESSENTIAL, state, None)}
             </div>
-            <SelectControl label="Model" testid="select-model" options=model_options
-                value=Memo::new(move |_| state.with(|st| st.model.clone()))
-                on_set=Callback::new(move |v: String| state.update(|st| st.model = v)) />
-            <SelectControl label="GPU" testid="select-gpu" options=Signal::derive(move || gpu_options.clone())
-                value=Memo::new(move |_| state.with(|st| st.gpu.clone()))
-                on_set=Callback::new(move |v: String| state.update(|st| st.gpu = v)) />
-            {setting_controls(layout::MAIN, state, None)}
-            <fieldset class="targets gpus">
-                <legend>"GPUs"</legend>
-                {setting_controls(layout::GPUS, state, Some(layout::after_gpu_count))}
-            </fieldset>
-            <fieldset class="targets">
-                <legend>"LoRA target modules"</legend>
-                <Toggle label="all-linear" testid="target-all" checked=Memo::new(move |_| state.with(|st| st.settings.targets.len() == Target::ALL.len()))
-                    on_set=Callback::new(move |on: bool| state.update(|st| st.settings.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] })) />
-                {setting_controls(&["target_modules"], state, None)}
-            </fieldset>
-            <fieldset class="targets">
-                <legend>"modules_to_save (trained in full)"</legend>
-                {setting_controls(&["modules_to_save"], state, None)}
-            </fieldset>
-            <Show when=move || state.with(|st| crate::web::state::arch_of(st).is_ok_and(|a| a.is_moe()))>
-                <fieldset class="targets moe" data-testid="moe-settings">
-                    <legend>"Mixture of experts"</legend>
-                    {setting_controls(layout::MOE, state, None)}
-                </fieldset>
-            </Show>
         </section>
     }
 }
@@ -200,32 +323,31 @@ fn Controls(state: RwSignal<UiState>) -> impl IntoView {
 /// The link to this plan and the embed snippet.
 #[component]
 fn Share(state: RwSignal<UiState>, query: Memo<String>) -> impl IntoView {
-    let embed = move || state.with(|st| st.embed);
-    let share_url = Memo::new(move |_| format!("{}?{}", page_url_without_query(), query.get()));
-    let embed_code = Memo::new(move |_| {
+    let share_url = text(move || format!("{}?{}", page_url_without_query(), query.get()));
+    let embed_code = text(move || {
         let st = state.with(|st| UiState {
             embed: true,
             ..st.clone()
         });
         format!(
-            "<iframe src=\"{}?{}\" title=\"lorafit memory plan\" width=\"640\" height=\"560\" style=\"border:0\" loading=\"lazy\"></iframe>",
+            "<iframe src=\"{}?{}\" title=\"lorafit memory plan\" width=\"640\" height=\"400\" style=\"border:0\" loading=\"lazy\"></iframe>",
             page_url_without_query(),
             link::encode(&st)
         )
     });
     view! {
-                    <section class="share" aria-label="Share">
-                        <div class="share-row">
-                            <button type="button" data-testid="copy-link" on:click=move |_| copy_to_clipboard(&share_url.get_untracked())>"Copy link"</button>
-                            <input type="text" readonly aria-label="Link to this plan" data-testid="share-url" prop:value=move || share_url.get() />
-                        </div>
-                        <Show when=move || !embed()>
-                            <div class="share-row">
-                                <button type="button" data-testid="copy-embed" on:click=move |_| copy_to_clipboard(&embed_code.get_untracked())>"Copy embed code"</button>
-                                <textarea readonly rows="2" aria-label="Embed code" data-testid="embed-code" prop:value=move || embed_code.get()></textarea>
-                            </div>
-                        </Show>
-                    </section>
+        <section class="card share" id="share" aria-labelledby="h-share">
+            <h2 id="h-share">"Share and embed"</h2>
+            <div class="share-row">
+                <button type="button" data-testid="copy-link" on:click=move |_| copy_to_clipboard(&share_url.get_untracked())>"Copy link"</button>
+                <input type="text" readonly aria-label="Link to this plan" data-testid="share-url" prop:value=share_url />
+            </div>
+            <div class="share-row">
+                <button type="button" data-testid="copy-embed" on:click=move |_| copy_to_clipboard(&embed_code.get_untracked())>"Copy embed code"</button>
+                <textarea readonly rows="2" aria-label="Embed code" data-testid="embed-code" prop:value=embed_code></textarea>
+            </div>
+            <p class="hint">"The embed (640 × 400; fine from 480 × 360 to 800 × 600) shows the verdict, the bar and sliders for batch, length and rank. Pages can also call the planner directly: plan() in lib/lorafit-js.js, see the README."</p>
+        </section>
     }
 }
 
@@ -237,175 +359,331 @@ pub(crate) fn read<T: Default>(
     eval.with(|r| r.as_ref().map(&f).unwrap_or_default())
 }
 
-/// Verdict, totals, fit limits and the stacked bar with the formula of the focused segment.
-/// Built once; only text nodes and attributes follow the evaluation (fast slider updates).
-#[component]
-fn Summary(
-    /// The evaluation to show.
+/// A text that follows the evaluation (empty while it is an error).
+fn shown(
     eval: Memo<Result<Evaluation, String>>,
-    /// Component whose formula is shown.
-    focused: RwSignal<Option<&'static str>>,
-) -> impl IntoView {
-    let limit = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "none".into());
-    let status = move || read(eval, |e| e.verdict.status.name().to_string());
-    let detail = move || {
-        let key = focused.get()?;
-        let ts: Vec<crate::model::Term> = read(eval, |e| {
-            e.plan
-                .terms
-                .iter()
-                .filter(|t| t.component.key() == key && t.bytes > 0)
-                .cloned()
-                .collect()
-        });
-        let label = ts.first().map(|t| t.component.label()).unwrap_or("");
-        Some(view! {
-            <div class="detail" data-testid="segment-detail">
-                <strong>{label}</strong>
-                <ul>{ts.into_iter().map(|t| view! { <li>{gib(t.bytes)} " — " {t.label.to_string()} <br/><code>{t.formula()}</code><br/><code class="values">{format!("= {}", t.values())}</code></li> }).collect_view()}</ul>
-            </div>
-        })
-    };
-    let bar = Memo::new(move |_| {
-        eval.with(|r| {
-            r.as_ref().ok().map(|e| {
-                (
-                    chart::bar(&e.plan, e.verdict.capacity_bytes),
-                    e.verdict.capacity_bytes,
-                )
-            })
-        })
-    });
-    view! {
-        <div class="summary">
-            <div class="totals">
-                <div class=move || format!("verdict verdict-{}", status())>
-                    <span class="big" data-testid="verdict">{status}</span>
-                    <span>" on " {move || read(eval, |e| e.gpu_name.clone())} " · headroom " <span data-testid="headroom">{move || read(eval, |e| gib_signed(e.verdict.headroom_bytes))}</span></span>
-                </div>
-                <dl>
-                    <dt>"Numbers are"</dt><dd data-testid="per-gpu">{move || read(eval, |e| if e.plan.world_size > 1 { format!("per GPU · {} GPUs · effective batch {}", e.plan.world_size, e.plan.effective_batch) } else { format!("for one GPU · effective batch {}", e.plan.effective_batch) })}</dd>
-                    <dt>"CPU RAM for offload"</dt><dd data-testid="cpu-ram">{move || read(eval, |e| format!("{} per GPU · {} per node", gib(e.plan.cpu_bytes_per_rank), gib(e.plan.cpu_bytes_per_node)))}</dd>
-                    <dt>"Peak allocated"</dt><dd data-testid="peak-allocated">{move || read(eval, |e| gib(e.plan.peak_allocated_bytes))}</dd>
-                    <dt>"Peak reserved (estimate)"</dt><dd data-testid="peak-reserved">{move || read(eval, |e| gib(e.plan.peak_reserved_bytes))}</dd>
-                    <dt>"nvidia-smi (estimate)"</dt><dd data-testid="peak-smi">{move || read(eval, |e| gib(e.plan.nvidia_smi_bytes))}</dd>
-                    <dt>"Peak phase"</dt><dd data-testid="peak-phase">{move || read(eval, |e| format!("{} — {}", e.plan.peak_phase.name(), e.plan.peak_moment))}</dd>
-                    <dt>"Parameters"</dt><dd data-testid="params">{move || read(eval, |e| {
-                        let p = &e.plan.params;
-                        if p.active_params != p.base_params {
-                            format!("{:.2} B ({:.2} B active per token) · {:.2} M trainable", p.base_params as f64 / 1e9, p.active_params as f64 / 1e9, p.trainable_params as f64 / 1e6)
-                        } else {
-                            format!("{:.2} B · {:.2} M trainable", p.base_params as f64 / 1e9, p.trainable_params as f64 / 1e6)
-                        }
-                    })}</dd>
-                    <dt>"Largest micro-batch that fits"</dt><dd data-testid="max-batch">{move || read(eval, |e| limit(e.max_batch))}</dd>
-                    <dt>"Longest sequence that fits"</dt><dd data-testid="max-seq">{move || read(eval, |e| limit(e.max_seq))}</dd>
-                </dl>
-                <ul class="notes" data-testid="plan-notes">
-                    {move || read(eval, |e| e.plan.notes.clone()).into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}
-                </ul>
-                {detail}
-            </div>
-            <StackedBar bar=bar focused=Some(focused) title="Memory at the peak" />
-        </div>
+    f: impl Fn(&Evaluation) -> String + Send + Sync + 'static,
+) -> Signal<String> {
+    text(move || read(eval, &f))
+}
+
+fn status_words(s: &str) -> &'static str {
+    match s {
+        "fits" => "Fits",
+        "tight" => "Tight",
+        "oom" => "Out of memory",
+        _ => "",
     }
 }
 
-/// The stacked bar (live tensors by component, reserve and context bands, capacity line).
-/// Segments are keyed by component, so a slider move only updates their attributes.
+/// A fraction as a CSS percentage.
+fn pct(f: f64) -> String {
+    format!("{:.3}%", (f * 100.0).clamp(0.0, 100.0))
+}
+
+/// GiB with two decimals, without the unit (labels inside the bar).
+fn gib_number(b: u128) -> String {
+    format!("{:.2}", b as f64 / crate::formats::report::GIB)
+}
+
+/// The hero: verdict, the peak numbers, the breakdown bar with its legend, and the formula of
+/// the segment in focus. Built once; only text nodes and attributes follow the evaluation.
 #[component]
-fn StackedBar(
-    /// Geometry and capacity (None draws nothing).
-    bar: Memo<Option<(chart::Bar, u128)>>,
-    /// Where to report focus/hover (None: not interactive).
+fn Hero(
+    /// The evaluation.
+    eval: Memo<Result<Evaluation, String>>,
+    /// The page state, to show what fits when it does not (None in the embed).
+    #[prop(optional)]
+    state: Option<RwSignal<UiState>>,
+) -> impl IntoView {
+    let focused: RwSignal<Option<&'static str>> = RwSignal::new(None);
+    let status = shown(eval, |e| e.verdict.status.name().into());
+    let limit = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "none".into());
+    let hero = Memo::new(move |_| {
+        eval.with(|r| {
+            r.as_ref()
+                .ok()
+                .map(|e| chart::hero(&e.plan, e.verdict.capacity_bytes))
+        })
+    });
+    let failed = flag(move || eval.with(|r| r.is_err()));
+    let message = shown(eval, |e| {
+        format!(
+            "{}: needs {:.2} of {}",
+            e.gpu_name,
+            e.plan.nvidia_smi_bytes as f64 / crate::formats::report::GIB,
+            gib(e.verdict.capacity_bytes)
+        )
+    });
+    view! {
+        <section class="hero card" aria-label="Memory plan" aria-live="polite">
+            <p class="error" role="alert" data-testid="error" class:hidden=flag(move || !failed.get())>{text(move || eval.with(|r| r.as_ref().err().cloned().unwrap_or_default()))}</p>
+            <div class="verdict-row verdict" class:hidden=failed>
+                <span class=text(move || format!("big verdict-{}", status.get())) data-testid="verdict" data-status=status>{text(move || status_words(&status.get()).into())}</span>
+                <span class="message">{message}" · headroom "<span data-testid="headroom">{shown(eval, |e| gib_signed(e.verdict.headroom_bytes))}</span></span>
+            </div>
+            <dl class="stats" class:hidden=failed>
+                <div><dt>"Peak allocated"</dt><dd data-testid="peak-allocated">{shown(eval, |e| gib(e.plan.peak_allocated_bytes))}</dd></div>
+                <div><dt>"Peak reserved"</dt><dd data-testid="peak-reserved">{shown(eval, |e| gib(e.plan.peak_reserved_bytes))}</dd></div>
+                <div><dt>"nvidia-smi"</dt><dd data-testid="peak-smi">{shown(eval, |e| gib(e.plan.nvidia_smi_bytes))}</dd></div>
+                <div class="minor"><dt>"Largest micro-batch"</dt><dd data-testid="max-batch">{shown(eval, move |e| limit(e.max_batch))}</dd></div>
+                <div class="minor"><dt>"Longest sequence"</dt><dd data-testid="max-seq">{shown(eval, move |e| limit(e.max_seq))}</dd></div>
+            </dl>
+            <div class="bar-wrap" class:hidden=failed>
+                <BreakdownBar hero=hero focused=Some(focused) eval=eval />
+            </div>
+            {state.map(|state| view! { <super::panels::BestFix state=state eval=eval /> })}
+            <p class="fineprint" class:hidden=failed>
+                <span data-testid="per-gpu">{shown(eval, |e| if e.plan.world_size > 1 { format!("per GPU · {} GPUs · effective batch {}", e.plan.world_size, e.plan.effective_batch) } else { format!("for one GPU · effective batch {}", e.plan.effective_batch) })}</span>
+                " · peak in "<span data-testid="peak-phase">{shown(eval, |e| format!("{} — {}", e.plan.peak_phase.name(), e.plan.peak_moment))}</span>
+                <span class:hidden=flag(move || read(eval, |e| e.plan.cpu_bytes_per_rank == 0))>" · CPU RAM for offload "<span data-testid="cpu-ram">{shown(eval, |e| format!("{} per GPU · {} per node", gib(e.plan.cpu_bytes_per_rank), gib(e.plan.cpu_bytes_per_node)))}</span></span>
+                <span class="bar-hint">" · Hover, tap or Tab to a segment for its formula."</span>
+            </p>
+        </section>
+    }
+}
+
+/// The formula panel of a segment: its terms with formulas and numbers, or for the cache and the
+/// context the difference of two totals.
+fn segment_detail(e: &Evaluation, key: &str) -> (String, Vec<(String, String, String)>) {
+    let p = &e.plan;
+    match key {
+        chart::ALLOCATOR_CACHE => (
+            format!(
+                "Allocator cache {}",
+                gib(p.peak_reserved_bytes - p.peak_allocated_bytes)
+            ),
+            vec![(
+                "reserved − allocated: blocks PyTorch's caching allocator holds but no tensor uses"
+                    .into(),
+                format!(
+                    "= {} − {}",
+                    gib(p.peak_reserved_bytes),
+                    gib(p.peak_allocated_bytes)
+                ),
+                p.reserve_explanation.clone(),
+            )],
+        ),
+        chart::CUDA_CONTEXT => (
+            format!(
+                "CUDA context and outside the allocator {}",
+                gib(p.nvidia_smi_bytes - p.peak_reserved_bytes)
+            ),
+            vec![(
+                "nvidia-smi − reserved: CUDA context, cuBLAS/cuDNN handles, paged optimizer states"
+                    .into(),
+                format!(
+                    "= {} − {}",
+                    gib(p.nvidia_smi_bytes),
+                    gib(p.peak_reserved_bytes)
+                ),
+                format!("outside the allocator: {}", gib(p.outside_allocator_bytes)),
+            )],
+        ),
+        _ => {
+            let ts: Vec<_> = p
+                .terms
+                .iter()
+                .filter(|t| t.component.key() == key && t.bytes > 0)
+                .collect();
+            let total: u128 = ts.iter().map(|t| t.bytes).sum();
+            let label = ts.first().map(|t| t.component.label()).unwrap_or("");
+            (
+                format!("{label} {}", gib(total)),
+                ts.into_iter()
+                    .map(|t| {
+                        (
+                            format!("{} — {}", gib(t.bytes), t.label),
+                            t.formula(),
+                            format!("= {}", t.values()),
+                        )
+                    })
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// The breakdown bar: segments grouped (weights, LoRA + optimizer, activations, logits & loss,
+/// allocator cache, CUDA context), labelled in place where they fit (CSS container queries) and
+/// in the legend; the capacity marker, headroom or overflow; allocated, reserved and nvidia-smi
+/// as three nested levels. Segments are keyed, so a slider move only updates their geometry.
+#[component]
+fn BreakdownBar(
+    /// Geometry (None draws nothing).
+    hero: Memo<Option<chart::Hero>>,
+    /// Segment in focus, whose formula is shown (None: not interactive, no legend).
     focused: Option<RwSignal<Option<&'static str>>>,
-    /// Accessible title.
-    title: &'static str,
+    /// The evaluation (formulas of the focused segment).
+    eval: Memo<Result<Evaluation, String>>,
     /// Prefix of segment test ids (empty for the main bar).
     #[prop(optional)]
     prefix: &'static str,
 ) -> impl IntoView {
-    let h = 320.0;
-    let y = move |start: f64, size: f64| 5.0 + h * (1.0 - start - size);
-    let seg = move |key: &'static str| {
-        bar.with(|b| {
-            b.as_ref()
-                .and_then(|(b, _)| b.segments.iter().find(|s| s.key == key).cloned())
-        })
+    let at = move |f: fn(&chart::Hero) -> f64| {
+        text(move || pct(hero.with(|h| h.as_ref().map(f).unwrap_or(0.0))))
     };
-    let band = move |i: usize| {
-        bar.with(|b| {
-            b.as_ref()
-                .and_then(|(b, _)| b.bands.get(i).copied())
-                .map(|(_, _, st, sz)| (st, sz))
-                .unwrap_or((0.0, 0.0))
-        })
-    };
-    let cap_y = move || {
-        bar.with(|b| {
-            b.as_ref()
-                .map(|(b, _)| y(b.capacity_at, 0.0))
-                .unwrap_or(0.0)
+    let piece = move |key: &'static str, f: fn(&chart::Piece) -> String| {
+        text(move || {
+            hero.with(|h| {
+                h.as_ref()
+                    .and_then(|h| h.pieces.iter().find(|p| p.key == key))
+                    .map(f)
+                    .unwrap_or_default()
+            })
         })
     };
     let keys = move || {
-        bar.with(|b| {
-            b.as_ref()
-                .map(|(b, _)| b.segments.iter().map(|s| s.key).collect::<Vec<_>>())
+        hero.with(|h| {
+            h.as_ref()
+                .map(|h| h.pieces.iter().map(|p| p.key).collect::<Vec<_>>())
                 .unwrap_or_default()
         })
     };
+    let summary = text(move || {
+        hero.with(|h| {
+            h.as_ref()
+                .map(|h| {
+                    let parts: Vec<String> = h
+                        .groups
+                        .iter()
+                        .map(|g| format!("{} {}", g.0.label(), gib(g.3)))
+                        .collect();
+                    format!("Memory at the peak by group: {}", parts.join(", "))
+                })
+                .unwrap_or_default()
+        })
+    });
+    let headroom = shown(eval, |e| gib(e.verdict.headroom_bytes.unsigned_abs()));
+    let set = move |k: Option<&'static str>| {
+        if let Some(f) = focused {
+            f.set(k)
+        }
+    };
+    let level = move |i: usize| hero.with(|h| h.as_ref().map(|h| h.levels[i]).unwrap_or(0.0));
+    let detail = move || {
+        let key = focused?.get()?;
+        let (title, rows) = eval.with(|r| r.as_ref().ok().map(|e| segment_detail(e, key)))?;
+        Some(view! {
+            <div class="detail" data-testid="segment-detail" role="status">
+                <strong>{title}</strong>
+                <ul>{rows.into_iter().map(|(what, formula, values)| view! { <li>{what}<br/><code>{formula}</code><br/><code class="values">{values}</code></li> }).collect_view()}</ul>
+            </div>
+        })
+    };
+    // The free and over-capacity regions: (start, size) or nothing.
+    let region = move |f: fn(&chart::Hero) -> Option<(f64, f64)>, which: usize| {
+        text(move || {
+            hero.with(|h| h.as_ref().and_then(f))
+                .map(|r| pct(if which == 0 { r.0 } else { r.1 }))
+                .unwrap_or_default()
+        })
+    };
+    let has = move |f: fn(&chart::Hero) -> Option<(f64, f64)>| {
+        flag(move || hero.with(|h| h.as_ref().and_then(f).is_none()))
+    };
     view! {
-        <svg class="stack" viewBox=format!("0 0 200 {}", h + 10.0) role="img" aria-label=title>
-            <For each=keys key=|k| *k let:key>
-                <rect class=format!("seg seg-{key}") data-testid=format!("{prefix}segment-{key}")
-                    x="8" width="96" tabindex=if focused.is_some() { "0" } else { "-1" }
-                    y=move || seg(key).map(|s| y(s.start, s.size)).unwrap_or(0.0)
-                    height=move || seg(key).map(|s| (h * s.size).max(0.5)).unwrap_or(0.0)
-                    on:mouseenter=move |_| if let Some(f) = focused { f.set(Some(key)) }
-                    on:focus=move |_| if let Some(f) = focused { f.set(Some(key)) }>
-                    <title>{move || seg(key).map(|s| format!("{}: {}", s.label, gib(s.bytes))).unwrap_or_default()}</title>
-                </rect>
-            </For>
-            <rect class="band band-reserved" x="8" width="96" y=move || { let (st, sz) = band(0); y(st, sz) } height=move || h * band(0).1><title>"allocator reserve (estimate)"</title></rect>
-            <rect class="band band-smi" x="8" width="96" y=move || { let (st, sz) = band(1); y(st, sz) } height=move || h * band(1).1><title>"CUDA context (nvidia-smi)"</title></rect>
-            <line class="capacity" x1="0" x2="200" y1=cap_y y2=cap_y />
-            <text class="capacity-label" x="108" y=move || { let c = cap_y(); if c < 16.0 { c + 12.0 } else { c - 3.0 } }>
-                {move || bar.with(|b| b.as_ref().map(|(_, cap)| format!("GPU {}", gib(*cap))).unwrap_or_default())}
-            </text>
-        </svg>
+        <div class="bar-block" data-testid=format!("{prefix}breakdown-bar") role="group" aria-label=summary
+            on:mouseleave=move |_| set(None)
+            on:keydown=move |ev| if ev.key() == "Escape" { set(None) }>
+            <div class="groups" aria-hidden="true">
+                {Group::ALL.into_iter().map(|g| {
+                    let of = move |f: fn(&(Group, f64, f64, u128)) -> String| text(move || hero.with(|h| h.as_ref().and_then(|h| h.groups.iter().find(|x| x.0 == g)).map(f).unwrap_or_default()));
+                    view! {
+                        <span class=format!("grp grp-{}", g.key()) class:hidden=flag(move || hero.with(|h| h.as_ref().is_none_or(|h| h.groups.iter().all(|x| x.0 != g))))
+                            style:left=of(|x| pct(x.1)) style:width=of(|x| pct(x.2))>
+                            <span>{g.label()}" "<b>{of(|x| format!("{:.1}", x.3 as f64 / crate::formats::report::GIB))}</b></span>
+                        </span>
+                    }
+                }).collect_view()}
+            </div>
+            <div class="track">
+                <For each=keys key=|k| *k let:key>
+                    <button type="button" class=format!("seg seg-{key} g-{}", Group::of(key).key()) data-testid=format!("{prefix}segment-{key}")
+                        tabindex=if focused.is_some() { "0" } else { "-1" }
+                        style:left=piece(key, |p| pct(p.start))
+                        style:width=piece(key, |p| pct(p.size))
+                        aria-label=piece(key, |p| format!("{} {} GiB — {}", chart::short_label(p.key), gib_number(p.bytes), p.label))
+                        on:mouseenter=move |_| set(Some(key))
+                        on:focus=move |_| set(Some(key))
+                        on:click=move |_| set(Some(key))
+                        on:blur=move |_| set(None)>
+                        <span class="in"><span class="n">{chart::short_label(key)}" "</span><span class="v">{piece(key, |p| gib_number(p.bytes))}</span></span>
+                    </button>
+                </For>
+                <div class="free" class:hidden=has(|h| h.headroom) style:left=region(|h| h.headroom, 0) style:width=region(|h| h.headroom, 1) aria-hidden="true"><span>"free "{headroom}</span></div>
+                <div class="over" class:hidden=has(|h| h.overflow) style:left=region(|h| h.overflow, 0) style:width=region(|h| h.overflow, 1) aria-hidden="true"></div>
+            </div>
+            <div class="cap" style:left=at(|h| h.capacity_at) aria-hidden="true"></div>
+            <div class="levels" aria-hidden="true">
+                {[("allocated", 0usize), ("reserved", 1), ("nvidia-smi", 2)].into_iter().map(move |(name, i)| view! {
+                    <div class="lvl"><span class=format!("lvl-line l{i}") class:inside=flag(move || level(i) > 0.3) style:width=text(move || pct(level(i)))><span>{name}</span></span></div>
+                }).collect_view()}
+                <div class="cap-row">
+                    <span class="over-label" class:hidden=has(|h| h.overflow)>"over by "{headroom}</span>
+                    <span class="cap-label" class:left=flag(move || hero.with(|h| h.as_ref().is_some_and(|h| h.capacity_at < 0.2))) style:left=at(|h| h.capacity_at)>{shown(eval, |e| format!("GPU {}", gib(e.verdict.capacity_bytes)))}</span>
+                </div>
+            </div>
+            {detail}
+        </div>
+        {focused.map(|_| view! { <Legend hero=hero /> })}
+    }
+}
+
+/// The bar's legend: every group with its pattern and total, and its components with their sizes.
+#[component]
+fn Legend(hero: Memo<Option<chart::Hero>>) -> impl IntoView {
+    view! {
+        <ul class="legend" data-testid="legend">
+            {Group::ALL.into_iter().map(|g| {
+                let of = move |f: fn(&chart::Hero, &(Group, f64, f64, u128)) -> String| {
+                    text(move || hero.with(|h| h.as_ref().and_then(|h| h.groups.iter().find(|x| x.0 == g).map(|x| f(h, x))).unwrap_or_default()))
+                };
+                view! {
+                    <li class:hidden=flag(move || hero.with(|h| h.as_ref().is_none_or(|h| h.groups.iter().all(|x| x.0 != g))))>
+                        <span class=format!("sw g-{}", g.key()) aria-hidden="true"></span><strong>{g.label()}" "{of(|_, x| gib(x.3))}</strong>" "
+                        <span class="items">{of(|h, x| {
+                            if matches!(x.0, Group::AllocatorCache | Group::CudaContext) {
+                                return String::new();
+                            }
+                            let items: Vec<String> = h.pieces.iter().filter(|p| p.group == x.0 && p.bytes >= 1 << 24).map(|p| format!("{} {}", chart::short_label(p.key), gib_number(p.bytes))).collect();
+                            items.join(" · ")
+                        })}</span>
+                    </li>
+                }
+            }).collect_view()}
+        </ul>
     }
 }
 
 /// Drawn geometry of the curve chart.
 #[derive(Clone, Debug, PartialEq)]
 struct CurveGeometry {
-    areas: Vec<chart::Area>,
-    cap_y: f64,
+    c: chart::Curve,
     ticks: Vec<(f64, String)>,
     marker: Option<(f64, u64)>,
     capacity: u128,
 }
 
-/// Peak vs sequence length (or batch), stacked by component, with the GPU limit.
+/// Peak vs sequence length (or batch), stacked by group, with the nvidia-smi estimate, the GPU's
+/// limit and the largest value that fits, and a legend.
 #[component]
 fn CurveChart(
     /// Curve points.
     curve: Memo<Vec<evaluate::CurvePoint>>,
     /// Current evaluation (fit limits, capacity).
     eval: Memo<Result<Evaluation, String>>,
-    /// Current axis.
-    axis: Signal<Axis>,
-    /// Axis change.
-    on_axis: Callback<Axis>,
+    /// Page state (axis).
+    state: RwSignal<UiState>,
 ) -> impl IntoView {
     let (w, h) = (560.0, 220.0);
+    let axis = Memo::new(move |_| state.with(|st| st.axis));
     let geom = Memo::new(move |_| {
         let pts = curve.get();
         eval.with(|r| {
             r.as_ref().ok().map(|e| {
                 let capacity = e.verdict.capacity_bytes;
-                let (areas, cap_y, xs) = chart::areas(&pts, capacity, w, h);
+                let c = chart::curve(&pts, capacity, w, h);
                 let limit = if axis.get() == Axis::Seq {
                     e.max_seq
                 } else {
@@ -414,12 +692,11 @@ fn CurveChart(
                 let marker = limit.and_then(|v| chart::x_of(&pts, v, w).map(|x| (x, v)));
                 let ticks = pts
                     .iter()
-                    .zip(xs)
-                    .map(|(p, x)| (x, p.x.to_string()))
+                    .zip(&c.xs)
+                    .map(|(p, x)| (*x, p.x.to_string()))
                     .collect::<Vec<_>>();
                 CurveGeometry {
-                    areas,
-                    cap_y,
+                    c,
                     ticks,
                     marker,
                     capacity,
@@ -427,65 +704,112 @@ fn CurveChart(
             })
         })
     });
-    let cap_y = move || geom.with(|g| g.as_ref().map(|g| g.cap_y).unwrap_or(h));
+    let g = move |f: fn(&CurveGeometry) -> String| {
+        text(move || geom.with(|g| g.as_ref().map(f).unwrap_or_default()))
+    };
+    let cap_y = move || geom.with(|g| g.as_ref().map(|g| g.c.cap_y).unwrap_or(h));
+    let seq = move || axis.get() == Axis::Seq;
+    let words = move |a: &'static str, b: &'static str| {
+        text(move || if seq() { a.into() } else { b.into() })
+    };
+    let described = text(move || {
+        geom.with(|g| {
+            g.as_ref()
+                .map(|g| {
+                    format!(
+                        "Peak memory for {} from {} to {}, stacked by group, against the GPU's {}; {}",
+                        if seq() { "sequence lengths" } else { "micro-batches" },
+                        g.ticks.first().map(|t| t.1.as_str()).unwrap_or(""),
+                        g.ticks.last().map(|t| t.1.as_str()).unwrap_or(""),
+                        gib(g.capacity),
+                        g.marker.map(|(_, v)| format!("fits up to {v}")).unwrap_or_else(|| "nothing fits".into())
+                    )
+                })
+                .unwrap_or_default()
+        })
+    });
+    // (The group is hidden without a marker; "0" keeps its attributes valid lengths.)
+    let marker = move |f: fn(f64, u64) -> String| {
+        text(move || {
+            geom.with(|g| g.as_ref().and_then(|g| g.marker))
+                .map(|(x, v)| f(x, v))
+                .unwrap_or_else(|| "0".into())
+        })
+    };
     view! {
-        <section class="curve" aria-label="Memory curve">
+        <section class="card curve wide" id="curve" aria-labelledby="h-curve">
             <div class="curve-head">
-                <h2>{move || if axis.get() == Axis::Seq { "Peak memory vs sequence length" } else { "Peak memory vs micro-batch" }}</h2>
-                <button type="button" data-testid="toggle-axis" on:click=move |_| on_axis.run(if axis.get_untracked() == Axis::Seq { Axis::Batch } else { Axis::Seq })>
-                    {move || if axis.get() == Axis::Seq { "show vs batch" } else { "show vs length" }}
+                <h2 id="h-curve">{words("Peak memory vs sequence length", "Peak memory vs micro-batch")}</h2>
+                <button type="button" data-testid="toggle-axis" on:click=move |_| state.update(|st| st.axis = if st.axis == Axis::Seq { Axis::Batch } else { Axis::Seq })>
+                    {words("show vs batch", "show vs length")}
                 </button>
             </div>
-            <svg viewBox=format!("-20 -4 {} {}", w + 40.0, h + 24.0) class="curve-svg" role="img" aria-label="stacked memory curve" data-testid="curve">
-                <For each=move || geom.with(|g| g.as_ref().map(|g| g.areas.iter().map(|a| (a.key, a.label)).collect::<Vec<_>>()).unwrap_or_default()) key=|k| k.0 let:k>
-                    <path class=format!("area seg-{}", k.0) d=move || geom.with(|g| g.as_ref().and_then(|g| g.areas.iter().find(|a| a.key == k.0).map(|a| a.d.clone())).unwrap_or_default())>
-                        <title>{k.1}</title>
-                    </path>
-                </For>
-                <line class="capacity" x1="0" x2=w y1=cap_y y2=cap_y />
-                <text class="capacity-label" x=w - 4.0 y=move || cap_y() - 4.0 text-anchor="end">{move || geom.with(|g| g.as_ref().map(|g| format!("GPU {}", gib(g.capacity))).unwrap_or_default())}</text>
-                {move || geom.with(|g| g.as_ref().and_then(|g| g.marker)).map(|(x, v)| view! {
-                    <line class="fit-marker" x1=x x2=x y1="0" y2=h />
-                    <text class="fit-label" x=(x + 4.0).min(w - 90.0) y="12" data-testid="curve-limit">{format!("fits up to {v}")}</text>
-                })}
-                {move || geom.with(|g| g.as_ref().map(|g| g.ticks.clone()).unwrap_or_default()).into_iter().map(|(x, label)| view! { <text class="tick" x=x y=h + 16.0 text-anchor="middle">{label}</text> }).collect_view()}
+            <svg viewBox=format!("-34 -6 {} {}", w + 48.0, h + 40.0) class="curve-svg" role="img" aria-label=described data-testid="curve">
+                {(0..6).map(|i| {
+                    let tick = move |f: fn(&(f64, String)) -> String| text(move || geom.with(|g| g.as_ref().and_then(|g| g.c.y_ticks.get(i)).map(f).unwrap_or_default()));
+                    let y = text(move || geom.with(|g| g.as_ref().and_then(|g| g.c.y_ticks.get(i)).map(|t| format!("{:.1}", t.0)).unwrap_or_else(|| "-999".into())));
+                    view! {
+                        <line class="grid" x1="0" x2=w y1=y y2=y />
+                        <text class="tick" x="-5" dy="3" y=y text-anchor="end">{tick(|t| t.1.clone())}</text>
+                    }
+                }).collect_view()}
+                {Group::ALL[..4].iter().map(|g| {
+                    let key = g.key();
+                    view! { <path class=format!("area g-{key}") d=text(move || geom.with(|g| g.as_ref().and_then(|g| g.c.areas.iter().find(|a| a.key == key)).map(|a| a.d.clone()).unwrap_or_default())) /> }
+                }).collect_view()}
+                <path class="smi-line" d=g(|g| g.c.smi.clone()) />
+                <line class="capacity" x1="0" x2=w y1=text(move || cap_y().to_string()) y2=text(move || cap_y().to_string()) />
+                <text class="capacity-label" x="4" y=text(move || (cap_y() - 4.0).to_string())>{g(|g| format!("GPU limit {}", gib(g.capacity)))}</text>
+                <g class:hidden=flag(move || geom.with(|g| g.as_ref().and_then(|g| g.marker).is_none()))>
+                    <line class="fit-marker" x1=marker(|x, _| x.to_string()) x2=marker(|x, _| x.to_string()) y1="0" y2=h />
+                    <text class="fit-label" x=marker(|x, _| (if x > 450.0 { x - 4.0 } else { x + 4.0 }).to_string()) text-anchor=marker(|x, _| (if x > 450.0 { "end" } else { "start" }).into()) y="12" data-testid="curve-limit">{marker(|_, v| format!("fits up to {v}"))}</text>
+                </g>
+                {(0..12).map(|i| {
+                    let tick = move |f: fn(&(f64, String)) -> String| text(move || geom.with(|g| g.as_ref().and_then(|g| g.ticks.get(i)).map(f).unwrap_or_default()));
+                    let x = text(move || geom.with(|g| g.as_ref().and_then(|g| g.ticks.get(i)).map(|t| format!("{:.1}", t.0)).unwrap_or_else(|| "-999".into())));
+                    view! { <text class="tick" x=x y=h + 14.0 text-anchor="middle">{tick(|t| t.1.clone())}</text> }
+                }).collect_view()}
+                <text class="axis-label" x=w / 2.0 y=h + 30.0 text-anchor="middle">{words("sequence length (tokens, log scale)", "micro-batch (log scale)")}</text>
+                <text class="axis-label" x="-30" y="-1">"GiB"</text>
             </svg>
+            <ul class="legend curve-legend" aria-label="Curve legend">
+                {Group::ALL[..4].iter().map(|g| view! { <li><span class=format!("sw g-{}", g.key()) aria-hidden="true"></span>{g.label()}</li> }).collect_view()}
+                <li><span class="sw line sw-smi" aria-hidden="true"></span>"nvidia-smi estimate"</li>
+                <li><span class="sw line sw-cap" aria-hidden="true"></span>"GPU limit"</li>
+                <li><span class="sw line sw-fit" aria-hidden="true"></span>"largest that fits"</li>
+            </ul>
         </section>
     }
 }
 
-/// Pin A, compare with the current config B: two bars and per-component deltas.
+/// Pin A, compare with the current config B: two bars on the same scale and per-component deltas.
 #[component]
 fn Compare(
-    /// Pinned state.
-    pinned: RwSignal<Option<UiState>>,
-    /// Its evaluation.
-    pinned_eval: Memo<Option<Result<Evaluation, String>>>,
+    /// The pinned evaluation.
+    pinned: RwSignal<Option<Evaluation>>,
     /// Current evaluation.
     eval: Memo<Result<Evaluation, String>>,
-    /// Pin the current config.
-    on_pin: Callback<()>,
-    /// Drop the pinned config.
-    on_unpin: Callback<()>,
 ) -> impl IntoView {
     view! {
-        <section class="compare" aria-label="Compare">
+        <section class="card compare wide" id="compare" aria-labelledby="h-compare">
             <div class="curve-head">
-                <h2>"Compare"</h2>
-                <button type="button" data-testid="pin" on:click=move |_| on_pin.run(())>"Pin current as A"</button>
-                <Show when=move || pinned.with(|p| p.is_some())>
-                    <button type="button" data-testid="unpin" on:click=move |_| on_unpin.run(())>"Unpin"</button>
-                </Show>
+                <h2 id="h-compare">"Compare"</h2>
+                <button type="button" data-testid="pin" on:click=move |_| pinned.set(eval.get_untracked().ok())>"Pin current as A"</button>
+                {move || pinned.with(|p| p.is_some()).then(|| view! { <button type="button" data-testid="unpin" on:click=move |_| pinned.set(None)>"Unpin"</button> })}
             </div>
-            {move || match (pinned_eval.get(), eval.get()) {
-                (Some(Ok(a)), Ok(b)) => {
-                    let rows: Vec<(ComponentBytes, u128)> = a.plan.breakdown.iter().cloned().zip(b.plan.breakdown.iter().map(|c| c.bytes)).filter(|(x, y)| x.bytes > 0 || *y > 0).collect();
+            <p class="hint" class:hidden=flag(move || pinned.with(|p| p.is_some()))>"Pin a configuration, change settings, and see A vs B here."</p>
+            {move || match (pinned.get(), eval.get()) {
+                (Some(a), Ok(b)) => {
+                    let rows: Vec<(crate::model::plan::ComponentBytes, u128)> = a.plan.breakdown.iter().cloned().zip(b.plan.breakdown.iter().map(|c| c.bytes)).filter(|(x, y)| x.bytes > 0 || *y > 0).collect();
                     let total = b.plan.peak_allocated_bytes as i128 - a.plan.peak_allocated_bytes as i128;
-                    view! {
+                    // Both bars on one scale: the larger of the two plans and capacities.
+                    let cap = a.verdict.capacity_bytes.max(b.verdict.capacity_bytes).max(a.plan.nvidia_smi_bytes).max(b.plan.nvidia_smi_bytes);
+                    Some(view! {
                         <div class="compare-body" data-testid="compare">
-                            <figure><StackedBar bar={ let g = (chart::bar(&a.plan, a.verdict.capacity_bytes), a.verdict.capacity_bytes); Memo::new(move |_| Some(g.clone())) } focused=None title="A (pinned)" prefix="a-" /><figcaption>"A (pinned)"</figcaption></figure>
-                            <figure><StackedBar bar={ let g = (chart::bar(&b.plan, b.verdict.capacity_bytes), b.verdict.capacity_bytes); Memo::new(move |_| Some(g.clone())) } focused=None title="B (current)" prefix="b-" /><figcaption>"B (current)"</figcaption></figure>
-                            <table class="deltas">
+                            {[("a-", "A (pinned)", &a), ("b-", "B (current)", &b)].map(|(prefix, name, x)| view! {
+                                <figure><figcaption>{format!("{name} · nvidia-smi {}", gib(x.plan.nvidia_smi_bytes))}</figcaption>{still_bar(&chart::hero(&x.plan, cap), prefix)}</figure>
+                            })}
+                            <div class="table-wrap" tabindex="0" role="region" aria-label="A and B by component"><table class="deltas">
                                 <thead><tr><th scope="col">"Component"</th><th scope="col">"A"</th><th scope="col">"B"</th><th scope="col">"B − A"</th></tr></thead>
                                 <tbody>
                                     {rows.into_iter().map(|(c, bb)| view! {
@@ -494,13 +818,33 @@ fn Compare(
                                     }).collect_view()}
                                     <tr class="total"><td>"Peak allocated"</td><td class="num">{gib(a.plan.peak_allocated_bytes)}</td><td class="num">{gib(b.plan.peak_allocated_bytes)}</td><td class="num" data-testid="delta-total">{gib_signed(total)}</td></tr>
                                 </tbody>
-                            </table>
+                            </table></div>
                         </div>
-                    }.into_any()
+                    })
                 }
-                _ => view! { <p class="hint">"Pin a configuration, change settings, and see A vs B here."</p> }.into_any(),
+                _ => None,
             }}
         </section>
+    }
+}
+
+/// A bar that does not follow the state (the compare view is rebuilt when A or B changes): the
+/// same segments, groups' patterns and capacity marker as the hero, without labels or levels.
+fn still_bar(h: &chart::Hero, prefix: &'static str) -> impl IntoView {
+    let label = h
+        .groups
+        .iter()
+        .map(|g| format!("{} {}", g.0.label(), gib(g.3)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    view! {
+        <div class="track still" role="img" aria-label=label data-testid=format!("{prefix}breakdown-bar")>
+            {h.pieces.iter().map(|p| view! {
+                <span class=format!("seg seg-{} g-{}", p.key, p.group.key()) data-testid=format!("{prefix}segment-{}", p.key) title=format!("{}: {}", p.label, gib(p.bytes))
+                    style:left=pct(p.start) style:width=pct(p.size)></span>
+            }).collect_view()}
+            <span class="cap" style:left=pct(h.capacity_at)></span>
+        </div>
     }
 }
 
@@ -540,33 +884,38 @@ fn Tables(
         })
     };
     view! {
-        <table class="breakdown" data-testid="breakdown">
-            <caption>"Memory at the peak, with the formula behind each number"</caption>
-            <thead><tr><th scope="col">"Component"</th><th scope="col">"What"</th><th scope="col">"Formula"</th><th scope="col">"Size"</th></tr></thead>
-            <tbody>
-                <For each=keys key=|k| k.clone() let:k>
-                    {
-                        let (k1, k2) = (k.clone(), k.clone());
-                        view! {
-                            <tr>
-                                <td><span class=format!("swatch seg-{}", k.0.key())></span>{k.0.label()}</td>
-                                <td>{k.1.clone()}</td>
-                                <td>
-                                    <code>{move || term(&k1).map(|t| t.formula()).unwrap_or_default()}</code><br/>
-                                    <code class="values">{move || term(&k2).map(|t| format!("= {}", t.values())).unwrap_or_default()}</code>
-                                </td>
-                                <td class="num">{move || term(&k).map(|t| gib(t.bytes)).unwrap_or_default()}</td>
-                            </tr>
-                        }
-                    }
-                </For>
-            </tbody>
-        </table>
-        <table class="phases">
-            <caption>"Highest memory of each phase"</caption>
-            <tbody>
-                {move || phases().into_iter().map(|(name, moment, bytes)| view! { <tr><th scope="row">{name}</th><td>{moment}</td><td class="num">{bytes}</td></tr> }).collect_view()}
-            </tbody>
-        </table>
+        <section class="card wide" id="terms" aria-labelledby="h-terms">
+            <h2 id="h-terms">"Every term, with its formula"</h2>
+            <div class="table-wrap" tabindex="0" role="region" aria-label="Every term (scrolls sideways)">
+                <table class="breakdown" data-testid="breakdown">
+                    <caption>"Memory at the peak (allocated), term by term"</caption>
+                    <thead><tr><th scope="col">"Component"</th><th scope="col">"What"</th><th scope="col">"Formula"</th><th scope="col">"Size"</th></tr></thead>
+                    <tbody>
+                        <For each=keys key=|k| k.clone() let:k>
+                            {
+                                let (k1, k2) = (k.clone(), k.clone());
+                                view! {
+                                    <tr>
+                                        <td><span class=format!("sw g-{}", Group::of(k.0.key()).key()) aria-hidden="true"></span>{k.0.label()}</td>
+                                        <td>{k.1.clone()}</td>
+                                        <td>
+                                            <code>{text(move || term(&k1).map(|t| t.formula()).unwrap_or_default())}</code><br/>
+                                            <code class="values">{text(move || term(&k2).map(|t| format!("= {}", t.values())).unwrap_or_default())}</code>
+                                        </td>
+                                        <td class="num">{text(move || term(&k).map(|t| gib(t.bytes)).unwrap_or_default())}</td>
+                                    </tr>
+                                }
+                            }
+                        </For>
+                    </tbody>
+                </table>
+            </div>
+            <table class="phases">
+                <caption>"Highest memory of each phase"</caption>
+                <tbody>
+                    {move || phases().into_iter().map(|(name, moment, bytes)| view! { <tr><th scope="row">{name}</th><td>{moment}</td><td class="num">{bytes}</td></tr> }).collect_view()}
+                </tbody>
+            </table>
+        </section>
     }
 }

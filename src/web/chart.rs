@@ -1,69 +1,240 @@
-//! Geometry of the stacked breakdown bar: pure, so it is unit-tested; the page only draws it.
+//! Geometry of the breakdown bar (the page's hero) and of the memory curve: pure, so it is
+//! unit-tested; the page only draws it.
 
 use crate::model::plan::ComponentBytes;
 
-/// One drawn segment of the stacked bar.
+/// The groups the bar is read by: how people think of a fine-tune's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Group {
+    /// Frozen base weights, their 4-bit state, multi-GPU gathered weights and buckets.
+    Weights,
+    /// Adapters, their gradients, optimizer states and step temporaries.
+    LoraOptimizer,
+    /// Everything saved for backward and the backward pass's temporaries.
+    Activations,
+    /// The logits and the loss.
+    LogitsLoss,
+    /// Reserved by PyTorch's caching allocator but not allocated (reserved − allocated).
+    AllocatorCache,
+    /// The CUDA context and anything else outside the allocator (nvidia-smi − reserved).
+    CudaContext,
+}
+
+impl Group {
+    /// Every group, in bar order.
+    pub const ALL: [Group; 6] = [
+        Group::Weights,
+        Group::LoraOptimizer,
+        Group::Activations,
+        Group::LogitsLoss,
+        Group::AllocatorCache,
+        Group::CudaContext,
+    ];
+
+    /// Stable key (CSS classes).
+    pub fn key(self) -> &'static str {
+        match self {
+            Group::Weights => "weights",
+            Group::LoraOptimizer => "lora",
+            Group::Activations => "act",
+            Group::LogitsLoss => "logits",
+            Group::AllocatorCache => "cache",
+            Group::CudaContext => "context",
+        }
+    }
+
+    /// Label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Group::Weights => "Weights",
+            Group::LoraOptimizer => "LoRA + optimizer",
+            Group::Activations => "Activations",
+            Group::LogitsLoss => "Logits & loss",
+            Group::AllocatorCache => "Allocator cache",
+            Group::CudaContext => "CUDA context",
+        }
+    }
+
+    /// The group of a component key (`segment-…` keys of the bar included).
+    pub fn of(key: &str) -> Group {
+        match key {
+            "frozen_weights" | "quant_state" | "comm_buffers" => Group::Weights,
+            "trainable_weights" | "gradients" | "optimizer_states" | "optimizer_temps" => {
+                Group::LoraOptimizer
+            }
+            "logits_loss" => Group::LogitsLoss,
+            ALLOCATOR_CACHE => Group::AllocatorCache,
+            CUDA_CONTEXT => Group::CudaContext,
+            _ => Group::Activations,
+        }
+    }
+}
+
+/// Key of the allocator-cache segment (reserved − allocated).
+pub const ALLOCATOR_CACHE: &str = "allocator-cache";
+/// Key of the CUDA context segment (nvidia-smi − reserved).
+pub const CUDA_CONTEXT: &str = "cuda-context";
+
+/// A short in-place label of a bar segment.
+pub fn short_label(key: &str) -> &'static str {
+    match key {
+        "frozen_weights" => "weights",
+        "quant_state" => "4-bit state",
+        "comm_buffers" => "multi-GPU",
+        "trainable_weights" => "adapters",
+        "gradients" => "gradients",
+        "optimizer_states" => "optimizer",
+        "optimizer_temps" => "step temps",
+        "act_checkpoints" => "checkpoints",
+        "act_embeddings" => "embeddings",
+        "act_weight_copies" => "autocast copies",
+        "act_norms" => "norms",
+        "act_attention" => "attention",
+        "act_mlp" => "MLP",
+        "act_lora" => "LoRA path",
+        "act_dropout" => "dropout",
+        "logits_loss" => "logits & loss",
+        "backward_temps" => "backward temps",
+        ALLOCATOR_CACHE => "cache",
+        CUDA_CONTEXT => "CUDA context",
+        _ => "",
+    }
+}
+
+/// One segment of the hero bar, as fractions of the bar's scale.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Segment {
-    /// Component key (`frozen_weights`, ...).
+pub struct Piece {
+    /// Component key, or [`ALLOCATOR_CACHE`] / [`CUDA_CONTEXT`].
     pub key: &'static str,
     /// Label.
     pub label: &'static str,
+    /// Group.
+    pub group: Group,
     /// Bytes.
     pub bytes: u128,
-    /// Offset from the bottom, in [0, 1] of the scale.
+    /// Left edge in [0, 1].
     pub start: f64,
-    /// Height, in [0, 1] of the scale.
+    /// Width in [0, 1].
     pub size: f64,
 }
 
-/// Stacks the non-zero components bottom-up on a scale of `max(total, capacity)` bytes so the
-/// capacity line and the bar share one axis. Returns the segments and the capacity line position.
-pub fn stack(components: &[ComponentBytes], capacity_bytes: u128) -> (Vec<Segment>, f64) {
-    let total: u128 = components.iter().map(|c| c.bytes).sum();
-    let scale = total.max(capacity_bytes).max(1) as f64;
-    let mut at = 0u128;
-    let mut out = vec![];
-    for c in components.iter().filter(|c| c.bytes > 0) {
-        out.push(Segment {
-            key: c.key,
-            label: c.label,
-            bytes: c.bytes,
-            start: at as f64 / scale,
-            size: c.bytes as f64 / scale,
-        });
-        at += c.bytes;
-    }
-    (out, capacity_bytes as f64 / scale)
-}
-
-/// The stacked bar with the three totals drawn as bands above the live-tensor stack.
+/// The hero bar: the peak by group and component against the GPU's capacity, on a scale of
+/// max(nvidia-smi, capacity); allocated, reserved and nvidia-smi are three nested levels of it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Bar {
-    /// Component segments (live tensors at the peak).
-    pub segments: Vec<Segment>,
-    /// (key, label, start, size) of the reserved and nvidia-smi bands.
-    pub bands: Vec<(&'static str, &'static str, f64, f64)>,
-    /// Position of the GPU capacity line.
+pub struct Hero {
+    /// Non-empty segments, grouped, left to right.
+    pub pieces: Vec<Piece>,
+    /// (group, start, size, bytes) of each non-empty group.
+    pub groups: Vec<(Group, f64, f64, u128)>,
+    /// Right ends of allocated, reserved and nvidia-smi.
+    pub levels: [f64; 3],
+    /// Position of the capacity marker.
     pub capacity_at: f64,
+    /// Free memory (start, size) when the peak is under the capacity.
+    pub headroom: Option<(f64, f64)>,
+    /// Overflow (start, size) when nvidia-smi is over the capacity.
+    pub overflow: Option<(f64, f64)>,
 }
 
-/// Bar geometry for a plan on a GPU, on a scale of max(nvidia-smi, capacity).
-pub fn bar(plan: &crate::model::Plan, capacity_bytes: u128) -> Bar {
-    let scale = plan.nvidia_smi_bytes.max(capacity_bytes).max(1);
-    let (segments, _) = stack(&plan.breakdown, scale);
-    let s = scale as f64;
-    let a = plan.peak_allocated_bytes as f64 / s;
-    let r = plan.peak_reserved_bytes as f64 / s;
-    let n = plan.nvidia_smi_bytes as f64 / s;
-    Bar {
-        segments,
-        bands: vec![
-            ("reserved", "allocator reserve (estimate)", a, r - a),
-            ("smi", "CUDA context (nvidia-smi)", r, n - r),
-        ],
-        capacity_at: capacity_bytes as f64 / s,
+/// Lays out the hero bar of a plan on a GPU of `capacity_bytes`.
+pub fn hero(plan: &crate::model::Plan, capacity_bytes: u128) -> Hero {
+    let alloc = plan.peak_allocated_bytes;
+    let reserved = plan.peak_reserved_bytes.max(alloc);
+    let smi = plan.nvidia_smi_bytes.max(reserved);
+    let scale = smi.max(capacity_bytes).max(1) as f64;
+    let mut items: Vec<(&'static str, &'static str, u128)> = plan
+        .breakdown
+        .iter()
+        .map(|c| (c.key, c.label, c.bytes))
+        .collect();
+    items.push((
+        ALLOCATOR_CACHE,
+        "Allocator cache (reserved − allocated)",
+        reserved - alloc,
+    ));
+    items.push((
+        CUDA_CONTEXT,
+        "CUDA context and outside the allocator (nvidia-smi − reserved)",
+        smi - reserved,
+    ));
+    let mut at = 0u128;
+    let mut pieces = vec![];
+    let mut groups: Vec<(Group, f64, f64, u128)> = vec![];
+    // Group by group, keeping the model's stacking order within each.
+    let ordered = Group::ALL
+        .iter()
+        .flat_map(|g| items.iter().filter(move |i| Group::of(i.0) == *g));
+    for &(key, label, bytes) in ordered.filter(|i| i.2 > 0) {
+        let group = Group::of(key);
+        let (start, size) = (at as f64 / scale, bytes as f64 / scale);
+        match groups.last_mut() {
+            Some(g) if g.0 == group => {
+                g.2 += size;
+                g.3 += bytes;
+            }
+            _ => groups.push((group, start, size, bytes)),
+        }
+        pieces.push(Piece {
+            key,
+            label,
+            group,
+            bytes,
+            start,
+            size,
+        });
+        at += bytes;
     }
+    let f = |b: u128| b as f64 / scale;
+    let cap = f(capacity_bytes);
+    Hero {
+        pieces,
+        groups,
+        levels: [f(alloc), f(reserved), f(smi)],
+        capacity_at: cap,
+        headroom: (smi < capacity_bytes).then(|| (f(smi), cap - f(smi))),
+        overflow: (smi > capacity_bytes).then(|| (cap, f(smi) - cap)),
+    }
+}
+
+/// Sums components by [`Group`] (keys are the group keys), for the curve.
+pub fn by_group(components: &[ComponentBytes]) -> Vec<ComponentBytes> {
+    Group::ALL[..4]
+        .iter()
+        .map(|g| ComponentBytes {
+            key: g.key(),
+            label: g.label(),
+            bytes: components
+                .iter()
+                .filter(|c| Group::of(c.key) == *g)
+                .map(|c| c.bytes)
+                .sum(),
+        })
+        .collect()
+}
+
+/// "Nice" axis ticks from 0 to at least `top` bytes, in GiB: (bytes, label).
+pub fn gib_ticks(top: u128) -> Vec<(u128, String)> {
+    let gib = 1u128 << 30;
+    let top_gib = (top as f64 / gib as f64).max(1.0);
+    let raw = top_gib / 4.0;
+    // The smallest 1, 2, 2.5 or 5 × 10^k at or above a quarter of the range.
+    let mut mag = 1.0;
+    while mag * 10.0 <= raw {
+        mag *= 10.0;
+    }
+    while mag > raw && mag > 1e-3 {
+        mag /= 10.0;
+    }
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
+    (0..=4)
+        .map(|i| i as f64 * step)
+        .take_while(|v| *v <= top_gib + 1e-9)
+        .map(|v| ((v * gib as f64) as u128, format!("{v}")))
+        .collect()
 }
 
 /// One filled area of the stacked curve chart, as an SVG path in a `width × height` box.
@@ -77,20 +248,37 @@ pub struct Area {
     pub d: String,
 }
 
-/// Stacked-area geometry: x on a log2 scale across the points, y linear from 0 to
-/// max(largest total, capacity). Returns areas, the y of the capacity line and the x of each point.
-pub fn areas(
+/// The curve chart's geometry in a `width × height` box.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Curve {
+    /// Stacked areas by [`Group`] (allocated bytes).
+    pub areas: Vec<Area>,
+    /// The nvidia-smi estimate as a line (SVG path data).
+    pub smi: String,
+    /// y of the capacity line.
+    pub cap_y: f64,
+    /// x of each point.
+    pub xs: Vec<f64>,
+    /// (y, label in GiB) of the y-axis ticks.
+    pub y_ticks: Vec<(f64, String)>,
+}
+
+/// Stacked-area geometry by group: x on a log2 scale across the points, y linear from 0 to
+/// max(largest nvidia-smi, capacity), cut at twice the capacity so the region around the limit
+/// stays readable even when long sequences reach terabytes.
+pub fn curve(
     points: &[crate::planning::evaluate::CurvePoint],
     capacity_bytes: u128,
     width: f64,
     height: f64,
-) -> (Vec<Area>, f64, Vec<f64>) {
+) -> Curve {
     if points.is_empty() {
-        return (vec![], height, vec![]);
+        return Curve {
+            cap_y: height,
+            ..Curve::default()
+        };
     }
-    // The y range ends at twice the GPU (or at the largest point if smaller): the capacity line
-    // and the region around it stay readable even when long sequences reach terabytes.
-    let largest = points.iter().map(|p| p.allocated_bytes).max().unwrap_or(0);
+    let largest = points.iter().map(|p| p.smi_bytes).max().unwrap_or(0);
     let top = largest
         .min(capacity_bytes.saturating_mul(2))
         .max(capacity_bytes)
@@ -104,40 +292,55 @@ pub fn areas(
         .iter()
         .map(|p| ((p.x.max(1) as f64).log2() - lo) / span * width)
         .collect();
-    let y = |b: u128| height - (b as f64 / top) * height;
-    let keys: Vec<(&'static str, &'static str)> = points[0]
-        .components
-        .iter()
-        .map(|c| (c.key, c.label))
-        .collect();
+    // Clamped a little above the box, so a point far over the top stays a steep line.
+    let y = |b: u128| (height - (b as f64 / top) * height).max(-4.0);
+    let path = |ys: &mut dyn Iterator<Item = (f64, f64)>| {
+        let mut d = String::new();
+        for (i, (x, yv)) in ys.enumerate() {
+            d.push_str(&format!(
+                "{}{x:.1},{yv:.1} ",
+                if i == 0 { "M" } else { "L" }
+            ));
+        }
+        d
+    };
+    let grouped: Vec<Vec<ComponentBytes>> =
+        points.iter().map(|p| by_group(&p.components)).collect();
     let mut below = vec![0u128; points.len()];
-    let mut out = vec![];
-    for (k, (key, label)) in keys.into_iter().enumerate() {
-        let above: Vec<u128> = points
+    let mut areas = vec![];
+    for (k, g) in Group::ALL[..4].iter().enumerate() {
+        let above: Vec<u128> = grouped
             .iter()
             .zip(&below)
-            .map(|(p, b)| b + p.components.get(k).map(|c| c.bytes).unwrap_or(0))
+            .map(|(c, b)| b + c[k].bytes)
             .collect();
         if above.iter().zip(&below).all(|(a, b)| a == b) {
             continue;
         }
-        let mut d = String::new();
-        for (i, x) in xs.iter().enumerate() {
-            d.push_str(&format!(
-                "{}{:.1},{:.1} ",
-                if i == 0 { "M" } else { "L" },
-                x,
-                y(above[i])
-            ));
-        }
-        for (i, x) in xs.iter().enumerate().rev() {
-            d.push_str(&format!("L{:.1},{:.1} ", x, y(below[i])));
+        let mut d = path(&mut xs.iter().zip(&above).map(|(x, a)| (*x, y(*a))));
+        for (x, b) in xs.iter().zip(&below).rev() {
+            d.push_str(&format!("L{x:.1},{:.1} ", y(*b)));
         }
         d.push('Z');
-        out.push(Area { key, label, d });
+        areas.push(Area {
+            key: g.key(),
+            label: g.label(),
+            d,
+        });
         below = above;
     }
-    (out, y(capacity_bytes), xs)
+    let smi = path(&mut xs.iter().zip(points).map(|(x, p)| (*x, y(p.smi_bytes))));
+    let y_ticks = gib_ticks(top as u128)
+        .into_iter()
+        .map(|(b, l)| (y(b), l))
+        .collect();
+    Curve {
+        areas,
+        smi,
+        cap_y: y(capacity_bytes),
+        xs,
+        y_ticks,
+    }
 }
 
 /// x position (same scale as [`areas`]) of a value between the first and last point.
@@ -180,17 +383,67 @@ mod tests {
         ]
     }
 
+    fn plan_of(model: &str, s: crate::model::Settings) -> crate::model::Plan {
+        let a = crate::formats::catalog::find_model(model)
+            .unwrap()
+            .arch
+            .clone();
+        crate::model::plan(&a, &s).unwrap()
+    }
+
     #[test]
-    fn stack_is_contiguous_and_scaled_to_the_larger_of_total_and_capacity() {
-        let (segs, cap) = stack(&comps(30, 10), 80);
-        assert_eq!(segs.len(), 2, "zero components are not drawn");
-        assert_eq!(segs[0].start, 0.0);
-        assert!((segs[1].start - segs[0].size).abs() < 1e-12);
-        assert!((segs[1].start + segs[1].size - 0.5).abs() < 1e-12);
-        assert_eq!(cap, 1.0);
-        let (segs, cap) = stack(&comps(30, 10), 20);
-        assert!((segs[1].start + segs[1].size - 1.0).abs() < 1e-12);
-        assert!((cap - 0.5).abs() < 1e-12);
+    fn hero_groups_pieces_and_nests_the_three_levels() {
+        let p = plan_of("llama2-7b", crate::model::Settings::default());
+        let cap = 80u128 << 30;
+        let h = hero(&p, cap);
+        // Contiguous, grouped in order, every piece non-empty.
+        let mut at = 0.0;
+        for w in h.pieces.windows(2) {
+            assert!(
+                w[0].group <= w[1].group,
+                "{:?} before {:?}",
+                w[0].key,
+                w[1].key
+            );
+        }
+        for piece in &h.pieces {
+            assert!((piece.start - at).abs() < 1e-9 && piece.bytes > 0);
+            at += piece.size;
+        }
+        assert!(
+            (at - h.levels[2]).abs() < 1e-9,
+            "the pieces end at nvidia-smi"
+        );
+        let cache = h.pieces.iter().find(|x| x.key == ALLOCATOR_CACHE).unwrap();
+        assert_eq!(cache.bytes, p.peak_reserved_bytes - p.peak_allocated_bytes);
+        let ctx = h.pieces.iter().find(|x| x.key == CUDA_CONTEXT).unwrap();
+        assert_eq!(ctx.bytes, p.nvidia_smi_bytes - p.peak_reserved_bytes);
+        assert!((cache.start - h.levels[0]).abs() < 1e-9);
+        assert!((ctx.start - h.levels[1]).abs() < 1e-9);
+        assert!(h.levels[0] < h.levels[1] && h.levels[1] < h.levels[2]);
+        // Fits: the scale is the capacity, the rest is headroom.
+        assert_eq!(h.capacity_at, 1.0);
+        let (start, size) = h.headroom.unwrap();
+        assert!((start + size - 1.0).abs() < 1e-9 && h.overflow.is_none());
+        let total: u128 = h.groups.iter().map(|g| g.3).sum();
+        assert_eq!(total, p.nvidia_smi_bytes);
+        // Out of memory: the scale is nvidia-smi, the part over the capacity is overflow.
+        let h = hero(&p, 8 << 30);
+        assert!(h.capacity_at < 1.0 && h.headroom.is_none());
+        let (start, size) = h.overflow.unwrap();
+        assert!((start - h.capacity_at).abs() < 1e-9 && (start + size - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn every_component_has_a_group_and_a_short_label() {
+        for c in crate::model::Component::ALL {
+            assert!(!short_label(c.key()).is_empty(), "{}", c.key());
+        }
+        assert_eq!(Group::of("optimizer_states"), Group::LoraOptimizer);
+        assert_eq!(Group::of(CUDA_CONTEXT), Group::CudaContext);
+        let ticks = gib_ticks(80 << 30);
+        assert_eq!(ticks.last().unwrap().1, "80");
+        assert_eq!(ticks.len(), 5);
     }
 
     #[test]
@@ -205,14 +458,15 @@ mod tests {
                     smi_bytes: 2 * a,
                 })
                 .collect();
-        let (areas, cap_y, xs) = areas(&pts, 40, 100.0, 50.0);
-        assert_eq!(areas.len(), 2);
-        assert_eq!(xs, vec![0.0, 50.0, 100.0]);
+        let c = curve(&pts, 40, 100.0, 50.0);
+        assert_eq!(c.areas.len(), 1, "both components are activations");
+        assert_eq!(c.xs, vec![0.0, 50.0, 100.0]);
         assert!(
-            (cap_y - 25.0).abs() < 1e-9,
+            (c.cap_y - 25.0).abs() < 1e-9,
             "capacity 40 of top 80 sits half way"
         );
-        assert!(areas[1].d.starts_with("M0.0,"));
+        assert!(c.areas[0].d.starts_with("M0.0,"));
+        assert!(c.smi.starts_with("M0.0,"));
         assert_eq!(x_of(&pts, 362, 100.0).map(|x| x.round()), Some(75.0));
     }
 }

@@ -3,11 +3,23 @@
 //! ([`crate::formats::fields`]) with the control its kind calls for and writes it through the
 //! table's `set`, so the page, the CLI and links agree on names, ranges and parsing.
 
+use leptos::either::EitherOf5;
 use leptos::prelude::*;
 
 use crate::formats::fields::{Field, Kind};
 use crate::model::Settings;
 use crate::web::state::UiState;
+
+/// Text or an attribute that follows the state. Erased behind a `Signal`, so every such node
+/// shares one instantiation of the rendering code (the wasm stays small).
+pub fn text(f: impl Fn() -> String + Send + Sync + 'static) -> Signal<String> {
+    Signal::derive(f)
+}
+
+/// A class or visibility switch that follows the state (erased like [`text`]).
+pub fn flag(f: impl Fn() -> bool + Send + Sync + 'static) -> Signal<bool> {
+    Signal::derive(f)
+}
 
 /// A labelled number input with a slider (log2 scale when `log`).
 #[component]
@@ -47,13 +59,13 @@ pub fn NumberControl(
     } else {
         (min, max, step)
     };
-    let slider_value = move || {
+    let slider_value = text(move || {
         if log {
             value.get().max(min).log2().to_string()
         } else {
             value.get().to_string()
         }
-    };
+    });
     let from_slider = move |raw: String| {
         if let Ok(p) = raw.parse::<f64>() {
             let v = if log { 2f64.powf(p).round() } else { p };
@@ -66,15 +78,20 @@ pub fn NumberControl(
         let marks: Vec<f64> = (smin.ceil() as i32..=smax.floor() as i32).map(f64::from).collect();
         view! { <datalist id=ticks.clone()>{marks.into_iter().map(|m| view! { <option value=m.to_string()></option> }).collect_view()}</datalist> }
     });
+    // "Sequence length (longest padded batch)": the part in parentheses may be hidden (embed).
+    let (main, paren) = label
+        .split_once(" (")
+        .map(|(a, b)| (a, Some(format!(" ({b}"))))
+        .unwrap_or((label, None));
     view! {
         <div class="control">
-            <label for=id.clone()>{label}</label>
+            <label for=id.clone()>{main}{paren.map(|p| view! { <span class="paren">{p}</span> })}</label>
             <input type="range" aria-label=format!("{label} slider") min=smin max=smax step=sstep list=log.then(|| ticks.clone())
                 data-testid=slider_testid
                 prop:value=slider_value
                 on:input:target=move |ev| from_slider(ev.target().value()) />
             <input type="number" id=id data-testid=testid min=min max=max step=step
-                prop:value=move || value.get().to_string()
+                prop:value=text(move || value.get().to_string())
                 on:input:target=move |ev| set(ev.target().value()) />
             {tick_list}
         </div>
@@ -103,11 +120,11 @@ pub fn SelectControl(
         <div class="control">
             <label for=id.clone()>{label}</label>
             <select id=id data-testid=testid
-                prop:value=move || value.get()
+                prop:value=value
                 on:change:target=move |ev| on_set.run(ev.target().value())>
                 {move || options.get().into_iter().map(|(v, l)| {
                     let v2 = v.clone();
-                    view! { <option value=v selected=move || value.get() == v2>{l}</option> }
+                    view! { <option value=v selected=flag(move || value.get() == v2)>{l}</option> }
                 }).collect_view()}
             </select>
         </div>
@@ -132,7 +149,7 @@ pub fn Toggle(
     view! {
         <div class="toggle">
             <input type="checkbox" id=id.clone() data-testid=testid
-                prop:checked=move || checked.get()
+                prop:checked=checked
                 on:change:target=move |ev| on_set.run(ev.target().checked()) />
             <label for=id>{label}</label>
         </div>
@@ -150,7 +167,6 @@ pub fn FieldControl(
     /// The page state.
     state: RwSignal<UiState>,
     /// Runs after each change.
-    #[prop(optional)]
     then: Option<fn(&mut Settings)>,
 ) -> impl IntoView {
     let testid = field.testid.unwrap_or(field.name);
@@ -168,28 +184,25 @@ pub fn FieldControl(
         (Kind::Int { .. } | Kind::Float { .. }, Some(sl)) => {
             let whole = matches!(field.kind, Kind::Int { .. });
             let value = Signal::derive(move || text.get().parse::<f64>().unwrap_or(sl.min));
-            view! {
+            EitherOf5::A(view! {
                 <NumberControl label=field.label testid=testid min=sl.min max=sl.max step=sl.step log=sl.log
                     value=value
                     on_set=Callback::new(move |v: f64| write(if whole { (v.round() as u64).to_string() } else { v.to_string() })) />
-            }
-            .into_any()
+            })
         }
         (Kind::Choice(choices), _) => {
             let options: Vec<(String, String)> =
                 choices().into_iter().map(|(v, l)| (v.to_string(), l.to_string())).collect();
-            view! {
+            EitherOf5::B(view! {
                 <SelectControl label=field.label testid=testid options=Signal::derive(move || options.clone())
                     value=text on_set=Callback::new(move |v: String| write(v)) />
-            }
-            .into_any()
+            })
         }
-        (Kind::Bool, _) => view! {
+        (Kind::Bool, _) => EitherOf5::C(view! {
             <Toggle label=field.label testid=testid checked=Signal::derive(move || text.get() == "1")
                 on_set=Callback::new(move |on: bool| write(if on { "1".into() } else { "0".into() })) />
-        }
-        .into_any(),
-        (Kind::List { items, .. }, _) => items()
+        }),
+        (Kind::List { items, .. }, _) => EitherOf5::D(items()
             .into_iter()
             .map(|(item, label)| {
                 let checked = Memo::new(move |_| state.with(|st| field.holds(&st.settings, item)));
@@ -211,8 +224,7 @@ pub fn FieldControl(
                         })) />
                 }
             })
-            .collect_view()
-            .into_any(),
-        _ => ().into_any(),
+            .collect_view()),
+        _ => EitherOf5::E(()),
     }
 }

@@ -4,22 +4,23 @@
 
 use crate::model::{Settings, Strategy};
 
-/// The main column, in order.
-pub const MAIN: &[&str] = &[
-    "batch",
-    "seq",
-    "lora_r",
-    "lora_dropout",
+/// The first screen, after the model and GPU pickers: the settings changed most often.
+pub const ESSENTIAL: &[&str] = &["base_weights", "batch", "seq", "lora_r", "grad_ckpt"];
+
+/// The embed's sliders (inside the frame at every supported size).
+pub const EMBED: &[&str] = &["batch", "seq", "lora_r"];
+
+/// "More training settings", below the first screen.
+pub const TRAINING: &[&str] = &[
     "grad_accum",
-    "base_weights",
+    "optimizer",
     "autocast",
     "attn_impl",
-    "optimizer",
-    "grad_ckpt",
+    "lora_dropout",
     "padded_mask",
 ];
 
-/// The "GPUs" group.
+/// The "Several GPUs" section.
 pub const GPUS: &[&str] = &["gpus_per_node", "nodes", "strategy", "offload"];
 
 /// The "Mixture of experts" group, shown for MoE models.
@@ -28,6 +29,15 @@ pub const MOE: &[&str] = &[
     "output_router_logits",
     "experts_implementation",
 ];
+
+/// Whether a setting's control means something for these settings (irrelevant ones are hidden):
+/// a strategy and offloading only with more than one GPU.
+pub fn relevant(name: &str, s: &Settings) -> bool {
+    match name {
+        "strategy" | "offload" => s.parallel.world() > 1,
+        _ => true,
+    }
+}
 
 /// After the GPU count changes: several GPUs need a strategy (FSDP full shard unless one is
 /// chosen); one GPU runs without one and cannot offload parameters or optimizer states.
@@ -50,8 +60,10 @@ mod tests {
 
     #[test]
     fn every_name_is_a_setting_of_the_table() {
-        for name in MAIN
+        for name in ESSENTIAL
             .iter()
+            .chain(EMBED)
+            .chain(TRAINING)
             .chain(GPUS)
             .chain(MOE)
             .chain(&["target_modules", "modules_to_save"])
@@ -75,5 +87,31 @@ mod tests {
         after_gpu_count(&mut s);
         assert_eq!(s.parallel.strategy, Strategy::Single);
         assert!(s.parallel.validate(s.grad_ckpt).is_ok());
+    }
+
+    #[test]
+    fn every_setting_of_the_old_main_column_is_still_on_the_page() {
+        for name in [
+            "batch",
+            "seq",
+            "lora_r",
+            "lora_dropout",
+            "grad_accum",
+            "base_weights",
+            "autocast",
+            "attn_impl",
+            "optimizer",
+            "grad_ckpt",
+            "padded_mask",
+        ] {
+            assert!(
+                ESSENTIAL.contains(&name) || TRAINING.contains(&name),
+                "{name}"
+            );
+        }
+        let mut s = Settings::default();
+        assert!(!relevant("strategy", &s) && relevant("batch", &s));
+        s.parallel.gpus_per_node = 2;
+        assert!(relevant("offload", &s));
     }
 }

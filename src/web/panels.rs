@@ -2,6 +2,7 @@
 //! the length distribution (mid-training OOM) and config export. Logic lives in
 //! `advice`, `import`, `lengths` and `export`; these components only wire and format.
 
+use leptos::either::Either;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use wasm_bindgen::JsCast;
@@ -10,7 +11,7 @@ use wasm_bindgen_futures::JsFuture;
 use crate::formats::catalog;
 use crate::formats::config_json;
 use crate::formats::export;
-use crate::formats::report::{gib, gib_signed};
+use crate::formats::report::{self, gib, gib_signed};
 use crate::model::Architecture;
 use crate::planning::evaluate::Evaluation;
 use crate::planning::fixes;
@@ -19,8 +20,90 @@ use crate::planning::Status;
 use crate::web::state::UiState;
 
 use super::app::read;
+use super::controls::flag;
 
-/// Ranked changes that make the plan fit (when it does not, or is tight), and the myths.
+fn bf16_ok(state: RwSignal<UiState>) -> bool {
+    state.with(|st| {
+        catalog::find_gpu(&st.gpu)
+            .map(|g| g.bf16 != Some(false))
+            .unwrap_or(true)
+    })
+}
+
+/// What fits, first: when the plan is out of memory or tight, the cheapest combination of
+/// changes that fits at the same sequence length and effective batch, its peak and its cost, and
+/// one button to apply it ([`fixes::best_combination`]); truncation only as the last resort.
+#[component]
+pub fn BestFix(
+    /// Page state.
+    state: RwSignal<UiState>,
+    /// Current evaluation.
+    eval: Memo<Result<Evaluation, String>>,
+) -> impl IntoView {
+    let needs = Memo::new(move |_| read(eval, |e| e.verdict.status != Status::Fits));
+    let best = Memo::new(move |_| {
+        if !needs.get() {
+            return None;
+        }
+        let ok = bf16_ok(state);
+        let cap = read(eval, |e| e.verdict.capacity_bytes);
+        state.with(|st| {
+            let a = crate::web::state::arch_of(st).ok()?;
+            Some(match fixes::best_combination(&a, &st.settings, cap, ok) {
+                Some(f) => Ok(f),
+                None => Err(crate::planning::evaluate::smallest_gpu(&a, &st.settings)
+                    .map(|g| (g.id.clone(), g.name.clone()))),
+            })
+        })
+    });
+    move || {
+        best.get().map(|r| match r {
+            Ok(f) => Either::Left({
+                let settings = f.settings.clone();
+                let (seq, eff) = state.with_untracked(|st| (st.settings.seq, st.settings.batch * st.settings.grad_accum));
+                let cap = read(eval, |e| e.verdict.capacity_bytes);
+                view! {
+                    <section class="bestfix" aria-labelledby="h-best" data-testid="best-fix" data-last-resort=f.last_resort.to_string()>
+                        <h2 id="h-best">{if f.last_resort {
+                            format!("Nothing fits at {seq} tokens: the last resort, a shorter sequence")
+                        } else {
+                            format!("What fits: the cheapest change at {seq} tokens × effective batch {eff}")
+                        }}</h2>
+                        <div class="best-body">
+                            <div>
+                                <p class="combo" data-testid="best-summary">{f.summary.clone()}</p>
+                                <p class="best-numbers">
+                                    <span class=format!("pill verdict-{}", f.status.name())>{f.status.name()}</span>
+                                    " peak "<strong data-testid="best-peak">{gib(f.peak_allocated_bytes)}</strong>
+                                    " · nvidia-smi " {gib(f.nvidia_smi_bytes)} " of " {gib(cap)}
+                                    " · speed: " <strong data-testid="best-speed">{report::speed(f.time_factor)}</strong>
+                                </p>
+                                <p class="why">{f.cost.clone()}</p>
+                            </div>
+                            <div class="best-actions">
+                                <button type="button" class="primary" data-testid="apply-best" on:click=move |_| { let t = settings.clone(); state.update(|st| st.settings = t) }>"Apply"</button>
+                                <a href="#fixes">"single changes ↓"</a>
+                            </div>
+                        </div>
+                    </section>
+                }
+            }),
+            Err(gpu) => Either::Right(view! {
+                    <section class="bestfix" aria-labelledby="h-best" data-testid="best-fix">
+                        <h2 id="h-best">"Nothing fits on this GPU, at any sequence length"</h2>
+                        <p>{match &gpu {
+                            Some((_, name)) => format!("The smallest catalog GPU these settings fit on: {name} "),
+                            None => "No single GPU of the catalog holds it: see “Several GPUs” below.".into(),
+                        }}
+                        {gpu.map(|(id, _)| view! { <button type="button" data-testid="use-gpu" on:click=move |_| { let id = id.clone(); state.update(|st| st.gpu = id) }>"use it"</button> })}
+                        </p>
+                    </section>
+            }),
+        })
+    }
+}
+
+/// Single changes ranked (when the plan does not fit or is tight), truncation last, and the myths.
 #[component]
 pub fn Fixes(
     /// Page state.
@@ -29,23 +112,19 @@ pub fn Fixes(
     eval: Memo<Result<Evaluation, String>>,
 ) -> impl IntoView {
     let needs = Memo::new(move |_| read(eval, |e| e.verdict.status != Status::Fits));
-    let bf16_ok = move || {
-        state.with(|st| {
-            catalog::find_gpu(&st.gpu)
-                .map(|g| g.bf16 != Some(false))
-                .unwrap_or(true)
-        })
-    };
     let fixes = Memo::new(move |_| {
         if !needs.get() {
             return vec![];
         }
-        let ok = bf16_ok();
+        let ok = bf16_ok(state);
+        let cap = read(eval, |e| e.verdict.capacity_bytes);
         state.with(|st| {
-            let cap = read(eval, |e| e.verdict.capacity_bytes);
             crate::web::state::arch_of(st)
                 .map(|a| fixes::suggest(&a, &st.settings, cap, ok))
                 .unwrap_or_default()
+                .into_iter()
+                .filter(|f| f.id != "combined")
+                .collect::<Vec<_>>()
         })
     });
     let myths_open = RwSignal::new(false);
@@ -60,9 +139,11 @@ pub fn Fixes(
         })
     });
     view! {
-        <section class="fixes" aria-label="How to make it fit">
-            <Show when=move || needs.get()>
-                <h2>"What to change (each option re-planned)"</h2>
+        <section class="card fixes" id="fixes" aria-labelledby="h-fixes">
+            <h2 id="h-fixes">"Changes one by one"</h2>
+            <p class="hint" class:hidden=needs>"It fits: no change needed. When a plan does not fit, each change that saves memory is listed here, re-planned."</p>
+            <div class:hidden=flag(move || !needs.get())>
+                <p class="hint">"Each change alone, re-planned: fitting first, then cheapest. Cutting the sequence length is the last resort."</p>
                 <ol data-testid="fixes">
                     {move || fixes.get().into_iter().map(|f| {
                         let settings = f.settings.clone();
@@ -70,6 +151,7 @@ pub fn Fixes(
                             <li data-testid=format!("fix-{}", f.id)>
                                 <strong>{f.title.clone()}</strong>
                                 <span class=format!("pill verdict-{}", f.status.name())>{f.status.name()}</span>
+                                {f.last_resort.then(|| view! { <span class="pill last-resort">"last resort"</span> })}
                                 <br/>
                                 <span>"saves " {gib(f.saved_bytes.max(0) as u128)} " → peak " {gib(f.peak_allocated_bytes)} " · cost: " {f.cost.clone()}</span>
                                 " "
@@ -78,7 +160,7 @@ pub fn Fixes(
                         }
                     }).collect_view()}
                 </ol>
-            </Show>
+            </div>
             <details on:toggle=move |ev| { let open = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlDetailsElement>().ok()).map(|d| d.open()).unwrap_or(false); myths_open.set(open) }>
                 <summary data-testid="myths-toggle">"Forum remedies, checked against this plan"</summary>
                 <ul data-testid="myths">
@@ -217,25 +299,23 @@ pub fn Import(
         });
     };
     view! {
-        <section class="import" aria-label="Your model">
-            <h2>"A model not in the catalog"</h2>
+        <section class="card import" id="import" aria-labelledby="h-import">
+            <h2 id="h-import">"A model not in the catalog"</h2>
             <div class="share-row">
                 <label for="hub-id" class="sr">"Hugging Face model id"</label>
-                <input type="text" id="hub-id" data-testid="hub-id" placeholder="org/name" prop:value=move || hub_id.get() on:input:target=move |ev| hub_id.set(ev.target().value()) />
+                <input type="text" id="hub-id" data-testid="hub-id" placeholder="org/name" prop:value=hub_id on:input:target=move |ev| hub_id.set(ev.target().value()) />
                 <button type="button" data-testid="hub-fetch" on:click=fetch>"Fetch config.json"</button>
             </div>
             <label for="config-input">"…or paste config.json"</label>
-            <textarea id="config-input" rows="4" data-testid="config-input" prop:value=move || text.get() on:input:target=move |ev| text.set(ev.target().value())></textarea>
+            <textarea id="config-input" rows="4" data-testid="config-input" prop:value=text on:input:target=move |ev| text.set(ev.target().value())></textarea>
             <div class="share-row">
                 <button type="button" data-testid="config-apply" on:click=move |_| apply(&text.get_untracked())>"Use this config"</button>
                 <input type="file" accept=".json,application/json" aria-label="config.json file" data-testid="config-file" on:change=on_file />
-                <Show when=move || state.with(|st| st.custom.is_some())>
-                    <button type="button" data-testid="config-clear" on:click=move |_| { state.update(|st| st.custom = None); status.set(None) }>"Back to the catalog model"</button>
-                </Show>
+                <button type="button" class:hidden=flag(move || state.with(|st| st.custom.is_none())) data-testid="config-clear" on:click=move |_| { state.update(|st| st.custom = None); status.set(None) }>"Back to the catalog model"</button>
             </div>
             {move || status.get().map(|r| match r {
-                Ok(m) => view! { <p class="ok" data-testid="config-status">{m}</p> }.into_any(),
-                Err(e) => view! { <p class="error" role="alert" data-testid="config-status">{e}</p> }.into_any(),
+                Ok(m) => Either::Left(view! { <p class="ok" data-testid="config-status">{m}</p> }),
+                Err(e) => Either::Right(view! { <p class="error" role="alert" data-testid="config-status">{e}</p> }),
             })}
         </section>
     }
@@ -269,32 +349,39 @@ pub fn Lengths(
         })
     };
     view! {
-        <section class="lengths" aria-label="Length distribution">
-            <h2>"Enough memory at first, OOM after a few hundred steps?"</h2>
+        <section class="card lengths" id="lengths" aria-labelledby="h-lengths">
+            <h2 id="h-lengths">"Enough memory at first, OOM after a few hundred steps?"</h2>
             <p class="hint">"The peak follows the longest padded batch. Paste token counts (one per line), p50=… p95=… max=…, JSONL samples, or a CSV with a text / length column."</p>
-            <textarea rows="3" aria-label="lengths or samples" data-testid="lengths-input" prop:value=move || text.get() on:input:target=move |ev| text.set(ev.target().value())></textarea>
+            <textarea rows="3" aria-label="lengths or samples" data-testid="lengths-input" prop:value=text on:input:target=move |ev| text.set(ev.target().value())></textarea>
             <div class="share-row">
                 <label for="cpt">"characters per token"</label>
-                <input type="number" id="cpt" min="0.5" max="100" step="0.1" data-testid="input-chars-per-token" prop:value=move || ratio.get().to_string()
+                <input type="number" id="cpt" min="0.5" max="100" step="0.1" data-testid="input-chars-per-token" prop:value=super::controls::text(move || ratio.get().to_string())
                     on:input:target=move |ev| { if let Ok(v) = ev.target().value().parse::<f64>() { if v.is_finite() { ratio.set(v) } } } />
                 <button type="button" data-testid="lengths-analyze" on:click=move |_| run(text.get_untracked())>"Analyze"</button>
                 <input type="file" aria-label="samples file" data-testid="lengths-file" on:change=on_file />
             </div>
-            {move || report.get().map(|r| match r {
-                Err(e) => view! { <p class="error" role="alert" data-testid="lengths-error">{e}</p> }.into_any(),
-                Ok(r) => view! {
-                    <dl class="lengths-report" data-testid="lengths-report">
-                        <dt>"samples"</dt><dd>{format!("{} · p50 {} · p95 {} · max {} tokens", r.stats.n, r.stats.p50, r.stats.p95, r.stats.max)}</dd>
-                        <dt>"peak, typical batch (p50)"</dt><dd data-testid="lengths-typical">{gib(r.typical_peak_bytes)}</dd>
-                        <dt>"peak, longest batch"</dt><dd data-testid="lengths-longest">{gib(r.longest_peak_bytes)}</dd>
-                        <dt>"longest length that fits"</dt><dd data-testid="lengths-max-fit">{r.max_fitting_seq.map(|v| v.to_string()).unwrap_or_else(|| "none".into())}</dd>
-                        <dt>"first OOM expected"</dt><dd data-testid="lengths-oom-step">{match r.expected_oom_step {
-                            Some(s) => lengths::oom_words(&r, s),
+            {move || report.with(|r| match r {
+                Some(Err(e)) => Some(Either::Left(view! { <p class="error" role="alert" data-testid="lengths-error">{e.clone()}</p> })),
+                Some(Ok(r)) => {
+                    let rows = [
+                        ("samples", "lengths-samples", format!("{} · p50 {} · p95 {} · max {} tokens", r.stats.n, r.stats.p50, r.stats.p95, r.stats.max)),
+                        ("peak, typical batch (p50)", "lengths-typical", gib(r.typical_peak_bytes)),
+                        ("peak, longest batch", "lengths-longest", gib(r.longest_peak_bytes)),
+                        ("longest length that fits", "lengths-max-fit", r.max_fitting_seq.map(|v| v.to_string()).unwrap_or_else(|| "none".into())),
+                        ("first OOM expected", "lengths-oom-step", match r.expected_oom_step {
+                            Some(s) => lengths::oom_words(r, s),
                             None => "never: every sample fits".into(),
-                        }}</dd>
-                    </dl>
-                    <ul>{r.advice.into_iter().map(|a| view! { <li>{a}</li> }).collect_view()}</ul>
-                }.into_any(),
+                        }),
+                    ];
+                    let advice = r.advice.clone();
+                    Some(Either::Right(view! {
+                        <dl class="lengths-report" data-testid="lengths-report">
+                            {rows.map(|(dt, id, dd)| view! { <dt>{dt}</dt><dd data-testid=id>{dd}</dd> })}
+                        </dl>
+                        <ul>{advice.into_iter().map(|a| view! { <li>{a}</li> }).collect_view()}</ul>
+                    }))
+                }
+                None => None,
             })}
         </section>
     }
@@ -323,16 +410,16 @@ pub fn Export(
         })
     });
     view! {
-        <section class="export" aria-label="Export">
-            <h2>"Configs for this run"</h2>
+        <section class="card export" id="export" aria-labelledby="h-export">
+            <h2 id="h-export">"Configs for this run"</h2>
             <div class="share-row">
                 <label for="export-format">"format"</label>
-                <select id="export-format" data-testid="select-export" prop:value=move || format.get() on:change:target=move |ev| format.set(ev.target().value())>
+                <select id="export-format" data-testid="select-export" prop:value=format on:change:target=move |ev| format.set(ev.target().value())>
                     {export::FORMATS.iter().map(|f| view! { <option value=*f>{*f}</option> }).collect_view()}
                 </select>
                 <button type="button" data-testid="copy-export" on:click=move |_| { let _ = window().navigator().clipboard().write_text(&output.get_untracked()); }>"Copy"</button>
             </div>
-            <textarea readonly rows="12" aria-label="exported config" data-testid="export-output" prop:value=move || output.get()></textarea>
+            <textarea readonly rows="12" aria-label="exported config" data-testid="export-output" prop:value=output></textarea>
         </section>
     }
 }

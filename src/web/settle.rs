@@ -17,7 +17,14 @@ const SETTLE_MS: u64 = 120;
 pub fn settled_evaluation(
     state: RwSignal<UiState>,
 ) -> (Memo<Result<Evaluation, String>>, Memo<bool>) {
-    let quick = Memo::new(move |_| state.with(evaluate_state));
+    settle_on(state, Memo::new(move |_| state.with(evaluate_state)))
+}
+
+/// [`settled_evaluation`] over a quick evaluation the caller already derives.
+pub fn settle_on(
+    state: RwSignal<UiState>,
+    quick: Memo<Result<Evaluation, String>>,
+) -> (Memo<Result<Evaluation, String>>, Memo<bool>) {
     let settled: RwSignal<Option<(UiState, Result<Evaluation, String>)>> = RwSignal::new(None);
     Effect::new(move |_| {
         let st = state.get();

@@ -71,3 +71,42 @@ export async function gibOf(page, testid) {
 }
 
 export const GIB = 1024 ** 3;
+
+/** Opens `url` in a fresh context with a viewport and colour scheme; waits for the plan. */
+export async function openView(browser, url, { width, height, colorScheme = "light" }) {
+  const context = await browser.newContext({ viewport: { width, height }, colorScheme });
+  const page = await context.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  await page.goto(url);
+  await page.waitForSelector('[data-testid="peak-allocated"]', { timeout: 30000 });
+  return { page, errors, close: () => context.close() };
+}
+
+const AXE = path.join(root, "node_modules/axe-core/axe.min.js");
+
+/** Runs axe-core in the page and returns its serious and critical violations as text. The page's
+ * CSP forbids inline scripts, so the source is evaluated through the DevTools protocol. */
+export async function axeViolations(page) {
+  if (!(await page.evaluate(() => typeof window.axe === "object"))) {
+    await page.evaluate(fs.readFileSync(AXE, "utf8"));
+  }
+  const result = await page.evaluate(() => window.axe.run(document, { resultTypes: ["violations"] }));
+  return result.violations
+    .filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => `${v.impact} ${v.id}: ${v.help} — ${v.nodes.slice(0, 4).map((n) => n.target.join(" ") + " " + (n.failureSummary || "").split("\n").slice(1, 2).join("")).join(" | ")}`);
+}
+
+/** Layout facts of the page: horizontal overflow and the box of each test id. */
+export async function layoutOf(page, testids) {
+  return page.evaluate((ids) => {
+    const box = (el) => { const r = el.getBoundingClientRect(); return { top: r.top, bottom: r.bottom, left: r.left, right: r.right, width: r.width }; };
+    const out = { overflow: document.documentElement.scrollWidth - window.innerWidth, width: window.innerWidth, height: window.innerHeight, main: box(document.querySelector("main")) };
+    for (const id of ids) {
+      const el = document.querySelector(`[data-testid="${id}"]`);
+      out[id] = el ? box(el) : null;
+    }
+    return out;
+  }, testids);
+}
