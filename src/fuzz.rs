@@ -82,17 +82,22 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
             } else {
                 heads >> (w[5] % 3).min(heads.trailing_zeros() as u64)
             };
+            // Mixture-of-experts shapes from the high bits (families 7.. of Family::ALL).
+            let family = Family::ALL[(w[0] % Family::ALL.len() as u64) as usize];
+            let experts = pick(w[2] >> 24, 1, 256);
+            let moe = crate::model::arch::MoeConfig {
+                num_experts: Some(experts),
+                num_experts_per_tok: Some(pick(w[3] >> 24, 1, experts)),
+                moe_intermediate_size: Some(pick(w[6] >> 24, 1, 1 << 14)),
+                n_shared_experts: Some((w[7] >> 40) % 3),
+                first_k_dense_replace: Some((w[3] >> 48) % 3),
+                decoder_sparse_step: Some(pick(w[9] >> 40, 1, 3)),
+                mlp_only_layers: Some(vec![(w[10] >> 40) % 4]),
+                norm_topk_prob: Some(w[11] & 512 != 0),
+            };
             let a = Architecture {
                 name: String::new(),
-                family: [
-                    Family::Llama,
-                    Family::Qwen2,
-                    Family::Qwen3,
-                    Family::Gemma2,
-                    Family::Gemma3,
-                    Family::Phi3,
-                    Family::Mistral,
-                ][(w[0] % 7) as usize],
+                family,
                 hidden_size: hidden,
                 intermediate_size: pick(w[2], 1, 1 << 16),
                 num_hidden_layers: pick(w[3], 1, 200),
@@ -104,10 +109,25 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                 qkv_bias: None,
                 attn_logit_softcapping: None,
                 final_logit_softcapping: None,
-                moe: Default::default(),
+                moe: if family.layout().moe.is_some() {
+                    moe
+                } else {
+                    Default::default()
+                },
                 mla: Default::default(),
             };
             let s = Settings {
+                target_parameters: if w[11] & 1024 != 0 {
+                    vec![
+                        crate::model::ExpertParam::GateUp,
+                        crate::model::ExpertParam::Down,
+                    ]
+                } else {
+                    vec![]
+                },
+                lora_dropout: if w[11] & 1024 != 0 { 0.0 } else { 0.05 },
+                output_router_logits: w[11] & 2048 != 0,
+                experts_impl: crate::model::ExpertsImpl::ALL[((w[11] >> 12) % 3) as usize],
                 batch: pick(w[8], 1, 4096),
                 seq: pick(w[9], 1, 1 << 20),
                 lora_r: pick(w[10], 1, 512),

@@ -490,13 +490,23 @@ fn cmd_estimate(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i3
 
 fn cmd_models(out: &mut dyn Write) -> Result<(), String> {
     let mut s = format!(
-        "{:<16} {:<8} {:>9} {:>7} {:>7} {:>6} {:>4} {:>8}  {}\n",
+        "{:<16} {:<11} {:>9} {:>7} {:>7} {:>6} {:>4} {:>8}  {}\n",
         "name", "family", "params", "hidden", "inter", "layers", "kv", "vocab", "hf_id"
     );
     for m in catalog::models() {
         let a = &m.arch;
+        let experts = if a.is_moe() {
+            format!(
+                "  ({} experts, top-{}, {:.2}B active)",
+                a.num_experts(),
+                a.experts_per_tok(),
+                a.active_params() as f64 / 1e9
+            )
+        } else {
+            String::new()
+        };
         s.push_str(&format!(
-            "{:<16} {:<8} {:>8.2}B {:>7} {:>7} {:>6} {:>4} {:>8}  {}\n",
+            "{:<16} {:<11} {:>8.2}B {:>7} {:>7} {:>6} {:>4} {:>8}  {}{experts}\n",
             a.name,
             a.family.name(),
             a.total_params() as f64 / 1e9,

@@ -3,7 +3,7 @@
 //! a notice for the page to show, and everything valid still applies.
 
 use crate::formats::{catalog, fields};
-use crate::model::{Architecture, Family};
+use crate::model::{Architecture, Family, Settings};
 use crate::planning::evaluate::Axis;
 use crate::web::state::UiState;
 
@@ -228,6 +228,17 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
                 shown(&k),
                 shown(&v)
             ));
+        }
+    }
+    // An empty target list is valid only next to something else to train (modules_to_save,
+    // LoRA on the experts): otherwise keep the default targets, and say so.
+    if st.settings.targets.is_empty()
+        && st.settings.modules_to_save.is_empty()
+        && st.settings.target_parameters.is_empty()
+    {
+        st.settings.targets = Settings::default().targets;
+        if notices.len() < MAX_NOTICES {
+            notices.push("no module left to train: kept the default target modules".into());
         }
     }
     // Fields that are valid one by one can still clash (4 GPUs without a strategy, parameter

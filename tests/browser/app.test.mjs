@@ -38,6 +38,29 @@ test("default view matches the CLI and has every output", async () => {
   await page.close();
 });
 
+test("a mixture-of-experts model shows its experts, its settings group, and matches the CLI", async () => {
+  const { page, errors } = await openApp(browser, server.url);
+  await page.selectOption('[data-testid="select-model"]', "qwen3-30b-a3b");
+  await page.selectOption('[data-testid="select-gpu"]', "h200");
+  await page.fill('[data-testid="input-seq"]', "2048");
+  await page.check('[data-testid="toggle-gc"]');
+  await page.waitForSelector('[data-testid="moe-settings"]');
+  assert.ok(await page.locator('[data-testid="segment-frozen_experts"]').count() === 1);
+  assert.match(await page.textContent('[data-testid="params"]'), /active per token/);
+  await expectMatchesCli(page, ["--model", "qwen3-30b-a3b", "--gpu", "h200", "--seq", "2048", "--gc"]);
+  await page.fill('[data-testid="input-dropout"]', "0");
+  await page.check('[data-testid="expert-lora-gate_up_proj"]');
+  await page.check('[data-testid="expert-lora-down_proj"]');
+  await expectMatchesCli(page, ["--model", "qwen3-30b-a3b", "--gpu", "h200", "--seq", "2048", "--gc", "--dropout", "0", "--target-parameters", "gate_up_proj,down_proj"]);
+  await page.screenshot({ path: path.join(artifacts, "moe.png"), fullPage: true });
+  await page.selectOption('[data-testid="select-model"]', "gpt-oss-20b");
+  assert.match(await page.textContent('[data-testid="plan-notes"]'), /Mxfp4Config\(dequantize=True\)/);
+  await page.selectOption('[data-testid="select-model"]', "llama2-7b");
+  assert.equal(await page.locator('[data-testid="moe-settings"]').count(), 0);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("changed settings match the CLI", async () => {
   const { page } = await openApp(browser, server.url);
   await page.selectOption('[data-testid="select-model"]', "qwen2-7b");
