@@ -58,7 +58,7 @@ impl Group {
     /// The group of a component key (`segment-…` keys of the bar included).
     pub fn of(key: &str) -> Group {
         match key {
-            "frozen_weights" | "quant_state" | "comm_buffers" => Group::Weights,
+            "frozen_weights" | "frozen_experts" | "quant_state" | "comm_buffers" => Group::Weights,
             "trainable_weights" | "gradients" | "optimizer_states" | "optimizer_temps" => {
                 Group::LoraOptimizer
             }
@@ -79,6 +79,8 @@ pub const CUDA_CONTEXT: &str = "cuda-context";
 pub fn short_label(key: &str) -> &'static str {
     match key {
         "frozen_weights" => "weights",
+        "frozen_experts" => "experts",
+        "act_experts" => "experts (activations)",
         "quant_state" => "4-bit state",
         "comm_buffers" => "multi-GPU",
         "trainable_weights" => "adapters",
