@@ -240,6 +240,12 @@ pub fn App(
                             <legend>"modules_to_save (trained in full)"</legend>
                             {setting_controls(&["modules_to_save"], state, None)}
                         </fieldset>
+                        <Show when=move || state.with(|st| arch_of(st).is_ok_and(|a| a.is_moe()))>
+                            <fieldset class="targets moe" data-testid="moe-settings">
+                                <legend>"Mixture of experts"</legend>
+                                {setting_controls(layout::MOE, state, None)}
+                            </fieldset>
+                        </Show>
                     </section>
                     <section class="card" id="gpus" aria-labelledby="h-gpus">
                         <h2 id="h-gpus">"Several GPUs"</h2>
@@ -438,7 +444,18 @@ fn Hero(
                 " · peak in "<span data-testid="peak-phase">{shown(eval, |e| format!("{} — {}", e.plan.peak_phase.name(), e.plan.peak_moment))}</span>
                 <span class:hidden=flag(move || read(eval, |e| e.plan.cpu_bytes_per_rank == 0))>" · CPU RAM for offload "<span data-testid="cpu-ram">{shown(eval, |e| format!("{} per GPU · {} per node", gib(e.plan.cpu_bytes_per_rank), gib(e.plan.cpu_bytes_per_node)))}</span></span>
                 <span class="bar-hint">" · Hover, tap or Tab to a segment for its formula."</span>
+                " · "<span data-testid="params">{shown(eval, |e| {
+                    let p = &e.plan.params;
+                    if p.active_params != p.base_params {
+                        format!("{:.2} B parameters ({:.2} B active per token) · {:.2} M trainable", p.base_params as f64 / 1e9, p.active_params as f64 / 1e9, p.trainable_params as f64 / 1e6)
+                    } else {
+                        format!("{:.2} B parameters · {:.2} M trainable", p.base_params as f64 / 1e9, p.trainable_params as f64 / 1e6)
+                    }
+                })}</span>
             </p>
+            <ul class="notes" data-testid="plan-notes" class:hidden=failed>
+                {move || read(eval, |e| e.plan.notes.clone()).into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}
+            </ul>
         </section>
     }
 }
