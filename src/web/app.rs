@@ -90,14 +90,16 @@ fn setup((initial, notices): (UiState, Vec<String>)) -> Page {
     let state = RwSignal::new(initial);
     let limit = move |axis: Axis| {
         let key = Memo::new(move |_| state.with(|st| without(st, axis)));
-        Memo::new(move |_| {
+        // Started from the previous answer: two plans per slider move when it does not change.
+        Memo::new(move |prev: Option<&Option<u64>>| {
             key.with(|st| {
                 let a = arch_of(st).ok()?;
                 let cap = catalog::find_gpu(&st.gpu).ok()?.capacity_bytes();
-                match axis {
-                    Axis::Seq => fit::max_seq(&a, &st.settings, cap, SEQ_SEARCH_MAX),
-                    Axis::Batch => fit::max_batch(&a, &st.settings, cap, BATCH_SEARCH_MAX),
-                }
+                let (batch, max) = match axis {
+                    Axis::Seq => (false, SEQ_SEARCH_MAX),
+                    Axis::Batch => (true, BATCH_SEARCH_MAX),
+                };
+                fit::max_near(&a, &st.settings, cap, batch, max, prev.copied().flatten())
             })
         })
     };
