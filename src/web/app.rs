@@ -402,9 +402,9 @@ fn Hero(
         )
     });
     view! {
-        <section class="hero card" aria-label="Memory plan" aria-live="polite">
+        <section class="hero card" aria-label="Memory plan">
             <p class="error" role="alert" data-testid="error" class:hidden=flag(move || !failed.get())>{text(move || eval.with(|r| r.as_ref().err().cloned().unwrap_or_default()))}</p>
-            <div class="verdict-row verdict" class:hidden=failed>
+            <div class="verdict-row verdict" class:hidden=failed aria-live="polite">
                 <span class=text(move || format!("big verdict-{}", status.get())) data-testid="verdict" data-status=status>{text(move || status_words(&status.get()).into())}</span>
                 <span class="message">{message}" · headroom "<span data-testid="headroom">{shown(eval, |e| gib_signed(e.verdict.headroom_bytes))}</span></span>
             </div>
