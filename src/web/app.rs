@@ -91,22 +91,24 @@ fn setup((initial, notices): (UiState, Vec<String>)) -> Page {
     let state = RwSignal::new(initial);
     let limit = move |axis: Axis| {
         let key = Memo::new(move |_| state.with(|st| without(st, axis)));
-        Memo::new(move |_| {
+        // Started from the previous answer: two plans per slider move when it does not change.
+        Memo::new(move |prev: Option<&Option<u64>>| {
             key.with(|st| {
                 let a = arch_of(st).ok()?;
                 let cap = catalog::find_gpu(&st.gpu).ok()?.capacity_bytes();
-                match axis {
-                    Axis::Seq => {
-                        fit::max_seq(&a, &st.settings, cap, SEQ_SEARCH_MAX, fit::Fidelity::Quick)
-                    }
-                    Axis::Batch => fit::max_batch(
-                        &a,
-                        &st.settings,
-                        cap,
-                        BATCH_SEARCH_MAX,
-                        fit::Fidelity::Quick,
-                    ),
-                }
+                let (batch, max) = match axis {
+                    Axis::Seq => (false, SEQ_SEARCH_MAX),
+                    Axis::Batch => (true, BATCH_SEARCH_MAX),
+                };
+                fit::max_near(
+                    &a,
+                    &st.settings,
+                    cap,
+                    batch,
+                    max,
+                    prev.copied().flatten(),
+                    fit::Fidelity::Quick,
+                )
             })
         })
     };
@@ -422,9 +424,9 @@ fn Hero(
         )
     });
     view! {
-        <section class="hero card" aria-label="Memory plan" aria-live="polite">
+        <section class="hero card" aria-label="Memory plan">
             <p class="error" role="alert" data-testid="error" class:hidden=flag(move || !failed.get())>{text(move || eval.with(|r| r.as_ref().err().cloned().unwrap_or_default()))}</p>
-            <div class="verdict-row verdict" class:hidden=failed>
+            <div class="verdict-row verdict" class:hidden=failed aria-live="polite">
                 <span class=text(move || format!("big verdict-{}", status.get())) data-testid="verdict" data-status=status>{text(move || status_words(&status.get()).into())}</span>
                 <span class="message">{message}" · headroom "<span data-testid="headroom">{shown(eval, |e| gib_signed(e.verdict.headroom_bytes))}</span></span>
             </div>
@@ -693,7 +695,18 @@ fn CurveChart(
     /// Page state (axis).
     state: RwSignal<UiState>,
 ) -> impl IntoView {
-    let (w, h) = (560.0, 220.0);
+    // Narrow windows get a taller box, so the chart keeps readable text on a phone.
+    let narrow = window()
+        .inner_width()
+        .ok()
+        .and_then(|v| v.as_f64())
+        .is_some_and(|v| v < 640.0);
+    let (w, h) = if narrow {
+        (420.0, 300.0)
+    } else {
+        (840.0, 250.0)
+    };
+    let flip = w - 140.0;
     let axis = Memo::new(move |_| state.with(|st| st.axis));
     let geom = Memo::new(move |_| {
         let pts = curve.get();
@@ -761,7 +774,7 @@ fn CurveChart(
                     {words("show vs batch", "show vs length")}
                 </button>
             </div>
-            <svg viewBox=format!("-34 -6 {} {}", w + 48.0, h + 40.0) class="curve-svg" role="img" aria-label=described data-testid="curve">
+            <svg viewBox=format!("-42 -8 {} {}", w + 84.0, h + 46.0) class="curve-svg" role="img" aria-label=described data-testid="curve">
                 {(0..6).map(|i| {
                     let tick = move |f: fn(&(f64, String)) -> String| text(move || geom.with(|g| g.as_ref().and_then(|g| g.c.y_ticks.get(i)).map(f).unwrap_or_default()));
                     let y = text(move || geom.with(|g| g.as_ref().and_then(|g| g.c.y_ticks.get(i)).map(|t| format!("{:.1}", t.0)).unwrap_or_else(|| "-999".into())));
@@ -779,15 +792,15 @@ fn CurveChart(
                 <text class="capacity-label" x="4" y=text(move || (cap_y() - 4.0).to_string())>{g(|g| format!("GPU limit {}", gib(g.capacity)))}</text>
                 <g class:hidden=flag(move || geom.with(|g| g.as_ref().and_then(|g| g.marker).is_none()))>
                     <line class="fit-marker" x1=marker(|x, _| x.to_string()) x2=marker(|x, _| x.to_string()) y1="0" y2=h />
-                    <text class="fit-label" x=marker(|x, _| (if x > 450.0 { x - 4.0 } else { x + 4.0 }).to_string()) text-anchor=marker(|x, _| (if x > 450.0 { "end" } else { "start" }).into()) y="12" data-testid="curve-limit">{marker(|_, v| format!("fits up to {v}"))}</text>
+                    <text class="fit-label" x=text(move || geom.with(|g| g.as_ref().and_then(|g| g.marker)).map(|(x, _)| if x > flip { x - 4.0 } else { x + 4.0 }).unwrap_or(0.0).to_string()) text-anchor=text(move || (if geom.with(|g| g.as_ref().and_then(|g| g.marker)).is_some_and(|(x, _)| x > flip) { "end" } else { "start" }).into()) y="12" data-testid="curve-limit">{marker(|_, v| format!("fits up to {v}"))}</text>
                 </g>
                 {(0..12).map(|i| {
                     let tick = move |f: fn(&(f64, String)) -> String| text(move || geom.with(|g| g.as_ref().and_then(|g| g.ticks.get(i)).map(f).unwrap_or_default()));
                     let x = text(move || geom.with(|g| g.as_ref().and_then(|g| g.ticks.get(i)).map(|t| format!("{:.1}", t.0)).unwrap_or_else(|| "-999".into())));
-                    view! { <text class="tick" x=x y=h + 14.0 text-anchor="middle">{tick(|t| t.1.clone())}</text> }
+                    view! { <text class=if i % 2 == 1 { "tick odd" } else { "tick" } x=x y=h + 16.0 text-anchor="middle">{tick(|t| t.1.clone())}</text> }
                 }).collect_view()}
-                <text class="axis-label" x=w / 2.0 y=h + 30.0 text-anchor="middle">{words("sequence length (tokens, log scale)", "micro-batch (log scale)")}</text>
-                <text class="axis-label" x="-30" y="-1">"GiB"</text>
+                <text class="axis-label" x=w / 2.0 y=h + 34.0 text-anchor="middle">{words("sequence length (tokens, log scale)", "micro-batch (log scale)")}</text>
+                <text class="axis-label" x="-38" y="-1">"GiB"</text>
             </svg>
             <ul class="legend curve-legend" aria-label="Curve legend">
                 {Group::ALL[..4].iter().map(|g| view! { <li><span class=format!("sw g-{}", g.key()) aria-hidden="true"></span>{g.label()}</li> }).collect_view()}
@@ -820,11 +833,11 @@ fn Compare(
                     let rows: Vec<(crate::model::plan::ComponentBytes, u128)> = a.plan.breakdown.iter().cloned().zip(b.plan.breakdown.iter().map(|c| c.bytes)).filter(|(x, y)| x.bytes > 0 || *y > 0).collect();
                     let total = b.plan.peak_allocated_bytes as i128 - a.plan.peak_allocated_bytes as i128;
                     // Both bars on one scale: the larger of the two plans and capacities.
-                    let cap = a.verdict.capacity_bytes.max(b.verdict.capacity_bytes).max(a.plan.nvidia_smi_bytes).max(b.plan.nvidia_smi_bytes);
+                    let scale = a.verdict.capacity_bytes.max(b.verdict.capacity_bytes).max(a.plan.nvidia_smi_bytes).max(b.plan.nvidia_smi_bytes);
                     Some(view! {
                         <div class="compare-body" data-testid="compare">
                             {[("a-", "A (pinned)", &a), ("b-", "B (current)", &b)].map(|(prefix, name, x)| view! {
-                                <figure><figcaption>{format!("{name} · nvidia-smi {}", gib(x.plan.nvidia_smi_bytes))}</figcaption>{still_bar(&chart::hero(&x.plan, cap), prefix)}</figure>
+                                <figure><figcaption>{format!("{name} · {} · nvidia-smi {} of {}", x.verdict.status.name(), gib(x.plan.nvidia_smi_bytes), gib(x.verdict.capacity_bytes))}</figcaption>{still_bar(&chart::hero_on(&x.plan, x.verdict.capacity_bytes, scale), prefix)}</figure>
                             })}
                             <div class="table-wrap" tabindex="0" role="region" aria-label="A and B by component"><table class="deltas">
                                 <thead><tr><th scope="col">"Component"</th><th scope="col">"A"</th><th scope="col">"B"</th><th scope="col">"B − A"</th></tr></thead>
@@ -913,7 +926,7 @@ fn Tables(
                                 let (k1, k2) = (k.clone(), k.clone());
                                 view! {
                                     <tr>
-                                        <td><span class=format!("sw g-{}", Group::of(k.0.key()).key()) aria-hidden="true"></span>{k.0.label()}</td>
+                                        <td><span class=format!("sw seg-{} g-{}", k.0.key(), Group::of(k.0.key()).key()) aria-hidden="true"></span>{k.0.label()}</td>
                                         <td>{k.1.clone()}</td>
                                         <td>
                                             <code>{text(move || term(&k1).map(|t| t.formula()).unwrap_or_default())}</code><br/>

@@ -140,10 +140,15 @@ pub struct Hero {
 
 /// Lays out the hero bar of a plan on a GPU of `capacity_bytes`.
 pub fn hero(plan: &crate::model::Plan, capacity_bytes: u128) -> Hero {
+    hero_on(plan, capacity_bytes, 0)
+}
+
+/// [`hero`] on a scale of at least `scale` bytes (two bars compared on one axis).
+pub fn hero_on(plan: &crate::model::Plan, capacity_bytes: u128, scale: u128) -> Hero {
     let alloc = plan.peak_allocated_bytes;
     let reserved = plan.peak_reserved_bytes.max(alloc);
     let smi = plan.nvidia_smi_bytes.max(reserved);
-    let scale = smi.max(capacity_bytes).max(1) as f64;
+    let scale = smi.max(capacity_bytes).max(scale).max(1) as f64;
     let mut items: Vec<(&'static str, &'static str, u128)> = plan
         .breakdown
         .iter()
@@ -434,6 +439,10 @@ mod tests {
         assert!(h.capacity_at < 1.0 && h.headroom.is_none());
         let (start, size) = h.overflow.unwrap();
         assert!((start - h.capacity_at).abs() < 1e-9 && (start + size - 1.0).abs() < 1e-9);
+        // A common scale for two bars: the same fractions of a larger whole.
+        let wide = hero_on(&p, 8 << 30, 2 * p.nvidia_smi_bytes);
+        assert!((wide.levels[2] - 0.5).abs() < 1e-9);
+        assert!((wide.capacity_at - h.capacity_at / 2.0).abs() < 1e-9);
     }
 
     #[test]

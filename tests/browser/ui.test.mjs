@@ -69,6 +69,8 @@ for (const [width, height] of [[640, 400], [480, 360], [800, 600]]) {
       test(`embed ${width}×${height} ${scheme} ${status}: everything inside the frame`, async () => {
         const { page, errors, close } = await openView(browser, server.url + query + "&embed=1", { width, height, colorScheme: scheme });
         try {
+          // The picture first, so a failing layout can be looked at.
+          await page.screenshot({ path: path.join(artifacts, `ui-embed-${width}x${height}-${scheme}-${status}.png`) });
           const ids = [...FIRST_SCREEN, "peak-reserved", "peak-smi", "input-batch", "input-seq", "input-rank", "open-full"];
           const l = await layoutOf(page, ids);
           assert.ok(l.overflow <= 0, `horizontal overflow of ${l.overflow}px`);
@@ -78,7 +80,6 @@ for (const [width, height] of [[640, 400], [480, 360], [800, 600]]) {
           // The link opens the full page with the same state.
           const href = await page.getAttribute('[data-testid="open-full"]', "href");
           assert.ok(!href.includes("embed=1") && href.includes(status === "oom" ? "b=8" : "model=llama2-7b"), href);
-          await page.screenshot({ path: path.join(artifacts, `ui-embed-${width}x${height}-${scheme}-${status}.png`) });
           assert.deepEqual(await axeViolations(page), []);
           assert.deepEqual(errors, []);
         } finally {
