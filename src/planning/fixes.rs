@@ -709,6 +709,37 @@ pub fn myths(arch: &Architecture, s: &Settings) -> Vec<Myth> {
         ..s.clone()
     };
     let (p_half, p_double) = (peak(&half_r) - base, peak(&double_r) - base);
+    let adam8 = Settings {
+        optimizer: Optimizer::Adamw8bit,
+        ..s.clone()
+    };
+    let adam32 = Settings {
+        optimizer: Optimizer::AdamwTorchFused,
+        ..s.clone()
+    };
+    let (bf16, fp16w) = (
+        Settings {
+            dtype: Dtype::Bf16,
+            ..s.clone()
+        },
+        Settings {
+            dtype: Dtype::Fp16,
+            ..s.clone()
+        },
+    );
+    let trainable = plan(arch, s)
+        .map(|p| p.params.trainable_params)
+        .unwrap_or(0);
+    let lora_path: u128 = plan(arch, s)
+        .map(|p| {
+            p.terms
+                .iter()
+                .filter(|t| t.component == crate::model::Component::ActLora)
+                .map(|t| t.bytes)
+                .sum()
+        })
+        .unwrap_or(0);
+    let dd = u128::from(arch.hidden_size).pow(2) * 2;
     let p16 = peak(&fp16);
     let (fp16_delta, fp16_why) = if s.quant.is_none() && s.dtype == Dtype::Fp32 {
         let p = base;
@@ -753,6 +784,26 @@ pub fn myths(arch: &Architecture, s: &Settings) -> Vec<Myth> {
             claim: "The KV cache grows with sequence length squared",
             delta_bytes: Some(peak(&eager) - peak(&sdpa)),
             why: format!("training keeps no KV cache (use_cache=False); the only S² term is eager attention's saved probabilities: eager vs sdpa here is {}", gib(peak(&eager) - peak(&sdpa))),
+        },
+        Myth {
+            claim: "LoRA's forward builds a d × d temporary (B·A) for every adapted module",
+            delta_bytes: Some(0),
+            why: format!("peft computes lora_B(lora_A(dropout(x))): the extra tensors are tokens × rank, here {} for the whole LoRA path; a d × d product B·A would be {:.1} MiB per module and is never formed in training (only merge_and_unload forms it, once, afterwards)", gib(lora_path as i128).trim_start_matches('+'), dd as f64 / (1u64 << 20) as f64),
+        },
+        Myth {
+            claim: "8-bit Adam (Adam8bit) still takes 4 bytes per parameter",
+            delta_bytes: Some(peak(&adam8) - peak(&adam32)),
+            why: format!("AdamW8bit keeps exp_avg and exp_avg_sq in 1 byte each (plus block-wise constants): about 2 bytes per trainable parameter instead of 8; for {:.1} M LoRA parameters, 8-bit vs 32-bit AdamW here is {}: the optimizer is a small part of a LoRA peak", trainable as f64 / 1e6, gib(peak(&adam8) - peak(&adam32))),
+        },
+        Myth {
+            claim: "RTX 30/40 series cards do not support BF16",
+            delta_bytes: Some(peak(&bf16) - peak(&fp16w)),
+            why: format!("Ampere (RTX 30, A100, A10) and Ada (RTX 40, L4) run bf16 natively; Turing (RTX 20, T4) and older do not. bf16 and fp16 both take 2 bytes, so the choice changes no memory: bf16 vs fp16 here is {}", gib(peak(&bf16) - peak(&fp16w))),
+        },
+        Myth {
+            claim: "With DDP, GPU 0 using more memory than the others is normal",
+            delta_bytes: None,
+            why: "under DDP every rank holds the same replica, gradient buckets and activations, so the plan is the same on every GPU; extra memory on GPU 0 is other ranks' CUDA contexts (about 0.3–1 GiB each) created on device 0 when a process touches CUDA before torch.cuda.set_device(local_rank), or evaluation and saving gathered on rank 0: set the device first".into(),
         },
     ]
 }

@@ -17,6 +17,8 @@ use crate::planning::evaluate::{self, Axis, Evaluation, BATCH_SEARCH_MAX, SEQ_SE
 use crate::planning::{fit, verdict};
 use crate::web::chart::{self, Group};
 use crate::web::controls::{flag, text, FieldControl, SelectControl, Toggle};
+use crate::web::i18n::{tr, Lang};
+use crate::web::lang::{now, t, tx};
 use crate::web::layout;
 use crate::web::link;
 use crate::web::state::{arch_of, UiState};
@@ -24,7 +26,20 @@ use crate::web::state::{arch_of, UiState};
 /// Mounts the page (or, with `embed=1`, the embed) on `<body>`. Two mounts, not one view
 /// switching between them, so neither is type-erased (smaller wasm).
 pub fn mount() {
-    let link = link::decode(&window().location().search().unwrap_or_default());
+    let mut link = link::decode(&window().location().search().unwrap_or_default());
+    // First visit without `lang` in the link: the browser's preferred languages decide, and a
+    // Chinese choice goes into the link (so a copied link and a reload keep it).
+    if link.0.lang.is_none() {
+        let langs: Vec<String> = window()
+            .navigator()
+            .languages()
+            .iter()
+            .filter_map(|v| v.as_string())
+            .collect();
+        if Lang::from_preferences(langs.iter().map(String::as_str)) == Lang::Zh {
+            link.0.lang = Some(Lang::Zh);
+        }
+    }
     if link.0.embed {
         leptos::mount::mount_to_body(move || view! { <Embed link=link /> })
     } else {
@@ -89,6 +104,14 @@ type Page = (
 /// once for the plan and once per bisection step of the other limit, not forty times.
 fn setup((initial, notices): (UiState, Vec<String>)) -> Page {
     let state = RwSignal::new(initial);
+    // The language: the views below translate through it, and `<html lang>` follows it.
+    let lang = Memo::new(move |_| state.with(|st| st.lang.unwrap_or_default()));
+    crate::web::lang::provide(lang);
+    Effect::new(move |_| {
+        if let Some(root) = document().document_element() {
+            let _ = root.set_attribute("lang", lang.get().html_tag());
+        }
+    });
     let limit = move |axis: Axis| {
         let key = Memo::new(move |_| state.with(|st| without(st, axis)));
         // Started from the previous answer: two plans per slider move when it does not change.
@@ -139,7 +162,7 @@ fn notice_list(notices: Vec<String>) -> impl IntoView {
     (!notices.is_empty()).then(|| {
         view! {
             <ul class="notices" role="status" data-testid="notices">
-                {notices.into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}
+                {notices.into_iter().map(|n| view! { <li>{tx(move || n.clone())}</li> }).collect_view()}
             </ul>
         }
     })
@@ -160,7 +183,7 @@ pub fn Embed(
         });
         format!("{}?{}", page_url_without_query(), link::encode(&st))
     });
-    let model = text(move || {
+    let model = tx(move || {
         state.with(|st| {
             if st.custom.is_some() {
                 "imported config".to_string()
@@ -174,10 +197,10 @@ pub fn Embed(
             {notice_list(notices)}
             <main data-reserve=move || if simulated.get() { "simulated" } else { "quick" }>
                 <Hero eval=eval />
-                <div class="embed-controls" role="group" aria-label="Settings">{setting_controls(layout::EMBED, state, None)}</div>
+                <div class="embed-controls" role="group" aria-label=t("Settings")>{setting_controls(layout::EMBED, state, None)}</div>
                 <p class="embed-foot">
                     <span>{model}</span>
-                    <a href=open target="_blank" rel="noopener" data-testid="open-full">"open in lorafit ↗"</a>
+                    <a href=open target="_blank" rel="noopener" data-testid="open-full">{t("open in lorafit ↗")}</a>
                 </p>
             </main>
         </div>
@@ -201,57 +224,59 @@ pub fn App(
                 .unwrap_or_default()
         })
     });
-    let sections: [(&str, &str); 12] = [
-        ("more", "More settings"),
-        ("gpus", "Several GPUs"),
-        ("fixes", "Changes one by one"),
-        ("curve", "Curve"),
-        ("compare", "Compare"),
-        ("terms", "Every term"),
-        ("lengths", "Lengths"),
-        ("measured", "A real run"),
-        ("import", "Your model"),
-        ("export", "Export"),
-        ("evidence", "Accuracy"),
-        ("time", "Time"),
+    let sections: [(&str, Signal<String>); 12] = [
+        ("more", t("More settings")),
+        ("gpus", t("Several GPUs")),
+        ("fixes", t("Changes one by one")),
+        ("curve", t("Curve")),
+        ("compare", t("Compare")),
+        ("terms", t("Every term")),
+        ("lengths", t("Lengths")),
+        ("measured", t("A real run")),
+        ("import", t("Your model")),
+        ("export", t("Export")),
+        ("evidence", t("Accuracy")),
+        ("time", t("Time")),
     ];
     view! {
         <div class="page">
             <header class="top">
                 <h1>"lorafit"</h1>
-                <p class="tagline">"Will this LoRA / QLoRA fine-tune fit, and where does every GiB go? Planned in your browser."</p>
+                <LangSwitch state=state />
+                <p class="tagline">{t("Will this LoRA / QLoRA fine-tune fit, and where does every GiB go? Planned in your browser.")}</p>
             </header>
             {notice_list(notices)}
             <main data-reserve=move || if simulated.get() { "simulated" } else { "quick" }>
                 <Hero eval=eval state=state />
                 <Essentials state=state />
-                <nav class="toc" aria-label="Sections">
+                <Examples state=state />
+                <nav class="toc" aria-label=t("Sections")>
                     {sections.into_iter().map(|(id, label)| view! { <a href=format!("#{id}")>{label}</a> }).collect_view()}
                 </nav>
                 <div class="sections">
                     <section class="card" id="more" aria-labelledby="h-more">
-                        <h2 id="h-more">"More training settings"</h2>
+                        <h2 id="h-more">{t("More training settings")}</h2>
                         <div class="controls-grid">{setting_controls(layout::TRAINING, state, None)}</div>
                         <fieldset class="targets">
-                            <legend>"LoRA target modules"</legend>
+                            <legend>{t("LoRA target modules")}</legend>
                             <Toggle label="all-linear" testid="target-all" checked=flag(move || state.with(|st| st.settings.targets.len() == Target::ALL.len()))
                                 on_set=Callback::new(move |on: bool| state.update(|st| st.settings.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] })) />
                             {setting_controls(&["target_modules"], state, None)}
                         </fieldset>
                         <fieldset class="targets">
-                            <legend>"modules_to_save (trained in full)"</legend>
+                            <legend>{t("modules_to_save (trained in full)")}</legend>
                             {setting_controls(&["modules_to_save"], state, None)}
                         </fieldset>
                         <Show when=move || state.with(|st| arch_of(st).is_ok_and(|a| a.is_moe()))>
                             <fieldset class="targets moe" data-testid="moe-settings">
-                                <legend>"Mixture of experts"</legend>
+                                <legend>{t("Mixture of experts")}</legend>
                                 {setting_controls(layout::MOE, state, None)}
                             </fieldset>
                         </Show>
                     </section>
                     <section class="card" id="gpus" aria-labelledby="h-gpus">
-                        <h2 id="h-gpus">"Several GPUs"</h2>
-                        <p class="hint">"With more than one GPU, every number is per GPU; a strategy and CPU offload appear here."</p>
+                        <h2 id="h-gpus">{t("Several GPUs")}</h2>
+                        <p class="hint">{t("With more than one GPU, every number is per GPU; a strategy and CPU offload appear here.")}</p>
                         <div class="controls-grid">{setting_controls(layout::GPUS, state, Some(layout::after_gpu_count))}</div>
                     </section>
                     <super::panels::Fixes state=state eval=eval />
@@ -264,17 +289,101 @@ pub fn App(
                     <super::panels::Export state=state />
                     <super::evidence::Evidence />
                     <section class="card" id="time" aria-labelledby="h-time">
-                        <h2 id="h-time">"How long will it take?"</h2>
-                        <p class="hint">"Step time and throughput from the FLOPs of the planned step, and a WebGPU microbenchmark of one adapted Linear on this device (loaded only when asked for)."</p>
-                        <button type="button" data-testid="open-gpu-panel" on:click=move |_| gpu_panel.set(true)>"Time estimate & measure my GPU"</button>
+                        <h2 id="h-time">{t("How long will it take?")}</h2>
+                        <p class="hint">{t("Step time and throughput from the FLOPs of the planned step, and a WebGPU microbenchmark of one adapted Linear on this device (loaded only when asked for).")}</p>
+                        <button type="button" data-testid="open-gpu-panel" on:click=move |_| gpu_panel.set(true)>{t("Time estimate & measure my GPU")}</button>
                         {move || gpu_panel.get().then(|| view! {
-                            <iframe data-testid="gpu-panel" class="gpu-panel" title="GPU benchmark and time estimate" src=text(move || format!("./gpu/?{}", query.get()))></iframe>
+                            <iframe data-testid="gpu-panel" class="gpu-panel" title=t("GPU benchmark and time estimate") src=text(move || format!("./gpu/?{}", query.get()))></iframe>
                         })}
                     </section>
                     <Share state=state query=query />
                 </div>
             </main>
         </div>
+    }
+}
+
+/// The forum's questions as one-click examples ([`crate::web::examples`]): a click applies the
+/// example's first configuration; the Qwen2-7B guide's table is planned row by row on the spot;
+/// the mid-training example hands its length distribution to the lengths panel.
+#[component]
+fn Examples(state: RwSignal<UiState>) -> impl IntoView {
+    use crate::web::examples::{state_of, table, EXAMPLES};
+    let preset = super::panels::LengthsPreset(RwSignal::new(None));
+    provide_context(preset);
+    let open: RwSignal<Option<&'static str>> = RwSignal::new(None);
+    let apply = move |q: &str| {
+        let next = state_of(q);
+        state.update(|st| {
+            st.model = next.model;
+            st.gpu = next.gpu;
+            st.settings = next.settings;
+            st.custom = None;
+        });
+    };
+    view! {
+        <section class="card examples" aria-labelledby="h-examples" data-testid="examples">
+            <h2 id="h-examples">{t("Questions from the forums, answered")}</h2>
+            <ul class="example-list">
+                {EXAMPLES.iter().map(|ex| view! {
+                    <li>
+                        <button type="button" data-testid=format!("example-{}", ex.id) aria-pressed=move || (open.get() == Some(ex.id)).to_string()
+                            on:click=move |_| {
+                                apply(ex.rows[0].1);
+                                open.set(Some(ex.id));
+                                preset.0.set(ex.lengths);
+                                if ex.lengths.is_some() {
+                                    if let Some(el) = document().get_element_by_id("lengths") {
+                                        el.scroll_into_view();
+                                    }
+                                }
+                            }>{t(ex.title)}</button>
+                        <q lang="zh-CN">{ex.asked}</q>
+                    </li>
+                }).collect_view()}
+            </ul>
+            {move || (open.get() == Some(EXAMPLES[0].id)).then(|| {
+                let rows = table(&EXAMPLES[0]);
+                view! {
+                    <div class="table-wrap" tabindex="0" role="region" aria-label=t("The guide's configurations, planned")>
+                    <table class="example-table" data-testid="example-table">
+                        <thead><tr><th scope="col">{t("Configuration (LoRA r64 on q, v, o)")}</th><th scope="col">{t("Peak allocated")}</th><th scope="col">{t("nvidia-smi")}</th><th scope="col">{t("Verdict")}</th><th></th></tr></thead>
+                        <tbody>
+                            {rows.into_iter().enumerate().map(|(i, (label, st, e))| {
+                                let q = EXAMPLES[0].rows[i].1;
+                                let (peak, smi, status) = match &e {
+                                    Ok(e) => (gib(e.plan.peak_allocated_bytes), gib(e.plan.nvidia_smi_bytes), e.verdict.status.name()),
+                                    Err(_) => (String::new(), String::new(), ""),
+                                };
+                                let _ = st;
+                                view! {
+                                    <tr data-testid=format!("example-row-{i}") data-status=status>
+                                        <td>{t(label)}</td><td class="num">{peak}</td><td class="num">{smi}</td>
+                                        <td><span class=format!("pill verdict-{status}")>{t(status_words(status))}</span></td>
+                                        <td><button type="button" data-testid=format!("example-apply-{i}") on:click=move |_| apply(q)>{t("apply")}</button></td>
+                                    </tr>
+                                }
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                    </div>
+                }
+            })}
+        </section>
+    }
+}
+
+/// The language switch: one click to the other language (kept in the link).
+#[component]
+fn LangSwitch(state: RwSignal<UiState>) -> impl IntoView {
+    let lang = Memo::new(move |_| state.with(|st| st.lang.unwrap_or_default()));
+    view! {
+        <button type="button" class="lang-switch" data-testid="lang-switch"
+            lang=move || lang.get().other().html_tag()
+            aria-label=move || if lang.get() == Lang::En { "切换到简体中文" } else { "Switch to English" }
+            on:click=move |_| state.update(|st| st.lang = Some(st.lang.unwrap_or_default().other()))>
+            {move || if lang.get() == Lang::En { "中文" } else { "English" }}
+        </button>
     }
 }
 
@@ -310,13 +419,13 @@ fn Essentials(state: RwSignal<UiState>) -> impl IntoView {
         Memo::new(move |_| crate::web::state::model_options(&search.get(), &current_model.get()));
     let gpu_options = crate::web::state::gpu_options();
     view! {
-        <section class="card essentials" aria-label="Settings">
+        <section class="card essentials" aria-label=t("Settings")>
             <div class="controls-grid">
                 <div class="model-pick">
                     <SelectControl label="Model" testid="select-model" options=model_options
                         value=current_model
                         on_set=Callback::new(move |v: String| state.update(|st| st.model = v)) />
-                    <input type="search" aria-label="Filter the models" data-testid="search-model" placeholder="filter: qwen, 70b, gemma…"
+                    <input type="search" aria-label=t("Filter the models") data-testid="search-model" placeholder=t("filter: qwen, 70b, gemma…")
                         prop:value=search on:input:target=move |ev| search.set(ev.target().value()) />
                 </div>
                 <SelectControl label="GPU" testid="select-gpu" options=Signal::derive(move || gpu_options.clone())
@@ -345,16 +454,16 @@ fn Share(state: RwSignal<UiState>, query: Memo<String>) -> impl IntoView {
     });
     view! {
         <section class="card share" id="share" aria-labelledby="h-share">
-            <h2 id="h-share">"Share and embed"</h2>
+            <h2 id="h-share">{t("Share and embed")}</h2>
             <div class="share-row">
-                <button type="button" data-testid="copy-link" on:click=move |_| copy_to_clipboard(&share_url.get_untracked())>"Copy link"</button>
-                <input type="text" readonly aria-label="Link to this plan" data-testid="share-url" prop:value=share_url />
+                <button type="button" data-testid="copy-link" on:click=move |_| copy_to_clipboard(&share_url.get_untracked())>{t("Copy link")}</button>
+                <input type="text" readonly aria-label=t("Link to this plan") data-testid="share-url" prop:value=share_url />
             </div>
             <div class="share-row">
-                <button type="button" data-testid="copy-embed" on:click=move |_| copy_to_clipboard(&embed_code.get_untracked())>"Copy embed code"</button>
-                <textarea readonly rows="2" aria-label="Embed code" data-testid="embed-code" prop:value=embed_code></textarea>
+                <button type="button" data-testid="copy-embed" on:click=move |_| copy_to_clipboard(&embed_code.get_untracked())>{t("Copy embed code")}</button>
+                <textarea readonly rows="2" aria-label=t("Embed code") data-testid="embed-code" prop:value=embed_code></textarea>
             </div>
-            <p class="hint">"The embed (640 × 400; fine from 480 × 360 to 800 × 600) shows the verdict, the bar and sliders for batch, length and rank. Pages can also call the planner directly: plan() in lib/lorafit-js.js, see the README."</p>
+            <p class="hint">{t("The embed (640 × 400; fine from 480 × 360 to 800 × 600) shows the verdict, the bar and sliders for batch, length and rank. Pages can also call the planner directly: plan() in lib/lorafit-js.js, see the README.")}</p>
         </section>
     }
 }
@@ -367,12 +476,12 @@ pub(crate) fn read<T: Default>(
     eval.with(|r| r.as_ref().map(&f).unwrap_or_default())
 }
 
-/// A text that follows the evaluation (empty while it is an error).
+/// A text that follows the evaluation (empty while it is an error), in the page's language.
 fn shown(
     eval: Memo<Result<Evaluation, String>>,
     f: impl Fn(&Evaluation) -> String + Send + Sync + 'static,
 ) -> Signal<String> {
-    text(move || read(eval, &f))
+    tx(move || read(eval, &f))
 }
 
 fn status_words(s: &str) -> &'static str {
@@ -405,7 +514,7 @@ fn Hero(
     state: Option<RwSignal<UiState>>,
 ) -> impl IntoView {
     let focused: RwSignal<Option<&'static str>> = RwSignal::new(None);
-    let status = shown(eval, |e| e.verdict.status.name().into());
+    let status = text(move || read(eval, |e| e.verdict.status.name().into()));
     let limit = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "none".into());
     let hero = Memo::new(move |_| {
         eval.with(|r| {
@@ -424,18 +533,18 @@ fn Hero(
         )
     });
     view! {
-        <section class="hero card" aria-label="Memory plan">
-            <p class="error" role="alert" data-testid="error" class:hidden=flag(move || !failed.get())>{text(move || eval.with(|r| r.as_ref().err().cloned().unwrap_or_default()))}</p>
+        <section class="hero card" aria-label=t("Memory plan")>
+            <p class="error" role="alert" data-testid="error" class:hidden=flag(move || !failed.get())>{tx(move || eval.with(|r| r.as_ref().err().cloned().unwrap_or_default()))}</p>
             <div class="verdict-row verdict" class:hidden=failed aria-live="polite">
-                <span class=text(move || format!("big verdict-{}", status.get())) data-testid="verdict" data-status=status>{text(move || status_words(&status.get()).into())}</span>
-                <span class="message">{message}" · headroom "<span data-testid="headroom">{shown(eval, |e| gib_signed(e.verdict.headroom_bytes))}</span></span>
+                <span class=text(move || format!("big verdict-{}", status.get())) data-testid="verdict" data-status=status>{tx(move || status_words(&status.get()).into())}</span>
+                <span class="message">{message}{t(" · headroom ")}<span data-testid="headroom">{shown(eval, |e| gib_signed(e.verdict.headroom_bytes))}</span></span>
             </div>
             <dl class="stats" class:hidden=failed>
-                <div><dt>"Peak allocated"</dt><dd data-testid="peak-allocated">{shown(eval, |e| gib(e.plan.peak_allocated_bytes))}</dd></div>
-                <div><dt>"Peak reserved"</dt><dd data-testid="peak-reserved">{shown(eval, |e| gib(e.plan.peak_reserved_bytes))}</dd></div>
-                <div><dt>"nvidia-smi"</dt><dd data-testid="peak-smi">{shown(eval, |e| gib(e.plan.nvidia_smi_bytes))}</dd></div>
-                <div class="minor"><dt>"Largest micro-batch"</dt><dd data-testid="max-batch">{shown(eval, move |e| limit(e.max_batch))}</dd></div>
-                <div class="minor"><dt>"Longest sequence"</dt><dd data-testid="max-seq">{shown(eval, move |e| limit(e.max_seq))}</dd></div>
+                <div><dt>{t("Peak allocated")}</dt><dd data-testid="peak-allocated">{shown(eval, |e| gib(e.plan.peak_allocated_bytes))}</dd></div>
+                <div><dt>{t("Peak reserved")}</dt><dd data-testid="peak-reserved">{shown(eval, |e| gib(e.plan.peak_reserved_bytes))}</dd></div>
+                <div><dt>{t("nvidia-smi")}</dt><dd data-testid="peak-smi">{shown(eval, |e| gib(e.plan.nvidia_smi_bytes))}</dd></div>
+                <div class="minor"><dt>{t("Largest micro-batch")}</dt><dd data-testid="max-batch">{shown(eval, move |e| limit(e.max_batch))}</dd></div>
+                <div class="minor"><dt>{t("Longest sequence")}</dt><dd data-testid="max-seq">{shown(eval, move |e| limit(e.max_seq))}</dd></div>
             </dl>
             <div class="bar-wrap" class:hidden=failed>
                 <BreakdownBar hero=hero focused=Some(focused) eval=eval />
@@ -443,9 +552,9 @@ fn Hero(
             {state.map(|state| view! { <super::panels::BestFix state=state eval=eval /> })}
             <p class="fineprint" class:hidden=failed>
                 <span data-testid="per-gpu">{shown(eval, |e| if e.plan.world_size > 1 { format!("per GPU · {} GPUs · effective batch {}", e.plan.world_size, e.plan.effective_batch) } else { format!("for one GPU · effective batch {}", e.plan.effective_batch) })}</span>
-                " · peak in "<span data-testid="peak-phase">{shown(eval, |e| format!("{} — {}", e.plan.peak_phase.name(), e.plan.peak_moment))}</span>
-                <span class:hidden=flag(move || read(eval, |e| e.plan.cpu_bytes_per_rank == 0))>" · CPU RAM for offload "<span data-testid="cpu-ram">{shown(eval, |e| format!("{} per GPU · {} per node", gib(e.plan.cpu_bytes_per_rank), gib(e.plan.cpu_bytes_per_node)))}</span></span>
-                <span class="bar-hint">" · Hover, tap or Tab to a segment for its formula."</span>
+                {t(" · peak in ")}<span data-testid="peak-phase">{shown(eval, |e| e.plan.peak_phase.name().into())}" — "{shown(eval, |e| e.plan.peak_moment.clone())}</span>
+                <span class:hidden=flag(move || read(eval, |e| e.plan.cpu_bytes_per_rank == 0))>{t(" · CPU RAM for offload ")}<span data-testid="cpu-ram">{shown(eval, |e| format!("{} per GPU · {} per node", gib(e.plan.cpu_bytes_per_rank), gib(e.plan.cpu_bytes_per_node)))}</span></span>
+                <span class="bar-hint">{t(" · Hover, tap or Tab to a segment for its formula.")}</span>
                 " · "<span data-testid="params">{shown(eval, |e| {
                     let p = &e.plan.params;
                     if p.active_params != p.base_params {
@@ -456,7 +565,7 @@ fn Hero(
                 })}</span>
             </p>
             <ul class="notes" data-testid="plan-notes" class:hidden=failed>
-                {move || read(eval, |e| e.plan.notes.clone()).into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}
+                {move || read(eval, |e| e.plan.notes.clone()).into_iter().map(|n| view! { <li>{tx(move || n.clone())}</li> }).collect_view()}
             </ul>
         </section>
     }
@@ -464,39 +573,38 @@ fn Hero(
 
 /// The formula panel of a segment: its terms with formulas and numbers, or for the cache and the
 /// context the difference of two totals.
-fn segment_detail(e: &Evaluation, key: &str) -> (String, Vec<(String, String, String)>) {
+fn segment_detail(e: &Evaluation, key: &str, lang: Lang) -> (String, Vec<(String, String, String)>) {
     let p = &e.plan;
+    let tr = |s: &str| tr(lang, s).into_owned();
     match key {
         chart::ALLOCATOR_CACHE => (
-            format!(
+            tr(&format!(
                 "Allocator cache {}",
                 gib(p.peak_reserved_bytes - p.peak_allocated_bytes)
-            ),
+            )),
             vec![(
-                "reserved − allocated: blocks PyTorch's caching allocator holds but no tensor uses"
-                    .into(),
+                tr("reserved − allocated: blocks PyTorch's caching allocator holds but no tensor uses"),
                 format!(
                     "= {} − {}",
                     gib(p.peak_reserved_bytes),
                     gib(p.peak_allocated_bytes)
                 ),
-                p.reserve_explanation.clone(),
+                tr(&p.reserve_explanation),
             )],
         ),
         chart::CUDA_CONTEXT => (
-            format!(
+            tr(&format!(
                 "CUDA context and outside the allocator {}",
                 gib(p.nvidia_smi_bytes - p.peak_reserved_bytes)
-            ),
+            )),
             vec![(
-                "nvidia-smi − reserved: CUDA context, cuBLAS/cuDNN handles, paged optimizer states"
-                    .into(),
+                tr("nvidia-smi − reserved: CUDA context, cuBLAS/cuDNN handles, paged optimizer states"),
                 format!(
                     "= {} − {}",
                     gib(p.nvidia_smi_bytes),
                     gib(p.peak_reserved_bytes)
                 ),
-                format!("outside the allocator: {}", gib(p.outside_allocator_bytes)),
+                tr(&format!("outside the allocator: {}", gib(p.outside_allocator_bytes))),
             )],
         ),
         _ => {
@@ -508,11 +616,11 @@ fn segment_detail(e: &Evaluation, key: &str) -> (String, Vec<(String, String, St
             let total: u128 = ts.iter().map(|t| t.bytes).sum();
             let label = ts.first().map(|t| t.component.label()).unwrap_or("");
             (
-                format!("{label} {}", gib(total)),
+                format!("{} {}", tr(label), gib(total)),
                 ts.into_iter()
                     .map(|t| {
                         (
-                            format!("{} — {}", gib(t.bytes), t.label),
+                            format!("{} — {}", gib(t.bytes), tr(&t.label)),
                             t.formula(),
                             format!("= {}", t.values()),
                         )
@@ -559,6 +667,7 @@ fn BreakdownBar(
                 .unwrap_or_default()
         })
     };
+    let lang = crate::web::lang::lang();
     let summary = text(move || {
         hero.with(|h| {
             h.as_ref()
@@ -566,9 +675,9 @@ fn BreakdownBar(
                     let parts: Vec<String> = h
                         .groups
                         .iter()
-                        .map(|g| format!("{} {}", g.0.label(), gib(g.3)))
+                        .map(|g| format!("{} {}", now(lang, g.0.label()), gib(g.3)))
                         .collect();
-                    format!("Memory at the peak by group: {}", parts.join(", "))
+                    format!("{} {}", now(lang, "Memory at the peak by group:"), parts.join(", "))
                 })
                 .unwrap_or_default()
         })
@@ -582,7 +691,7 @@ fn BreakdownBar(
     let level = move |i: usize| hero.with(|h| h.as_ref().map(|h| h.levels[i]).unwrap_or(0.0));
     let detail = move || {
         let key = focused?.get()?;
-        let (title, rows) = eval.with(|r| r.as_ref().ok().map(|e| segment_detail(e, key)))?;
+        let (title, rows) = eval.with(|r| r.as_ref().ok().map(|e| segment_detail(e, key, lang.get())))?;
         Some(view! {
             <div class="detail" data-testid="segment-detail" role="status">
                 <strong>{title}</strong>
@@ -611,7 +720,7 @@ fn BreakdownBar(
                     view! {
                         <span class=format!("grp grp-{}", g.key()) class:hidden=flag(move || hero.with(|h| h.as_ref().is_none_or(|h| h.groups.iter().all(|x| x.0 != g))))
                             style:left=of(|x| pct(x.1)) style:width=of(|x| pct(x.2))>
-                            <span>{g.label()}" "<b>{of(|x| format!("{:.1}", x.3 as f64 / crate::formats::report::GIB))}</b></span>
+                            <span>{t(g.label())}" "<b>{of(|x| format!("{:.1}", x.3 as f64 / crate::formats::report::GIB))}</b></span>
                         </span>
                     }
                 }).collect_view()}
@@ -622,24 +731,24 @@ fn BreakdownBar(
                         tabindex=if focused.is_some() { "0" } else { "-1" }
                         style:left=piece(key, |p| pct(p.start))
                         style:width=piece(key, |p| pct(p.size))
-                        aria-label=piece(key, |p| format!("{} {} GiB — {}", chart::short_label(p.key), gib_number(p.bytes), p.label))
+                        aria-label=text(move || hero.with(|h| h.as_ref().and_then(|h| h.pieces.iter().find(|p| p.key == key)).map(|p| format!("{} {} GiB — {}", now(lang, chart::short_label(p.key)), gib_number(p.bytes), now(lang, p.label))).unwrap_or_default()))
                         on:mouseenter=move |_| set(Some(key))
                         on:focus=move |_| set(Some(key))
                         on:click=move |_| set(Some(key))
                         on:blur=move |_| set(None)>
-                        <span class="in"><span class="n">{chart::short_label(key)}" "</span><span class="v">{piece(key, |p| gib_number(p.bytes))}</span></span>
+                        <span class="in"><span class="n">{t(chart::short_label(key))}" "</span><span class="v">{piece(key, |p| gib_number(p.bytes))}</span></span>
                     </button>
                 </For>
-                <div class="free" class:hidden=has(|h| h.headroom) style:left=region(|h| h.headroom, 0) style:width=region(|h| h.headroom, 1) aria-hidden="true"><span>"free "{headroom}</span></div>
+                <div class="free" class:hidden=has(|h| h.headroom) style:left=region(|h| h.headroom, 0) style:width=region(|h| h.headroom, 1) aria-hidden="true"><span>{tx(move || format!("free {}", headroom.get()))}</span></div>
                 <div class="over" class:hidden=has(|h| h.overflow) style:left=region(|h| h.overflow, 0) style:width=region(|h| h.overflow, 1) aria-hidden="true"></div>
             </div>
             <div class="cap" style:left=at(|h| h.capacity_at) aria-hidden="true"></div>
             <div class="levels" aria-hidden="true">
                 {[("allocated", 0usize), ("reserved", 1), ("nvidia-smi", 2)].into_iter().map(move |(name, i)| view! {
-                    <div class="lvl"><span class=format!("lvl-line l{i}") class:inside=flag(move || level(i) > 0.3) style:width=text(move || pct(level(i)))><span>{name}</span></span></div>
+                    <div class="lvl"><span class=format!("lvl-line l{i}") class:inside=flag(move || level(i) > 0.3) style:width=text(move || pct(level(i)))><span>{t(name)}</span></span></div>
                 }).collect_view()}
                 <div class="cap-row">
-                    <span class="over-label" class:hidden=has(|h| h.overflow)>"over by "{headroom}</span>
+                    <span class="over-label" class:hidden=has(|h| h.overflow)>{tx(move || format!("over by {}", headroom.get()))}</span>
                     <span class="cap-label" class:left=flag(move || hero.with(|h| h.as_ref().is_some_and(|h| h.capacity_at < 0.2))) style:left=at(|h| h.capacity_at)>{shown(eval, |e| format!("GPU {}", gib(e.verdict.capacity_bytes)))}</span>
                 </div>
             </div>
@@ -652,6 +761,7 @@ fn BreakdownBar(
 /// The bar's legend: every group with its pattern and total, and its components with their sizes.
 #[component]
 fn Legend(hero: Memo<Option<chart::Hero>>) -> impl IntoView {
+    let lang = crate::web::lang::lang();
     view! {
         <ul class="legend" data-testid="legend">
             {Group::ALL.into_iter().map(|g| {
@@ -660,14 +770,15 @@ fn Legend(hero: Memo<Option<chart::Hero>>) -> impl IntoView {
                 };
                 view! {
                     <li class:hidden=flag(move || hero.with(|h| h.as_ref().is_none_or(|h| h.groups.iter().all(|x| x.0 != g))))>
-                        <span class=format!("sw g-{}", g.key()) aria-hidden="true"></span><strong>{g.label()}" "{of(|_, x| gib(x.3))}</strong>" "
-                        <span class="items">{of(|h, x| {
-                            if matches!(x.0, Group::AllocatorCache | Group::CudaContext) {
+                        <span class=format!("sw g-{}", g.key()) aria-hidden="true"></span><strong>{t(g.label())}" "{of(|_, x| gib(x.3))}</strong>" "
+                        <span class="items">{text(move || hero.with(|h| {
+                            let Some(h) = h.as_ref() else { return String::new() };
+                            if matches!(g, Group::AllocatorCache | Group::CudaContext) {
                                 return String::new();
                             }
-                            let items: Vec<String> = h.pieces.iter().filter(|p| p.group == x.0 && p.bytes >= 1 << 24).map(|p| format!("{} {}", chart::short_label(p.key), gib_number(p.bytes))).collect();
+                            let items: Vec<String> = h.pieces.iter().filter(|p| p.group == g && p.bytes >= 1 << 24).map(|p| format!("{} {}", now(lang, chart::short_label(p.key)), gib_number(p.bytes))).collect();
                             items.join(" · ")
-                        })}</span>
+                        }))}</span>
                     </li>
                 }
             }).collect_view()}
@@ -740,9 +851,9 @@ fn CurveChart(
     let cap_y = move || geom.with(|g| g.as_ref().map(|g| g.c.cap_y).unwrap_or(h));
     let seq = move || axis.get() == Axis::Seq;
     let words = move |a: &'static str, b: &'static str| {
-        text(move || if seq() { a.into() } else { b.into() })
+        tx(move || if seq() { a.into() } else { b.into() })
     };
-    let described = text(move || {
+    let described = tx(move || {
         geom.with(|g| {
             g.as_ref()
                 .map(|g| {
@@ -789,10 +900,10 @@ fn CurveChart(
                 }).collect_view()}
                 <path class="smi-line" d=g(|g| g.c.smi.clone()) />
                 <line class="capacity" x1="0" x2=w y1=text(move || cap_y().to_string()) y2=text(move || cap_y().to_string()) />
-                <text class="capacity-label" x="4" y=text(move || (cap_y() - 4.0).to_string())>{g(|g| format!("GPU limit {}", gib(g.capacity)))}</text>
+                <text class="capacity-label" x="4" y=text(move || (cap_y() - 4.0).to_string())>{tx(move || geom.with(|g| g.as_ref().map(|g| format!("GPU limit {}", gib(g.capacity))).unwrap_or_default()))}</text>
                 <g class:hidden=flag(move || geom.with(|g| g.as_ref().and_then(|g| g.marker).is_none()))>
                     <line class="fit-marker" x1=marker(|x, _| x.to_string()) x2=marker(|x, _| x.to_string()) y1="0" y2=h />
-                    <text class="fit-label" x=text(move || geom.with(|g| g.as_ref().and_then(|g| g.marker)).map(|(x, _)| if x > flip { x - 4.0 } else { x + 4.0 }).unwrap_or(0.0).to_string()) text-anchor=text(move || (if geom.with(|g| g.as_ref().and_then(|g| g.marker)).is_some_and(|(x, _)| x > flip) { "end" } else { "start" }).into()) y="12" data-testid="curve-limit">{marker(|_, v| format!("fits up to {v}"))}</text>
+                    <text class="fit-label" x=text(move || geom.with(|g| g.as_ref().and_then(|g| g.marker)).map(|(x, _)| if x > flip { x - 4.0 } else { x + 4.0 }).unwrap_or(0.0).to_string()) text-anchor=text(move || (if geom.with(|g| g.as_ref().and_then(|g| g.marker)).is_some_and(|(x, _)| x > flip) { "end" } else { "start" }).into()) y="12" data-testid="curve-limit">{tx(move || geom.with(|g| g.as_ref().and_then(|g| g.marker)).map(|(_, v)| format!("fits up to {v}")).unwrap_or_default())}</text>
                 </g>
                 {(0..12).map(|i| {
                     let tick = move |f: fn(&(f64, String)) -> String| text(move || geom.with(|g| g.as_ref().and_then(|g| g.ticks.get(i)).map(f).unwrap_or_default()));
@@ -802,11 +913,11 @@ fn CurveChart(
                 <text class="axis-label" x=w / 2.0 y=h + 34.0 text-anchor="middle">{words("sequence length (tokens, log scale)", "micro-batch (log scale)")}</text>
                 <text class="axis-label" x="-38" y="-1">"GiB"</text>
             </svg>
-            <ul class="legend curve-legend" aria-label="Curve legend">
-                {Group::ALL[..4].iter().map(|g| view! { <li><span class=format!("sw g-{}", g.key()) aria-hidden="true"></span>{g.label()}</li> }).collect_view()}
-                <li><span class="sw line sw-smi" aria-hidden="true"></span>"nvidia-smi estimate"</li>
-                <li><span class="sw line sw-cap" aria-hidden="true"></span>"GPU limit"</li>
-                <li><span class="sw line sw-fit" aria-hidden="true"></span>"largest that fits"</li>
+            <ul class="legend curve-legend" aria-label=t("Curve legend")>
+                {Group::ALL[..4].iter().map(|g| view! { <li><span class=format!("sw g-{}", g.key()) aria-hidden="true"></span>{t(g.label())}</li> }).collect_view()}
+                <li><span class="sw line sw-smi" aria-hidden="true"></span>{t("nvidia-smi estimate")}</li>
+                <li><span class="sw line sw-cap" aria-hidden="true"></span>{t("GPU limit")}</li>
+                <li><span class="sw line sw-fit" aria-hidden="true"></span>{t("largest that fits")}</li>
             </ul>
         </section>
     }
@@ -820,14 +931,15 @@ fn Compare(
     /// Current evaluation.
     eval: Memo<Result<Evaluation, String>>,
 ) -> impl IntoView {
+    let lang = crate::web::lang::lang();
     view! {
         <section class="card compare wide" id="compare" aria-labelledby="h-compare">
             <div class="curve-head">
-                <h2 id="h-compare">"Compare"</h2>
-                <button type="button" data-testid="pin" on:click=move |_| pinned.set(eval.get_untracked().ok())>"Pin current as A"</button>
-                {move || pinned.with(|p| p.is_some()).then(|| view! { <button type="button" data-testid="unpin" on:click=move |_| pinned.set(None)>"Unpin"</button> })}
+                <h2 id="h-compare">{t("Compare")}</h2>
+                <button type="button" data-testid="pin" on:click=move |_| pinned.set(eval.get_untracked().ok())>{t("Pin current as A")}</button>
+                {move || pinned.with(|p| p.is_some()).then(|| view! { <button type="button" data-testid="unpin" on:click=move |_| pinned.set(None)>{t("Unpin")}</button> })}
             </div>
-            <p class="hint" class:hidden=flag(move || pinned.with(|p| p.is_some()))>"Pin a configuration, change settings, and see A vs B here."</p>
+            <p class="hint" class:hidden=flag(move || pinned.with(|p| p.is_some()))>{t("Pin a configuration, change settings, and see A vs B here.")}</p>
             {move || match (pinned.get(), eval.get()) {
                 (Some(a), Ok(b)) => {
                     let rows: Vec<(crate::model::plan::ComponentBytes, u128)> = a.plan.breakdown.iter().cloned().zip(b.plan.breakdown.iter().map(|c| c.bytes)).filter(|(x, y)| x.bytes > 0 || *y > 0).collect();
@@ -837,16 +949,16 @@ fn Compare(
                     Some(view! {
                         <div class="compare-body" data-testid="compare">
                             {[("a-", "A (pinned)", &a), ("b-", "B (current)", &b)].map(|(prefix, name, x)| view! {
-                                <figure><figcaption>{format!("{name} · {} · nvidia-smi {} of {}", x.verdict.status.name(), gib(x.plan.nvidia_smi_bytes), gib(x.verdict.capacity_bytes))}</figcaption>{still_bar(&chart::hero_on(&x.plan, x.verdict.capacity_bytes, scale), prefix)}</figure>
+                                <figure><figcaption>{format!("{} · {} · nvidia-smi {} / {}", now(lang, name), now(lang, status_words(x.verdict.status.name())), gib(x.plan.nvidia_smi_bytes), gib(x.verdict.capacity_bytes))}</figcaption>{still_bar(&chart::hero_on(&x.plan, x.verdict.capacity_bytes, scale), prefix, lang.get_untracked())}</figure>
                             })}
-                            <div class="table-wrap" tabindex="0" role="region" aria-label="A and B by component"><table class="deltas">
-                                <thead><tr><th scope="col">"Component"</th><th scope="col">"A"</th><th scope="col">"B"</th><th scope="col">"B − A"</th></tr></thead>
+                            <div class="table-wrap" tabindex="0" role="region" aria-label=t("A and B by component")><table class="deltas">
+                                <thead><tr><th scope="col">{t("Component")}</th><th scope="col">"A"</th><th scope="col">"B"</th><th scope="col">"B − A"</th></tr></thead>
                                 <tbody>
                                     {rows.into_iter().map(|(c, bb)| view! {
-                                        <tr><td>{c.label}</td><td class="num">{gib(c.bytes)}</td><td class="num">{gib(bb)}</td>
+                                        <tr><td>{now(lang, c.label)}</td><td class="num">{gib(c.bytes)}</td><td class="num">{gib(bb)}</td>
                                         <td class="num" data-testid=format!("delta-{}", c.key)>{gib_signed(bb as i128 - c.bytes as i128)}</td></tr>
                                     }).collect_view()}
-                                    <tr class="total"><td>"Peak allocated"</td><td class="num">{gib(a.plan.peak_allocated_bytes)}</td><td class="num">{gib(b.plan.peak_allocated_bytes)}</td><td class="num" data-testid="delta-total">{gib_signed(total)}</td></tr>
+                                    <tr class="total"><td>{t("Peak allocated")}</td><td class="num">{gib(a.plan.peak_allocated_bytes)}</td><td class="num">{gib(b.plan.peak_allocated_bytes)}</td><td class="num" data-testid="delta-total">{gib_signed(total)}</td></tr>
                                 </tbody>
                             </table></div>
                         </div>
@@ -860,17 +972,17 @@ fn Compare(
 
 /// A bar that does not follow the state (the compare view is rebuilt when A or B changes): the
 /// same segments, groups' patterns and capacity marker as the hero, without labels or levels.
-fn still_bar(h: &chart::Hero, prefix: &'static str) -> impl IntoView {
+fn still_bar(h: &chart::Hero, prefix: &'static str, lang: Lang) -> impl IntoView {
     let label = h
         .groups
         .iter()
-        .map(|g| format!("{} {}", g.0.label(), gib(g.3)))
+        .map(|g| format!("{} {}", tr(lang, g.0.label()), gib(g.3)))
         .collect::<Vec<_>>()
         .join(", ");
     view! {
         <div class="track still" role="img" aria-label=label data-testid=format!("{prefix}breakdown-bar")>
             {h.pieces.iter().map(|p| view! {
-                <span class=format!("seg seg-{} g-{}", p.key, p.group.key()) data-testid=format!("{prefix}segment-{}", p.key) title=format!("{}: {}", p.label, gib(p.bytes))
+                <span class=format!("seg seg-{} g-{}", p.key, p.group.key()) data-testid=format!("{prefix}segment-{}", p.key) title=tr(lang, &format!("{}: {}", p.label, gib(p.bytes))).into_owned()
                     style:left=pct(p.start) style:width=pct(p.size)></span>
             }).collect_view()}
             <span class="cap" style:left=pct(h.capacity_at)></span>
@@ -915,19 +1027,19 @@ fn Tables(
     };
     view! {
         <section class="card wide" id="terms" aria-labelledby="h-terms">
-            <h2 id="h-terms">"Every term, with its formula"</h2>
-            <div class="table-wrap" tabindex="0" role="region" aria-label="Every term (scrolls sideways)">
+            <h2 id="h-terms">{t("Every term, with its formula")}</h2>
+            <div class="table-wrap" tabindex="0" role="region" aria-label=t("Every term (scrolls sideways)")>
                 <table class="breakdown" data-testid="breakdown">
-                    <caption>"Memory at the peak (allocated), term by term"</caption>
-                    <thead><tr><th scope="col">"Component"</th><th scope="col">"What"</th><th scope="col">"Formula"</th><th scope="col">"Size"</th></tr></thead>
+                    <caption>{t("Memory at the peak (allocated), term by term")}</caption>
+                    <thead><tr><th scope="col">{t("Component")}</th><th scope="col">{t("What")}</th><th scope="col">{t("Formula")}</th><th scope="col">{t("Size")}</th></tr></thead>
                     <tbody>
                         <For each=keys key=|k| k.clone() let:k>
                             {
                                 let (k1, k2) = (k.clone(), k.clone());
                                 view! {
                                     <tr>
-                                        <td><span class=format!("sw seg-{} g-{}", k.0.key(), Group::of(k.0.key()).key()) aria-hidden="true"></span>{k.0.label()}</td>
-                                        <td>{k.1.clone()}</td>
+                                        <td><span class=format!("sw seg-{} g-{}", k.0.key(), Group::of(k.0.key()).key()) aria-hidden="true"></span>{t(k.0.label())}</td>
+                                        <td>{let l = k.1.clone(); tx(move || l.clone())}</td>
                                         <td>
                                             <code>{text(move || term(&k1).map(|t| t.formula()).unwrap_or_default())}</code><br/>
                                             <code class="values">{text(move || term(&k2).map(|t| format!("= {}", t.values())).unwrap_or_default())}</code>
@@ -941,9 +1053,9 @@ fn Tables(
                 </table>
             </div>
             <table class="phases">
-                <caption>"Highest memory of each phase"</caption>
+                <caption>{t("Highest memory of each phase")}</caption>
                 <tbody>
-                    {move || phases().into_iter().map(|(name, moment, bytes)| view! { <tr><th scope="row">{name}</th><td>{moment}</td><td class="num">{bytes}</td></tr> }).collect_view()}
+                    {move || phases().into_iter().map(|(name, moment, bytes)| view! { <tr><th scope="row">{t(name)}</th><td>{tx(move || moment.clone())}</td><td class="num">{bytes}</td></tr> }).collect_view()}
                 </tbody>
             </table>
         </section>

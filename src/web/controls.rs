@@ -79,14 +79,28 @@ pub fn NumberControl(
         view! { <datalist id=ticks.clone()>{marks.into_iter().map(|m| view! { <option value=m.to_string()></option> }).collect_view()}</datalist> }
     });
     // "Sequence length (longest padded batch)": the part in parentheses may be hidden (embed).
-    let (main, paren) = label
-        .split_once(" (")
-        .map(|(a, b)| (a, Some(format!(" ({b}"))))
-        .unwrap_or((label, None));
+    let lang = crate::web::lang::lang();
+    let part = move |paren: bool| {
+        text(move || {
+            let l = crate::web::i18n::tr(lang.get(), label);
+            // The bracket it splits at stays with the hidden part (" (" or "（").
+            let at = l.find(" (").or_else(|| l.find('（'));
+            match (at, paren) {
+                (Some(i), false) => l[..i].to_string(),
+                (Some(i), true) => l[i..].to_string(),
+                (None, false) => l.into_owned(),
+                (None, true) => String::new(),
+            }
+        })
+    };
+    let slider_label = text(move || {
+        let l = lang.get();
+        format!("{} {}", crate::web::i18n::tr(l, label), crate::web::i18n::tr(l, "slider"))
+    });
     view! {
         <div class="control">
-            <label for=id.clone()>{main}{paren.map(|p| view! { <span class="paren">{p}</span> })}</label>
-            <input type="range" aria-label=format!("{label} slider") min=smin max=smax step=sstep list=log.then(|| ticks.clone())
+            <label for=id.clone()>{part(false)}<span class="paren">{part(true)}</span></label>
+            <input type="range" aria-label=slider_label min=smin max=smax step=sstep list=log.then(|| ticks.clone())
                 data-testid=slider_testid
                 prop:value=slider_value
                 on:input:target=move |ev| from_slider(ev.target().value()) />
@@ -118,13 +132,13 @@ pub fn SelectControl(
     let id = format!("ctl-{testid}");
     view! {
         <div class="control">
-            <label for=id.clone()>{label}</label>
+            <label for=id.clone()>{crate::web::lang::t(label)}</label>
             <select id=id data-testid=testid
                 prop:value=value
                 on:change:target=move |ev| on_set.run(ev.target().value())>
                 {move || options.get().into_iter().map(|(v, l)| {
                     let v2 = v.clone();
-                    view! { <option value=v selected=flag(move || value.get() == v2)>{l}</option> }
+                    view! { <option value=v selected=flag(move || value.get() == v2)>{crate::web::lang::tx(move || l.clone())}</option> }
                 }).collect_view()}
             </select>
         </div>
@@ -151,7 +165,7 @@ pub fn Toggle(
             <input type="checkbox" id=id.clone() data-testid=testid
                 prop:checked=checked
                 on:change:target=move |ev| on_set.run(ev.target().checked()) />
-            <label for=id>{label}</label>
+            <label for=id>{crate::web::lang::t(label)}</label>
         </div>
     }
 }

@@ -5,12 +5,14 @@
 use leptos::prelude::*;
 
 use crate::formats::validation::{validate, ErrorStats, Validation};
+use crate::web::lang::{t, tx};
 
-fn stats_line(name: &str, s: &ErrorStats) -> String {
-    format!(
+fn stats_line(name: &str, s: &ErrorStats) -> Signal<String> {
+    let line = format!(
         "{name}: {} cases, median |error| {:.2} %, max {:.2} %, worst under {:+.2} %",
         s.n, s.median_abs_pct, s.max_abs_pct, s.worst_under_pct
-    )
+    );
+    tx(move || line.clone())
 }
 
 /// The panel.
@@ -18,23 +20,23 @@ fn stats_line(name: &str, s: &ErrorStats) -> String {
 pub fn Evidence() -> impl IntoView {
     let result: RwSignal<Option<Result<Validation, String>>> = RwSignal::new(None);
     view! {
-        <section class="evidence" aria-label="How accurate is this?" data-testid="evidence">
-            <h2>"How accurate is this?"</h2>
-            <p class="hint">"Every measured case lorafit carries — real transformers + peft training steps, PyTorch's own allocator replayed over them, and published runs on A100s — planned again in this browser (takes a few seconds)."</p>
-            <button type="button" data-testid="evidence-run" on:click=move |_| result.set(Some(validate()))>"Show the evidence"</button>
+        <section class="evidence" aria-label=t("How accurate is this?") data-testid="evidence">
+            <h2>{t("How accurate is this?")}</h2>
+            <p class="hint">{t("Every measured case lorafit carries — real transformers + peft training steps, PyTorch's own allocator replayed over them, and published runs on A100s — planned again in this browser (takes a few seconds).")}</p>
+            <button type="button" data-testid="evidence-run" on:click=move |_| result.set(Some(validate()))>{t("Show the evidence")}</button>
             {move || result.get().map(|r| match r {
-                Err(e) => view! { <p class="error" role="alert">{e}</p> }.into_any(),
+                Err(e) => view! { <p class="error" role="alert">{tx(move || e.clone())}</p> }.into_any(),
                 Ok(v) => view! {
                     <ul data-testid="evidence-summary">
                         <li data-testid="evidence-allocated">{stats_line("peak allocated vs measured", &v.allocated)}</li>
                         <li data-testid="evidence-reserved">{stats_line("peak reserved vs PyTorch's allocator", &v.reserved)}</li>
                         <li data-testid="evidence-smi">{stats_line("nvidia-smi vs published A100 runs", &v.smi)}</li>
-                        <li>{format!("runs that ran out of memory called out of memory: {} of {}", v.oom_called.0, v.oom_called.1)}</li>
+                        <li>{let x = format!("runs that ran out of memory called out of memory: {} of {}", v.oom_called.0, v.oom_called.1); tx(move || x.clone())}</li>
                     </ul>
                     <details>
-                        <summary>"every case"</summary>
+                        <summary>{t("every case")}</summary>
                         <table class="terms">
-                            <thead><tr><th>"case"</th><th>"allocated error"</th><th>"reserved error"</th></tr></thead>
+                            <thead><tr><th>{t("case")}</th><th>{t("allocated error")}</th><th>{t("reserved error")}</th></tr></thead>
                             <tbody>
                                 {v.cases.iter().map(|c| view! {
                                     <tr>

@@ -5,6 +5,7 @@
 use crate::formats::{catalog, fields};
 use crate::model::{Architecture, Family, Settings};
 use crate::planning::evaluate::Axis;
+use crate::web::i18n::Lang;
 use crate::web::state::UiState;
 
 /// `family.hidden.intermediate.layers.heads.kv_heads.head_dim.vocab.tied` of an imported model,
@@ -191,6 +192,13 @@ pub fn decode(query: &str) -> (UiState, Vec<String>) {
                 .is_ok(),
             "gpu" => catalog::find_gpu(&v).map(|g| st.gpu = g.id.clone()).is_ok(),
             "embed" => bool01(&v).map(|x| st.embed = x).is_some(),
+            "lang" => match v.as_str() {
+                "zh" | "en" => {
+                    st.lang = Lang::parse(&v);
+                    true
+                }
+                _ => false,
+            },
             "arch" => decode_arch(&v).map(|a| st.custom = Some(a)).is_some(),
             "hub" => {
                 // Only a same-origin relative path: a link can never point the page elsewhere.
@@ -283,6 +291,9 @@ pub fn encode(st: &UiState) -> String {
     };
     add("embed", st.embed, "1".into());
     add("axis", st.axis != d.axis, "batch".into());
+    if let Some(l) = st.lang {
+        p.push(("lang", l.code().into()));
+    }
     if let Some(a) = &st.custom {
         p.push(("arch", encode_arch(a)));
     }

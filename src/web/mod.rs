@@ -1,5 +1,5 @@
 //! The web page. [`state`] is the one value the page holds, [`link`] its query-string codec
-//! (links and embeds), [`layout`] which settings show where, [`chart`] the geometry of the bar and
+//! (links and embeds), [`layout`] which settings show where, [`i18n`] the page in English and 简体中文, [`chart`] the geometry of the bar and
 //! curve; these are pure and tested natively. `app`, `controls` and `panels` are the Leptos
 //! components (wasm only): controls write the state through the
 //! settings table, `Memo`s derive everything through [`crate::planning::evaluate`], views only
@@ -9,6 +9,8 @@
 //! GPU benchmark (that page is a separate bundle).
 
 pub mod chart;
+pub mod examples;
+pub mod i18n;
 pub mod layout;
 pub mod link;
 pub mod state;
@@ -19,6 +21,8 @@ pub mod app;
 pub mod controls;
 #[cfg(target_arch = "wasm32")]
 pub mod evidence;
+#[cfg(target_arch = "wasm32")]
+pub mod lang;
 #[cfg(target_arch = "wasm32")]
 pub mod measured;
 #[cfg(target_arch = "wasm32")]

@@ -21,6 +21,7 @@ use crate::web::state::UiState;
 
 use super::app::read;
 use super::controls::flag;
+use crate::web::lang::{t, tx};
 
 fn bf16_ok(state: RwSignal<UiState>) -> bool {
     state.with(|st| {
@@ -64,25 +65,25 @@ pub fn BestFix(
                 let cap = read(eval, |e| e.verdict.capacity_bytes);
                 view! {
                     <section class="bestfix" aria-labelledby="h-best" data-testid="best-fix" data-last-resort=f.last_resort.to_string()>
-                        <h2 id="h-best">{if f.last_resort {
+                        <h2 id="h-best">{let last = f.last_resort; tx(move || if last {
                             format!("Nothing fits at {seq} tokens: the last resort, a shorter sequence")
                         } else {
                             format!("What fits: the cheapest change at {seq} tokens × effective batch {eff}")
-                        }}</h2>
+                        })}</h2>
                         <div class="best-body">
                             <div>
-                                <p class="combo" data-testid="best-summary">{f.summary.clone()}</p>
+                                <p class="combo" data-testid="best-summary">{let x = f.summary.clone(); tx(move || x.clone())}</p>
                                 <p class="best-numbers">
-                                    <span class=format!("pill verdict-{}", f.status.name())>{f.status.name()}</span>
-                                    " peak "<strong data-testid="best-peak">{gib(f.peak_allocated_bytes)}</strong>
-                                    " · nvidia-smi " {gib(f.nvidia_smi_bytes)} " of " {gib(cap)}
-                                    " · speed: " <strong data-testid="best-speed">{report::speed(f.time_factor)}</strong>
+                                    <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
+                                    {t(" peak ")}<strong data-testid="best-peak">{gib(f.peak_allocated_bytes)}</strong>
+                                    {t(" · nvidia-smi ")} {gib(f.nvidia_smi_bytes)} {t(" of ")} {gib(cap)}
+                                    {t(" · speed: ")} <strong data-testid="best-speed">{report::speed(f.time_factor)}</strong>
                                 </p>
-                                <p class="why">{f.cost.clone()}</p>
+                                <p class="why">{let x = f.cost.clone(); tx(move || x.clone())}</p>
                             </div>
                             <div class="best-actions">
-                                <button type="button" class="primary" data-testid="apply-best" on:click=move |_| { let t = settings.clone(); state.update(|st| st.settings = t) }>"Apply"</button>
-                                <a href="#fixes">"single changes ↓"</a>
+                                <button type="button" class="primary" data-testid="apply-best" on:click=move |_| { let t = settings.clone(); state.update(|st| st.settings = t) }>{t("Apply")}</button>
+                                <a href="#fixes">{t("single changes ↓")}</a>
                             </div>
                         </div>
                     </section>
@@ -90,12 +91,12 @@ pub fn BestFix(
             }),
             Err(gpu) => Either::Right(view! {
                     <section class="bestfix" aria-labelledby="h-best" data-testid="best-fix">
-                        <h2 id="h-best">"Nothing fits on this GPU, at any sequence length"</h2>
-                        <p>{match &gpu {
+                        <h2 id="h-best">{t("Nothing fits on this GPU, at any sequence length")}</h2>
+                        <p>{let g = gpu.clone(); tx(move || match &g {
                             Some((_, name)) => format!("The smallest catalog GPU these settings fit on: {name} "),
                             None => "No single GPU of the catalog holds it: see “Several GPUs” below.".into(),
-                        }}
-                        {gpu.map(|(id, _)| view! { <button type="button" data-testid="use-gpu" on:click=move |_| { let id = id.clone(); state.update(|st| st.gpu = id) }>"use it"</button> })}
+                        })}
+                        {gpu.map(|(id, _)| view! { <button type="button" data-testid="use-gpu" on:click=move |_| { let id = id.clone(); state.update(|st| st.gpu = id) }>{t("use it")}</button> })}
                         </p>
                     </section>
             }),
@@ -140,32 +141,32 @@ pub fn Fixes(
     });
     view! {
         <section class="card fixes" id="fixes" aria-labelledby="h-fixes">
-            <h2 id="h-fixes">"Changes one by one"</h2>
-            <p class="hint" class:hidden=needs>"It fits: no change needed. When a plan does not fit, each change that saves memory is listed here, re-planned."</p>
+            <h2 id="h-fixes">{t("Changes one by one")}</h2>
+            <p class="hint" class:hidden=needs>{t("It fits: no change needed. When a plan does not fit, each change that saves memory is listed here, re-planned.")}</p>
             <div class:hidden=flag(move || !needs.get())>
-                <p class="hint">"Each change alone, re-planned: fitting first, then cheapest. Cutting the sequence length is the last resort."</p>
+                <p class="hint">{t("Each change alone, re-planned: fitting first, then cheapest. Cutting the sequence length is the last resort.")}</p>
                 <ol data-testid="fixes">
                     {move || fixes.get().into_iter().map(|f| {
                         let settings = f.settings.clone();
                         view! {
                             <li data-testid=format!("fix-{}", f.id)>
-                                <strong>{f.title.clone()}</strong>
-                                <span class=format!("pill verdict-{}", f.status.name())>{f.status.name()}</span>
-                                {f.last_resort.then(|| view! { <span class="pill last-resort">"last resort"</span> })}
+                                <strong>{let x = f.title.clone(); tx(move || x.clone())}</strong>
+                                <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
+                                {f.last_resort.then(|| view! { <span class="pill last-resort">{t("last resort")}</span> })}
                                 <br/>
-                                <span>"saves " {gib(f.saved_bytes.max(0) as u128)} " → peak " {gib(f.peak_allocated_bytes)} " · cost: " {f.cost.clone()}</span>
+                                <span>{let (saved, peak) = (gib(f.saved_bytes.max(0) as u128), gib(f.peak_allocated_bytes)); tx(move || format!("saves {saved} → peak {peak}"))}" · "{let cost = f.cost.clone(); tx(move || cost.clone())}</span>
                                 " "
-                                <button type="button" data-testid=format!("apply-{}", f.id) on:click=move |_| { let t = settings.clone(); state.update(|st| st.settings = t) }>"apply"</button>
+                                <button type="button" data-testid=format!("apply-{}", f.id) on:click=move |_| { let t = settings.clone(); state.update(|st| st.settings = t) }>{t("apply")}</button>
                             </li>
                         }
                     }).collect_view()}
                 </ol>
             </div>
             <details on:toggle=move |ev| { let open = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlDetailsElement>().ok()).map(|d| d.open()).unwrap_or(false); myths_open.set(open) }>
-                <summary data-testid="myths-toggle">"Forum remedies, checked against this plan"</summary>
+                <summary data-testid="myths-toggle">{t("Forum remedies, checked against this plan")}</summary>
                 <ul data-testid="myths">
                     {move || myths.get().into_iter().map(|m| view! {
-                        <li><strong>{m.claim}</strong> " → " {m.delta_bytes.map(gib_signed).unwrap_or_else(|| "not a memory setting".into())}<br/><span class="why">{m.why}</span></li>
+                        <li><strong>{t(m.claim)}</strong> " → " {let d = m.delta_bytes.map(gib_signed).unwrap_or_else(|| "not a memory setting".into()); tx(move || d.clone())}<br/><span class="why">{let w = m.why.clone(); tx(move || w.clone())}</span></li>
                     }).collect_view()}
                 </ul>
             </details>
@@ -300,26 +301,30 @@ pub fn Import(
     };
     view! {
         <section class="card import" id="import" aria-labelledby="h-import">
-            <h2 id="h-import">"A model not in the catalog"</h2>
+            <h2 id="h-import">{t("A model not in the catalog")}</h2>
             <div class="share-row">
-                <label for="hub-id" class="sr">"Hugging Face model id"</label>
-                <input type="text" id="hub-id" data-testid="hub-id" placeholder="org/name" prop:value=hub_id on:input:target=move |ev| hub_id.set(ev.target().value()) />
-                <button type="button" data-testid="hub-fetch" on:click=fetch>"Fetch config.json"</button>
+                <label for="hub-id" class="sr">{t("Hugging Face model id")}</label>
+                <input type="text" id="hub-id" data-testid="hub-id" placeholder=t("org/name") prop:value=hub_id on:input:target=move |ev| hub_id.set(ev.target().value()) />
+                <button type="button" data-testid="hub-fetch" on:click=fetch>{t("Fetch config.json")}</button>
             </div>
-            <label for="config-input">"…or paste config.json"</label>
+            <label for="config-input">{t("…or paste config.json")}</label>
             <textarea id="config-input" rows="4" data-testid="config-input" prop:value=text on:input:target=move |ev| text.set(ev.target().value())></textarea>
             <div class="share-row">
-                <button type="button" data-testid="config-apply" on:click=move |_| apply(&text.get_untracked())>"Use this config"</button>
-                <input type="file" accept=".json,application/json" aria-label="config.json file" data-testid="config-file" on:change=on_file />
-                <button type="button" class:hidden=flag(move || state.with(|st| st.custom.is_none())) data-testid="config-clear" on:click=move |_| { state.update(|st| st.custom = None); status.set(None) }>"Back to the catalog model"</button>
+                <button type="button" data-testid="config-apply" on:click=move |_| apply(&text.get_untracked())>{t("Use this config")}</button>
+                <input type="file" accept=".json,application/json" aria-label=t("config.json file") data-testid="config-file" on:change=on_file />
+                <button type="button" class:hidden=flag(move || state.with(|st| st.custom.is_none())) data-testid="config-clear" on:click=move |_| { state.update(|st| st.custom = None); status.set(None) }>{t("Back to the catalog model")}</button>
             </div>
             {move || status.get().map(|r| match r {
-                Ok(m) => Either::Left(view! { <p class="ok" data-testid="config-status">{m}</p> }),
-                Err(e) => Either::Right(view! { <p class="error" role="alert" data-testid="config-status">{e}</p> }),
+                Ok(m) => Either::Left(view! { <p class="ok" data-testid="config-status">{tx(move || m.clone())}</p> }),
+                Err(e) => Either::Right(view! { <p class="error" role="alert" data-testid="config-status">{tx(move || e.clone())}</p> }),
             })}
         </section>
     }
 }
+
+/// A length distribution a forum example hands to the lengths panel.
+#[derive(Clone, Copy)]
+pub struct LengthsPreset(pub RwSignal<Option<&'static str>>);
 
 /// Mid-training OOM: peak at the typical vs the longest batch of a length distribution.
 #[component]
@@ -348,20 +353,29 @@ pub fn Lengths(
             Err(e) => report.set(Some(Err(e))),
         })
     };
+    // A forum example preloads a distribution: analyse it against the example's state.
+    if let Some(preset) = use_context::<LengthsPreset>() {
+        Effect::new(move |_| {
+            if let Some(t) = preset.0.get() {
+                text.set(t.to_string());
+                run(t.to_string());
+            }
+        });
+    }
     view! {
         <section class="card lengths" id="lengths" aria-labelledby="h-lengths">
-            <h2 id="h-lengths">"Enough memory at first, OOM after a few hundred steps?"</h2>
-            <p class="hint">"The peak follows the longest padded batch. Paste token counts (one per line), p50=… p95=… max=…, JSONL samples, or a CSV with a text / length column."</p>
-            <textarea rows="3" aria-label="lengths or samples" data-testid="lengths-input" prop:value=text on:input:target=move |ev| text.set(ev.target().value())></textarea>
+            <h2 id="h-lengths">{t("Enough memory at first, OOM after a few hundred steps?")}</h2>
+            <p class="hint">{t("The peak follows the longest padded batch. Paste token counts (one per line), p50=… p95=… max=…, JSONL samples, or a CSV with a text / length column.")}</p>
+            <textarea rows="3" aria-label=t("lengths or samples") data-testid="lengths-input" prop:value=text on:input:target=move |ev| text.set(ev.target().value())></textarea>
             <div class="share-row">
-                <label for="cpt">"characters per token"</label>
+                <label for="cpt">{t("characters per token")}</label>
                 <input type="number" id="cpt" min="0.5" max="100" step="0.1" data-testid="input-chars-per-token" prop:value=super::controls::text(move || ratio.get().to_string())
                     on:input:target=move |ev| { if let Ok(v) = ev.target().value().parse::<f64>() { if v.is_finite() { ratio.set(v) } } } />
-                <button type="button" data-testid="lengths-analyze" on:click=move |_| run(text.get_untracked())>"Analyze"</button>
-                <input type="file" aria-label="samples file" data-testid="lengths-file" on:change=on_file />
+                <button type="button" data-testid="lengths-analyze" on:click=move |_| run(text.get_untracked())>{t("Analyze")}</button>
+                <input type="file" aria-label=t("samples file") data-testid="lengths-file" on:change=on_file />
             </div>
             {move || report.with(|r| match r {
-                Some(Err(e)) => Some(Either::Left(view! { <p class="error" role="alert" data-testid="lengths-error">{e.clone()}</p> })),
+                Some(Err(e)) => Some(Either::Left({ let e = e.clone(); view! { <p class="error" role="alert" data-testid="lengths-error">{tx(move || e.clone())}</p> } })),
                 Some(Ok(r)) => {
                     let rows = [
                         ("samples", "lengths-samples", format!("{} · p50 {} · p95 {} · max {} tokens", r.stats.n, r.stats.p50, r.stats.p95, r.stats.max)),
@@ -376,9 +390,9 @@ pub fn Lengths(
                     let advice = r.advice.clone();
                     Some(Either::Right(view! {
                         <dl class="lengths-report" data-testid="lengths-report">
-                            {rows.map(|(dt, id, dd)| view! { <dt>{dt}</dt><dd data-testid=id>{dd}</dd> })}
+                            {rows.map(|(dt, id, dd)| view! { <dt>{t(dt)}</dt><dd data-testid=id>{tx(move || dd.clone())}</dd> })}
                         </dl>
-                        <ul>{advice.into_iter().map(|a| view! { <li>{a}</li> }).collect_view()}</ul>
+                        <ul>{advice.into_iter().map(|a| view! { <li>{tx(move || a.clone())}</li> }).collect_view()}</ul>
                     }))
                 }
                 None => None,
@@ -411,15 +425,15 @@ pub fn Export(
     });
     view! {
         <section class="card export" id="export" aria-labelledby="h-export">
-            <h2 id="h-export">"Configs for this run"</h2>
+            <h2 id="h-export">{t("Configs for this run")}</h2>
             <div class="share-row">
-                <label for="export-format">"format"</label>
+                <label for="export-format">{t("format")}</label>
                 <select id="export-format" data-testid="select-export" prop:value=format on:change:target=move |ev| format.set(ev.target().value())>
                     {export::FORMATS.iter().map(|f| view! { <option value=*f>{*f}</option> }).collect_view()}
                 </select>
-                <button type="button" data-testid="copy-export" on:click=move |_| { let _ = window().navigator().clipboard().write_text(&output.get_untracked()); }>"Copy"</button>
+                <button type="button" data-testid="copy-export" on:click=move |_| { let _ = window().navigator().clipboard().write_text(&output.get_untracked()); }>{t("Copy")}</button>
             </div>
-            <textarea readonly rows="12" aria-label="exported config" data-testid="export-output" prop:value=output></textarea>
+            <textarea readonly rows="12" aria-label=t("exported config") data-testid="export-output" prop:value=output></textarea>
         </section>
     }
 }

@@ -6,6 +6,7 @@ use crate::formats::catalog;
 use crate::model::{Architecture, Settings};
 use crate::planning::evaluate::{evaluate_arch, Axis, Evaluation};
 use crate::planning::fit::Fidelity;
+use crate::web::i18n::Lang;
 
 /// Everything a link carries.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,6 +25,9 @@ pub struct UiState {
     pub custom: Option<Architecture>,
     /// Same-origin path serving the Hub's layout (`./hub`), for offline tests; never encoded.
     pub hub: Option<String>,
+    /// The page's language when chosen (link `lang=zh|en`, the switch, or a Chinese browser on
+    /// the first visit); None: English.
+    pub lang: Option<Lang>,
 }
 
 impl Default for UiState {
@@ -36,6 +40,7 @@ impl Default for UiState {
             axis: Axis::Seq,
             custom: None,
             hub: None,
+            lang: None,
         }
     }
 }

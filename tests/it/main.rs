@@ -7,6 +7,7 @@ mod catalog;
 mod cli;
 mod distributed;
 mod fuzz;
+mod i18n;
 #[cfg(feature = "gpu")]
 mod gpu;
 mod inspect;

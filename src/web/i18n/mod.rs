@@ -1,0 +1,302 @@
+//! The page in English and 简体中文. English is the source language: every text the page shows
+//! is English first (labels in the views, texts the planner writes), and [`tr`] looks its
+//! translation up in one message table ([`zh`]), keyed by the English text.
+//!
+//! Texts with numbers in them are keyed with each number written `#` (`effective batch #` for
+//! `effective batch 32`), and the numbers go back in the same order, so numbers, units and
+//! formulas are identical in both languages. A few texts that embed another text (a GPU name, a
+//! setting) are patterns with `{}`; what `{}` matched is itself translated when the table has it.
+//!
+//! Each entry is an (English, Chinese) pair, so a key without a translation does not compile;
+//! tests check that every text the planner can produce and every label the views use has an
+//! entry, and a browser test that the Chinese page shows no English sentence. A text missing
+//! all the same is shown in English, never as a key.
+
+mod zh;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// A language of the page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Lang {
+    /// English (the source texts).
+    #[default]
+    En,
+    /// Simplified Chinese.
+    Zh,
+}
+
+impl Lang {
+    /// The link's value (`lang=zh`).
+    pub fn code(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::Zh => "zh",
+        }
+    }
+
+    /// From the link's value or a browser language tag (`zh`, `zh-CN`, `zh-Hans-SG`, `en-US`).
+    /// Traditional Chinese tags (`zh-TW`, `zh-HK`, `zh-Hant`) are not Simplified: None.
+    pub fn parse(tag: &str) -> Option<Lang> {
+        let t = tag.trim().to_ascii_lowercase();
+        let primary = t.split(['-', '_']).next().unwrap_or("");
+        match primary {
+            "en" => Some(Lang::En),
+            "zh" if ["-tw", "-hk", "-mo", "-hant"].iter().any(|s| t.contains(s)) => None,
+            "zh" => Some(Lang::Zh),
+            _ => None,
+        }
+    }
+
+    /// The first of the browser's preferred languages that the page speaks.
+    pub fn from_preferences<'a>(tags: impl IntoIterator<Item = &'a str>) -> Lang {
+        tags.into_iter()
+            .find_map(Lang::parse)
+            .unwrap_or(Lang::En)
+    }
+
+    /// The document's `<html lang>`.
+    pub fn html_tag(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::Zh => "zh-CN",
+        }
+    }
+
+    /// The other language (the switch).
+    pub fn other(self) -> Lang {
+        match self {
+            Lang::En => Lang::Zh,
+            Lang::Zh => Lang::En,
+        }
+    }
+}
+
+/// The text in `lang`: itself in English; the translation in Chinese (the English text when the
+/// table has none, which the tests rule out).
+pub fn tr(lang: Lang, en: &str) -> Cow<'_, str> {
+    match lang {
+        Lang::En => Cow::Borrowed(en),
+        Lang::Zh => match translate(en) {
+            Some(t) => Cow::Owned(t),
+            None => Cow::Borrowed(en),
+        },
+    }
+}
+
+/// Whether the table translates `en` (tests: nothing the page shows may be missing).
+pub fn has(en: &str) -> bool {
+    en.trim().is_empty() || translate(en).is_some()
+}
+
+/// The table's key for a text: its numbers written `#` (what a translator adds to the table).
+pub fn key_of(en: &str) -> String {
+    numbers_out(en).0
+}
+
+/// Every (English, Chinese) entry of the table.
+pub fn entries() -> impl Iterator<Item = (&'static str, &'static str)> {
+    zh::TABLES.iter().flat_map(|t| t.iter().copied())
+}
+
+/// The table as a map, built once.
+fn exact() -> &'static HashMap<&'static str, &'static str> {
+    static MAP: OnceLock<HashMap<&'static str, &'static str>> = OnceLock::new();
+    MAP.get_or_init(|| entries().filter(|(en, _)| !is_pattern(en)).collect())
+}
+
+/// Whether an entry is a pattern (has a `{}` or `{=}` hole).
+fn is_pattern(en: &str) -> bool {
+    en.contains("{}") || en.contains("{=}")
+}
+
+/// The entries with holes (patterns), in table order.
+fn patterns() -> &'static [(&'static str, &'static str)] {
+    static LIST: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    LIST.get_or_init(|| entries().filter(|(en, _)| is_pattern(en)).collect())
+}
+
+fn translate(en: &str) -> Option<String> {
+    if let Some(zh) = exact().get(en) {
+        return Some((*zh).to_string());
+    }
+    let (key, numbers) = numbers_out(en);
+    if let Some(zh) = exact().get(key.as_str()) {
+        return Some(numbers_in(zh, &numbers));
+    }
+    pattern(&key, &numbers).or_else(|| joined(en))
+}
+
+/// Lists the planner joins (`a; b`, `a + b`): translated part by part, each part a text of the
+/// table or a setting as users type it (`gradient_checkpointing=True`).
+fn joined(en: &str) -> Option<String> {
+    for (sep, zh_sep) in [("; ", "；"), (" + ", " + ")] {
+        if en.contains(sep) {
+            let parts: Option<Vec<String>> = en
+                .split(sep)
+                .map(|p| translate(p).or_else(|| is_code(p).then(|| p.to_string())))
+                .collect();
+            return parts.map(|p| p.join(zh_sep));
+        }
+    }
+    None
+}
+
+/// A setting or identifier as users type it (no space, or `name=value`).
+fn is_code(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.=:,/()[]".contains(c))
+}
+
+/// A pattern's pieces: literal text, then a hole (`{}` translated, `{=}` a name kept as is),
+/// literal, hole, …, literal.
+fn pieces(pat: &str) -> (Vec<&str>, Vec<bool>) {
+    let (mut lits, mut names) = (vec![], vec![]);
+    let mut rest = pat;
+    loop {
+        let hole = [("{}", false), ("{=}", true)]
+            .into_iter()
+            .filter_map(|(h, name)| rest.find(h).map(|i| (i, h.len(), name)))
+            .min();
+        match hole {
+            Some((i, len, name)) => {
+                lits.push(&rest[..i]);
+                names.push(name);
+                rest = &rest[i + len..];
+            }
+            None => {
+                lits.push(rest);
+                return (lits, names);
+            }
+        }
+    }
+}
+
+/// The first pattern that matches the key, with what its holes hold translated (or kept, for
+/// names). A hole whose text neither translates nor is code makes no match.
+fn pattern(key: &str, numbers: &[String]) -> Option<String> {
+    patterns().iter().find_map(|(pat, zh)| {
+        let (lits, names) = pieces(pat);
+        let args = holes(&lits, key)?;
+        // Hand the numbers out in text order: the pattern's own `#` stay outside the holes.
+        let mut nums = numbers.iter().cloned();
+        let (mut outside, mut inside) = (vec![], vec![]);
+        for (lit, (a, name)) in lits.iter().zip(args.iter().zip(&names)) {
+            outside.extend(nums.by_ref().take(lit.matches('#').count()));
+            let a = numbers_in(a, &nums.by_ref().take(a.matches('#').count()).collect::<Vec<_>>());
+            inside.push(if *name {
+                a
+            } else {
+                translate(&a).or_else(|| is_code(&a).then_some(a))?
+            });
+        }
+        outside.extend(nums);
+        let (zh_lits, _) = pieces(zh);
+        let mut out = String::new();
+        for (i, lit) in zh_lits.iter().enumerate() {
+            out.push_str(&numbers_in(lit, &take_front(&mut outside, lit.matches('#').count())));
+            if let Some(a) = inside.get(i) {
+                out.push_str(a);
+            }
+        }
+        Some(out)
+    })
+}
+
+/// What the holes between the literals hold, when `s` is the literals with non-empty texts
+/// between them (the first split that works, shortest holes first).
+fn holes(lits: &[&str], s: &str) -> Option<Vec<String>> {
+    let (first, rest_lits) = lits.split_first()?;
+    let rest = s.strip_prefix(first)?;
+    if rest_lits.is_empty() {
+        return rest.is_empty().then(Vec::new);
+    }
+    let (next, _) = rest_lits.split_first()?;
+    for (i, _) in rest.char_indices().skip(1).chain([(rest.len(), ' ')]) {
+        if rest[i..].starts_with(next) {
+            let mut tail = vec![rest[..i].to_string()];
+            let mut sub_lits = vec![""];
+            sub_lits.extend_from_slice(&rest_lits[1..]);
+            if let Some(more) = holes(&sub_lits, &rest[i + next.len()..]) {
+                tail.extend(more);
+                return Some(tail);
+            }
+        }
+    }
+    None
+}
+
+/// The first `n` of `v`, removed from it.
+fn take_front(v: &mut Vec<String>, n: usize) -> Vec<String> {
+    v.drain(..n.min(v.len())).collect()
+}
+
+/// Whether a number starts at `i`: a digit not glued to a word (`fp32`, `q_proj2`), or a sign
+/// right before one after a space or bracket (`+1.25 GiB`, `(-3 %`), so signs go with the number.
+fn number_at(s: &[u8], i: usize) -> bool {
+    let free = |j: usize| j == 0 || !(s[j - 1].is_ascii_alphanumeric() || s[j - 1] == b'_');
+    match s[i] {
+        b'0'..=b'9' => free(i),
+        b'+' | b'-' => {
+            s.get(i + 1).is_some_and(u8::is_ascii_digit)
+                && (i == 0 || b" (:[".contains(&s[i - 1]))
+        }
+        _ => false,
+    }
+}
+
+/// The text with each number (digits, with `.` or `,` between digits) written `#`, and the
+/// numbers in order. Digits glued to letters (`fp32`, `bf16`, `RTX4090`) are part of a word.
+fn numbers_out(s: &str) -> (String, Vec<String>) {
+    let b = s.as_bytes();
+    let (mut key, mut nums) = (String::with_capacity(s.len()), vec![]);
+    let mut i = 0;
+    let mut plain = 0;
+    while i < b.len() {
+        if number_at(b, i) {
+            let start = i;
+            if !b[i].is_ascii_digit() {
+                i += 1;
+            }
+            while i < b.len()
+                && (b[i].is_ascii_digit()
+                    || ((b[i] == b'.' || b[i] == b',')
+                        && i + 1 < b.len()
+                        && b[i + 1].is_ascii_digit()))
+            {
+                i += 1;
+            }
+            if i < b.len() && (b[i].is_ascii_alphabetic() || b[i] == b'_') {
+                // `7B`, `4bit`: a word, not a number.
+                continue;
+            }
+            key.push_str(&s[plain..start]);
+            key.push('#');
+            nums.push(s[start..i].to_string());
+            plain = i;
+        } else {
+            i += 1;
+        }
+    }
+    key.push_str(&s[plain..]);
+    (key, nums)
+}
+
+/// Puts the numbers back, in order, where the translation has `#`.
+fn numbers_in(zh: &str, numbers: &[String]) -> String {
+    let mut out = String::with_capacity(zh.len() + 8 * numbers.len());
+    let mut n = numbers.iter();
+    for c in zh.chars() {
+        match (c, n.len()) {
+            ('#', 1..) => out.push_str(n.next().map(String::as_str).unwrap_or("#")),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

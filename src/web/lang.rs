@@ -1,0 +1,40 @@
+//! The page's language in the views (wasm only): the page provides its [`Lang`] as context, and
+//! views write English through [`t`] (a fixed label) or [`tx`] (a text that follows the state),
+//! which follow the language switch. The table and the lookup are [`crate::web::i18n`].
+
+use leptos::prelude::*;
+
+use crate::web::i18n::{tr, Lang};
+
+/// Makes `lang` the language of every view below.
+pub fn provide(lang: Memo<Lang>) {
+    provide_context(lang);
+}
+
+/// The page's language (English outside a page, e.g. in a unit of a test).
+pub fn lang() -> Signal<Lang> {
+    match use_context::<Memo<Lang>>() {
+        Some(m) => m.into(),
+        None => Signal::stored(Lang::En),
+    }
+}
+
+/// A fixed English label in the page's language.
+pub fn t(en: &'static str) -> Signal<String> {
+    let lang = lang();
+    Signal::derive(move || tr(lang.get(), en).into_owned())
+}
+
+/// A text that follows the state, in the page's language.
+pub fn tx(f: impl Fn() -> String + Send + Sync + 'static) -> Signal<String> {
+    let lang = lang();
+    Signal::derive(move || {
+        let en = f();
+        tr(lang.get(), &en).into_owned()
+    })
+}
+
+/// Translates a text now, in the page's language (inside a reactive closure).
+pub fn now(lang: Signal<Lang>, en: &str) -> String {
+    tr(lang.get(), en).into_owned()
+}

@@ -1,0 +1,236 @@
+//! The Chinese page translates every text the planner writes: term labels, components, phases,
+//! peak moments, reserve explanations, notes, fixes, myths, the settings table, link notices and
+//! the findings of a measured run, over every catalog model and every value of every setting.
+//! A missing text fails here, and its key (numbers written `#`) is written to
+//! `target/i18n-missing.txt` for the translator.
+
+use std::collections::BTreeMap;
+
+use lorafit::formats::{catalog, fields};
+use lorafit::model::{plan, plan_simulated, Component, Settings};
+use lorafit::planning::{fixes, inspect, lengths};
+use lorafit::web::i18n;
+
+/// Texts by where they come from (kept sorted, so the missing list reads by topic).
+#[derive(Default)]
+struct Texts(BTreeMap<String, &'static str>);
+
+impl Texts {
+    fn add(&mut self, from: &'static str, s: &str) {
+        if !s.trim().is_empty() {
+            self.0.entry(s.to_string()).or_insert(from);
+        }
+    }
+}
+
+/// One settings value per choice, both states of every switch and both ends of every slider.
+fn variants() -> Vec<Settings> {
+    let mut out = vec![Settings::default()];
+    for f in fields::FIELDS {
+        let values: Vec<String> = match f.kind {
+            fields::Kind::Choice(choices) => choices().iter().map(|(v, _)| v.to_string()).collect(),
+            fields::Kind::Bool => vec!["1".into(), "0".into()],
+            _ => f
+                .slider
+                .map(|sl| vec![sl.min.to_string(), sl.max.to_string()])
+                .unwrap_or_default(),
+        };
+        for v in values {
+            let mut s = Settings::default();
+            if (f.set)(&mut s, &v).is_ok() && s.validate().is_ok() {
+                out.push(s);
+            }
+        }
+    }
+    // Several GPUs under each strategy, with offload; checkpointing with QLoRA.
+    for q in [
+        "gpus=4&st=fsdp", "gpus=4&st=ddp", "gpus=8&nodes=2&st=hybrid", "gpus=4&st=zero3&off=opt,params",
+        "gpus=2&st=zero2&off=opt", "gc=1&dt=nf4&b=4&s=4096", "attn=eager&do=0.1&dt=fp32",
+    ] {
+        let (st, _) = lorafit::web::link::decode(q);
+        out.push(st.settings);
+    }
+    out
+}
+
+fn collect() -> Texts {
+    let mut t = Texts::default();
+    for c in Component::ALL.iter().chain(&Component::ABOVE_ALLOCATED) {
+        t.add("component", c.label());
+    }
+    for f in fields::FIELDS {
+        t.add("setting label", f.label);
+        t.add("setting help", f.help);
+        if let fields::Kind::Choice(choices) = f.kind {
+            // A label that is its value (`sdpa`, `ddp`) is what users type: it stays.
+            for (value, label) in choices() {
+                if label != value {
+                    t.add("setting choice", label);
+                }
+            }
+        }
+    }
+    let vars = variants();
+    let mut plans = 0;
+    for m in catalog::models() {
+        for (i, s) in vars.iter().enumerate() {
+            let Ok(p) = plan(&m.arch, s) else { continue };
+            plans += 1;
+            t.add("phase", p.peak_phase.name());
+            t.add("peak moment", &p.peak_moment);
+            t.add("reserve", &p.reserve_explanation);
+            for n in &p.notes {
+                t.add("note", n);
+            }
+            for term in p.terms.iter().chain(&p.outside_terms).chain(&p.cpu_terms) {
+                t.add("term", &term.label);
+            }
+            for ph in &p.phases {
+                t.add("phase", ph.phase.name());
+                t.add("peak moment", &ph.moment);
+            }
+            // The heavier features on a sample: the simulated reserve, fixes, myths.
+            if i % 9 == 0 {
+                if let Ok(p) = plan_simulated(&m.arch, s) {
+                    t.add("reserve", &p.reserve_explanation);
+                }
+                for f in fixes::suggest(&m.arch, s, 24 << 30, true) {
+                    t.add("fix", &f.title);
+                    t.add("fix", &f.summary);
+                    t.add("fix cost", &f.cost);
+                }
+                for my in fixes::myths(&m.arch, s) {
+                    t.add("myth", my.claim);
+                    t.add("myth", &my.why);
+                }
+            }
+        }
+    }
+    assert!(plans > 1000, "only {plans} plans");
+    // What fits first, the length distribution (mid-training OOM) and its errors.
+    let long_tail: Vec<u64> = (0..2000u64).map(|i| 200 + (i * 37) % 900 + if i % 97 == 0 { 6000 } else { 0 }).collect();
+    for (model, q) in [
+        ("llama2-7b", "b=8&s=4096"), ("qwen2-7b", "b=4&s=2048"), ("llama2-70b", ""), ("mixtral-8x7b", "dt=nf4"),
+        ("llama2-7b", "b=1&s=512"), ("qwen2-7b", "b=64&s=512&gc=1&dt=nf4"),
+    ] {
+        let a = &catalog::find_model(model).unwrap().arch;
+        let s = lorafit::web::link::decode(q).0.settings;
+        for cap in [24u128 << 30, 80 << 30, 8 << 30] {
+            if let Some(f) = fixes::best_combination(a, &s, cap, true) {
+                t.add("fix", &f.title);
+                t.add("fix", &f.summary);
+                t.add("fix cost", &f.cost);
+            }
+            for f in fixes::suggest(a, &s, cap, false) {
+                t.add("fix", &f.title);
+                t.add("fix", &f.summary);
+                t.add("fix cost", &f.cost);
+            }
+            for lens in [long_tail.clone(), vec![100, 200, 300], vec![50_000; 10]] {
+                match lengths::analyze(a, &s, cap, &lens) {
+                    Ok(r) => {
+                        for x in &r.advice {
+                            t.add("lengths", x);
+                        }
+                        if let Some(step) = r.expected_oom_step {
+                            t.add("lengths", &lengths::oom_words(&r, step));
+                        }
+                    }
+                    Err(e) => t.add("lengths error", &e),
+                }
+            }
+        }
+    }
+    for bad in ["", "abc", "p50=x", "-5\n7", "{\"text\": 5}"] {
+        if let Err(e) = lengths::parse_lengths(bad, 4.0) {
+            t.add("lengths error", &e);
+        }
+    }
+    for bad in ["", "{", "[]", "{\"model_type\": \"bert\"}", "{\"model_type\": \"llama\"}", "{\"model_type\": \"llama\", \"hidden_size\": -1}"] {
+        if let Err(e) = lorafit::formats::config_json::parse_config(bad) {
+            t.add("config error", &e);
+        }
+    }
+    for ex in lorafit::web::examples::EXAMPLES {
+        t.add("example", ex.title);
+        for (label, _) in ex.rows {
+            t.add("example", label);
+        }
+    }
+    for q in ["zzz=1&b=x", "gpus=4&off=params", "t=", &"x".repeat(5000)] {
+        for n in lorafit::web::link::decode(q).1 {
+            t.add("link notice", &n);
+        }
+    }
+    for (name, bytes) in [
+        ("summary", include_bytes!("../data/unplanned/logits-fp32.pickle.gz").as_slice()),
+    ] {
+        let a = &catalog::find_model("llama2-7b").unwrap().arch;
+        if let Ok(ins) = inspect::inspect(bytes, Some((a, &Settings::default()))) {
+            for f in &ins.findings {
+                t.add("measured finding", f);
+            }
+        }
+        let _ = name;
+    }
+    t
+}
+
+/// Whether a text is a name or an identifier users type, which stays as it is.
+fn untranslatable(s: &str) -> bool {
+    !s.contains(' ')
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || "_-.,/()=:".contains(c))
+        && s.chars().any(|c| c.is_ascii_digit() || "_.=/:".contains(c))
+}
+
+#[test]
+fn every_text_the_planner_writes_has_a_chinese_translation() {
+    let texts = collect();
+    let mut missing: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (s, from) in &texts.0 {
+        if !untranslatable(s) && !i18n::has(s) {
+            missing.entry(from).or_default().push(s.clone());
+        }
+    }
+    if !missing.is_empty() {
+        let mut out = String::new();
+        for (from, list) in &missing {
+            let mut keys: Vec<String> = list.iter().map(|s| i18n::key_of(s)).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                out.push_str(&format!("{from}\t{k}\n"));
+            }
+        }
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/i18n-missing.txt");
+        let _ = std::fs::write(path, &out);
+        let n: usize = missing.values().map(Vec::len).sum();
+        panic!("{n} texts have no Chinese translation (keys in {path}):\n{}", &out[..out.len().min(3000)]);
+    }
+}
+
+/// The labels the views write (`t("…")` in `src/web`) are in the table too.
+#[test]
+fn every_label_of_the_views_has_a_chinese_translation() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/web");
+    let mut missing = vec![];
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).unwrap();
+        for (i, _) in src.match_indices("t(\"") {
+            if i > 0 && (src.as_bytes()[i - 1].is_ascii_alphanumeric() || src.as_bytes()[i - 1] == b'_') {
+                continue;
+            }
+            let rest = &src[i + 3..];
+            let Some(end) = rest.find('"') else { continue };
+            let label = rest[..end].replace("\\\"", "\"");
+            if !i18n::has(&label) {
+                missing.push(format!("{}: {label}", path.file_name().unwrap().to_string_lossy()));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "labels without a translation:\n{}", missing.join("\n"));
+}
