@@ -39,6 +39,8 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 # Software Vulkan (lavapipe) for the native wgpu tests of the GPU benchmark.
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need_apt+=(mesa-vulkan-drivers libvulkan1)
+# A Chinese font, so the 中文 page's screenshots show characters, not boxes (5 MB).
+[ -e /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || need_apt+=(fonts-wqy-microhei)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing ${need_apt[*]} from Debian"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

@@ -573,7 +573,11 @@ fn Hero(
 
 /// The formula panel of a segment: its terms with formulas and numbers, or for the cache and the
 /// context the difference of two totals.
-fn segment_detail(e: &Evaluation, key: &str, lang: Lang) -> (String, Vec<(String, String, String)>) {
+fn segment_detail(
+    e: &Evaluation,
+    key: &str,
+    lang: Lang,
+) -> (String, Vec<(String, String, String)>) {
     let p = &e.plan;
     let tr = |s: &str| tr(lang, s).into_owned();
     match key {
@@ -677,7 +681,11 @@ fn BreakdownBar(
                         .iter()
                         .map(|g| format!("{} {}", now(lang, g.0.label()), gib(g.3)))
                         .collect();
-                    format!("{} {}", now(lang, "Memory at the peak by group:"), parts.join(", "))
+                    format!(
+                        "{} {}",
+                        now(lang, "Memory at the peak by group:"),
+                        parts.join(", ")
+                    )
                 })
                 .unwrap_or_default()
         })
@@ -691,7 +699,8 @@ fn BreakdownBar(
     let level = move |i: usize| hero.with(|h| h.as_ref().map(|h| h.levels[i]).unwrap_or(0.0));
     let detail = move || {
         let key = focused?.get()?;
-        let (title, rows) = eval.with(|r| r.as_ref().ok().map(|e| segment_detail(e, key, lang.get())))?;
+        let (title, rows) =
+            eval.with(|r| r.as_ref().ok().map(|e| segment_detail(e, key, lang.get())))?;
         Some(view! {
             <div class="detail" data-testid="segment-detail" role="status">
                 <strong>{title}</strong>
@@ -850,9 +859,8 @@ fn CurveChart(
     };
     let cap_y = move || geom.with(|g| g.as_ref().map(|g| g.c.cap_y).unwrap_or(h));
     let seq = move || axis.get() == Axis::Seq;
-    let words = move |a: &'static str, b: &'static str| {
-        tx(move || if seq() { a.into() } else { b.into() })
-    };
+    let words =
+        move |a: &'static str, b: &'static str| tx(move || if seq() { a.into() } else { b.into() });
     let described = tx(move || {
         geom.with(|g| {
             g.as_ref()

@@ -95,7 +95,11 @@ pub fn NumberControl(
     };
     let slider_label = text(move || {
         let l = lang.get();
-        format!("{} {}", crate::web::i18n::tr(l, label), crate::web::i18n::tr(l, "slider"))
+        format!(
+            "{} {}",
+            crate::web::i18n::tr(l, label),
+            crate::web::i18n::tr(l, "slider")
+        )
     });
     view! {
         <div class="control">

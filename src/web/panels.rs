@@ -77,7 +77,7 @@ pub fn BestFix(
                                     <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
                                     {t(" peak ")}<strong data-testid="best-peak">{gib(f.peak_allocated_bytes)}</strong>
                                     {t(" · nvidia-smi ")} {gib(f.nvidia_smi_bytes)} {t(" of ")} {gib(cap)}
-                                    {t(" · speed: ")} <strong data-testid="best-speed">{report::speed(f.time_factor)}</strong>
+                                    {t(" · speed: ")} <strong data-testid="best-speed">{let x = report::speed(f.time_factor); tx(move || x.clone())}</strong>
                                 </p>
                                 <p class="why">{let x = f.cost.clone(); tx(move || x.clone())}</p>
                             </div>

@@ -73,8 +73,8 @@ export async function gibOf(page, testid) {
 export const GIB = 1024 ** 3;
 
 /** Opens `url` in a fresh context with a viewport and colour scheme; waits for the plan. */
-export async function openView(browser, url, { width, height, colorScheme = "light" }) {
-  const context = await browser.newContext({ viewport: { width, height }, colorScheme });
+export async function openView(browser, url, { width, height, colorScheme = "light", locale = "en-US" }) {
+  const context = await browser.newContext({ viewport: { width, height }, colorScheme, locale });
   const page = await context.newPage();
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));

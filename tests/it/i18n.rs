@@ -44,8 +44,13 @@ fn variants() -> Vec<Settings> {
     }
     // Several GPUs under each strategy, with offload; checkpointing with QLoRA.
     for q in [
-        "gpus=4&st=fsdp", "gpus=4&st=ddp", "gpus=8&nodes=2&st=hybrid", "gpus=4&st=zero3&off=opt,params",
-        "gpus=2&st=zero2&off=opt", "gc=1&dt=nf4&b=4&s=4096", "attn=eager&do=0.1&dt=fp32",
+        "gpus=4&st=fsdp",
+        "gpus=4&st=ddp",
+        "gpus=8&nodes=2&st=hybrid",
+        "gpus=4&st=zero3&off=opt,params",
+        "gpus=2&st=zero2&off=opt",
+        "gc=1&dt=nf4&b=4&s=4096",
+        "attn=eager&do=0.1&dt=fp32",
     ] {
         let (st, _) = lorafit::web::link::decode(q);
         out.push(st.settings);
@@ -108,10 +113,16 @@ fn collect() -> Texts {
     }
     assert!(plans > 1000, "only {plans} plans");
     // What fits first, the length distribution (mid-training OOM) and its errors.
-    let long_tail: Vec<u64> = (0..2000u64).map(|i| 200 + (i * 37) % 900 + if i % 97 == 0 { 6000 } else { 0 }).collect();
+    let long_tail: Vec<u64> = (0..2000u64)
+        .map(|i| 200 + (i * 37) % 900 + if i % 97 == 0 { 6000 } else { 0 })
+        .collect();
     for (model, q) in [
-        ("llama2-7b", "b=8&s=4096"), ("qwen2-7b", "b=4&s=2048"), ("llama2-70b", ""), ("mixtral-8x7b", "dt=nf4"),
-        ("llama2-7b", "b=1&s=512"), ("qwen2-7b", "b=64&s=512&gc=1&dt=nf4"),
+        ("llama2-7b", "b=8&s=4096"),
+        ("qwen2-7b", "b=4&s=2048"),
+        ("llama2-70b", ""),
+        ("mixtral-8x7b", "dt=nf4"),
+        ("llama2-7b", "b=1&s=512"),
+        ("qwen2-7b", "b=64&s=512&gc=1&dt=nf4"),
     ] {
         let a = &catalog::find_model(model).unwrap().arch;
         let s = lorafit::web::link::decode(q).0.settings;
@@ -146,7 +157,14 @@ fn collect() -> Texts {
             t.add("lengths error", &e);
         }
     }
-    for bad in ["", "{", "[]", "{\"model_type\": \"bert\"}", "{\"model_type\": \"llama\"}", "{\"model_type\": \"llama\", \"hidden_size\": -1}"] {
+    for bad in [
+        "",
+        "{",
+        "[]",
+        "{\"model_type\": \"bert\"}",
+        "{\"model_type\": \"llama\"}",
+        "{\"model_type\": \"llama\", \"hidden_size\": -1}",
+    ] {
         if let Err(e) = lorafit::formats::config_json::parse_config(bad) {
             t.add("config error", &e);
         }
@@ -162,9 +180,10 @@ fn collect() -> Texts {
             t.add("link notice", &n);
         }
     }
-    for (name, bytes) in [
-        ("summary", include_bytes!("../data/unplanned/logits-fp32.pickle.gz").as_slice()),
-    ] {
+    for (name, bytes) in [(
+        "summary",
+        include_bytes!("../data/unplanned/logits-fp32.pickle.gz").as_slice(),
+    )] {
         let a = &catalog::find_model("llama2-7b").unwrap().arch;
         if let Ok(ins) = inspect::inspect(bytes, Some((a, &Settings::default()))) {
             for f in &ins.findings {
@@ -179,7 +198,8 @@ fn collect() -> Texts {
 /// Whether a text is a name or an identifier users type, which stays as it is.
 fn untranslatable(s: &str) -> bool {
     !s.contains(' ')
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || "_-.,/()=:".contains(c))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.,/()=:".contains(c))
         && s.chars().any(|c| c.is_ascii_digit() || "_.=/:".contains(c))
 }
 
@@ -205,7 +225,10 @@ fn every_text_the_planner_writes_has_a_chinese_translation() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/i18n-missing.txt");
         let _ = std::fs::write(path, &out);
         let n: usize = missing.values().map(Vec::len).sum();
-        panic!("{n} texts have no Chinese translation (keys in {path}):\n{}", &out[..out.len().min(3000)]);
+        panic!(
+            "{n} texts have no Chinese translation (keys in {path}):\n{}",
+            &out[..out.len().min(3000)]
+        );
     }
 }
 
@@ -221,16 +244,25 @@ fn every_label_of_the_views_has_a_chinese_translation() {
         }
         let src = std::fs::read_to_string(&path).unwrap();
         for (i, _) in src.match_indices("t(\"") {
-            if i > 0 && (src.as_bytes()[i - 1].is_ascii_alphanumeric() || src.as_bytes()[i - 1] == b'_') {
+            if i > 0
+                && (src.as_bytes()[i - 1].is_ascii_alphanumeric() || src.as_bytes()[i - 1] == b'_')
+            {
                 continue;
             }
             let rest = &src[i + 3..];
             let Some(end) = rest.find('"') else { continue };
             let label = rest[..end].replace("\\\"", "\"");
             if !i18n::has(&label) {
-                missing.push(format!("{}: {label}", path.file_name().unwrap().to_string_lossy()));
+                missing.push(format!(
+                    "{}: {label}",
+                    path.file_name().unwrap().to_string_lossy()
+                ));
             }
         }
     }
-    assert!(missing.is_empty(), "labels without a translation:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "labels without a translation:\n{}",
+        missing.join("\n")
+    );
 }

@@ -7,9 +7,9 @@ mod catalog;
 mod cli;
 mod distributed;
 mod fuzz;
-mod i18n;
 #[cfg(feature = "gpu")]
 mod gpu;
+mod i18n;
 mod inspect;
 mod planning;
 mod properties;

@@ -240,14 +240,25 @@ fn myths_are_measured_not_asserted() {
     // LoRA; DDP's rank-0 surplus is not a training setting at all.
     assert_eq!(by("BF16"), Some(0));
     let adam8 = by("Adam8bit").unwrap();
-    assert!(adam8 < 0 && -adam8 < GIB as i128, "8-bit AdamW saves a little: {adam8}");
+    assert!(
+        adam8 < 0 && -adam8 < GIB as i128,
+        "8-bit AdamW saves a little: {adam8}"
+    );
     assert_eq!(by("GPU 0"), None);
     // No term of the plan is a d × d product: LoRA's path is tokens × rank.
     assert_eq!(by("d × d"), Some(0));
     let p = plan(&a, &s).unwrap();
     let dd = (a.hidden_size as u128).pow(2) * 2;
-    let lora: u128 = p.terms.iter().filter(|t| t.component == lorafit::model::Component::ActLora).map(|t| t.bytes).sum();
-    assert!(lora < dd * 2 * u128::from(a.num_hidden_layers), "LoRA path {lora} B vs one d × d per module {dd} B");
+    let lora: u128 = p
+        .terms
+        .iter()
+        .filter(|t| t.component == lorafit::model::Component::ActLora)
+        .map(|t| t.bytes)
+        .sum();
+    assert!(
+        lora < dd * 2 * u128::from(a.num_hidden_layers),
+        "LoRA path {lora} B vs one d × d per module {dd} B"
+    );
 }
 
 fn python_kwargs(code: &str, call: &str) -> serde_json::Value {

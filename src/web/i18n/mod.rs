@@ -52,9 +52,7 @@ impl Lang {
 
     /// The first of the browser's preferred languages that the page speaks.
     pub fn from_preferences<'a>(tags: impl IntoIterator<Item = &'a str>) -> Lang {
-        tags.into_iter()
-            .find_map(Lang::parse)
-            .unwrap_or(Lang::En)
+        tags.into_iter().find_map(Lang::parse).unwrap_or(Lang::En)
     }
 
     /// The document's `<html lang>`.
@@ -186,7 +184,13 @@ fn pattern(key: &str, numbers: &[String]) -> Option<String> {
         let (mut outside, mut inside) = (vec![], vec![]);
         for (lit, (a, name)) in lits.iter().zip(args.iter().zip(&names)) {
             outside.extend(nums.by_ref().take(lit.matches('#').count()));
-            let a = numbers_in(a, &nums.by_ref().take(a.matches('#').count()).collect::<Vec<_>>());
+            let a = numbers_in(
+                a,
+                &nums
+                    .by_ref()
+                    .take(a.matches('#').count())
+                    .collect::<Vec<_>>(),
+            );
             inside.push(if *name {
                 a
             } else {
@@ -197,7 +201,10 @@ fn pattern(key: &str, numbers: &[String]) -> Option<String> {
         let (zh_lits, _) = pieces(zh);
         let mut out = String::new();
         for (i, lit) in zh_lits.iter().enumerate() {
-            out.push_str(&numbers_in(lit, &take_front(&mut outside, lit.matches('#').count())));
+            out.push_str(&numbers_in(
+                lit,
+                &take_front(&mut outside, lit.matches('#').count()),
+            ));
             if let Some(a) = inside.get(i) {
                 out.push_str(a);
             }
@@ -241,8 +248,7 @@ fn number_at(s: &[u8], i: usize) -> bool {
     match s[i] {
         b'0'..=b'9' => free(i),
         b'+' | b'-' => {
-            s.get(i + 1).is_some_and(u8::is_ascii_digit)
-                && (i == 0 || b" (:[".contains(&s[i - 1]))
+            s.get(i + 1).is_some_and(u8::is_ascii_digit) && (i == 0 || b" (:[".contains(&s[i - 1]))
         }
         _ => false,
     }

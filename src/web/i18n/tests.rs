@@ -8,24 +8,46 @@ fn cjk(s: &str) -> bool {
 fn both_languages_have_the_same_keys_and_placeholders() {
     let mut seen = std::collections::HashSet::new();
     for (en, zh) in entries() {
-        assert!(!en.trim().is_empty() && !zh.trim().is_empty(), "empty entry {en:?} → {zh:?}");
+        assert!(
+            !en.trim().is_empty() && !zh.trim().is_empty(),
+            "empty entry {en:?} → {zh:?}"
+        );
         assert!(seen.insert(en), "English key twice: {en:?}");
         // Only a pure separator pattern (`{} — {}`) may have no Chinese in it.
-        let words = pieces(en).0.iter().any(|l| l.chars().any(|c| c.is_ascii_alphabetic()));
+        let words = pieces(en)
+            .0
+            .iter()
+            .any(|l| l.chars().any(|c| c.is_ascii_alphabetic()));
         assert!(cjk(zh) || !words, "not translated: {en:?} → {zh:?}");
-        assert_eq!(en.matches('#').count(), zh.matches('#').count(), "numbers differ: {en:?} → {zh:?}");
+        assert_eq!(
+            en.matches('#').count(),
+            zh.matches('#').count(),
+            "numbers differ: {en:?} → {zh:?}"
+        );
         assert_eq!(pieces(en).1, pieces(zh).1, "holes differ: {en:?} → {zh:?}");
         // A key is looked up with its numbers written `#`: a digit left in a key never matches.
-        assert_eq!(numbers_out(en).1, Vec::<String>::new(), "write numbers as # in {en:?}");
+        assert_eq!(
+            numbers_out(en).1,
+            Vec::<String>::new(),
+            "write numbers as # in {en:?}"
+        );
     }
 }
 
 #[test]
 fn numbers_are_abstracted_but_words_with_digits_are_not() {
-    let (key, nums) = numbers_out("batch 8 × 4096 in fp32 on 1.5B: 24.00 GiB, bf16, q_proj2, 1,024 tokens, +1.50 GiB, ZeRO-3");
-    assert_eq!(key, "batch # × # in fp32 on 1.5B: # GiB, bf16, q_proj2, # tokens, # GiB, ZeRO-#");
+    let (key, nums) = numbers_out(
+        "batch 8 × 4096 in fp32 on 1.5B: 24.00 GiB, bf16, q_proj2, 1,024 tokens, +1.50 GiB, ZeRO-3",
+    );
+    assert_eq!(
+        key,
+        "batch # × # in fp32 on 1.5B: # GiB, bf16, q_proj2, # tokens, # GiB, ZeRO-#"
+    );
     assert_eq!(nums, ["8", "4096", "24.00", "1,024", "+1.50", "3"]);
-    assert_eq!(numbers_in("批 # × #", &["8".into(), "4096".into()]), "批 8 × 4096");
+    assert_eq!(
+        numbers_in("批 # × #", &["8".into(), "4096".into()]),
+        "批 8 × 4096"
+    );
 }
 
 #[test]
@@ -40,13 +62,21 @@ fn english_is_the_identity_and_a_missing_text_stays_english() {
 fn numbers_go_back_in_order_and_patterns_translate_what_they_hold() {
     // Fixed label, a text with numbers, and a pattern around a name with numbers in it.
     assert_eq!(tr(Lang::Zh, "Peak allocated"), "峰值已分配");
-    assert_eq!(tr(Lang::Zh, "for one GPU · effective batch 32"), "单卡 · 有效批大小 32");
     assert_eq!(
-        tr(Lang::Zh, "NVIDIA GeForce RTX 4090: needs 30.50 of 24.00 GiB"),
+        tr(Lang::Zh, "for one GPU · effective batch 32"),
+        "单卡 · 有效批大小 32"
+    );
+    assert_eq!(
+        tr(
+            Lang::Zh,
+            "NVIDIA GeForce RTX 4090: needs 30.50 of 24.00 GiB"
+        ),
         "NVIDIA GeForce RTX 4090：需要 30.50 / 24.00 GiB"
     );
     // A hole that is neither a text of the table nor code makes no match.
-    assert!(!has("together: a phrase no table has + gradient_checkpointing=True"));
+    assert!(!has(
+        "together: a phrase no table has + gradient_checkpointing=True"
+    ));
 }
 
 #[test]

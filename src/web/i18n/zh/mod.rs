@@ -11,4 +11,9 @@ mod planning;
 mod settings;
 
 /// All the tables.
-pub const TABLES: &[&[(&str, &str)]] = &[page::ENTRIES, settings::ENTRIES, model::ENTRIES, planning::ENTRIES];
+pub const TABLES: &[&[(&str, &str)]] = &[
+    page::ENTRIES,
+    settings::ENTRIES,
+    model::ENTRIES,
+    planning::ENTRIES,
+];

@@ -77,7 +77,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Unpin", "取消固定"),
     ("Use this config", "使用此配置"),
     ("What", "说明"),
-    ("Will this LoRA / QLoRA fine-tune fit, and where does every GiB go? Planned in your browser.", "这次 LoRA / QLoRA 微调显存放得下吗？每 1 GiB 都花在哪里？全部在浏览器中估算。"),
+    ("Will this LoRA / QLoRA fine-tune fit, and where does every GiB go? Planned in your browser.", "这次 LoRA / QLoRA 微调显存放得下吗？每个 GiB 都花在哪里？全部在浏览器中估算。"),
     ("With more than one GPU, every number is per GPU; a strategy and CPU offload appear here.", "多卡时，所有数值均为单卡用量；并行策略与 CPU 卸载选项显示在这里。"),
     ("Your model", "你的模型"),
     ("allocated error", "已分配误差"),
@@ -195,7 +195,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("norms", "归一化"),
     ("attention", "注意力"),
     ("LoRA path", "LoRA 支路"),
-    ("dropout", "dropout 掩码"),
+    ("dropout", "dropout 输出"),
     ("logits & loss", "logits 与损失"),
     ("backward temps", "反向临时张量"),
     ("cache", "缓存"),
@@ -220,4 +220,5 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("QLoRA (nf4) + #-bit AdamW + checkpointing, batch # × #", "QLoRA（nf4）+ # 位 AdamW + 梯度检查点，批 # × #"),
     ("Llama-#-7B, RTX #, batch # × #", "Llama-#-7B，RTX #，批 # × #"),
     ("Qwen2-7B, RTX #, checkpointing, batch # × #; samples up to # tokens", "Qwen2-7B，RTX #，梯度检查点，批 # × #；样本最长 # token"),
+    ("Model", "模型"),
 ];

@@ -82,4 +82,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Ampere (RTX #, A100, A10) and Ada (RTX #, L4) run bf16 natively; Turing (RTX #, T4) and older do not. bf16 and fp16 both take # bytes, so the choice changes no memory: bf16 vs fp16 here is # GiB", "Ampere（RTX #、A100、A10）和 Ada（RTX #、L4）原生支持 bf16；Turing（RTX #、T4）及更早的架构才不支持。bf16 和 fp16 都是 # 字节，选哪个都不改变显存：这里 bf16 相比 fp16 为 # GiB"),
     ("With DDP, GPU # using more memory than the others is normal", "DDP 时卡 # 多占显存是正常的"),
     ("under DDP every rank holds the same replica, gradient buckets and activations, so the plan is the same on every GPU; extra memory on GPU # is other ranks' CUDA contexts (about #–# GiB each) created on device # when a process touches CUDA before torch.cuda.set_device(local_rank), or evaluation and saving gathered on rank #: set the device first", "DDP 下每个 rank 持有同样的模型副本、梯度桶和激活值，所以每张卡的显存计划都一样；卡 # 多出来的显存是其他 rank 的 CUDA 上下文（每个约 #–# GiB）：进程在 torch.cuda.set_device(local_rank) 之前就访问了 CUDA，上下文建在了设备 # 上；或者评估、保存都汇总到了 rank #：先设置设备"),
+    // The speed of a fix (formats::report::speed).
+    ("no more compute per token", "每 token 计算量不变"),
+    ("≈ # % more compute per token", "每 token 计算量多 ≈ # %"),
+    ("≈ # % less compute per token", "每 token 计算量少 ≈ # %"),
 ];
