@@ -128,6 +128,17 @@ pub fn Fixes(
                 .collect::<Vec<_>>()
         })
     });
+    // The allocator's own fix, once the plan is simulated (two more simulations, after a pause).
+    let alloc_fix = Memo::new(move |_| {
+        if !needs.get() || !read(eval, |e| e.plan.reserve_simulated) {
+            return None;
+        }
+        let cap = read(eval, |e| e.verdict.capacity_bytes);
+        state.with(|st| {
+            let a = crate::web::state::arch_of(st).ok()?;
+            fixes::allocator_fix(&a, &st.settings, cap)
+        })
+    });
     let myths_open = RwSignal::new(false);
     let myths = Memo::new(move |_| {
         if !myths_open.get() {
@@ -146,6 +157,22 @@ pub fn Fixes(
             <div class:hidden=flag(move || !needs.get())>
                 <p class="hint">{t("Each change alone, re-planned: fitting first, then cheapest. Cutting the sequence length is the last resort.")}</p>
                 <ol data-testid="fixes">
+                    {move || alloc_fix.get().map(|f| {
+                        let conf = f.alloc_conf.clone();
+                        let (before, after, smi) = (gib(f.reserved_before_bytes), gib(f.reserved_after_bytes), gib(f.nvidia_smi_bytes));
+                        view! {
+                            <li data-testid="fix-expandable_segments" data-saved=f.saved_bytes.to_string()>
+                                <strong><code>{format!("PYTORCH_CUDA_ALLOC_CONF={conf}")}</code></strong>
+                                <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
+                                <br/>
+                                <span>{tx(move || format!("reserved {before} → {after}, nvidia-smi {smi}: no tensor changes, only how the caching allocator reserves"))}</span>
+                                <br/>
+                                <span class="why">{t("Simulated from the allocator's documented behaviour (segments that grow in place): no replayed measurement exists for expandable segments.")}</span>
+                                " "
+                                <button type="button" data-testid="apply-expandable_segments" on:click=move |_| { let c = conf.clone(); state.update(|st| st.settings.alloc_conf = c) }>{t("apply")}</button>
+                            </li>
+                        }
+                    })}
                     {move || fixes.get().into_iter().map(|f| {
                         let settings = f.settings.clone();
                         view! {

@@ -67,15 +67,45 @@ pub fn evaluate_state_with(st: &UiState, how: Fidelity) -> Result<Evaluation, St
     evaluate_arch(&arch, &g.name, g.capacity_bytes(), &st.settings, how)
 }
 
-/// The settled evaluation of a state: the quick one with the plan re-made with PyTorch's caching
-/// allocator simulated, and the verdict from it (the fit limits stay the quick search's: a
-/// simulated bisection costs a second of main-thread time in the browser).
+/// The settled evaluation of a state: the plan re-made with PyTorch's caching allocator
+/// simulated, the verdict from it, and the fit limits re-found against the simulated
+/// nvidia-smi. A simulated bisection would cost a second of main-thread time, so each limit
+/// starts from a guess — the quick search against the capacity scaled by this plan's
+/// quick / simulated nvidia-smi ratio — and the simulated search only confirms it (two plans
+/// when the guess is right, a few more when the overhead ratio shifts along the axis).
 pub fn settle(st: &UiState, quick: &Evaluation) -> Result<Evaluation, String> {
+    use crate::planning::evaluate::{BATCH_SEARCH_MAX, SEQ_SEARCH_MAX};
+    use crate::planning::fit;
     let arch = arch_of(st)?;
     let g = catalog::find_gpu(&st.gpu)?;
+    let cap = g.capacity_bytes();
     let plan = crate::model::plan_simulated(&arch, &st.settings).map_err(|e| e.to_string())?;
+    let ratio = quick.plan.nvidia_smi_bytes as f64 / plan.nvidia_smi_bytes.max(1) as f64;
+    let cap_quick = (cap as f64 * ratio) as u128;
+    let limit = |batch: bool, max: u64, prev: Option<u64>| {
+        let guess = fit::max_near(
+            &arch,
+            &st.settings,
+            cap_quick,
+            batch,
+            max,
+            prev,
+            Fidelity::Quick,
+        );
+        fit::max_near(
+            &arch,
+            &st.settings,
+            cap,
+            batch,
+            max,
+            guess,
+            Fidelity::Simulated,
+        )
+    };
     Ok(Evaluation {
-        verdict: crate::planning::verdict(&plan, g.capacity_bytes()),
+        verdict: crate::planning::verdict(&plan, cap),
+        max_batch: limit(true, BATCH_SEARCH_MAX, quick.max_batch),
+        max_seq: limit(false, SEQ_SEARCH_MAX, quick.max_seq),
         plan,
         ..quick.clone()
     })
@@ -127,4 +157,31 @@ pub fn gpu_options() -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The settled limits (a guess confirmed by simulated plans) are the simulated bisection's.
+    #[test]
+    fn settled_fit_limits_are_the_simulated_search() {
+        for q in [
+            "model=llama2-7b&gpu=rtx4090&b=2&s=2048",
+            "model=qwen2-7b&gpu=a10&gc=1&dt=nf4",
+            "model=llama2-13b&gpu=a100-40&gc=1",
+        ] {
+            let st = crate::web::link::decode(q).0;
+            let quick = evaluate_state(&st).unwrap();
+            let settled = settle(&st, &quick).unwrap();
+            let full = evaluate_state_with(&st, Fidelity::Simulated).unwrap();
+            assert_eq!(
+                (settled.max_batch, settled.max_seq),
+                (full.max_batch, full.max_seq),
+                "{q}"
+            );
+            assert_eq!(settled.plan, full.plan, "{q}");
+            assert_eq!(settled.verdict, full.verdict, "{q}");
+        }
+    }
 }

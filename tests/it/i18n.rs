@@ -96,8 +96,17 @@ fn collect() -> Texts {
             }
             // The heavier features on a sample: the simulated reserve, fixes, myths.
             if i % 9 == 0 {
-                if let Ok(p) = plan_simulated(&m.arch, s) {
-                    t.add("reserve", &p.reserve_explanation);
+                for conf in ["", "expandable_segments:True"] {
+                    let s = Settings {
+                        alloc_conf: conf.into(),
+                        ..s.clone()
+                    };
+                    if let Ok(p) = plan_simulated(&m.arch, &s) {
+                        t.add("reserve", &p.reserve_explanation);
+                        for n in &p.notes {
+                            t.add("note", n);
+                        }
+                    }
                 }
                 for f in fixes::suggest(&m.arch, s, 24 << 30, true) {
                     t.add("fix", &f.title);

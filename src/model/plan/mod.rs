@@ -204,6 +204,12 @@ pub fn plan_simulated(arch: &Architecture, s: &Settings) -> Result<Plan, PlanErr
     let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(s));
     let comm = distributed::apply(&ctx, &[], &[], &[], &[]).comm;
     if let Some(r) = reserve::simulate(arch, s, &p, &comm) {
+        if s.allocator_conf().is_ok_and(|c| c.expandable_segments) {
+            p.notes.push(
+                "expandable_segments:True is simulated from the allocator's documented behaviour (segments that grow in place); no replayed measurement exists for it"
+                    .into(),
+            );
+        }
         p.peak_reserved_bytes = r.bytes;
         p.reserve_explanation = r.explanation;
         p.reserve_simulated = true;

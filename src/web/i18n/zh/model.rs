@@ -148,4 +148,5 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Gradients", "梯度"),
     ("logsumexp", "logsumexp 结果"),
     ("routers", "路由器"),
+    ("expandable_segments:True is simulated from the allocator's documented behaviour (segments that grow in place); no replayed measurement exists for it", "expandable_segments:True 按分配器文档描述的行为模拟（段原地扩展）；它没有回放实测数据"),
 ];

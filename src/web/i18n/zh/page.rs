@@ -221,4 +221,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Llama-#-7B, RTX #, batch # × #", "Llama-#-7B，RTX #，批 # × #"),
     ("Qwen2-7B, RTX #, checkpointing, batch # × #; samples up to # tokens", "Qwen2-7B，RTX #，梯度检查点，批 # × #；样本最长 # token"),
     ("Model", "模型"),
+    // The allocator's own fix.
+    ("reserved # GiB → # GiB, nvidia-smi # GiB: no tensor changes, only how the caching allocator reserves", "预留 # GiB → # GiB，nvidia-smi 显示 # GiB：张量一个不变，只改变缓存分配器预留显存的方式"),
+    ("Simulated from the allocator's documented behaviour (segments that grow in place): no replayed measurement exists for expandable segments.", "按分配器文档描述的行为模拟（段原地扩展）：可扩展段（expandable segments）没有回放实测数据。"),
 ];
