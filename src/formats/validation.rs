@@ -157,9 +157,16 @@ fn plan_of(model: &Value, settings: &Value) -> Result<Plan, String> {
     plan_simulated(&arch, &s).map_err(|e| e.to_string())
 }
 
-fn data() -> Result<Data, String> {
-    serde_json::from_str(include_str!("../../data/validation.json"))
-        .map_err(|e| format!("data/validation.json: {e}"))
+fn data(json: &str) -> Result<Data, String> {
+    serde_json::from_str(json).map_err(|e| format!("validation.json: {e}"))
+}
+
+/// Runs the model over every committed measurement (`data/validation.json`, compiled in; the
+/// page fetches the file instead and calls [`validate_json`], so the planner's wasm does not
+/// carry it).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn validate() -> Result<Validation, String> {
+    validate_json(include_str!("../../data/validation.json"))
 }
 
 fn case_row(c: &Case) -> Result<CaseRow, String> {
@@ -199,9 +206,9 @@ fn published_row(r: &Published) -> PublishedRow {
     }
 }
 
-/// Runs the model over every committed measurement.
-pub fn validate() -> Result<Validation, String> {
-    let d = data()?;
+/// Runs the model over the measurements in `json` (the format of `data/validation.json`).
+pub fn validate_json(json: &str) -> Result<Validation, String> {
+    let d = data(json)?;
     let cases = d
         .cases
         .iter()

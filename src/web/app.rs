@@ -108,9 +108,11 @@ fn setup((initial, notices): (UiState, Vec<String>)) -> Page {
     let lang = Memo::new(move |_| state.with(|st| st.lang.unwrap_or_default()));
     crate::web::lang::provide(lang);
     Effect::new(move |_| {
+        let l = lang.get();
         if let Some(root) = document().document_element() {
-            let _ = root.set_attribute("lang", lang.get().html_tag());
+            let _ = root.set_attribute("lang", l.html_tag());
         }
+        document().set_title(&tr(l, "lorafit — LoRA / QLoRA GPU-memory planner"));
     });
     let limit = move |axis: Axis| {
         let key = Memo::new(move |_| state.with(|st| without(st, axis)));

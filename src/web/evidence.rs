@@ -3,8 +3,11 @@
 //! visitor sees the evidence rather than a claim.
 
 use leptos::prelude::*;
+use leptos::task::spawn_local;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
 
-use crate::formats::validation::{validate, ErrorStats, Validation};
+use crate::formats::validation::{validate_json, ErrorStats, Validation};
 use crate::web::lang::{t, tx};
 
 fn stats_line(name: &str, s: &ErrorStats) -> Signal<String> {
@@ -15,6 +18,23 @@ fn stats_line(name: &str, s: &ErrorStats) -> Signal<String> {
     tx(move || line.clone())
 }
 
+/// The measurements, fetched from the build (`validation.json`, copied there by trunk and cached
+/// by the service worker) so the planner's wasm does not carry them.
+async fn fetch_measurements() -> Result<String, String> {
+    let failed = || "could not load the measurements (validation.json)".to_string();
+    let resp = JsFuture::from(window().fetch_with_str("./validation.json"))
+        .await
+        .map_err(|_| failed())?;
+    let resp: web_sys::Response = resp.dyn_into().map_err(|_| failed())?;
+    if !resp.ok() {
+        return Err(failed());
+    }
+    let text = JsFuture::from(resp.text().map_err(|_| failed())?)
+        .await
+        .map_err(|_| failed())?;
+    text.as_string().ok_or_else(failed)
+}
+
 /// The panel.
 #[component]
 pub fn Evidence() -> impl IntoView {
@@ -23,7 +43,7 @@ pub fn Evidence() -> impl IntoView {
         <section class="evidence" aria-label=t("How accurate is this?") data-testid="evidence">
             <h2>{t("How accurate is this?")}</h2>
             <p class="hint">{t("Every measured case lorafit carries — real transformers + peft training steps, PyTorch's own allocator replayed over them, and published runs on A100s — planned again in this browser (takes a few seconds).")}</p>
-            <button type="button" data-testid="evidence-run" on:click=move |_| result.set(Some(validate()))>{t("Show the evidence")}</button>
+            <button type="button" data-testid="evidence-run" on:click=move |_| spawn_local(async move { result.set(Some(fetch_measurements().await.and_then(|j| validate_json(&j)))) })>{t("Show the evidence")}</button>
             {move || result.get().map(|r| match r {
                 Err(e) => view! { <p class="error" role="alert">{tx(move || e.clone())}</p> }.into_any(),
                 Ok(v) => view! {

@@ -221,7 +221,10 @@ fn every_text_the_planner_writes_has_a_chinese_translation() {
             missing.entry(from).or_default().push(s.clone());
         }
     }
-    if !missing.is_empty() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/i18n-missing.txt");
+    if missing.is_empty() {
+        let _ = std::fs::remove_file(path);
+    } else {
         let mut out = String::new();
         for (from, list) in &missing {
             let mut keys: Vec<String> = list.iter().map(|s| i18n::key_of(s)).collect();
@@ -231,7 +234,6 @@ fn every_text_the_planner_writes_has_a_chinese_translation() {
                 out.push_str(&format!("{from}\t{k}\n"));
             }
         }
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/i18n-missing.txt");
         let _ = std::fs::write(path, &out);
         let n: usize = missing.values().map(Vec::len).sum();
         panic!(

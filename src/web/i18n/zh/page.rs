@@ -223,5 +223,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Model", "模型"),
     // The allocator's own fix.
     ("reserved # GiB → # GiB, nvidia-smi # GiB: no tensor changes, only how the caching allocator reserves", "预留 # GiB → # GiB，nvidia-smi 显示 # GiB：张量一个不变，只改变缓存分配器预留显存的方式"),
-    ("Simulated from the allocator's documented behaviour (segments that grow in place): no replayed measurement exists for expandable segments.", "按分配器文档描述的行为模拟（段原地扩展）：可扩展段（expandable segments）没有回放实测数据。"),
+    ("Simulated from the allocator's documented behaviour (segments that grow in place): no replayed measurement exists for expandable segments.", "按分配器文档描述的行为模拟（段原地扩展）：可扩展段（expandable_segments）没有回放实测数据。"),
+    ("could not load the measurements (validation.json)", "无法加载实测数据（validation.json）"),
+    ("lorafit — LoRA / QLoRA GPU-memory planner", "lorafit — LoRA / QLoRA 显存规划器"),
 ];
