@@ -41,6 +41,30 @@ pub struct Planned {
     pub missing_bytes: u64,
 }
 
+/// One point of a memory timeline: the highest memory within a stretch of the step.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Sample {
+    /// Where in the step: the share of its allocations made so far (0 to 1), so a measured run
+    /// and its plan line up although their event counts differ.
+    pub at: f64,
+    /// Requested bytes of live tensors (the highest in this stretch).
+    pub allocated_bytes: u64,
+    /// Bytes reserved in segments (measured runs; 0 for the plan).
+    pub reserved_bytes: u64,
+}
+
+/// Where a phase of the planned step starts, on the same axis as [`Sample::at`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PhaseMark {
+    /// Share of the step's allocations before it.
+    pub at: f64,
+    /// `forward`, `loss`, `backward`, `optimizer`, …
+    pub phase: &'static str,
+}
+
+/// Points of a timeline drawn (the highest memory of each stretch is kept, so no peak is lost).
+pub const TIMELINE_POINTS: usize = 240;
+
 /// What a file says, and how it compares with the plan.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Inspection {
@@ -64,6 +88,57 @@ pub struct Inspection {
     pub unplanned: Vec<Unplanned>,
     /// The verdict in words.
     pub findings: Vec<String>,
+    /// Measured memory over the recorded trace (snapshots only), at most [`TIMELINE_POINTS`].
+    pub timeline: Vec<Sample>,
+    /// The plan's allocated memory over the same step (when the configuration was given).
+    pub planned_timeline: Vec<Sample>,
+    /// Where the planned step's phases start.
+    pub phase_marks: Vec<PhaseMark>,
+}
+
+/// Keeps the highest point of each of `n` equal stretches of `at` (points in `at` order).
+fn envelope(points: impl Iterator<Item = Sample>, n: usize) -> Vec<Sample> {
+    let mut out: Vec<Sample> = Vec::with_capacity(n);
+    for p in points {
+        let bucket = ((p.at * n as f64) as usize).min(n - 1);
+        let at = (bucket as f64 + 0.5) / n as f64;
+        match out.last_mut() {
+            Some(last) if (last.at - at).abs() < 1e-12 => {
+                last.allocated_bytes = last.allocated_bytes.max(p.allocated_bytes);
+                last.reserved_bytes = last.reserved_bytes.max(p.reserved_bytes);
+            }
+            _ => out.push(Sample { at, ..p }),
+        }
+    }
+    out
+}
+
+/// The planned step's live bytes over its allocations.
+fn planned_timeline(t: &Trace) -> Vec<Sample> {
+    let allocs = t
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Alloc { .. }))
+        .count()
+        .max(1);
+    let mut sizes: HashMap<u32, u64> = HashMap::new();
+    let (mut live, mut k) = (0u64, 0usize);
+    let points = t.events.iter().map(move |e| {
+        match *e {
+            Event::Alloc { id, bytes } => {
+                sizes.insert(id, bytes);
+                live += bytes;
+                k += 1;
+            }
+            Event::Free { id } => live -= sizes.remove(&id).unwrap_or(0),
+        }
+        Sample {
+            at: k as f64 / allocs as f64,
+            allocated_bytes: live,
+            reserved_bytes: 0,
+        }
+    });
+    envelope(points, TIMELINE_POINTS)
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -111,6 +186,9 @@ fn empty(kind: &'static str) -> Inspection {
         planned: None,
         unplanned: vec![],
         findings: vec![],
+        timeline: vec![],
+        planned_timeline: vec![],
+        phase_marks: vec![],
     }
 }
 
@@ -122,7 +200,27 @@ fn from_snapshot(s: &Snapshot) -> Inspection {
     } else {
         Some(replay_allocated(s))
     };
+    // The measured timeline on the allocation axis.
+    let events = s.device_trace(s.primary_device());
+    let allocs = events
+        .iter()
+        .filter(|e| e.action == Action::Alloc)
+        .count()
+        .max(1);
+    let mut k = 0usize;
+    let points = events.iter().zip(&t.points).map(|(e, p)| {
+        if e.action == Action::Alloc {
+            k += 1;
+        }
+        Sample {
+            at: k as f64 / allocs as f64,
+            allocated_bytes: p.allocated_requested_bytes,
+            reserved_bytes: p.reserved_bytes,
+        }
+    });
+    let timeline = envelope(points, TIMELINE_POINTS);
     Inspection {
+        timeline,
         peak_allocated_bytes: allocated.or(Some(t.peak_allocated_requested_bytes)),
         peak_reserved_bytes: Some(t.peak_reserved_bytes),
         peak_requested_bytes: Some(t.peak_allocated_requested_bytes),
@@ -240,6 +338,25 @@ fn compare(
     let p = plan_simulated(arch, s).map_err(|e| e.to_string())?;
     let trace = steptrace::generate(arch, s).map_err(|e| e.to_string())?;
     let (mut planned, phases) = planned_at_peak(&trace);
+    ins.planned_timeline = planned_timeline(&trace);
+    let planned_allocs = trace
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Alloc { .. }))
+        .count()
+        .max(1);
+    ins.phase_marks = phases
+        .iter()
+        .map(|(k, phase)| PhaseMark {
+            at: *k as f64 / planned_allocs as f64,
+            phase: phase.name(),
+        })
+        .fold(vec![], |mut v: Vec<PhaseMark>, m| {
+            if v.last().is_none_or(|l| l.phase != m.phase) {
+                v.push(m);
+            }
+            v
+        });
     let mut planned_fig = Planned {
         peak_allocated_bytes: u64::try_from(p.peak_allocated_bytes).unwrap_or(u64::MAX),
         peak_reserved_bytes: u64::try_from(p.peak_reserved_bytes).unwrap_or(u64::MAX),

@@ -365,6 +365,83 @@ pub fn x_of(
     Some((v - lo) / (hi - lo).max(1e-9) * width)
 }
 
+/// The timeline of a measured run against its plan, in a `width × height` box: SVG paths of
+/// measured allocated and reserved and of the planned allocated memory (x: share of the step's
+/// allocations), the x of each planned phase start, and GiB ticks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeline {
+    /// Measured requested bytes of live tensors.
+    pub measured: String,
+    /// Measured reserved bytes.
+    pub reserved: String,
+    /// The plan's live bytes (empty without a configuration).
+    pub planned: String,
+    /// (x, phase) of each phase start.
+    pub marks: Vec<(f64, &'static str)>,
+    /// The marks whose label has room (48 units from any other label; forward, backward and
+    /// optimizer placed first).
+    pub labels: Vec<(f64, &'static str)>,
+    /// (y, label) of the GiB ticks.
+    pub y_ticks: Vec<(f64, String)>,
+}
+
+/// Labels at least 48 units apart, the main phases placed before the short ones.
+fn room_for_labels(marks: Vec<(f64, &'static str)>) -> Vec<(f64, &'static str)> {
+    let main = |p: &str| matches!(p, "forward" | "backward" | "optimizer");
+    let mut order = marks;
+    order.sort_by_key(|m| !main(m.1));
+    let mut placed: Vec<(f64, &'static str)> = vec![];
+    for m in order {
+        if placed.iter().all(|p| (p.0 - m.0).abs() >= 48.0) {
+            placed.push(m);
+        }
+    }
+    placed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    placed
+}
+
+/// Geometry of [`Timeline`].
+pub fn timeline(
+    measured: &[crate::planning::inspect::Sample],
+    planned: &[crate::planning::inspect::Sample],
+    marks: &[crate::planning::inspect::PhaseMark],
+    width: f64,
+    height: f64,
+) -> Timeline {
+    let top = measured
+        .iter()
+        .map(|p| p.allocated_bytes.max(p.reserved_bytes))
+        .chain(planned.iter().map(|p| p.allocated_bytes))
+        .max()
+        .unwrap_or(0)
+        .max(1 << 30);
+    let ticks = gib_ticks(u128::from(top));
+    let top = ticks.last().map(|t| t.0).unwrap_or(1).max(u128::from(top)) as f64;
+    let y = |b: u64| height - b as f64 / top * height;
+    let x = |at: f64| at.clamp(0.0, 1.0) * width;
+    let path = |pts: &mut dyn Iterator<Item = (f64, f64)>| {
+        let mut d = String::new();
+        for (i, (px, py)) in pts.enumerate() {
+            d.push_str(&format!(
+                "{}{px:.1},{py:.1} ",
+                if i == 0 { "M" } else { "L" }
+            ));
+        }
+        d
+    };
+    Timeline {
+        measured: path(&mut measured.iter().map(|p| (x(p.at), y(p.allocated_bytes)))),
+        reserved: path(&mut measured.iter().map(|p| (x(p.at), y(p.reserved_bytes)))),
+        planned: path(&mut planned.iter().map(|p| (x(p.at), y(p.allocated_bytes)))),
+        marks: marks.iter().map(|m| (x(m.at), m.phase)).collect(),
+        labels: room_for_labels(marks.iter().map(|m| (x(m.at), m.phase)).collect()),
+        y_ticks: ticks
+            .into_iter()
+            .map(|(b, l)| (height - b as f64 / top * height, l))
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,5 +556,54 @@ mod tests {
         assert!(c.areas[0].d.starts_with("M0.0,"));
         assert!(c.smi.starts_with("M0.0,"));
         assert_eq!(x_of(&pts, 362, 100.0).map(|x| x.round()), Some(75.0));
+    }
+
+    #[test]
+    fn the_timeline_keeps_its_peak_at_the_top_and_its_marks_in_the_box() {
+        use crate::planning::inspect::{PhaseMark, Sample};
+        let gib = 1u64 << 30;
+        let m: Vec<Sample> = (0..10)
+            .map(|i| Sample {
+                at: i as f64 / 9.0,
+                allocated_bytes: i * gib,
+                reserved_bytes: (i + 1) * gib,
+            })
+            .collect();
+        let p = [Sample {
+            at: 0.5,
+            allocated_bytes: 3 * gib,
+            reserved_bytes: 0,
+        }];
+        let marks = [
+            PhaseMark {
+                at: 0.25,
+                phase: "forward",
+            },
+            PhaseMark {
+                at: 0.75,
+                phase: "backward",
+            },
+        ];
+        let t = timeline(&m, &p, &marks, 400.0, 100.0);
+        assert!(t.measured.starts_with("M0.0,100.0"), "{}", t.measured);
+        // The highest point (10 GiB reserved) is at the top of the box: ticks reach 10 GiB.
+        assert!(t.reserved.ends_with("L400.0,0.0 "), "{}", t.reserved);
+        assert_eq!(t.marks, vec![(100.0, "forward"), (300.0, "backward")]);
+        assert_eq!(t.labels, t.marks);
+        let close = [
+            PhaseMark {
+                at: 0.24,
+                phase: "inputs",
+            },
+            PhaseMark {
+                at: 0.25,
+                phase: "forward",
+            },
+        ];
+        assert_eq!(
+            timeline(&m, &p, &close, 400.0, 100.0).labels,
+            vec![(100.0, "forward")]
+        );
+        assert!(t.y_ticks.iter().all(|(y, _)| (0.0..=100.0).contains(y)));
     }
 }

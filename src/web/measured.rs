@@ -120,6 +120,8 @@ pub fn MeasuredRun(
                             <dd data-testid="measured-peak-reserved">{let x = format!("{}{bound}", ins.peak_reserved_bytes.map(mib).unwrap_or_else(|| "—".into())); tx(move || x.clone())}
                                 {planned.as_ref().map(|p| { let x = format!(" · planned {}", mib(p.peak_reserved_bytes)); tx(move || x.clone()) })}</dd>
                         </dl>
+                        {run_bars(&ins)}
+                        {run_timeline(&ins)}
                         <ul data-testid="measured-unplanned">
                             {ins.unplanned.iter().map(|u| view! {
                                 <li data-testid="measured-unplanned-item" data-bytes=u.bytes.to_string() data-phase=u.phase.clone()>
@@ -135,4 +137,73 @@ pub fn MeasuredRun(
             })}
         </section>
     }
+}
+
+/// Measured against planned as two bars on one scale: the plan's allocated memory and cache, the
+/// run's allocated memory with the part the plan does not have (the unplanned tensors) as its own
+/// segment, and its cache.
+fn run_bars(ins: &Inspection) -> Option<impl IntoView> {
+    let p = ins.planned.as_ref()?;
+    let (ma, mr) = (ins.peak_allocated_bytes?, ins.peak_reserved_bytes?);
+    let unplanned: u64 = ins.unplanned.iter().map(|u| u.bytes).sum::<u64>().min(ma);
+    let scale = [p.peak_allocated_bytes, p.peak_reserved_bytes, ma, mr]
+        .into_iter()
+        .max()?
+        .max(1) as f64;
+    let w = |b: u64| format!("{:.3}%", b as f64 / scale * 100.0);
+    let seg = |class: &'static str, id: &'static str, what: &'static str, bytes: u64| {
+        let label = Signal::derive({
+            let lang = crate::web::lang::lang();
+            move || format!("{}: {}", crate::web::i18n::tr(lang.get(), what), mib(bytes))
+        });
+        view! { <span class=format!("rseg {class}") data-testid=id data-bytes=bytes.to_string() style:width=w(bytes) title=label aria-label=label></span> }
+    };
+    Some(view! {
+        <div class="run-bars" data-testid="measured-bars">
+            <div class="run-row"><span class="run-name">{t("plan")}</span>
+                <div class="run-track">
+                    {seg("planned", "bar-planned-allocated", "allocated", p.peak_allocated_bytes)}
+                    {seg("cache", "bar-planned-cache", "allocator cache", p.peak_reserved_bytes.saturating_sub(p.peak_allocated_bytes))}
+                </div>
+            </div>
+            <div class="run-row"><span class="run-name">{t("your run")}</span>
+                <div class="run-track">
+                    {seg("planned", "bar-measured-allocated", "allocated, as planned", ma - unplanned)}
+                    {seg("unplanned", "bar-unplanned", "not in the plan", unplanned)}
+                    {seg("cache", "bar-measured-cache", "allocator cache", mr.saturating_sub(ma))}
+                </div>
+            </div>
+            <p class="run-legend"><span class="rsw planned"></span>{t("allocated")}" "<span class="rsw unplanned"></span>{t("not in the plan")}" "<span class="rsw cache"></span>{t("allocator cache")}</p>
+        </div>
+    })
+}
+
+/// Allocated and reserved over the recorded step, the plan's allocated memory over the same
+/// step, and where its phases start.
+fn run_timeline(ins: &Inspection) -> Option<impl IntoView> {
+    if ins.timeline.len() < 2 {
+        return None;
+    }
+    let (w, h) = (600.0, 160.0);
+    let g =
+        crate::web::chart::timeline(&ins.timeline, &ins.planned_timeline, &ins.phase_marks, w, h);
+    let described = format!("{} {}", ins.timeline.len(), ins.phase_marks.len());
+    Some(view! {
+        <figure class="run-timeline">
+            <svg viewBox=format!("-40 -14 {} {}", w + 50.0, h + 34.0) role="img" aria-label=t("Memory over the recorded step: measured allocated and reserved, the plan's allocated, and the plan's phases") data-testid="measured-timeline" data-points=described>
+                {g.y_ticks.iter().map(|(y, l)| view! {
+                    <line class="grid" x1="0" x2=w y1=*y y2=*y />
+                    <text class="tick" x="-5" dy="3" y=*y text-anchor="end">{l.clone()}</text>
+                }).collect_view()}
+                {g.marks.iter().map(|(x, _)| view! { <line class="phase-mark" x1=*x x2=*x y1="-4" y2=h /> }).collect_view()}
+                {g.labels.iter().map(|(x, phase)| view! { <text class="phase-label" x=*x + 3.0 y="-4">{t(phase)}</text> }).collect_view()}
+                <path class="tl-reserved" d=g.reserved.clone() />
+                <path class="tl-measured" d=g.measured.clone() />
+                <path class="tl-planned" d=g.planned.clone() />
+                <text class="axis-label" x=w / 2.0 y=h + 18.0 text-anchor="middle">{t("share of the step's allocations")}</text>
+                <text class="axis-label" x="-36" y="-4">"GiB"</text>
+            </svg>
+            <figcaption class="run-legend"><span class="rsw tl-m"></span>{t("measured allocated")}" "<span class="rsw tl-r"></span>{t("measured reserved")}" "<span class="rsw tl-p"></span>{t("planned allocated")}</figcaption>
+        </figure>
+    })
 }

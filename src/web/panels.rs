@@ -139,6 +139,28 @@ pub fn Fixes(
             fixes::allocator_fix(&a, &st.settings, cap)
         })
     });
+    // Ranked like the others: it costs nothing, so first when it fits, and after the changes that
+    // fit when it does not.
+    let alloc_item = move |fitting: bool| {
+        move || {
+            alloc_fix.get().filter(|f| (f.status != Status::Oom) == fitting).map(|f| {
+            let conf = f.alloc_conf.clone();
+            let (before, after, smi) = (gib(f.reserved_before_bytes), gib(f.reserved_after_bytes), gib(f.nvidia_smi_bytes));
+            view! {
+                <li data-testid="fix-expandable_segments" data-saved=f.saved_bytes.to_string()>
+                    <strong><code>{format!("PYTORCH_CUDA_ALLOC_CONF={conf}")}</code></strong>
+                    <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
+                    <br/>
+                    <span>{tx(move || format!("reserved {before} → {after}, nvidia-smi {smi}: no tensor changes, only how the caching allocator reserves"))}</span>
+                    <br/>
+                    <span class="why">{t("Simulated from the allocator's documented behaviour (segments that grow in place): no replayed measurement exists for expandable segments.")}</span>
+                    " "
+                    <button type="button" data-testid="apply-expandable_segments" on:click=move |_| { let c = conf.clone(); state.update(|st| st.settings.alloc_conf = c) }>{t("apply")}</button>
+                </li>
+            }
+        })
+        }
+    };
     let myths_open = RwSignal::new(false);
     let myths = Memo::new(move |_| {
         if !myths_open.get() {
@@ -157,22 +179,7 @@ pub fn Fixes(
             <div class:hidden=flag(move || !needs.get())>
                 <p class="hint">{t("Each change alone, re-planned: fitting first, then cheapest. Cutting the sequence length is the last resort.")}</p>
                 <ol data-testid="fixes">
-                    {move || alloc_fix.get().map(|f| {
-                        let conf = f.alloc_conf.clone();
-                        let (before, after, smi) = (gib(f.reserved_before_bytes), gib(f.reserved_after_bytes), gib(f.nvidia_smi_bytes));
-                        view! {
-                            <li data-testid="fix-expandable_segments" data-saved=f.saved_bytes.to_string()>
-                                <strong><code>{format!("PYTORCH_CUDA_ALLOC_CONF={conf}")}</code></strong>
-                                <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
-                                <br/>
-                                <span>{tx(move || format!("reserved {before} → {after}, nvidia-smi {smi}: no tensor changes, only how the caching allocator reserves"))}</span>
-                                <br/>
-                                <span class="why">{t("Simulated from the allocator's documented behaviour (segments that grow in place): no replayed measurement exists for expandable segments.")}</span>
-                                " "
-                                <button type="button" data-testid="apply-expandable_segments" on:click=move |_| { let c = conf.clone(); state.update(|st| st.settings.alloc_conf = c) }>{t("apply")}</button>
-                            </li>
-                        }
-                    })}
+                    {alloc_item(true)}
                     {move || fixes.get().into_iter().map(|f| {
                         let settings = f.settings.clone();
                         view! {
@@ -187,6 +194,7 @@ pub fn Fixes(
                             </li>
                         }
                     }).collect_view()}
+                    {alloc_item(false)}
                 </ol>
             </div>
             <details on:toggle=move |ev| { let open = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlDetailsElement>().ok()).map(|d| d.open()).unwrap_or(false); myths_open.set(open) }>

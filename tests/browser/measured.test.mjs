@@ -12,6 +12,7 @@ const root = path.resolve(import.meta.dirname, "../..");
 const expected = JSON.parse(fs.readFileSync(path.join(root, "tests/data/unplanned/expected.json"), "utf8"))["logits-fp32"];
 let server, browser;
 before(async () => {
+  fs.mkdirSync(path.join(root, "test-artifacts"), { recursive: true });
   server = await serve("/");
   browser = await launch();
 });
@@ -32,6 +33,19 @@ test("a snapshot of a run that differs from its plan names the unplanned tensor,
   assert.match(await page.textContent('[data-testid="measured-findings"]'), /fp32 copy of the logits/);
   const reserved = await page.textContent('[data-testid="measured-peak-reserved"]');
   assert.ok(reserved.startsWith((expected.max_reserved / GIB).toFixed(2)), reserved);
+  // The run's bar beside the plan's: the part the plan does not have is its own segment.
+  const seg = Number(await page.getAttribute('[data-testid="bar-unplanned"]', "data-bytes"));
+  assert.ok(Math.abs(seg - expected.unplanned_bytes) / expected.unplanned_bytes <= 0.05, `unplanned segment ${seg}`);
+  const planned = Number(await page.getAttribute('[data-testid="bar-planned-allocated"]', "data-bytes"));
+  const measured = Number(await page.getAttribute('[data-testid="bar-measured-allocated"]', "data-bytes"));
+  assert.ok(Math.abs(measured - planned) / planned <= 0.05, `as planned ${measured} vs plan ${planned}`);
+  // The timeline: measured and planned memory over the step with the plan's phases marked.
+  const tl = page.locator('[data-testid="measured-timeline"]');
+  assert.ok((await tl.locator("path.tl-measured").getAttribute("d")).split("L").length > 50);
+  assert.ok((await tl.locator("path.tl-planned").getAttribute("d")).split("L").length > 50);
+  const phases = await tl.locator("text.phase-label").allTextContents();
+  for (const p of ["forward", "backward", "optimizer"]) assert.ok(phases.includes(p), phases.join());
+  await page.locator('[data-testid="measured-panel"]').screenshot({ path: path.join(root, "test-artifacts", "measured-panel.png") });
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -106,6 +106,34 @@ fn a_run_that_differs_from_its_plan_has_the_difference_named() {
         "{:?}",
         ins.findings
     );
+    // The timeline keeps the peak: its highest point is the trace's highest requested memory,
+    // and the run rises above the plan by about the unplanned tensor somewhere in the step.
+    use lorafit::planning::inspect::TIMELINE_POINTS;
+    assert!(ins.timeline.len() > 50 && ins.timeline.len() <= TIMELINE_POINTS);
+    let top_measured = ins
+        .timeline
+        .iter()
+        .map(|p| p.allocated_bytes)
+        .max()
+        .unwrap();
+    assert_eq!(Some(top_measured), ins.peak_requested_bytes);
+    assert!(ins.timeline.windows(2).all(|w| w[0].at < w[1].at));
+    let top_planned = ins
+        .planned_timeline
+        .iter()
+        .map(|p| p.allocated_bytes)
+        .max()
+        .unwrap();
+    let gap = top_measured as f64 - top_planned as f64;
+    assert!(
+        (gap - want).abs() / want <= 0.10,
+        "measured {top_measured} vs planned {top_planned}"
+    );
+    let phases: Vec<&str> = ins.phase_marks.iter().map(|m| m.phase).collect();
+    for p in ["forward", "backward", "optimizer"] {
+        assert!(phases.contains(&p), "{phases:?}");
+    }
+    assert!(ins.phase_marks.windows(2).all(|w| w[0].at <= w[1].at));
 }
 
 #[test]

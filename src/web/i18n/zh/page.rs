@@ -226,4 +226,17 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Simulated from the allocator's documented behaviour (segments that grow in place): no replayed measurement exists for expandable segments.", "按分配器文档描述的行为模拟（段原地扩展）：可扩展段（expandable_segments）没有回放实测数据。"),
     ("could not load the measurements (validation.json)", "无法加载实测数据（validation.json）"),
     ("lorafit — LoRA / QLoRA GPU-memory planner", "lorafit — LoRA / QLoRA 显存规划器"),
+    // A real run against its plan: bars and timeline.
+    ("plan", "计划"),
+    ("your run", "实际运行"),
+    ("allocated, as planned", "已分配（计划内）"),
+    ("not in the plan", "计划外"),
+    ("allocator cache", "分配器缓存"),
+    ("Memory over the recorded step: measured allocated and reserved, the plan's allocated, and the plan's phases", "记录到的训练步显存曲线：实测已分配与预留、计划已分配，以及计划的各阶段"),
+    ("share of the step's allocations", "训练步内的分配进度"),
+    ("measured allocated", "实测已分配"),
+    ("measured reserved", "实测预留"),
+    ("planned allocated", "计划已分配"),
+    ("setup", "初始化"),
+    ("inputs", "输入"),
 ];
