@@ -188,6 +188,10 @@ pub struct Settings {
     /// `PYTORCH_CUDA_ALLOC_CONF` (e.g. `expandable_segments:True`); empty = PyTorch's defaults.
     #[serde(default)]
     pub alloc_conf: String,
+    /// Bytes a real run held beyond its plan (from a memory snapshot: measured − planned peak),
+    /// kept as a calibration: resident through the whole step, its own component.
+    #[serde(default)]
+    pub measured_overhead_bytes: u64,
     /// Fused expert parameters adapted by LoRA (peft `target_parameters`; MoE models).
     #[serde(default)]
     pub target_parameters: Vec<ExpertParam>,
@@ -234,6 +238,7 @@ impl Default for Settings {
             fused_ce: false,
             parallel: Default::default(),
             alloc_conf: String::new(),
+            measured_overhead_bytes: 0,
             target_parameters: vec![],
             output_router_logits: false,
             experts_impl: ExpertsImpl::GroupedMm,

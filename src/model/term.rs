@@ -48,6 +48,8 @@ pub enum Component {
     OptimizerTemps,
     /// Multi-GPU buffers: gathered parameter units, gradient buckets.
     CommBuffers,
+    /// What a real run held beyond its plan, kept as a calibration (`measured_overhead_bytes`).
+    MeasuredOverhead,
     /// Reserved by PyTorch's caching allocator but holding no tensor (rounding, fragmentation):
     /// `max_memory_reserved()` − `max_memory_allocated()`. Not part of the allocated peak.
     AllocatorCache,
@@ -58,7 +60,7 @@ pub enum Component {
 
 impl Component {
     /// Every component, in stacking order (bottom first).
-    pub const ALL: [Component; 19] = [
+    pub const ALL: [Component; 20] = [
         Component::FrozenWeights,
         Component::FrozenExperts,
         Component::QuantState,
@@ -67,6 +69,7 @@ impl Component {
         Component::OptimizerStates,
         Component::OptimizerTemps,
         Component::CommBuffers,
+        Component::MeasuredOverhead,
         Component::ActCheckpoints,
         Component::ActEmbeddings,
         Component::ActWeightCopies,
@@ -106,6 +109,7 @@ impl Component {
             Component::BackwardTemps => "backward_temps",
             Component::OptimizerTemps => "optimizer_temps",
             Component::CommBuffers => "comm_buffers",
+            Component::MeasuredOverhead => "measured_overhead",
             Component::AllocatorCache => "allocator_cache",
             Component::CudaContext => "cuda_context",
         }
@@ -133,6 +137,7 @@ impl Component {
             Component::BackwardTemps => "Backward temporaries",
             Component::OptimizerTemps => "Optimizer step temporaries",
             Component::CommBuffers => "Multi-GPU buffers (gathered units, buckets)",
+            Component::MeasuredOverhead => "Measured overhead of your run",
             Component::AllocatorCache => "Allocator cache (fragmentation)",
             Component::CudaContext => "CUDA context and outside the allocator",
         }

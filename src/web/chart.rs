@@ -58,7 +58,8 @@ impl Group {
     /// The group of a component key (`segment-…` keys of the bar included).
     pub fn of(key: &str) -> Group {
         match key {
-            "frozen_weights" | "frozen_experts" | "quant_state" | "comm_buffers" => Group::Weights,
+            "frozen_weights" | "frozen_experts" | "quant_state" | "comm_buffers"
+            | "measured_overhead" => Group::Weights,
             "trainable_weights" | "gradients" | "optimizer_states" | "optimizer_temps" => {
                 Group::LoraOptimizer
             }
@@ -83,6 +84,7 @@ pub fn short_label(key: &str) -> &'static str {
         "act_experts" => "experts (activations)",
         "quant_state" => "4-bit state",
         "comm_buffers" => "multi-GPU",
+        "measured_overhead" => "your run's extra",
         "trainable_weights" => "adapters",
         "gradients" => "gradients",
         "optimizer_states" => "optimizer",

@@ -120,6 +120,7 @@ pub fn MeasuredRun(
                             <dd data-testid="measured-peak-reserved">{let x = format!("{}{bound}", ins.peak_reserved_bytes.map(mib).unwrap_or_else(|| "—".into())); tx(move || x.clone())}
                                 {planned.as_ref().map(|p| { let x = format!(" · planned {}", mib(p.peak_reserved_bytes)); tx(move || x.clone()) })}</dd>
                         </dl>
+                        {keep_overhead(&ins, state)}
                         {run_bars(&ins)}
                         {run_timeline(&ins)}
                         <ul data-testid="measured-unplanned">
@@ -205,5 +206,30 @@ fn run_timeline(ins: &Inspection) -> Option<impl IntoView> {
             </svg>
             <figcaption class="run-legend"><span class="rsw tl-m"></span>{t("measured allocated")}" "<span class="rsw tl-r"></span>{t("measured reserved")}" "<span class="rsw tl-p"></span>{t("planned allocated")}</figcaption>
         </figure>
+    })
+}
+
+/// "Use my measured overhead": what the run held beyond its plan becomes a setting (kept in the
+/// link), so the rest of the page plans with it as its own segment.
+fn keep_overhead(ins: &Inspection, state: RwSignal<UiState>) -> Option<impl IntoView> {
+    let p = ins.planned.as_ref()?;
+    let measured = ins.peak_allocated_bytes?;
+    // Relative to what the plan has now, including any overhead already kept.
+    let kept = state.with_untracked(|st| st.settings.measured_overhead_bytes);
+    let extra = measured
+        .checked_sub(p.peak_allocated_bytes)?
+        .saturating_add(kept);
+    if extra < 1 << 20 {
+        return None;
+    }
+    let text = format!(
+        "use my measured overhead: {} more in every phase",
+        mib(extra)
+    );
+    Some(view! {
+        <p class="keep-overhead">
+            <button type="button" data-testid="use-measured-overhead" data-bytes=extra.to_string()
+                on:click=move |_| state.update(|st| st.settings.measured_overhead_bytes = extra)>{tx(move || text.clone())}</button>
+        </p>
     })
 }

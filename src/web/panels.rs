@@ -139,8 +139,8 @@ pub fn Fixes(
             fixes::allocator_fix(&a, &st.settings, cap)
         })
     });
-    // Ranked like the others: it costs nothing, so first when it fits, and after the changes that
-    // fit when it does not.
+    // Ranked like the others: it costs nothing, so first when it fits; otherwise after the
+    // other changes and before truncation, which stays the last resort.
     let alloc_item = move |fitting: bool| {
         move || {
             alloc_fix.get().filter(|f| (f.status != Status::Oom) == fitting).map(|f| {
@@ -159,6 +159,21 @@ pub fn Fixes(
                 </li>
             }
         })
+        }
+    };
+    // One fix as a list item.
+    let fix_item = move |f: fixes::Fix| {
+        let settings = f.settings.clone();
+        view! {
+            <li data-testid=format!("fix-{}", f.id)>
+                <strong>{let x = f.title.clone(); tx(move || x.clone())}</strong>
+                <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
+                {f.last_resort.then(|| view! { <span class="pill last-resort">{t("last resort")}</span> })}
+                <br/>
+                <span>{let (saved, peak) = (gib(f.saved_bytes.max(0) as u128), gib(f.peak_allocated_bytes)); tx(move || format!("saves {saved} → peak {peak}"))}" · "{let cost = f.cost.clone(); tx(move || cost.clone())}</span>
+                " "
+                <button type="button" data-testid=format!("apply-{}", f.id) on:click=move |_| { let t = settings.clone(); state.update(|st| st.settings = t) }>{t("apply")}</button>
+            </li>
         }
     };
     let myths_open = RwSignal::new(false);
@@ -180,21 +195,9 @@ pub fn Fixes(
                 <p class="hint">{t("Each change alone, re-planned: fitting first, then cheapest. Cutting the sequence length is the last resort.")}</p>
                 <ol data-testid="fixes">
                     {alloc_item(true)}
-                    {move || fixes.get().into_iter().map(|f| {
-                        let settings = f.settings.clone();
-                        view! {
-                            <li data-testid=format!("fix-{}", f.id)>
-                                <strong>{let x = f.title.clone(); tx(move || x.clone())}</strong>
-                                <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
-                                {f.last_resort.then(|| view! { <span class="pill last-resort">{t("last resort")}</span> })}
-                                <br/>
-                                <span>{let (saved, peak) = (gib(f.saved_bytes.max(0) as u128), gib(f.peak_allocated_bytes)); tx(move || format!("saves {saved} → peak {peak}"))}" · "{let cost = f.cost.clone(); tx(move || cost.clone())}</span>
-                                " "
-                                <button type="button" data-testid=format!("apply-{}", f.id) on:click=move |_| { let t = settings.clone(); state.update(|st| st.settings = t) }>{t("apply")}</button>
-                            </li>
-                        }
-                    }).collect_view()}
+                    {move || fixes.get().into_iter().filter(|f| !f.last_resort).map(fix_item).collect_view()}
                     {alloc_item(false)}
+                    {move || fixes.get().into_iter().filter(|f| f.last_resort).map(fix_item).collect_view()}
                 </ol>
             </div>
             <details on:toggle=move |ev| { let open = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlDetailsElement>().ok()).map(|d| d.open()).unwrap_or(false); myths_open.set(open) }>

@@ -46,6 +46,15 @@ test("a snapshot of a run that differs from its plan names the unplanned tensor,
   const phases = await tl.locator("text.phase-label").allTextContents();
   for (const p of ["forward", "backward", "optimizer"]) assert.ok(phases.includes(p), phases.join());
   await page.locator('[data-testid="measured-panel"]').screenshot({ path: path.join(root, "test-artifacts", "measured-panel.png") });
+  // "Use my measured overhead": the difference becomes its own segment of the plan and the link.
+  const before = await gibOf(page, "peak-allocated");
+  const keep = Number(await page.getAttribute('[data-testid="use-measured-overhead"]', "data-bytes"));
+  assert.ok(Math.abs(keep - expected.unplanned_bytes) / expected.unplanned_bytes <= 0.05, `kept ${keep}`);
+  await page.click('[data-testid="use-measured-overhead"]');
+  await page.waitForSelector('[data-testid="segment-measured_overhead"]');
+  await page.waitForFunction(() => location.search.includes("mo="), null, { timeout: 5000 });
+  const after = await gibOf(page, "peak-allocated");
+  assert.ok(Math.abs(after - before - keep / GIB) <= 0.011, `${before} → ${after} for ${keep}`);
   assert.deepEqual(errors, []);
   await page.close();
 });

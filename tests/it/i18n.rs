@@ -42,7 +42,7 @@ fn variants() -> Vec<Settings> {
             }
         }
     }
-    // Several GPUs under each strategy, with offload; checkpointing with QLoRA.
+    // Several GPUs under each strategy, with offload; checkpointing with QLoRA; a kept overhead.
     for q in [
         "gpus=4&st=fsdp",
         "gpus=4&st=ddp",
@@ -51,6 +51,7 @@ fn variants() -> Vec<Settings> {
         "gpus=2&st=zero2&off=opt",
         "gc=1&dt=nf4&b=4&s=4096",
         "attn=eager&do=0.1&dt=fp32",
+        "mo=1073741824",
     ] {
         let (st, _) = lorafit::web::link::decode(q);
         out.push(st.settings);

@@ -428,3 +428,42 @@ fn expandable_segments_is_measured_by_the_allocator_simulation() {
     };
     assert!(lorafit::planning::fixes::allocator_fix(&a, &set, 80 << 30).is_none());
 }
+
+/// A real run's overhead kept as a calibration: its own component, in every phase, in the
+/// simulated reserve too, and in the link.
+#[test]
+fn a_kept_measured_overhead_is_its_own_segment_in_every_phase() {
+    let a = arch("llama2-7b");
+    let base = Settings::default();
+    let extra = 3u64 << 30;
+    let with = Settings {
+        measured_overhead_bytes: extra,
+        ..base.clone()
+    };
+    let (p0, p1) = (plan(&a, &base).unwrap(), plan(&a, &with).unwrap());
+    assert_eq!(
+        p1.peak_allocated_bytes,
+        p0.peak_allocated_bytes + u128::from(extra)
+    );
+    for (x, y) in p0.phases.iter().zip(&p1.phases) {
+        assert_eq!(y.bytes, x.bytes + u128::from(extra), "{:?}", x.phase);
+    }
+    let seg = p1
+        .breakdown
+        .iter()
+        .find(|c| c.key == "measured_overhead")
+        .unwrap();
+    assert_eq!(seg.bytes, u128::from(extra));
+    let (s0, s1) = (
+        lorafit::model::plan_simulated(&a, &base).unwrap(),
+        lorafit::model::plan_simulated(&a, &with).unwrap(),
+    );
+    assert!(s1.peak_reserved_bytes >= s0.peak_reserved_bytes + u128::from(extra));
+    let st = lorafit::web::state::UiState {
+        settings: with.clone(),
+        ..Default::default()
+    };
+    let q = lorafit::web::link::encode(&st);
+    assert!(q.contains("mo=3221225472"), "{q}");
+    assert_eq!(lorafit::web::link::decode(&q).0.settings, with);
+}

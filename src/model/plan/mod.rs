@@ -8,7 +8,7 @@ use super::arch::Architecture;
 use super::distributed;
 use super::error::PlanError;
 use super::settings::{AttnImpl, Settings};
-use super::term::{Component, Term};
+use super::term::{named_bytes, Component, Term};
 use super::weights::{self, ParamCounts};
 
 mod phases;
@@ -159,7 +159,17 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     let opt_in_allocator: Vec<Term> = if paged { vec![] } else { opt_states.clone() };
     // Sharding and offload across GPUs (a no-op on one GPU): what this rank holds.
     let rank = distributed::apply(&ctx, &frozen, &trainable, &grads, &opt_in_allocator);
-    let step = phases::Step::new(&ctx, &params, &rank);
+    let mut step = phases::Step::new(&ctx, &params, &rank);
+    if s.measured_overhead_bytes > 0 {
+        step.statics.push(Term::product(
+            Component::MeasuredOverhead,
+            "what your run held beyond the plan (measured − planned peak)",
+            &[named_bytes(
+                "measured overhead",
+                u128::from(s.measured_overhead_bytes),
+            )],
+        ));
+    }
     let all_phases = step.phases();
     let (peak, per_phase) = pick_peak(all_phases);
     let steady = total(&step.statics);

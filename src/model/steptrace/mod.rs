@@ -126,6 +126,8 @@ pub enum What {
     OptState,
     /// Optimizer temporary.
     OptTemp,
+    /// A real run's measured overhead (calibration).
+    Overhead,
 }
 
 impl What {
@@ -158,6 +160,7 @@ impl What {
             What::ParamGrad => "parameter gradient",
             What::OptState => "optimizer state",
             What::OptTemp => "optimizer temporary",
+            What::Overhead => "measured overhead of your run",
         }
     }
 }

@@ -184,6 +184,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         if s.quant.is_some() {
             self.quant_state();
         }
+        // A real run's measured overhead, kept as a calibration: resident through the step.
+        if s.measured_overhead_bytes > 0 {
+            self.t(s.measured_overhead_bytes, 1, What::Overhead);
+        }
     }
 
     /// A Linear layer's weight, bias and LoRA A/B, then the norms and sinks its attention module

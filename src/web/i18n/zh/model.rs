@@ -150,4 +150,5 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("routers", "路由器"),
     ("expandable_segments:True is simulated from the allocator's documented behaviour (segments that grow in place); no replayed measurement exists for it", "expandable_segments:True 按分配器文档描述的行为模拟（段原地扩展）；它没有回放实测数据"),
     ("PyTorch's caching allocator ({=}) simulated over the step's # allocations and frees: max_memory_reserved # B, max_memory_allocated # B (blocks rounded to # B)", "在本步的 # 次分配与释放上模拟 PyTorch 缓存分配器（{=}）：max_memory_reserved # B，max_memory_allocated # B（块按 # B 取整）"),
+    ("what your run held beyond the plan (measured − planned peak)", "实际运行比计划多占的显存（实测峰值 − 计划峰值）"),
 ];

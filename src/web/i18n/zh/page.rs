@@ -239,4 +239,6 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("planned allocated", "计划已分配"),
     ("setup", "初始化"),
     ("inputs", "输入"),
+    ("your run's extra", "实测额外"),
+    ("use my measured overhead: # GiB more in every phase", "使用我的实测额外显存：每个阶段多计 # GiB"),
 ];

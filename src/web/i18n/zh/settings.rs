@@ -64,4 +64,6 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Optimizer", "优化器"),
     ("Strategy", "并行策略"),
     ("machines", "机器"),
+    ("Measured overhead of your run", "实际运行的额外显存（实测）"),
+    ("bytes a real run held beyond the plan (read from its memory snapshot): kept through the whole step as its own segment", "实际运行比计划多占的字节数（从显存快照读出）：作为单独一段，在整个训练步中一直计入"),
 ];
