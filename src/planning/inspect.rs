@@ -113,14 +113,18 @@ fn envelope(points: impl Iterator<Item = Sample>, n: usize) -> Vec<Sample> {
     out
 }
 
-/// The planned step's live bytes over its allocations.
-fn planned_timeline(t: &Trace) -> Vec<Sample> {
-    let allocs = t
-        .events
+/// Allocations of a planned step (at least 1, to divide by).
+fn alloc_count(t: &Trace) -> usize {
+    t.events
         .iter()
         .filter(|e| matches!(e, Event::Alloc { .. }))
         .count()
-        .max(1);
+        .max(1)
+}
+
+/// The planned step's live bytes over its allocations.
+fn planned_timeline(t: &Trace) -> Vec<Sample> {
+    let allocs = alloc_count(t);
     let mut sizes: HashMap<u32, u64> = HashMap::new();
     let (mut live, mut k) = (0u64, 0usize);
     let points = t.events.iter().map(move |e| {
@@ -339,12 +343,7 @@ fn compare(
     let trace = steptrace::generate(arch, s).map_err(|e| e.to_string())?;
     let (mut planned, phases) = planned_at_peak(&trace);
     ins.planned_timeline = planned_timeline(&trace);
-    let planned_allocs = trace
-        .events
-        .iter()
-        .filter(|e| matches!(e, Event::Alloc { .. }))
-        .count()
-        .max(1);
+    let planned_allocs = alloc_count(&trace);
     ins.phase_marks = phases
         .iter()
         .map(|(k, phase)| PhaseMark {
@@ -376,11 +375,6 @@ fn compare(
                 k += 1;
             }
         }
-        let planned_allocs: usize = trace
-            .events
-            .iter()
-            .filter(|e| matches!(e, Event::Alloc { .. }))
-            .count();
         let scale = planned_allocs as f64 / k.max(1) as f64;
         // Same-sized tensors are told apart by where the step allocates them: each planned one
         // takes the measured one allocated nearest to its own position.

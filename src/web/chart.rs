@@ -221,6 +221,15 @@ pub fn by_group(components: &[ComponentBytes]) -> Vec<ComponentBytes> {
         .collect()
 }
 
+/// An SVG polyline path (`M x,y L x,y …`) through the points.
+fn svg_path(points: &mut dyn Iterator<Item = (f64, f64)>) -> String {
+    let mut d = String::new();
+    for (i, (x, y)) in points.enumerate() {
+        d.push_str(&format!("{}{x:.1},{y:.1} ", if i == 0 { "M" } else { "L" }));
+    }
+    d
+}
+
 /// "Nice" axis ticks from 0 to at least `top` bytes, in GiB: (bytes, label).
 pub fn gib_ticks(top: u128) -> Vec<(u128, String)> {
     let gib = 1u128 << 30;
@@ -303,16 +312,7 @@ pub fn curve(
         .collect();
     // Clamped a little above the box, so a point far over the top stays a steep line.
     let y = |b: u128| (height - (b as f64 / top) * height).max(-4.0);
-    let path = |ys: &mut dyn Iterator<Item = (f64, f64)>| {
-        let mut d = String::new();
-        for (i, (x, yv)) in ys.enumerate() {
-            d.push_str(&format!(
-                "{}{x:.1},{yv:.1} ",
-                if i == 0 { "M" } else { "L" }
-            ));
-        }
-        d
-    };
+    let path = |ys: &mut dyn Iterator<Item = (f64, f64)>| svg_path(ys);
     let grouped: Vec<Vec<ComponentBytes>> =
         points.iter().map(|p| by_group(&p.components)).collect();
     let mut below = vec![0u128; points.len()];
@@ -421,16 +421,7 @@ pub fn timeline(
     let top = ticks.last().map(|t| t.0).unwrap_or(1).max(u128::from(top)) as f64;
     let y = |b: u64| height - b as f64 / top * height;
     let x = |at: f64| at.clamp(0.0, 1.0) * width;
-    let path = |pts: &mut dyn Iterator<Item = (f64, f64)>| {
-        let mut d = String::new();
-        for (i, (px, py)) in pts.enumerate() {
-            d.push_str(&format!(
-                "{}{px:.1},{py:.1} ",
-                if i == 0 { "M" } else { "L" }
-            ));
-        }
-        d
-    };
+    let path = |pts: &mut dyn Iterator<Item = (f64, f64)>| svg_path(pts);
     Timeline {
         measured: path(&mut measured.iter().map(|p| (x(p.at), y(p.allocated_bytes)))),
         reserved: path(&mut measured.iter().map(|p| (x(p.at), y(p.reserved_bytes)))),
