@@ -12,6 +12,7 @@ use crate::formats::catalog;
 use crate::gpu::kernels::{Kernel, Precision};
 use crate::gpu::runtime::{self as gpu, Measurement};
 use crate::planning::time;
+use crate::web::lang::{t as tl, tx};
 use crate::web::link;
 
 /// Mounts the benchmark page.
@@ -45,9 +46,16 @@ fn webgpu_available() -> bool {
 #[component]
 pub fn GpuApp() -> impl IntoView {
     let (st, _) = link::decode(&window().location().search().unwrap_or_default());
+    // The planner's language (its link carries `lang`), for the texts and `<html lang>`.
+    let lang = st.lang.unwrap_or_default();
+    crate::web::lang::provide(Memo::new(move |_| lang));
+    if let Some(root) = document().document_element() {
+        let _ = root.set_attribute("lang", lang.html_tag());
+    }
     let arch = crate::web::state::arch_of(&st).ok();
     let gpu_entry = catalog::find_gpu(&st.gpu).ok();
     let status = RwSignal::new(Status::Idle);
+    let detail = RwSignal::new(String::new());
     let cancel = Rc::new(Cell::new(false));
     let utilization = RwSignal::new(time::DEFAULT_UTILIZATION);
     let dataset = RwSignal::new(100_000_000f64);
@@ -73,14 +81,18 @@ pub fn GpuApp() -> impl IntoView {
                 return;
             }
             cancel.set(false);
+            detail.set(String::new());
             let cancel = cancel.clone();
             status.set(Status::Running("opening the GPU…".into()));
             spawn_local(async move {
                 let g = match gpu::init().await {
                     Ok(g) => g,
                     Err(e) => {
+                        // Ours first (translated), then the graphics library's own words.
+                        let (ours, lib) = e.split_once(": ").unwrap_or((e.as_str(), ""));
+                        detail.set(lib.to_string());
                         status.set(Status::Failed(format!(
-                            "{e}. The planner works without it."
+                            "{ours}. The planner works without it."
                         )));
                         return;
                     }
@@ -127,7 +139,10 @@ pub fn GpuApp() -> impl IntoView {
         let (a, g) = (arch.clone()?, gpu_entry?);
         time::estimate(&a, &settings, g, utilization.get(), dataset.get())
     });
-    let title = format!("Time on {gpu_name}");
+    let title = tx({
+        let g = gpu_name.clone();
+        move || format!("Time on {g}")
+    });
     let fmt_time = |s: f64| {
         if s < 120.0 {
             format!("{s:.2} s")
@@ -139,18 +154,18 @@ pub fn GpuApp() -> impl IntoView {
     };
     view! {
         <main class="gpu-page">
-            <h1>"Measure my GPU"</h1>
-            <p class="hint">{format!("A LoRA-adapted Linear of {} (x·W with {m}×{k}×{n}, then the rank-{} path), timed on this device's GPU.", st.custom.as_ref().map(|_| "the imported model".to_string()).unwrap_or(st.model.clone()), st.settings.lora_r)}</p>
+            <h1>{tl("Measure my GPU")}</h1>
+            <p class="hint">{let x = format!("A LoRA-adapted Linear of {} (x·W with {m}×{k}×{n}, then the rank-{} path), timed on this device's GPU.", st.custom.as_ref().map(|_| "the imported model".to_string()).unwrap_or(st.model.clone()), st.settings.lora_r); tx(move || x.clone())}</p>
             <div class="share-row">
-                <button type="button" data-testid="gpu-measure" on:click=run>"Measure my GPU"</button>
-                <button type="button" data-testid="gpu-cancel" on:click=stop>"Cancel"</button>
+                <button type="button" data-testid="gpu-measure" on:click=run>{tl("Measure my GPU")}</button>
+                <button type="button" data-testid="gpu-cancel" on:click=stop>{tl("Cancel")}</button>
             </div>
-            <p data-testid="gpu-status" role="status">{move || match status.get() {
+            <p data-testid="gpu-status" role="status">{tx(move || match status.get() {
                 Status::Idle => "not measured yet".to_string(),
                 Status::Running(s) => s,
-                Status::Done { adapter, software, .. } => format!("done on {adapter}{}", if software { " — a software adapter: figures say nothing about your GPU" } else { "" }),
+                Status::Done { adapter, software, .. } => if software { format!("done on {adapter} — a software adapter: figures say nothing about your GPU") } else { format!("done on {adapter}") },
                 Status::Failed(e) => e,
-            }}</p>
+            })}" "<code translate="no" data-testid="gpu-detail">{move || detail.get()}</code></p>
             {move || match status.get() {
                 Status::Done { results, .. } => {
                     let best = results.iter().map(|r| r.gflops_median).fold(0.0, f64::max);
@@ -164,41 +179,41 @@ pub fn GpuApp() -> impl IntoView {
                     let measured_step = flops_step.map(|f| f / (best * 1e9));
                     view! {
                         <table class="breakdown">
-                            <thead><tr><th>"kernel"</th><th>"precision"</th><th>"median GFLOP/s"</th><th>"spread"</th><th>"GB/s"</th><th>"timing"</th></tr></thead>
+                            <thead><tr><th>{tl("kernel")}</th><th>{tl("precision")}</th><th>{tl("median GFLOP/s")}</th><th>{tl("spread")}</th><th>"GB/s"</th><th>{tl("timing")}</th></tr></thead>
                             <tbody>{results.into_iter().map(|r| view! {
                                 <tr data-testid=format!("gpu-result-{}-{}", r.kernel, r.precision)>
                                     <td>{r.kernel}</td><td>{r.precision}</td><td class="num">{format!("{:.2}", r.gflops_median)}</td>
-                                    <td class="num">{format!("{:.2}–{:.2} ({} samples)", r.gflops_min, r.gflops_max, r.samples)}</td>
-                                    <td class="num">{format!("{:.2}", r.gbps_median)}</td><td>{r.timing}</td>
+                                    <td class="num">{let x = format!("{:.2}–{:.2} ({} samples)", r.gflops_min, r.gflops_max, r.samples); tx(move || x.clone())}</td>
+                                    <td class="num">{format!("{:.2}", r.gbps_median)}</td><td>{tl(r.timing)}</td>
                                 </tr>
                             }).collect_view()}</tbody>
                         </table>
                         <p data-testid="gpu-speedup">{format!("tiled / naive: {:.2}×", if naive > 0.0 { tiled / naive } else { 0.0 })}</p>
-                        <p data-testid="gpu-vs-catalog">{note}</p>
-                        <p data-testid="gpu-measured-step">{measured_step.map(|s| format!("at the measured rate, one micro-batch of the planned run would take {}", fmt_time(s))).unwrap_or_default()}</p>
+                        <p data-testid="gpu-vs-catalog">{tx(move || note.clone())}</p>
+                        <p data-testid="gpu-measured-step">{let x = measured_step.map(|s| format!("at the measured rate, one micro-batch of the planned run would take {}", fmt_time(s))).unwrap_or_default(); tx(move || x.clone())}</p>
                     }.into_any()
                 }
                 _ => ().into_any(),
             }}
-            <section class="time" aria-label="Time estimate">
+            <section class="time" aria-label=tl("Time estimate")>
                 <h2>{title}</h2>
                 <div class="share-row">
-                    <label for="util">"utilisation"</label>
+                    <label for="util">{tl("utilisation")}</label>
                     <input type="number" id="util" min="0.05" max="1" step="0.05" data-testid="input-utilization" prop:value=move || utilization.get().to_string()
                         on:input:target=move |ev| { if let Ok(v) = ev.target().value().parse::<f64>() { if v.is_finite() && v > 0.0 && v <= 1.0 { utilization.set(v) } } } />
-                    <label for="ds">"dataset tokens"</label>
+                    <label for="ds">{tl("dataset tokens")}</label>
                     <input type="number" id="ds" min="0" step="1000000" data-testid="input-dataset-tokens" prop:value=move || dataset.get().to_string()
                         on:input:target=move |ev| { if let Ok(v) = ev.target().value().parse::<f64>() { if (0.0..1e16).contains(&v) { dataset.set(v) } } } />
                 </div>
                 {move || match estimate.get() {
-                    None => view! { <p class="hint" data-testid="time-estimate">"no datasheet peak for this GPU"</p> }.into_any(),
+                    None => view! { <p class="hint" data-testid="time-estimate">{tl("no datasheet peak for this GPU")}</p> }.into_any(),
                     Some(t) => view! {
                         <dl class="lengths-report" data-testid="time-estimate">
-                            <dt>"seconds per optimizer step"</dt><dd data-testid="step-time">{fmt_time(t.seconds_per_step)}</dd>
-                            <dt>"tokens per second"</dt><dd data-testid="tokens-per-second">{format!("{:.0}", t.tokens_per_second)}</dd>
-                            <dt>"one epoch"</dt><dd data-testid="epoch-time">{fmt_time(t.seconds_per_epoch)}</dd>
+                            <dt>{tl("seconds per optimizer step")}</dt><dd data-testid="step-time">{fmt_time(t.seconds_per_step)}</dd>
+                            <dt>{tl("tokens per second")}</dt><dd data-testid="tokens-per-second">{format!("{:.0}", t.tokens_per_second)}</dd>
+                            <dt>{tl("one epoch")}</dt><dd data-testid="epoch-time">{fmt_time(t.seconds_per_epoch)}</dd>
                         </dl>
-                        <p class="why">{t.explanation}</p>
+                        <p class="why">{let x = t.explanation.clone(); tx(move || x.clone())}</p>
                     }.into_any(),
                 }}
             </section>

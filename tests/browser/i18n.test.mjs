@@ -184,3 +184,19 @@ test("the forum's questions: the Qwen2-7B 32 GB guide planned row by row, the mi
     await close();
   }
 });
+
+test("中文 time panel: the GPU page follows the planner's language", async () => {
+  const { page, close, errors } = await openView(browser, server.url + "?model=qwen2-7b&gpu=h100-80&gc=1&lang=zh", { width: 1280, height: 900 });
+  try {
+    await page.click('[data-testid="open-gpu-panel"]');
+    await page.frameLocator('[data-testid="gpu-panel"]').locator('[data-testid="tokens-per-second"]').waitFor({ timeout: 30000 });
+    const frame = page.frames().find((f) => f.url().includes("/gpu/"));
+    assert.equal(await frame.evaluate(() => document.documentElement.lang), "zh-CN");
+    await frame.click('[data-testid="gpu-measure"]');
+    await frame.waitForFunction(() => !document.querySelector('[data-testid="gpu-status"]').textContent.includes("尚未"), null, { timeout: 15000 });
+    assert.deepEqual(await englishLeft(frame), []);
+    assert.deepEqual(errors, []);
+  } finally {
+    await close();
+  }
+});

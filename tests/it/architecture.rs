@@ -77,10 +77,10 @@ fn each_part_imports_only_what_its_rules_allow() {
 }
 
 #[test]
-fn planning_uses_only_the_catalog_of_formats_and_gpu_only_the_page_state_of_web() {
+fn planning_uses_only_the_catalog_of_formats_and_gpu_only_the_page_state_and_language_of_web() {
     for (part, foreign, allowed) in [
         ("planning", "formats", "catalog|snapshot"),
-        ("gpu", "web", "link|state"),
+        ("gpu", "web", "link|state|i18n|lang"),
     ] {
         for file in rust_files(&src().join(part)) {
             let text = std::fs::read_to_string(&file).unwrap();

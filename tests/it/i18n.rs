@@ -179,6 +179,22 @@ fn collect() -> Texts {
             t.add("config error", &e);
         }
     }
+    // The GPU page's time estimate, for dense and MoE models, with and without checkpointing.
+    for (model, q) in [
+        ("llama2-7b", ""),
+        ("llama2-7b", "gc=1&dt=nf4"),
+        ("mixtral-8x7b", "gc=1"),
+        ("qwen3-30b-a3b", ""),
+    ] {
+        let a = &catalog::find_model(model).unwrap().arch;
+        let s = lorafit::web::link::decode(q).0.settings;
+        for gpu in ["a100-80", "rtx4090", "t4"] {
+            let g = catalog::find_gpu(gpu).unwrap();
+            if let Some(e) = lorafit::planning::time::estimate(a, &s, g, 0.4, 1e8) {
+                t.add("time", &e.explanation);
+            }
+        }
+    }
     for ex in lorafit::web::examples::EXAMPLES {
         t.add("example", ex.title);
         for (label, _) in ex.rows {
@@ -244,24 +260,32 @@ fn every_text_the_planner_writes_has_a_chinese_translation() {
     }
 }
 
-/// The labels the views write (`t("…")` in `src/web`) are in the table too.
+/// The labels the views write (`t("…")` in `src/web`, `tl("…")` in the GPU page) are in the
+/// table too.
 #[test]
 fn every_label_of_the_views_has_a_chinese_translation() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/web");
+    let root = env!("CARGO_MANIFEST_DIR");
     let mut missing = vec![];
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
+    let files = std::fs::read_dir(format!("{root}/src/web"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .chain([std::path::PathBuf::from(format!("{root}/src/gpu/page.rs"))]);
+    for path in files {
         if path.extension().is_none_or(|e| e != "rs") {
             continue;
         }
         let src = std::fs::read_to_string(&path).unwrap();
-        for (i, _) in src.match_indices("t(\"") {
+        let calls = src
+            .match_indices("t(\"")
+            .chain(src.match_indices("tl(\""))
+            .map(|(i, m)| (i, m.len()));
+        for (i, len) in calls {
             if i > 0
                 && (src.as_bytes()[i - 1].is_ascii_alphanumeric() || src.as_bytes()[i - 1] == b'_')
             {
                 continue;
             }
-            let rest = &src[i + 3..];
+            let rest = &src[i + len..];
             let Some(end) = rest.find('"') else { continue };
             let label = rest[..end].replace("\\\"", "\"");
             if !i18n::has(&label) {

@@ -1,10 +1,12 @@
 //! The Chinese side of the message table, one file per part of the product: the page's own
 //! labels ([`page`]), the settings table ([`settings`]), the memory model's terms, phases and
-//! notes ([`model`]), and what the planning features write: fixes, myths, verdicts ([`planning`]).
+//! notes ([`model`]), what the planning features write: fixes, myths, verdicts ([`planning`]),
+//! and the GPU benchmark page ([`gpu`]).
 //! Written for practitioners in the words the forums use (显存, 梯度检查点, 激活值, 优化器状态,
 //! 碎片, 混合精度, 量化); identifiers users type (`q_proj`, `gradient_checkpointing`) stay as
 //! they are.
 
+mod gpu;
 mod model;
 mod page;
 mod planning;
@@ -16,4 +18,5 @@ pub const TABLES: &[&[(&str, &str)]] = &[
     settings::ENTRIES,
     model::ENTRIES,
     planning::ENTRIES,
+    gpu::ENTRIES,
 ];
