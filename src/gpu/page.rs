@@ -12,7 +12,7 @@ use crate::formats::catalog;
 use crate::gpu::kernels::{Kernel, Precision};
 use crate::gpu::runtime::{self as gpu, Measurement};
 use crate::planning::time;
-use crate::web::lang::{t as tl, tx};
+use crate::web::lang::{t as tl, ts, tx};
 use crate::web::link;
 
 /// Mounts the benchmark page.
@@ -155,7 +155,7 @@ pub fn GpuApp() -> impl IntoView {
     view! {
         <main class="gpu-page">
             <h1>{tl("Measure my GPU")}</h1>
-            <p class="hint">{let x = format!("A LoRA-adapted Linear of {} (x·W with {m}×{k}×{n}, then the rank-{} path), timed on this device's GPU.", st.custom.as_ref().map(|_| "the imported model".to_string()).unwrap_or(st.model.clone()), st.settings.lora_r); tx(move || x.clone())}</p>
+            <p class="hint">{ts(format!("A LoRA-adapted Linear of {} (x·W with {m}×{k}×{n}, then the rank-{} path), timed on this device's GPU.", st.custom.as_ref().map(|_| "the imported model".to_string()).unwrap_or(st.model.clone()), st.settings.lora_r))}</p>
             <div class="share-row">
                 <button type="button" data-testid="gpu-measure" on:click=run>{tl("Measure my GPU")}</button>
                 <button type="button" data-testid="gpu-cancel" on:click=stop>{tl("Cancel")}</button>
@@ -183,14 +183,14 @@ pub fn GpuApp() -> impl IntoView {
                             <tbody>{results.into_iter().map(|r| view! {
                                 <tr data-testid=format!("gpu-result-{}-{}", r.kernel, r.precision)>
                                     <td>{r.kernel}</td><td>{r.precision}</td><td class="num">{format!("{:.2}", r.gflops_median)}</td>
-                                    <td class="num">{let x = format!("{:.2}–{:.2} ({} samples)", r.gflops_min, r.gflops_max, r.samples); tx(move || x.clone())}</td>
+                                    <td class="num">{ts(format!("{:.2}–{:.2} ({} samples)", r.gflops_min, r.gflops_max, r.samples))}</td>
                                     <td class="num">{format!("{:.2}", r.gbps_median)}</td><td>{tl(r.timing)}</td>
                                 </tr>
                             }).collect_view()}</tbody>
                         </table>
                         <p data-testid="gpu-speedup">{format!("tiled / naive: {:.2}×", if naive > 0.0 { tiled / naive } else { 0.0 })}</p>
-                        <p data-testid="gpu-vs-catalog">{tx(move || note.clone())}</p>
-                        <p data-testid="gpu-measured-step">{let x = measured_step.map(|s| format!("at the measured rate, one micro-batch of the planned run would take {}", fmt_time(s))).unwrap_or_default(); tx(move || x.clone())}</p>
+                        <p data-testid="gpu-vs-catalog">{ts(note)}</p>
+                        <p data-testid="gpu-measured-step">{ts(measured_step.map(|s| format!("at the measured rate, one micro-batch of the planned run would take {}", fmt_time(s))).unwrap_or_default())}</p>
                     }.into_any()
                 }
                 _ => ().into_any(),
@@ -213,7 +213,7 @@ pub fn GpuApp() -> impl IntoView {
                             <dt>{tl("tokens per second")}</dt><dd data-testid="tokens-per-second">{format!("{:.0}", t.tokens_per_second)}</dd>
                             <dt>{tl("one epoch")}</dt><dd data-testid="epoch-time">{fmt_time(t.seconds_per_epoch)}</dd>
                         </dl>
-                        <p class="why">{let x = t.explanation.clone(); tx(move || x.clone())}</p>
+                        <p class="why">{ts(t.explanation.clone())}</p>
                     }.into_any(),
                 }}
             </section>

@@ -18,7 +18,7 @@ use crate::planning::{fit, verdict};
 use crate::web::chart::{self, Group};
 use crate::web::controls::{flag, text, FieldControl, SelectControl, Toggle};
 use crate::web::i18n::{tr, Lang};
-use crate::web::lang::{now, t, tx};
+use crate::web::lang::{now, t, ts, tx};
 use crate::web::layout;
 use crate::web::link;
 use crate::web::state::{arch_of, UiState};
@@ -164,7 +164,7 @@ fn notice_list(notices: Vec<String>) -> impl IntoView {
     (!notices.is_empty()).then(|| {
         view! {
             <ul class="notices" role="status" data-testid="notices">
-                {notices.into_iter().map(|n| view! { <li>{tx(move || n.clone())}</li> }).collect_view()}
+                {notices.into_iter().map(|n| view! { <li>{ts(n)}</li> }).collect_view()}
             </ul>
         }
     })
@@ -567,7 +567,7 @@ fn Hero(
                 })}</span>
             </p>
             <ul class="notes" data-testid="plan-notes" class:hidden=failed>
-                {move || read(eval, |e| e.plan.notes.clone()).into_iter().map(|n| view! { <li>{tx(move || n.clone())}</li> }).collect_view()}
+                {move || read(eval, |e| e.plan.notes.clone()).into_iter().map(|n| view! { <li>{ts(n)}</li> }).collect_view()}
             </ul>
         </section>
     }
@@ -1049,7 +1049,7 @@ fn Tables(
                                 view! {
                                     <tr>
                                         <td><span class=format!("sw seg-{} g-{}", k.0.key(), Group::of(k.0.key()).key()) aria-hidden="true"></span>{t(k.0.label())}</td>
-                                        <td>{let l = k.1.clone(); tx(move || l.clone())}</td>
+                                        <td>{ts(k.1.clone())}</td>
                                         <td>
                                             <code>{text(move || term(&k1).map(|t| t.formula()).unwrap_or_default())}</code><br/>
                                             <code class="values">{text(move || term(&k2).map(|t| format!("= {}", t.values())).unwrap_or_default())}</code>
@@ -1065,7 +1065,7 @@ fn Tables(
             <table class="phases">
                 <caption>{t("Highest memory of each phase")}</caption>
                 <tbody>
-                    {move || phases().into_iter().map(|(name, moment, bytes)| view! { <tr><th scope="row">{t(name)}</th><td>{tx(move || moment.clone())}</td><td class="num">{bytes}</td></tr> }).collect_view()}
+                    {move || phases().into_iter().map(|(name, moment, bytes)| view! { <tr><th scope="row">{t(name)}</th><td>{ts(moment)}</td><td class="num">{bytes}</td></tr> }).collect_view()}
                 </tbody>
             </table>
         </section>

@@ -142,7 +142,7 @@ pub fn SelectControl(
                 on:change:target=move |ev| on_set.run(ev.target().value())>
                 {move || options.get().into_iter().map(|(v, l)| {
                     let v2 = v.clone();
-                    view! { <option value=v selected=flag(move || value.get() == v2)>{crate::web::lang::tx(move || l.clone())}</option> }
+                    view! { <option value=v selected=flag(move || value.get() == v2)>{crate::web::lang::ts(l)}</option> }
                 }).collect_view()}
             </select>
         </div>

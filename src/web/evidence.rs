@@ -8,14 +8,13 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::formats::validation::{validate_json, ErrorStats, Validation};
-use crate::web::lang::{t, tx};
+use crate::web::lang::{t, ts};
 
 fn stats_line(name: &str, s: &ErrorStats) -> Signal<String> {
-    let line = format!(
+    ts(format!(
         "{name}: {} cases, median |error| {:.2} %, max {:.2} %, worst under {:+.2} %",
         s.n, s.median_abs_pct, s.max_abs_pct, s.worst_under_pct
-    );
-    tx(move || line.clone())
+    ))
 }
 
 /// The measurements, fetched from the build (`validation.json`, copied there by trunk and cached
@@ -45,13 +44,13 @@ pub fn Evidence() -> impl IntoView {
             <p class="hint">{t("Every measured case lorafit carries — real transformers + peft training steps, PyTorch's own allocator replayed over them, and published runs on A100s — planned again in this browser (takes a few seconds).")}</p>
             <button type="button" data-testid="evidence-run" on:click=move |_| spawn_local(async move { result.set(Some(fetch_measurements().await.and_then(|j| validate_json(&j)))) })>{t("Show the evidence")}</button>
             {move || result.get().map(|r| match r {
-                Err(e) => view! { <p class="error" role="alert">{tx(move || e.clone())}</p> }.into_any(),
+                Err(e) => view! { <p class="error" role="alert">{ts(e)}</p> }.into_any(),
                 Ok(v) => view! {
                     <ul data-testid="evidence-summary">
                         <li data-testid="evidence-allocated">{stats_line("peak allocated vs measured", &v.allocated)}</li>
                         <li data-testid="evidence-reserved">{stats_line("peak reserved vs PyTorch's allocator", &v.reserved)}</li>
                         <li data-testid="evidence-smi">{stats_line("nvidia-smi vs published A100 runs", &v.smi)}</li>
-                        <li>{let x = format!("runs that ran out of memory called out of memory: {} of {}", v.oom_called.0, v.oom_called.1); tx(move || x.clone())}</li>
+                        <li>{ts(format!("runs that ran out of memory called out of memory: {} of {}", v.oom_called.0, v.oom_called.1))}</li>
                     </ul>
                     <details>
                         <summary>{t("every case")}</summary>

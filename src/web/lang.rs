@@ -25,13 +25,22 @@ pub fn t(en: &'static str) -> Signal<String> {
     Signal::derive(move || tr(lang.get(), en).into_owned())
 }
 
-/// A text that follows the state, in the page's language.
+/// A text that follows the state, in the page's language (English as it is, without a copy:
+/// this runs for every shown number on every slider move).
 pub fn tx(f: impl Fn() -> String + Send + Sync + 'static) -> Signal<String> {
     let lang = lang();
     Signal::derive(move || {
         let en = f();
-        tr(lang.get(), &en).into_owned()
+        match lang.get() {
+            Lang::En => en,
+            other => tr(other, &en).into_owned(),
+        }
     })
+}
+
+/// A text the view already holds (a fix, a finding, an error), in the page's language.
+pub fn ts(en: String) -> Signal<String> {
+    tx(move || en.clone())
 }
 
 /// Translates a text now, in the page's language (inside a reactive closure).

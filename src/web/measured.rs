@@ -10,7 +10,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use crate::formats::report::gib;
 use crate::planning::inspect::{inspect, Inspection};
-use crate::web::lang::{t, tx};
+use crate::web::lang::{t, ts};
 use crate::web::state::{arch_of, UiState};
 
 /// Largest file read (the parser's own limit on decompressed input is the same).
@@ -104,9 +104,9 @@ pub fn MeasuredRun(
             <h2>{t("Read a real run")}</h2>
             <p class="hint">{t("Drop a memory snapshot (torch.cuda.memory._dump_snapshot, .pickle or .pickle.gz), the text of torch.cuda.memory_summary() or torch.cuda.memory_stats() as JSON. It is read in this browser, nothing is uploaded, and compared with the plan of the configuration above.")}</p>
             <input type="file" aria-label=t("memory snapshot, summary or stats file") data-testid="measured-file" on:change=on_change />
-            {move || status.get().map(|s| view! { <p role="status" data-testid="measured-status">{tx(move || s.clone())}</p> })}
+            {move || status.get().map(|s| view! { <p role="status" data-testid="measured-status">{ts(s)}</p> })}
             {move || result.get().map(|r| match r {
-                Err(e) => view! { <p class="error" role="alert" data-testid="measured-error">{tx(move || e.clone())}</p> }.into_any(),
+                Err(e) => view! { <p class="error" role="alert" data-testid="measured-error">{ts(e)}</p> }.into_any(),
                 Ok(ins) => {
                     let bound = if ins.trace_truncated { " (lower bound)" } else { "" };
                     let planned = ins.planned.clone();
@@ -114,11 +114,11 @@ pub fn MeasuredRun(
                         <dl class="lengths-report" data-testid="measured-report">
                             <dt>{t("file")}</dt><dd>{t(ins.kind)}</dd>
                             <dt>{t("peak allocated")}</dt>
-                            <dd data-testid="measured-peak-allocated">{let x = format!("{}{bound}", ins.peak_allocated_bytes.map(mib).unwrap_or_else(|| "—".into())); tx(move || x.clone())}
-                                {planned.as_ref().map(|p| { let x = format!(" · planned {}", mib(p.peak_allocated_bytes)); tx(move || x.clone()) })}</dd>
+                            <dd data-testid="measured-peak-allocated">{ts(format!("{}{bound}", ins.peak_allocated_bytes.map(mib).unwrap_or_else(|| "—".into())))}
+                                {planned.as_ref().map(|p| {ts(format!(" · planned {}", mib(p.peak_allocated_bytes)))})}</dd>
                             <dt>{t("peak reserved")}</dt>
-                            <dd data-testid="measured-peak-reserved">{let x = format!("{}{bound}", ins.peak_reserved_bytes.map(mib).unwrap_or_else(|| "—".into())); tx(move || x.clone())}
-                                {planned.as_ref().map(|p| { let x = format!(" · planned {}", mib(p.peak_reserved_bytes)); tx(move || x.clone()) })}</dd>
+                            <dd data-testid="measured-peak-reserved">{ts(format!("{}{bound}", ins.peak_reserved_bytes.map(mib).unwrap_or_else(|| "—".into())))}
+                                {planned.as_ref().map(|p| {ts(format!(" · planned {}", mib(p.peak_reserved_bytes)))})}</dd>
                         </dl>
                         {keep_overhead(&ins, state)}
                         {run_bars(&ins)}
@@ -126,12 +126,12 @@ pub fn MeasuredRun(
                         <ul data-testid="measured-unplanned">
                             {ins.unplanned.iter().map(|u| view! {
                                 <li data-testid="measured-unplanned-item" data-bytes=u.bytes.to_string() data-phase=u.phase.clone()>
-                                    {let x = format!("unplanned: {} × {} allocated in {}", u.count, mib(u.bytes_each), u.phase); tx(move || x.clone())}
+                                    {ts(format!("unplanned: {} × {} allocated in {}", u.count, mib(u.bytes_each), u.phase))}
                                 </li>
                             }).collect_view()}
                         </ul>
                         <ul data-testid="measured-findings">
-                            {ins.findings.iter().map(|f| { let f = f.clone(); view! { <li>{tx(move || f.clone())}</li> } }).collect_view()}
+                            {ins.findings.iter().map(|f| { let f = f.clone(); view! { <li>{ts(f)}</li> } }).collect_view()}
                         </ul>
                     }.into_any()
                 }
@@ -229,7 +229,7 @@ fn keep_overhead(ins: &Inspection, state: RwSignal<UiState>) -> Option<impl Into
     Some(view! {
         <p class="keep-overhead">
             <button type="button" data-testid="use-measured-overhead" data-bytes=extra.to_string()
-                on:click=move |_| state.update(|st| st.settings.measured_overhead_bytes = extra)>{tx(move || text.clone())}</button>
+                on:click=move |_| state.update(|st| st.settings.measured_overhead_bytes = extra)>{ts(text)}</button>
         </p>
     })
 }

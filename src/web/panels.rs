@@ -21,7 +21,7 @@ use crate::web::state::UiState;
 
 use super::app::read;
 use super::controls::flag;
-use crate::web::lang::{t, tx};
+use crate::web::lang::{t, ts, tx};
 
 fn bf16_ok(state: RwSignal<UiState>) -> bool {
     state.with(|st| {
@@ -72,14 +72,14 @@ pub fn BestFix(
                         })}</h2>
                         <div class="best-body">
                             <div>
-                                <p class="combo" data-testid="best-summary">{let x = f.summary.clone(); tx(move || x.clone())}</p>
+                                <p class="combo" data-testid="best-summary">{ts(f.summary.clone())}</p>
                                 <p class="best-numbers">
                                     <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
                                     {t(" peak ")}<strong data-testid="best-peak">{gib(f.peak_allocated_bytes)}</strong>
                                     {t(" · nvidia-smi ")} {gib(f.nvidia_smi_bytes)} {t(" of ")} {gib(cap)}
-                                    {t(" · speed: ")} <strong data-testid="best-speed">{let x = report::speed(f.time_factor); tx(move || x.clone())}</strong>
+                                    {t(" · speed: ")} <strong data-testid="best-speed">{ts(report::speed(f.time_factor))}</strong>
                                 </p>
-                                <p class="why">{let x = f.cost.clone(); tx(move || x.clone())}</p>
+                                <p class="why">{ts(f.cost.clone())}</p>
                             </div>
                             <div class="best-actions">
                                 <button type="button" class="primary" data-testid="apply-best" on:click=move |_| { let t = settings.clone(); state.update(|st| st.settings = t) }>{t("Apply")}</button>
@@ -166,11 +166,11 @@ pub fn Fixes(
         let settings = f.settings.clone();
         view! {
             <li data-testid=format!("fix-{}", f.id)>
-                <strong>{let x = f.title.clone(); tx(move || x.clone())}</strong>
+                <strong>{ts(f.title.clone())}</strong>
                 <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
                 {f.last_resort.then(|| view! { <span class="pill last-resort">{t("last resort")}</span> })}
                 <br/>
-                <span>{let (saved, peak) = (gib(f.saved_bytes.max(0) as u128), gib(f.peak_allocated_bytes)); tx(move || format!("saves {saved} → peak {peak}"))}" · "{let cost = f.cost.clone(); tx(move || cost.clone())}</span>
+                <span>{let (saved, peak) = (gib(f.saved_bytes.max(0) as u128), gib(f.peak_allocated_bytes)); tx(move || format!("saves {saved} → peak {peak}"))}" · "{ts(f.cost.clone())}</span>
                 " "
                 <button type="button" data-testid=format!("apply-{}", f.id) on:click=move |_| { let t = settings.clone(); state.update(|st| st.settings = t) }>{t("apply")}</button>
             </li>
@@ -204,7 +204,7 @@ pub fn Fixes(
                 <summary data-testid="myths-toggle">{t("Forum remedies, checked against this plan")}</summary>
                 <ul data-testid="myths">
                     {move || myths.get().into_iter().map(|m| view! {
-                        <li><strong>{t(m.claim)}</strong> " → " {let d = m.delta_bytes.map(gib_signed).unwrap_or_else(|| "not a memory setting".into()); tx(move || d.clone())}<br/><span class="why">{let w = m.why.clone(); tx(move || w.clone())}</span></li>
+                        <li><strong>{t(m.claim)}</strong> " → " {ts(m.delta_bytes.map(gib_signed).unwrap_or_else(|| "not a memory setting".into()))}<br/><span class="why">{ts(m.why.clone())}</span></li>
                     }).collect_view()}
                 </ul>
             </details>
@@ -353,8 +353,8 @@ pub fn Import(
                 <button type="button" class:hidden=flag(move || state.with(|st| st.custom.is_none())) data-testid="config-clear" on:click=move |_| { state.update(|st| st.custom = None); status.set(None) }>{t("Back to the catalog model")}</button>
             </div>
             {move || status.get().map(|r| match r {
-                Ok(m) => Either::Left(view! { <p class="ok" data-testid="config-status">{tx(move || m.clone())}</p> }),
-                Err(e) => Either::Right(view! { <p class="error" role="alert" data-testid="config-status">{tx(move || e.clone())}</p> }),
+                Ok(m) => Either::Left(view! { <p class="ok" data-testid="config-status">{ts(m)}</p> }),
+                Err(e) => Either::Right(view! { <p class="error" role="alert" data-testid="config-status">{ts(e)}</p> }),
             })}
         </section>
     }
@@ -413,7 +413,7 @@ pub fn Lengths(
                 <input type="file" aria-label=t("samples file") data-testid="lengths-file" on:change=on_file />
             </div>
             {move || report.with(|r| match r {
-                Some(Err(e)) => Some(Either::Left({ let e = e.clone(); view! { <p class="error" role="alert" data-testid="lengths-error">{tx(move || e.clone())}</p> } })),
+                Some(Err(e)) => Some(Either::Left(view! { <p class="error" role="alert" data-testid="lengths-error">{ts(e.clone())}</p> })),
                 Some(Ok(r)) => {
                     let rows = [
                         ("samples", "lengths-samples", format!("{} · p50 {} · p95 {} · max {} tokens", r.stats.n, r.stats.p50, r.stats.p95, r.stats.max)),
@@ -428,9 +428,9 @@ pub fn Lengths(
                     let advice = r.advice.clone();
                     Some(Either::Right(view! {
                         <dl class="lengths-report" data-testid="lengths-report">
-                            {rows.map(|(dt, id, dd)| view! { <dt>{t(dt)}</dt><dd data-testid=id>{tx(move || dd.clone())}</dd> })}
+                            {rows.map(|(dt, id, dd)| view! { <dt>{t(dt)}</dt><dd data-testid=id>{ts(dd)}</dd> })}
                         </dl>
-                        <ul>{advice.into_iter().map(|a| view! { <li>{tx(move || a.clone())}</li> }).collect_view()}</ul>
+                        <ul>{advice.into_iter().map(|a| view! { <li>{ts(a)}</li> }).collect_view()}</ul>
                     }))
                 }
                 None => None,
