@@ -34,19 +34,23 @@ fn largest(hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
     if !ok(1) {
         return None;
     }
-    let (mut lo, mut hi) = (1u64, hi);
     if ok(hi) {
         return Some(hi);
     }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
+    Some(bisect(1, hi, &ok))
+}
+
+/// The last `v` in `[lo, up)` with `ok(v)`, given `ok(lo)` and `!ok(up)` (bisection).
+fn bisect(mut lo: u64, mut up: u64, ok: &impl Fn(u64) -> bool) -> u64 {
+    while up - lo > 1 {
+        let mid = lo + (up - lo) / 2;
         if ok(mid) {
             lo = mid;
         } else {
-            hi = mid;
+            up = mid;
         }
     }
-    Some(lo)
+    lo
 }
 
 /// [`largest`] started from a guess (the previous answer while a slider moves): two checks when
@@ -89,15 +93,7 @@ fn largest_near(hi: u64, guess: Option<u64>, ok: impl Fn(u64) -> bool) -> Option
             step = step.saturating_mul(2);
         }
     }
-    while up - lo > 1 {
-        let mid = lo + (up - lo) / 2;
-        if ok(mid) {
-            lo = mid;
-        } else {
-            up = mid;
-        }
-    }
-    Some(lo)
+    Some(bisect(lo, up, &ok))
 }
 
 /// [`max_batch`] or [`max_seq`] started from a guess (the previous answer): the page calls it on

@@ -21,6 +21,13 @@ impl Texts {
             self.0.entry(s.to_string()).or_insert(from);
         }
     }
+
+    /// What a fix shows: its title, summary and cost.
+    fn add_fix(&mut self, f: &fixes::Fix) {
+        self.add("fix", &f.title);
+        self.add("fix", &f.summary);
+        self.add("fix cost", &f.cost);
+    }
 }
 
 /// One settings value per choice, both states of every switch and both ends of every slider.
@@ -110,9 +117,7 @@ fn collect() -> Texts {
                     }
                 }
                 for f in fixes::suggest(&m.arch, s, 24 << 30, true) {
-                    t.add("fix", &f.title);
-                    t.add("fix", &f.summary);
-                    t.add("fix cost", &f.cost);
+                    t.add_fix(&f);
                 }
                 for my in fixes::myths(&m.arch, s) {
                     t.add("myth", my.claim);
@@ -137,15 +142,9 @@ fn collect() -> Texts {
         let a = &catalog::find_model(model).unwrap().arch;
         let s = lorafit::web::link::decode(q).0.settings;
         for cap in [24u128 << 30, 80 << 30, 8 << 30] {
-            if let Some(f) = fixes::best_combination(a, &s, cap, true) {
-                t.add("fix", &f.title);
-                t.add("fix", &f.summary);
-                t.add("fix cost", &f.cost);
-            }
-            for f in fixes::suggest(a, &s, cap, false) {
-                t.add("fix", &f.title);
-                t.add("fix", &f.summary);
-                t.add("fix cost", &f.cost);
+            let best = fixes::best_combination(a, &s, cap, true);
+            for f in best.iter().chain(&fixes::suggest(a, &s, cap, false)) {
+                t.add_fix(f);
             }
             for lens in [long_tail.clone(), vec![100, 200, 300], vec![50_000; 10]] {
                 match lengths::analyze(a, &s, cap, &lens) {
