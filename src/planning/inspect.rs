@@ -6,11 +6,9 @@
 //! over is `unplanned`: memory the run holds that the plan does not have, with the phase it was
 //! allocated in.
 
-use std::collections::HashMap;
-
 use serde::Serialize;
 
-use crate::formats::snapshot::{self, Action, Report, Snapshot};
+use crate::formats::snapshot::{self, Action, IdMap, Report, Snapshot};
 use crate::model::allocator::{AllocConf, BlockId, CachingAllocator};
 use crate::model::steptrace::{self, Event, StepPhase, Trace};
 use crate::model::{plan_simulated, Architecture, Settings};
@@ -82,6 +80,8 @@ pub struct Inspection {
     pub trace_truncated: bool,
     /// Trace events read.
     pub trace_events: usize,
+    /// The trace event after which requested memory peaked (snapshots with a trace).
+    pub peak_event_index: Option<usize>,
     /// The plan of the stated configuration, when one was given.
     pub planned: Option<Planned>,
     /// Measured tensors the plan does not have, largest first.
@@ -125,7 +125,7 @@ fn alloc_count(t: &Trace) -> usize {
 /// The planned step's live bytes over its allocations.
 fn planned_timeline(t: &Trace) -> Vec<Sample> {
     let allocs = alloc_count(t);
-    let mut sizes: HashMap<u32, u64> = HashMap::new();
+    let mut sizes: IdMap<u32, u64> = IdMap::default();
     let (mut live, mut k) = (0u64, 0usize);
     let points = t.events.iter().map(move |e| {
         match *e {
@@ -152,8 +152,25 @@ pub fn inspect(
     bytes: &[u8],
     config: Option<(&Architecture, &Settings)>,
 ) -> Result<Inspection, String> {
-    let report = snapshot::parse(bytes)?;
-    let mut ins = match &report {
+    inspect_report(&snapshot::parse(bytes)?, config)
+}
+
+/// [`inspect`] of a report already parsed. The page runs its three steps ([`measure`],
+/// [`compare`], [`conclude`]) one per slice, with progress between them.
+pub fn inspect_report(
+    report: &Report,
+    config: Option<(&Architecture, &Settings)>,
+) -> Result<Inspection, String> {
+    let mut ins = measure(report);
+    if let Some((arch, s)) = config {
+        compare(&mut ins, report, arch, s)?;
+    }
+    Ok(conclude(ins))
+}
+
+/// What the file says on its own: peaks, whether the trace is complete, the timeline.
+pub fn measure(report: &Report) -> Inspection {
+    match report {
         Report::Snapshot(s) => from_snapshot(s),
         Report::Summary(s) => {
             // The table rounds down to its unit: the lower end of each range.
@@ -171,12 +188,13 @@ pub fn inspect(
             peak_requested_bytes: s.peak_requested(),
             ..empty("memory_stats")
         },
-    };
-    if let Some((arch, s)) = config {
-        compare(&mut ins, &report, arch, s)?;
     }
+}
+
+/// Adds the findings that need no plan (fragmentation, a truncated trace).
+pub fn conclude(mut ins: Inspection) -> Inspection {
     ins.findings.extend(general_findings(&ins));
-    Ok(ins)
+    ins
 }
 
 fn empty(kind: &'static str) -> Inspection {
@@ -187,6 +205,7 @@ fn empty(kind: &'static str) -> Inspection {
         peak_requested_bytes: None,
         trace_truncated: false,
         trace_events: 0,
+        peak_event_index: None,
         planned: None,
         unplanned: vec![],
         findings: vec![],
@@ -198,7 +217,7 @@ fn empty(kind: &'static str) -> Inspection {
 
 fn from_snapshot(s: &Snapshot) -> Inspection {
     let t = s.timeline();
-    let truncated = s.trace_truncated();
+    let truncated = s.trace_truncated_given(&t);
     let allocated = if truncated {
         None
     } else {
@@ -230,6 +249,7 @@ fn from_snapshot(s: &Snapshot) -> Inspection {
         peak_requested_bytes: Some(t.peak_allocated_requested_bytes),
         trace_truncated: truncated,
         trace_events: t.points.len(),
+        peak_event_index: t.peak_allocated_index,
         ..empty("snapshot")
     }
 }
@@ -238,7 +258,7 @@ fn from_snapshot(s: &Snapshot) -> Inspection {
 /// port, which rounds and hands out blocks as PyTorch's does.
 fn replay_allocated(s: &Snapshot) -> u64 {
     let mut a = CachingAllocator::new(AllocConf::default(), None);
-    let mut live: HashMap<u64, BlockId> = HashMap::new();
+    let mut live: IdMap<u64, BlockId> = IdMap::default();
     for e in s.device_trace(s.primary_device()) {
         match e.action {
             Action::Alloc => {
@@ -264,7 +284,7 @@ struct PlannedLive {
 }
 
 /// Planned storages live at the plan's peak, by size.
-type LiveBySize = HashMap<u64, Vec<PlannedLive>>;
+type LiveBySize = IdMap<u64, Vec<PlannedLive>>;
 /// (first allocation ordinal, phase) at each phase change of the planned run.
 type PhaseStarts = Vec<(usize, StepPhase)>;
 
@@ -293,7 +313,7 @@ fn planned_at_peak(t: &Trace) -> (LiveBySize, PhaseStarts) {
             }
         }
     }
-    let mut at: HashMap<u32, u64> = HashMap::new();
+    let mut at: IdMap<u32, u64> = IdMap::default();
     for e in t.events.iter().take(best_at + 1) {
         match *e {
             Event::Alloc { id, bytes } => {
@@ -304,7 +324,7 @@ fn planned_at_peak(t: &Trace) -> (LiveBySize, PhaseStarts) {
             }
         }
     }
-    let mut by_size: HashMap<u64, Vec<PlannedLive>> = HashMap::new();
+    let mut by_size: IdMap<u64, Vec<PlannedLive>> = IdMap::default();
     for (id, bytes) in at {
         by_size.entry(bytes).or_default().push(PlannedLive {
             ordinal: ordinal_of[id as usize],
@@ -333,7 +353,9 @@ fn phase_of_alloc(phases: &[(usize, StepPhase)], ordinal: usize) -> &'static str
         .unwrap_or("setup")
 }
 
-fn compare(
+/// Adds the plan of the stated configuration: planned peaks and timeline, the phases, and the
+/// measured tensors the plan does not have.
+pub fn compare(
     ins: &mut Inspection,
     report: &Report,
     arch: &Architecture,
@@ -362,8 +384,7 @@ fn compare(
         missing_bytes: 0,
     };
     if let Report::Snapshot(snap) = report {
-        let t = snap.timeline();
-        let at = t.peak_allocated_index.unwrap_or(0);
+        let at = ins.peak_event_index.unwrap_or(0);
         let live = snap.largest_blocks_at(at, usize::MAX);
         // Alloc ordinal of each event, to place an allocation in the planned step.
         let events = snap.device_trace(snap.primary_device());
@@ -383,11 +404,11 @@ fn compare(
                 .map(|i| (ordinal[i] as f64 * scale) as usize)
                 .unwrap_or(0)
         };
-        let mut by_size: HashMap<u64, Vec<&snapshot::LiveBlock>> = HashMap::new();
+        let mut by_size: IdMap<u64, Vec<&snapshot::LiveBlock>> = IdMap::default();
         for b in &live {
             by_size.entry(b.size).or_default().push(b);
         }
-        let mut extra: HashMap<u64, Unplanned> = HashMap::new();
+        let mut extra: IdMap<u64, Unplanned> = IdMap::default();
         for (size, mut measured) in by_size {
             let mut wanted = planned.remove(&size).unwrap_or_default();
             wanted.sort_by_key(|p| p.ordinal);

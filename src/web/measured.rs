@@ -1,7 +1,9 @@
 //! The "Read a real run" panel (wasm only): a PyTorch memory snapshot, `memory_summary()` text
 //! or `memory_stats()` JSON dropped on the page or chosen with the file picker, parsed in the
 //! browser (nothing is uploaded) by [`crate::planning::inspect`] and compared with the plan of
-//! the page's current configuration.
+//! the page's current configuration. Decompression and parsing run in slices of about 50 ms,
+//! yielding to the browser between them, so the page stays responsive and shows progress on a
+//! 200 MB snapshot.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -9,7 +11,8 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::formats::report::gib;
-use crate::planning::inspect::{inspect, Inspection};
+use crate::formats::snapshot::{self, Gunzip, Limits, Reader, Report};
+use crate::planning::inspect::{self, Inspection};
 use crate::web::lang::{t, ts};
 use crate::web::state::{arch_of, UiState};
 
@@ -29,6 +32,58 @@ async fn file_bytes(file: web_sys::File) -> Result<Vec<u8>, String> {
         .await
         .map_err(|_| "the browser could not read the file".to_string())?;
     Ok(js_sys::Uint8Array::new(&buf).to_vec())
+}
+
+/// Lets the browser run (paint, handle input) before the next slice of work.
+async fn yield_to_browser() {
+    let _ = JsFuture::from(js_sys::Promise::new(&mut |resolve, _| {
+        let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0);
+    }))
+    .await;
+}
+
+/// Pickle opcodes per slice (about 50 ms in a browser).
+const OPS_PER_SLICE: usize = 1 << 20;
+/// Gzip input per slice.
+const GZIP_BYTES_PER_SLICE: usize = 4 << 20;
+
+/// Decompresses (when gzip) and parses `bytes` in slices, reporting progress through `status`.
+async fn parse_in_slices(
+    bytes: Vec<u8>,
+    status: RwSignal<Option<String>>,
+) -> Result<Report, String> {
+    let limits = Limits::default();
+    let mib = |n: usize| n as f64 / 1048576.0;
+    let data = if snapshot::is_gzip(&bytes) {
+        let mut g = Gunzip::new(limits.max_input_bytes);
+        let mut done = 0;
+        for piece in bytes.chunks(GZIP_BYTES_PER_SLICE) {
+            g.feed(piece)?;
+            done += piece.len();
+            status.set(Some(format!(
+                "decompressing {:.1} MiB… {:.0} %",
+                mib(bytes.len()),
+                done as f64 / bytes.len() as f64 * 100.0
+            )));
+            yield_to_browser().await;
+        }
+        drop(bytes);
+        g.finish()?
+    } else {
+        bytes
+    };
+    let mut reader = Reader::new(&data, &limits)?;
+    loop {
+        if let Some(report) = reader.step(OPS_PER_SLICE)? {
+            return Ok(report);
+        }
+        status.set(Some(format!(
+            "parsing {:.1} MiB… {:.0} %",
+            mib(data.len()),
+            reader.fraction_read() * 100.0
+        )));
+        yield_to_browser().await;
+    }
 }
 
 fn mib(b: u64) -> String {
@@ -59,21 +114,29 @@ pub fn MeasuredRun(
                     return;
                 }
             };
-            status.set(Some(format!(
-                "parsing {:.1} MiB…",
-                bytes.len() as f64 / 1048576.0
-            )));
-            // Let the browser paint the progress line before the parse takes the thread.
-            let _ = JsFuture::from(js_sys::Promise::new(&mut |resolve, _| {
-                let _ =
-                    window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 16);
-            }))
-            .await;
-            let st = state.get_untracked();
-            let r = match arch_of(&st) {
-                Ok(arch) => inspect(&bytes, Some((&arch, &st.settings))),
-                Err(_) => inspect(&bytes, None),
+            yield_to_browser().await;
+            let report = match parse_in_slices(bytes, status).await {
+                Ok(r) => r,
+                Err(e) => {
+                    status.set(None);
+                    result.set(Some(Err(e)));
+                    return;
+                }
             };
+            status.set(Some("replaying the run through the allocator…".into()));
+            yield_to_browser().await;
+            let mut ins = inspect::measure(&report);
+            let st = state.get_untracked();
+            if let Ok(arch) = arch_of(&st) {
+                status.set(Some("comparing with the plan…".into()));
+                yield_to_browser().await;
+                if let Err(e) = inspect::compare(&mut ins, &report, &arch, &st.settings) {
+                    status.set(None);
+                    result.set(Some(Err(e)));
+                    return;
+                }
+            }
+            let r = Ok(inspect::conclude(ins));
             status.set(None);
             result.set(Some(r));
         });

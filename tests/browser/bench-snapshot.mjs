@@ -28,6 +28,17 @@ const browser = await launch();
 const runs = [];
 for (let i = 0; i < 3; i++) {
   const { page } = await openApp(browser, server.url + config);
+  // The longest main-thread task and the progress texts shown while the file is read.
+  await page.evaluate(() => {
+    window.__longest = 0;
+    window.__statuses = new Set();
+    new PerformanceObserver((l) => l.getEntries().forEach((e) => { window.__longest = Math.max(window.__longest, e.duration); }))
+      .observe({ type: "longtask" });
+    new MutationObserver(() => {
+      const s = document.querySelector('[data-testid="measured-status"]');
+      if (s) window.__statuses.add(s.textContent);
+    }).observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
   const t0 = Date.now();
   await page.setInputFiles('[data-testid="measured-file"]', file);
   const progress = await page.waitForSelector('[data-testid="measured-status"]', { timeout: 60000 }).then(() => Date.now() - t0).catch(() => null);
@@ -35,7 +46,8 @@ for (let i = 0; i < 3; i++) {
   const total = Date.now() - t0;
   const error = await page.$('[data-testid="measured-error"]');
   runs.push(total);
-  console.log(`page: progress shown after ${progress} ms, report after ${(total / 1000).toFixed(2)} s${error ? " (error: " + (await error.textContent()) + ")" : ""}`);
+  const [longest, updates] = await page.evaluate(() => [window.__longest, window.__statuses.size]);
+  console.log(`page: progress shown after ${progress} ms, report after ${(total / 1000).toFixed(2)} s, ${updates} progress texts, longest main-thread task ${Math.round(longest)} ms${error ? " (error: " + (await error.textContent()) + ")" : ""}`);
   await page.close();
 }
 runs.sort((a, b) => a - b);

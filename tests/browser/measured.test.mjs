@@ -23,8 +23,21 @@ after(async () => {
 
 test("a snapshot of a run that differs from its plan names the unplanned tensor, its phase and size", async () => {
   const { page, errors } = await openApp(browser, server.url + "?model=qwen2.5-0.5b&b=4&s=2048&gc=1");
+  // The file is decompressed and parsed in slices, the page showing how far it is between them.
+  await page.evaluate(() => {
+    window.__statuses = [];
+    new MutationObserver(() => {
+      const s = document.querySelector('[data-testid="measured-status"]');
+      if (s && window.__statuses.at(-1) !== s.textContent) window.__statuses.push(s.textContent);
+    }).observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
   await page.setInputFiles('[data-testid="measured-file"]', path.join(root, "tests/data/unplanned/logits-fp32.pickle.gz"));
   await page.waitForSelector('[data-testid="measured-report"]', { timeout: 60000 });
+  const statuses = await page.evaluate(() => window.__statuses);
+  const parsed = statuses.map((s) => /^parsing .* (\d+) %$/.exec(s)?.[1]).filter(Boolean).map(Number);
+  assert.ok(parsed.length >= 2 && parsed.every((p, i) => i === 0 || p > parsed[i - 1]), statuses.join(" | "));
+  assert.ok(statuses.some((s) => /^decompressing .* \d+ %$/.test(s)), statuses.join(" | "));
+  assert.ok(statuses.includes("comparing with the plan…"), statuses.join(" | "));
   const item = page.locator('[data-testid="measured-unplanned-item"]').first();
   const bytes = Number(await item.getAttribute("data-bytes"));
   assert.ok(Math.abs(bytes - expected.unplanned_bytes) / expected.unplanned_bytes <= 0.05, `${bytes}`);

@@ -2,13 +2,13 @@
 //!
 //! The unpickled value tree is mapped onto [`Snapshot`] by following the known
 //! schema, never by generic recursion. Python frames are interned: identical
-//! stacks (shared through the pickle memo) are stored once in
+//! stacks are stored once in
 //! [`Snapshot::stacks`] and referred to by a [`StackId`], and frame strings are
 //! shared ([`Rc<str>`]). Work done while mapping is bounded by twice the size of
 //! the unpickled value tree (and by [`Limits::max_work`]), so memo sharing cannot
 //! blow up time or memory.
 
-use std::collections::HashMap;
+use super::IdMap;
 use std::rc::Rc;
 
 use serde::Serialize;
@@ -212,9 +212,10 @@ pub(crate) fn from_arena<'a>(arena: &'a Arena<'_>, limits: &'a Limits) -> Result
             .min(arena.weight().saturating_mul(2) + (1 << 20)),
         text: 0,
         limits,
-        strings: HashMap::new(),
-        frame_ids: HashMap::new(),
-        stack_ids: HashMap::new(),
+        strings: IdMap::default(),
+        frame_ids: IdMap::default(),
+        stack_ids: IdMap::default(),
+        frames_scratch: Vec::new(),
         out: Snapshot {
             stacks: vec![Vec::new()],
             ..Snapshot::default()
@@ -231,9 +232,13 @@ struct Converter<'a, 'd> {
     /// String bytes copied so far.
     text: usize,
     limits: &'a Limits,
-    strings: HashMap<NodeId, Rc<str>>,
-    frame_ids: HashMap<NodeId, u32>,
-    stack_ids: HashMap<NodeId, StackId>,
+    strings: IdMap<NodeId, Rc<str>>,
+    /// Frames by (filename, name) string nodes and line.
+    frame_ids: IdMap<(NodeId, NodeId, i64), u32>,
+    /// Stacks by their frames.
+    stack_ids: IdMap<Vec<u32>, StackId>,
+    /// The frames of the stack being read (reused).
+    frames_scratch: Vec<u32>,
     out: Snapshot,
 }
 
@@ -482,41 +487,67 @@ impl<'a> Converter<'a, '_> {
         Ok(e)
     }
 
-    /// Interns the frame list `id` (shared lists are mapped once).
+    /// Interns the frame list `id`: equal stacks are stored once, whether the pickle shared
+    /// them through its memo or (as `_dump_snapshot` does) wrote each event's list anew.
     fn stack(&mut self, id: NodeId) -> Result<StackId, String> {
-        if let Some(&sid) = self.stack_ids.get(&id) {
-            return Ok(sid);
-        }
         if matches!(self.arena.node(id), Node::None) {
             return Ok(0);
         }
-        let mut frames = Vec::new();
+        let mut frames = std::mem::take(&mut self.frames_scratch);
+        frames.clear();
+        let read = self.read_frames(id, &mut frames);
+        let sid = read.map(|()| match self.stack_ids.get(frames.as_slice()) {
+            Some(&sid) => sid,
+            None => {
+                let sid = self.out.stacks.len() as StackId;
+                self.out.stacks.push(frames.clone());
+                self.stack_ids.insert(frames.clone(), sid);
+                sid
+            }
+        });
+        self.frames_scratch = frames;
+        sid
+    }
+
+    fn read_frames(&mut self, id: NodeId, frames: &mut Vec<u32>) -> Result<(), String> {
         for &f in self.seq(id, "frames")? {
             frames.push(self.frame(f)?);
         }
-        let sid = self.out.stacks.len() as StackId;
-        self.out.stacks.push(frames);
-        self.stack_ids.insert(id, sid);
-        Ok(sid)
+        Ok(())
     }
 
-    /// Interns the frame dict `id`.
+    /// Interns the frame dict `id` by its content (file, function, line).
     fn frame(&mut self, id: NodeId) -> Result<u32, String> {
-        if let Some(&fid) = self.frame_ids.get(&id) {
-            return Ok(fid);
-        }
-        let mut frame = Frame::default();
+        let (mut filename, mut name, mut line) = (None, None, 0);
         for &(k, v) in self.dict(id, "frame")? {
             match self.key(k) {
-                b"filename" => frame.filename = self.shared_string(v, "filename")?,
-                b"name" => frame.name = self.shared_string(v, "name")?,
-                b"line" => frame.line = self.int(v, "line")?,
+                b"filename" => filename = Some(v),
+                b"name" => name = Some(v),
+                b"line" => line = self.int(v, "line")?,
                 _ => {}
             }
         }
+        let key = (
+            filename.unwrap_or(NodeId::MAX),
+            name.unwrap_or(NodeId::MAX),
+            line,
+        );
+        if let Some(&fid) = self.frame_ids.get(&key) {
+            return Ok(fid);
+        }
+        let mut frame = Frame {
+            line,
+            ..Frame::default()
+        };
+        if let Some(v) = filename {
+            frame.filename = self.shared_string(v, "filename")?;
+        }
+        if let Some(v) = name {
+            frame.name = self.shared_string(v, "name")?;
+        }
         let fid = self.out.frames.len() as u32;
         self.out.frames.push(frame);
-        self.frame_ids.insert(id, fid);
+        self.frame_ids.insert(key, fid);
         Ok(fid)
     }
 
@@ -545,7 +576,8 @@ impl<'a> Converter<'a, '_> {
             Node::Str(_) => self.string(id, "setting")?,
             Node::Bytes => "<bytes>".into(),
             _ if depth > 0 => "…".into(),
-            Node::List(items) | Node::Tuple(items) => {
+            Node::List(_) | Node::Tuple(_) => {
+                let items = arena.seq(id).unwrap_or(&[]);
                 self.charge(items.len())?;
                 let parts = items
                     .iter()
@@ -553,7 +585,8 @@ impl<'a> Converter<'a, '_> {
                     .collect::<Result<Vec<_>, _>>()?;
                 format!("[{}]", parts.join(", "))
             }
-            Node::Dict(entries) => {
+            Node::Dict(_) => {
+                let entries = arena.dict(id).unwrap_or(&[]);
                 self.charge(entries.len())?;
                 let mut parts = Vec::with_capacity(entries.len());
                 for &(k, v) in entries {

@@ -23,16 +23,18 @@
 //! ```
 
 mod dump;
+mod idmap;
 mod pickle;
 mod stats;
 mod summary;
 mod timeline;
 
-use std::io::Read;
+use std::io::Write;
 
 pub use dump::{
     Action, AllocatorSettings, Block, BlockState, Frame, Segment, Snapshot, StackId, TraceEvent,
 };
+pub use idmap::{IdHasher, IdMap, IdSet};
 pub use stats::Stats;
 pub use summary::{Amount, Pool, Summary, SummaryRow, Unit};
 pub use timeline::{LiveBlock, Timeline, TimelinePoint};
@@ -94,9 +96,6 @@ pub fn parse_with_limits(bytes: &[u8], limits: &Limits) -> Result<Report, String
     check_size(bytes.len(), limits)?;
     if is_gzip(bytes) {
         let data = gunzip(bytes, limits.max_input_bytes)?;
-        if is_gzip(&data) {
-            return Err("gzip inside gzip is not supported".into());
-        }
         return parse_plain(&data, limits);
     }
     parse_plain(bytes, limits)
@@ -105,23 +104,130 @@ pub fn parse_with_limits(bytes: &[u8], limits: &Limits) -> Result<Report, String
 /// Decompresses one gzip member, stopping once more than `limit` bytes come out.
 /// The size declared in the gzip trailer is not trusted.
 pub fn gunzip(bytes: &[u8], limit: usize) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    let decoder = flate2::bufread::GzDecoder::new(bytes);
-    decoder
-        .take((limit as u64).saturating_add(1))
-        .read_to_end(&mut out)
-        .map_err(|e| format!("invalid gzip data: {e}"))?;
-    if out.len() > limit {
-        return Err(format!(
-            "gzip data decompresses to more than the {} MiB limit",
-            limit >> 20
-        ));
-    }
-    Ok(out)
+    let mut g = Gunzip::new(limit);
+    g.feed(bytes)?;
+    g.finish()
 }
 
-fn is_gzip(bytes: &[u8]) -> bool {
+/// Whether `bytes` start like gzip data.
+pub fn is_gzip(bytes: &[u8]) -> bool {
     bytes.starts_with(&[0x1f, 0x8b])
+}
+
+/// Gzip decompression fed a slice at a time (the page shows progress between slices). Output
+/// is checked against the limit after every 64 KiB of input, so a bomb stops within about
+/// 64 MiB of the limit.
+pub struct Gunzip {
+    decoder: flate2::write::GzDecoder<Vec<u8>>,
+    limit: usize,
+}
+
+impl Gunzip {
+    /// A decompressor whose output may not exceed `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            decoder: flate2::write::GzDecoder::new(Vec::new()),
+            limit,
+        }
+    }
+
+    /// Decompresses the next piece of input.
+    pub fn feed(&mut self, input: &[u8]) -> Result<(), String> {
+        for piece in input.chunks(64 << 10) {
+            self.decoder
+                .write_all(piece)
+                .map_err(|e| format!("invalid gzip data: {e}"))?;
+            self.check()?;
+        }
+        Ok(())
+    }
+
+    /// Bytes decompressed so far.
+    pub fn output_len(&self) -> usize {
+        self.decoder.get_ref().len()
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.output_len() > self.limit {
+            return Err(format!(
+                "gzip data decompresses to more than the {} MiB limit",
+                self.limit >> 20
+            ));
+        }
+        Ok(())
+    }
+
+    /// The decompressed data, once all input was fed.
+    pub fn finish(self) -> Result<Vec<u8>, String> {
+        let limit = self.limit;
+        let out = self
+            .decoder
+            .finish()
+            .map_err(|e| format!("invalid gzip data: {e}"))?;
+        if out.len() > limit {
+            return Err(format!(
+                "gzip data decompresses to more than the {} MiB limit",
+                limit >> 20
+            ));
+        }
+        if is_gzip(&out) {
+            return Err("gzip inside gzip is not supported".into());
+        }
+        Ok(out)
+    }
+}
+
+/// Parsing uncompressed input a slice at a time: [`Reader::step`] runs a bounded amount of
+/// work, so a page can show progress and stay responsive on a 200 MB snapshot. [`parse`] is
+/// the same run to the end.
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+    limits: &'a Limits,
+    unpickler: Option<pickle::Unpickler<'a, 'a>>,
+    /// The unpickled values, mapped onto a [`Snapshot`] by the next step.
+    arena: Option<pickle::Arena<'a>>,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader of `bytes` (already decompressed: see [`Gunzip`]).
+    pub fn new(bytes: &'a [u8], limits: &'a Limits) -> Result<Self, String> {
+        check_size(bytes.len(), limits)?;
+        if is_gzip(bytes) {
+            return Err("gzip inside gzip is not supported".into());
+        }
+        let unpickler = is_pickle(bytes).then(|| pickle::Unpickler::new(bytes, limits));
+        Ok(Self {
+            bytes,
+            limits,
+            unpickler,
+            arena: None,
+        })
+    }
+
+    /// Runs at most `ops` pickle opcodes, or maps the unpickled values onto a [`Snapshot`]
+    /// (text and JSON are read at once); the report once the input is read.
+    pub fn step(&mut self, ops: usize) -> Result<Option<Report>, String> {
+        if let Some(arena) = self.arena.take() {
+            return dump::from_arena(&arena, self.limits)
+                .map(Report::Snapshot)
+                .map(Some);
+        }
+        let Some(unpickler) = &mut self.unpickler else {
+            return parse_text(self.bytes).map(Some);
+        };
+        self.arena = unpickler.run(ops)?;
+        Ok(None)
+    }
+
+    /// Share of the input read so far (0 to 1).
+    pub fn fraction_read(&self) -> f64 {
+        let pos = self.unpickler.as_ref().map_or(0, |u| u.position());
+        pos as f64 / self.bytes.len().max(1) as f64
+    }
+}
+
+fn is_pickle(bytes: &[u8]) -> bool {
+    matches!(bytes, [0x80, proto, ..] if *proto <= 5)
 }
 
 fn check_size(len: usize, limits: &Limits) -> Result<(), String> {
@@ -136,10 +242,16 @@ fn check_size(len: usize, limits: &Limits) -> Result<(), String> {
 
 /// Parses uncompressed input.
 fn parse_plain(bytes: &[u8], limits: &Limits) -> Result<Report, String> {
-    if matches!(bytes, [0x80, proto, ..] if *proto <= 5) {
-        let arena = pickle::load(bytes, limits)?;
-        return dump::from_arena(&arena, limits).map(Report::Snapshot);
+    let mut reader = Reader::new(bytes, limits)?;
+    loop {
+        if let Some(report) = reader.step(usize::MAX)? {
+            return Ok(report);
+        }
     }
+}
+
+/// Parses `memory_stats()` JSON or `memory_summary()` text.
+fn parse_text(bytes: &[u8]) -> Result<Report, String> {
     let text = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     let first = text.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'{') {

@@ -107,12 +107,13 @@ fn live_blocks_at_the_peak_add_up_to_the_peak() {
 fn dropping_the_start_of_the_trace_is_detected() {
     let mut snap = fixture_snapshot(NAMES[0]);
     let full = snap.timeline();
+    assert!(!snap.trace_truncated() && !snap.trace_truncated_given(&full));
     let events = &mut snap.device_traces[0];
     let cut = events.len() / 10;
     events.drain(..cut);
     assert!(snap.trace_truncated());
     let t = snap.timeline();
-    assert!(t.truncated());
+    assert!(t.truncated() && snap.trace_truncated_given(&t));
     assert!(t.unmatched_frees > 0);
     assert!(t.start_reserved_bytes > 0);
     assert!(t.start_allocated_requested_bytes > 0);
@@ -254,4 +255,34 @@ fn write_snapshot_fuzz_seeds() {
         super::common::stats_json(1 << 30, 2 << 30, 1 << 29),
     )
     .unwrap();
+}
+
+#[test]
+fn reading_in_slices_gives_the_same_report_as_one_pass() {
+    use lorafit::formats::snapshot::{Gunzip, Limits, Reader};
+    let gz = fixture(NAMES[1], "pickle.gz");
+    // Gzip fed in uneven pieces, as the page feeds it between progress updates.
+    let mut g = Gunzip::new(1 << 30);
+    for piece in gz.chunks(7_777) {
+        g.feed(piece).expect("gzip piece");
+    }
+    let raw = g.finish().expect("gunzip");
+    assert_eq!(
+        raw,
+        lorafit::formats::snapshot::gunzip(&gz, 1 << 30).unwrap()
+    );
+    let limits = Limits::default();
+    let mut reader = Reader::new(&raw, &limits).expect("reader");
+    let (mut slices, mut last) = (0, 0.0);
+    let report = loop {
+        if let Some(r) = reader.step(10_000).expect("step") {
+            break r;
+        }
+        let read = reader.fraction_read();
+        assert!(read > last && read <= 1.0, "progress {last} → {read}");
+        last = read;
+        slices += 1;
+    };
+    assert!(slices > 10, "only {slices} slices");
+    assert_eq!(report, parse(&raw).unwrap());
 }
