@@ -285,8 +285,11 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     let (gpu_name, capacity, bf16_ok) = a.gpu();
     let p = plan_simulated(&a.arch, &a.settings).map_err(|e| e.to_string())?;
     let v = verdict(&p, capacity);
-    let fixes = crate::planning::fixes::suggest(&a.arch, &a.settings, capacity, bf16_ok);
-    let best = crate::planning::fixes::best_combination(&a.arch, &a.settings, capacity, bf16_ok);
+    // Judged like the verdict above: the caching allocator simulated.
+    let how = crate::planning::fit::Fidelity::Simulated;
+    let fixes = crate::planning::fixes::suggest_with(&a.arch, &a.settings, capacity, bf16_ok, how);
+    let best =
+        crate::planning::fixes::best_combination_with(&a.arch, &a.settings, capacity, bf16_ok, how);
     let myths = crate::planning::fixes::myths(&a.arch, &a.settings);
     let allocator = crate::planning::fixes::allocator_fix(&a.arch, &a.settings, capacity);
     if a.json {

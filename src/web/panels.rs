@@ -14,6 +14,7 @@ use crate::formats::export;
 use crate::formats::report::{self, gib, gib_signed};
 use crate::model::Architecture;
 use crate::planning::evaluate::Evaluation;
+use crate::planning::fit::Fidelity;
 use crate::planning::fixes;
 use crate::planning::lengths;
 use crate::planning::Status;
@@ -31,6 +32,46 @@ fn bf16_ok(state: RwSignal<UiState>) -> bool {
     })
 }
 
+/// How advice is judged: quickly while the state moves; with the caching allocator simulated
+/// once the evaluation has settled — one task later, so the settled verdict paints before the
+/// advice (a few simulated plans, a few hundred milliseconds) is worked out. Synchronous in the
+/// state: a change drops back to quick at once, never leaving simulated advice of an old state.
+fn advice_fidelity(
+    state: RwSignal<UiState>,
+    eval: Memo<Result<Evaluation, String>>,
+) -> Memo<Fidelity> {
+    let simulated = move || read(eval, |e| e.plan.reserve_simulated);
+    let ready: RwSignal<Option<UiState>> = RwSignal::new(None);
+    Effect::new(move |_| {
+        if simulated() {
+            set_timeout(
+                move || {
+                    if eval.with_untracked(|e| e.as_ref().is_ok_and(|e| e.plan.reserve_simulated)) {
+                        ready.set(Some(state.get_untracked()));
+                    }
+                },
+                std::time::Duration::ZERO,
+            );
+        }
+    });
+    Memo::new(move |_| {
+        let current = ready.with(|r| r.as_ref().is_some_and(|r| state.with(|st| st == r)));
+        if simulated() && current {
+            Fidelity::Simulated
+        } else {
+            Fidelity::Quick
+        }
+    })
+}
+
+/// `data-reserve` of advice: `quick` or `simulated`, as on the results.
+fn reserve_name(how: Fidelity) -> &'static str {
+    match how {
+        Fidelity::Simulated => "simulated",
+        Fidelity::Quick => "quick",
+    }
+}
+
 /// What fits, first: when the plan is out of memory or tight, the cheapest combination of
 /// changes that fits at the same sequence length and effective batch, its peak and its cost, and
 /// one button to apply it ([`fixes::best_combination`]); truncation only as the last resort.
@@ -42,19 +83,23 @@ pub fn BestFix(
     eval: Memo<Result<Evaluation, String>>,
 ) -> impl IntoView {
     let needs = Memo::new(move |_| read(eval, |e| e.verdict.status != Status::Fits));
+    let how = advice_fidelity(state, eval);
     let best = Memo::new(move |_| {
         if !needs.get() {
             return None;
         }
         let ok = bf16_ok(state);
         let cap = read(eval, |e| e.verdict.capacity_bytes);
+        let how = how.get();
         state.with(|st| {
             let a = crate::web::state::arch_of(st).ok()?;
-            Some(match fixes::best_combination(&a, &st.settings, cap, ok) {
-                Some(f) => Ok(f),
-                None => Err(crate::planning::evaluate::smallest_gpu(&a, &st.settings)
-                    .map(|g| (g.id.clone(), g.name.clone()))),
-            })
+            Some(
+                match fixes::best_combination_with(&a, &st.settings, cap, ok, how) {
+                    Some(f) => Ok(f),
+                    None => Err(crate::planning::evaluate::smallest_gpu(&a, &st.settings)
+                        .map(|g| (g.id.clone(), g.name.clone()))),
+                },
+            )
         })
     });
     move || {
@@ -64,7 +109,7 @@ pub fn BestFix(
                 let (seq, eff) = state.with_untracked(|st| (st.settings.seq, st.settings.batch * st.settings.grad_accum));
                 let cap = read(eval, |e| e.verdict.capacity_bytes);
                 view! {
-                    <section class="bestfix" aria-labelledby="h-best" data-testid="best-fix" data-last-resort=f.last_resort.to_string()>
+                    <section class="bestfix" aria-labelledby="h-best" data-testid="best-fix" data-last-resort=f.last_resort.to_string() data-reserve=move || reserve_name(how.get())>
                         <h2 id="h-best">{let last = f.last_resort; tx(move || if last {
                             format!("Nothing fits at {seq} tokens: the last resort, a shorter sequence")
                         } else {
@@ -113,15 +158,17 @@ pub fn Fixes(
     eval: Memo<Result<Evaluation, String>>,
 ) -> impl IntoView {
     let needs = Memo::new(move |_| read(eval, |e| e.verdict.status != Status::Fits));
+    let how = advice_fidelity(state, eval);
     let fixes = Memo::new(move |_| {
         if !needs.get() {
             return vec![];
         }
         let ok = bf16_ok(state);
         let cap = read(eval, |e| e.verdict.capacity_bytes);
+        let how = how.get();
         state.with(|st| {
             crate::web::state::arch_of(st)
-                .map(|a| fixes::suggest(&a, &st.settings, cap, ok))
+                .map(|a| fixes::suggest_with(&a, &st.settings, cap, ok, how))
                 .unwrap_or_default()
                 .into_iter()
                 .filter(|f| f.id != "combined")
@@ -193,7 +240,7 @@ pub fn Fixes(
             <p class="hint" class:hidden=needs>{t("It fits: no change needed. When a plan does not fit, each change that saves memory is listed here, re-planned.")}</p>
             <div class:hidden=flag(move || !needs.get())>
                 <p class="hint">{t("Each change alone, re-planned: fitting first, then cheapest. Cutting the sequence length is the last resort.")}</p>
-                <ol data-testid="fixes">
+                <ol data-testid="fixes" data-reserve=move || reserve_name(how.get())>
                     {alloc_item(true)}
                     {move || fixes.get().into_iter().filter(|f| !f.last_resort).map(fix_item).collect_view()}
                     {alloc_item(false)}

@@ -128,7 +128,11 @@ test("what fits first: the cheapest combination, applied in one click", async ()
   try {
     const bin = process.env.LORAFIT_BIN || path.resolve(import.meta.dirname, "../../target/debug/lorafit");
     const want = JSON.parse(execFileSync(bin, ["suggest", "--model", "llama2-7b", "--gpu", "rtx4090", "--batch", "8", "--seq", "4096", "--json"], { encoding: "utf8" })).best;
+    // Once the page is still, the advice is judged by the simulated allocator, as in the CLI.
+    await page.waitForSelector('[data-testid="best-fix"][data-reserve="simulated"]', { timeout: 30000 });
+    await page.waitForSelector('[data-testid="fixes"][data-reserve="simulated"]', { timeout: 30000 });
     assert.equal((await page.textContent('[data-testid="best-summary"]')).trim(), want.summary);
+    assert.match(await page.textContent('[data-testid="best-fix"] .pill'), /fits/);
     assert.ok(want.changes.length > 1 && !want.changes.includes("shorter_seq"));
     assert.ok(Math.abs((await gibOf(page, "best-peak")) - want.peak_allocated_bytes / GIB) <= 0.006);
     assert.match(await page.textContent('[data-testid="best-speed"]'), /compute per token/);
@@ -137,7 +141,9 @@ test("what fits first: the cheapest combination, applied in one click", async ()
     assert.equal(await last.getAttribute("data-testid"), "fix-shorter_seq");
     assert.match(await last.textContent(), /last resort/);
     await page.click('[data-testid="apply-best"]');
-    assert.equal(await page.getAttribute('[data-testid="verdict"]', "data-status"), "fits");
+    // Settled: the simulated verdict of the applied combination is "fits".
+    await page.waitForFunction(() => document.querySelector("main").dataset.reserve === "simulated"
+      && document.querySelector('[data-testid="verdict"]').dataset.status === "fits", null, { timeout: 30000 });
     assert.ok(Math.abs((await gibOf(page, "peak-allocated")) - want.peak_allocated_bytes / GIB) <= 0.006);
     assert.equal(await page.inputValue('[data-testid="input-seq"]'), "4096", "the sequence length stays");
     assert.equal(await page.locator('[data-testid="best-fix"]').count(), 0, "nothing left to fix");

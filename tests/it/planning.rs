@@ -4,7 +4,11 @@
 use lorafit::formats::catalog;
 use lorafit::formats::export::export;
 use lorafit::model::{plan, AttnImpl, Dtype, Optimizer, Quant, Settings, Target};
-use lorafit::planning::fixes::{best_combination, changes, myths, suggest};
+use lorafit::planning::fit::Fidelity;
+use lorafit::planning::fixes::{
+    best_combination, best_combination_with, changes, myths, suggest, suggest_with,
+    QUICK_ABOVE_SIMULATED_MAX,
+};
 use lorafit::planning::Status;
 
 fn arch(name: &str) -> lorafit::model::Architecture {
@@ -87,7 +91,18 @@ fn assert_cheapest(
     s: &Settings,
     cap: u128,
 ) -> lorafit::planning::fixes::Fix {
-    let best = best_combination(a, s, cap, true).expect("a combination");
+    assert_cheapest_with(a, s, cap, Fidelity::Quick)
+}
+
+/// [`assert_cheapest`] judged at fidelity `how` (simulated: each combination no more costly than
+/// the one shown is simulated, with no quick pre-filter).
+fn assert_cheapest_with(
+    a: &lorafit::model::Architecture,
+    s: &Settings,
+    cap: u128,
+    how: Fidelity,
+) -> lorafit::planning::fixes::Fix {
+    let best = best_combination_with(a, s, cap, true, how).expect("a combination");
     let all = changes(s, true);
     let mut kinds: Vec<&str> = all.iter().map(|c| c.kind).collect();
     kinds.dedup();
@@ -116,7 +131,10 @@ fn assert_cheapest(
             all[i].patch.apply(&mut t);
         }
         let weight: u32 = c.iter().map(|&i| all[i].weight).sum();
-        let p = plan(a, &t).unwrap();
+        if how == Fidelity::Simulated && (weight, c.len()) > (best.weight, best.changes.len()) {
+            continue; // cannot be cheaper: not worth a simulation
+        }
+        let p = how.plan(a, &t).unwrap();
         let fits = lorafit::planning::verdict(&p, cap).status == Status::Fits;
         // The effective batch and the sequence length never change.
         assert_eq!(t.batch * t.grad_accum, s.batch * s.grad_accum);
@@ -134,12 +152,86 @@ fn assert_cheapest(
     }
     assert!(fitting_weights.contains(&(best.weight, best.changes.len())));
     assert_eq!(best.status, Status::Fits, "{}", best.summary);
-    assert_eq!(
-        plan(a, &best.settings).unwrap().peak_allocated_bytes,
-        best.peak_allocated_bytes
-    );
+    let p = how.plan(a, &best.settings).unwrap();
+    assert_eq!(p.peak_allocated_bytes, best.peak_allocated_bytes);
+    assert_eq!(p.nvidia_smi_bytes, best.nvidia_smi_bytes);
     assert!(!best.last_resort);
     best
+}
+
+#[test]
+fn settled_advice_is_judged_by_the_simulated_allocator() {
+    // Qwen2.5-0.5B at 4 × 4096 on a 12 GiB card: out of memory; the settled combination is the
+    // cheapest that fits under the simulation, and every single change's verdict is the
+    // simulation's (or out of memory beyond the quick allowance's margin).
+    let a = arch("qwen2.5-0.5b");
+    let s = Settings {
+        batch: 4,
+        seq: 4096,
+        ..Settings::default()
+    };
+    let cap = 12 * GIB;
+    let base = Fidelity::Simulated.plan(&a, &s).unwrap();
+    assert_eq!(lorafit::planning::verdict(&base, cap).status, Status::Oom);
+    let best = assert_cheapest_with(&a, &s, cap, Fidelity::Simulated);
+    assert!(!best.changes.is_empty());
+    let singles = suggest_with(&a, &s, cap, true, Fidelity::Simulated);
+    assert!(!singles.is_empty());
+    for f in &singles {
+        let sim = Fidelity::Simulated.plan(&a, &f.settings).unwrap();
+        assert_eq!(
+            lorafit::planning::verdict(&sim, cap).status,
+            f.status,
+            "{}",
+            f.title
+        );
+    }
+    let last = singles.last().unwrap();
+    assert!(last.last_resort);
+    // The truncated length is the longest that fits under the simulation.
+    let longer = Settings {
+        seq: last.settings.seq + 1,
+        ..last.settings.clone()
+    };
+    let over = Fidelity::Simulated.plan(&a, &longer).unwrap();
+    assert!(over.nvidia_smi_bytes > cap || longer.seq >= s.seq);
+}
+
+#[test]
+fn the_quick_allowance_stays_within_its_margin_of_the_simulation() {
+    // The simulated advice skips candidates whose quick figure is over the capacity by more
+    // than QUICK_ABOVE_SIMULATED_MAX: that is sound while quick ≤ simulated × (1 + margin).
+    let mut worst: f64 = 0.0;
+    for name in [
+        "qwen2.5-0.5b",
+        "qwen3-0.6b",
+        "llama3.2-1b",
+        "gemma2-2b",
+        "qwen2.5-3b",
+    ] {
+        let a = arch(name);
+        for (batch, seq) in [(1, 512), (4, 2048), (8, 4096), (2, 8192)] {
+            for nf4 in [false, true] {
+                for grad_ckpt in [false, true] {
+                    let mut s = Settings {
+                        batch,
+                        seq,
+                        grad_ckpt,
+                        ..Settings::default()
+                    };
+                    if nf4 {
+                        s.set_base_weights("nf4");
+                    }
+                    let quick = plan(&a, &s).unwrap();
+                    let sim = Fidelity::Simulated.plan(&a, &s).unwrap();
+                    let r = quick.nvidia_smi_bytes as f64 / sim.nvidia_smi_bytes as f64 - 1.0;
+                    worst = worst.max(r);
+                }
+            }
+        }
+    }
+    println!("quick above simulated: at most {:+.2} %", worst * 100.0);
+    assert!(worst < QUICK_ABOVE_SIMULATED_MAX, "{worst}");
 }
 
 #[test]
