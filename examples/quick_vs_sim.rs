@@ -1,3 +1,7 @@
+//! How far the quick reserve allowance lies from PyTorch's caching allocator simulated, over
+//! every catalog model × batch, sequence, 4-bit and checkpointing: the figure behind
+//! `planning::fixes::QUICK_ABOVE_SIMULATED_MAX`. Run: `cargo run --release --example quick_vs_sim`.
+
 use lorafit::formats::catalog;
 use lorafit::model::{plan, plan_simulated, Settings};
 fn main() {

@@ -48,8 +48,21 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
         }
         "snapshot" => {
             // A dropped file: snapshot pickle (maybe gzip), memory_summary() text or stats JSON.
-            use crate::formats::snapshot::{parse, Report};
-            if let Ok(Report::Snapshot(snap)) = parse(data) {
+            use crate::formats::snapshot::{parse, Limits, Reader, Report};
+            let whole = parse(data);
+            // Read in small slices, as the page does, it gives the same answer.
+            if !crate::formats::snapshot::is_gzip(data) {
+                let limits = Limits::default();
+                let sliced = Reader::new(data, &limits).and_then(|mut r| loop {
+                    if let Some(report) = r.step(7)? {
+                        break Ok(report);
+                    }
+                });
+                if sliced != whole {
+                    return Err("parsing in slices differs from one pass".into());
+                }
+            }
+            if let Ok(Report::Snapshot(snap)) = whole {
                 let t = snap.timeline();
                 if t.peak_reserved_bytes < t.start_reserved_bytes {
                     return Err("peak reserved below the start".into());
