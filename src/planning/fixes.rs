@@ -259,7 +259,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             "dropout",
             format!("lora_dropout {} → 0", s.lora_dropout),
             "LoRA dropout 0",
-            "less regularisation; peft then shares one input copy per module",
+            "less regularisation; without dropout peft keeps no dropout output or mask per adapted module",
             2,
             Patch::Dropout0,
         );

@@ -20,14 +20,7 @@ use crate::web::state::{arch_of, UiState};
 const MAX_FILE_BYTES: f64 = 512.0 * 1024.0 * 1024.0;
 
 async fn file_bytes(file: web_sys::File) -> Result<Vec<u8>, String> {
-    if file.size() > MAX_FILE_BYTES {
-        return Err(format!(
-            "{} is {:.0} MiB; the limit is {:.0} MiB",
-            file.name(),
-            file.size() / 1048576.0,
-            MAX_FILE_BYTES / 1048576.0
-        ));
-    }
+    super::panels::check_size(&file, MAX_FILE_BYTES)?;
     let buf = JsFuture::from(file.array_buffer())
         .await
         .map_err(|_| "the browser could not read the file".to_string())?;

@@ -259,19 +259,25 @@ pub fn Fixes(
     }
 }
 
+/// A file over `limit_bytes` is refused before it is read, with its size in the message.
+pub(super) fn check_size(file: &web_sys::File, limit_bytes: f64) -> Result<(), String> {
+    if file.size() > limit_bytes {
+        return Err(format!(
+            "{} is {:.1} MiB; the limit is {:.0} MiB",
+            file.name(),
+            file.size() / 1048576.0,
+            limit_bytes / 1048576.0
+        ));
+    }
+    Ok(())
+}
+
 async fn file_text(input: &web_sys::HtmlInputElement, limit: usize) -> Result<String, String> {
     let file = input
         .files()
         .and_then(|l| l.get(0))
         .ok_or("no file chosen")?;
-    if file.size() > limit as f64 {
-        return Err(format!(
-            "{} is {:.1} MiB; the limit is {} MiB",
-            file.name(),
-            file.size() / 1048576.0,
-            limit >> 20
-        ));
-    }
+    check_size(&file, limit as f64)?;
     let text = JsFuture::from(file.text())
         .await
         .map_err(|_| "the browser could not read the file".to_string())?;

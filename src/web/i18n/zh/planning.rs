@@ -31,7 +31,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("fewer adapted modules: usually slightly lower quality than all-linear", "适配的模块更少：效果通常略逊于 all-linear"),
     ("last resort: samples longer than # tokens are cut, so the model never trains on their end", "最后手段：超过 # token 的样本会被截断，模型永远学不到它们的结尾"),
     ("less regularisation", "正则化变弱"),
-    ("peft then shares one input copy per module", "此时 peft 每个模块只共用一份输入副本"),
+    ("without dropout peft keeps no dropout output or mask per adapted module", "不用 dropout 时，peft 不再为每个适配模块保存 dropout 输出和掩码"),
     ("same effective batch (#)", "有效批大小不变（#）"),
     ("small quality cost reported for nf4", "据报告 nf4 会带来轻微的效果损失"),
     ("smaller matmuls use the GPU less efficiently", "矩阵乘更小，GPU 利用率更低"),
