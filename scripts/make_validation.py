@@ -48,6 +48,9 @@ for line in open(os.path.join(ref, "published_gpu.jsonl")):
                             "lora_dropout", "grad_ckpt", "attn_impl", "quant", "double_quant"]}
     st["target_modules"] = s["target_modules"]
     st["optimizer"] = s["optimizer"]
+    # transformers 4 stored Mixtral's experts as an nn.Linear per expert projection.
+    if d["model_config"].get("num_local_experts") and int(d["software"]["transformers"].split(".")[0]) < 5:
+        st["experts_layout"] = "per_expert"
     if s.get("lora_param_dtype") == "bf16":
         st["adapter_dtype"] = "bf16"
     if s.get("num_gpus", 1) > 1:

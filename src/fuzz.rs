@@ -141,6 +141,7 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                 lora_dropout: if w[11] & 1024 != 0 { 0.0 } else { 0.05 },
                 output_router_logits: w[11] & 2048 != 0,
                 experts_impl: crate::model::ExpertsImpl::ALL[((w[11] >> 12) % 3) as usize],
+                experts_layout: crate::model::ExpertsLayout::ALL[((w[11] >> 14) % 2) as usize],
                 batch: pick(w[8], 1, 4096),
                 seq: pick(w[9], 1, 1 << 20),
                 lora_r: pick(w[10], 1, 512),

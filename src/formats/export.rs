@@ -2,8 +2,8 @@
 //! LLaMA-Factory and axolotl (YAML). Every value comes from the plan's settings.
 
 use crate::model::{
-    Architecture, AttnImpl, Dtype, ExpertsImpl, Family, Optimizer, Quant, SavedModule, Settings,
-    Target,
+    Architecture, AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, Family, Optimizer, Quant,
+    SavedModule, Settings, Target,
 };
 
 /// Export formats.
@@ -43,6 +43,9 @@ fn expert_params(arch: &Architecture, s: &Settings) -> Vec<String> {
         .collect()
 }
 
+/// transformers 4's per-expert layout, said where the run is set up.
+const PER_EXPERT_NOTE: &str = "# planned for transformers 4 (pip install \"transformers<5\"): an nn.Linear per expert projection, quantized by 4-bit loading\n";
+
 /// What an MoE run needs that the YAML formats have no key for, as comment lines.
 fn moe_comments(arch: &Architecture, s: &Settings) -> String {
     let mut out = String::new();
@@ -59,7 +62,9 @@ fn moe_comments(arch: &Architecture, s: &Settings) -> String {
     if arch.is_moe() && s.output_router_logits {
         out.push_str("# output_router_logits=True (load-balancing loss)\n");
     }
-    if arch.is_moe() && s.experts_impl != ExpertsImpl::GroupedMm {
+    if arch.is_moe() && s.experts_layout == ExpertsLayout::PerExpert {
+        out.push_str(PER_EXPERT_NOTE);
+    } else if arch.is_moe() && s.experts_impl != ExpertsImpl::GroupedMm {
         out.push_str(&format!(
             "# experts_implementation={:?}\n",
             s.experts_impl.name()
@@ -136,6 +141,9 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if gpt_oss {
         out.push_str("from transformers import Mxfp4Config\n");
     }
+    if arch.is_moe() && s.experts_layout == ExpertsLayout::PerExpert {
+        out.push_str(PER_EXPERT_NOTE);
+    }
     out.push('\n');
     let load_dtype = if s.quant.is_some() {
         s.autocast.unwrap_or(Dtype::Bf16)
@@ -157,7 +165,10 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         // MXFP4 experts cannot be trained: dequantized to bf16 on load.
         extra.push_str("    quantization_config=Mxfp4Config(dequantize=True),\n");
     }
-    if arch.is_moe() && s.experts_impl != ExpertsImpl::GroupedMm {
+    if arch.is_moe()
+        && s.experts_layout == ExpertsLayout::Fused
+        && s.experts_impl != ExpertsImpl::GroupedMm
+    {
         extra.push_str(&format!(
             "    experts_implementation={:?},\n",
             s.experts_impl.name()

@@ -9,7 +9,8 @@ use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, Optimizer, Quant, SavedModule, Settings, Strategy, Target,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, Optimizer, Quant, SavedModule, Settings, Strategy,
+    Target,
 };
 
 /// What values a setting takes (decides the page control and the CLI's argument).
@@ -711,6 +712,21 @@ pub static FIELDS: &[Field] = &[
         slider: None,
         get: |s| s.experts_impl.name().to_string(),
         set: |s, v| named(ExpertsImpl::parse, v, ExpertsImpl::choices()).map(|x| s.experts_impl = x),
+    },
+    Field {
+        name: "experts_layout",
+        json_aliases: &[],
+        url: Some("el"),
+        flag: Some("--experts-layout"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Experts layout (transformers version)",
+        help: "fused (transformers 5: 3-D expert parameters, never quantized) or per_expert (transformers 4: an nn.Linear per expert projection, quantized by 4-bit loading)",
+        testid: Some("select-experts-layout"),
+        kind: Kind::Choice(|| names_of(ExpertsLayout::ALL, ExpertsLayout::name)),
+        slider: None,
+        get: |s| s.experts_layout.name().to_string(),
+        set: |s, v| named(ExpertsLayout::parse, v, ExpertsLayout::choices()).map(|x| s.experts_layout = x),
     },
     Field {
         name: "modules_to_save",

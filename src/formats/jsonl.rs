@@ -14,6 +14,25 @@ struct Line {
     model: Value,
     #[serde(default)]
     settings: Option<Value>,
+    /// The versions a measured run used (`{"transformers": "4.48.1", …}`), when the line says.
+    #[serde(default)]
+    software: Option<Value>,
+}
+
+/// A run on transformers 4 stored a mixture-of-experts model's experts as per-expert
+/// `nn.Linear` layers: a line that names its transformers version and does not choose an
+/// `experts_layout` is planned with the layout of that version.
+fn layout_from_software(settings: &mut Value, software: Option<&Value>) {
+    let major = software
+        .and_then(|s| s.get("transformers"))
+        .and_then(Value::as_str)
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.trim().parse::<u32>().ok());
+    if let (Some(major), Some(obj)) = (major, settings.as_object_mut()) {
+        if major < 5 && !obj.contains_key("experts_layout") {
+            obj.insert("experts_layout".into(), json!("per_expert"));
+        }
+    }
 }
 
 /// Plans one input line; `Err` carries the line's id and a message.
@@ -23,8 +42,9 @@ pub fn estimate_line(line: &str) -> Result<(Value, Plan), (Value, String)> {
     let id = parsed.id.clone();
     let arch =
         crate::formats::catalog::resolve_model(&parsed.model).map_err(|e| (id.clone(), e))?;
-    let settings = settings_from_json(&parsed.settings.unwrap_or_else(|| json!({})))
-        .map_err(|e| (id.clone(), e.to_string()))?;
+    let mut given = parsed.settings.unwrap_or_else(|| json!({}));
+    layout_from_software(&mut given, parsed.software.as_ref());
+    let settings = settings_from_json(&given).map_err(|e| (id.clone(), e.to_string()))?;
     let p = plan_simulated(&arch, &settings).map_err(|e| (id.clone(), e.to_string()))?;
     Ok((id, p))
 }

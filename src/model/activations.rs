@@ -44,7 +44,8 @@ pub struct Ctx<'a> {
     pub aux_weight: Dtype,
     /// Dtype of the fused expert weights, and of the experts' computation (`grouped_mm` runs
     /// in the weights' dtype): not `nn.Linear`, so never 4-bit; fp32 after
-    /// `prepare_model_for_kbit_training`.
+    /// `prepare_model_for_kbit_training`. Per-expert `nn.Linear` layers (transformers 4): their
+    /// output dtype, as any Linear's.
     pub expert: Dtype,
     /// Dtype of the router logits.
     pub router_logits: Dtype,
@@ -93,7 +94,12 @@ impl<'a> Ctx<'a> {
             logits,
             linear_weight,
             aux_weight,
-            expert: aux_weight,
+            // Per-expert nn.Linear layers compute like any Linear (autocast, bitsandbytes'
+            // cast back); fused experts compute in their weights' dtype.
+            expert: match s.experts_layout {
+                super::settings::ExpertsLayout::PerExpert => module_out,
+                super::settings::ExpertsLayout::Fused => aux_weight,
+            },
             router_logits,
             routing,
         }

@@ -21,5 +21,7 @@ pub use dtype::{Dtype, Quant};
 pub use error::PlanError;
 pub use parallel::{Parallel, Strategy};
 pub use plan::{plan, plan_simulated, Phase, Plan};
-pub use settings::{AttnImpl, ExpertParam, ExpertsImpl, Optimizer, SavedModule, Settings};
+pub use settings::{
+    AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, Optimizer, SavedModule, Settings,
+};
 pub use term::{Component, Term, TermKind};

@@ -101,6 +101,24 @@ names!(ExpertsImpl {
     BatchedMm => "batched_mm" | "batched",
 });
 
+/// How transformers holds a mixture-of-experts model's routed experts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertsLayout {
+    /// transformers 5: fused 3-D parameters (`gate_up_proj`, `down_proj`) run by
+    /// `experts_implementation`; not `nn.Linear`, so bitsandbytes leaves them unquantized.
+    Fused,
+    /// transformers 4 (e.g. 4.48): one `nn.Linear` per expert projection (Mixtral's `w1`, `w3`,
+    /// `w2`) and the router an `nn.Linear`, run by a Python loop over the experts; bitsandbytes
+    /// quantizes them like any Linear layer.
+    PerExpert,
+}
+
+names!(ExpertsLayout {
+    Fused => "fused" | "transformers5",
+    PerExpert => "per_expert" | "linear" | "transformers4",
+});
+
 /// A fused expert parameter that peft's `target_parameters` adapts (`ParamWrapper`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -201,6 +219,13 @@ pub struct Settings {
     /// How the routed experts run (`experts_implementation`).
     #[serde(default = "default_experts_impl")]
     pub experts_impl: ExpertsImpl,
+    /// How the routed experts are stored (transformers 5 fused, or 4's per-expert Linears).
+    #[serde(default = "default_experts_layout")]
+    pub experts_layout: ExpertsLayout,
+}
+
+fn default_experts_layout() -> ExpertsLayout {
+    ExpertsLayout::Fused
 }
 
 fn default_experts_impl() -> ExpertsImpl {
@@ -242,11 +267,25 @@ impl Default for Settings {
             target_parameters: vec![],
             output_router_logits: false,
             experts_impl: ExpertsImpl::GroupedMm,
+            experts_layout: ExpertsLayout::Fused,
         }
     }
 }
 
 impl Settings {
+    /// How the routed experts run: transformers 4's per-expert layout only had the eager loop.
+    pub fn experts_run(&self) -> ExpertsImpl {
+        match self.experts_layout {
+            ExpertsLayout::Fused => self.experts_impl,
+            ExpertsLayout::PerExpert => ExpertsImpl::Eager,
+        }
+    }
+
+    /// Whether the routed experts are `nn.Linear` layers that 4-bit / 8-bit loading quantizes.
+    pub fn experts_quantized(&self) -> bool {
+        self.quant.is_some() && self.experts_layout == ExpertsLayout::PerExpert
+    }
+
     /// Range checks independent of the architecture.
     pub fn validate(&self) -> Result<(), PlanError> {
         let bad = |field: &'static str, why: String| Err(PlanError::InvalidSetting { field, why });

@@ -132,13 +132,22 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
             let mut modules = 0u128;
             let mut blocks = 0u128;
             let mut groups = 0u128;
+            let mut count = |weights: u128, times: u128| {
+                let nb = weights.div_ceil(QUANT_BLOCK);
+                modules += times;
+                blocks += nb * times;
+                groups += nb.div_ceil(DQ_GROUP) * times;
+            };
             for (kind, layers) in a.layer_groups() {
                 for l in a.block_linears(kind) {
-                    let nb = (l.in_features * l.out_features).div_ceil(QUANT_BLOCK);
-                    modules += layers;
-                    blocks += nb * layers;
-                    groups += nb.div_ceil(DQ_GROUP) * layers;
+                    count(l.in_features * l.out_features, layers);
                 }
+            }
+            if ctx.s.experts_quantized() && a.is_moe() {
+                // transformers 4: three Linear layers per expert and the router, per MoE layer.
+                let (i, h) = (a.expert_width(), a.hidden_size as u128);
+                count(i * h, 3 * a.num_experts() * a.moe_layers());
+                count(a.router_params_per_layer(), a.moe_layers());
             }
             let t = if ctx.s.double_quant {
                 Term::sum(
@@ -163,7 +172,24 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
             out.push(t);
         }
     }
-    if let Some(m) = a.moe_layout() {
+    if ctx.s.experts_quantized() && a.is_moe() {
+        let q = ctx.s.quant.map_or("4-bit", |q| q.name());
+        out.push(Term::product(
+            Component::FrozenWeights,
+            format!("routers (nn.Linear, {q} packed 2 per byte)"),
+            &[f("⌈router params / 2⌉", routers.div_ceil(2)), bytes_of(1)],
+        ));
+        out.push(Term::product(
+            Component::FrozenExperts,
+            format!("routed experts: an nn.Linear per expert projection, {q} packed 2 per byte"),
+            &[f("⌈expert params / 2⌉", experts.div_ceil(2)), bytes_of(1)],
+        ));
+    } else if let Some(m) = a.moe_layout() {
+        let expert_dtype = match ctx.s.experts_layout {
+            // nn.Linear weights stay in the load dtype.
+            crate::model::ExpertsLayout::PerExpert => ctx.s.dtype,
+            crate::model::ExpertsLayout::Fused => ctx.expert,
+        };
         let router = if m.fp32_router {
             Dtype::Fp32
         } else {
@@ -184,11 +210,18 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
         ));
         out.push(Term::product(
             Component::FrozenExperts,
-            "routed experts: fused gate_up_proj + down_proj",
+            match ctx.s.experts_layout {
+                crate::model::ExpertsLayout::Fused => {
+                    "routed experts: fused gate_up_proj + down_proj"
+                }
+                crate::model::ExpertsLayout::PerExpert => {
+                    "routed experts: an nn.Linear per expert projection"
+                }
+            },
             &[
                 f("MoE layers", a.moe_layers()),
                 f("expert params per layer", a.expert_params_per_layer()),
-                bytes_of(ctx.expert.bytes()),
+                bytes_of(expert_dtype.bytes()),
             ],
         ));
     }

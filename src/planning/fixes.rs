@@ -9,7 +9,8 @@ use crate::planning::fit::{self, Fidelity};
 use crate::planning::{time, verdict, Status};
 
 use crate::model::{
-    plan, Architecture, AttnImpl, Dtype, ExpertsImpl, Optimizer, Quant, Settings, Target,
+    plan, Architecture, AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, Optimizer, Quant, Settings,
+    Target,
 };
 
 /// One suggested change (or combination of changes), re-planned.
@@ -187,7 +188,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             patch,
         })
     };
-    if s.experts_impl != ExpertsImpl::GroupedMm {
+    if s.experts_run() != ExpertsImpl::GroupedMm && s.experts_layout == ExpertsLayout::Fused {
         push(
             "grouped_mm",
             "experts",

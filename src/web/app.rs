@@ -197,7 +197,7 @@ pub fn Embed(
     view! {
         <div class="page embed">
             {notice_list(notices)}
-            <main data-reserve=move || if simulated.get() { "simulated" } else { "quick" }>
+            <main data-reserve=move || reserve_state(simulated, eval)>
                 <Hero eval=eval />
                 <div class="embed-controls" role="group" aria-label=t("Settings")>{setting_controls(layout::EMBED, state, None)}</div>
                 <p class="embed-foot">
@@ -248,7 +248,7 @@ pub fn App(
                 <p class="tagline">{t("Will this LoRA / QLoRA fine-tune fit, and where does every GiB go? Planned in your browser.")}</p>
             </header>
             {notice_list(notices)}
-            <main data-reserve=move || if simulated.get() { "simulated" } else { "quick" }>
+            <main data-reserve=move || reserve_state(simulated, eval)>
                 <Hero eval=eval state=state />
                 <Essentials state=state />
                 <Examples state=state />
@@ -1069,5 +1069,19 @@ fn Tables(
                 </tbody>
             </table>
         </section>
+    }
+}
+
+/// `data-reserve` of the results: `quick` (the allowance, within a frame of a change),
+/// `simulated` (settled on PyTorch's caching allocator simulated), or `settled` (still, but the
+/// configuration has no allocation sequence to simulate — fused cross-entropy, transformers 4's
+/// per-expert layout — so the allowance stays).
+fn reserve_state(settled: Memo<bool>, eval: Memo<Result<Evaluation, String>>) -> &'static str {
+    if !settled.get() {
+        "quick"
+    } else if read(eval, |e| e.plan.reserve_simulated) {
+        "simulated"
+    } else {
+        "settled"
     }
 }

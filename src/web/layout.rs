@@ -28,6 +28,7 @@ pub const MOE: &[&str] = &[
     "target_parameters",
     "output_router_logits",
     "experts_implementation",
+    "experts_layout",
 ];
 
 /// Whether a setting's control means something for these settings (irrelevant ones are hidden):
@@ -35,6 +36,11 @@ pub const MOE: &[&str] = &[
 pub fn relevant(name: &str, s: &Settings) -> bool {
     match name {
         "strategy" | "offload" => s.parallel.world() > 1,
+        // transformers 4's per-expert layout had only the loop over the experts, and no fused
+        // expert parameters for target_parameters.
+        "experts_implementation" | "target_parameters" => {
+            s.experts_layout == crate::model::ExpertsLayout::Fused
+        }
         _ => true,
     }
 }
@@ -113,5 +119,8 @@ mod tests {
         assert!(!relevant("strategy", &s) && relevant("batch", &s));
         s.parallel.gpus_per_node = 2;
         assert!(relevant("offload", &s));
+        assert!(relevant("experts_implementation", &s) && relevant("target_parameters", &s));
+        s.experts_layout = crate::model::ExpertsLayout::PerExpert;
+        assert!(!relevant("experts_implementation", &s) && !relevant("target_parameters", &s));
     }
 }

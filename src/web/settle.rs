@@ -2,8 +2,9 @@
 //! once the state has been still for a moment — the settled one, whose reserved, nvidia-smi and
 //! verdict come from PyTorch's caching allocator simulated over the step
 //! ([`crate::web::state::settle`], tens of milliseconds). The results carry
-//! `data-reserve="quick" | "simulated"`, so neither a person nor a test mistakes the quick
-//! allowance for the simulated figure.
+//! `data-reserve="quick" | "simulated"` (or `"settled"` when the configuration has no allocation
+//! sequence to simulate), so neither a person nor a test mistakes the quick allowance for the
+//! simulated figure.
 
 use leptos::prelude::*;
 

@@ -55,6 +55,13 @@ test("a mixture-of-experts model shows its experts, its settings group, and matc
   await page.screenshot({ path: path.join(artifacts, "moe.png"), fullPage: true });
   await page.selectOption('[data-testid="select-model"]', "gpt-oss-20b");
   assert.match(await page.textContent('[data-testid="plan-notes"]'), /Mxfp4Config\(dequantize=True\)/);
+  // transformers 4's layout (the published Mixtral QLoRA runs): experts quantized as Linear layers.
+  await page.goto(server.url + "?model=mixtral-8x7b&gpu=a100-80&b=4&s=4096&gc=1&dt=nf4&ac=bf16&t=q,k,v,o&el=per_expert");
+  await page.waitForSelector('main[data-reserve="settled"]', { timeout: 30000 });
+  assert.equal(await page.inputValue('[data-testid="select-experts-layout"]'), "per_expert");
+  assert.equal(await page.isVisible('[data-testid="select-experts"]'), false, "no experts_implementation in transformers 4");
+  assert.match(await page.textContent('[data-testid="plan-notes"]'), /transformers 4 layout/);
+  await expectMatchesCli(page, ["--model", "mixtral-8x7b", "--gpu", "a100-80", "--batch", "4", "--seq", "4096", "--gc", "--quant", "nf4", "--autocast", "bf16", "--targets", "q,k,v,o", "--experts-layout", "per_expert"]);
   await page.selectOption('[data-testid="select-model"]', "llama2-7b");
   assert.equal(await page.locator('[data-testid="moe-settings"]').count(), 0);
   assert.deepEqual(errors, []);

@@ -62,8 +62,9 @@ export function cliPlan(args) {
 
 /** Reads a GiB figure shown as "22.82 GiB". */
 export async function gibOf(page, testid) {
-  // Reserved, nvidia-smi and the verdict settle on the allocator simulation a moment after a change.
-  await page.waitForSelector('[data-reserve="simulated"]', { timeout: 30000 });
+  // Reserved, nvidia-smi and the verdict settle on the allocator simulation a moment after a change
+  // ("settled": still, but with nothing to simulate, e.g. transformers 4's per-expert layout).
+  await page.waitForSelector('[data-reserve="simulated"], main[data-reserve="settled"]', { timeout: 30000 });
   const t = (await page.textContent(`[data-testid="${testid}"]`)).trim();
   const m = t.match(/^(-?[0-9]+\.[0-9]{2}) GiB$/);
   if (!m) throw new Error(`${testid} shows ${JSON.stringify(t)}, not "N.NN GiB"`);

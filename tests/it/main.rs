@@ -11,6 +11,7 @@ mod fuzz;
 mod gpu;
 mod i18n;
 mod inspect;
+mod moe_layout;
 mod planning;
 mod properties;
 mod reference;

@@ -426,6 +426,21 @@ fn moe_exports_name_what_transformers_and_peft_need() {
     let y: serde_yaml::Value = serde_yaml::from_str(&ax).unwrap();
     assert_eq!(y["lora_r"], 16);
     assert!(ax.contains("target_parameters"), "{ax}");
+    // transformers 4's per-expert layout: the script says which transformers it was planned for,
+    // and passes no experts_implementation (4.x has none).
+    let mixtral = lorafit::formats::catalog::find_model("mixtral-8x7b")
+        .unwrap()
+        .arch
+        .clone();
+    let t4 = Settings {
+        targets: vec![Target::Q, Target::K, Target::V, Target::O],
+        experts_layout: lorafit::model::ExpertsLayout::PerExpert,
+        experts_impl: lorafit::model::ExpertsImpl::Eager,
+        ..Settings::default()
+    };
+    let py = export("python", "mistralai/Mixtral-8x7B-v0.1", &mixtral, &t4).unwrap();
+    assert!(py.contains("transformers<5"), "{py}");
+    assert!(!py.contains("experts_implementation="), "{py}");
 }
 
 #[test]

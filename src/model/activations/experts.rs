@@ -80,7 +80,7 @@ pub(super) fn moe_terms(l: &Layer, out: &mut Vec<Term>) {
         );
     }
     // --- Dispatch to the experts.
-    match ctx.s.experts_impl {
+    match ctx.s.experts_run() {
         ExpertsImpl::GroupedMm => {
             push(
                 out,
@@ -99,6 +99,26 @@ pub(super) fn moe_terms(l: &Layer, out: &mut Vec<Term>) {
             );
         }
         ExpertsImpl::Eager => {
+            if ctx.s.experts_quantized() {
+                // bitsandbytes' 4-bit matmul keeps its input, cast to the compute dtype by each
+                // Linear4bit: one copy per projection unless the input already has that dtype.
+                let compute = ctx.s.dtype;
+                let (copies, what) = if ctx.expert == compute {
+                    (h + i, "hidden + expert width")
+                } else {
+                    (2 * h + i, "2 × hidden + expert width")
+                };
+                push(
+                    out,
+                    "expert inputs kept by the 4-bit matmuls (w1, w3: the gathered rows; w2: the product), in the compute dtype",
+                    vec![p(), f(what, copies), by(compute)],
+                );
+                push(
+                    out,
+                    "router input kept by the 4-bit gate, in the compute dtype",
+                    vec![tok(ctx), f("hidden", h), by(compute)],
+                );
+            }
             push(
                 out,
                 "token and slot ids of each expert (nonzero, int64)",
@@ -226,7 +246,7 @@ pub fn moe_backward_working(ctx: &Ctx) -> Term {
             };
             // The eager loop back-propagates one expert at a time: at worst one expert received
             // every token (a token picks an expert once), so `tokens` rows rather than `pairs`.
-            let (rows, rows_name) = if ctx.s.experts_impl == ExpertsImpl::Eager {
+            let (rows, rows_name) = if ctx.s.experts_run() == ExpertsImpl::Eager {
                 (ctx.tokens(), "tokens (one expert, worst case)")
             } else {
                 (pairs(ctx), "pairs")

@@ -131,6 +131,28 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             ),
         });
     }
+    if arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert {
+        use super::arch::Target;
+        let why = if arch.family == super::arch::Family::GptOss {
+            Some("gpt-oss's experts are fused 3-D parameters in every transformers release: plan the fused layout".to_string())
+        } else if !s.target_parameters.is_empty() {
+            Some("target_parameters adapts fused 3-D expert parameters, which transformers 4's per-expert layout does not have: use the fused layout, or leave target_parameters empty".to_string())
+        } else if s
+            .targets
+            .iter()
+            .any(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
+        {
+            Some("with transformers 4's per-expert layout, LoRA on the MLP (all-linear, gate/up/down) adapts every expert's Linear layers, which lorafit does not model: target the attention projections (q, k, v, o), or plan the fused layout of transformers 5".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(PlanError::InvalidSetting {
+                field: "experts_layout",
+                why,
+            });
+        }
+    }
     if s.lora_r > arch.hidden_size {
         return Err(PlanError::InvalidSetting {
             field: "lora_r",
@@ -252,7 +274,12 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
             );
         }
     }
-    if s.quant.is_some() {
+    if s.experts_layout == super::settings::ExpertsLayout::PerExpert {
+        out.push(
+            "transformers 4 layout: every expert's projections and the router are nn.Linear layers (4-bit loading quantizes them) run by a Python loop over the experts; reserved memory comes from the quick allowance (the allocator simulation follows transformers 5)"
+                .into(),
+        );
+    } else if s.quant.is_some() {
         let ctx = Ctx::new(arch, s);
         out.push(format!(
             "bitsandbytes quantizes only nn.Linear layers: the fused experts and routers stay unquantized{} ({:.1} GiB of experts)",
@@ -264,8 +291,8 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
             gib(arch.expert_params() * ctx.expert.bytes())
         ));
     }
-    match s.experts_impl {
-        super::settings::ExpertsImpl::Eager => out.push(
+    match s.experts_run() {
+        super::settings::ExpertsImpl::Eager if s.experts_layout == super::settings::ExpertsLayout::Fused => out.push(
             "experts_implementation=eager: what is saved does not depend on the routing; the experts' backward is planned with its worst case, one expert receiving every token"
                 .into(),
         ),
@@ -273,7 +300,7 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
             "experts_implementation=batched_mm copies its experts' weights for every token–expert pair and keeps them for backward; grouped_mm (the default) does not"
                 .into(),
         ),
-        super::settings::ExpertsImpl::GroupedMm => {}
+        _ => {}
     }
     let _ = m;
     out

@@ -191,6 +191,12 @@ pub struct Trace {
 pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
     arch.validate()?;
     s.validate()?;
+    if arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert {
+        return Err(PlanError::InvalidSetting {
+            field: "experts_layout",
+            why: "the allocation sequence follows transformers 5's fused experts; transformers 4's per-expert layout is planned without it (quick reserve)".into(),
+        });
+    }
     // Sizes are u64 here: refuse steps whose memory or number of events could not be held (the
     // plan, in u128, answers those). A generous bound of the step's bytes from its shapes:
     // weights, and per token the logits and every layer's activations (attention scores
@@ -205,7 +211,7 @@ pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
                 .saturating_add(per_layer.saturating_mul(arch.num_hidden_layers as u128 * 16)),
         ),
     );
-    let loop_experts = if s.experts_impl == super::settings::ExpertsImpl::Eager {
+    let loop_experts = if s.experts_run() == super::settings::ExpertsImpl::Eager {
         arch.num_experts()
     } else {
         1

@@ -39,7 +39,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.router_logits.push(logits);
         }
         self.tp.push_frame();
-        let mut out = match self.ctx.s.experts_impl {
+        let mut out = match self.ctx.s.experts_run() {
             ExpertsImpl::GroupedMm => self.grouped_experts(x, idx, weights, &m),
             ExpertsImpl::BatchedMm => self.batched_experts(x, idx, weights, &m),
             ExpertsImpl::Eager => self.eager_experts(x, idx, weights, &m),
