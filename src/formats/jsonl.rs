@@ -17,6 +17,38 @@ struct Line {
     /// The versions a measured run used (`{"transformers": "4.48.1", …}`), when the line says.
     #[serde(default)]
     software: Option<Value>,
+    /// The config.json numbers, when `model` names a checkpoint the catalog does not hold (the
+    /// schema of published runs: `tests/data/reference/published_gpu.jsonl`).
+    #[serde(default)]
+    model_config: Option<Value>,
+}
+
+/// The published-run schema's own names for settings: `num_gpus` with `strategy` (and FSDP's
+/// `sharding`), and `lora_param_dtype`. A key the line also gives in lorafit's names wins.
+fn published_names(settings: &mut Value) {
+    let Some(obj) = settings.as_object_mut() else {
+        return;
+    };
+    let gpus = obj.get("num_gpus").and_then(Value::as_u64).unwrap_or(1);
+    if gpus > 1 && !obj.contains_key("parallel") && !obj.contains_key("gpus_per_node") {
+        let sharding = obj
+            .get("fsdp")
+            .and_then(|f| f.get("sharding"))
+            .and_then(Value::as_str)
+            .map(str::to_lowercase);
+        let strategy = sharding
+            .or_else(|| {
+                obj.get("strategy")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+            })
+            .unwrap_or_else(|| "ddp".into());
+        obj.insert("gpus_per_node".into(), json!(gpus));
+        obj.insert("strategy".into(), json!(strategy));
+    }
+    if let Some(d) = obj.get("lora_param_dtype").cloned() {
+        obj.entry("adapter_dtype").or_insert(d);
+    }
 }
 
 /// A run on transformers 4 stored a mixture-of-experts model's experts as per-expert
@@ -40,10 +72,15 @@ pub fn estimate_line(line: &str) -> Result<(Value, Plan), (Value, String)> {
     let parsed: Line = serde_json::from_str(line)
         .map_err(|e| (id_of(line), format!("not a valid input line: {e}")))?;
     let id = parsed.id.clone();
-    let arch =
-        crate::formats::catalog::resolve_model(&parsed.model).map_err(|e| (id.clone(), e))?;
+    let arch = crate::formats::catalog::resolve_model(&parsed.model)
+        .or_else(|e| match &parsed.model_config {
+            Some(config) => crate::formats::catalog::resolve_model(config),
+            None => Err(e),
+        })
+        .map_err(|e| (id.clone(), e))?;
     let mut given = parsed.settings.unwrap_or_else(|| json!({}));
     layout_from_software(&mut given, parsed.software.as_ref());
+    published_names(&mut given);
     let settings = settings_from_json(&given).map_err(|e| (id.clone(), e.to_string()))?;
     let p = plan_simulated(&arch, &settings).map_err(|e| (id.clone(), e.to_string()))?;
     Ok((id, p))

@@ -74,3 +74,33 @@ fn reserved_and_nvidia_smi_meet_their_targets() {
         "an OOM run was called fitting"
     );
 }
+
+/// A published run's own line (its schema: an unknown checkpoint name with `model_config`,
+/// `num_gpus`, `strategy`, `lora_param_dtype`, `software`) planned through `estimate --jsonl`
+/// gives what the validation plans from its mapped settings.
+#[test]
+fn published_lines_plan_as_their_mapped_settings() {
+    let v = lorafit::formats::validation::validate().expect("validates");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/reference/published_gpu.jsonl"
+    );
+    let text = std::fs::read_to_string(path).expect("published runs");
+    let mut n = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (id, p) = lorafit::formats::jsonl::estimate_line(line).expect("plans");
+        let row = v
+            .published
+            .iter()
+            .find(|r| id == r.id.as_str())
+            .expect("row");
+        let mapped = row.planned.as_ref().expect("planned");
+        assert_eq!(p.nvidia_smi_bytes as u64, mapped.smi_bytes, "{id}");
+        assert_eq!(
+            p.peak_allocated_bytes as u64, mapped.allocated_bytes,
+            "{id}"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 9);
+}
