@@ -79,6 +79,28 @@ async fn parse_in_slices(
     }
 }
 
+/// Reads, parses and inspects `file` against the page's configuration, one slice at a time,
+/// saying in `status` which step it is at.
+async fn analyse_file(
+    file: web_sys::File,
+    state: RwSignal<UiState>,
+    status: RwSignal<Option<String>>,
+) -> Result<Inspection, String> {
+    let bytes = file_bytes(file).await?;
+    yield_to_browser().await;
+    let report = parse_in_slices(bytes, status).await?;
+    status.set(Some("replaying the run through the allocator…".into()));
+    yield_to_browser().await;
+    let mut ins = inspect::measure(&report);
+    let st = state.get_untracked();
+    if let Ok(arch) = arch_of(&st) {
+        status.set(Some("comparing with the plan…".into()));
+        yield_to_browser().await;
+        inspect::compare(&mut ins, &report, &arch, &st.settings)?;
+    }
+    Ok(inspect::conclude(ins))
+}
+
 fn mib(b: u64) -> String {
     gib(b as u128)
 }
@@ -99,37 +121,7 @@ pub fn MeasuredRun(
         )));
         result.set(None);
         spawn_local(async move {
-            let bytes = match file_bytes(file).await {
-                Ok(b) => b,
-                Err(e) => {
-                    status.set(None);
-                    result.set(Some(Err(e)));
-                    return;
-                }
-            };
-            yield_to_browser().await;
-            let report = match parse_in_slices(bytes, status).await {
-                Ok(r) => r,
-                Err(e) => {
-                    status.set(None);
-                    result.set(Some(Err(e)));
-                    return;
-                }
-            };
-            status.set(Some("replaying the run through the allocator…".into()));
-            yield_to_browser().await;
-            let mut ins = inspect::measure(&report);
-            let st = state.get_untracked();
-            if let Ok(arch) = arch_of(&st) {
-                status.set(Some("comparing with the plan…".into()));
-                yield_to_browser().await;
-                if let Err(e) = inspect::compare(&mut ins, &report, &arch, &st.settings) {
-                    status.set(None);
-                    result.set(Some(Err(e)));
-                    return;
-                }
-            }
-            let r = Ok(inspect::conclude(ins));
+            let r = analyse_file(file, state, status).await;
             status.set(None);
             result.set(Some(r));
         });

@@ -134,9 +134,7 @@ impl Gunzip {
     /// Decompresses the next piece of input.
     pub fn feed(&mut self, input: &[u8]) -> Result<(), String> {
         for piece in input.chunks(64 << 10) {
-            self.decoder
-                .write_all(piece)
-                .map_err(|e| format!("invalid gzip data: {e}"))?;
+            self.decoder.write_all(piece).map_err(invalid_gzip)?;
             self.check()?;
         }
         Ok(())
@@ -157,24 +155,17 @@ impl Gunzip {
         Ok(())
     }
 
-    /// The decompressed data, once all input was fed.
-    pub fn finish(self) -> Result<Vec<u8>, String> {
-        let limit = self.limit;
-        let out = self
-            .decoder
-            .finish()
-            .map_err(|e| format!("invalid gzip data: {e}"))?;
-        if out.len() > limit {
-            return Err(format!(
-                "gzip data decompresses to more than the {} MiB limit",
-                limit >> 20
-            ));
-        }
-        if is_gzip(&out) {
-            return Err("gzip inside gzip is not supported".into());
-        }
-        Ok(out)
+    /// The decompressed data, once all input was fed. (Gzip inside gzip is refused by
+    /// [`Reader::new`], which every parse goes through.)
+    pub fn finish(mut self) -> Result<Vec<u8>, String> {
+        self.decoder.try_finish().map_err(invalid_gzip)?;
+        self.check()?;
+        self.decoder.finish().map_err(invalid_gzip)
     }
+}
+
+fn invalid_gzip(e: std::io::Error) -> String {
+    format!("invalid gzip data: {e}")
 }
 
 /// Parsing uncompressed input a slice at a time: [`Reader::step`] runs a bounded amount of

@@ -152,35 +152,46 @@ impl<T: Copy + Default> Pool<T> {
     }
 
     /// Appends `values` to container `index`.
-    fn extend(&mut self, index: u32, values: &[T]) -> Result<(), String> {
+    fn extend<I>(&mut self, index: u32, values: I) -> Result<(), String>
+    where
+        I: IntoIterator<Item = T>,
+        I::IntoIter: ExactSizeIterator,
+    {
         let Some(&slot) = self.slots.get(index as usize) else {
             return Ok(());
         };
+        let values = values.into_iter();
         let (start, len, cap) = (slot.start as usize, slot.len as usize, slot.cap as usize);
         let new_len = len + values.len();
         let (new_start, new_cap) = if start + cap == self.items.len() {
             // Last in the buffer: grow in place.
             self.items.truncate(start + len);
-            self.items.extend_from_slice(values);
+            self.items.extend(values);
             (start, new_len)
         } else if new_len <= cap {
-            self.items[start + len..start + new_len].copy_from_slice(values);
+            for (to, v) in self.items[start + len..start + new_len]
+                .iter_mut()
+                .zip(values)
+            {
+                *to = v;
+            }
             (start, cap)
         } else {
             let moved = self.items.len();
             let room = new_len.max(2 * len);
             self.items.extend_from_within(start..start + len);
-            self.items.extend_from_slice(values);
+            self.items.extend(values);
             self.items.resize(moved + room, T::default());
             (moved, room)
         };
         let fits = |n: usize| u32::try_from(n).map_err(|_| too_many());
-        let new = Slot {
+        // The slot's end must be addressable too.
+        fits(new_start + new_cap)?;
+        self.slots[index as usize] = Slot {
             start: fits(new_start)?,
             len: fits(new_len)?,
-            cap: fits(new_start + new_cap)? - fits(new_start)?,
+            cap: fits(new_cap)?,
         };
-        self.slots[index as usize] = new;
         Ok(())
     }
 }
@@ -236,7 +247,6 @@ impl<'a, 'l> Unpickler<'a, 'l> {
                 dicts: Pool::default(),
                 stack: Vec::new(),
                 scratch: Vec::new(),
-                pairs: Vec::new(),
                 marks: Vec::new(),
                 memo: Vec::new(),
                 items: 0,
@@ -280,8 +290,6 @@ struct Vm<'a, 'l> {
     stack: Vec<NodeId>,
     /// Values popped down to a MARK (reused, so a MARK allocates nothing).
     scratch: Vec<NodeId>,
-    /// Key-value pairs being added to a dict (reused).
-    pairs: Vec<(NodeId, NodeId)>,
     /// Stack lengths at each open `MARK`.
     marks: Vec<usize>,
     memo: Vec<NodeId>,
@@ -316,23 +324,13 @@ impl Vm<'_, '_> {
                 let value = self.pop()?;
                 self.extend_list(&[value])?;
             }
-            b'e' => {
-                let values = self.pop_mark()?;
-                let done = self.extend_list(&values);
-                self.scratch = values;
-                done?;
-            }
+            b'e' => self.add_marked(Self::extend_list)?,
             b's' => {
                 let value = self.pop()?;
                 let key = self.pop()?;
                 self.extend_dict(&[key, value])?;
             }
-            b'u' => {
-                let values = self.pop_mark()?;
-                let done = self.extend_dict(&values);
-                self.scratch = values;
-                done?;
-            }
+            b'u' => self.add_marked(Self::extend_dict)?,
             b't' => {
                 let values = self.pop_mark()?;
                 self.push_tuple(values)?;
@@ -583,6 +581,18 @@ impl Vm<'_, '_> {
         Ok(values)
     }
 
+    /// Pops the values above the innermost MARK and hands them to `add` (APPENDS, SETITEMS);
+    /// the buffer they were popped into is kept for the next MARK.
+    fn add_marked(
+        &mut self,
+        add: fn(&mut Self, &[NodeId]) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let values = self.pop_mark()?;
+        let done = add(self, &values);
+        self.scratch = values;
+        done
+    }
+
     #[inline(always)]
     fn push_id(&mut self, id: NodeId) -> Result<(), String> {
         if self.stack.len() >= self.limits.max_stack {
@@ -649,7 +659,7 @@ impl Vm<'_, '_> {
     ) -> Result<(), String> {
         let index = self.seqs.add()?;
         self.push(node(index), depth)?;
-        self.seqs.extend(index, &items)
+        self.seqs.extend(index, items)
     }
 
     fn new_dict(&mut self) -> Result<(), String> {
@@ -675,7 +685,7 @@ impl Vm<'_, '_> {
         match self.nodes.get(id as usize) {
             Some(Node::List(i)) => {
                 let i = *i;
-                self.seqs.extend(i, values)?;
+                self.seqs.extend(i, values.iter().copied())?;
             }
             other => {
                 let found = other.map_or("nothing", |n| kind(n));
@@ -701,12 +711,8 @@ impl Vm<'_, '_> {
         match self.nodes.get(id as usize) {
             Some(Node::Dict(i)) => {
                 let i = *i;
-                let mut pairs = std::mem::take(&mut self.pairs);
-                pairs.clear();
-                pairs.extend(values.chunks_exact(2).map(|kv| (kv[0], kv[1])));
-                let done = self.dicts.extend(i, &pairs);
-                self.pairs = pairs;
-                done?;
+                let pairs = values.chunks_exact(2).map(|kv| (kv[0], kv[1]));
+                self.dicts.extend(i, pairs)?;
             }
             other => {
                 let found = other.map_or("nothing", |n| kind(n));
