@@ -216,6 +216,7 @@ pub fn App(
     link: (UiState, Vec<String>),
 ) -> impl IntoView {
     let (state, notices, eval, query, simulated) = setup(link);
+    let advice = crate::web::settle::advice_fidelity(state, eval);
     let pinned: RwSignal<Option<Evaluation>> = RwSignal::new(None);
     let gpu_panel = RwSignal::new(false);
     let curve_key = Memo::new(move |_| state.with(|st| without(st, st.axis)));
@@ -249,7 +250,7 @@ pub fn App(
             </header>
             {notice_list(notices)}
             <main data-reserve=move || reserve_state(simulated, eval)>
-                <Hero eval=eval state=state />
+                <Hero eval=eval state=state advice=advice />
                 <Essentials state=state />
                 <Examples state=state />
                 <nav class="toc" aria-label=t("Sections")>
@@ -281,7 +282,7 @@ pub fn App(
                         <p class="hint">{t("With more than one GPU, every number is per GPU; a strategy and CPU offload appear here.")}</p>
                         <div class="controls-grid">{setting_controls(layout::GPUS, state, Some(layout::after_gpu_count))}</div>
                     </section>
-                    <super::panels::Fixes state=state eval=eval />
+                    <super::panels::Fixes state=state eval=eval how=advice />
                     <CurveChart curve=curve eval=eval state=state />
                     <Compare pinned=pinned eval=eval />
                     <Tables eval=eval />
@@ -514,6 +515,9 @@ fn Hero(
     /// The page state, to show what fits when it does not (None in the embed).
     #[prop(optional)]
     state: Option<RwSignal<UiState>>,
+    /// How that advice is judged (with `state`).
+    #[prop(optional)]
+    advice: Option<Memo<crate::planning::fit::Fidelity>>,
 ) -> impl IntoView {
     let focused: RwSignal<Option<&'static str>> = RwSignal::new(None);
     let status = text(move || read(eval, |e| e.verdict.status.name().into()));
@@ -551,7 +555,7 @@ fn Hero(
             <div class="bar-wrap" class:hidden=failed>
                 <BreakdownBar hero=hero focused=Some(focused) eval=eval />
             </div>
-            {state.map(|state| view! { <super::panels::BestFix state=state eval=eval /> })}
+            {state.zip(advice).map(|(state, how)| view! { <super::panels::BestFix state=state eval=eval how=how /> })}
             <p class="fineprint" class:hidden=failed>
                 <span data-testid="per-gpu">{shown(eval, |e| if e.plan.world_size > 1 { format!("per GPU · {} GPUs · effective batch {}", e.plan.world_size, e.plan.effective_batch) } else { format!("for one GPU · effective batch {}", e.plan.effective_batch) })}</span>
                 {t(" · peak in ")}<span data-testid="peak-phase">{shown(eval, |e| e.plan.peak_phase.name().into())}" — "{shown(eval, |e| e.plan.peak_moment.clone())}</span>

@@ -32,38 +32,6 @@ fn bf16_ok(state: RwSignal<UiState>) -> bool {
     })
 }
 
-/// How advice is judged: quickly while the state moves; with the caching allocator simulated
-/// once the evaluation has settled — one task later, so the settled verdict paints before the
-/// advice (a few simulated plans, a few hundred milliseconds) is worked out. Synchronous in the
-/// state: a change drops back to quick at once, never leaving simulated advice of an old state.
-fn advice_fidelity(
-    state: RwSignal<UiState>,
-    eval: Memo<Result<Evaluation, String>>,
-) -> Memo<Fidelity> {
-    let simulated = move || read(eval, |e| e.plan.reserve_simulated);
-    let ready: RwSignal<Option<UiState>> = RwSignal::new(None);
-    Effect::new(move |_| {
-        if simulated() {
-            set_timeout(
-                move || {
-                    if eval.with_untracked(|e| e.as_ref().is_ok_and(|e| e.plan.reserve_simulated)) {
-                        ready.set(Some(state.get_untracked()));
-                    }
-                },
-                std::time::Duration::ZERO,
-            );
-        }
-    });
-    Memo::new(move |_| {
-        let current = ready.with(|r| r.as_ref().is_some_and(|r| state.with(|st| st == r)));
-        if simulated() && current {
-            Fidelity::Simulated
-        } else {
-            Fidelity::Quick
-        }
-    })
-}
-
 /// `data-reserve` of advice: `quick` or `simulated`, as on the results.
 fn reserve_name(how: Fidelity) -> &'static str {
     match how {
@@ -81,9 +49,10 @@ pub fn BestFix(
     state: RwSignal<UiState>,
     /// Current evaluation.
     eval: Memo<Result<Evaluation, String>>,
+    /// How advice is judged ([`crate::web::settle::advice_fidelity`]).
+    how: Memo<Fidelity>,
 ) -> impl IntoView {
     let needs = Memo::new(move |_| read(eval, |e| e.verdict.status != Status::Fits));
-    let how = advice_fidelity(state, eval);
     let best = Memo::new(move |_| {
         if !needs.get() {
             return None;
@@ -156,9 +125,10 @@ pub fn Fixes(
     state: RwSignal<UiState>,
     /// Current evaluation.
     eval: Memo<Result<Evaluation, String>>,
+    /// How advice is judged ([`crate::web::settle::advice_fidelity`]).
+    how: Memo<Fidelity>,
 ) -> impl IntoView {
     let needs = Memo::new(move |_| read(eval, |e| e.verdict.status != Status::Fits));
-    let how = advice_fidelity(state, eval);
     let fixes = Memo::new(move |_| {
         if !needs.get() {
             return vec![];
@@ -175,9 +145,9 @@ pub fn Fixes(
                 .collect::<Vec<_>>()
         })
     });
-    // The allocator's own fix, once the plan is simulated (two more simulations, after a pause).
+    // The allocator's own fix, with the rest of the settled advice (two more simulations).
     let alloc_fix = Memo::new(move |_| {
-        if !needs.get() || !read(eval, |e| e.plan.reserve_simulated) {
+        if !needs.get() || how.get() != Fidelity::Simulated {
             return None;
         }
         let cap = read(eval, |e| e.verdict.capacity_bytes);

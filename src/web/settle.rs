@@ -4,11 +4,14 @@
 //! ([`crate::web::state::settle`], tens of milliseconds). The results carry
 //! `data-reserve="quick" | "simulated"` (or `"settled"` when the configuration has no allocation
 //! sequence to simulate), so neither a person nor a test mistakes the quick allowance for the
-//! simulated figure.
+//! simulated figure. The advice (what fits, single changes) follows one task later
+//! ([`advice_fidelity`], one signal for every advice view).
 
 use leptos::prelude::*;
 
 use crate::planning::evaluate::Evaluation;
+use crate::planning::fit::Fidelity;
+use crate::web::app::read;
 use crate::web::state::{evaluate_state, settle, UiState};
 
 /// How long the state must stay unchanged before the simulation runs.
@@ -53,4 +56,36 @@ pub fn settle_on(
     let shown = Memo::new(move |_| current().unwrap_or_else(|| quick.get()));
     let simulated = Memo::new(move |_| current().is_some());
     (shown, simulated)
+}
+
+/// How advice is judged: quickly while the state moves; with the caching allocator simulated
+/// once the evaluation has settled — one task later, so the settled verdict paints before the
+/// advice (a few simulated plans, a few hundred milliseconds) is worked out. Synchronous in the
+/// state: a change drops back to quick at once, never leaving simulated advice of an old state.
+pub fn advice_fidelity(
+    state: RwSignal<UiState>,
+    eval: Memo<Result<Evaluation, String>>,
+) -> Memo<Fidelity> {
+    let simulated = move || read(eval, |e| e.plan.reserve_simulated);
+    let ready: RwSignal<Option<UiState>> = RwSignal::new(None);
+    Effect::new(move |_| {
+        if simulated() {
+            set_timeout(
+                move || {
+                    if eval.with_untracked(|e| e.as_ref().is_ok_and(|e| e.plan.reserve_simulated)) {
+                        ready.set(Some(state.get_untracked()));
+                    }
+                },
+                std::time::Duration::ZERO,
+            );
+        }
+    });
+    Memo::new(move |_| {
+        let current = ready.with(|r| r.as_ref().is_some_and(|r| state.with(|st| st == r)));
+        if simulated() && current {
+            Fidelity::Simulated
+        } else {
+            Fidelity::Quick
+        }
+    })
 }
