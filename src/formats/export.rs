@@ -62,15 +62,27 @@ fn moe_comments(arch: &Architecture, s: &Settings) -> String {
     if arch.is_moe() && s.output_router_logits {
         out.push_str("# output_router_logits=True (load-balancing loss)\n");
     }
-    if arch.is_moe() && s.experts_layout == ExpertsLayout::PerExpert {
+    if per_expert(arch, s) {
         out.push_str(PER_EXPERT_NOTE);
-    } else if arch.is_moe() && s.experts_impl != ExpertsImpl::GroupedMm {
-        out.push_str(&format!(
-            "# experts_implementation={:?}\n",
-            s.experts_impl.name()
-        ));
+    }
+    if let Some(name) = experts_implementation(arch, s) {
+        out.push_str(&format!("# experts_implementation={name:?}\n"));
     }
     out
+}
+
+/// Whether the run is planned with transformers 4's per-expert layout.
+fn per_expert(arch: &Architecture, s: &Settings) -> bool {
+    arch.is_moe() && s.experts_layout == ExpertsLayout::PerExpert
+}
+
+/// The `experts_implementation` to pass, when not transformers 5's default (transformers 4 has
+/// no such argument).
+fn experts_implementation(arch: &Architecture, s: &Settings) -> Option<&'static str> {
+    (arch.is_moe()
+        && s.experts_layout == ExpertsLayout::Fused
+        && s.experts_impl != ExpertsImpl::GroupedMm)
+        .then(|| s.experts_impl.name())
 }
 
 fn torch_dtype(d: Dtype) -> &'static str {
@@ -141,7 +153,7 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if gpt_oss {
         out.push_str("from transformers import Mxfp4Config\n");
     }
-    if arch.is_moe() && s.experts_layout == ExpertsLayout::PerExpert {
+    if per_expert(arch, s) {
         out.push_str(PER_EXPERT_NOTE);
     }
     out.push('\n');
@@ -165,14 +177,8 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         // MXFP4 experts cannot be trained: dequantized to bf16 on load.
         extra.push_str("    quantization_config=Mxfp4Config(dequantize=True),\n");
     }
-    if arch.is_moe()
-        && s.experts_layout == ExpertsLayout::Fused
-        && s.experts_impl != ExpertsImpl::GroupedMm
-    {
-        extra.push_str(&format!(
-            "    experts_implementation={:?},\n",
-            s.experts_impl.name()
-        ));
+    if let Some(name) = experts_implementation(arch, s) {
+        extra.push_str(&format!("    experts_implementation={name:?},\n"));
     }
     if arch.is_moe() && s.output_router_logits {
         extra.push_str("    output_router_logits=True,\n");

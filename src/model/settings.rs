@@ -281,7 +281,7 @@ impl Settings {
         }
     }
 
-    /// Whether the routed experts are `nn.Linear` layers that 4-bit / 8-bit loading quantizes.
+    /// Whether the routed experts are `nn.Linear` layers that 4-bit loading quantizes.
     pub fn experts_quantized(&self) -> bool {
         self.quant.is_some() && self.experts_layout == ExpertsLayout::PerExpert
     }

@@ -185,15 +185,15 @@ pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
             &[f("⌈expert params / 2⌉", experts.div_ceil(2)), bytes_of(1)],
         ));
     } else if let Some(m) = a.moe_layout() {
+        // Experts' and routers' weights: nn.Linear weights stay in the load dtype.
         let expert_dtype = match ctx.s.experts_layout {
-            // nn.Linear weights stay in the load dtype.
             crate::model::ExpertsLayout::PerExpert => ctx.s.dtype,
             crate::model::ExpertsLayout::Fused => ctx.expert,
         };
         let router = if m.fp32_router {
             Dtype::Fp32
         } else {
-            ctx.expert
+            expert_dtype
         };
         out.push(Term::product(
             Component::FrozenWeights,

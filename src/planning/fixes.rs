@@ -188,7 +188,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             patch,
         })
     };
-    if s.experts_run() != ExpertsImpl::GroupedMm && s.experts_layout == ExpertsLayout::Fused {
+    if s.experts_layout == ExpertsLayout::Fused && s.experts_impl != ExpertsImpl::GroupedMm {
         push(
             "grouped_mm",
             "experts",

@@ -79,6 +79,22 @@ fn per_expert_linears_are_quantized_like_any_linear() {
 }
 
 #[test]
+fn unquantized_per_expert_weights_stay_in_the_load_dtype() {
+    // fp32 weights under bf16 autocast: the experts' outputs are bf16, their weights (and the
+    // routers') stay fp32 — every base parameter 4 bytes.
+    let a = catalog::find_model("mixtral-8x7b").unwrap().arch.clone();
+    let s = Settings {
+        dtype: lorafit::model::Dtype::Fp32,
+        autocast: Some(lorafit::model::Dtype::Bf16),
+        ..mixtral_qlora(ExpertsLayout::PerExpert)
+    };
+    let s = Settings { quant: None, ..s };
+    let p = plan(&a, &s).expect("plans");
+    let frozen = component(&p, "frozen_weights") + component(&p, "frozen_experts");
+    assert_eq!(frozen, a.total_params() * 4);
+}
+
+#[test]
 fn per_expert_layout_refuses_what_it_does_not_model() {
     let a = catalog::find_model("mixtral-8x7b").unwrap().arch.clone();
     let all_linear = Settings {

@@ -291,16 +291,19 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
             gib(arch.expert_params() * ctx.expert.bytes())
         ));
     }
-    match s.experts_run() {
-        super::settings::ExpertsImpl::Eager if s.experts_layout == super::settings::ExpertsLayout::Fused => out.push(
-            "experts_implementation=eager: what is saved does not depend on the routing; the experts' backward is planned with its worst case, one expert receiving every token"
-                .into(),
-        ),
-        super::settings::ExpertsImpl::BatchedMm => out.push(
-            "experts_implementation=batched_mm copies its experts' weights for every token–expert pair and keeps them for backward; grouped_mm (the default) does not"
-                .into(),
-        ),
-        _ => {}
+    // transformers 4's per-expert layout has no experts_implementation (its note says so).
+    if s.experts_layout == super::settings::ExpertsLayout::Fused {
+        match s.experts_impl {
+            super::settings::ExpertsImpl::Eager => out.push(
+                "experts_implementation=eager: what is saved does not depend on the routing; the experts' backward is planned with its worst case, one expert receiving every token"
+                    .into(),
+            ),
+            super::settings::ExpertsImpl::BatchedMm => out.push(
+                "experts_implementation=batched_mm copies its experts' weights for every token–expert pair and keeps them for backward; grouped_mm (the default) does not"
+                    .into(),
+            ),
+            super::settings::ExpertsImpl::GroupedMm => {}
+        }
     }
     let _ = m;
     out
