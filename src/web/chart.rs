@@ -312,7 +312,6 @@ pub fn curve(
         .collect();
     // Clamped a little above the box, so a point far over the top stays a steep line.
     let y = |b: u128| (height - (b as f64 / top) * height).max(-4.0);
-    let path = |ys: &mut dyn Iterator<Item = (f64, f64)>| svg_path(ys);
     let grouped: Vec<Vec<ComponentBytes>> =
         points.iter().map(|p| by_group(&p.components)).collect();
     let mut below = vec![0u128; points.len()];
@@ -326,7 +325,7 @@ pub fn curve(
         if above.iter().zip(&below).all(|(a, b)| a == b) {
             continue;
         }
-        let mut d = path(&mut xs.iter().zip(&above).map(|(x, a)| (*x, y(*a))));
+        let mut d = svg_path(&mut xs.iter().zip(&above).map(|(x, a)| (*x, y(*a))));
         for (x, b) in xs.iter().zip(&below).rev() {
             d.push_str(&format!("L{x:.1},{:.1} ", y(*b)));
         }
@@ -338,7 +337,7 @@ pub fn curve(
         });
         below = above;
     }
-    let smi = path(&mut xs.iter().zip(points).map(|(x, p)| (*x, y(p.smi_bytes))));
+    let smi = svg_path(&mut xs.iter().zip(points).map(|(x, p)| (*x, y(p.smi_bytes))));
     let y_ticks = gib_ticks(top as u128)
         .into_iter()
         .map(|(b, l)| (y(b), l))
@@ -421,13 +420,13 @@ pub fn timeline(
     let top = ticks.last().map(|t| t.0).unwrap_or(1).max(u128::from(top)) as f64;
     let y = |b: u64| height - b as f64 / top * height;
     let x = |at: f64| at.clamp(0.0, 1.0) * width;
-    let path = |pts: &mut dyn Iterator<Item = (f64, f64)>| svg_path(pts);
+    let marks: Vec<(f64, &'static str)> = marks.iter().map(|m| (x(m.at), m.phase)).collect();
     Timeline {
-        measured: path(&mut measured.iter().map(|p| (x(p.at), y(p.allocated_bytes)))),
-        reserved: path(&mut measured.iter().map(|p| (x(p.at), y(p.reserved_bytes)))),
-        planned: path(&mut planned.iter().map(|p| (x(p.at), y(p.allocated_bytes)))),
-        marks: marks.iter().map(|m| (x(m.at), m.phase)).collect(),
-        labels: room_for_labels(marks.iter().map(|m| (x(m.at), m.phase)).collect()),
+        measured: svg_path(&mut measured.iter().map(|p| (x(p.at), y(p.allocated_bytes)))),
+        reserved: svg_path(&mut measured.iter().map(|p| (x(p.at), y(p.reserved_bytes)))),
+        planned: svg_path(&mut planned.iter().map(|p| (x(p.at), y(p.allocated_bytes)))),
+        labels: room_for_labels(marks.clone()),
+        marks,
         y_ticks: ticks
             .into_iter()
             .map(|(b, l)| (height - b as f64 / top * height, l))
