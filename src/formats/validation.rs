@@ -41,7 +41,7 @@ struct Published {
 }
 
 /// One measured case against the plan.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CaseRow {
     /// Case id.
     pub id: String,
@@ -62,7 +62,7 @@ pub struct CaseRow {
 }
 
 /// One published real-GPU run against the plan.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PublishedRow {
     /// Run id.
     pub id: String,
@@ -79,7 +79,7 @@ pub struct PublishedRow {
 }
 
 /// The plan's side of a published run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PublishedPlan {
     /// Planned peak allocated.
     pub allocated_bytes: u64,
@@ -92,7 +92,7 @@ pub struct PublishedPlan {
 }
 
 /// Summary of signed errors.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ErrorStats {
     /// Rows compared.
     pub n: usize,
@@ -131,7 +131,7 @@ impl ErrorStats {
 }
 
 /// The whole comparison.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Validation {
     /// Measured training steps.
     pub cases: Vec<CaseRow>,

@@ -6,7 +6,7 @@
 //! over is `unplanned`: memory the run holds that the plan does not have, with the phase it was
 //! allocated in.
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::formats::snapshot::{self, Action, IdMap, Report, Snapshot};
 use crate::model::allocator::{AllocConf, BlockId, CachingAllocator};
@@ -14,7 +14,7 @@ use crate::model::steptrace::{self, Event, StepPhase, Trace};
 use crate::model::{plan_simulated, Architecture, Settings};
 
 /// Measured memory the plan does not have: one size, possibly several tensors.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Unplanned {
     /// Size of each tensor.
     pub bytes_each: u64,
@@ -29,7 +29,7 @@ pub struct Unplanned {
 }
 
 /// The plan's side.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Planned {
     /// Planned `max_memory_allocated()` (block-rounded, simulated).
     pub peak_allocated_bytes: u64,
@@ -40,7 +40,7 @@ pub struct Planned {
 }
 
 /// One point of a memory timeline: the highest memory within a stretch of the step.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// Where in the step: the share of its allocations made so far (0 to 1), so a measured run
     /// and its plan line up although their event counts differ.
@@ -52,22 +52,24 @@ pub struct Sample {
 }
 
 /// Where a phase of the planned step starts, on the same axis as [`Sample::at`].
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PhaseMark {
     /// Share of the step's allocations before it.
     pub at: f64,
     /// `forward`, `loss`, `backward`, `optimizer`, …
-    pub phase: &'static str,
+    #[serde(deserialize_with = "phase_name")]
+    pub phase: Name,
 }
 
 /// Points of a timeline drawn (the highest memory of each stretch is kept, so no peak is lost).
 pub const TIMELINE_POINTS: usize = 240;
 
 /// What a file says, and how it compares with the plan.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Inspection {
     /// `snapshot`, `memory_summary` or `memory_stats`.
-    pub kind: &'static str,
+    #[serde(deserialize_with = "kind_name")]
+    pub kind: Name,
     /// `max_memory_allocated()`: exact from a complete trace (replayed through the allocator
     /// port), a lower bound from a truncated one, read from a summary or stats.
     pub peak_allocated_bytes: Option<u64>,
@@ -94,6 +96,34 @@ pub struct Inspection {
     pub planned_timeline: Vec<Sample>,
     /// Where the planned step's phases start.
     pub phase_marks: Vec<PhaseMark>,
+}
+
+/// A name from a fixed set (a file's kind, a step phase). Written as an alias, not `&'static str`,
+/// because serde's derive would make a `&str` field borrow from the input; these are looked up
+/// in their set when read back (an inspection comes back from the page's worker as JSON).
+pub type Name = &'static str;
+
+/// What a file can be ([`Inspection::kind`]).
+const KINDS: [&str; 3] = ["snapshot", "memory_summary", "memory_stats"];
+
+/// The name of `names` equal to the string read; anything else is refused.
+fn one_of<'de, D: Deserializer<'de>>(
+    d: D,
+    names: impl IntoIterator<Item = Name>,
+) -> Result<Name, D::Error> {
+    let s = String::deserialize(d)?;
+    names
+        .into_iter()
+        .find(|n| *n == s)
+        .ok_or_else(|| serde::de::Error::custom(format!("unknown name {s:?}")))
+}
+
+fn kind_name<'de, D: Deserializer<'de>>(d: D) -> Result<Name, D::Error> {
+    one_of(d, KINDS)
+}
+
+fn phase_name<'de, D: Deserializer<'de>>(d: D) -> Result<Name, D::Error> {
+    one_of(d, StepPhase::ALL.map(StepPhase::name))
 }
 
 /// Keeps the highest point of each of `n` equal stretches of `at` (points in `at` order).

@@ -4,11 +4,10 @@
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::JsFuture;
 
-use crate::formats::validation::{validate_json, ErrorStats, Validation};
+use crate::formats::validation::{ErrorStats, Validation};
 use crate::web::lang::{t, ts};
+use crate::web::worker::Job;
 
 fn stats_line(name: &str, s: &ErrorStats) -> Signal<String> {
     ts(format!(
@@ -17,21 +16,12 @@ fn stats_line(name: &str, s: &ErrorStats) -> Signal<String> {
     ))
 }
 
-/// The measurements, fetched from the build (`validation.json`, copied there by trunk and cached
-/// by the service worker) so the planner's wasm does not carry them.
-async fn fetch_measurements() -> Result<String, String> {
-    let failed = || "could not load the measurements (validation.json)".to_string();
-    let resp = JsFuture::from(window().fetch_with_str("./validation.json"))
-        .await
-        .map_err(|_| failed())?;
-    let resp: web_sys::Response = resp.dyn_into().map_err(|_| failed())?;
-    if !resp.ok() {
-        return Err(failed());
-    }
-    let text = JsFuture::from(resp.text().map_err(|_| failed())?)
-        .await
-        .map_err(|_| failed())?;
-    text.as_string().ok_or_else(failed)
+/// The model against every measurement, worked out in the page's worker (`validation.json` is
+/// fetched there, from the build, so the planner's wasm carries neither the measurements nor
+/// the code that reads them, and planning a hundred cases never freezes the page).
+async fn validate() -> Result<Validation, String> {
+    let json = Job::new("validate").run(|_| {}).await?;
+    serde_json::from_str(&json).map_err(|e| format!("the evidence could not be read: {e}"))
 }
 
 /// The panel.
@@ -42,7 +32,7 @@ pub fn Evidence() -> impl IntoView {
         <section class="evidence" aria-label=t("How accurate is this?") data-testid="evidence">
             <h2>{t("How accurate is this?")}</h2>
             <p class="hint">{t("Every measured case lorafit carries — real transformers + peft training steps, PyTorch's own allocator replayed over them, and published runs on A100s — planned again in this browser (takes a few seconds).")}</p>
-            <button type="button" data-testid="evidence-run" on:click=move |_| spawn_local(async move { result.set(Some(fetch_measurements().await.and_then(|j| validate_json(&j)))) })>{t("Show the evidence")}</button>
+            <button type="button" data-testid="evidence-run" on:click=move |_| spawn_local(async move { result.set(Some(validate().await)) })>{t("Show the evidence")}</button>
             {move || result.get().map(|r| match r {
                 Err(e) => view! { <p class="error" role="alert">{ts(e)}</p> }.into_any(),
                 Ok(v) => view! {

@@ -1,104 +1,40 @@
 //! The "Read a real run" panel (wasm only): a PyTorch memory snapshot, `memory_summary()` text
-//! or `memory_stats()` JSON dropped on the page or chosen with the file picker, parsed in the
-//! browser (nothing is uploaded) by [`crate::planning::inspect`] and compared with the plan of
-//! the page's current configuration. Decompression and parsing run in slices of about 50 ms,
-//! yielding to the browser between them, so the page stays responsive and shows progress on a
-//! 200 MB snapshot.
+//! or `memory_stats()` JSON dropped on the page or chosen with the file picker, read in the
+//! browser (nothing is uploaded) and compared with the plan of the page's current configuration.
+//! The reading runs in a Web Worker with its own wasm ([`crate::web::analyse`], started when a
+//! file is dropped, stopped when its report is back), which says how far it got; the page only
+//! shows that progress and the report, so it stays responsive on a 200 MB snapshot and its own
+//! wasm carries neither the snapshot reader nor the inflater.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::JsFuture;
 
 use crate::formats::report::gib;
-use crate::formats::snapshot::{self, Gunzip, Limits, Reader, Report};
-use crate::planning::inspect::{self, Inspection};
+use crate::planning::inspect::Inspection;
 use crate::web::lang::{t, ts};
-use crate::web::state::{arch_of, UiState};
+use crate::web::link;
+use crate::web::state::UiState;
+use crate::web::worker::Job;
 
 /// Largest file read (the parser's own limit on decompressed input is the same).
 const MAX_FILE_BYTES: f64 = 512.0 * 1024.0 * 1024.0;
 
-async fn file_bytes(file: web_sys::File) -> Result<Vec<u8>, String> {
-    super::panels::check_size(&file, MAX_FILE_BYTES)?;
-    let buf = JsFuture::from(file.array_buffer())
-        .await
-        .map_err(|_| "the browser could not read the file".to_string())?;
-    Ok(js_sys::Uint8Array::new(&buf).to_vec())
-}
-
-/// Lets the browser run (paint, handle input) before the next slice of work.
-async fn yield_to_browser() {
-    let _ = JsFuture::from(js_sys::Promise::new(&mut |resolve, _| {
-        let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0);
-    }))
-    .await;
-}
-
-/// Pickle opcodes per slice (about 50 ms in a browser).
-const OPS_PER_SLICE: usize = 1 << 20;
-/// Gzip input per slice.
-const GZIP_BYTES_PER_SLICE: usize = 4 << 20;
-
-/// Decompresses (when gzip) and parses `bytes` in slices, reporting progress through `status`.
-async fn parse_in_slices(
-    bytes: Vec<u8>,
-    status: RwSignal<Option<String>>,
-) -> Result<Report, String> {
-    let limits = Limits::default();
-    let mib = |n: usize| n as f64 / 1048576.0;
-    let data = if snapshot::is_gzip(&bytes) {
-        let mut g = Gunzip::new(limits.max_input_bytes);
-        let mut done = 0;
-        for piece in bytes.chunks(GZIP_BYTES_PER_SLICE) {
-            g.feed(piece)?;
-            done += piece.len();
-            status.set(Some(format!(
-                "decompressing {:.1} MiB… {:.0} %",
-                mib(bytes.len()),
-                done as f64 / bytes.len() as f64 * 100.0
-            )));
-            yield_to_browser().await;
-        }
-        drop(bytes);
-        g.finish()?
-    } else {
-        bytes
-    };
-    let mut reader = Reader::new(&data, &limits)?;
-    loop {
-        if let Some(report) = reader.step(OPS_PER_SLICE)? {
-            return Ok(report);
-        }
-        status.set(Some(format!(
-            "parsing {:.1} MiB… {:.0} %",
-            mib(data.len()),
-            reader.fraction_read() * 100.0
-        )));
-        yield_to_browser().await;
-    }
-}
-
-/// Reads, parses and inspects `file` against the page's configuration, one slice at a time,
-/// saying in `status` which step it is at.
+/// Reads `file` in the page's worker ([`crate::web::analyse`]) and compares it with the plan of
+/// the page's configuration, showing the worker's progress texts in `status`.
 async fn analyse_file(
     file: web_sys::File,
     state: RwSignal<UiState>,
     status: RwSignal<Option<String>>,
 ) -> Result<Inspection, String> {
-    let bytes = file_bytes(file).await?;
-    yield_to_browser().await;
-    let report = parse_in_slices(bytes, status).await?;
-    status.set(Some("replaying the run through the allocator…".into()));
-    yield_to_browser().await;
-    let mut ins = inspect::measure(&report);
-    let st = state.get_untracked();
-    if let Ok(arch) = arch_of(&st) {
-        status.set(Some("comparing with the plan…".into()));
-        yield_to_browser().await;
-        inspect::compare(&mut ins, &report, &arch, &st.settings)?;
-    }
-    Ok(inspect::conclude(ins))
+    super::panels::check_size(&file, MAX_FILE_BYTES)?;
+    let job = Job::new("analyse").with("file", &file).with(
+        "query",
+        &JsValue::from_str(&state.with_untracked(link::encode)),
+    );
+    let json = job.run(move |text| status.set(Some(text))).await?;
+    serde_json::from_str(&json).map_err(|e| format!("the analyser's report could not be read: {e}"))
 }
 
 fn mib(b: u64) -> String {

@@ -1,6 +1,7 @@
 //! The web page. [`state`] is the one value the page holds, [`link`] its query-string codec
-//! (links and embeds), [`layout`] which settings show where, [`i18n`] the page in English and 简体中文, [`chart`] the geometry of the bar and
-//! curve; these are pure and tested natively. `app`, `controls` and `panels` are the Leptos
+//! (links and embeds), [`layout`] which settings show where, [`i18n`] the page in English and
+//! 简体中文, [`chart`] the geometry of the bar and curve, [`analyse`] what the "Read a real run"
+//! panel's Web Worker runs (its own wasm); these are pure and tested natively. `app`, `controls` and `panels` are the Leptos
 //! components (wasm only): controls write the state through the
 //! settings table, `Memo`s derive everything through [`crate::planning::evaluate`], views only
 //! format.
@@ -8,6 +9,7 @@
 //! May import: [`crate::model`], [`crate::planning`], [`crate::formats`]. Never the CLI or the
 //! GPU benchmark (that page is a separate bundle).
 
+pub mod analyse;
 pub mod chart;
 pub mod examples;
 pub mod i18n;
@@ -29,3 +31,5 @@ pub mod measured;
 pub mod panels;
 #[cfg(target_arch = "wasm32")]
 pub mod settle;
+#[cfg(target_arch = "wasm32")]
+pub mod worker;

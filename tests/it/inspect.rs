@@ -186,3 +186,62 @@ fn the_cli_lists_it_under_unplanned() {
     assert_eq!(lorafit::cli::run(&args, &mut out, &mut err), 2);
     assert!(String::from_utf8_lossy(&err).starts_with("error: "));
 }
+
+/// What the page's worker runs (`web::analyse::run`, the link in, progress texts out) gives the
+/// CLI's inspection of the same file and configuration, and that inspection survives the trip
+/// back to the page as JSON unchanged.
+#[test]
+fn the_pages_worker_gives_the_clis_inspection_and_it_survives_json() {
+    use lorafit::planning::inspect::Inspection;
+    let arch = find_model("qwen2.5-0.5b").unwrap().arch.clone();
+    let bytes = data("unplanned/logits-fp32.pickle.gz");
+    let cli = inspect(&bytes, Some((&arch, &qwen_settings()))).unwrap();
+    let mut texts: Vec<String> = vec![];
+    let page = lorafit::web::analyse::run(bytes, "?model=qwen2.5-0.5b&b=4&s=2048&gc=1", &mut |t| {
+        texts.push(t)
+    })
+    .unwrap();
+    assert_eq!(page, cli);
+    assert!(page.planned.is_some());
+    // Decompression then parsing, each rising to 100 %, then the replay and the comparison.
+    let pct = |prefix: &str| -> Vec<f64> {
+        texts
+            .iter()
+            .filter(|t| t.starts_with(prefix))
+            .map(|t| t.rsplit(' ').nth(1).unwrap().parse().unwrap())
+            .collect()
+    };
+    for step in ["decompressing", "parsing"] {
+        let p = pct(step);
+        assert!(!p.is_empty(), "{step}: {texts:?}");
+        assert!(p.windows(2).all(|w| w[0] <= w[1]), "{step}: {p:?}");
+    }
+    assert_eq!(
+        &texts[texts.len() - 2..],
+        [
+            "replaying the run through the allocator…",
+            "comparing with the plan…"
+        ]
+    );
+    // Back as JSON: equal, but for the last bit of a float's position (serde_json's default
+    // float reading need not round-trip exactly; a chart cannot show the difference).
+    let mut back: Inspection =
+        serde_json::from_str(&serde_json::to_string(&page).unwrap()).unwrap();
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12;
+    for (b, p) in back.timeline.iter_mut().zip(&page.timeline) {
+        assert!(close(b.at, p.at));
+        b.at = p.at;
+    }
+    for (b, p) in back.planned_timeline.iter_mut().zip(&page.planned_timeline) {
+        assert!(close(b.at, p.at));
+        b.at = p.at;
+    }
+    for (b, p) in back.phase_marks.iter_mut().zip(&page.phase_marks) {
+        assert!(close(b.at, p.at));
+        b.at = p.at;
+    }
+    assert_eq!(back, page);
+    // Names outside their fixed sets are refused when read back.
+    let json = serde_json::to_string(&page).unwrap();
+    assert!(serde_json::from_str::<Inspection>(&json.replace("\"snapshot\"", "\"x\"")).is_err());
+}

@@ -58,6 +58,16 @@ pub enum StepPhase {
 }
 
 impl StepPhase {
+    /// Every phase, in step order.
+    pub const ALL: [StepPhase; 6] = [
+        StepPhase::Setup,
+        StepPhase::Inputs,
+        StepPhase::Forward,
+        StepPhase::Backward,
+        StepPhase::Optimizer,
+        StepPhase::ZeroGrad,
+    ];
+
     /// Lowercase name (`setup`, `forward`, …).
     pub fn name(self) -> &'static str {
         match self {
