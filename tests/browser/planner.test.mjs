@@ -6,6 +6,8 @@ import fs from "node:fs";
 import path from "node:path";
 import { serve, launch, openApp, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
 
+const root = path.resolve(import.meta.dirname, "../..");
+
 let server, browser;
 before(async () => {
   fs.mkdirSync(artifacts, { recursive: true });
@@ -149,6 +151,12 @@ test("works offline after the first visit (service worker)", async () => {
   await page.reload();
   await page.waitForSelector('[data-testid="peak-allocated"]', { timeout: 15000 });
   assert.equal(await gibOf(page, "peak-allocated"), online);
+  // The page's worker (its own script and wasm, and validation.json it fetches) works offline
+  // too: a snapshot is read and the evidence is planned.
+  await page.setInputFiles('[data-testid="measured-file"]', path.join(root, "tests/data/unplanned/logits-fp32.pickle.gz"));
+  await page.waitForSelector('[data-testid="measured-report"]', { timeout: 30000 });
+  await page.click('[data-testid="evidence-run"]');
+  await page.waitForSelector('[data-testid="evidence-summary"]', { timeout: 60000 });
   await context.close();
 });
 
