@@ -39,16 +39,24 @@ console.log(`slider input → DOM: ${moves} moves, median ${q(0.5).toFixed(2)} m
 await browser.close();
 await server.close();
 
-for (const dir of [dist, path.join(dist, "gpu")]) {
-let raw = 0, gz = 0, br = 0;
-for (const f of fs.readdirSync(dir)) {
-  if (!/\.(wasm|js|css|html)$/.test(f)) continue;
-  if (fs.statSync(path.join(dir, f)).isDirectory()) continue;
-  const data = fs.readFileSync(path.join(dir, f));
-  raw += data.length;
-  gz += zlib.gzipSync(data, { level: 9 }).length;
-  br += zlib.brotliCompressSync(data, { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 11 } }).length;
-  console.log(`  ${f.padEnd(40)} ${String(data.length).padStart(8)} B raw`);
-}
-console.log(`${dir === dist ? "planner" : "GPU benchmark page (lazy)"} (wasm + js + css + html): ${(raw / 1024).toFixed(1)} KiB raw, ${(gz / 1024).toFixed(1)} KiB gzip, ${(br / 1024).toFixed(1)} KiB brotli`);
+// What a visit loads (the page; the service worker caches the same files), what the page's
+// worker loads when a file is dropped or the evidence is asked for, and the GPU benchmark page.
+const onDemand = (f) => f === "analyse-worker.js" || f.startsWith("lorafit-analyse");
+const parts = [
+  ["planner page, what a visit loads", dist, (f) => !onDemand(f)],
+  ["page's worker (on demand)", dist, onDemand],
+  ["GPU benchmark page (lazy)", path.join(dist, "gpu"), () => true],
+];
+for (const [name, dir, picked] of parts) {
+  let raw = 0, gz = 0, br = 0;
+  for (const f of fs.readdirSync(dir)) {
+    if (!/\.(wasm|js|css|html)$/.test(f) || !picked(f)) continue;
+    if (fs.statSync(path.join(dir, f)).isDirectory()) continue;
+    const data = fs.readFileSync(path.join(dir, f));
+    raw += data.length;
+    gz += zlib.gzipSync(data, { level: 9 }).length;
+    br += zlib.brotliCompressSync(data, { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 11 } }).length;
+    console.log(`  ${f.padEnd(40)} ${String(data.length).padStart(8)} B raw`);
+  }
+  console.log(`${name} (wasm + js + css + html): ${(raw / 1024).toFixed(1)} KiB raw, ${(gz / 1024).toFixed(1)} KiB gzip, ${(br / 1024).toFixed(1)} KiB brotli`);
 }

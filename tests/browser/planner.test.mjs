@@ -146,13 +146,22 @@ test("works offline after the first visit (service worker)", async () => {
   await page.goto(server.url + "?model=qwen2-7b");
   await page.waitForSelector('[data-testid="peak-allocated"]');
   await page.evaluate(() => navigator.serviceWorker.ready);
+  await page.waitForFunction(() => navigator.serviceWorker.controller !== null, null, { timeout: 15000 });
   const online = await gibOf(page, "peak-allocated");
+  // What only the page's worker loads is cached when first used, not on the first visit.
+  const cached = () => page.evaluate(async () => (await Promise.all((await caches.keys()).map(async (k) => (await (await caches.open(k)).keys()).map((r) => r.url)))).flat());
+  assert.ok(!(await cached()).some((u) => /analyse|validation/.test(u)), (await cached()).join(" "));
+  await page.setInputFiles('[data-testid="measured-file"]', path.join(root, "tests/data/unplanned/logits-fp32.pickle.gz"));
+  await page.waitForSelector('[data-testid="measured-report"]', { timeout: 30000 });
+  await page.click('[data-testid="evidence-run"]');
+  await page.waitForSelector('[data-testid="evidence-summary"]', { timeout: 60000 });
+  assert.ok((await cached()).some((u) => /lorafit-analyse_bg\.wasm$/.test(u)), (await cached()).join(" "));
   await context.setOffline(true);
   await page.reload();
   await page.waitForSelector('[data-testid="peak-allocated"]', { timeout: 15000 });
   assert.equal(await gibOf(page, "peak-allocated"), online);
-  // The page's worker (its own script and wasm, and validation.json it fetches) works offline
-  // too: a snapshot is read and the evidence is planned.
+  // The page's worker (its own script and wasm, and validation.json it fetches), used once
+  // online, works offline too: a snapshot is read and the evidence is planned.
   await page.setInputFiles('[data-testid="measured-file"]', path.join(root, "tests/data/unplanned/logits-fp32.pickle.gz"));
   await page.waitForSelector('[data-testid="measured-report"]', { timeout: 30000 });
   await page.click('[data-testid="evidence-run"]');
