@@ -15,9 +15,20 @@ use crate::planning::time;
 use crate::web::lang::{t as tl, ts, tx};
 use crate::web::link;
 
-/// Mounts the benchmark page.
+/// Mounts the benchmark page (in Chinese, once the planner's Chinese table is fetched).
 pub fn mount() {
-    leptos::mount::mount_to_body(GpuApp);
+    let (st, _) = link::decode(&window().location().search().unwrap_or_default());
+    if st.lang == Some(crate::web::i18n::Lang::Zh) {
+        // (Leptos's executor starts with the mount: the browser's own until then.)
+        wasm_bindgen_futures::spawn_local(async {
+            // The page lives under the planner (`./gpu/`): its table is one folder up. Without
+            // it the page shows English.
+            let _ = crate::web::lang::load_zh("../zh.json").await;
+            leptos::mount::mount_to_body(GpuApp);
+        });
+    } else {
+        leptos::mount::mount_to_body(GpuApp);
+    }
 }
 
 /// Total time the measurement may take.

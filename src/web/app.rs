@@ -40,12 +40,29 @@ pub fn mount() {
             link.0.lang = Some(Lang::Zh);
         }
     }
-    if link.0.embed {
-        leptos::mount::mount_to_body(move || view! { <Embed link=link /> })
+    let show = move |link: (UiState, Vec<String>)| {
+        if link.0.embed {
+            leptos::mount::mount_to_body(move || view! { <Embed link=link /> })
+        } else {
+            leptos::mount::mount_to_body(move || view! { <App link=link /> })
+        }
+    };
+    // Shown in Chinese: the table first, so the page never flashes English.
+    if link.0.lang == Some(Lang::Zh) && !crate::web::i18n::installed() {
+        // (Leptos's executor starts with the mount: the browser's own until then.)
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Err(e) = crate::web::lang::load_zh(ZH_URL).await {
+                link.1.push(e);
+            }
+            show(link)
+        });
     } else {
-        leptos::mount::mount_to_body(move || view! { <App link=link /> })
+        show(link)
     }
 }
+
+/// The Chinese table, copied into the build (`data/zh.json`), fetched when first needed.
+const ZH_URL: &str = "./zh.json";
 
 fn page_url_without_query() -> String {
     let loc = window().location();
@@ -104,8 +121,29 @@ type Page = (
 /// once for the plan and once per bisection step of the other limit, not forty times.
 fn setup((initial, notices): (UiState, Vec<String>)) -> Page {
     let state = RwSignal::new(initial);
-    // The language: the views below translate through it, and `<html lang>` follows it.
-    let lang = Memo::new(move |_| state.with(|st| st.lang.unwrap_or_default()));
+    // The language: the views below translate through it, and `<html lang>` follows it. Chinese
+    // once its table is in: switching to it fetches the table the first time (English until
+    // then; back to English if it cannot be fetched).
+    let zh_ready = RwSignal::new(crate::web::i18n::installed());
+    Effect::new(move |_| {
+        if state.with(|st| st.lang == Some(Lang::Zh)) && !zh_ready.get() {
+            leptos::task::spawn_local(async move {
+                match crate::web::lang::load_zh(ZH_URL).await {
+                    Ok(()) => zh_ready.set(true),
+                    Err(e) => {
+                        web_sys::console::warn_1(&e.into());
+                        state.update(|st| st.lang = Some(Lang::En));
+                    }
+                }
+            });
+        }
+    });
+    let lang = Memo::new(
+        move |_| match state.with(|st| st.lang.unwrap_or_default()) {
+            Lang::Zh if !zh_ready.get() => Lang::En,
+            l => l,
+        },
+    );
     crate::web::lang::provide(lang);
     Effect::new(move |_| {
         let l = lang.get();

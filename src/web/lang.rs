@@ -1,10 +1,35 @@
 //! The page's language in the views (wasm only): the page provides its [`Lang`] as context, and
 //! views write English through [`t`] (a fixed label) or [`tx`] (a text that follows the state),
-//! which follow the language switch. The table and the lookup are [`crate::web::i18n`].
+//! which follow the language switch. The table and the lookup are [`crate::web::i18n`]; the
+//! Chinese table is fetched ([`load_zh`]) the first time a page is shown in Chinese.
 
 use leptos::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
 
-use crate::web::i18n::{tr, Lang};
+use crate::web::i18n::{install, installed, tr, Lang};
+
+/// Fetches the Chinese table (`zh.json` of the build, at `url` relative to the page) and
+/// installs it, unless it is there already. On failure the texts stay English.
+pub async fn load_zh(url: &str) -> Result<(), String> {
+    if installed() {
+        return Ok(());
+    }
+    let failed =
+        || "the Chinese texts could not be loaded (zh.json): the page stays in English".to_string();
+    let resp: web_sys::Response = JsFuture::from(window().fetch_with_str(url))
+        .await
+        .map_err(|_| failed())?
+        .dyn_into()
+        .map_err(|_| failed())?;
+    if !resp.ok() {
+        return Err(failed());
+    }
+    let text = JsFuture::from(resp.text().map_err(|_| failed())?)
+        .await
+        .map_err(|_| failed())?;
+    install(&text.as_string().ok_or_else(failed)?)
+}
 
 /// Makes `lang` the language of every view below.
 pub fn provide(lang: Memo<Lang>) {

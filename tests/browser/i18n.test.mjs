@@ -118,6 +118,32 @@ test("the browser's language decides on the first visit; one click switches; the
   }
 });
 
+test("the Chinese table is fetched only for a Chinese page; without it the page is English and says so", async () => {
+  const fetched = async (url) => {
+    const { page, close, errors } = await openView(browser, url, { width: 1280, height: 800 });
+    const zh = await page.evaluate(() => performance.getEntriesByType("resource").filter((r) => r.name.endsWith("/zh.json")).length);
+    return { page, close, errors, zh };
+  };
+  const en = await fetched(server.url + OOM);
+  assert.equal(en.zh, 0, "an English visit loads no Chinese table");
+  await en.close();
+  const zh = await fetched(server.url + OOM + "&lang=zh");
+  assert.equal(zh.zh, 1);
+  assert.match(await zh.page.textContent('[data-testid="verdict"]'), /显存不足/);
+  await zh.close();
+  // The table cannot be fetched: English texts, one notice, no error.
+  const broken = await serve("/", { "zh.json": { status: 404, body: "" } });
+  try {
+    const { page, close, errors } = await openView(browser, broken.url + OOM + "&lang=zh", { width: 1280, height: 800 });
+    assert.match(await page.textContent('[data-testid="verdict"]'), /Out of memory/);
+    assert.match(await page.textContent('[data-testid="notices"]'), /Chinese texts could not be loaded/);
+    assert.deepEqual(errors.filter((e) => !/404/.test(e)), []);
+    await close();
+  } finally {
+    await broken.close();
+  }
+});
+
 for (const [name, width, height] of [["desktop", 1280, 800], ["phone", 390, 844], ["narrow", 360, 740]]) {
   for (const scheme of ["light", "dark"]) {
     if (name === "narrow" && scheme === "dark") continue;

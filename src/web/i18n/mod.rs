@@ -11,7 +11,12 @@
 //! tests check that every text the planner can produce and every label the views use has an
 //! entry, and a browser test that the Chinese page shows no English sentence. A text missing
 //! all the same is shown in English, never as a key.
+//!
+//! The pages' wasm does not carry the table: the build copies it as `data/zh.json` (a test keeps
+//! that file equal to [`zh`]), a page fetches it when it is shown in Chinese and [`install`]s it;
+//! until then, or if it cannot be fetched, texts stay English. English visitors never load it.
 
+#[cfg(not(target_arch = "wasm32"))]
 mod zh;
 
 use std::borrow::Cow;
@@ -95,14 +100,65 @@ pub fn key_of(en: &str) -> String {
 }
 
 /// Every (English, Chinese) entry of the table.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn entries() -> impl Iterator<Item = (&'static str, &'static str)> {
     zh::TABLES.iter().flat_map(|t| t.iter().copied())
 }
 
-/// The table as a map, built once.
-fn exact() -> &'static HashMap<&'static str, &'static str> {
-    static MAP: OnceLock<HashMap<&'static str, &'static str>> = OnceLock::new();
-    MAP.get_or_init(|| entries().filter(|(en, _)| !is_pattern(en)).collect())
+/// The table as `data/zh.json` holds it: one `[English, Chinese]` pair per line.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn table_json() -> String {
+    let lines: Vec<String> = entries()
+        .map(|pair| serde_json::to_string(&pair).unwrap_or_default())
+        .collect();
+    format!("[\n{}\n]\n", lines.join(",\n"))
+}
+
+/// The table, split for lookup: exact entries by key, and the patterns in table order.
+struct Table {
+    exact: HashMap<&'static str, &'static str>,
+    patterns: Vec<(&'static str, &'static str)>,
+}
+
+impl Table {
+    fn of(entries: impl Iterator<Item = (&'static str, &'static str)>) -> Table {
+        let (patterns, exact): (Vec<_>, Vec<_>) = entries.partition(|(en, _)| is_pattern(en));
+        Table {
+            exact: exact.into_iter().collect(),
+            patterns,
+        }
+    }
+}
+
+static TABLE: OnceLock<Table> = OnceLock::new();
+
+/// The table: compiled in natively.
+#[cfg(not(target_arch = "wasm32"))]
+fn table() -> Option<&'static Table> {
+    Some(TABLE.get_or_init(|| Table::of(entries())))
+}
+
+/// The table: in a page, once [`install`]ed.
+#[cfg(target_arch = "wasm32")]
+fn table() -> Option<&'static Table> {
+    TABLE.get()
+}
+
+/// Installs the table from `data/zh.json`'s text (a page, after fetching it). Kept for the
+/// page's life; a second call changes nothing.
+pub fn install(json: &str) -> Result<(), String> {
+    let pairs: Vec<(String, String)> =
+        serde_json::from_str(json).map_err(|e| format!("zh.json: {e}"))?;
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let _ = TABLE.set(Table::of(
+        pairs.into_iter().map(|(en, zh)| (leak(en), leak(zh))),
+    ));
+    Ok(())
+}
+
+/// Whether the table is there to translate with.
+pub fn installed() -> bool {
+    table().is_some()
 }
 
 /// Whether an entry is a pattern (has a `{}` or `{=}` hole).
@@ -110,21 +166,16 @@ fn is_pattern(en: &str) -> bool {
     en.contains("{}") || en.contains("{=}")
 }
 
-/// The entries with holes (patterns), in table order.
-fn patterns() -> &'static [(&'static str, &'static str)] {
-    static LIST: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
-    LIST.get_or_init(|| entries().filter(|(en, _)| is_pattern(en)).collect())
-}
-
 fn translate(en: &str) -> Option<String> {
-    if let Some(zh) = exact().get(en) {
+    let table = table()?;
+    if let Some(zh) = table.exact.get(en) {
         return Some((*zh).to_string());
     }
     let (key, numbers) = numbers_out(en);
-    if let Some(zh) = exact().get(key.as_str()) {
+    if let Some(zh) = table.exact.get(key.as_str()) {
         return Some(numbers_in(zh, &numbers));
     }
-    pattern(&key, &numbers).or_else(|| joined(en))
+    pattern(&table.patterns, &key, &numbers).or_else(|| joined(en))
 }
 
 /// Lists the planner joins (`a; b`, `a + b`): translated part by part, each part a text of the
@@ -175,8 +226,12 @@ fn pieces(pat: &str) -> (Vec<&str>, Vec<bool>) {
 
 /// The first pattern that matches the key, with what its holes hold translated (or kept, for
 /// names). A hole whose text neither translates nor is code makes no match.
-fn pattern(key: &str, numbers: &[String]) -> Option<String> {
-    patterns().iter().find_map(|(pat, zh)| {
+fn pattern(
+    patterns: &[(&'static str, &'static str)],
+    key: &str,
+    numbers: &[String],
+) -> Option<String> {
+    patterns.iter().find_map(|(pat, zh)| {
         let (lits, names) = pieces(pat);
         let args = holes(&lits, key)?;
         // Hand the numbers out in text order: the pattern's own `#` stay outside the holes.

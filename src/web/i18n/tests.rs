@@ -91,3 +91,26 @@ fn languages_come_from_links_and_browser_tags() {
     assert_eq!(Lang::from_preferences(["de"]), Lang::En);
     assert_eq!(Lang::Zh.html_tag(), "zh-CN");
 }
+
+/// `data/zh.json` is what the pages fetch: it must be this table. After changing the table, run
+/// `LORAFIT_BLESS=1 cargo test zh_json` to write it.
+#[test]
+fn zh_json_is_the_table() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/zh.json");
+    let want = table_json();
+    if std::env::var_os("LORAFIT_BLESS").is_some() {
+        std::fs::write(path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        have == want,
+        "data/zh.json differs from the table: run LORAFIT_BLESS=1 cargo test zh_json"
+    );
+    // And what a page installs from it translates like the compiled-in table.
+    let pairs: Vec<(String, String)> = serde_json::from_str(&have).unwrap();
+    assert_eq!(pairs.len(), entries().count());
+    assert!(pairs
+        .iter()
+        .zip(entries())
+        .all(|((e, z), (e2, z2))| e == e2 && z == z2));
+}
