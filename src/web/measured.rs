@@ -22,18 +22,18 @@ use crate::web::worker::Job;
 const MAX_FILE_BYTES: f64 = 512.0 * 1024.0 * 1024.0;
 
 /// Reads `file` in the page's worker ([`crate::web::analyse`]) and compares it with the plan of
-/// the page's configuration, showing the worker's progress texts in `status`.
+/// the page's configuration, passing the worker's progress texts to `progress`.
 async fn analyse_file(
     file: web_sys::File,
     state: RwSignal<UiState>,
-    status: RwSignal<Option<String>>,
+    progress: impl Fn(String) + 'static,
 ) -> Result<Inspection, String> {
     super::panels::check_size(&file, MAX_FILE_BYTES)?;
     let job = Job::new("analyse").with("file", &file).with(
         "query",
         &JsValue::from_str(&state.with_untracked(link::encode)),
     );
-    let json = job.run(move |text| status.set(Some(text))).await?;
+    let json = job.run(progress).await?;
     serde_json::from_str(&json).map_err(|e| format!("the analyser's report could not be read: {e}"))
 }
 
@@ -49,7 +49,13 @@ pub fn MeasuredRun(
 ) -> impl IntoView {
     let status: RwSignal<Option<String>> = RwSignal::new(None);
     let result: RwSignal<Option<Result<Inspection, String>>> = RwSignal::new(None);
+    // The file chosen last wins: progress and a report of an earlier one still being read are
+    // dropped when they arrive.
+    let latest = StoredValue::new(0u32);
     let analyse = move |file: web_sys::File| {
+        let this = latest.get_value().wrapping_add(1);
+        latest.set_value(this);
+        let current = move || latest.get_value() == this;
         status.set(Some(format!(
             "reading {} ({:.1} MiB)…",
             file.name(),
@@ -57,9 +63,16 @@ pub fn MeasuredRun(
         )));
         result.set(None);
         spawn_local(async move {
-            let r = analyse_file(file, state, status).await;
-            status.set(None);
-            result.set(Some(r));
+            let progress = move |text| {
+                if current() {
+                    status.set(Some(text));
+                }
+            };
+            let r = analyse_file(file, state, progress).await;
+            if current() {
+                status.set(None);
+                result.set(Some(r));
+            }
         });
     };
     let on_change = move |ev: leptos::ev::Event| {

@@ -80,6 +80,21 @@ test("a file that is not a report gets one clear message", async () => {
   await page.close();
 });
 
+test("the file chosen last wins: a report of an earlier file still being read does not replace it", async () => {
+  const { page, errors } = await openApp(browser, server.url);
+  // A 7B snapshot (the worker takes a moment), then at once a file that fails at the first byte.
+  await page.setInputFiles('[data-testid="measured-file"]', path.join(root, "tests/data/reference/snapshots/llama2-7b_nf4+bf16+autocast_bf16_s2048_b4_r16_all-linear_do0.05_sdpa_gc.pickle.gz"));
+  await page.setInputFiles('[data-testid="measured-file"]', { name: "x.pickle", mimeType: "application/octet-stream", buffer: Buffer.from([0x80, 4, 0x63, 0x6f, 0x73]) });
+  await page.waitForSelector('[data-testid="measured-error"]');
+  // Long enough for the first file's report to come back (it reads in well under this).
+  await page.waitForTimeout(4000);
+  assert.equal(await page.$('[data-testid="measured-report"]'), null, "the earlier file's report replaced the later one's");
+  assert.ok(await page.$('[data-testid="measured-error"]'));
+  assert.equal(await page.$('[data-testid="measured-status"]'), null);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("results settle on the simulated allocator and match the CLI", async () => {
   const { page } = await openApp(browser, server.url + "?model=llama2-7b&gpu=rtx4090&b=2&s=2048&dt=nf4&gc=1");
   await page.waitForSelector('[data-reserve="simulated"]');
