@@ -1,5 +1,7 @@
 //! Built-in catalogs: published config.json numbers of popular models and GPU datasheet
-//! figures (`data/*.json`, each entry with its source), plus name lookup with suggestions.
+//! figures (`data/*.json`, each entry with its source), plus name lookup with suggestions. The
+//! binaries carry the numbers without the citations (`build.rs`); the citations are read in
+//! `data/`.
 
 use std::sync::OnceLock;
 
@@ -8,7 +10,7 @@ use serde_json::Value;
 
 use crate::model::Architecture;
 
-/// A catalog model: architecture numbers plus provenance.
+/// A catalog model: architecture numbers and where they come from.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ModelEntry {
     /// Architecture (its `name` is the catalog id).
@@ -16,8 +18,6 @@ pub struct ModelEntry {
     pub arch: Architecture,
     /// Hugging Face repository id.
     pub hf_id: String,
-    /// Where the numbers were read.
-    pub source: String,
     /// Caveats.
     #[serde(default)]
     pub note: Option<String>,
@@ -45,8 +45,6 @@ pub struct GpuEntry {
     /// Apple-style unified memory.
     #[serde(default)]
     pub unified_memory: bool,
-    /// Where the figures were read.
-    pub source: String,
 }
 
 impl GpuEntry {
@@ -62,7 +60,8 @@ impl GpuEntry {
 pub fn models() -> &'static [ModelEntry] {
     static M: OnceLock<Vec<ModelEntry>> = OnceLock::new();
     M.get_or_init(|| {
-        serde_json::from_str(include_str!("../../data/models.json")).unwrap_or_default()
+        serde_json::from_str(include_str!(concat!(env!("OUT_DIR"), "/models.json")))
+            .unwrap_or_default()
     })
 }
 
@@ -71,7 +70,8 @@ pub fn gpus() -> &'static [GpuEntry] {
     static G: OnceLock<Vec<GpuEntry>> = OnceLock::new();
     G.get_or_init(|| {
         let all: Vec<GpuEntry> =
-            serde_json::from_str(include_str!("../../data/gpus.json")).unwrap_or_default();
+            serde_json::from_str(include_str!(concat!(env!("OUT_DIR"), "/gpus.json")))
+                .unwrap_or_default();
         all.into_iter()
             .filter(|g| g.memory_bytes().is_some())
             .collect()
