@@ -58,7 +58,11 @@ fn webgpu_available() -> bool {
 pub fn GpuApp() -> impl IntoView {
     let (st, _) = link::decode(&window().location().search().unwrap_or_default());
     // The planner's language (its link carries `lang`), for the texts and `<html lang>`.
-    let lang = st.lang.unwrap_or_default();
+    let lang = match st.lang.unwrap_or_default() {
+        // Without its table (it could not be fetched), the page is English, and says so.
+        crate::web::i18n::Lang::Zh if !crate::web::i18n::installed() => crate::web::i18n::Lang::En,
+        l => l,
+    };
     crate::web::lang::provide(Memo::new(move |_| lang));
     if let Some(root) = document().document_element() {
         let _ = root.set_attribute("lang", lang.html_tag());

@@ -52,6 +52,8 @@ pub fn mount() {
         // (Leptos's executor starts with the mount: the browser's own until then.)
         wasm_bindgen_futures::spawn_local(async move {
             if let Err(e) = crate::web::lang::load_zh(ZH_URL).await {
+                // English, and said so (not fetched again by the switch's effect).
+                link.0.lang = Some(Lang::En);
                 link.1.push(e);
             }
             show(link)

@@ -4,8 +4,6 @@
 //! Chinese table is fetched ([`load_zh`]) the first time a page is shown in Chinese.
 
 use leptos::prelude::*;
-use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::JsFuture;
 
 use crate::web::i18n::{install, installed, tr, Lang};
 
@@ -15,20 +13,10 @@ pub async fn load_zh(url: &str) -> Result<(), String> {
     if installed() {
         return Ok(());
     }
-    let failed =
-        || "the Chinese texts could not be loaded (zh.json): the page stays in English".to_string();
-    let resp: web_sys::Response = JsFuture::from(window().fetch_with_str(url))
-        .await
-        .map_err(|_| failed())?
-        .dyn_into()
-        .map_err(|_| failed())?;
-    if !resp.ok() {
-        return Err(failed());
-    }
-    let text = JsFuture::from(resp.text().map_err(|_| failed())?)
-        .await
-        .map_err(|_| failed())?;
-    install(&text.as_string().ok_or_else(failed)?)
+    let text = crate::web::fetch::fetch_text(url).await.map_err(|_| {
+        "the Chinese texts could not be loaded (zh.json): the page stays in English".to_string()
+    })?;
+    install(&text)
 }
 
 /// Makes `lang` the language of every view below.

@@ -24,6 +24,8 @@ pub mod controls;
 #[cfg(target_arch = "wasm32")]
 pub mod evidence;
 #[cfg(target_arch = "wasm32")]
+pub mod fetch;
+#[cfg(target_arch = "wasm32")]
 pub mod lang;
 #[cfg(target_arch = "wasm32")]
 pub mod measured;

@@ -283,24 +283,15 @@ fn valid_hub_id(id: &str) -> bool {
 }
 
 async fn fetch_config(base: &str, id: &str) -> Result<String, String> {
+    use crate::web::fetch::{fetch_text, FetchError};
     let url = format!("{base}/{id}/resolve/main/config.json");
-    let resp = JsFuture::from(window().fetch_with_str(&url))
-        .await
-        .map_err(|_| "could not reach the Hugging Face Hub (offline or blocked): the catalog still works, or paste the model's config.json".to_string())?;
-    let resp: web_sys::Response = resp
-        .dyn_into()
-        .map_err(|_| "unexpected fetch result".to_string())?;
-    match resp.status() {
-        200 => {}
-        401 | 403 => return Err(format!("{id} is gated or private: accept its license on the Hub, download config.json, and paste it here")),
-        404 => return Err(format!("{id} has no config.json on the Hub (check the spelling)")),
-        s => return Err(format!("the Hub answered HTTP {s}")),
-    }
-    let text = JsFuture::from(resp.text().map_err(|_| "unreadable response".to_string())?)
-        .await
-        .map_err(|_| "unreadable response".to_string())?;
-    text.as_string()
-        .ok_or_else(|| "unreadable response".to_string())
+    fetch_text(&url).await.map_err(|e| match e {
+        FetchError::Unreachable => "could not reach the Hugging Face Hub (offline or blocked): the catalog still works, or paste the model's config.json".to_string(),
+        FetchError::Status(401 | 403) => format!("{id} is gated or private: accept its license on the Hub, download config.json, and paste it here"),
+        FetchError::Status(404) => format!("{id} has no config.json on the Hub (check the spelling)"),
+        FetchError::Status(s) => format!("the Hub answered HTTP {s}"),
+        FetchError::Unreadable => "unreadable response".to_string(),
+    })
 }
 
 /// Use a model that is not in the catalog: paste or upload config.json, or fetch it by id.

@@ -154,7 +154,6 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("fetching {=} …", "正在获取 {=} …"),
     ("{=} is not a model id like org/name", "{=} 不是 org/name 形式的模型 ID"),
     ("could not reach the Hugging Face Hub (offline or blocked): the catalog still works, or paste the model's config.json", "无法连接 Hugging Face Hub（离线或被拦截）：模型列表仍可使用，也可以粘贴该模型的 config.json"),
-    ("unexpected fetch result", "获取结果异常"),
     ("{=} is gated or private: accept its license on the Hub, download config.json, and paste it here", "{=} 需授权或为私有模型：请在 Hub 上同意其许可协议，下载 config.json 后粘贴到这里"),
     ("{=} has no config.json on the Hub (check the spelling)", "{=} 在 Hub 上没有 config.json（请检查拼写）"),
     ("the Hub answered HTTP #", "Hub 返回 HTTP #"),
