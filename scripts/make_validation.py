@@ -26,10 +26,11 @@ lines = list(open(os.path.join(ref, "cases.jsonl"))) + [
 for line in lines:
     c = json.loads(line)
     m = c["measured"]
+    # The harness's emulated GPU runs no cuBLAS: its steps hold no cuBLAS workspace.
     row = {
         "id": c["id"],
         "model": c["model"],
-        "settings": c["settings"],
+        "settings": dict(c["settings"], cublas_workspace_config=":0:0"),
         "peak_allocated_bytes": m["peak_bytes"],
         "peak_phase": m["peak_phase"],
     }
@@ -70,8 +71,25 @@ for line in open(os.path.join(ref, "published_gpu.jsonl")):
         "software": "torch {torch}, transformers {transformers}, peft {peft}, bitsandbytes {bitsandbytes}, flash-attn {flash-attn}".format(**d["software"]),
     })
 
+# Runs on a real H200 (the harness's gpu_probe.py, torch 2.11): the settings are lorafit's
+# already; nvidia-smi is NVML's used memory at the end less the reading before CUDA started
+# (NVML counts the driver's own reservation, which nvidia-smi's table leaves out).
+for line in open(os.path.join(ref, "gpu_probe_h200.jsonl")):
+    d = json.loads(line)
+    meas = d["measured"]
+    published.append({
+        "id": d["id"],
+        "gpu_mem_gib": 143771 / 1024,
+        "model": d["model"],
+        "settings": d["settings"],
+        "max_allocated_bytes": meas["max_allocated"],
+        "nvidia_smi_bytes": round((meas["nvml_used_mib_end"] - meas["nvml_used_mib_idle"]) * 2**20),
+        "oom": False,
+        "software": "torch {torch}, transformers {transformers}, peft {peft}".format(**d["versions"]),
+    })
+
 out = {
-    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, published_gpu.jsonl); see tests/data/README.md",
+    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
     "cases": cases,
     "published": published,
 }

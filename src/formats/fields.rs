@@ -841,6 +841,28 @@ pub static FIELDS: &[Field] = &[
         },
     },
     Field {
+        name: "cublas_workspace_config",
+        json_aliases: &[],
+        url: Some("cublas"),
+        flag: Some("--cublas-workspace-config"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "CUBLAS_WORKSPACE_CONFIG",
+        help: "cuBLAS's workspace per thread, as :SIZE_KiB:COUNT pairs (e.g. :4096:8); empty for PyTorch's default (32 MiB on Hopper, 8.125 MiB on other GPUs: lorafit takes 32 MiB)",
+        testid: None,
+        kind: Kind::Text,
+        slider: None,
+        get: |s| s.cublas_workspace_config.clone(),
+        set: |s, v| {
+            let v = v.trim();
+            let v = v.strip_prefix("CUBLAS_WORKSPACE_CONFIG=").unwrap_or(v);
+            let v = if v == "none" { "" } else { v };
+            crate::model::settings::parse_cublas_workspace_config(v)?;
+            s.cublas_workspace_config = v.to_string();
+            Ok(())
+        },
+    },
+    Field {
         name: "measured_overhead",
         json_aliases: &["measured_overhead_bytes"],
         url: Some("mo"),
@@ -1020,6 +1042,7 @@ mod tests {
                 Kind::Choice(c) => c().last().unwrap().0.to_string(),
                 Kind::List { items, .. } => items()[0].0.to_string(),
                 Kind::Json => continue,
+                Kind::Text if f.name == "cublas_workspace_config" => ":4096:8".to_string(),
                 Kind::Text => "expandable_segments:True".to_string(),
             };
             let mut s = changed.clone();

@@ -2,7 +2,8 @@
 //! (`data/validation.json`, compacted from `tests/data/reference` by
 //! `scripts/make_validation.py`), for `lorafit validate` and the page's "How accurate is this?"
 //! view. Allocated against measured peaks of real steps; reserved against PyTorch's own
-//! allocator replayed over them; nvidia-smi and out-of-memory calls against published A100 runs.
+//! allocator replayed over them; nvidia-smi and out-of-memory calls against real-GPU runs
+//! (published A100 runs, and runs on an H200 with `gpu_probe.py`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -206,6 +206,10 @@ pub struct Settings {
     /// `PYTORCH_CUDA_ALLOC_CONF` (e.g. `expandable_segments:True`); empty = PyTorch's defaults.
     #[serde(default)]
     pub alloc_conf: String,
+    /// `CUBLAS_WORKSPACE_CONFIG` (`:SIZE_KiB:COUNT` pairs, e.g. `:4096:8`); empty = PyTorch's
+    /// default, taken as Hopper's 32 MiB ([`DEFAULT_CUBLAS_WORKSPACE_BYTES`]).
+    #[serde(default)]
+    pub cublas_workspace_config: String,
     /// Bytes a real run held beyond its plan (from a memory snapshot: measured − planned peak),
     /// kept as a calibration: resident through the whole step, its own component.
     #[serde(default)]
@@ -263,6 +267,7 @@ impl Default for Settings {
             fused_ce: false,
             parallel: Default::default(),
             alloc_conf: String::new(),
+            cublas_workspace_config: String::new(),
             measured_overhead_bytes: 0,
             target_parameters: vec![],
             output_router_logits: false,
@@ -288,6 +293,7 @@ impl Settings {
 
     /// Range checks independent of the architecture.
     pub fn validate(&self) -> Result<(), PlanError> {
+        self.cublas_workspace_bytes()?;
         let bad = |field: &'static str, why: String| Err(PlanError::InvalidSetting { field, why });
         if self.batch == 0 || self.batch > MAX_BATCH {
             return bad(
@@ -368,6 +374,17 @@ impl Settings {
         })
     }
 
+    /// Bytes of the cuBLAS workspace each thread's handle allocates through the caching
+    /// allocator at its first GEMM, from [`Settings::cublas_workspace_config`].
+    pub fn cublas_workspace_bytes(&self) -> Result<u64, PlanError> {
+        parse_cublas_workspace_config(&self.cublas_workspace_config).map_err(|why| {
+            PlanError::InvalidSetting {
+                field: "cublas_workspace_config",
+                why,
+            }
+        })
+    }
+
     /// The settings as transformers runs them for `arch`: a family without sdpa support
     /// (gpt-oss, `_supports_sdpa = False`) runs eager attention when sdpa is asked for.
     pub fn as_run(&self, arch: &super::arch::Architecture) -> std::borrow::Cow<'_, Settings> {
@@ -417,4 +434,42 @@ pub fn parse_target_names<'a>(
     out.sort();
     out.dedup();
     Ok(out)
+}
+
+/// PyTorch's cuBLAS workspace per handle when `CUBLAS_WORKSPACE_CONFIG` is unset, on Hopper
+/// (H100 / H200: `4096 × 8 KiB`, `aten/src/ATen/cuda/CublasHandlePool.cpp`); other GPUs get
+/// `4096 × 2 + 16 × 8` KiB = 8.125 MiB. The plan does not know the GPU, so it takes the larger:
+/// at most 2 × 24 MiB over on other cards.
+pub const DEFAULT_CUBLAS_WORKSPACE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// `CUBLAS_WORKSPACE_CONFIG` as PyTorch reads it: the sum of `:SIZE:COUNT` pairs (SIZE in KiB);
+/// empty for the default. Text PyTorch would ignore with a warning is refused here instead.
+pub fn parse_cublas_workspace_config(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let text = text
+        .strip_prefix("CUBLAS_WORKSPACE_CONFIG=")
+        .unwrap_or(text);
+    if text.is_empty() {
+        return Ok(DEFAULT_CUBLAS_WORKSPACE_BYTES);
+    }
+    let bad = || {
+        format!("{text:?} is not a list of :SIZE_KiB:COUNT pairs (e.g. :4096:8, or :0:0 for no workspace)")
+    };
+    let rest = text.strip_prefix(':').ok_or_else(bad)?;
+    let nums: Vec<&str> = rest.split(':').collect();
+    if nums.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let mut total: u64 = 0;
+    for pair in nums.chunks(2) {
+        let kib: u64 = pair[0].parse().map_err(|_| bad())?;
+        let count: u64 = pair[1].parse().map_err(|_| bad())?;
+        total = kib
+            .checked_mul(1024)
+            .and_then(|b| b.checked_mul(count))
+            .and_then(|b| total.checked_add(b))
+            .filter(|&b| b <= 1 << 40)
+            .ok_or_else(|| format!("{text:?} asks for more than 1 TiB of workspace"))?;
+    }
+    Ok(total)
 }

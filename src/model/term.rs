@@ -50,6 +50,9 @@ pub enum Component {
     CommBuffers,
     /// What a real run held beyond its plan, kept as a calibration (`measured_overhead_bytes`).
     MeasuredOverhead,
+    /// cuBLAS's workspaces: one per thread that runs GEMMs (Python's forward, autograd's
+    /// backward), allocated through the caching allocator at its first GEMM and never freed.
+    CublasWorkspace,
     /// Reserved by PyTorch's caching allocator but holding no tensor (rounding, fragmentation):
     /// `max_memory_reserved()` − `max_memory_allocated()`. Not part of the allocated peak.
     AllocatorCache,
@@ -60,7 +63,7 @@ pub enum Component {
 
 impl Component {
     /// Every component, in stacking order (bottom first).
-    pub const ALL: [Component; 20] = [
+    pub const ALL: [Component; 21] = [
         Component::FrozenWeights,
         Component::FrozenExperts,
         Component::QuantState,
@@ -70,6 +73,7 @@ impl Component {
         Component::OptimizerTemps,
         Component::CommBuffers,
         Component::MeasuredOverhead,
+        Component::CublasWorkspace,
         Component::ActCheckpoints,
         Component::ActEmbeddings,
         Component::ActWeightCopies,
@@ -110,6 +114,7 @@ impl Component {
             Component::OptimizerTemps => "optimizer_temps",
             Component::CommBuffers => "comm_buffers",
             Component::MeasuredOverhead => "measured_overhead",
+            Component::CublasWorkspace => "cublas_workspace",
             Component::AllocatorCache => "allocator_cache",
             Component::CudaContext => "cuda_context",
         }
@@ -138,6 +143,7 @@ impl Component {
             Component::OptimizerTemps => "Optimizer step temporaries",
             Component::CommBuffers => "Multi-GPU buffers (gathered units, buckets)",
             Component::MeasuredOverhead => "Measured overhead of your run",
+            Component::CublasWorkspace => "cuBLAS workspaces",
             Component::AllocatorCache => "Allocator cache (fragmentation)",
             Component::CudaContext => "CUDA context and outside the allocator",
         }

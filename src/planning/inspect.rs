@@ -535,7 +535,7 @@ fn general_findings(ins: &Inspection) -> Vec<String> {
         let gap = r.saturating_sub(a);
         if gap as f64 > 0.1 * a as f64 && gap > 1 << 30 {
             out.push(format!(
-                "reserved exceeds allocated by {:.2} GiB (fragmentation in the caching allocator): set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                "reserved exceeds allocated by {:.2} GiB (fragmentation in the caching allocator): PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True can help when tensor sizes vary between steps (plan the run with it to see whether it does)",
                 gap as f64 / GIB
             ));
         }

@@ -59,7 +59,7 @@ impl Group {
     pub fn of(key: &str) -> Group {
         match key {
             "frozen_weights" | "frozen_experts" | "quant_state" | "comm_buffers"
-            | "measured_overhead" => Group::Weights,
+            | "measured_overhead" | "cublas_workspace" => Group::Weights,
             "trainable_weights" | "gradients" | "optimizer_states" | "optimizer_temps" => {
                 Group::LoraOptimizer
             }
@@ -85,6 +85,7 @@ pub fn short_label(key: &str) -> &'static str {
         "quant_state" => "4-bit state",
         "comm_buffers" => "multi-GPU",
         "measured_overhead" => "your run's extra",
+        "cublas_workspace" => "cuBLAS",
         "trainable_weights" => "adapters",
         "gradients" => "gradients",
         "optimizer_states" => "optimizer",

@@ -31,7 +31,7 @@ pub fn Evidence() -> impl IntoView {
     view! {
         <section class="evidence" aria-label=t("How accurate is this?") data-testid="evidence">
             <h2>{t("How accurate is this?")}</h2>
-            <p class="hint">{t("Every measured case lorafit carries — real transformers + peft training steps, PyTorch's own allocator replayed over them, and published runs on A100s — planned again in this browser (takes a few seconds).")}</p>
+            <p class="hint">{t("Every measured case lorafit carries — real transformers + peft training steps, PyTorch's own allocator replayed over them, published runs on A100s and runs on an H200 — planned again in this browser (takes a few seconds).")}</p>
             <button type="button" data-testid="evidence-run" on:click=move |_| spawn_local(async move { result.set(Some(validate().await)) })>{t("Show the evidence")}</button>
             {move || result.get().map(|r| match r {
                 Err(e) => view! { <p class="error" role="alert">{ts(e)}</p> }.into_any(),
@@ -39,7 +39,7 @@ pub fn Evidence() -> impl IntoView {
                     <ul data-testid="evidence-summary">
                         <li data-testid="evidence-allocated">{stats_line("peak allocated vs measured", &v.allocated)}</li>
                         <li data-testid="evidence-reserved">{stats_line("peak reserved vs PyTorch's allocator", &v.reserved)}</li>
-                        <li data-testid="evidence-smi">{stats_line("nvidia-smi vs published A100 runs", &v.smi)}</li>
+                        <li data-testid="evidence-smi">{stats_line("nvidia-smi vs real GPU runs (published A100, H200)", &v.smi)}</li>
                         <li>{ts(format!("runs that ran out of memory called out of memory: {} of {}", v.oom_called.0, v.oom_called.1))}</li>
                     </ul>
                     <details>

@@ -14,8 +14,29 @@ mod inspect;
 mod moe_layout;
 mod planning;
 mod properties;
+mod real_gpu;
 mod reference;
 mod reserved;
 mod snapshot;
 mod validation;
 mod weights;
+
+/// The measuring harness's emulated GPU runs no cuBLAS, so the steps it measured (and the
+/// allocation sequences it recorded) hold no cuBLAS workspace: they are planned with
+/// `CUBLAS_WORKSPACE_CONFIG=:0:0`, which tells the planner the same. Real-GPU rows keep the
+/// default.
+pub const HARNESS_CUBLAS: &str = ":0:0";
+
+/// A harness case's settings object, with [`HARNESS_CUBLAS`].
+pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
+    let mut s = lorafit::formats::fields::settings_from_json(v).expect("valid settings");
+    s.cublas_workspace_config = HARNESS_CUBLAS.into();
+    s
+}
+
+/// A harness case's JSON line for `estimate_line`, with [`HARNESS_CUBLAS`] in its settings.
+pub fn harness_line(line: &str) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(line).expect("case line is JSON");
+    v["settings"]["cublas_workspace_config"] = HARNESS_CUBLAS.into();
+    v.to_string()
+}

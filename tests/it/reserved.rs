@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use lorafit::formats::catalog::resolve_model;
-use lorafit::formats::fields::settings_from_json;
 use lorafit::model::allocator::AllocConf;
 use lorafit::model::plan;
 use lorafit::model::steptrace::{generate, simulate};
@@ -59,7 +58,7 @@ fn reserved_matches_pytorch_allocator_replays() {
             .get(&id)
             .unwrap_or_else(|| panic!("{id} missing from cases.jsonl"));
         let arch = resolve_model(&case["model"]).expect("model resolves");
-        let s = settings_from_json(&case["settings"]).expect("settings valid");
+        let s = crate::harness_settings(&case["settings"]);
         let sim = simulate(&arch, &s, &conf).expect("simulates");
         let p = plan(&arch, &s).expect("plans");
         let want_res = r["default"]["max_reserved"].as_f64().expect("max_reserved");
@@ -125,7 +124,7 @@ fn sequence_peak_matches_the_model() {
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).expect("JSON");
         let arch = resolve_model(&v["model"]).expect("model");
-        let s = settings_from_json(&v["settings"]).expect("valid");
+        let s = crate::harness_settings(&v["settings"]);
         let t = generate(&arch, &s).expect("generates");
         let p = plan(&arch, &s).expect("plans");
         let e = (t.peak_live_bytes as f64 - p.peak_allocated_bytes as f64)
@@ -152,7 +151,7 @@ fn simulation_reports_phases_and_named_cache() {
         .expect("case present");
     let v: Value = serde_json::from_str(line).expect("JSON");
     let arch = resolve_model(&v["model"]).expect("model");
-    let s = settings_from_json(&v["settings"]).expect("valid");
+    let s = crate::harness_settings(&v["settings"]);
     let sim = simulate(&arch, &s, &AllocConf::default()).expect("simulates");
     assert!(sim.peak_reserved >= sim.peak_allocated);
     assert!(
@@ -383,7 +382,7 @@ fn assert_matches_recording(id: &str, case: &Value, path: &std::path::Path) {
         )
     });
     let arch = resolve_model(&case["model"]).expect("model");
-    let s = settings_from_json(&case["settings"]).expect("valid");
+    let s = crate::harness_settings(&case["settings"]);
     let t = generate(&arch, &s).expect("generates");
     let generated = t.events.iter().map(|e| match *e {
         Event::Alloc { id, bytes } => (true, id as u64, bytes),
@@ -463,7 +462,7 @@ fn moe_reserved_matches_pytorch_allocator_replays() {
         let id = r["id"].as_str().expect("id");
         let case = &cases[id];
         let arch = resolve_model(&case["model"]).expect("model resolves");
-        let s = settings_from_json(&case["settings"]).expect("settings valid");
+        let s = crate::harness_settings(&case["settings"]);
         let sim = simulate(&arch, &s, &conf).expect("simulates");
         let want_res = r["default"]["max_reserved"].as_u64().expect("max_reserved");
         let want_alloc = r["default"]["max_allocated"]
@@ -496,7 +495,7 @@ fn moe_sequence_peaks_match_the_measurements() {
         }
         let id = v["id"].as_str().unwrap_or("?");
         let arch = resolve_model(&v["model"]).expect("model");
-        let s = settings_from_json(&v["settings"]).expect("valid");
+        let s = crate::harness_settings(&v["settings"]);
         let t = generate(&arch, &s).expect("generates");
         let measured = v["measured"]["peak_bytes"].as_u64().expect("peak_bytes");
         let p = plan(&arch, &s).expect("plans");

@@ -29,14 +29,16 @@ fn every_measured_case_is_compared() {
             .count(),
         60
     );
-    assert_eq!(v.published.len(), 9);
+    // 9 published A100 runs + 15 runs on an H200.
+    assert_eq!(v.published.len(), 24);
     assert!(v.allocated.max_abs_pct <= 3.0, "{:?}", v.allocated);
     assert!(v.cases.iter().all(|c| c.phase_agrees));
 }
 
 /// Issue targets for what the GPU shows: reserved within ±3 % of PyTorch's allocator on every
-/// case (median ≤ 1.5 %, never more than 3 % under); nvidia-smi within ±10 % on the published
-/// A100 runs that finished, and every run that ran out of memory called out of memory.
+/// case (median ≤ 1.5 %, never more than 3 % under); nvidia-smi within ±10 % on the real-GPU
+/// runs that finished (published A100 runs, the H200 probe), and every run that ran out of
+/// memory called out of memory.
 #[test]
 fn reserved_and_nvidia_smi_meet_their_targets() {
     let v = lorafit::formats::validation::validate().expect("validates");
@@ -68,7 +70,7 @@ fn reserved_and_nvidia_smi_meet_their_targets() {
             p.smi_error_pct
         );
     }
-    assert!(checked >= 6, "{checked}");
+    assert!(checked >= 21, "{checked}");
     assert_eq!(
         v.oom_called.0, v.oom_called.1,
         "an OOM run was called fitting"

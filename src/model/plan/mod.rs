@@ -16,6 +16,10 @@ pub mod reserve;
 
 pub use reserve::{CachedBlock, CUDA_CONTEXT_BYTES};
 
+/// Threads that run cuBLAS GEMMs in a training step, each with its own handle and workspace:
+/// Python's (forward) and the autograd engine's device thread (backward, recomputation).
+pub const CUBLAS_THREADS: u128 = 2;
+
 /// A phase of the (second) training step, when optimizer states already exist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -192,6 +196,17 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
             )],
         ));
     }
+    let workspace = s.cublas_workspace_bytes()?;
+    if workspace > 0 {
+        step.statics.push(Term::product(
+            Component::CublasWorkspace,
+            "cuBLAS workspaces (the forward's thread and autograd's), kept from their first GEMM",
+            &[
+                super::term::f("threads", CUBLAS_THREADS),
+                named_bytes("workspace", u128::from(workspace)),
+            ],
+        ));
+    }
     let all_phases = step.phases();
     let (peak, per_phase) = pick_peak(all_phases);
     let steady = total(&step.statics);
@@ -236,12 +251,6 @@ pub fn plan_simulated(arch: &Architecture, s: &Settings) -> Result<Plan, PlanErr
     let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(s));
     let comm = distributed::apply(&ctx, &[], &[], &[], &[]).comm;
     if let Some(r) = reserve::simulate(arch, s, &p, &comm) {
-        if s.allocator_conf().is_ok_and(|c| c.expandable_segments) {
-            p.notes.push(
-                "expandable_segments:True is simulated from the allocator's documented behaviour (segments that grow in place); no replayed measurement exists for it"
-                    .into(),
-            );
-        }
         p.peak_reserved_bytes = r.bytes;
         p.reserve_explanation = r.explanation;
         p.reserve_simulated = true;

@@ -34,6 +34,11 @@ const SEGMENT_BYTES: u128 = 2 * MIB;
 /// more); MEMORY-FACTS gives 0.3–0.6 GiB for the bare context. 1 GiB covers the context and the
 /// workspaces (cuBLAS's default `CUBLAS_WORKSPACE_CONFIG` :4096:8 per handle and stream, the
 /// cuBLASLt workspace, flash-attention / cuDNN scratch) without being fitted to either run.
+///
+/// Checked on a real H200 (tests/data/reference/gpu_probe_h200.jsonl: driver 580, CUDA 13.0,
+/// torch 2.11): nvidia-smi's process memory exceeded `max_memory_reserved()` by 767 MiB on
+/// every one of 15 runs (the context alone 529 MiB, cuBLAS workspaces the rest; 751 MiB with
+/// eager attention), so the allowance sits 0.25 GiB above that newer software.
 pub const CUDA_CONTEXT_BYTES: u128 = 1024 * MIB;
 
 /// NCCL's communication buffers on each rank of a multi-GPU run, outside PyTorch's allocator:

@@ -138,6 +138,8 @@ pub enum What {
     OptTemp,
     /// A real run's measured overhead (calibration).
     Overhead,
+    /// A thread's cuBLAS workspace (kept from its first GEMM to the end of the process).
+    Workspace,
 }
 
 impl What {
@@ -171,6 +173,7 @@ impl What {
             What::OptState => "optimizer state",
             What::OptTemp => "optimizer temporary",
             What::Overhead => "measured overhead of your run",
+            What::Workspace => "cuBLAS workspace",
         }
     }
 }

@@ -435,6 +435,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// `torch.matmul(x, W.t())` with a weight: frozen (`w.g == No`) or trainable.
     fn linear(&mut self, x: X, w: X, out_n: u64, es: u64, what: What) -> X {
         let mut y = self.t(out_n, es, what);
+        self.tp.gemm(false);
         // MmBackward0 saves mat2 (the weight) for the input's gradient and self (the input) for
         // the weight's; released as mat2_, self_.
         let mut saved = vec![];
@@ -1230,6 +1231,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 // times attention_scaling: one complex table for q and k.
                 let pos = self.t(sq, 4, What::Rotary);
                 let freqs = self.t(sq * hd / 2, 4, What::Rotary);
+                self.tp.gemm(false); // inv_freq @ positions: the forward's first GEMM
                 self.drop(pos);
                 let ones = self.t(sq * hd / 2, 4, What::Rotary);
                 let polar = self.t(sq * hd / 2, 8, What::Rotary);
@@ -1244,6 +1246,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 // gpt-oss: cos and sin of the half-width frequencies (no cat).
                 let pos = self.t(sq, 4, What::Rotary);
                 let freqs = self.t(sq * hd / 2, 4, What::Rotary);
+                self.tp.gemm(false); // inv_freq @ positions: the forward's first GEMM
                 self.drop(pos);
                 let c = self.t(sq * hd / 2, 4, What::Rotary);
                 let cs = self.t(sq * hd / 2, 4, What::Rotary);
@@ -1262,6 +1265,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         let pos = self.t(sq, 4, What::Rotary);
         let freqs = self.t(sq * hd / 2, 4, What::Rotary);
+        self.tp.gemm(false); // inv_freq @ positions: the forward's first GEMM
         self.drop(pos);
         let emb = self.t(sq * hd, 4, What::Rotary);
         let c = self.t(sq * hd, 4, What::Rotary);
@@ -1759,6 +1763,10 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         param_cols: vec![],
         causal: None,
     };
+    p.tp.workspace_bytes = ctx
+        .s
+        .cublas_workspace_bytes()
+        .unwrap_or(crate::model::settings::DEFAULT_CUBLAS_WORKSPACE_BYTES);
     p.phase(0, StepPhase::Setup);
     p.setup();
     p.phase(0, StepPhase::Inputs);

@@ -211,6 +211,11 @@ pub(super) struct Tape {
     pub peak: u64,
     /// `peak` before the last allocation (restored when a recomputation's early stop undoes it).
     peak_before: u64,
+    /// Bytes of one thread's cuBLAS workspace (0: none).
+    pub workspace_bytes: u64,
+    /// The forward thread's / autograd's workspace exists.
+    ws_forward: bool,
+    ws_backward: bool,
 }
 
 impl Tape {
@@ -238,7 +243,31 @@ impl Tape {
             live: 0,
             peak: 0,
             peak_before: 0,
+            workspace_bytes: 0,
+            ws_forward: false,
+            ws_backward: false,
         }
+    }
+
+    /// A GEMM ran: its thread's cuBLAS workspace is allocated now if it is the thread's first
+    /// (cuBLAS handles take it from the caching allocator when a GEMM first runs on them, right
+    /// after the GEMM's output) and kept to the end. Backward and recomputation run on
+    /// autograd's device thread (`autograd`), forward on Python's.
+    pub fn gemm(&mut self, autograd: bool) {
+        let backward = autograd || self.mode == Mode::Recompute;
+        let done = if backward {
+            &mut self.ws_backward
+        } else {
+            &mut self.ws_forward
+        };
+        if *done || self.workspace_bytes == 0 || self.stopped {
+            return;
+        }
+        *done = true;
+        let locals = self.re_locals.len();
+        self.new_t(self.workspace_bytes, What::Workspace);
+        // Not a local of a recomputed layer: nothing frees it at the early stop.
+        self.re_locals.truncate(locals);
     }
 
     /// A new storage of `bytes`, held once (by the program).
@@ -561,10 +590,12 @@ impl Tape {
             Op::Mm { w_n, w_es } => {
                 if wants(1) {
                     grads[1] = Some(self.new_t(w_n * w_es, what));
+                    self.gemm(true);
                 }
                 if wants(0) {
                     let e = edges[0];
                     grads[0] = Some(self.new_t(e.n * node.out_es, what));
+                    self.gemm(true);
                 }
             }
             Op::Embedding => {

@@ -160,7 +160,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Gradients", "梯度"),
     ("logsumexp", "logsumexp 结果"),
     ("routers", "路由器"),
-    ("expandable_segments:True is simulated from the allocator's documented behaviour (segments that grow in place); no replayed measurement exists for it", "expandable_segments:True 按分配器文档描述的行为模拟（段原地扩展）；它没有回放实测数据"),
     ("PyTorch's caching allocator ({=}) simulated over the step's # allocations and frees: max_memory_reserved # B, max_memory_allocated # B (blocks rounded to # B)", "在本步的 # 次分配与释放上模拟 PyTorch 缓存分配器（{=}）：max_memory_reserved # B，max_memory_allocated # B（块按 # B 取整）"),
     ("what your run held beyond the plan (measured − planned peak)", "实际运行比计划多占的显存（实测峰值 − 计划峰值）"),
+    ("cuBLAS workspaces (the forward's thread and autograd's), kept from their first GEMM", "cuBLAS 工作区（前向线程和 autograd 线程各一个），从各自第一次 GEMM 起一直保留"),
 ];

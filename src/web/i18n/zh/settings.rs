@@ -67,5 +67,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Strategy", "并行策略"),
     ("machines", "机器"),
     ("Measured overhead of your run", "实际运行的额外显存（实测）"),
+    ("cuBLAS workspaces", "cuBLAS 工作区"),
+    ("cuBLAS's workspace per thread, as :SIZE_KiB:COUNT pairs (e.g. :#:#); empty for PyTorch's default (# MiB on Hopper, # MiB on other GPUs: lorafit takes # MiB)", "每个线程的 cuBLAS 工作区，写成 :大小_KiB:个数 对（如 :#:#）；留空为 PyTorch 默认值（Hopper 上 # MiB，其他 GPU 上 # MiB：lorafit 按 # MiB 计）"),
     ("bytes a real run held beyond the plan (read from its memory snapshot): kept through the whole step as its own segment", "实际运行比计划多占的字节数（从显存快照读出）：作为单独一段，在整个训练步中一直计入"),
 ];
