@@ -834,6 +834,92 @@ pub fn global_terms(ctx: &Ctx) -> Vec<Term> {
     out
 }
 
+/// Eager attention's softmax backward in one decoder layer (the top one, back-propagated first):
+/// what of the layer is still saved once its MLP, o_proj and `probs @ v` have run backward (the
+/// input RMSNorm and q/k norms, the LoRA path of the projections before attention, q and k as
+/// the QKᵀ matmul saved them), the scores at their widest — the saved fp32 softmax output, the
+/// probabilities' gradient cast to fp32, `_softmax_backward_data`'s output (fp16 for an fp16
+/// model) and the `grad × output` temporary CUDA's kernel allocates, each batch × heads × seq² —
+/// and the gradients in flight (residual stream, v's). Measured on an H200: 16 bytes per score
+/// for a bf16 model (tests/data/reference/gpu_probe_h200.jsonl). Empty unless the attention is
+/// eager over the standard layout.
+pub fn eager_softmax_backward_terms(ctx: &Ctx) -> Vec<Term> {
+    let a = ctx.arch;
+    if ctx.s.attn_impl != AttnImpl::Eager || a.family.layout().attention != AttentionKind::Standard
+    {
+        return vec![];
+    }
+    let l = Layer {
+        ctx,
+        layers: f("layers", 1),
+        glayers: f("layers", 1),
+        scope: "",
+    };
+    let mut out = vec![];
+    norm_terms(&l, &mut out);
+    // norm_terms' second term is the post-attention norm(s), whose backward has run.
+    if out.len() > 1 {
+        out.remove(1);
+    }
+    let before_attention =
+        |m: &LinearShape| matches!(m.name, "q_proj" | "k_proj" | "v_proj" | "qkv_proj");
+    let adapted: Vec<LinearShape> = ctx.adapted().into_iter().filter(before_attention).collect();
+    lora_terms(&l, adapted, &mut out);
+    let qkv_params = a
+        .block_linears(LayerKind::Dense)
+        .iter()
+        .filter(|m| before_attention(m))
+        .map(|m| m.in_features * m.out_features)
+        .sum();
+    weight_copy_terms(&l, qkv_params, &mut out);
+    let (b, t, heads, qd) = (
+        ctx.s.batch as u128,
+        ctx.s.seq as u128,
+        ctx.heads(),
+        a.q_dim(),
+    );
+    let ad = ctx.attn;
+    out.push(Term::product(
+        Component::ActAttention,
+        "q and k as QKᵀ saved them (k repeated to all heads)",
+        &[tok(ctx), f("2 × q_dim", 2 * qd), by(ad)],
+    ));
+    let output = if ad == Dtype::Fp16 { 2 } else { 4 };
+    let softcap = if a.attn_softcap() { ad.bytes() } else { 0 };
+    out.push(Term::product(
+        Component::ActAttention,
+        if softcap > 0 {
+            "eager softmax backward: fp32 softmax + fp32 gradient + its output + CUDA's grad × output temporary + softcap tanh (O(S²))"
+        } else {
+            "eager softmax backward: fp32 softmax + fp32 gradient + its output + CUDA's grad × output temporary (O(S²))"
+        },
+        &[
+            f("batch", b),
+            f("heads", heads),
+            f("seq", t),
+            f("seq", t),
+            bytes_of(12 + output + softcap),
+        ],
+    ));
+    out.push(Term::sum(
+        Component::BackwardTemps,
+        "gradients in flight: residual stream + v's (repeated to all heads)",
+        &[
+            vec![tok(ctx), f("hidden", ctx.h()), by(ctx.resid)],
+            vec![tok(ctx), f("q_dim", qd), by(ad)],
+        ],
+    ));
+    if ctx.s.grad_ckpt {
+        out.push(Term::product(
+            Component::ActCheckpoints,
+            "causal mask kept by the checkpoints",
+            &[f("batch", b), f("seq", t), f("seq", t), by(ad)],
+        ));
+    }
+    out.retain(|t| t.bytes > 0);
+    out
+}
+
 /// Gradient-checkpoint boundaries: the input of every layer (embedding output + L−1 hidden states).
 pub fn checkpoint_terms(ctx: &Ctx, layers_alive: u128) -> Vec<Term> {
     vec![Term::product(

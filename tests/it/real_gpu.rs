@@ -1,6 +1,7 @@
 //! The model against a real GPU: every row of `tests/data/reference/gpu_probe_h200.jsonl`, two
 //! LoRA training steps run for real on an NVIDIA H200 (torch 2.11, transformers 5.17, peft 0.21;
-//! the harness's `gpu_probe.py`), planned with the caching allocator simulated and compared with
+//! the harness's `gpu_probe.py`; the last five rows, eager attention, were planned and written
+//! down before they were run), planned with the caching allocator simulated and compared with
 //! what PyTorch and the driver reported: `max_memory_allocated`, `max_memory_reserved`, and
 //! nvidia-smi's memory for the process (NVML's used memory at the end less the same reading
 //! before the process touched CUDA — NVML's v1 figure counts the driver's own reservation, about
@@ -15,17 +16,19 @@ use lorafit::model::plan_simulated;
 use serde_json::Value;
 
 const MIB: f64 = 1024.0 * 1024.0;
-/// Rows whose allocated peak the plan misses, and why. Eager attention under gradient
-/// checkpointing: the real peak is inside the top layer's softmax backward, where CUDA's kernel
-/// allocates a `grad × output` temporary of the fp32 scores (4·B·H·S² bytes, 1 GiB here) that
-/// the harness's emulated device never allocates, and the plan has no moment there (it plans the
-/// recomputed layer's MLP backward instead). The reserved and nvidia-smi figures still match.
-const KNOWN_GAPS: &[(&str, &str)] = &[(
-    "h200-llama2-7b_bf16_s2048_b2_eager_gc",
-    "eager softmax backward under checkpointing: 7 % low",
-)];
+/// Rows whose reserved figure (and so nvidia-smi) the simulation misses, and by how much (the
+/// range the test holds it to, %). Both are eager attention under gradient checkpointing on
+/// Llama-2-7B. Replaying the allocation sequence recorded on the GPU itself
+/// (`torch.cuda.memory._snapshot()`) through lorafit's allocator port gives the plan's figure,
+/// not the GPU's (25.34 GB against 27.49 for the first): the sequence is right, so the port or
+/// the state the model's loading leaves differs there; the same replay of Qwen2-7B's eager step
+/// gives the GPU's figure to the byte.
+const KNOWN_GAPS: &[(&str, f64, f64)] = &[
+    ("h200-llama2-7b_bf16_s4096_b1_eager_gc", -9.0, -6.0),
+    ("h200-llama2-7b_fp16_s1024_b8_eager_gc", -6.0, -3.0),
+];
 /// Rows in the committed file; a change to the data must change this number too.
-const EXPECTED_ROWS: usize = 15;
+const EXPECTED_ROWS: usize = 20;
 
 struct Row {
     id: String,
@@ -89,25 +92,20 @@ fn plans_match_a_real_h200() {
     }
     for r in &rows {
         let e = err(r.allocated);
-        if let Some((_, why)) = KNOWN_GAPS.iter().find(|(id, _)| *id == r.id) {
+        assert!(e.abs() <= 3.0, "{}: allocated {e:+.2} %", r.id);
+        let (res, smi) = (err(r.reserved), err(r.smi));
+        if let Some(&(_, lo, hi)) = KNOWN_GAPS.iter().find(|g| g.0 == r.id) {
             assert!(
-                (-8.0..-3.0).contains(&e),
-                "{}: allocated {e:+.2} % — the known gap ({why}) changed: update KNOWN_GAPS",
+                (lo..hi).contains(&res),
+                "{}: reserved {res:+.2} % left its known range {lo}..{hi} %: update KNOWN_GAPS",
                 r.id
             );
-        } else {
-            assert!(e.abs() <= 3.0, "{}: allocated {e:+.2} %", r.id);
+            continue;
         }
-        assert!(
-            err(r.reserved).abs() <= 3.0,
-            "{}: reserved {:+.2} %",
-            r.id,
-            err(r.reserved)
-        );
-        // nvidia-smi: the plan may sit above (its context allowance is a round 1 GiB) but
-        // never more than 3 % below what the driver showed.
-        let e = err(r.smi);
-        assert!((-3.0..=3.0).contains(&e), "{}: nvidia-smi {e:+.2} %", r.id);
+        assert!(res.abs() <= 3.0, "{}: reserved {res:+.2} %", r.id);
+        // nvidia-smi: the context allowance is a round 1 GiB, 0.25 GiB above what this card
+        // showed.
+        assert!(smi.abs() <= 3.0, "{}: nvidia-smi {smi:+.2} %", r.id);
     }
     assert!(rows.iter().any(|r| r.expandable), "expandable rows present");
 }

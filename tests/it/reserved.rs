@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use lorafit::formats::catalog::resolve_model;
 use lorafit::model::allocator::AllocConf;
 use lorafit::model::plan;
-use lorafit::model::steptrace::{generate, simulate};
+use lorafit::model::steptrace::{generate, generate_on, simulate, simulate_on, Device};
 use serde_json::Value;
 
 /// Cases in the committed file; a change to the data must change this number too.
@@ -59,7 +59,7 @@ fn reserved_matches_pytorch_allocator_replays() {
             .unwrap_or_else(|| panic!("{id} missing from cases.jsonl"));
         let arch = resolve_model(&case["model"]).expect("model resolves");
         let s = crate::harness_settings(&case["settings"]);
-        let sim = simulate(&arch, &s, &conf).expect("simulates");
+        let sim = simulate_on(&arch, &s, &conf, Device::Emulated).expect("simulates");
         let p = plan(&arch, &s).expect("plans");
         let want_res = r["default"]["max_reserved"].as_f64().expect("max_reserved");
         let want_alloc = r["default"]["max_allocated"]
@@ -125,7 +125,7 @@ fn sequence_peak_matches_the_model() {
         let v: Value = serde_json::from_str(line).expect("JSON");
         let arch = resolve_model(&v["model"]).expect("model");
         let s = crate::harness_settings(&v["settings"]);
-        let t = generate(&arch, &s).expect("generates");
+        let t = generate_on(&arch, &s, Device::Emulated).expect("generates");
         let p = plan(&arch, &s).expect("plans");
         let e = (t.peak_live_bytes as f64 - p.peak_allocated_bytes as f64)
             / p.peak_allocated_bytes as f64
@@ -383,7 +383,7 @@ fn assert_matches_recording(id: &str, case: &Value, path: &std::path::Path) {
     });
     let arch = resolve_model(&case["model"]).expect("model");
     let s = crate::harness_settings(&case["settings"]);
-    let t = generate(&arch, &s).expect("generates");
+    let t = generate_on(&arch, &s, Device::Emulated).expect("generates");
     let generated = t.events.iter().map(|e| match *e {
         Event::Alloc { id, bytes } => (true, id as u64, bytes),
         Event::Free { id } => (false, id as u64, 0),
@@ -463,7 +463,7 @@ fn moe_reserved_matches_pytorch_allocator_replays() {
         let case = &cases[id];
         let arch = resolve_model(&case["model"]).expect("model resolves");
         let s = crate::harness_settings(&case["settings"]);
-        let sim = simulate(&arch, &s, &conf).expect("simulates");
+        let sim = simulate_on(&arch, &s, &conf, Device::Emulated).expect("simulates");
         let want_res = r["default"]["max_reserved"].as_u64().expect("max_reserved");
         let want_alloc = r["default"]["max_allocated"]
             .as_u64()
@@ -496,7 +496,7 @@ fn moe_sequence_peaks_match_the_measurements() {
         let id = v["id"].as_str().unwrap_or("?");
         let arch = resolve_model(&v["model"]).expect("model");
         let s = crate::harness_settings(&v["settings"]);
-        let t = generate(&arch, &s).expect("generates");
+        let t = generate_on(&arch, &s, Device::Emulated).expect("generates");
         let measured = v["measured"]["peak_bytes"].as_u64().expect("peak_bytes");
         let p = plan(&arch, &s).expect("plans");
         let e = (t.peak_live_bytes as f64 - measured as f64) / measured as f64 * 100.0;

@@ -196,6 +196,18 @@ impl<'c, 'a> Step<'c, 'a> {
                 recomputed(1, &first_layer, self.gradients_above_first_layer()),
             ),
         ];
+        let eager = activations::eager_softmax_backward_terms(self.ctx);
+        if !eager.is_empty() {
+            moments.push(self.moment(
+                Phase::Backward,
+                "eager softmax backward (recomputed top layer)",
+                recomputed(
+                    self.layers,
+                    &eager,
+                    activations::router_logit_terms(self.ctx),
+                ),
+            ));
+        }
         // MoE families whose first layers are dense (DeepSeek's first_k_dense_replace, Qwen3-MoE's
         // mlp_only_layers): the lowest MoE layer, recomputed with the gradients above it.
         let lowest_moe = (0..a.num_hidden_layers).find(|&li| a.layer_kind(li) == LayerKind::Moe);
@@ -254,7 +266,33 @@ impl<'c, 'a> Step<'c, 'a> {
         if let Some(m) = self.top_experts_backward(grad_input) {
             phases.push(m);
         }
+        if let Some(m) = self.top_eager_softmax_backward(grad_input) {
+            phases.push(m);
+        }
         phases
+    }
+
+    /// Eager attention without checkpointing: inside the top layer's softmax backward, every
+    /// lower layer's saved tensors are alive with the top layer's scores at their widest.
+    fn top_eager_softmax_backward(&self, grad_input: u128) -> Option<PhasePeak> {
+        let a = self.ctx.arch;
+        let top = activations::eager_softmax_backward_terms(self.ctx);
+        if top.is_empty() || a.is_moe() {
+            return None;
+        }
+        let below = activations::layer_terms(
+            self.ctx,
+            LayerCounts {
+                all: self.layers.saturating_sub(1),
+                grad_input: grad_input.saturating_sub(1),
+                moe: 0,
+            },
+        );
+        let alive = below
+            .into_iter()
+            .chain(top)
+            .chain(self.global.iter().cloned());
+        Some(self.moment(Phase::Backward, "eager softmax backward (top layer)", alive))
     }
 
     /// MoE families without checkpointing: inside the top layer's experts' backward, every

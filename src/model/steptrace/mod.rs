@@ -16,12 +16,24 @@ mod program;
 mod simulate;
 mod tape;
 
-pub use simulate::{replay, simulate, CachedBlock, PhaseFigures, Simulation};
+pub use simulate::{replay, simulate, simulate_on, CachedBlock, PhaseFigures, Simulation};
 
 use super::activations::Ctx;
 use super::arch::Architecture;
 use super::error::PlanError;
 use super::settings::Settings;
+
+/// Where the step runs: what a real GPU allocates beyond the tensors autograd sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    /// A CUDA GPU: cuBLAS's workspaces, the temporary of CUDA's softmax backward, dropout's mask
+    /// made before its output, and gradients added in place into the engine's input buffer
+    /// when it holds the only reference (`InputBuffer::accumulate`), as measured on an H200.
+    Cuda,
+    /// The measuring harness's emulated device (fake tensors, `tests/data`): none of those —
+    /// fake tensors are a tensor subclass, so autograd adds gradients out of place.
+    Emulated,
+}
 
 /// One event of the sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +152,8 @@ pub enum What {
     Overhead,
     /// A thread's cuBLAS workspace (kept from its first GEMM to the end of the process).
     Workspace,
+    /// A temporary a CUDA kernel allocates inside one op (softmax backward's `grad × output`).
+    KernelTemp,
 }
 
 impl What {
@@ -174,6 +188,7 @@ impl What {
             What::OptTemp => "optimizer temporary",
             What::Overhead => "measured overhead of your run",
             What::Workspace => "cuBLAS workspace",
+            What::KernelTemp => "CUDA kernel temporary",
         }
     }
 }
@@ -200,8 +215,14 @@ pub struct Trace {
     pub peak_live_bytes: u64,
 }
 
-/// Generates the allocation sequence of a run: setup, inputs and two training steps.
+/// Generates the allocation sequence of a run on a CUDA GPU: setup, inputs and two training
+/// steps.
 pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
+    generate_on(arch, s, Device::Cuda)
+}
+
+/// [`generate`] on a chosen device.
+pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<Trace, PlanError> {
     arch.validate()?;
     s.validate()?;
     if arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert {
@@ -238,5 +259,5 @@ pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
     }
     let run = s.as_run(arch);
     let ctx = Ctx::new(arch, &run);
-    Ok(program::run(&ctx))
+    Ok(program::run(&ctx, device))
 }

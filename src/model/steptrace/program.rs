@@ -579,8 +579,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.cast(x, ad, What::LoraCast)
         };
         let d = if s.lora_dropout > 0.0 {
-            let mut y = self.t(in_n, xc.es, What::Dropout);
-            let mask = self.t(in_n, 1, What::DropoutMask);
+            // CUDA's native_dropout makes the mask first; the harness's fake kernel the output.
+            let (mut y, mask) = if self.tp.emulated {
+                let y = self.t(in_n, xc.es, What::Dropout);
+                (y, self.t(in_n, 1, What::DropoutMask))
+            } else {
+                let mask = self.t(in_n, 1, What::DropoutMask);
+                (self.t(in_n, xc.es, What::Dropout), mask)
+            };
             y.g = self
                 .tp
                 .node(Op::Unary, in_n, xc.es, &[Self::edge(&xc)], &[mask.t]);
@@ -1499,7 +1505,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         };
         let ls = {
             let mut y = self.t(f.n, 4, What::Loss);
-            y.g = self.tp.node(Op::Softmax, f.n, 4, &[Self::edge(&f)], &[y.t]);
+            y.g = self
+                .tp
+                .node(Op::LogSoftmax, f.n, 4, &[Self::edge(&f)], &[y.t]);
             y
         };
         let mut loss = self.t(1, 4, What::Loss);
@@ -1742,7 +1750,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 }
 
 /// Runs setup, inputs and two training steps.
-pub(super) fn run(ctx: &Ctx) -> Trace {
+pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
     let mut p = Prog {
         ctx,
         tp: Tape::new(ctx.arch.num_hidden_layers),
@@ -1763,6 +1771,7 @@ pub(super) fn run(ctx: &Ctx) -> Trace {
         param_cols: vec![],
         causal: None,
     };
+    p.tp.emulated = device == super::Device::Emulated;
     p.tp.workspace_bytes = ctx
         .s
         .cublas_workspace_bytes()

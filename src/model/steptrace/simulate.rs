@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::{generate, Event, Label, StepPhase, Trace};
+use super::{Event, Label, StepPhase, Trace};
 use crate::model::allocator::constants::K_SMALL_SIZE;
 use crate::model::allocator::{AllocConf, BlockId, CachingAllocator, PoolKind};
 use crate::model::arch::Architecture;
@@ -68,7 +68,17 @@ pub fn simulate(
     s: &Settings,
     conf: &AllocConf,
 ) -> Result<Simulation, PlanError> {
-    let t = generate(arch, s)?;
+    simulate_on(arch, s, conf, super::Device::Cuda)
+}
+
+/// [`simulate`] on a chosen device.
+pub fn simulate_on(
+    arch: &Architecture,
+    s: &Settings,
+    conf: &AllocConf,
+    device: super::Device,
+) -> Result<Simulation, PlanError> {
+    let t = super::generate_on(arch, s, device)?;
     Ok(replay(&t, conf))
 }
 

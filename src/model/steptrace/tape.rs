@@ -6,7 +6,9 @@
 //!   then `validate_outputs` reduces broadcast gradients (`sum_to`) and casts each to its input's
 //!   dtype, then the node's incoming gradient is freed, then its saved tensors are released (in
 //!   the alphabetical order of their names, as the generated `release_variables` does);
-//! - a gradient reaching an input that already holds one is added out of place (`old + new`).
+//! - a gradient reaching an input that already holds one is added in place into the one the
+//!   buffer holds alone (`InputBuffer::accumulate` on a real device), else out of place
+//!   (`old + new`; always on the harness's emulated device, whose fake tensors are a subclass).
 //!
 //! Under gradient checkpointing (non-reentrant, the default of transformers) forward records the
 //! graph but keeps no saved tensor; the first node of a layer that needs one recomputes the layer's
@@ -121,8 +123,10 @@ pub(super) enum Op {
     ViewClone,
     /// Fused attention backward: one gradient per input (q, k, v).
     Attention,
-    /// `_log_softmax_backward_data` / `_softmax_backward_data`.
+    /// `_softmax_backward_data` (CUDA's kernel makes a `grad × output` temporary).
     Softmax,
+    /// `_log_softmax_backward_data` (no temporary).
+    LogSoftmax,
     /// `nll_loss_backward`.
     NllLoss,
     /// Batched matmul of two activations (eager attention): gradient of the second input first.
@@ -213,6 +217,8 @@ pub(super) struct Tape {
     peak_before: u64,
     /// Bytes of one thread's cuBLAS workspace (0: none).
     pub workspace_bytes: u64,
+    /// The harness's emulated device ([`super::Device::Emulated`]).
+    pub emulated: bool,
     /// The forward thread's / autograd's workspace exists.
     ws_forward: bool,
     ws_backward: bool,
@@ -244,6 +250,7 @@ impl Tape {
             peak: 0,
             peak_before: 0,
             workspace_bytes: 0,
+            emulated: false,
             ws_forward: false,
             ws_backward: false,
         }
@@ -260,7 +267,7 @@ impl Tape {
         } else {
             &mut self.ws_forward
         };
-        if *done || self.workspace_bytes == 0 || self.stopped {
+        if *done || self.workspace_bytes == 0 || self.stopped || self.emulated {
             return;
         }
         *done = true;
@@ -583,9 +590,19 @@ impl Tape {
                 self.drop_t(m);
                 self.drop_t(a);
             }
-            Op::Mean | Op::Slice | Op::Softmax | Op::NllLoss => {
+            Op::Mean | Op::Slice | Op::NllLoss | Op::LogSoftmax => {
                 let e = edges[0];
                 grads[0] = Some(self.new_t(e.n * node.out_es, what));
+            }
+            Op::Softmax => {
+                let e = edges[0];
+                grads[0] = Some(self.new_t(e.n * node.out_es, what));
+                // CUDA's kernel computes `grad × output` into a temporary first
+                // (`softmax_backward_cuda_out`, aten/src/ATen/native/cuda/SoftMax.cu).
+                if !self.emulated {
+                    let tmp = self.new_t(e.n * node.out_es, What::KernelTemp);
+                    self.drop_t(tmp);
+                }
             }
             Op::Mm { w_n, w_es } => {
                 if wants(1) {
@@ -715,7 +732,8 @@ impl Tape {
         match to {
             G::No => self.drop_t(t),
             G::Param(p) => {
-                // AccumulateGrad: the first gradient becomes `.grad`, a later one is added.
+                // AccumulateGrad: the first gradient becomes `.grad`, a later one is added (in
+                // place on a real device, out of place on the emulated one).
                 let slot = if p == u32::MAX { 0 } else { p as usize + 1 };
                 if self.grad_slot.len() <= slot {
                     self.grad_slot.resize(slot + 1, u32::MAX);
@@ -726,6 +744,8 @@ impl Tape {
                         self.grad_slot[slot] = self.param_grads.len() as u32;
                         self.param_grads.push((p, t));
                     }
+                    // A real device adds in place (`variable_grad += new_grad`).
+                    Some(_) if !self.emulated => self.drop_t(t),
                     Some(k) => {
                         let old = self.param_grads[k].1;
                         let b = self.bytes[t as usize].max(self.bytes[old as usize]);
@@ -747,6 +767,15 @@ impl Tape {
                 }
                 match self.nodes[j].buf {
                     None => self.nodes[j].buf = Some(t),
+                    // A real device adds in place into whichever of the two the buffer holds
+                    // alone (`InputBuffer::accumulate`); fake tensors never qualify.
+                    Some(old) if !self.emulated && self.refs[old as usize] == 1 => {
+                        self.drop_t(t);
+                    }
+                    Some(old) if !self.emulated && self.refs[t as usize] == 1 => {
+                        self.drop_t(old);
+                        self.nodes[j].buf = Some(t);
+                    }
                     Some(old) => {
                         let b = self.bytes[t as usize].max(self.bytes[old as usize]);
                         let s = self.new_t(b, What::Grad);

@@ -163,4 +163,11 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("PyTorch's caching allocator ({=}) simulated over the step's # allocations and frees: max_memory_reserved # B, max_memory_allocated # B (blocks rounded to # B)", "在本步的 # 次分配与释放上模拟 PyTorch 缓存分配器（{=}）：max_memory_reserved # B，max_memory_allocated # B（块按 # B 取整）"),
     ("what your run held beyond the plan (measured − planned peak)", "实际运行比计划多占的显存（实测峰值 − 计划峰值）"),
     ("cuBLAS workspaces (the forward's thread and autograd's), kept from their first GEMM", "cuBLAS 工作区（前向线程和 autograd 线程各一个），从各自第一次 GEMM 起一直保留"),
+    ("eager softmax backward (recomputed top layer)", "eager softmax 反向（重计算最顶层）"),
+    ("eager softmax backward (top layer)", "eager softmax 反向（最顶层）"),
+    ("q and k as QKᵀ saved them (k repeated to all heads)", "QKᵀ 保存的 q 和 k（k 已复制到所有头）"),
+    ("eager softmax backward: fp32 softmax + fp32 gradient + its output + CUDA's grad × output temporary (O(S²))", "eager softmax 反向：fp32 softmax + fp32 梯度 + 其输出 + CUDA 的 grad × output 临时张量（O(S²)）"),
+    ("eager softmax backward: fp32 softmax + fp32 gradient + its output + CUDA's grad × output temporary + softcap tanh (O(S²))", "eager softmax 反向：fp32 softmax + fp32 梯度 + 其输出 + CUDA 的 grad × output 临时张量 + softcap tanh（O(S²)）"),
+    ("gradients in flight: residual stream + v's (repeated to all heads)", "传递中的梯度：残差流 + v 的梯度（已复制到所有头）"),
+    ("causal mask kept by the checkpoints", "检查点保留的因果掩码"),
 ];
