@@ -18,11 +18,12 @@ use serde_json::Value;
 const MIB: f64 = 1024.0 * 1024.0;
 /// Rows whose reserved figure (and so nvidia-smi) the simulation misses, and by how much (the
 /// range the test holds it to, %). Both are eager attention under gradient checkpointing on
-/// Llama-2-7B. Replaying the allocation sequence recorded on the GPU itself
-/// (`torch.cuda.memory._snapshot()`) through lorafit's allocator port gives the plan's figure,
-/// not the GPU's (25.34 GB against 27.49 for the first): the sequence is right, so the port or
-/// the state the model's loading leaves differs there; the same replay of Qwen2-7B's eager step
-/// gives the GPU's figure to the byte.
+/// Llama-2-7B. The step's allocation sequence recorded on the GPU itself
+/// (`torch.cuda.memory._snapshot()`), replayed after lorafit's model loading, gives the plan's
+/// figure both through lorafit's allocator port and through PyTorch's own allocator (the
+/// harness's `replay.py`, torch 2.15): 25.34 GB against the GPU's 27.49 for the first. So the
+/// step and the port are right, and the difference is what loading the model left cached on
+/// the GPU (the probe initialises random weights there; `from_pretrained` loads differently).
 const KNOWN_GAPS: &[(&str, f64, f64)] = &[
     ("h200-llama2-7b_bf16_s4096_b1_eager_gc", -9.0, -6.0),
     ("h200-llama2-7b_fp16_s1024_b8_eager_gc", -6.0, -3.0),
@@ -162,6 +163,98 @@ fn context_allowance_covers_the_real_context() {
             r.id,
             r.outside_measured / MIB,
             allowance / MIB
+        );
+    }
+}
+
+/// The allocator port against the GPU's own allocation sequence: two eager steps recorded on the
+/// H200 with `torch.cuda.memory._snapshot()` (`tests/data/reference/h200_sequences/`: every
+/// alloc and completed free from the first forward on), replayed after the model's loading as
+/// lorafit generates it. Qwen2-7B: the GPU's `max_memory_reserved` to within 0.01 %. Llama-2-7B
+/// at 4096 tokens: the port reserves what the plan says (the generated sequence and the recorded
+/// one agree), 7.8 % under the GPU, as PyTorch's own allocator does over the same events — the
+/// known gap above lies in what the model's loading left cached, not in the step or the port.
+#[test]
+fn allocator_port_replays_steps_recorded_on_the_h200() {
+    use flate2::read::GzDecoder;
+    use lorafit::model::allocator::AllocConf;
+    use lorafit::model::steptrace::{generate, replay, Event, Label, StepPhase, What};
+    use std::io::Read;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference");
+    let probe = std::fs::read_to_string(dir.join("gpu_probe_h200.jsonl")).expect("probe rows");
+    for (file, id, gap) in [
+        (
+            "qwen2-7b_bf16_s2048_b1_eager_gc",
+            "h200-qwen2-7b_bf16_s2048_b1_eager_gc",
+            false,
+        ),
+        (
+            "llama2-7b_bf16_s4096_b1_eager_gc",
+            "h200-llama2-7b_bf16_s4096_b1_eager_gc",
+            true,
+        ),
+    ] {
+        let row: Value = probe
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
+            .find(|r| r["id"] == id)
+            .expect("probe row");
+        let arch = resolve_model(&row["model"]).expect("model");
+        let s = settings_from_json(&row["settings"]).expect("settings");
+        let generated = generate(&arch, &s).expect("generates");
+        let start = generated
+            .phases
+            .iter()
+            .find(|p| p.2 == StepPhase::Forward)
+            .expect("forward")
+            .0;
+        let mut text = String::new();
+        let f = std::fs::File::open(dir.join(format!("h200_sequences/{file}.events.txt.gz")))
+            .expect("recorded sequence");
+        GzDecoder::new(f)
+            .read_to_string(&mut text)
+            .expect("gzip text");
+        let mut t = generated.clone();
+        t.events.truncate(start);
+        t.phases.retain(|p| p.0 < start);
+        t.phases.push((start, 1, StepPhase::Forward));
+        let base = t.labels.len() as u32;
+        for line in text.lines() {
+            let mut w = line.split(' ');
+            let (kind, n) = (w.next(), w.next().and_then(|x| x.parse::<u32>().ok()));
+            let id = base + n.expect("event id");
+            match kind {
+                Some("a") => {
+                    let bytes = w.next().and_then(|x| x.parse().ok()).expect("bytes");
+                    while t.labels.len() <= id as usize {
+                        t.labels.push(Label {
+                            what: What::Grad,
+                            layer: None,
+                        });
+                    }
+                    t.events.push(Event::Alloc { id, bytes });
+                }
+                Some("f") => t.events.push(Event::Free { id }),
+                _ => panic!("bad line {line:?}"),
+            }
+        }
+        let conf = AllocConf::default();
+        let recorded = replay(&t, &conf).peak_reserved as f64;
+        let gpu = row["measured"]["max_reserved"]
+            .as_f64()
+            .expect("max_reserved");
+        let planned = replay(&generated, &conf).peak_reserved as f64;
+        let e = (recorded / gpu - 1.0) * 100.0;
+        let same = (recorded / planned - 1.0) * 100.0;
+        println!("{id}: recorded sequence through the port {e:+.3} % vs the GPU, {same:+.3} % vs the generated one");
+        if gap {
+            assert!((-9.0..-6.0).contains(&e), "{id}: {e:+.3} %");
+        } else {
+            assert!(e.abs() <= 0.01, "{id}: {e:+.3} %");
+        }
+        assert!(
+            same.abs() <= 0.1,
+            "{id}: {same:+.3} % from the generated sequence"
         );
     }
 }
