@@ -155,6 +155,21 @@ pub fn boolean(v: &str) -> Result<bool, String> {
     }
 }
 
+/// An environment variable's value as pasted: trimmed, without a leading `NAME=`; `none` for
+/// unset.
+fn env_value<'a>(v: &'a str, name: &str) -> &'a str {
+    let v = v.trim();
+    let v = v
+        .strip_prefix(name)
+        .and_then(|r| r.strip_prefix('='))
+        .unwrap_or(v);
+    if v == "none" {
+        ""
+    } else {
+        v
+    }
+}
+
 fn bool_text(b: bool) -> String {
     u8::from(b).to_string()
 }
@@ -832,9 +847,7 @@ pub static FIELDS: &[Field] = &[
         slider: None,
         get: |s| s.alloc_conf.clone(),
         set: |s, v| {
-            let v = v.trim();
-            let v = v.strip_prefix("PYTORCH_CUDA_ALLOC_CONF=").unwrap_or(v);
-            let v = if v == "none" { "" } else { v };
+            let v = env_value(v, "PYTORCH_CUDA_ALLOC_CONF");
             crate::model::allocator::AllocConf::parse(v).map_err(|e| e.to_string())?;
             s.alloc_conf = v.to_string();
             Ok(())
@@ -854,9 +867,7 @@ pub static FIELDS: &[Field] = &[
         slider: None,
         get: |s| s.cublas_workspace_config.clone(),
         set: |s, v| {
-            let v = v.trim();
-            let v = v.strip_prefix("CUBLAS_WORKSPACE_CONFIG=").unwrap_or(v);
-            let v = if v == "none" { "" } else { v };
+            let v = env_value(v, "CUBLAS_WORKSPACE_CONFIG");
             crate::model::settings::parse_cublas_workspace_config(v)?;
             s.cublas_workspace_config = v.to_string();
             Ok(())

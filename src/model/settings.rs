@@ -473,3 +473,32 @@ pub fn parse_cublas_workspace_config(text: &str) -> Result<u64, String> {
     }
     Ok(total)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cublas_workspace_config_reads_as_pytorch_does() {
+        // PyTorch's own defaults, written out: Hopper's 4096 KiB × 8, other GPUs' 4096 KiB × 2 +
+        // 16 KiB × 8 = 8 519 680 B (CublasHandlePool.cpp).
+        assert_eq!(parse_cublas_workspace_config(""), Ok(32 << 20));
+        assert_eq!(parse_cublas_workspace_config(":4096:8"), Ok(32 << 20));
+        assert_eq!(
+            parse_cublas_workspace_config(" :4096:2:16:8 "),
+            Ok(8_519_680)
+        );
+        assert_eq!(parse_cublas_workspace_config(":0:0"), Ok(0));
+        for bad in [
+            "4096:8",
+            ":4096",
+            ":a:8",
+            ":4096:8:",
+            "none",
+            ":99999999999:99999999",
+        ] {
+            let e = parse_cublas_workspace_config(bad).expect_err(bad);
+            assert!(e.contains(bad.trim()), "{bad}: {e}");
+        }
+    }
+}

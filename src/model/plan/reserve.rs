@@ -23,22 +23,20 @@ const MIB: u128 = 1024 * 1024;
 /// 2 MiB: the caching allocator's large-segment granularity.
 const SEGMENT_BYTES: u128 = 2 * MIB;
 
-/// CUDA context, loaded kernel images and cuBLAS / cuBLASLt / cuDNN handles and workspaces as
-/// nvidia-smi shows them beyond `max_memory_reserved()`: 1 GiB.
+/// CUDA context, loaded kernel images, library handles and cuDNN / attention scratch as
+/// nvidia-smi shows them beyond `max_memory_reserved()`: 1 GiB. (cuBLAS's workspaces are not
+/// here: PyTorch takes them from its caching allocator, so they are in the step's sequence and
+/// the plan's `CublasWorkspace` term.)
 ///
-/// Calibration (the one place published real-GPU readings enter the model): on the A100-80GB
-/// runs of fms-acceleration (tests/data/reference/published_gpu.jsonl, torch 2.4.1) nvidia-smi
-/// minus the simulated reserved memory is 1.18 GiB for the single-GPU QLoRA run (row 56, whose
-/// planned allocated memory matches the measured one within 0.3 %) and 1.72 GiB for the LoRA
-/// run (row 32, whose allocated memory the plan puts 1.1 GiB lower: its older transformers keeps
-/// more); MEMORY-FACTS gives 0.3–0.6 GiB for the bare context. 1 GiB covers the context and the
-/// workspaces (cuBLAS's default `CUBLAS_WORKSPACE_CONFIG` :4096:8 per handle and stream, the
-/// cuBLASLt workspace, flash-attention / cuDNN scratch) without being fitted to either run.
-///
-/// Checked on a real H200 (tests/data/reference/gpu_probe_h200.jsonl: driver 580, CUDA 13.0,
-/// torch 2.11): nvidia-smi's process memory exceeded `max_memory_reserved()` by 767 MiB on
-/// every one of 15 runs (the context alone 529 MiB, cuBLAS workspaces the rest; 751 MiB with
-/// eager attention), so the allowance sits 0.25 GiB above that newer software.
+/// Calibration (the one place real-GPU readings enter the model): on the A100-80GB runs of
+/// fms-acceleration (tests/data/reference/published_gpu.jsonl, torch 2.4.1) nvidia-smi minus
+/// the simulated reserved memory is 1.18 GiB for the single-GPU QLoRA run (row 56, whose planned
+/// allocated memory matches the measured one within 0.3 %) and 1.72 GiB for the LoRA run (row
+/// 32, whose allocated memory the plan puts 1.1 GiB lower: its older transformers keeps more);
+/// on a real H200 (tests/data/reference/gpu_probe_h200.jsonl: driver 580, CUDA 13.0, torch 2.11)
+/// nvidia-smi's process memory exceeded `max_memory_reserved()` by 767 MiB on every run (the
+/// context alone 529 MiB; 751 MiB with eager attention). 1 GiB sits between them without being
+/// fitted to any.
 pub const CUDA_CONTEXT_BYTES: u128 = 1024 * MIB;
 
 /// NCCL's communication buffers on each rank of a multi-GPU run, outside PyTorch's allocator:
@@ -164,7 +162,7 @@ pub fn simulate(arch: &Architecture, s: &Settings, plan: &Plan, comm: &[Term]) -
 pub fn outside_terms(s: &Settings, paged_bytes: u128) -> Vec<Term> {
     let mut out = vec![Term::product(
         Component::CudaContext,
-        "CUDA context, kernel images, cuBLAS/cuDNN handles and workspaces",
+        "CUDA context, kernel images, library handles, cuDNN / attention scratch",
         &[bytes_of(CUDA_CONTEXT_BYTES)],
     )];
     if paged_bytes > 0 {

@@ -41,7 +41,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("#-bit AdamW: two uint8 states + fp32 absmax per # values", "# 位 AdamW：两个 uint8 状态 + 每 # 个值一个 fp32 absmax"),
     ("Adafactor factored second moment (row + column per matrix)", "Adafactor 分解的二阶矩（每个矩阵一行 + 一列）"),
     ("AdamW exp_avg + exp_avg_sq (zeros_like each parameter)", "AdamW exp_avg + exp_avg_sq（每个参数各一份 zeros_like）"),
-    ("CUDA context, kernel images, cuBLAS/cuDNN handles and workspaces", "CUDA 上下文、kernel 镜像、cuBLAS/cuDNN 句柄与工作区"),
+    ("CUDA context, kernel images, library handles, cuDNN / attention scratch", "CUDA 上下文、kernel 镜像、库句柄、cuDNN / 注意力临时空间"),
     ("LoRA A and B (rank × (in + out) per adapted module)", "LoRA A 与 B（每个适配模块 秩 × (输入 + 输出)）"),
     ("NCCL communication buffers", "NCCL 通信缓冲区"),
     ("SiLU(gate) of the experts", "专家的 SiLU(gate)"),
