@@ -90,8 +90,25 @@ pub struct CachingAllocator {
     allowed_memory_maximum: Option<u64>,
     /// `expandable_segments_`.
     pub(crate) expandable_segments: Vec<Option<ExpandableSegment>>,
-    /// Next free address of the simulated address space.
+    /// Next free address of the simulated address space (the top of the used range when
+    /// addresses fall).
     pub(crate) next_address: u64,
+    /// The order in which the simulated device hands out segment addresses.
+    address_order: AddressOrder,
+}
+
+/// The order in which `cudaMalloc` hands out addresses for new segments. The allocator breaks
+/// ties between free blocks of equal size by address, so the order decides which of them a
+/// request splits, and with it the fragmentation of a long run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AddressOrder {
+    /// Each new segment above the previous one: the measuring harness's fake `cudaMalloc`
+    /// (its replays in `tests/data` were made so).
+    #[default]
+    Rising,
+    /// Each new segment below the previous one: what an H200's driver did (two steps recorded
+    /// on it replay to its `max_memory_reserved` to the byte only so; `tests/it/real_gpu.rs`).
+    Falling,
 }
 
 impl CachingAllocator {
@@ -116,7 +133,14 @@ impl CachingAllocator {
             allowed_memory_maximum: None,
             expandable_segments: Vec::new(),
             next_address: ARENA_BASE,
+            address_order: AddressOrder::Rising,
         }
+    }
+
+    /// The same allocator on a device that hands out segment addresses in `order`.
+    pub fn with_address_order(mut self, order: AddressOrder) -> Self {
+        self.address_order = order;
+        self
     }
 
     /// The configuration in use.
@@ -497,9 +521,18 @@ impl CachingAllocator {
         let rounded = size
             .max(1)
             .checked_next_multiple_of(K_CUDA_MALLOC_ALIGNMENT)?;
-        let ptr = self.next_address;
-        self.next_address = ptr.checked_add(rounded)?;
-        Some(ptr)
+        match self.address_order {
+            AddressOrder::Rising => {
+                let ptr = self.next_address;
+                self.next_address = ptr.checked_add(rounded)?;
+                Some(ptr)
+            }
+            AddressOrder::Falling => {
+                let ptr = self.next_address.checked_sub(rounded)?;
+                self.next_address = ptr;
+                Some(ptr)
+            }
+        }
     }
 
     // ---- freeing ----------------------------------------------------------

@@ -35,7 +35,9 @@
 //! `cudaMalloc` is a bump allocator over one address region starting at
 //! [`caching::ARENA_BASE`]: each new segment starts right after the previous
 //! one, 2 MiB aligned, and addresses are never reused, exactly like the
-//! reference replay (PyTorch's own allocator on an emulated device). Given the
+//! reference replay (PyTorch's own allocator on an emulated device); with
+//! [`AddressOrder::Falling`] each starts right below the previous one, as an
+//! H200's driver placed them. Given the
 //! same sequence, this port reproduces PyTorch's `max_memory_allocated` and
 //! `max_memory_reserved` to the byte (see `tests/it/allocator.rs`). The device
 //! capacity, if given, bounds the bytes reserved (cudaMalloc'ed segments plus
@@ -73,7 +75,7 @@ mod oom;
 mod snapshot;
 pub mod stats;
 
-pub use caching::{roundup_power2_next_division, BlockId, CachingAllocator};
+pub use caching::{roundup_power2_next_division, AddressOrder, BlockId, CachingAllocator};
 pub use config::{AllocConf, ConfError};
 pub use oom::{format_size, Oom};
 pub use snapshot::{BlockInfo, SegmentInfo};

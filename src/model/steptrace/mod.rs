@@ -27,11 +27,13 @@ use super::settings::Settings;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Device {
     /// A CUDA GPU: cuBLAS's workspaces, the temporary of CUDA's softmax backward, dropout's mask
-    /// made before its output, and gradients added in place into the engine's input buffer
-    /// when it holds the only reference (`InputBuffer::accumulate`), as measured on an H200.
+    /// made before its output, gradients added in place into the engine's input buffer when it
+    /// holds the only reference (`InputBuffer::accumulate`), and new segments placed below the
+    /// previous ones by the driver, as measured on an H200.
     Cuda,
     /// The measuring harness's emulated device (fake tensors, `tests/data`): none of those —
-    /// fake tensors are a tensor subclass, so autograd adds gradients out of place.
+    /// fake tensors are a tensor subclass, so autograd adds gradients out of place, and its
+    /// `cudaMalloc` places each segment above the previous one.
     Emulated,
 }
 
@@ -213,6 +215,8 @@ pub struct Trace {
     pub phases: Vec<(usize, u8, StepPhase)>,
     /// Peak of live bytes (sum of requested sizes) over the sequence.
     pub peak_live_bytes: u64,
+    /// The device the sequence runs on (the replay gives it that device's address order).
+    pub device: Device,
 }
 
 /// Generates the allocation sequence of a run on a CUDA GPU: setup, inputs and two training

@@ -1797,5 +1797,6 @@ pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
         labels: p.tp.labels,
         phases: p.phases,
         peak_live_bytes: peak,
+        device,
     }
 }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use super::{Event, Label, StepPhase, Trace};
 use crate::model::allocator::constants::K_SMALL_SIZE;
-use crate::model::allocator::{AllocConf, BlockId, CachingAllocator, PoolKind};
+use crate::model::allocator::{AddressOrder, AllocConf, BlockId, CachingAllocator, PoolKind};
 use crate::model::arch::Architecture;
 use crate::model::error::PlanError;
 use crate::model::settings::Settings;
@@ -87,7 +87,11 @@ pub fn simulate_on(
 /// last such moment, the reserved peak.
 pub fn replay(trace: &Trace, conf: &AllocConf) -> Simulation {
     const NAMED: usize = 8;
-    let mut a = CachingAllocator::new(conf.clone(), None);
+    let order = match trace.device {
+        super::Device::Cuda => AddressOrder::Falling,
+        super::Device::Emulated => AddressOrder::Rising,
+    };
+    let mut a = CachingAllocator::new(conf.clone(), None).with_address_order(order);
     let mut live: Vec<BlockId> = vec![BlockId::NULL; trace.labels.len()];
     let mut phases: Vec<PhaseFigures> = Vec::with_capacity(trace.phases.len());
     let mut next_phase = 0usize;
