@@ -246,11 +246,21 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
 /// milliseconds for a 7B model (the sequence has tens of thousands of events); [`plan`] is the
 /// microsecond version with a quick reserve allowance.
 pub fn plan_simulated(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
+    plan_simulated_on(arch, s, super::steptrace::Device::Cuda)
+}
+
+/// [`plan_simulated`] with the step run on `device`: the measuring harness's emulated device
+/// for comparing with its allocator replays (`formats::validation`), a CUDA GPU otherwise.
+pub fn plan_simulated_on(
+    arch: &Architecture,
+    s: &Settings,
+    device: super::steptrace::Device,
+) -> Result<Plan, PlanError> {
     let mut p = plan(arch, s)?;
     let compute = distributed::compute_settings(s);
     let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(s));
     let comm = distributed::apply(&ctx, &[], &[], &[], &[]).comm;
-    if let Some(r) = reserve::simulate(arch, s, &p, &comm) {
+    if let Some(r) = reserve::simulate(arch, s, &p, &comm, device) {
         p.peak_reserved_bytes = r.bytes;
         p.reserve_explanation = r.explanation;
         p.reserve_simulated = true;

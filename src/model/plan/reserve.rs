@@ -103,7 +103,13 @@ fn fsdp_stream_reserve(par: &Parallel, comm: &[Term]) -> u128 {
 /// Several GPUs (the sequence is a one-GPU program): the simulated reserved-to-live ratio of the
 /// same step on one GPU applied to this rank's allocated peak, plus FSDP's stream blocks.
 /// `None` when the configuration has no simulated program (a fused cross-entropy).
-pub fn simulate(arch: &Architecture, s: &Settings, plan: &Plan, comm: &[Term]) -> Option<Reserve> {
+pub fn simulate(
+    arch: &Architecture,
+    s: &Settings,
+    plan: &Plan,
+    comm: &[Term],
+    device: steptrace::Device,
+) -> Option<Reserve> {
     if s.fused_ce {
         return None;
     }
@@ -112,7 +118,7 @@ pub fn simulate(arch: &Architecture, s: &Settings, plan: &Plan, comm: &[Term]) -
         parallel: Parallel::default(),
         ..s.clone()
     };
-    let sim = steptrace::simulate(arch, &one_gpu, &conf).ok()?;
+    let sim = steptrace::simulate_on(arch, &one_gpu, &conf, device).ok()?;
     let cached_free = sim
         .cached_free
         .iter()
