@@ -442,13 +442,11 @@ pub fn parse_target_names<'a>(
 /// at most 2 × 24 MiB over on other cards.
 pub const DEFAULT_CUBLAS_WORKSPACE_BYTES: u64 = 32 * 1024 * 1024;
 
-/// `CUBLAS_WORKSPACE_CONFIG` as PyTorch reads it: the sum of `:SIZE:COUNT` pairs (SIZE in KiB);
-/// empty for the default. Text PyTorch would ignore with a warning is refused here instead.
+/// `CUBLAS_WORKSPACE_CONFIG`'s value as PyTorch reads it: the sum of `:SIZE:COUNT` pairs (SIZE
+/// in KiB); empty for the default. Text PyTorch would ignore with a warning is refused here
+/// instead. (The settings table strips a pasted `CUBLAS_WORKSPACE_CONFIG=`.)
 pub fn parse_cublas_workspace_config(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let text = text
-        .strip_prefix("CUBLAS_WORKSPACE_CONFIG=")
-        .unwrap_or(text);
     if text.is_empty() {
         return Ok(DEFAULT_CUBLAS_WORKSPACE_BYTES);
     }
