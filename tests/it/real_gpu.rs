@@ -30,14 +30,21 @@ struct Row {
     outside_measured: f64,
 }
 
-fn rows() -> Vec<Row> {
+/// The committed probe rows, as JSON.
+fn probe_rows() -> Vec<Value> {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference/gpu_probe_h200.jsonl");
     let text = std::fs::read_to_string(&path).expect("probe readings");
     text.lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("row is JSON");
+        .map(|l| serde_json::from_str(l).expect("row is JSON"))
+        .collect()
+}
+
+fn rows() -> Vec<Row> {
+    probe_rows()
+        .into_iter()
+        .map(|v| {
             let id = v["id"].as_str().expect("id").to_string();
             let arch = resolve_model(&v["model"]).expect("catalog model");
             let s = settings_from_json(&v["settings"]).expect("valid settings");
@@ -95,14 +102,7 @@ fn plans_match_a_real_h200() {
 /// `expandable_segments:True` reserved less than the same run without it (one pair of four).
 #[test]
 fn expandable_segments_is_offered_where_it_saved_on_the_h200() {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference/gpu_probe_h200.jsonl");
-    let text = std::fs::read_to_string(&path).expect("probe readings");
-    let rows: Vec<Value> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("JSON"))
-        .collect();
+    let rows = probe_rows();
     let mut pairs = 0;
     let mut offered = 0;
     for with in rows
@@ -164,7 +164,7 @@ fn allocator_port_replays_steps_recorded_on_the_h200() {
     use lorafit::model::steptrace::{generate, replay, Event, Label, StepPhase, What};
     use std::io::Read;
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference");
-    let probe = std::fs::read_to_string(dir.join("gpu_probe_h200.jsonl")).expect("probe rows");
+    let probe = probe_rows();
     for (file, id) in [
         (
             "qwen2-7b_bf16_s2048_b1_eager_gc",
@@ -175,11 +175,7 @@ fn allocator_port_replays_steps_recorded_on_the_h200() {
             "h200-llama2-7b_bf16_s4096_b1_eager_gc",
         ),
     ] {
-        let row: Value = probe
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
-            .find(|r| r["id"] == id)
-            .expect("probe row");
+        let row = probe.iter().find(|r| r["id"] == id).expect("probe row");
         let arch = resolve_model(&row["model"]).expect("model");
         let s = settings_from_json(&row["settings"]).expect("settings");
         let generated = generate(&arch, &s).expect("generates");
