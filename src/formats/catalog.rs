@@ -8,10 +8,12 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::formats::json::{self, Json};
+use crate::model::arch::{Family, MlaConfig, MoeConfig};
 use crate::model::Architecture;
 
 /// A catalog model: architecture numbers and where they come from.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelEntry {
     /// Architecture (its `name` is the catalog id).
     #[serde(flatten)]
@@ -24,7 +26,7 @@ pub struct ModelEntry {
 }
 
 /// A catalog GPU.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GpuEntry {
     /// Short id (`a100-40`).
     pub id: String,
@@ -60,8 +62,10 @@ impl GpuEntry {
 pub fn models() -> &'static [ModelEntry] {
     static M: OnceLock<Vec<ModelEntry>> = OnceLock::new();
     M.get_or_init(|| {
-        serde_json::from_str(include_str!(concat!(env!("OUT_DIR"), "/models.json")))
-            .unwrap_or_default()
+        read_entries(
+            include_str!(concat!(env!("OUT_DIR"), "/models.json")),
+            model_entry,
+        )
     })
 }
 
@@ -69,12 +73,100 @@ pub fn models() -> &'static [ModelEntry] {
 pub fn gpus() -> &'static [GpuEntry] {
     static G: OnceLock<Vec<GpuEntry>> = OnceLock::new();
     G.get_or_init(|| {
-        let all: Vec<GpuEntry> =
-            serde_json::from_str(include_str!(concat!(env!("OUT_DIR"), "/gpus.json")))
-                .unwrap_or_default();
-        all.into_iter()
-            .filter(|g| g.memory_bytes().is_some())
-            .collect()
+        read_entries(
+            include_str!(concat!(env!("OUT_DIR"), "/gpus.json")),
+            gpu_entry,
+        )
+        .into_iter()
+        .filter(|g| g.memory_bytes().is_some())
+        .collect()
+    })
+}
+
+/// The entries of a catalog file, read with the page's small JSON reader ([`json`]) rather than
+/// serde, whose deserializers the page's wasm then does not carry. `tests/it/catalog.rs` checks
+/// the result equals serde's reading of `data/*.json`, entry for entry.
+fn read_entries<T>(text: &str, entry: fn(&Json) -> Option<T>) -> Vec<T> {
+    json::parse(text)
+        .ok()
+        .and_then(|v| v.as_array().map(|a| a.iter().filter_map(entry).collect()))
+        .unwrap_or_default()
+}
+
+/// One model of `data/models.json`: its keys are `Architecture`'s serde names (config.json's).
+fn model_entry(v: &Json) -> Option<ModelEntry> {
+    let u = |k: &str| v.field(k).and_then(Json::as_u64);
+    let b = |k: &str| v.field(k).and_then(Json::as_bool);
+    let f = |k: &str| v.field(k).and_then(Json::as_f64);
+    let arch = Architecture {
+        name: v
+            .field("name")
+            .and_then(Json::as_str)
+            .unwrap_or_default()
+            .into(),
+        family: Family::parse(v.field("family")?.as_str()?)?,
+        hidden_size: u("hidden_size")?,
+        intermediate_size: u("intermediate_size")?,
+        num_hidden_layers: u("num_hidden_layers")?,
+        num_attention_heads: u("num_attention_heads")?,
+        num_key_value_heads: u("num_key_value_heads"),
+        head_dim: u("head_dim"),
+        vocab_size: u("vocab_size")?,
+        tie_word_embeddings: b("tie_word_embeddings").unwrap_or(false),
+        qkv_bias: b("qkv_bias").or_else(|| b("attention_bias")),
+        attn_logit_softcapping: f("attn_logit_softcapping"),
+        final_logit_softcapping: f("final_logit_softcapping"),
+        moe: MoeConfig {
+            num_experts: u("num_experts")
+                .or_else(|| u("num_local_experts"))
+                .or_else(|| u("n_routed_experts")),
+            num_experts_per_tok: u("num_experts_per_tok"),
+            moe_intermediate_size: u("moe_intermediate_size"),
+            n_shared_experts: u("n_shared_experts"),
+            first_k_dense_replace: u("first_k_dense_replace"),
+            decoder_sparse_step: u("decoder_sparse_step"),
+            mlp_only_layers: match v.field("mlp_only_layers") {
+                None => None,
+                Some(a) => Some(
+                    a.as_array()?
+                        .iter()
+                        .map(Json::as_u64)
+                        .collect::<Option<_>>()?,
+                ),
+            },
+            norm_topk_prob: b("norm_topk_prob"),
+        },
+        mla: MlaConfig {
+            q_lora_rank: u("q_lora_rank"),
+            kv_lora_rank: u("kv_lora_rank"),
+            qk_nope_head_dim: u("qk_nope_head_dim"),
+            qk_rope_head_dim: u("qk_rope_head_dim"),
+            v_head_dim: u("v_head_dim"),
+        },
+    };
+    Some(ModelEntry {
+        arch,
+        hf_id: v.field("hf_id")?.as_str()?.into(),
+        note: v.field("note").and_then(Json::as_str).map(String::from),
+    })
+}
+
+/// One GPU of `data/gpus.json`.
+fn gpu_entry(v: &Json) -> Option<GpuEntry> {
+    let f = |k: &str| v.field(k).and_then(Json::as_f64);
+    Some(GpuEntry {
+        id: v.field("id")?.as_str()?.into(),
+        name: v.field("name")?.as_str()?.into(),
+        memory_gib: f("memory_gib"),
+        bf16: v.field("bf16").and_then(Json::as_bool),
+        bf16_tflops_dense: f("bf16_tflops_dense"),
+        fp16_tflops_dense: f("fp16_tflops_dense"),
+        fp32_tflops: f("fp32_tflops"),
+        mem_bandwidth_gbs: f("mem_bandwidth_gbs"),
+        unified_memory: v
+            .field("unified_memory")
+            .and_then(Json::as_bool)
+            .unwrap_or(false),
     })
 }
 

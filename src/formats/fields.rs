@@ -900,13 +900,64 @@ pub static FIELDS: &[Field] = &[
         testid: None,
         kind: Kind::Json,
         slider: None,
-        get: |s| serde_json::to_string(&s.parallel).unwrap_or_default(),
+        get: |s| parallel_json(&s.parallel),
         set: |s, v| {
-            s.parallel = serde_json::from_str(v).map_err(|e| format!("not a valid layout: {e}"))?;
+            s.parallel = parallel_of_json(v).map_err(|e| format!("not a valid layout: {e}"))?;
             Ok(())
         },
     },
 ];
+
+/// The multi-GPU layout as JSON, as serde writes `Parallel` (the page carries no serde:
+/// [`crate::formats::json`]; a test keeps the two equal).
+fn parallel_json(p: &Parallel) -> String {
+    let strategy = match p.strategy {
+        Strategy::Single => "single",
+        Strategy::Ddp => "ddp",
+        Strategy::FsdpFullShard => "fsdp_full_shard",
+        Strategy::FsdpShardGradOp => "fsdp_shard_grad_op",
+        Strategy::FsdpHybridShard => "fsdp_hybrid_shard",
+        Strategy::Zero1 => "zero1",
+        Strategy::Zero2 => "zero2",
+        Strategy::Zero3 => "zero3",
+    };
+    format!(
+        "{{\"gpus_per_node\":{},\"nodes\":{},\"strategy\":\"{strategy}\",\"offload_optimizer\":{},\"offload_params\":{},\"offload_activations\":{}}}",
+        p.gpus_per_node, p.nodes, p.offload_optimizer, p.offload_params, p.offload_activations
+    )
+}
+
+/// Reads the multi-GPU layout: an object with every member of `Parallel` (as serde requires
+/// them), the strategy by any of its names; other members are ignored.
+fn parallel_of_json(text: &str) -> Result<Parallel, String> {
+    let v = crate::formats::json::parse(text)?;
+    if !matches!(v, crate::formats::json::Json::Obj(_)) {
+        return Err("expected an object".into());
+    }
+    let member = |k: &str| v.get(k).ok_or_else(|| format!("missing field `{k}`"));
+    let count = |k: &str| {
+        member(k)?
+            .as_u64()
+            .ok_or_else(|| format!("`{k}` must be a whole number"))
+    };
+    let flag = |k: &str| {
+        member(k)?
+            .as_bool()
+            .ok_or_else(|| format!("`{k}` must be true or false"))
+    };
+    let strategy = member("strategy")?
+        .as_str()
+        .and_then(Strategy::parse)
+        .ok_or_else(|| format!("`strategy` must be one of {}", Strategy::choices()))?;
+    Ok(Parallel {
+        gpus_per_node: count("gpus_per_node")?,
+        nodes: count("nodes")?,
+        strategy,
+        offload_optimizer: flag("offload_optimizer")?,
+        offload_params: flag("offload_params")?,
+        offload_activations: flag("offload_activations")?,
+    })
+}
 
 impl Field {
     /// For a `List` field: the value text with `item` switched on or off (None for other kinds).
@@ -1038,6 +1089,40 @@ mod tests {
             for flag in f.flag.iter().chain(f.flag_aliases).chain(f.no_flag.iter()) {
                 assert!(seen.insert(format!("flag:{flag}")), "flag {flag}");
             }
+        }
+    }
+
+    /// The layout's JSON is serde's, both ways: what serde writes for every strategy and flag,
+    /// what serde reads (and what it refuses: a missing member).
+    #[test]
+    fn parallel_json_is_serdes() {
+        for strategy in Strategy::ALL {
+            for bits in 0..8u8 {
+                let p = Parallel {
+                    gpus_per_node: 8,
+                    nodes: 2,
+                    strategy: *strategy,
+                    offload_optimizer: bits & 1 != 0,
+                    offload_params: bits & 2 != 0,
+                    offload_activations: bits & 4 != 0,
+                };
+                let text = serde_json::to_string(&p).unwrap();
+                assert_eq!(parallel_json(&p), text);
+                assert_eq!(parallel_of_json(&text), Ok(p.clone()));
+                let spaced = serde_json::to_string_pretty(&p).unwrap();
+                assert_eq!(parallel_of_json(&spaced), Ok(p));
+            }
+        }
+        for bad in [
+            "{}",
+            "[]",
+            r#"{"gpus_per_node": 2, "nodes": 1, "strategy": "ddp"}"#,
+            r#"{"gpus_per_node": -2, "nodes": 1, "strategy": "ddp", "offload_optimizer": false, "offload_params": false, "offload_activations": false}"#,
+            r#"{"gpus_per_node": 2, "nodes": 1, "strategy": "ring", "offload_optimizer": false, "offload_params": false, "offload_activations": false}"#,
+            "not json",
+        ] {
+            assert!(parallel_of_json(bad).is_err(), "{bad}");
+            assert!(serde_json::from_str::<Parallel>(bad).is_err(), "{bad}");
         }
     }
 

@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod config_json;
 pub mod export;
 pub mod fields;
+pub mod json;
 pub mod jsonl;
 pub mod report;
 pub mod snapshot;

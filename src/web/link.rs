@@ -303,10 +303,35 @@ pub fn encode(st: &UiState) -> String {
         .join("&")
 }
 
+/// The state of `query` as the other half of the page sends it (the page and its sections
+/// bundle, [`crate::web::bridge`]): what a link carries, with what a link never carries — the
+/// Hub path, the embed flag — kept from `local`.
+pub fn decode_shared(query: &str, local: &UiState) -> UiState {
+    let (mut st, _) = decode(query);
+    st.hub = local.hub.clone();
+    st.embed = local.embed;
+    st
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{AttnImpl, Dtype, Optimizer, SavedModule, Target};
+
+    /// What the page and its sections send each other settles at once: a state that went
+    /// through the link comes back equal (so neither side sends it again), and the Hub path,
+    /// which no link carries, stays on each side.
+    #[test]
+    fn shared_states_settle_and_keep_the_hub() {
+        let (mut st, _) = decode("?model=qwen2-7b&gpu=rtx4090&b=3&s=3000&gc=1&dt=nf4&r=32&lang=zh&arch=mistral.4096.14336.32.32.8.128.32000.0");
+        assert!(st.custom.is_some());
+        st.hub = Some("./hub".into());
+        let there = decode_shared(&encode(&st), &UiState::default());
+        assert_eq!(there.hub, None);
+        let back = decode_shared(&encode(&there), &st);
+        assert_eq!(back, st);
+        assert_eq!(encode(&back), encode(&st));
+    }
 
     #[test]
     fn round_trip_keeps_every_setting() {

@@ -20,6 +20,8 @@ pub mod state;
 #[cfg(target_arch = "wasm32")]
 pub mod app;
 #[cfg(target_arch = "wasm32")]
+pub mod bridge;
+#[cfg(target_arch = "wasm32")]
 pub mod controls;
 #[cfg(target_arch = "wasm32")]
 pub mod evidence;
@@ -31,6 +33,8 @@ pub mod lang;
 pub mod measured;
 #[cfg(target_arch = "wasm32")]
 pub mod panels;
+#[cfg(target_arch = "wasm32")]
+pub mod sections;
 #[cfg(target_arch = "wasm32")]
 pub mod settle;
 #[cfg(target_arch = "wasm32")]

@@ -4,7 +4,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { serve, launch, openApp, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
+import { serve, launch, openApp, openSections, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
 
 let server, browser;
 before(async () => {
@@ -58,6 +58,7 @@ test("a mixture-of-experts model shows its experts, its settings group, and matc
   // transformers 4's layout (the published Mixtral QLoRA runs): experts quantized as Linear layers.
   await page.goto(server.url + "?model=mixtral-8x7b&gpu=a100-80&b=4&s=4096&gc=1&dt=nf4&ac=bf16&t=q,k,v,o&el=per_expert");
   await page.waitForSelector('main[data-reserve="settled"]', { timeout: 30000 });
+  await openSections(page);
   assert.equal(await page.inputValue('[data-testid="select-experts-layout"]'), "per_expert");
   assert.equal(await page.isVisible('[data-testid="select-experts"]'), false, "no experts_implementation in transformers 4");
   assert.match(await page.textContent('[data-testid="plan-notes"]'), /transformers 4 layout/);

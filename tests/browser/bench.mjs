@@ -41,10 +41,12 @@ await server.close();
 
 // What a visit loads (the page; the service worker caches the same files), what the page's
 // worker loads when a file is dropped or the evidence is asked for, and the GPU benchmark page.
-const onDemand = (f) => f === "analyse-worker.js" || f.startsWith("lorafit-analyse");
+const worker = (f) => f === "analyse-worker.js" || f.startsWith("lorafit-analyse");
+const sections = (f) => f.startsWith("lorafit-sections");
 const parts = [
-  ["planner page, what a visit loads", dist, (f) => !onDemand(f)],
-  ["page's worker (on demand)", dist, onDemand],
+  ["planner page, what a visit loads", dist, (f) => !worker(f) && !sections(f)],
+  ["sections (loaded when one is opened)", dist, sections],
+  ["page's worker (on demand)", dist, worker],
   ["GPU benchmark page (lazy)", path.join(dist, "gpu"), () => true],
 ];
 for (const [name, dir, picked] of parts) {

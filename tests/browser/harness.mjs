@@ -43,15 +43,38 @@ export async function launch(extra = ["--disable-gpu"]) {
   });
 }
 
-/** Opens the app and waits until the wasm has rendered a result. */
-export async function openApp(browser, url) {
+/** Opens the app and waits until the wasm has rendered a result; with `sections` (the default),
+ * also opens the sections below the first screen (their own wasm, loaded on demand) and waits
+ * until they are mounted. */
+export async function openApp(browser, url, { sections = true } = {}) {
   const page = await browser.newPage({ viewport: { width: 1280, height: 1400 } });
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
   await page.goto(url);
   await page.waitForSelector('[data-testid="peak-allocated"]', { timeout: 30000 });
+  if (sections) await openSections(page);
   return { page, errors };
+}
+
+/** Opens the page's sections (unless a link already did) and waits until they are mounted. */
+export async function openSections(page) {
+  if ((await page.getAttribute('[data-testid="sections"]', "data-state")) === "closed") {
+    await page.click('[data-testid="open-sections"]');
+  }
+  await page.waitForSelector('[data-testid="sections"][data-state="ready"]', { timeout: 30000 });
+  await settled(page);
+}
+
+/** Waits until the page is still and settled: its results simulated (or settled without a
+ * sequence to simulate) and, when the sections are open, theirs too, for the same state. */
+export async function settled(page) {
+  await page.waitForFunction(() => {
+    const main = document.querySelector("main");
+    if (!main || main.dataset.reserve === "quick") return false;
+    const body = document.querySelector('[data-testid="sections-body"]');
+    return !body || (body.dataset.reserve !== "quick" && body.dataset.query === document.getElementById("sections-root").dataset.query);
+  }, null, { timeout: 30000 });
 }
 
 /** `lorafit plan ... --json` parsed. */
@@ -64,7 +87,7 @@ export function cliPlan(args) {
 export async function gibOf(page, testid) {
   // Reserved, nvidia-smi and the verdict settle on the allocator simulation a moment after a change
   // ("settled": still, but with nothing to simulate, e.g. transformers 4's per-expert layout).
-  await page.waitForSelector('[data-reserve="simulated"], main[data-reserve="settled"]', { timeout: 30000 });
+  await settled(page);
   const t = (await page.textContent(`[data-testid="${testid}"]`)).trim();
   const m = t.match(/^(-?[0-9]+\.[0-9]{2}) GiB$/);
   if (!m) throw new Error(`${testid} shows ${JSON.stringify(t)}, not "N.NN GiB"`);

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { serve, launch, openApp, gibOf } from "./harness.mjs";
+import { serve, launch, openApp, openSections, gibOf } from "./harness.mjs";
 
 export const INJECTED = [
   "<script>window.__pwned=1</script>",
@@ -95,6 +95,7 @@ test("offline Hub fetch explains and keeps the catalog working; no service worke
   const page = await context.newPage();
   await page.goto(server.url + "?model=qwen2-7b");
   await page.waitForSelector('[data-testid="peak-allocated"]');
+  await openSections(page);
   const before = await gibOf(page, "peak-allocated");
   await context.setOffline(true);
   await page.fill('[data-testid="hub-id"]', "meta-llama/Llama-2-7b-hf");

@@ -7,7 +7,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { serve, launch, openView, layoutOf, gibOf, artifacts } from "./harness.mjs";
+import { serve, launch, openView, openSections, layoutOf, gibOf, artifacts } from "./harness.mjs";
 
 let server, browser;
 before(async () => {
@@ -79,7 +79,9 @@ for (const [status, query] of Object.entries({ oom: OOM, fits: FITS })) {
         assert.equal(await zh.page.getAttribute(`[data-testid="${id}"]`, "data-status"), await en.page.getAttribute(`[data-testid="${id}"]`, "data-status"));
       }
       assert.equal(await zh.page.textContent('[data-testid="max-batch"]') !== null, true);
-      // Open the myths too (their texts are built on opening).
+      // Open the sections (their own wasm, in the same language) and the myths (their texts are
+      // built on opening).
+      await openSections(zh.page);
       await zh.page.click('[data-testid="myths-toggle"]');
       await zh.page.waitForSelector('[data-testid="myths"] li');
       const left = await englishLeft(zh.page);
@@ -110,6 +112,7 @@ test("the browser's language decides on the first visit; one click switches; the
     assert.match(await page.textContent('[data-testid="verdict"]'), /显存不足/);
     assert.equal(await page.getAttribute('[data-testid="verdict"]', "data-status"), "oom");
     // The share link and the embed code carry the language.
+    await openSections(page);
     assert.match(await page.inputValue('[data-testid="share-url"]'), /lang=zh/);
     assert.match(await page.inputValue('[data-testid="embed-code"]'), /lang=zh/);
     assert.deepEqual(errors, []);
@@ -188,6 +191,7 @@ for (const [width, height] of [[640, 400], [480, 360], [800, 600]]) {
 test("the forum's questions: the Qwen2-7B 32 GB guide planned row by row, the mid-training OOM analysed", async () => {
   const { page, close, errors } = await openView(browser, server.url + "?lang=zh", { width: 1280, height: 900 });
   try {
+    await openSections(page);
     await page.click('[data-testid="example-qwen2-32gb"]');
     await page.waitForSelector('[data-testid="example-table"]');
     const rows = await page.$$eval('[data-testid^="example-row-"]', (rs) => rs.map((r) => r.getAttribute("data-status")));
@@ -214,6 +218,7 @@ test("the forum's questions: the Qwen2-7B 32 GB guide planned row by row, the mi
 test("中文 time panel: the GPU page follows the planner's language", async () => {
   const { page, close, errors } = await openView(browser, server.url + "?model=qwen2-7b&gpu=h100-80&gc=1&lang=zh", { width: 1280, height: 900 });
   try {
+    await openSections(page);
     await page.click('[data-testid="open-gpu-panel"]');
     await page.frameLocator('[data-testid="gpu-panel"]').locator('[data-testid="tokens-per-second"]').waitFor({ timeout: 30000 });
     const frame = page.frames().find((f) => f.url().includes("/gpu/"));

@@ -4,7 +4,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { serve, launch, openApp, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
+import { serve, launch, openApp, openSections, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
 
 const root = path.resolve(import.meta.dirname, "../..");
 
@@ -63,8 +63,9 @@ test("embed mode is a compact widget with an embed snippet", async () => {
   const code = await main.page.inputValue('[data-testid="embed-code"]');
   assert.match(code, /^<iframe src="[^"]+embed=1[^"]*"/);
   const src = code.match(/src="([^"]+)"/)[1];
-  const { page, errors } = await openApp(browser, src);
+  const { page, errors } = await openApp(browser, src, { sections: false });
   assert.equal(await page.locator("h1").count(), 0, "no page chrome");
+  assert.equal(await page.locator('[data-testid="sections"]').count(), 0, "no sections");
   assert.equal(await page.locator('[data-testid="curve"]').count(), 0);
   assert.match(await page.getAttribute('[data-testid="verdict"]', "data-status"), /^(fits|tight|oom)$/);
   assert.equal(await gibOf(page, "peak-allocated"), await gibOf(main.page, "peak-allocated"));
@@ -148,17 +149,22 @@ test("works offline after the first visit (service worker)", async () => {
   await page.evaluate(() => navigator.serviceWorker.ready);
   await page.waitForFunction(() => navigator.serviceWorker.controller !== null, null, { timeout: 15000 });
   const online = await gibOf(page, "peak-allocated");
-  // What only the page's worker loads is cached when first used, not on the first visit.
+  // What only the sections and the page's worker load is cached when first used, not on the
+  // first visit.
   const cached = () => page.evaluate(async () => (await Promise.all((await caches.keys()).map(async (k) => (await (await caches.open(k)).keys()).map((r) => r.url)))).flat());
-  assert.ok(!(await cached()).some((u) => /analyse|validation/.test(u)), (await cached()).join(" "));
+  assert.ok(!(await cached()).some((u) => /analyse|validation|sections/.test(u)), (await cached()).join(" "));
+  await openSections(page);
   await page.setInputFiles('[data-testid="measured-file"]', path.join(root, "tests/data/unplanned/logits-fp32.pickle.gz"));
   await page.waitForSelector('[data-testid="measured-report"]', { timeout: 30000 });
   await page.click('[data-testid="evidence-run"]');
   await page.waitForSelector('[data-testid="evidence-summary"]', { timeout: 60000 });
   assert.ok((await cached()).some((u) => /lorafit-analyse_bg\.wasm$/.test(u)), (await cached()).join(" "));
+  assert.ok((await cached()).some((u) => /lorafit-sections_bg\.wasm$/.test(u)), (await cached()).join(" "));
   await context.setOffline(true);
   await page.reload();
   await page.waitForSelector('[data-testid="peak-allocated"]', { timeout: 15000 });
+  // The sections, opened once online, open offline too.
+  await openSections(page);
   assert.equal(await gibOf(page, "peak-allocated"), online);
   // The page's worker (its own script and wasm, and validation.json it fetches), used once
   // online, works offline too: a snapshot is read and the evidence is planned.
@@ -183,4 +189,34 @@ test("GPUs, strategy and offload plan per GPU and travel in the link", async () 
   await page.selectOption('[data-testid="select-export"]', "accelerate");
   assert.match(await page.inputValue('[data-testid="export-output"]'), /distributed_type: DEEPSPEED[\s\S]*zero_stage: 3[\s\S]*offload_param_device: cpu/);
   await page.close();
+});
+
+test("a visit loads the page only; the sections load when one is opened and follow the page both ways", async () => {
+  const { page, errors } = await openApp(browser, server.url + "?gpu=rtx4090&b=4&s=2048", { sections: false });
+  const loaded = () => page.evaluate(() => performance.getEntriesByType("resource").map((r) => r.name.split("/").pop()));
+  assert.equal(await page.getAttribute('[data-testid="sections"]', "data-state"), "closed");
+  assert.ok(!(await loaded()).some((f) => f.startsWith("lorafit-sections")), (await loaded()).join(" "));
+  assert.equal(await page.locator('[data-testid="fixes"]').count(), 0);
+  // The hero's "single changes ↓" opens them at the single changes.
+  await page.click('[data-testid="best-fix"] a[href="#fixes"]');
+  await page.waitForSelector('[data-testid="sections"][data-state="ready"]', { timeout: 30000 });
+  assert.ok((await loaded()).includes("lorafit-sections_bg.wasm"));
+  await page.waitForFunction(() => { const r = document.getElementById("fixes").getBoundingClientRect(); return r.top >= -1 && r.top < innerHeight; }, null, { timeout: 5000 });
+  // Page → sections: the batch moved in the first screen reaches the share link and the terms.
+  await page.fill('[data-testid="input-batch"]', "2");
+  await gibOf(page, "peak-allocated");
+  assert.match(await page.inputValue('[data-testid="share-url"]'), /b=2(&|$)/);
+  // Sections → page: a fix applied below re-plans the hero, as the CLI does.
+  await page.click('[data-testid="apply-grad_ckpt"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="toggle-gc"]').checked, null, { timeout: 5000 });
+  const want = cliPlan(["--model", "llama2-7b", "--gpu", "rtx4090", "--batch", "2", "--seq", "2048", "--gc"]).plan.peak_allocated_bytes / GIB;
+  assert.ok(Math.abs((await gibOf(page, "peak-allocated")) - want) <= 0.006);
+  await page.waitForFunction(() => location.search.includes("gc=1"), null, { timeout: 5000 });
+  assert.deepEqual(errors, []);
+  await page.close();
+  // A link to a section opens the sections by itself.
+  const linked = await openApp(browser, server.url + "?model=qwen2-7b#lengths", { sections: false });
+  await linked.page.waitForSelector('[data-testid="sections"][data-state="ready"]', { timeout: 30000 });
+  await linked.page.waitForSelector("#lengths");
+  await linked.page.close();
 });

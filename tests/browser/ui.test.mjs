@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { execFileSync } from "node:child_process";
-import { serve, launch, openView, axeViolations, layoutOf, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
+import { serve, launch, openView, openSections, axeViolations, layoutOf, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
 
 let server, browser;
 before(async () => {
@@ -51,6 +51,10 @@ for (const [name, width, height] of [["desktop", 1280, 800], ["phone", 390, 844]
           // What fits starts in the first screen.
           if (status === "oom") assert.ok(l["best-fix"] && l["best-fix"].top < l.height - 40, `best-fix starts at ${l["best-fix"]?.top}`);
           await page.screenshot({ path: path.join(artifacts, `ui-${name}-${scheme}-${status}.png`) });
+          assert.deepEqual(await axeViolations(page), []);
+          // Then with the sections open (their own wasm): the whole page, overflow and axe again.
+          await openSections(page);
+          assert.ok((await layoutOf(page, [])).overflow <= 0, "horizontal overflow with the sections open");
           if (name !== "narrow") await page.screenshot({ path: path.join(artifacts, `ui-${name}-${scheme}-${status}-full.png`), fullPage: true });
           assert.deepEqual(await axeViolations(page), []);
           assert.deepEqual(errors, []);
@@ -128,6 +132,7 @@ test("what fits first: the cheapest combination, applied in one click", async ()
   try {
     const bin = process.env.LORAFIT_BIN || path.resolve(import.meta.dirname, "../../target/debug/lorafit");
     const want = JSON.parse(execFileSync(bin, ["suggest", "--model", "llama2-7b", "--gpu", "rtx4090", "--batch", "8", "--seq", "4096", "--json"], { encoding: "utf8" })).best;
+    await openSections(page);
     // Once the page is still, the advice is judged by the simulated allocator, as in the CLI.
     await page.waitForSelector('[data-testid="best-fix"][data-reserve="simulated"]', { timeout: 30000 });
     await page.waitForSelector('[data-testid="fixes"][data-reserve="simulated"]', { timeout: 30000 });

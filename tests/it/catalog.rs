@@ -20,16 +20,24 @@ fn every_catalog_entry_has_its_source() {
             );
         }
     }
-    // And the binaries' copy has the same entries.
-    assert_eq!(
-        lorafit::formats::catalog::models().len(),
-        serde_json::from_str::<Vec<serde_json::Value>>(
-            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/data/models.json"))
-                .unwrap()
-        )
-        .unwrap()
-        .len()
-    );
+}
+
+/// The binaries read their copy of the catalog with the page's small JSON reader
+/// (`formats::json`, no serde in the page's wasm); it must give exactly what serde reads from
+/// `data/*.json`, entry for entry and field for field (aliases, nulls and defaults included).
+#[test]
+fn the_binaries_catalog_equals_serdes_reading_of_the_files() {
+    let read = |file: &str| {
+        std::fs::read_to_string(format!("{}/data/{file}.json", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    };
+    let models: Vec<catalog::ModelEntry> = serde_json::from_str(&read("models")).unwrap();
+    assert_eq!(catalog::models(), models.as_slice());
+    let gpus: Vec<catalog::GpuEntry> = serde_json::from_str(&read("gpus")).unwrap();
+    let gpus: Vec<_> = gpus
+        .into_iter()
+        .filter(|g| g.memory_bytes().is_some())
+        .collect();
+    assert_eq!(catalog::gpus(), gpus.as_slice());
 }
 
 #[test]

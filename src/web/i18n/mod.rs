@@ -147,13 +147,25 @@ fn table() -> Option<&'static Table> {
 /// Installs the table from `data/zh.json`'s text (a page, after fetching it). Kept for the
 /// page's life; a second call changes nothing.
 pub fn install(json: &str) -> Result<(), String> {
-    let pairs: Vec<(String, String)> =
-        serde_json::from_str(json).map_err(|e| format!("zh.json: {e}"))?;
+    let pairs = read_pairs(json).map_err(|e| format!("zh.json: {e}"))?;
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     let _ = TABLE.set(Table::of(
         pairs.into_iter().map(|(en, zh)| (leak(en), leak(zh))),
     ));
     Ok(())
+}
+
+/// `[[English, Chinese], …]` (read with the page's small JSON reader, not serde).
+fn read_pairs(json: &str) -> Result<Vec<(String, String)>, String> {
+    use crate::formats::json::{parse, Json};
+    let v = parse(json)?;
+    let rows = v.as_array().ok_or("expected an array of pairs")?;
+    rows.iter()
+        .map(|row| match row.as_array() {
+            Some([Json::Str(en), Json::Str(zh)]) => Ok((en.clone(), zh.clone())),
+            _ => Err("expected [English, Chinese] pairs".to_string()),
+        })
+        .collect()
 }
 
 /// Whether the table is there to translate with.

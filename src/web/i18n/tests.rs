@@ -106,11 +106,13 @@ fn zh_json_is_the_table() {
         have == want,
         "data/zh.json differs from the table: run LORAFIT_BLESS=1 cargo test zh_json"
     );
-    // And what a page installs from it translates like the compiled-in table.
-    let pairs: Vec<(String, String)> = serde_json::from_str(&have).unwrap();
+    // And what a page installs from it (read by `install`'s reader) is the compiled-in table.
+    let pairs = super::read_pairs(&have).unwrap();
     assert_eq!(pairs.len(), entries().count());
     assert!(pairs
         .iter()
         .zip(entries())
         .all(|((e, z), (e2, z2))| e == e2 && z == z2));
+    assert!(super::read_pairs(r#"[["a", "b", "c"]]"#).is_err());
+    assert!(super::read_pairs(r#"{"a": "b"}"#).is_err());
 }

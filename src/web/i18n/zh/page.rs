@@ -2,7 +2,9 @@
 
 /// (English, 简体中文).
 pub const ENTRIES: &[(&str, &str)] = &[
+    ("Open every section", "展开全部栏目"),
     ("Peak allocated", "峰值已分配"),
+    ("The sections could not be loaded (offline?). Try again.", "各栏目未能加载（是否离线？）。请重试。"),
     ("for one GPU · effective batch #", "单卡 · 有效批大小 #"),
     ("{=}: needs # of # GiB", "{=}：需要 # / # GiB"),
     (" of ", " / 共 "),
@@ -41,6 +43,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Fetch config.json", "获取 config.json"),
     ("Filter the models", "筛选模型"),
     ("Formula", "公式"),
+    ("Forum questions", "论坛问题"),
     ("Forum remedies, checked against this plan", "论坛上的常见偏方，按本方案逐条验证"),
     ("GPU benchmark and time estimate", "GPU 基准测试与耗时估算"),
     ("GPU limit", "GPU 显存上限"),
@@ -53,6 +56,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Lengths", "长度分布"),
     ("Link to this plan", "本方案链接"),
     ("Longest sequence", "最长序列"),
+    ("Loading the sections…", "正在加载各栏目…"),
     ("Memory at the peak (allocated), term by term", "峰值时刻的显存（已分配），逐项列出"),
     ("Memory plan", "显存估算"),
     ("Mixture of experts", "混合专家（MoE）"),
@@ -67,6 +71,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Settings", "设置"),
     ("Several GPUs", "多卡"),
     ("Share and embed", "分享与嵌入"),
+    ("Share", "分享"),
     ("Show the evidence", "查看验证数据"),
     ("Size", "大小"),
     ("Step time and throughput from the FLOPs of the planned step, and a WebGPU microbenchmark of one adapted Linear on this device (loaded only when asked for).", "根据估算训练步的 FLOPs 推算单步耗时与吞吐，并在本设备上对一个加了适配器的 Linear 层做 WebGPU 微基准测试（仅在需要时加载）。"),
