@@ -31,6 +31,8 @@ pub const READY: &str = "lorafit-ready";
 /// in `index.html`) and its wasm, relative to the page.
 const SCRIPT: &str = "./lorafit-sections.js";
 const WASM: &str = "./lorafit-sections_bg.wasm";
+/// Their styles (`style/sections.css`, copied into the build).
+const CSS: &str = "./sections.css";
 /// The script's init function, as `scripts/externalize_boot.py` names it on `window` (the
 /// script itself declares it with `let`, out of a wasm's reach).
 const INIT: &str = "lorafitSections";
@@ -100,19 +102,28 @@ pub fn load(status: RwSignal<Load>) {
     });
 }
 
-/// Appends the bundle's script, waits for it, and instantiates its wasm.
-async fn start() -> Result<(), JsValue> {
+/// Appends an element to `<head>` and waits for it to load.
+async fn append(tag: &str, attrs: &[(&str, &str)]) -> Result<(), JsValue> {
     let doc = document();
-    let script: web_sys::HtmlElement = doc.create_element("script")?.dyn_into()?;
-    script.set_attribute("src", SCRIPT)?;
+    let el: web_sys::HtmlElement = doc.create_element(tag)?.dyn_into()?;
+    for (k, v) in attrs {
+        el.set_attribute(k, v)?;
+    }
     let loaded = js_sys::Promise::new(&mut |resolve, reject| {
-        script.set_onload(Some(&resolve));
-        script.set_onerror(Some(&reject));
+        el.set_onload(Some(&resolve));
+        el.set_onerror(Some(&reject));
     });
     doc.head()
         .ok_or_else(|| JsValue::from_str("no <head>"))?
-        .append_child(&script)?;
+        .append_child(&el)?;
     wasm_bindgen_futures::JsFuture::from(loaded).await?;
+    Ok(())
+}
+
+/// Loads the bundle's styles and script (so nothing shows unstyled), then instantiates its wasm.
+async fn start() -> Result<(), JsValue> {
+    append("link", &[("rel", "stylesheet"), ("href", CSS)]).await?;
+    append("script", &[("src", SCRIPT)]).await?;
     let init: js_sys::Function =
         js_sys::Reflect::get(&window(), &JsValue::from_str(INIT))?.dyn_into()?;
     let opts = js_sys::Object::new();

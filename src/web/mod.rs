@@ -2,7 +2,9 @@
 //! (links and embeds), [`layout`] which settings show where, [`i18n`] the page in English and
 //! 简体中文, [`chart`] the geometry of the bar and curve, [`analyse`] what the "Read a real run"
 //! panel's Web Worker runs (its own wasm); these are pure and tested natively. `app`, `controls` and `panels` are the Leptos
-//! components (wasm only): controls write the state through the
+//! components (wasm only); `sections` is the second wasm holding everything below the first
+//! screen, loaded when a section is opened, and `bridge` keeps it and the page on one state:
+//! controls write the state through the
 //! settings table, `Memo`s derive everything through [`crate::planning::evaluate`], views only
 //! format.
 //!

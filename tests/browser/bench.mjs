@@ -42,7 +42,7 @@ await server.close();
 // What a visit loads (the page; the service worker caches the same files), what the page's
 // worker loads when a file is dropped or the evidence is asked for, and the GPU benchmark page.
 const worker = (f) => f === "analyse-worker.js" || f.startsWith("lorafit-analyse");
-const sections = (f) => f.startsWith("lorafit-sections");
+const sections = (f) => f.startsWith("lorafit-sections") || f === "sections.css";
 const parts = [
   ["planner page, what a visit loads", dist, (f) => !worker(f) && !sections(f)],
   ["sections (loaded when one is opened)", dist, sections],
