@@ -130,60 +130,52 @@ impl Parser<'_> {
             Some(b't') => self.eat("true").map(|_| Json::Bool(true)),
             Some(b'f') => self.eat("false").map(|_| Json::Bool(false)),
             Some(b'"') => self.string().map(Json::Str),
-            Some(b'[') => {
-                self.i += 1;
-                let mut items = Vec::new();
-                self.ws();
-                if self.s.get(self.i) == Some(&b']') {
-                    self.i += 1;
-                    return Ok(Json::Arr(items));
-                }
-                loop {
-                    items.push(self.value(depth + 1)?);
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b']') => {
-                            self.i += 1;
-                            return Ok(Json::Arr(items));
-                        }
-                        _ => return Err(self.err("expected , or ]")),
+            Some(b'[') => self.list(b']', |p| p.value(depth + 1)).map(Json::Arr),
+            Some(b'{') => self
+                .list(b'}', |p| {
+                    p.ws();
+                    if p.s.get(p.i) != Some(&b'"') {
+                        return Err(p.err("expected a key"));
                     }
-                }
-            }
-            Some(b'{') => {
-                self.i += 1;
-                let mut members = Vec::new();
-                self.ws();
-                if self.s.get(self.i) == Some(&b'}') {
-                    self.i += 1;
-                    return Ok(Json::Obj(members));
-                }
-                loop {
-                    self.ws();
-                    if self.s.get(self.i) != Some(&b'"') {
-                        return Err(self.err("expected a key"));
+                    let key = p.string()?;
+                    p.ws();
+                    if p.s.get(p.i) != Some(&b':') {
+                        return Err(p.err("expected :"));
                     }
-                    let key = self.string()?;
-                    self.ws();
-                    if self.s.get(self.i) != Some(&b':') {
-                        return Err(self.err("expected :"));
-                    }
-                    self.i += 1;
-                    members.push((key, self.value(depth + 1)?));
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            return Ok(Json::Obj(members));
-                        }
-                        _ => return Err(self.err("expected , or }")),
-                    }
-                }
-            }
+                    p.i += 1;
+                    Ok((key, p.value(depth + 1)?))
+                })
+                .map(Json::Obj),
             Some(b'-' | b'0'..=b'9') => self.number(),
             Some(_) => Err(self.err("expected a value")),
+        }
+    }
+
+    /// The items of an array or object after its opening bracket, up to `close`, each read by
+    /// `item`, separated by commas.
+    fn list<T>(
+        &mut self,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Result<T, String>,
+    ) -> Result<Vec<T>, String> {
+        self.i += 1;
+        let mut items = Vec::new();
+        self.ws();
+        if self.s.get(self.i) == Some(&close) {
+            self.i += 1;
+            return Ok(items);
+        }
+        loop {
+            items.push(item(self)?);
+            self.ws();
+            match self.s.get(self.i) {
+                Some(b',') => self.i += 1,
+                Some(&c) if c == close => {
+                    self.i += 1;
+                    return Ok(items);
+                }
+                _ => return Err(self.err("expected , or a closing bracket")),
+            }
         }
     }
 
@@ -222,9 +214,11 @@ impl Parser<'_> {
             }
         }
         // The slice is ASCII digits and signs: always UTF-8.
-        Ok(Json::Num(
-            String::from_utf8_lossy(&self.s[start..self.i]).into_owned(),
-        ))
+        let text = String::from_utf8_lossy(&self.s[start..self.i]).into_owned();
+        if !text.parse::<f64>().is_ok_and(f64::is_finite) {
+            return Err(self.err("number out of range"));
+        }
+        Ok(Json::Num(text))
     }
 
     fn hex4(&mut self) -> Result<u32, String> {
@@ -309,18 +303,35 @@ mod tests {
         }
     }
 
+    /// Our value as serde_json's, numbers read by serde_json (as it reads the same text).
     fn to_serde(v: &Json) -> serde_json::Value {
+        convert(v, &|t| serde_json::from_str(t).unwrap())
+    }
+
+    /// Our value as serde_json's, numbers read exactly (Rust's correctly rounded `parse`; the
+    /// serde_json built here rounds some floats one unit off, so it does not read back its own
+    /// output exactly).
+    fn to_serde_exact(v: &Json) -> serde_json::Value {
+        convert(v, &|t| {
+            t.parse::<i64>()
+                .map(serde_json::Value::from)
+                .or_else(|_| t.parse::<u64>().map(serde_json::Value::from))
+                .unwrap_or_else(|_| serde_json::Value::from(t.parse::<f64>().unwrap()))
+        })
+    }
+
+    fn convert(v: &Json, num: &dyn Fn(&str) -> serde_json::Value) -> serde_json::Value {
         use serde_json::Value;
         match v {
             Json::Null => Value::Null,
             Json::Bool(b) => Value::Bool(*b),
-            Json::Num(t) => serde_json::from_str(t).unwrap(),
+            Json::Num(t) => num(t),
             Json::Str(s) => Value::String(s.clone()),
-            Json::Arr(a) => Value::Array(a.iter().map(to_serde).collect()),
+            Json::Arr(a) => Value::Array(a.iter().map(|x| convert(x, num)).collect()),
             Json::Obj(m) => {
                 let mut o = serde_json::Map::new();
                 for (k, v) in m {
-                    o.insert(k.clone(), to_serde(v)); // the last wins, as in `get`
+                    o.insert(k.clone(), convert(v, num)); // the last wins, as in `get`
                 }
                 Value::Object(o)
             }
@@ -346,10 +357,55 @@ mod tests {
             "[1] 2",
             "nul",
             "\"\u{1}\"",
+            "1e400",
             "",
         ] {
             same_as_serde(t);
         }
+    }
+
+    proptest::proptest! {
+        /// Texts made of JSON's own characters: accepted and refused as serde_json does, and
+        /// read to the same values.
+        #[test]
+        fn agrees_with_serde_on_json_like_text(t in r#"[\[\]{}":, 0-9a-z\\.eE+-]{0,40}"#) {
+            same_as_serde(&t);
+        }
+
+        /// Any JSON document serde_json writes (compact or pretty) reads back to the same value.
+        #[test]
+        fn reads_every_document_serde_writes(v in any_json(), pretty: bool) {
+            let text = if pretty { serde_json::to_string_pretty(&v) } else { serde_json::to_string(&v) };
+            let ours = parse(&text.unwrap()).unwrap();
+            proptest::prop_assert_eq!(to_serde_exact(&ours), v);
+        }
+
+        /// Any text at all: an answer, never a panic.
+        #[test]
+        fn never_panics(t in ".{0,80}") {
+            let _ = parse(&t);
+        }
+    }
+
+    /// Random JSON values: every kind, nested.
+    fn any_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1e300f64..1e300).prop_map(Value::from),
+            ".{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::vec((".{0,6}", inner), 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 
     #[test]
