@@ -29,7 +29,7 @@ async fn validate() -> Result<Validation, String> {
 pub fn Evidence() -> impl IntoView {
     let result: RwSignal<Option<Result<Validation, String>>> = RwSignal::new(None);
     view! {
-        <section class="evidence" aria-label=t("How accurate is this?") data-testid="evidence">
+        <section class="card evidence" id="evidence" aria-label=t("How accurate is this?") data-testid="evidence">
             <h2>{t("How accurate is this?")}</h2>
             <p class="hint">{t("Every measured case lorafit carries — real transformers + peft training steps, PyTorch's own allocator replayed over them, published runs on A100s and runs on an H200 — planned again in this browser (takes a few seconds).")}</p>
             <button type="button" data-testid="evidence-run" on:click=move |_| spawn_local(async move { result.set(Some(validate().await)) })>{t("Show the evidence")}</button>

@@ -96,7 +96,7 @@ pub fn MeasuredRun(
         }
     };
     view! {
-        <section class="measured" aria-label=t("Read a real run") data-testid="measured-panel"
+        <section class="card measured" id="measured" aria-label=t("Read a real run") data-testid="measured-panel"
             on:dragover=move |ev: leptos::ev::DragEvent| ev.prevent_default() on:drop=on_drop>
             <h2>{t("Read a real run")}</h2>
             <p class="hint">{t("Drop a memory snapshot (torch.cuda.memory._dump_snapshot, .pickle or .pickle.gz), the text of torch.cuda.memory_summary() or torch.cuda.memory_stats() as JSON. It is read in this browser, nothing is uploaded, and compared with the plan of the configuration above.")}</p>

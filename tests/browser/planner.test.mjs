@@ -201,6 +201,9 @@ test("a visit loads the page only; the sections load when one is opened and foll
   await page.click('[data-testid="best-fix"] a[href="#fixes"]');
   await page.waitForSelector('[data-testid="sections"][data-state="ready"]', { timeout: 30000 });
   assert.ok((await loaded()).includes("lorafit-sections_bg.wasm"));
+  // Every entry of the contents names a section that is there now.
+  const missing = await page.$$eval(".toc a", (as) => as.map((a) => a.getAttribute("href").slice(1)).filter((id) => !document.getElementById(id)));
+  assert.deepEqual(missing, []);
   await page.waitForFunction(() => { const r = document.getElementById("fixes").getBoundingClientRect(); return r.top >= -1 && r.top < innerHeight; }, null, { timeout: 5000 });
   // Page → sections: the batch moved in the first screen reaches the share link and the terms.
   await page.fill('[data-testid="input-batch"]', "2");
