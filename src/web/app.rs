@@ -375,12 +375,14 @@ fn SectionsLauncher(state: RwSignal<UiState>, query: Memo<String>) -> impl IntoV
             }).collect_view()}
         </nav>
         <div class="sections-wrap" data-testid="sections" data-state=state_name>
-            <p class="sections-status" role="status" class:hidden=flag(move || status.get() == Load::Ready)>
+            <div class="sections-status" class:hidden=flag(move || status.get() == Load::Ready)>
                 <button type="button" data-testid="open-sections" class:hidden=flag(move || status.get() == Load::Loading)
                     on:click=move |_| open(None)>{t("Open every section")}</button>
-                <span class:hidden=flag(move || status.get() != Load::Loading)>{t("Loading the sections…")}</span>
-                <span class:hidden=flag(move || status.get() != Load::Failed)>{t("The sections could not be loaded (offline?). Try again.")}</span>
-            </p>
+                <span role="status">
+                    <span class:hidden=flag(move || status.get() != Load::Loading)>{t("Loading the sections…")}</span>
+                    <span class:hidden=flag(move || status.get() != Load::Failed)>{t("The sections could not be loaded (offline?). Try again.")}</span>
+                </span>
+            </div>
             <div id=bridge::ROOT_ID data-query=query data-hub=state.with_untracked(|st| st.hub.clone())></div>
         </div>
     }
