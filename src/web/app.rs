@@ -47,20 +47,14 @@ pub fn mount() {
             leptos::mount::mount_to_body(move || view! { <App link=link /> })
         }
     };
-    // Shown in Chinese: the table first, so the page never flashes English.
-    if link.0.lang == Some(Lang::Zh) && !crate::web::i18n::installed() {
-        // (Leptos's executor starts with the mount: the browser's own until then.)
-        wasm_bindgen_futures::spawn_local(async move {
-            if let Err(e) = crate::web::lang::load_zh(ZH_URL).await {
-                // English, and said so (not fetched again by the switch's effect).
-                link.0.lang = Some(Lang::En);
-                link.1.push(e);
-            }
-            show(link)
-        });
-    } else {
+    crate::web::lang::table_first(link.0.lang, ZH_URL, move |failed| {
+        if let Some(e) = failed {
+            // English, and said so (not fetched again by the switch's effect).
+            link.0.lang = Some(Lang::En);
+            link.1.push(e);
+        }
         show(link)
-    }
+    });
 }
 
 /// The Chinese table, copied into the build (`data/zh.json`), fetched when first needed.

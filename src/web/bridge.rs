@@ -90,7 +90,7 @@ pub fn listen(name: &str, f: impl Fn(String) + 'static) {
 /// Loads and starts the sections bundle (its start function mounts it; [`READY`] follows).
 /// `status` goes to `Loading`, then to `Failed` if the script or its wasm cannot be loaded.
 pub fn load(status: RwSignal<Load>) {
-    if status.get_untracked() != Load::Closed && status.get_untracked() != Load::Failed {
+    if matches!(status.get_untracked(), Load::Loading | Load::Ready) {
         return;
     }
     status.set(Load::Loading);

@@ -19,6 +19,22 @@ pub async fn load_zh(url: &str) -> Result<(), String> {
     install(&text)
 }
 
+/// Calls `show` once a page can be shown in `lang`: at once, or — Chinese whose table is not in
+/// yet — after fetching the table from `url`, so the page never flashes English. `show` hears
+/// why the table could not be fetched (the page is then English). (Leptos's executor starts
+/// with the mount: the browser's own runs the fetch.)
+pub fn table_first(
+    lang: Option<Lang>,
+    url: &'static str,
+    show: impl FnOnce(Option<String>) + 'static,
+) {
+    if lang == Some(Lang::Zh) && !installed() {
+        wasm_bindgen_futures::spawn_local(async move { show(load_zh(url).await.err()) });
+    } else {
+        show(None)
+    }
+}
+
 /// Makes `lang` the language of every view below.
 pub fn provide(lang: Memo<Lang>) {
     provide_context(lang);

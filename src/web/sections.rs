@@ -43,17 +43,13 @@ pub fn mount() {
         leptos::mount::mount_to(root, move || view! { <Sections initial=initial /> }).forget();
         bridge::send(bridge::READY, "");
     };
-    if initial.lang == Some(Lang::Zh) && !crate::web::i18n::installed() {
-        wasm_bindgen_futures::spawn_local(async move {
-            let mut initial = initial;
-            if crate::web::lang::load_zh(ZH_URL).await.is_err() {
-                initial.lang = Some(Lang::En);
-            }
-            show(initial)
-        });
-    } else {
+    crate::web::lang::table_first(initial.lang, ZH_URL, move |failed| {
+        let mut initial = initial;
+        if failed.is_some() {
+            initial.lang = Some(Lang::En);
+        }
         show(initial)
-    }
+    });
 }
 
 /// Keeps the sections' state and the page's in step: the page's changes come in (applied one
