@@ -19,8 +19,10 @@ fn main() {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|v| v["id"] == id.as_str())
         .expect("case id in the file");
-    let arch = resolve_model(&case["model"]).expect("model");
-    let s = settings_from_json(&case["settings"]).expect("settings");
+    let arch = resolve_model(&case["model"]).expect("model").value;
+    let s = settings_from_json(&case["settings"])
+        .expect("settings")
+        .value;
     let t = generate(&arch, &s).expect("trace");
     let mut phase = 0;
     let mut out = vec![];

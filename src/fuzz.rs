@@ -27,7 +27,7 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
         }
         "config" => {
             if let Ok(a) = crate::formats::config_json::parse_config(&text) {
-                totals_in_order(&a, &Settings::default())?;
+                totals_in_order(&a.value, &Settings::default())?;
             }
             Ok(())
         }

@@ -48,16 +48,20 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             let _ = write!(out, "{USAGE_HEAD}{}", fields::usage());
             return 0;
         }
-        Some("plan") => cmd_plan(&args[1..], out),
-        Some("fit") => cmd_fit(&args[1..], out),
-        Some("suggest") => cmd_suggest(&args[1..], out),
-        Some("export") => cmd_export(&args[1..], out),
-        Some("lengths") => cmd_lengths(&args[1..], out),
+        Some("plan") => cmd_plan(&args[1..], out, err),
+        Some("fit") => cmd_fit(&args[1..], out, err),
+        Some("suggest") => cmd_suggest(&args[1..], out, err),
+        Some("export") => cmd_export(&args[1..], out, err),
+        Some("lengths") => cmd_lengths(&args[1..], out, err),
         Some("estimate") => return cmd_estimate(&args[1..], out, err),
+        Some(cmd @ ("models" | "gpus")) if args.len() > 1 => Err(format!(
+            "{:?} is not used by `lorafit {cmd}`, which takes no arguments",
+            args[1]
+        )),
         Some("models") => cmd_models(out),
         Some("gpus") => cmd_gpus(out),
         Some("validate") => cmd_validate(&args[1..], out),
-        Some("inspect") => cmd_inspect(&args[1..], out),
+        Some("inspect") => cmd_inspect(&args[1..], out, err),
         Some(other) => Err(format!(
             "unknown command {other:?}; expected one of {COMMANDS} (see --help)"
         )),
@@ -109,15 +113,67 @@ struct PlanArgs {
     file: Option<String>,
     utilization: f64,
     dataset_tokens: f64,
+    /// The command's own options given (`--gpu`, `FILE`, …), checked against what it uses.
+    given: Vec<&'static str>,
+    /// Keys of a `--config` file that did not shape the model.
+    ignored: Vec<String>,
 }
+
+/// Options beyond the training settings, each used by some commands only.
+const OWN_OPTIONS: &[&str] = &[
+    "--gpu",
+    "--gpu-mem-gib",
+    "--json",
+    "--format",
+    "--chars-per-token",
+    "--utilization",
+    "--dataset-tokens",
+    "FILE",
+];
 
 enum GpuChoice {
     Catalog(&'static GpuEntry),
     Custom(f64),
 }
 
+/// Parses a command's arguments and refuses those the command would not use (`--format` given to
+/// `plan`, a stray positional argument), naming them; a `--config` file's unused keys are noted
+/// on `err`.
+fn parse_for(
+    command: &str,
+    uses: &[&str],
+    args: &[String],
+    err: &mut dyn Write,
+) -> Result<PlanArgs, String> {
+    let a = parse_plan(args)?;
+    if let Some(unused) = a.given.iter().find(|g| !uses.contains(*g)) {
+        let what = if *unused == "FILE" {
+            format!(
+                "{:?} (a file argument)",
+                a.file.as_deref().unwrap_or_default()
+            )
+        } else {
+            unused.to_string()
+        };
+        return Err(format!(
+            "{what} is not used by `lorafit {command}` (see --help)"
+        ));
+    }
+    if !a.ignored.is_empty() {
+        let _ = writeln!(
+            err,
+            "note: keys of {} the plan does not use: {}",
+            a.title,
+            a.ignored.join(", ")
+        );
+    }
+    Ok(a)
+}
+
 fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
     let mut s = Settings::default();
+    let mut given: Vec<&'static str> = vec![];
+    let mut ignored = vec![];
     let mut model: Option<crate::model::Architecture> = None;
     let mut title = String::new();
     let mut gpu = GpuChoice::Catalog(catalog::find_gpu("a100-80")?);
@@ -131,6 +187,9 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
+        if let Some(own) = OWN_OPTIONS.iter().find(|o| **o == flag) {
+            given.push(own);
+        }
         match flag {
             "--model" => {
                 let e = catalog::find_model(value(args, &mut i, flag)?)?;
@@ -150,10 +209,10 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                         v["family"] = mt;
                     }
                 }
-                model = Some(
-                    crate::formats::config_json::parse_config(&text)
-                        .or_else(|e| catalog::resolve_model(&v).map_err(|_| e))?,
-                );
+                let read = crate::formats::config_json::parse_config(&text)
+                    .or_else(|e| catalog::resolve_model(&v).map_err(|_| e))?;
+                ignored = read.ignored;
+                model = Some(read.value);
                 title = path.to_string();
             }
             "--gpu" => gpu = GpuChoice::Catalog(catalog::find_gpu(value(args, &mut i, flag)?)?),
@@ -183,7 +242,16 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                     return Err("--dataset-tokens must be a non-negative number".into());
                 }
             }
-            other if !other.starts_with('-') && file.is_none() => file = Some(other.to_string()),
+            other if !other.starts_with('-') && file.is_none() => {
+                given.push("FILE");
+                file = Some(other.to_string())
+            }
+            other if !other.starts_with('-') => {
+                return Err(format!(
+                    "{other:?}: one file argument at most (the first was {:?})",
+                    file.as_deref().unwrap_or_default()
+                ))
+            }
             other => set_field(&mut s, args, &mut i, other)?,
         }
         i += 1;
@@ -201,6 +269,8 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
         file,
         utilization,
         dataset_tokens,
+        given,
+        ignored,
     })
 }
 
@@ -221,8 +291,8 @@ fn emit(out: &mut dyn Write, text: &str) -> Result<(), String> {
     out.write_all(text.as_bytes()).map_err(|e| e.to_string())
 }
 
-fn cmd_fit(args: &[String], out: &mut dyn Write) -> Result<(), String> {
-    let a = parse_plan(args)?;
+fn cmd_fit(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
+    let a = parse_for("fit", &["--gpu", "--gpu-mem-gib", "--json"], args, err)?;
     let (gpu_name, capacity, _) = a.gpu();
     let e = crate::planning::evaluate::evaluate_arch(
         &a.arch,
@@ -280,8 +350,8 @@ fn cmd_fit(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     emit(out, &t)
 }
 
-fn cmd_suggest(args: &[String], out: &mut dyn Write) -> Result<(), String> {
-    let a = parse_plan(args)?;
+fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
+    let a = parse_for("suggest", &["--gpu", "--gpu-mem-gib", "--json"], args, err)?;
     let (gpu_name, capacity, bf16_ok) = a.gpu();
     let p = plan_simulated(&a.arch, &a.settings).map_err(|e| e.to_string())?;
     let v = verdict(&p, capacity);
@@ -359,8 +429,8 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     emit(out, &t)
 }
 
-fn cmd_export(args: &[String], out: &mut dyn Write) -> Result<(), String> {
-    let a = parse_plan(args)?;
+fn cmd_export(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
+    let a = parse_for("export", &["--format"], args, err)?;
     let f = a
         .format
         .clone()
@@ -372,8 +442,19 @@ fn cmd_export(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     )
 }
 
-fn cmd_lengths(args: &[String], out: &mut dyn Write) -> Result<(), String> {
-    let a = parse_plan(args)?;
+fn cmd_lengths(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
+    let a = parse_for(
+        "lengths",
+        &[
+            "--gpu",
+            "--gpu-mem-gib",
+            "--json",
+            "--chars-per-token",
+            "FILE",
+        ],
+        args,
+        err,
+    )?;
     let path = a
         .file
         .clone()
@@ -408,8 +489,15 @@ fn cmd_lengths(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     emit(out, &t)
 }
 
-fn cmd_plan(args: &[String], out: &mut dyn Write) -> Result<(), String> {
-    let a = parse_plan(args)?;
+fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
+    let uses = [
+        "--gpu",
+        "--gpu-mem-gib",
+        "--json",
+        "--utilization",
+        "--dataset-tokens",
+    ];
+    let a = parse_for("plan", &uses, args, err)?;
     let p = plan_simulated(&a.arch, &a.settings).map_err(|e| e.to_string())?;
     let (gpu_name, capacity) = match &a.gpu {
         GpuChoice::Catalog(g) => (g.name.clone(), g.capacity_bytes()),
@@ -427,7 +515,7 @@ fn cmd_plan(args: &[String], out: &mut dyn Write) -> Result<(), String> {
         GpuChoice::Custom(_) => None,
     };
     if a.json {
-        let doc = json!({"model": a.arch, "settings": a.settings, "gpu": gpu_name, "verdict": v, "plan": p, "time": time});
+        let doc = json!({"model": a.arch, "settings": a.settings, "gpu": gpu_name, "verdict": v, "plan": p, "time": time, "ignored": a.ignored});
         writeln!(out, "{doc}").map_err(|e| e.to_string())?;
     } else {
         write!(out, "{}", report::text(&p, &a.title, Some((&gpu_name, &v))))
@@ -631,7 +719,7 @@ fn cmd_validate(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     emit(out, &t)
 }
 
-fn cmd_inspect(args: &[String], out: &mut dyn Write) -> Result<(), String> {
+fn cmd_inspect(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
     let Some(path) = args.first().filter(|a| !a.starts_with('-')) else {
         return Err("inspect needs a FILE (a memory snapshot, memory_summary() text or memory_stats() JSON)".into());
     };
@@ -639,7 +727,7 @@ fn cmd_inspect(args: &[String], out: &mut dyn Write) -> Result<(), String> {
     let json = rest.iter().any(|a| a == "--json");
     let has_model = rest.iter().any(|a| a == "--model" || a == "--config");
     let config = if has_model {
-        Some(parse_plan(rest)?)
+        Some(parse_for("inspect", &["--json"], rest, err)?)
     } else {
         if let Some(other) = rest.iter().find(|a| *a != "--json") {
             return Err(format!(

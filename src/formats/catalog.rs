@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::unused::Parsed;
 use crate::formats::json::{self, Json};
 use crate::model::arch::{Family, MlaConfig, MoeConfig};
 use crate::model::Architecture;
@@ -240,18 +241,28 @@ pub fn find_gpu(name: &str) -> Result<&'static GpuEntry, String> {
         })
 }
 
-/// A model given as a catalog name (string) or as architecture numbers (object).
-pub fn resolve_model(v: &Value) -> Result<Architecture, String> {
+/// A model given as a catalog name (string) or as architecture numbers (object), with the members
+/// of an object that no architecture field reads (`rope_theta`, `hf_name`, …).
+pub fn resolve_model(v: &Value) -> Result<Parsed<Architecture>, String> {
     match v {
-        Value::String(name) => Ok(find_model(name)?.arch.clone()),
+        Value::String(name) => Ok(Parsed::all_used(find_model(name)?.arch.clone())),
         Value::Object(_) => {
-            let arch: Architecture =
-                serde_json::from_value(v.clone()).map_err(|e| format!("invalid model: {e}"))?;
-            arch.validate().map_err(|e| e.to_string())?;
-            Ok(arch)
+            let arch = architecture_numbers(v)?;
+            let ignored = super::unused::probe(v, &architecture_numbers);
+            Ok(Parsed {
+                value: arch,
+                ignored,
+            })
         }
         _ => Err("model must be a catalog name or an object of config numbers".into()),
     }
+}
+
+fn architecture_numbers(v: &Value) -> Result<Architecture, String> {
+    let arch: Architecture =
+        serde_json::from_value(v.clone()).map_err(|e| format!("invalid model: {e}"))?;
+    arch.validate().map_err(|e| e.to_string())?;
+    Ok(arch)
 }
 
 /// Share of Apple unified memory a Metal process can use by default (recommendedMaxWorkingSetSize

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::unused::Parsed;
 use crate::model::arch::{MlaConfig, MoeConfig};
 use crate::model::{Architecture, Family};
 
@@ -86,8 +87,9 @@ fn short(v: &Value) -> String {
     }
 }
 
-/// Parses a config.json text.
-pub fn parse_config(text: &str) -> Result<Architecture, String> {
+/// Parses a config.json text: the architecture, and every key (dotted under `text_config`) that
+/// did not change it — `rope_theta`, `torch_dtype`, a `vision_config` lorafit does not plan.
+pub fn parse_config(text: &str) -> Result<Parsed<Architecture>, String> {
     if text.len() > MAX_CONFIG_BYTES {
         return Err(format!(
             "this is {} KiB; a config.json is a few KiB (limit {} KiB) — is it the right file?",
@@ -96,6 +98,15 @@ pub fn parse_config(text: &str) -> Result<Architecture, String> {
         ));
     }
     let root: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    let arch = from_config(&root)?;
+    Ok(Parsed {
+        value: arch,
+        ignored: super::unused::probe(&root, &from_config),
+    })
+}
+
+/// The architecture of a parsed config.json.
+fn from_config(root: &Value) -> Result<Architecture, String> {
     if !root.is_object() {
         return Err("config.json must be a JSON object".into());
     }
@@ -105,7 +116,7 @@ pub fn parse_config(text: &str) -> Result<Architecture, String> {
     // Multimodal wrappers (e.g. Gemma 3 4B+) keep the language model in text_config.
     let (cfg, nested) = match root.get("text_config") {
         Some(t) if t.is_object() => (t, true),
-        _ => (&root, false),
+        _ => (root, false),
     };
     if !nested && root.get("vision_config").is_some() {
         return Err("vision-language configs without a text_config are not supported".into());
@@ -115,7 +126,7 @@ pub fn parse_config(text: &str) -> Result<Architecture, String> {
         .and_then(Value::as_str)
         .or_else(|| root.get("model_type").and_then(Value::as_str))
         .map(str::to_string)
-        .or_else(|| family_from_architectures(&root))
+        .or_else(|| family_from_architectures(root))
         .ok_or("config.json has no \"model_type\" (nor a known \"architectures\" entry)")?;
     let mt = model_type.to_ascii_lowercase();
     let family = Family::parse(&mt);
@@ -301,11 +312,17 @@ mod tests {
         // Llama-2-7B's published config.json (7B = 6,738,415,616 parameters).
         let llama = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"intermediate_size":11008,"model_type":"llama",
             "num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":32,"tie_word_embeddings":false,"vocab_size":32000,"torch_dtype":"float16"}"#;
-        assert_eq!(parse_config(llama).unwrap().total_params(), 6_738_415_616);
+        assert_eq!(
+            parse_config(llama).unwrap().value.total_params(),
+            6_738_415_616
+        );
         // Qwen2.5-0.5B: tied, q/k/v biases (494,032,768 parameters).
         let qwen = r#"{"model_type":"qwen2","hidden_size":896,"intermediate_size":4864,"num_attention_heads":14,"num_hidden_layers":24,
             "num_key_value_heads":2,"vocab_size":151936,"tie_word_embeddings":true}"#;
-        assert_eq!(parse_config(qwen).unwrap().total_params(), 494_032_768);
+        assert_eq!(
+            parse_config(qwen).unwrap().value.total_params(),
+            494_032_768
+        );
     }
 
     #[test]
@@ -382,22 +399,25 @@ mod tests {
             (deepseek, Family::DeepseekV2, 15_706_484_224),
             (gpt_oss, Family::GptOss, 20_914_757_184),
         ] {
-            let a = parse_config(text).unwrap_or_else(|e| panic!("{family:?}: {e}"));
+            let a = parse_config(text)
+                .unwrap_or_else(|e| panic!("{family:?}: {e}"))
+                .value;
             assert_eq!(a.family, family);
             assert_eq!(a.total_params(), total, "{family:?}");
         }
         // Layers kept dense: DeepSeek's first_k_dense_replace, Qwen3-MoE's mlp_only_layers and
         // decoder_sparse_step.
-        assert_eq!(parse_config(deepseek).unwrap().moe_layers(), 26);
+        assert_eq!(parse_config(deepseek).unwrap().value.moe_layers(), 26);
         let sparse = qwen.replace(
             "\"decoder_sparse_step\":1,\"mlp_only_layers\":[]",
             "\"decoder_sparse_step\":2,\"mlp_only_layers\":[1]",
         );
-        assert_eq!(parse_config(&sparse).unwrap().moe_layers(), 23);
+        assert_eq!(parse_config(&sparse).unwrap().value.moe_layers(), 23);
         // DeepSeek without q_lora_rank takes the config class's default (1536): q_a_proj → q_b_proj.
         let full = deepseek.replace("\"q_lora_rank\":null,", "");
         assert!(parse_config(&full)
             .unwrap()
+            .value
             .linears()
             .iter()
             .any(|l| l.name == "q_b_proj"));
@@ -407,9 +427,50 @@ mod tests {
     fn gemma3_multimodal_uses_text_config_and_default_head_dim() {
         let g = r#"{"model_type":"gemma3","vision_config":{"hidden_size":1152},"text_config":{"model_type":"gemma3_text","hidden_size":2560,
             "intermediate_size":10240,"num_hidden_layers":34,"num_attention_heads":8,"num_key_value_heads":4,"vocab_size":262208}}"#;
-        let a = parse_config(g).unwrap();
+        let read = parse_config(g).unwrap();
+        let a = &read.value;
         assert_eq!(a.family, Family::Gemma3);
         assert_eq!(a.head_dim(), 256);
         assert!(a.tie_word_embeddings);
+        // The vision tower is not planned: the import says so instead of dropping it quietly.
+        // Its model_type repeats text_config's, which is the one read.
+        assert_eq!(read.ignored, vec!["model_type", "vision_config"]);
+    }
+
+    #[test]
+    fn the_keys_that_shape_nothing_are_named() {
+        // Llama-2-7B's config.json as the Hub serves it: the keys the plan reads, and those it does
+        // not (token ids, rope_theta, torch_dtype, …) named one by one.
+        let llama = r#"{"_name_or_path":"meta-llama/Llama-2-7b-hf","architectures":["LlamaForCausalLM"],"bos_token_id":1,"eos_token_id":2,
+            "hidden_act":"silu","hidden_size":4096,"initializer_range":0.02,"intermediate_size":11008,"max_position_embeddings":4096,
+            "model_type":"llama","num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":32,"pretraining_tp":1,
+            "rms_norm_eps":1e-05,"rope_scaling":null,"tie_word_embeddings":false,"torch_dtype":"float16","transformers_version":"4.31.0.dev0",
+            "use_cache":true,"vocab_size":32000}"#;
+        let read = parse_config(llama).unwrap();
+        assert_eq!(
+            read.ignored,
+            vec![
+                "architectures",
+                "bos_token_id",
+                "eos_token_id",
+                "hidden_act",
+                "initializer_range",
+                "max_position_embeddings",
+                "pretraining_tp",
+                "rms_norm_eps",
+                "torch_dtype",
+                "transformers_version",
+                "use_cache"
+            ]
+        );
+        // Every key the architecture is built from counts as used, a default-valued one too.
+        for used in [
+            "hidden_size",
+            "num_key_value_heads",
+            "tie_word_embeddings",
+            "_name_or_path",
+        ] {
+            assert!(!read.ignored.iter().any(|k| k == used), "{used}");
+        }
     }
 }

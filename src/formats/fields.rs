@@ -4,6 +4,7 @@
 //! and the page's controls all read this table; adding a setting touches the model and this
 //! file, nothing else.
 
+use super::unused::Parsed;
 use crate::model::parallel::{Parallel, MAX_GPUS_PER_NODE, MAX_NODES};
 use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
@@ -1043,8 +1044,11 @@ pub fn json_text(v: &serde_json::Value) -> Result<String, String> {
 
 /// Settings from an `estimate --jsonl` settings object (the reference schema): every field's
 /// JSON keys (null meaning "not given"), then the legacy `autocast_adapter_dtype` (true = fp32
-/// adapters, false = the base dtype). Unknown keys are ignored; the result is validated.
-pub fn settings_from_json(v: &serde_json::Value) -> Result<Settings, crate::model::PlanError> {
+/// adapters, false = the base dtype). Every key no field reads is returned in `ignored` (as is a
+/// field's second spelling when the first one was used); the result is validated.
+pub fn settings_from_json(
+    v: &serde_json::Value,
+) -> Result<Parsed<Settings>, crate::model::PlanError> {
     use crate::model::PlanError;
     let mut s = Settings::default();
     let Some(obj) = v.as_object() else {
@@ -1054,24 +1058,43 @@ pub fn settings_from_json(v: &serde_json::Value) -> Result<Settings, crate::mode
         });
     };
     let bad = |field: &'static str, why: String| PlanError::InvalidSetting { field, why };
+    let mut used: Vec<&str> = vec![];
     for f in FIELDS {
         let key = f
             .json_aliases
             .iter()
             .chain(std::iter::once(&f.name))
             .find(|k| obj.contains_key(**k));
-        if let Some(k) = key.filter(|k| !obj[**k].is_null()) {
-            let text = json_text(&obj[*k]).map_err(|e| bad(f.name, e))?;
-            (f.set)(&mut s, &text).map_err(|e| bad(f.name, e))?;
+        if let Some(k) = key {
+            used.push(k);
+            if !obj[*k].is_null() {
+                let text = json_text(&obj[*k]).map_err(|e| bad(f.name, e))?;
+                (f.set)(&mut s, &text).map_err(|e| bad(f.name, e))?;
+            }
         }
     }
     if !obj.contains_key("adapter_dtype") {
-        if let Some(serde_json::Value::Bool(false)) = obj.get("autocast_adapter_dtype") {
-            s.adapter_dtype = s.dtype;
+        if let Some(legacy) = obj.get("autocast_adapter_dtype") {
+            used.push("autocast_adapter_dtype");
+            match legacy {
+                serde_json::Value::Bool(false) => s.adapter_dtype = s.dtype,
+                serde_json::Value::Bool(true) | serde_json::Value::Null => {}
+                other => {
+                    return Err(bad(
+                        "autocast_adapter_dtype",
+                        format!("must be true or false, got {other}"),
+                    ))
+                }
+            }
         }
     }
     s.validate()?;
-    Ok(s)
+    let ignored = obj
+        .keys()
+        .filter(|k| !used.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    Ok(Parsed { value: s, ignored })
 }
 
 #[cfg(test)]

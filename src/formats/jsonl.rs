@@ -1,41 +1,38 @@
 //! `estimate --jsonl`: one JSON object per line with `model` (config numbers) and `settings`
 //! (the schema of `tests/data/reference/cases.jsonl`, read through [`super::fields`]), answered with one JSON object per line.
 
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
+use super::unused::{path, Parsed};
+use crate::formats::catalog::{self, GpuEntry};
 use crate::formats::fields::settings_from_json;
-use crate::model::{plan_simulated, Plan};
+use crate::model::{plan_simulated, Architecture, Plan, Settings};
 
-#[derive(Deserialize)]
-struct Line {
-    #[serde(default)]
-    id: Value,
-    model: Value,
-    #[serde(default)]
-    settings: Option<Value>,
-    /// The versions a measured run used (`{"transformers": "4.48.1", …}`), when the line says.
-    #[serde(default)]
-    software: Option<Value>,
-    /// The config.json numbers, when `model` names a checkpoint the catalog does not hold (the
-    /// schema of published runs: `tests/data/reference/published_gpu.jsonl`).
-    #[serde(default)]
-    model_config: Option<Value>,
-}
+/// The members of a line (or of a `plan()` request) this reader uses; any other is reported in
+/// the answer's `ignored`.
+const LINE_KEYS: &[&str] = &["id", "model", "settings", "software", "model_config"];
 
 /// The published-run schema's own names for settings: `num_gpus` with `strategy` (and FSDP's
 /// `sharding`), and `lora_param_dtype`. A key the line also gives in lorafit's names wins.
-fn published_names(settings: &mut Value) {
+/// Answers the keys it used (they are not lorafit's settings, so the table does not know them).
+fn published_names(settings: &mut Value) -> Vec<String> {
     let Some(obj) = settings.as_object_mut() else {
-        return;
+        return vec![];
     };
+    let mut used = vec![];
     let gpus = obj.get("num_gpus").and_then(Value::as_u64).unwrap_or(1);
+    if obj.contains_key("num_gpus") {
+        used.push("num_gpus".to_string());
+    }
     if gpus > 1 && !obj.contains_key("parallel") && !obj.contains_key("gpus_per_node") {
         let sharding = obj
             .get("fsdp")
             .and_then(|f| f.get("sharding"))
             .and_then(Value::as_str)
             .map(str::to_lowercase);
+        if sharding.is_some() {
+            used.push("fsdp.sharding".into());
+        }
         let strategy = sharding
             .or_else(|| {
                 obj.get("strategy")
@@ -47,14 +44,19 @@ fn published_names(settings: &mut Value) {
         obj.insert("strategy".into(), json!(strategy));
     }
     if let Some(d) = obj.get("lora_param_dtype").cloned() {
-        obj.entry("adapter_dtype").or_insert(d);
+        if !obj.contains_key("adapter_dtype") {
+            used.push("lora_param_dtype".into());
+            obj.insert("adapter_dtype".into(), d);
+        }
     }
+    used
 }
 
 /// A run on transformers 4 stored a mixture-of-experts model's experts as per-expert
 /// `nn.Linear` layers: a line that names its transformers version and does not choose an
-/// `experts_layout` is planned with the layout of that version.
-fn layout_from_software(settings: &mut Value, software: Option<&Value>) {
+/// `experts_layout` is planned with the layout of that version. Answers whether it read the
+/// version (`software.transformers`).
+fn layout_from_software(settings: &mut Value, software: Option<&Value>) -> bool {
     let major = software
         .and_then(|s| s.get("transformers"))
         .and_then(Value::as_str)
@@ -65,38 +67,95 @@ fn layout_from_software(settings: &mut Value, software: Option<&Value>) {
             obj.insert("experts_layout".into(), json!("per_expert"));
         }
     }
+    major.is_some()
+}
+
+/// One request read: what to plan, and every member of it that was not used.
+struct Request {
+    id: Value,
+    arch: Architecture,
+    settings: Settings,
+    ignored: Vec<String>,
+}
+
+/// Reads a line's object: the model (a catalog name or config numbers, else `model_config`), the
+/// settings through the table, and what neither used. `extra` names members the caller reads
+/// itself (`gpu` for `plan()`).
+fn read_request(obj: &Map<String, Value>, extra: &[&str]) -> Result<Request, String> {
+    let mut ignored: Vec<String> = obj
+        .keys()
+        .filter(|k| !LINE_KEYS.contains(&k.as_str()) && !extra.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    let model = obj.get("model").ok_or("missing \"model\"")?;
+    let arch = match (catalog::resolve_model(model), obj.get("model_config")) {
+        (Ok(a), config) => {
+            if config.is_some() {
+                ignored.push("model_config".into());
+            }
+            prefixed(a, "model", &mut ignored)
+        }
+        (Err(_), Some(config)) => prefixed(
+            catalog::resolve_model(config)?,
+            "model_config",
+            &mut ignored,
+        ),
+        (Err(e), None) => return Err(e),
+    };
+    let mut given = obj.get("settings").cloned().unwrap_or_else(|| json!({}));
+    let software = obj.get("software");
+    let used = published_names(&mut given);
+    let read_version = layout_from_software(&mut given, software);
+    if let Some(Value::Object(sw)) = software {
+        let read = |k: &str| read_version && k == "transformers";
+        ignored.extend(sw.keys().filter(|k| !read(k)).map(|k| path("software", k)));
+    }
+    let settings = settings_from_json(&given).map_err(|e| e.to_string())?;
+    let sharding_read = used.iter().any(|u| u == "fsdp.sharding");
+    for k in &settings.ignored {
+        match given.get(k) {
+            // FSDP's sharding was read above; its other members were not.
+            Some(Value::Object(fsdp)) if k == "fsdp" && sharding_read => ignored.extend(
+                fsdp.keys()
+                    .filter(|m| *m != "sharding")
+                    .map(|m| path("settings.fsdp", m)),
+            ),
+            _ if used.contains(k) => {}
+            _ => ignored.push(path("settings", k)),
+        }
+    }
+    Ok(Request {
+        id: obj.get("id").cloned().unwrap_or(Value::Null),
+        arch,
+        settings: settings.value,
+        ignored,
+    })
+}
+
+fn prefixed(a: Parsed<Architecture>, at: &str, ignored: &mut Vec<String>) -> Architecture {
+    ignored.extend(a.ignored.iter().map(|k| path(at, k)));
+    a.value
 }
 
 /// Plans one input line; `Err` carries the line's id and a message.
-pub fn estimate_line(line: &str) -> Result<(Value, Plan), (Value, String)> {
-    let parsed: Line = serde_json::from_str(line)
-        .map_err(|e| (id_of(line), format!("not a valid input line: {e}")))?;
-    let id = parsed.id.clone();
-    let arch = crate::formats::catalog::resolve_model(&parsed.model)
-        .or_else(|e| match &parsed.model_config {
-            Some(config) => crate::formats::catalog::resolve_model(config),
-            None => Err(e),
-        })
-        .map_err(|e| (id.clone(), e))?;
-    let mut given = parsed.settings.unwrap_or_else(|| json!({}));
-    layout_from_software(&mut given, parsed.software.as_ref());
-    published_names(&mut given);
-    let settings = settings_from_json(&given).map_err(|e| (id.clone(), e.to_string()))?;
-    let p = plan_simulated(&arch, &settings).map_err(|e| (id.clone(), e.to_string()))?;
-    Ok((id, p))
-}
-
-fn id_of(line: &str) -> Value {
-    serde_json::from_str::<Value>(line)
-        .ok()
-        .and_then(|v| v.get("id").cloned())
-        .unwrap_or(Value::Null)
+pub fn estimate_line(line: &str) -> Result<(Value, Plan, Vec<String>), (Value, String)> {
+    let v: Value = serde_json::from_str(line)
+        .map_err(|e| (Value::Null, format!("not a valid input line: {e}")))?;
+    let obj = v.as_object().ok_or((
+        Value::Null,
+        "not a valid input line: expected a JSON object".to_string(),
+    ))?;
+    let id = obj.get("id").cloned().unwrap_or(Value::Null);
+    let r = read_request(obj, &[]).map_err(|e| (id.clone(), e))?;
+    let p = plan_simulated(&r.arch, &r.settings).map_err(|e| (id.clone(), e.to_string()))?;
+    Ok((r.id, p, r.ignored))
 }
 
 /// The planner for other pages (`plan()` of the release build's `lib/lorafit-js.js`): one request
 /// object as an `estimate --jsonl` line takes it (`{"model": name or config numbers, "settings":
 /// {…}}`), plus an optional `"gpu"` (catalog id) that adds `"verdict"` and `"gpu"`; answers the plan
-/// as the CLI prints it. A string is read as the JSON text of such an object.
+/// as the CLI prints it, with `"ignored"`: the members of the request it did not use. A string is
+/// read as the JSON text of such an object.
 pub fn plan_request(v: &Value) -> Result<Value, String> {
     if let Value::String(text) = v {
         let parsed: Value =
@@ -106,21 +165,25 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
     let obj = v
         .as_object()
         .ok_or(r#"expected {"model": "llama2-7b", "settings": {...}}"#)?;
-    let arch =
-        crate::formats::catalog::resolve_model(obj.get("model").ok_or("missing \"model\"")?)?;
-    let settings =
-        settings_from_json(obj.get("settings").unwrap_or(&json!({}))).map_err(|e| e.to_string())?;
-    let p = plan_simulated(&arch, &settings).map_err(|e| e.to_string())?;
+    let r = read_request(obj, &["gpu"])?;
+    let gpu: Option<&GpuEntry> = match obj.get("gpu") {
+        Some(g) => Some(catalog::find_gpu(
+            g.as_str().ok_or("\"gpu\" must be a catalog id")?,
+        )?),
+        None => None,
+    };
+    let p = plan_simulated(&r.arch, &r.settings).map_err(|e| e.to_string())?;
     let mut out = serde_json::to_value(&p).map_err(|e| e.to_string())?;
-    if let (Some(g), Value::Object(m)) = (obj.get("gpu"), &mut out) {
-        let g =
-            crate::formats::catalog::find_gpu(g.as_str().ok_or("\"gpu\" must be a catalog id")?)?;
-        let v = crate::planning::verdict(&p, g.capacity_bytes());
-        m.insert("gpu".into(), json!(g.name));
-        m.insert(
-            "verdict".into(),
-            serde_json::to_value(v).map_err(|e| e.to_string())?,
-        );
+    if let Value::Object(m) = &mut out {
+        if let Some(g) = gpu {
+            let v = crate::planning::verdict(&p, g.capacity_bytes());
+            m.insert("gpu".into(), json!(g.name));
+            m.insert(
+                "verdict".into(),
+                serde_json::to_value(v).map_err(|e| e.to_string())?,
+            );
+        }
+        m.insert("ignored".into(), json!(r.ignored));
     }
     Ok(out)
 }
@@ -128,10 +191,11 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
 /// The output object for one line.
 pub fn output_line(line: &str) -> (bool, String) {
     match estimate_line(line) {
-        Ok((id, p)) => {
+        Ok((id, p, ignored)) => {
             let mut v = serde_json::to_value(&p).unwrap_or(Value::Null);
             if let Value::Object(m) = &mut v {
                 m.insert("id".into(), id);
+                m.insert("ignored".into(), json!(ignored));
             }
             (true, v.to_string())
         }
@@ -163,5 +227,30 @@ mod tests {
             .unwrap_err()
             .contains("unknown GPU"));
         assert!(plan_request(&json!(3)).is_err());
+        // What the request held and the planner did not use is named.
+        assert_eq!(out["ignored"], json!([]));
+        let dora = plan_request(&json!({"model": "llama2-7b", "settings": {"use_dora": true}, "gpu": "rtx4090", "colour": "red"})).unwrap();
+        assert_eq!(dora["ignored"], json!(["colour", "settings.use_dora"]));
+    }
+
+    #[test]
+    fn a_published_row_names_only_what_no_rule_read() {
+        // The published-run schema: num_gpus and FSDP's sharding are read (as the layout), the
+        // other FSDP members and the harness's own fields are not.
+        let line = json!({"id": "r", "model": "mistral-7b-v0.1", "gpu": "A100-80GB",
+            "software": {"transformers": "4.48.1", "torch": "2.4.1"},
+            "settings": {"batch": 1, "seq": 512, "num_gpus": 2, "fsdp": {"sharding": "FULL_SHARD", "forward_prefetch": false},
+                "lora_param_dtype": "bf16", "max_steps": 10}});
+        let (_, p, ignored) = estimate_line(&line.to_string()).unwrap();
+        assert_eq!(p.world_size, 2);
+        assert_eq!(
+            ignored,
+            vec![
+                "gpu",
+                "software.torch",
+                "settings.fsdp.forward_prefetch",
+                "settings.max_steps"
+            ]
+        );
     }
 }

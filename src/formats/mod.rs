@@ -1,7 +1,7 @@
 //! What comes in and what goes out: the settings table ([`fields`]: every setting's JSON key,
 //! link key, CLI flag and page label, declared once), the model and GPU catalog, Hugging Face
 //! config.json import,
-//! the JSONL protocol of `lorafit estimate`, peft / accelerate / LLaMA-Factory / axolotl exports
+//! the JSONL protocol of `lorafit estimate`, what each door did not use ([`unused`]), peft / accelerate / LLaMA-Factory / axolotl exports
 //! and the text report. Every parser here takes untrusted text and answers with a message,
 //! never a panic.
 //!
@@ -16,4 +16,5 @@ pub mod json;
 pub mod jsonl;
 pub mod report;
 pub mod snapshot;
+pub mod unused;
 pub mod validation;

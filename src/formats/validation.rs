@@ -156,8 +156,10 @@ fn pct(planned: u64, measured: u64) -> f64 {
 /// The measured cases ran on the harness's emulated device (their reserved figures are its
 /// allocator replays); the published and H200 runs on real GPUs.
 fn plan_of(model: &Value, settings: &Value, device: Device) -> Result<Plan, String> {
-    let arch = resolve_model(model)?;
-    let s = settings_from_json(settings).map_err(|e| e.to_string())?;
+    let arch = resolve_model(model)?.value;
+    let s = settings_from_json(settings)
+        .map_err(|e| e.to_string())?
+        .value;
     plan_simulated_on(&arch, &s, device).map_err(|e| e.to_string())
 }
 

@@ -367,7 +367,7 @@ mod tests {
         s.optimizer = Optimizer::PagedAdamw8bit;
         s.targets = vec![Target::Q, Target::V, Target::Down];
         s.modules_to_save = vec![SavedModule::LmHead];
-        st.custom = crate::formats::config_json::parse_config(r#"{"model_type":"qwen2","hidden_size":896,"intermediate_size":4864,"num_attention_heads":14,"num_hidden_layers":24,"num_key_value_heads":2,"vocab_size":151936}"#).ok().map(|mut a| {
+        st.custom = crate::formats::config_json::parse_config(r#"{"model_type":"qwen2","hidden_size":896,"intermediate_size":4864,"num_attention_heads":14,"num_hidden_layers":24,"num_key_value_heads":2,"vocab_size":151936}"#).ok().map(|r| r.value).map(|mut a| {
             a.name = "imported config".into();
             a.num_key_value_heads = Some(a.kv_heads());
             a.head_dim = Some(a.head_dim());

@@ -20,8 +20,8 @@ use crate::planning::lengths;
 use crate::planning::Status;
 use crate::web::state::UiState;
 
-use super::app::read;
 use super::controls::flag;
+use super::controls::read;
 use crate::web::lang::{t, ts, tx};
 
 fn bf16_ok(state: RwSignal<UiState>) -> bool {
@@ -303,8 +303,18 @@ pub fn Import(
     let text = RwSignal::new(String::new());
     let status: RwSignal<Option<Result<String, String>>> = RwSignal::new(None);
     let hub_id = RwSignal::new(String::new());
+    let unused: RwSignal<String> = RwSignal::new(String::new());
     let apply = move |t: &str| match config_json::parse_config(t) {
-        Ok(mut a) => {
+        Ok(read) => {
+            unused.set(if read.ignored.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "keys of this config.json the plan does not use: {}",
+                    read.ignored.join(", ")
+                )
+            });
+            let mut a = read.value;
             a.num_key_value_heads = Some(a.kv_heads());
             a.head_dim = Some(a.head_dim());
             let msg = format!(
@@ -317,7 +327,10 @@ pub fn Import(
             state.update(|st| st.custom = Some(a));
             status.set(Some(Ok(msg)));
         }
-        Err(e) => status.set(Some(Err(e))),
+        Err(e) => {
+            unused.set(String::new());
+            status.set(Some(Err(e)))
+        }
     };
     let on_file = move |ev: leptos::ev::Event| {
         read_chosen_file(ev, config_json::MAX_CONFIG_BYTES, move |r| match r {
@@ -364,12 +377,13 @@ pub fn Import(
             <div class="share-row">
                 <button type="button" data-testid="config-apply" on:click=move |_| apply(&text.get_untracked())>{t("Use this config")}</button>
                 <input type="file" accept=".json,application/json" aria-label=t("config.json file") data-testid="config-file" on:change=on_file />
-                <button type="button" class:hidden=flag(move || state.with(|st| st.custom.is_none())) data-testid="config-clear" on:click=move |_| { state.update(|st| st.custom = None); status.set(None) }>{t("Back to the catalog model")}</button>
+                <button type="button" class:hidden=flag(move || state.with(|st| st.custom.is_none())) data-testid="config-clear" on:click=move |_| { state.update(|st| st.custom = None); status.set(None); unused.set(String::new()) }>{t("Back to the catalog model")}</button>
             </div>
             {move || status.get().map(|r| match r {
                 Ok(m) => Either::Left(view! { <p class="ok" data-testid="config-status">{ts(m)}</p> }),
                 Err(e) => Either::Right(view! { <p class="error" role="alert" data-testid="config-status">{ts(e)}</p> }),
             })}
+            <p class="hint" class:hidden=flag(move || unused.with(String::is_empty)) data-testid="config-ignored">{tx(move || unused.get())}</p>
         </section>
     }
 }

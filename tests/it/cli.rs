@@ -125,6 +125,110 @@ fn bad_input_is_one_line_and_nonzero() {
 }
 
 #[test]
+fn every_door_names_what_it_did_not_use() {
+    // An estimate line: unknown settings (a method lorafit does not plan yet), unknown members of
+    // the line and of its model numbers are listed in `ignored`, and the line is still planned.
+    let f = tmp(
+        "ignored.jsonl",
+        concat!(
+            r#"{"id": "dora", "model": "llama2-7b", "settings": {"batch": 1, "seq": 512, "use_dora": true, "lr": 1e-4}, "note": "x"}"#,
+            "\n",
+            r#"{"id": "plain", "model": "llama2-7b", "settings": {"batch": 1, "seq": 512}}"#,
+            "\n",
+            r#"{"id": "numbers", "model": {"family": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "rope_theta": 10000.0}}"#,
+            "\n",
+        ),
+    );
+    let (code, out, _) = cli(&["estimate", "--jsonl", &f]);
+    assert_eq!(code, 0, "{out}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines[0]["ignored"],
+        serde_json::json!(["note", "settings.lr", "settings.use_dora"])
+    );
+    assert_eq!(lines[1]["ignored"], serde_json::json!([]));
+    assert_eq!(lines[2]["ignored"], serde_json::json!(["model.rope_theta"]));
+    // The unused keys change nothing: the DoRA line is planned as the plain one.
+    assert_eq!(
+        lines[0]["peak_allocated_bytes"],
+        lines[1]["peak_allocated_bytes"]
+    );
+    // A value a known key cannot take is an error naming the key.
+    let f = tmp(
+        "bad-value.jsonl",
+        r#"{"model": "llama2-7b", "settings": {"lora_dropout": "high"}}"#,
+    );
+    let (code, out, _) = cli(&["estimate", "--jsonl", &f]);
+    assert_eq!(code, 1);
+    assert!(out.contains("lora_dropout"), "{out}");
+
+    // The CLI: an option the command does not use, or a stray argument, is refused by name.
+    for (args, needle) in [
+        (
+            vec!["plan", "--model", "llama2-7b", "--format", "python"],
+            "--format is not used by `lorafit plan`",
+        ),
+        (
+            vec!["plan", "--model", "llama2-7b", "4096"],
+            "\"4096\" (a file argument) is not used by `lorafit plan`",
+        ),
+        (
+            vec!["fit", "--model", "llama2-7b", "--utilization", "0.5"],
+            "--utilization is not used by `lorafit fit`",
+        ),
+        (
+            vec![
+                "export",
+                "--format",
+                "python",
+                "--model",
+                "llama2-7b",
+                "--gpu",
+                "h100-80",
+            ],
+            "--gpu is not used by `lorafit export`",
+        ),
+        (
+            vec!["models", "--all"],
+            "\"--all\" is not used by `lorafit models`",
+        ),
+    ] {
+        let (code, out, err) = cli(&args);
+        assert_eq!(code, 2, "{args:?}");
+        assert!(out.is_empty(), "{args:?}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    // A config.json's keys that shape nothing are named on stderr and in --json.
+    let config = tmp(
+        "config-unused.json",
+        r#"{"model_type":"qwen2","hidden_size":896,"intermediate_size":4864,"num_attention_heads":14,"num_hidden_layers":24,"num_key_value_heads":2,"vocab_size":151936,"tie_word_embeddings":true,"rope_theta":1000000.0,"sliding_window":32768}"#,
+    );
+    let (code, _, err) = cli(&["plan", "--config", &config]);
+    assert_eq!(code, 0);
+    assert!(
+        err.contains("does not use: rope_theta, sliding_window"),
+        "{err}"
+    );
+    let (code, out, _) = cli(&["plan", "--config", &config, "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["ignored"],
+        serde_json::json!(["rope_theta", "sliding_window"])
+    );
+
+    // A pickle that holds no snapshot is refused, with a non-zero exit.
+    let empty = std::env::temp_dir().join(format!("lorafit-empty-{}.pickle", std::process::id()));
+    std::fs::write(&empty, b"\x80\x04].").unwrap();
+    let (code, _, err) = cli(&["inspect", empty.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a PyTorch memory snapshot"), "{err}");
+}
+
+#[test]
 fn lists_catalogs() {
     let (code, out, _) = cli(&["models"]);
     assert_eq!(code, 0);

@@ -29,7 +29,9 @@ pub const HARNESS_CUBLAS: &str = ":0:0";
 
 /// A harness case's settings object, with [`HARNESS_CUBLAS`].
 pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
-    let mut s = lorafit::formats::fields::settings_from_json(v).expect("valid settings");
+    let mut s = lorafit::formats::fields::settings_from_json(v)
+        .expect("valid settings")
+        .value;
     s.cublas_workspace_config = HARNESS_CUBLAS.into();
     s
 }

@@ -46,8 +46,10 @@ fn rows() -> Vec<Row> {
         .into_iter()
         .map(|v| {
             let id = v["id"].as_str().expect("id").to_string();
-            let arch = resolve_model(&v["model"]).expect("catalog model");
-            let s = settings_from_json(&v["settings"]).expect("valid settings");
+            let arch = resolve_model(&v["model"]).expect("catalog model").value;
+            let s = settings_from_json(&v["settings"])
+                .expect("valid settings")
+                .value;
             let p = plan_simulated(&arch, &s).expect("plans");
             assert!(p.reserve_simulated, "{id}: allocator not simulated");
             let m = &v["measured"];
@@ -117,8 +119,8 @@ fn expandable_segments_is_offered_where_it_saved_on_the_h200() {
             .expect("the same run without expandable segments");
         let saved = without["measured"]["max_reserved"].as_u64().unwrap()
             > with["measured"]["max_reserved"].as_u64().unwrap();
-        let arch = resolve_model(&with["model"]).unwrap();
-        let s = settings_from_json(&plain).unwrap();
+        let arch = resolve_model(&with["model"]).unwrap().value;
+        let s = settings_from_json(&plain).unwrap().value;
         let fix = lorafit::planning::fixes::allocator_fix(&arch, &s, 140 << 30);
         assert_eq!(fix.is_some(), saved, "{}", with["id"]);
         if let Some(f) = fix {
@@ -176,8 +178,10 @@ fn allocator_port_replays_steps_recorded_on_the_h200() {
         ),
     ] {
         let row = probe.iter().find(|r| r["id"] == id).expect("probe row");
-        let arch = resolve_model(&row["model"]).expect("model");
-        let s = settings_from_json(&row["settings"]).expect("settings");
+        let arch = resolve_model(&row["model"]).expect("model").value;
+        let s = settings_from_json(&row["settings"])
+            .expect("settings")
+            .value;
         let generated = generate(&arch, &s).expect("generates");
         let start = generated
             .phases

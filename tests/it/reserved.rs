@@ -57,7 +57,7 @@ fn reserved_matches_pytorch_allocator_replays() {
         let case = cases
             .get(&id)
             .unwrap_or_else(|| panic!("{id} missing from cases.jsonl"));
-        let arch = resolve_model(&case["model"]).expect("model resolves");
+        let arch = resolve_model(&case["model"]).expect("model resolves").value;
         let s = crate::harness_settings(&case["settings"]);
         let sim = simulate_on(&arch, &s, &conf, Device::Emulated).expect("simulates");
         let p = plan(&arch, &s).expect("plans");
@@ -123,7 +123,7 @@ fn sequence_peak_matches_the_model() {
     let mut worst: f64 = 0.0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).expect("JSON");
-        let arch = resolve_model(&v["model"]).expect("model");
+        let arch = resolve_model(&v["model"]).expect("model").value;
         let s = crate::harness_settings(&v["settings"]);
         let t = generate_on(&arch, &s, Device::Emulated).expect("generates");
         let p = plan(&arch, &s).expect("plans");
@@ -150,7 +150,7 @@ fn simulation_reports_phases_and_named_cache() {
         .find(|l| l.contains("\"llama2-7b_bf16_s2048_b4_r16_all-linear_do0.05_sdpa_gc\""))
         .expect("case present");
     let v: Value = serde_json::from_str(line).expect("JSON");
-    let arch = resolve_model(&v["model"]).expect("model");
+    let arch = resolve_model(&v["model"]).expect("model").value;
     let s = crate::harness_settings(&v["settings"]);
     let sim = simulate(&arch, &s, &AllocConf::default()).expect("simulates");
     assert!(sim.peak_reserved >= sim.peak_allocated);
@@ -381,7 +381,7 @@ fn assert_matches_recording(id: &str, case: &Value, path: &std::path::Path) {
             e[2].as_u64().unwrap_or(0),
         )
     });
-    let arch = resolve_model(&case["model"]).expect("model");
+    let arch = resolve_model(&case["model"]).expect("model").value;
     let s = crate::harness_settings(&case["settings"]);
     let t = generate_on(&arch, &s, Device::Emulated).expect("generates");
     let generated = t.events.iter().map(|e| match *e {
@@ -461,7 +461,7 @@ fn moe_reserved_matches_pytorch_allocator_replays() {
         let r: Value = serde_json::from_str(line).expect("reserved line is JSON");
         let id = r["id"].as_str().expect("id");
         let case = &cases[id];
-        let arch = resolve_model(&case["model"]).expect("model resolves");
+        let arch = resolve_model(&case["model"]).expect("model resolves").value;
         let s = crate::harness_settings(&case["settings"]);
         let sim = simulate_on(&arch, &s, &conf, Device::Emulated).expect("simulates");
         let want_res = r["default"]["max_reserved"].as_u64().expect("max_reserved");
@@ -494,7 +494,7 @@ fn moe_sequence_peaks_match_the_measurements() {
             continue;
         }
         let id = v["id"].as_str().unwrap_or("?");
-        let arch = resolve_model(&v["model"]).expect("model");
+        let arch = resolve_model(&v["model"]).expect("model").value;
         let s = crate::harness_settings(&v["settings"]);
         let t = generate_on(&arch, &s, Device::Emulated).expect("generates");
         let measured = v["measured"]["peak_bytes"].as_u64().expect("peak_bytes");

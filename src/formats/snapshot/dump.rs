@@ -327,8 +327,16 @@ impl<'a> Converter<'a, '_> {
     // ---- schema ------------------------------------------------------------
 
     fn root(&mut self, id: NodeId) -> Result<(), String> {
-        if self.arena.seq(id).is_some() {
-            // Very old snapshots were just the list of segments.
+        if let Some(items) = self.arena.seq(id) {
+            // Very old snapshots were just the list of segments. An empty list is no run: a
+            // process that touched the GPU has at least one segment, so a bare `[]` is refused
+            // rather than read as a run that allocated nothing.
+            if items.is_empty() {
+                return Err(
+                    "not a PyTorch memory snapshot: the pickle holds an empty list (an old-style snapshot is a list of segments, and a run has at least one)"
+                        .into(),
+                );
+            }
             return self.segments(id);
         }
         let entries = self.dict(id, "snapshot").map_err(|_| {

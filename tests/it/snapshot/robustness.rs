@@ -159,6 +159,12 @@ fn code_loading_opcodes_are_rejected() {
     assert!(err.contains("not a PyTorch memory snapshot"), "{err}");
     let err = parse(&pickle_of(b"}")).unwrap_err();
     assert!(err.contains("neither 'segments'"), "{err}");
+    // A bare empty list (an old-style snapshot is a non-empty list of segments) is no run.
+    let err = parse(&pickle_of(b"]")).unwrap_err();
+    assert!(
+        err.starts_with("not a PyTorch memory snapshot: the pickle holds an empty list"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -156,6 +156,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("not a memory setting", "与显存无关"),
     ("slider", "滑块"),
     ("using the imported {=} config: # B parameters", "使用导入的 {=} 配置：# B 参数"),
+    ("keys of this config.json the plan does not use: {=}", "此 config.json 中计划未使用的键：{=}"),
     ("fetching {=} …", "正在获取 {=} …"),
     ("{=} is not a model id like org/name", "{=} 不是 org/name 形式的模型 ID"),
     ("could not reach the Hugging Face Hub (offline or blocked): the catalog still works, or paste the model's config.json", "无法连接 Hugging Face Hub（离线或被拦截）：模型列表仍可使用，也可以粘贴该模型的 config.json"),
