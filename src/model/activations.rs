@@ -336,7 +336,7 @@ fn norm_terms(l: &Layer, out: &mut Vec<Term>) {
             fp32.clone(),
         ],
     ));
-    if a.family.layout().qk_norm_whole {
+    if a.family.layout().qk_norm == crate::model::arch::QkNorm::Whole {
         // OLMoE: q_norm / k_norm over the whole projection, before the view into heads.
         out.push(Term::product(
             Component::ActNorms,

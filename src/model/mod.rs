@@ -8,6 +8,7 @@ pub mod arch;
 pub mod distributed;
 pub mod dtype;
 pub mod error;
+pub mod family;
 mod names;
 pub mod parallel;
 pub mod plan;

@@ -5,7 +5,9 @@
 use super::tape::{Edge, Mode, Op, Tape, G, X};
 use super::{Event, StepPhase, Trace, What};
 use crate::model::activations::Ctx;
-use crate::model::arch::{AttentionKind, Family, LayerKind, LinearShape, Target};
+use crate::model::arch::{
+    AttentionKind, KwargsOrder, LayerKind, LinearShape, NormKind, QkNorm, Target,
+};
 use crate::model::settings::{AttnImpl, ExpertParam, Optimizer, SavedModule};
 
 /// A parameter of the model, in `named_parameters()` order.
@@ -138,7 +140,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             // an MoE layer registers its shared experts inside the MoE block); `lins` keeps the
             // forward order.
             let mut order: Vec<LinearShape> = a.block_linears(kind);
-            if a.family == Family::Phi3 && order.len() > 1 {
+            if a.family.layout().fused_projections && order.len() > 1 {
                 order.swap(0, 1);
             }
             let (ffn_later, order): (Vec<LinearShape>, Vec<LinearShape>) = order
@@ -157,7 +159,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             for _ in 0..norms {
                 self.param(h, aux, false, What::Weight);
             }
-            if a.family == Family::Phi3 && lins.len() > 1 {
+            if a.family.layout().fused_projections && lins.len() > 1 {
                 lins.swap(0, 1);
             }
             self.layers.push(lins);
@@ -172,7 +174,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.param_cols.push(h);
             self.lm_head = Some(copy);
         }
-        if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
+        if a.family.layout().scaled_embedding {
             self.t(1, aux, What::Buffer);
         }
         // Rotary inverse frequencies (+ the original copy).
@@ -221,7 +223,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         lins.push(Lin { shape: l, w, lora });
         let layout = a.family.layout();
         match name {
-            "o_proj" if layout.qk_norm_whole => {
+            "o_proj" if layout.qk_norm == QkNorm::Whole => {
                 self.param(a.q_dim() as u64, aux, false, What::Weight);
                 self.param(a.kv_dim() as u64, aux, false, What::Weight);
             }
@@ -272,7 +274,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 .then(|| p.param(e, router_es, false, What::Weight));
             (w, b)
         };
-        let router_first = a.family != Family::Qwen3Moe;
+        let router_first = a.moe_layout().is_none_or(|m| m.router_first);
         let (mut rw, mut rb) = (None, None);
         if router_first {
             let (w, b) = router(self);
@@ -486,7 +488,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// times the weight) or Gemma's (`x * rsqrt(mean(x²) + eps)` in fp32, times `1 + weight`).
     fn rmsnorm(&mut self, x: X, width: u64) -> X {
         let rows = x.n / width;
-        let gemma = matches!(self.ctx.arch.family, Family::Gemma2 | Family::Gemma3);
+        let gemma = self.ctx.arch.family.layout().norm == NormKind::Gemma;
         let hs = self.cast(x, 4, What::Norm);
         let p = {
             let mut y = self.t(hs.n, 4, What::Norm);
@@ -541,7 +543,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             return o2;
         }
         self.drop(hs);
-        if self.ctx.arch.family == Family::GptOss {
+        if self.ctx.arch.family.layout().norm == NormKind::ProductInFp32 {
             // gpt-oss: `(self.weight * hidden_states).to(input_dtype)`: the product in fp32.
             let p = self.mul_const(normed, What::Norm);
             let out = self.cast(p, x.es, What::Hidden);
@@ -709,7 +711,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let out = self.add(m1, m2, What::Rope);
         self.drop(m1);
         self.drop(m2);
-        if self.ctx.arch.family == Family::Phi3 {
+        if self.ctx.arch.family.layout().rotary_cat {
             // Partial rotary: cat([rotated, pass-through]) copies even when nothing passes.
             let mut c = self.t(out.n, out.es, What::Rope);
             c.g = self
@@ -749,13 +751,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         let eager = s.attn_impl == AttnImpl::Eager;
         // Qwen3 norms q and k right after each projection; Gemma 3 after all three.
         // OLMoE norms the whole projection before the view into heads.
-        let whole_norm = a.family.layout().qk_norm_whole;
-        let qk_norm = a.family.has_qk_norm() && !matches!(a.family, Family::Gemma3) && !whole_norm;
-        let late_norm = a.family.has_qk_norm() && !qk_norm && !whole_norm;
+        let qk = a.family.layout().qk_norm;
+        let whole_norm = qk == QkNorm::Whole;
+        let qk_norm = qk == QkNorm::PerHead;
+        let late_norm = qk == QkNorm::PerHeadAfterProjections;
         // q_proj(x).view(...) [→ q_norm] .transpose(1, 2): the view's backward copies the
         // transposed gradient.
         // Phi-3 projects q, k, v at once and slices the fused output (views).
-        let fused = a.family == Family::Phi3;
+        let fused = a.family.layout().fused_projections;
         let qkv = fused.then(|| self.lora_linear(x, &lins[0]));
         let tokens_ = s.batch * s.seq;
         let (qd, kvd) = (a.q_dim() as u64, a.kv_dim() as u64);
@@ -871,7 +874,8 @@ impl<'c, 'a> Prog<'c, 'a> {
                     w
                 })
             };
-            if a.family == Family::Gemma3 {
+            let early_bias = a.family.layout().bias_before_repeat_kv;
+            if early_bias {
                 bias = make_bias(self);
             }
             let (kk, vk) = if mask.is_some() && rep > 1 {
@@ -883,7 +887,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             };
             self.drop(kc);
             self.drop(vc);
-            if a.family != Family::Gemma3 {
+            if !early_bias {
                 bias = make_bias(self);
             }
             let qe = qc;
@@ -912,7 +916,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             if let Some(b) = bias {
                 self.drop(b);
             }
-            if a.family == Family::Phi3 {
+            if a.family.layout().rotary_cat {
                 // q comes from a cat, contiguous in (b, h, s, d): so does the output, and
                 // `transpose(1, 2).contiguous()` copies it.
                 let mut c = self.t(o.n, o.es, What::Attention);
@@ -1038,7 +1042,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     fn mlp(&mut self, x: X, lins: &[Lin]) -> X {
-        if self.ctx.arch.family == Family::Phi3 {
+        if self.ctx.arch.family.layout().fused_projections {
             // up_states = gate_up_proj(x); gate, up = chunk(2); up * act(gate)
             let gu = self.lora_linear(x, &lins[2]);
             let half = gu.n / 2;
@@ -1075,7 +1079,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn layer(&mut self, h: X, li: usize, cos: X, sin: X, mask: Option<X>) -> X {
         let lins = self.layers[li].clone();
         let width = self.h();
-        let sandwich = matches!(self.ctx.arch.family, Family::Gemma2 | Family::Gemma3);
+        let sandwich = self.ctx.arch.family.norms_per_layer() > 2;
         let normed = self.rmsnorm(h, width);
         let (mut attn, weights) = self.attention(normed, &lins, cos, sin, mask);
         self.drop(normed);
@@ -1119,11 +1123,13 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// The mask layer `li` attends with: Gemma's local (sliding-window) layers use the sliding
     /// mask (Gemma 2: every other layer from the first; Gemma 3: five of every six).
     fn mask_for(&self, li: usize) -> Option<X> {
-        let local = match self.ctx.arch.family {
-            Family::Gemma2 | Family::GptOss => li % 2 == 0,
-            Family::Gemma3 => (li + 1) % 6 != 0,
-            _ => false,
-        };
+        let local = self
+            .ctx
+            .arch
+            .family
+            .layout()
+            .sliding
+            .is_some_and(|w| w.local(li as u64));
         match (local, self.sliding) {
             (true, Some(w)) => Some(w),
             _ => self.causal,
@@ -1134,13 +1140,12 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// window: Gemma 2 4096; Gemma 3 512 at 1B, 1024 above).
     fn sdpa_sliding(&self) -> bool {
         let a = self.ctx.arch;
-        let window = match a.family {
-            Family::Gemma2 => 4096,
-            Family::Gemma3 if a.hidden_size <= 1152 => 512,
-            Family::Gemma3 => 1024,
-            _ => return false,
-        };
-        self.ctx.s.seq >= window
+        let window = a
+            .family
+            .layout()
+            .sliding
+            .and_then(|w| w.window(a.hidden_size));
+        window.is_some_and(|w| self.ctx.s.seq >= w)
     }
 
     /// The boolean 4-D mask sdpa receives: causal and padding (`padded`) or causal and window.
@@ -1320,7 +1325,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             };
             emb.g = self.tp.node(Op::Embedding, emb.n, emb.es, &[e], &[]);
         }
-        if matches!(a.family, Family::Gemma2 | Family::Gemma3) {
+        if a.family.layout().scaled_embedding {
             // The scaled embedding: `embedding(ids) * embed_scale` (a buffer).
             let e2 = self.t(tokens * h, aux, What::Hidden);
             self.drop(emb);
@@ -1366,7 +1371,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(st);
             self.drop(z);
             self.drop(le);
-            if matches!(a.family, Family::Gemma2 | Family::Gemma3 | Family::GptOss) {
+            if a.family.layout().sliding.is_some() {
                 // The sliding-window mask of the local layers.
                 let sw = self.sliding_mask();
                 self.sliding = Some(sw);
@@ -1387,7 +1392,9 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.tp.layer = Some(li as u32);
                 // The checkpoint releases the layer's keyword arguments in call order, a tuple's
                 // items last first (the position embeddings): `keeps` is that order reversed.
-                let mut keeps = if matches!(a.family, Family::Mixtral | Family::Qwen3Moe) {
+                let mut keeps = if a.family.layout().checkpoint_kwargs
+                    == KwargsOrder::PositionEmbeddingsFirst
+                {
                     vec![hcur.t, cos.t, sin.t, pos.t]
                 } else {
                     vec![hcur.t, pos.t, cos.t, sin.t]
@@ -1412,10 +1419,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(hcur);
         // Locals die in declaration order; families that gather the mask arguments in a dict
         // (`mask_kwargs`) release the embedding output before the position ids.
-        let mask_kwargs = matches!(
-            a.family,
-            Family::Qwen2 | Family::Qwen3 | Family::Gemma2 | Family::Gemma3 | Family::GptOss
-        );
+        let mask_kwargs = a.family.layout().mask_kwargs;
         if mask_kwargs {
             if let Some(c) = causal {
                 self.drop(c);

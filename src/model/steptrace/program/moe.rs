@@ -5,7 +5,7 @@
 //! attention with sinks.
 
 use super::{bytes, Lin, MoeParams, Prog};
-use crate::model::arch::Family;
+use crate::model::arch::MoeLayout;
 use crate::model::settings::{ExpertParam, ExpertsImpl};
 use crate::model::steptrace::tape::{Edge, Mode, Op, X};
 use crate::model::steptrace::What;
@@ -55,7 +55,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         // The block's locals: `_` (the logits), the weights, the indices.
         self.drop(logits);
-        let scores = if a.family == Family::GptOss {
+        let scores = if a.moe_layout().is_some_and(|l| l.softmax_after_topk) {
             self.drop(idx);
             Some(weights)
         } else {
@@ -99,50 +99,48 @@ impl<'c, 'a> Prog<'c, 'a> {
             a.experts_per_tok() as u64,
         );
         let w = m.router.x;
-        match a.family {
-            Family::GptOss => {
-                // F.linear(h, W, b); topk of the logits; softmax over the k (logits' dtype).
-                let logits = self.matmul(x, w, t * e, W);
-                let (vals, idx) = self.topk(logits, k);
-                let sc = self.softmax(vals);
+        let layout = a.moe_layout();
+        let has = |flag: fn(&MoeLayout) -> bool| layout.as_ref().is_some_and(flag);
+        if has(|l| l.softmax_after_topk) {
+            // F.linear(h, W, b); topk of the logits; softmax over the k (logits' dtype).
+            let logits = self.matmul(x, w, t * e, W);
+            let (vals, idx) = self.topk(logits, k);
+            let sc = self.softmax(vals);
+            self.drop(vals);
+            (logits, sc, idx)
+        } else if has(|l| l.fp32_router) {
+            // F.linear(h.float(), W.float()); softmax (fp32); topk (unsorted); × scaling.
+            let hf = self.cast(x, 4, W);
+            let logits = self.matmul(hf, w, t * e, W);
+            self.drop(hf);
+            let lf = self.cast(logits, 4, W);
+            let sm = self.softmax(lf);
+            self.drop(lf);
+            let (vals, idx) = self.topk(sm, k);
+            let scaled = self.mul_const(vals, W);
+            self.drop(vals);
+            self.drop(sm);
+            (logits, scaled, idx)
+        } else {
+            // F.linear; softmax of the fp32 logits; topk; [renormalise in place]; Qwen3-MoE
+            // and OLMoE cast the weights back to the logits' dtype.
+            let logits = self.matmul(x, w, t * e, W);
+            let lf = self.cast(logits, 4, W);
+            let sm = self.softmax(lf);
+            self.drop(lf);
+            let (mut vals, idx) = self.topk(sm, k);
+            if a.renorm_topk() {
+                vals = self.renormalise(vals);
+            }
+            let weights = if has(|l| l.fp32_routing) {
+                vals
+            } else {
+                let c = self.cast(vals, logits.es, W);
                 self.drop(vals);
-                (logits, sc, idx)
-            }
-            Family::DeepseekV2 => {
-                // F.linear(h.float(), W.float()); softmax (fp32); topk (unsorted); × scaling.
-                let hf = self.cast(x, 4, W);
-                let logits = self.matmul(hf, w, t * e, W);
-                self.drop(hf);
-                let lf = self.cast(logits, 4, W);
-                let sm = self.softmax(lf);
-                self.drop(lf);
-                let (vals, idx) = self.topk(sm, k);
-                let scaled = self.mul_const(vals, W);
-                self.drop(vals);
-                self.drop(sm);
-                (logits, scaled, idx)
-            }
-            _ => {
-                // F.linear; softmax of the fp32 logits; topk; [renormalise in place]; Qwen3-MoE
-                // and OLMoE cast the weights back to the logits' dtype.
-                let logits = self.matmul(x, w, t * e, W);
-                let lf = self.cast(logits, 4, W);
-                let sm = self.softmax(lf);
-                self.drop(lf);
-                let (mut vals, idx) = self.topk(sm, k);
-                if a.renorm_topk() {
-                    vals = self.renormalise(vals);
-                }
-                let weights = if a.family == Family::Mixtral {
-                    vals
-                } else {
-                    let c = self.cast(vals, logits.es, W);
-                    self.drop(vals);
-                    c
-                };
-                self.drop(sm);
-                (logits, weights, idx)
-            }
+                c
+            };
+            self.drop(sm);
+            (logits, weights, idx)
         }
     }
 
@@ -216,7 +214,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ed = bytes(ctx.expert);
         let e = ctx.arch.num_experts() as u64;
         let r = ctx.s.lora_r;
-        let transposed = ctx.arch.family == Family::GptOss;
+        let transposed = ctx.arch.moe_layout().is_some_and(|l| l.transposed_experts);
         let mut out = vec![];
         for &(param, la, lb) in m.lora.iter().rev() {
             let (o, n) = crate::model::activations::expert_param_shape(ctx, param);
@@ -385,7 +383,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// SwiGLU over its interleaved halves.
     fn apply_gate(&mut self, gu: X) -> X {
         let n = gu.n / 2;
-        if self.ctx.arch.family == Family::GptOss {
+        if self.ctx.arch.moe_layout().is_some_and(|l| l.clamped_glu) {
             let gate = self.slice_of(gu, n);
             let up = self.slice_of(gu, n);
             let gc = self.unary(gate, gu.es, W, true, false);

@@ -1,0 +1,404 @@
+//! The model families and what tells one family's layers from another's, as transformers 5.24's
+//! modeling code builds them: one row per family ([`Family::layout`]), read by the parameter
+//! counts, the terms and the step program. Adding a family is a variant, its names and its row;
+//! a genuinely new layer kind also needs its ops in the step.
+
+use serde::{Deserialize, Serialize};
+
+use super::names::names;
+
+/// Model family: decides the layer layout (fused projections, extra norms, softcapping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+pub enum Family {
+    /// Llama 2 / 3 / 3.1 / 3.2 (and Yi, which shares the layout).
+    Llama,
+    /// Mistral (same layout as Llama).
+    Mistral,
+    /// Qwen2 / Qwen2.5: q, k, v biases.
+    Qwen2,
+    /// Qwen3: per-head q/k RMSNorm, no biases.
+    Qwen3,
+    /// Gemma 2: four norms per layer, scaled embeddings, GeLU-tanh, logit softcapping.
+    Gemma2,
+    /// Gemma 3 (text): four norms per layer, q/k norms, scaled embeddings, GeLU-tanh.
+    Gemma3,
+    /// Phi-3: fused qkv_proj and gate_up_proj.
+    Phi3,
+    /// Mixtral: 8 routed experts per layer (fused 3-D parameters), top-2, fp32 routing weights.
+    Mixtral,
+    /// Qwen3-MoE (Qwen3-30B-A3B, 235B-A22B): per-head q/k norms, `moe_intermediate_size`
+    /// experts, dense layers by `mlp_only_layers` / `decoder_sparse_step`.
+    Qwen3Moe,
+    /// OLMoE: q/k RMSNorm over the whole projection, top-8 of 64 experts.
+    Olmoe,
+    /// DeepSeek-V2 (Lite): multi-head latent attention, shared experts, fp32 router, the first
+    /// `first_k_dense_replace` layers dense.
+    DeepseekV2,
+    /// gpt-oss: eager attention with sinks and biases, clamped SwiGLU experts with biases
+    /// (MXFP4 on the Hub, dequantized to bf16 for training).
+    GptOss,
+}
+
+names!(Family {
+    Llama => "llama" | "llama2" | "llama3" | "yi",
+    Mistral => "mistral",
+    Qwen2 => "qwen2" | "qwen2.5",
+    Qwen3 => "qwen3",
+    Gemma2 => "gemma2",
+    Gemma3 => "gemma3" | "gemma3_text",
+    Phi3 => "phi3" | "phi_3",
+    Mixtral => "mixtral",
+    Qwen3Moe => "qwen3_moe",
+    Olmoe => "olmoe",
+    DeepseekV2 => "deepseek_v2",
+    GptOss => "gpt_oss" | "gptoss",
+});
+
+impl TryFrom<String> for Family {
+    type Error = String;
+    fn try_from(s: String) -> Result<Family, String> {
+        Family::parse(&s).ok_or_else(|| {
+            format!(
+                "unsupported model family {s:?} (supported: {})",
+                Family::choices()
+            )
+        })
+    }
+}
+
+/// Everything that tells one family's layer layout from another's, in one row per family:
+/// adding a family is a variant of [`Family`], its names in `names!` above, and its row in
+/// [`Family::layout`]; the model, the import and the parameter counts read these flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FamilyLayout {
+    /// RMSNorms per decoder layer on the residual stream (Gemma adds post-attention and
+    /// pre/post-feed-forward norms).
+    pub norms_per_layer: u128,
+    /// Where q and k are RMS-normalised, if at all.
+    pub qk_norm: QkNorm,
+    /// How the family's RMSNorm computes its output.
+    pub norm: NormKind,
+    /// The embedding output is scaled by `embed_scale`, a buffer (Gemma).
+    pub scaled_embedding: bool,
+    /// Partial rotary through `cat([rotated, pass-through])` (Phi-3): the rotary output is a
+    /// copy, so q is contiguous in (batch, heads, seq, dim) and attention's output is copied by
+    /// `transpose(1, 2).contiguous()`.
+    pub rotary_cat: bool,
+    /// Local (sliding-window) attention layers, where the family has them.
+    pub sliding: Option<Sliding>,
+    /// The model builds its masks through a `mask_kwargs` dict (Qwen2, Qwen3, Gemma, gpt-oss),
+    /// which releases the embedding output before the position ids at the end of forward.
+    pub mask_kwargs: bool,
+    /// Under checkpointing, the decoder layer's keyword arguments in the order the checkpoint
+    /// releases them.
+    pub checkpoint_kwargs: KwargsOrder,
+    /// Eager attention builds the mask bias before repeating k and v (Gemma 3), not after.
+    pub bias_before_repeat_kv: bool,
+    /// MLP activation GeLU-tanh rather than SiLU.
+    pub gelu: bool,
+    /// One fused `qkv_proj` and one fused `gate_up_proj` (Phi-3).
+    pub fused_projections: bool,
+    /// q, k, v carry biases unless the config says otherwise.
+    pub qkv_bias: bool,
+    /// Attention and final-logit softcapping unless the config turns them off (Gemma 2).
+    pub softcapping: bool,
+    /// `tie_word_embeddings` when config.json omits it.
+    pub tie_default: bool,
+    /// `head_dim` when config.json omits it (else hidden / heads).
+    pub head_dim_default: Option<u64>,
+    /// `attention_bias` also gives o_proj a bias (gpt-oss, OLMoE, Qwen3-MoE).
+    pub o_bias: bool,
+    /// How attention is built.
+    pub attention: AttentionKind,
+    /// `_supports_sdpa`: without it transformers runs eager attention (gpt-oss).
+    pub sdpa: bool,
+    /// The mixture-of-experts block, for MoE families.
+    pub moe: Option<MoeLayout>,
+}
+
+/// Where a family RMS-normalises q and k.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    /// Not at all.
+    None,
+    /// Per head, right after each projection (Qwen3, Qwen3-MoE).
+    PerHead,
+    /// Per head, after q, k and v are all projected (Gemma 3).
+    PerHeadAfterProjections,
+    /// Over the whole projection, before the view into heads (OLMoE).
+    Whole,
+}
+
+/// How a family's RMSNorm computes (`x * rsqrt(mean(x²) + eps)` in fp32 for all of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormKind {
+    /// Llama's: `weight * x.to(input_dtype)`.
+    Llama,
+    /// Gemma's: `x * (1 + weight)` in fp32, then cast.
+    Gemma,
+    /// gpt-oss's: `(weight * x).to(input_dtype)`, the product in fp32.
+    ProductInFp32,
+}
+
+/// Which layers attend through a sliding window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sliding {
+    /// Of every `period` layers the last is global and the others local (Gemma 2 and gpt-oss
+    /// alternate, 2; Gemma 3 has five local layers to one global, 6).
+    pub period: u64,
+    /// The window in tokens as the family's published configs set it, by size: the first
+    /// `(largest hidden_size, window)` entry that covers the model (Gemma 3: 512 at 1B, 1024
+    /// above). `None`: the family never runs sdpa, so its window never decides a mask.
+    pub windows: Option<&'static [(u64, u64)]>,
+}
+
+impl Sliding {
+    /// Whether layer `li` (0-based) is a local layer.
+    pub fn local(self, li: u64) -> bool {
+        (li + 1) % self.period != 0
+    }
+
+    /// The window of a model of `hidden_size`.
+    pub fn window(self, hidden_size: u64) -> Option<u64> {
+        self.windows?
+            .iter()
+            .find(|(h, _)| hidden_size <= *h)
+            .map(|(_, w)| *w)
+    }
+}
+
+/// The order in which a checkpointed decoder layer's keyword arguments are released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KwargsOrder {
+    /// Hidden states, position ids, then the position embeddings (cos, sin).
+    PositionIdsFirst,
+    /// Hidden states, the position embeddings, then the position ids (Mixtral, Qwen3-MoE).
+    PositionEmbeddingsFirst,
+}
+
+/// How a family builds attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionKind {
+    /// q, k, v, o projections (GQA).
+    Standard,
+    /// DeepSeek's multi-head latent attention: q (or q_a → q_b), kv_a_proj_with_mqa → kv_a_layernorm
+    /// → kv_b_proj, rotary on a separate slice.
+    Latent,
+    /// gpt-oss: eager softmax over the scores and one learned sink logit per head.
+    Sinks,
+}
+
+/// Which layers of an MoE family keep a dense MLP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenseLayers {
+    /// Every layer is MoE.
+    None,
+    /// Qwen3-MoE: layer `i` is dense if listed in `mlp_only_layers` or `(i+1) % decoder_sparse_step != 0`.
+    SparseStep,
+    /// DeepSeek-V2: the first `first_k_dense_replace` layers are dense.
+    FirstK,
+}
+
+/// The MoE block of a family, as transformers 5.24 builds it (every family stores its routed
+/// experts as two fused 3-D parameters per layer, `gate_up_proj` and `down_proj`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeLayout {
+    /// The expert width is `moe_intermediate_size` (Qwen3-MoE, DeepSeek) rather than `intermediate_size`.
+    pub moe_width: bool,
+    /// The routing weights stay fp32 (Mixtral's softmax of `logits.float()`, DeepSeek's fp32 router),
+    /// rather than being cast back to the logits' dtype.
+    pub fp32_routing: bool,
+    /// The router weight is stored in fp32 (DeepSeek's `_keep_in_fp32_modules_strict`).
+    pub fp32_router: bool,
+    /// The top-k weights are renormalised: always (Mixtral), per `norm_topk_prob`, or never.
+    pub renorm: Renorm,
+    /// Top-k of the raw logits, then a softmax over the k (gpt-oss): no `[tokens, experts]` softmax.
+    pub softmax_after_topk: bool,
+    /// gpt-oss's clamped SwiGLU (`clamp`, `sigmoid`, `glu`, `up + 1` kept) and biases on the
+    /// experts and the router.
+    pub clamped_glu: bool,
+    /// The expert parameters are stored transposed, `[experts, in, out]` (gpt-oss), so LoRA on
+    /// them sees the other orientation.
+    pub transposed_experts: bool,
+    /// The router is registered before the experts (all but Qwen3-MoE).
+    pub router_first: bool,
+    /// Shared experts next to the routed ones (a plain MLP of `moe_intermediate_size ×
+    /// n_shared_experts`).
+    pub shared_experts: bool,
+    /// Which layers stay dense.
+    pub dense: DenseLayers,
+}
+
+/// Whether the top-k routing weights are renormalised to sum to one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renorm {
+    /// Always (Mixtral).
+    Always,
+    /// When `norm_topk_prob` is true (default false).
+    Config,
+    /// Never (DeepSeek-V2 scales by `routed_scaling_factor`).
+    Never,
+}
+
+impl Family {
+    /// The family's layout flags.
+    pub fn layout(self) -> FamilyLayout {
+        let base = FamilyLayout {
+            norms_per_layer: 2,
+            qk_norm: QkNorm::None,
+            norm: NormKind::Llama,
+            scaled_embedding: false,
+            rotary_cat: false,
+            sliding: None,
+            mask_kwargs: false,
+            checkpoint_kwargs: KwargsOrder::PositionIdsFirst,
+            bias_before_repeat_kv: false,
+            gelu: false,
+            fused_projections: false,
+            qkv_bias: false,
+            softcapping: false,
+            tie_default: false,
+            head_dim_default: None,
+            o_bias: false,
+            attention: AttentionKind::Standard,
+            sdpa: true,
+            moe: None,
+        };
+        let moe = MoeLayout {
+            moe_width: false,
+            fp32_routing: false,
+            fp32_router: false,
+            renorm: Renorm::Config,
+            softmax_after_topk: false,
+            clamped_glu: false,
+            transposed_experts: false,
+            router_first: true,
+            shared_experts: false,
+            dense: DenseLayers::None,
+        };
+        let gemma = FamilyLayout {
+            norms_per_layer: 4,
+            norm: NormKind::Gemma,
+            scaled_embedding: true,
+            mask_kwargs: true,
+            gelu: true,
+            tie_default: true,
+            ..base
+        };
+        match self {
+            Family::Llama | Family::Mistral => base,
+            Family::Qwen2 => FamilyLayout {
+                qkv_bias: true,
+                mask_kwargs: true,
+                ..base
+            },
+            Family::Qwen3 => FamilyLayout {
+                qk_norm: QkNorm::PerHead,
+                mask_kwargs: true,
+                ..base
+            },
+            Family::Gemma2 => FamilyLayout {
+                softcapping: true,
+                sliding: Some(Sliding {
+                    period: 2,
+                    windows: Some(&[(u64::MAX, 4096)]),
+                }),
+                ..gemma
+            },
+            Family::Gemma3 => FamilyLayout {
+                qk_norm: QkNorm::PerHeadAfterProjections,
+                bias_before_repeat_kv: true,
+                head_dim_default: Some(256), // Gemma3TextConfig's default
+                sliding: Some(Sliding {
+                    period: 6,
+                    windows: Some(&[(1152, 512), (u64::MAX, 1024)]),
+                }),
+                ..gemma
+            },
+            Family::Phi3 => FamilyLayout {
+                fused_projections: true,
+                rotary_cat: true,
+                ..base
+            },
+            Family::Mixtral => FamilyLayout {
+                checkpoint_kwargs: KwargsOrder::PositionEmbeddingsFirst,
+                moe: Some(MoeLayout {
+                    fp32_routing: true,
+                    renorm: Renorm::Always,
+                    ..moe
+                }),
+                ..base
+            },
+            Family::Qwen3Moe => FamilyLayout {
+                qk_norm: QkNorm::PerHead,
+                o_bias: true,
+                checkpoint_kwargs: KwargsOrder::PositionEmbeddingsFirst,
+                moe: Some(MoeLayout {
+                    moe_width: true,
+                    router_first: false,
+                    dense: DenseLayers::SparseStep,
+                    ..moe
+                }),
+                ..base
+            },
+            Family::Olmoe => FamilyLayout {
+                qk_norm: QkNorm::Whole,
+                o_bias: true,
+                moe: Some(moe),
+                ..base
+            },
+            Family::DeepseekV2 => FamilyLayout {
+                o_bias: true,
+                attention: AttentionKind::Latent,
+                moe: Some(MoeLayout {
+                    moe_width: true,
+                    fp32_routing: true,
+                    fp32_router: true,
+                    renorm: Renorm::Never,
+                    shared_experts: true,
+                    dense: DenseLayers::FirstK,
+                    ..moe
+                }),
+                ..base
+            },
+            Family::GptOss => FamilyLayout {
+                qkv_bias: true,
+                o_bias: true,
+                head_dim_default: Some(64),
+                attention: AttentionKind::Sinks,
+                sdpa: false,
+                norm: NormKind::ProductInFp32,
+                mask_kwargs: true,
+                sliding: Some(Sliding {
+                    period: 2,
+                    windows: None,
+                }),
+                moe: Some(MoeLayout {
+                    renorm: Renorm::Never,
+                    softmax_after_topk: true,
+                    clamped_glu: true,
+                    transposed_experts: true,
+                    ..moe
+                }),
+                ..base
+            },
+        }
+    }
+
+    /// RMSNorms per decoder layer on the residual stream.
+    pub fn norms_per_layer(self) -> u128 {
+        self.layout().norms_per_layer
+    }
+
+    /// Whether q and k are RMS-normalised (Qwen3, Gemma 3, OLMoE).
+    pub fn has_qk_norm(self) -> bool {
+        self.layout().qk_norm != QkNorm::None
+    }
+
+    /// Whether the MLP activation is GeLU-tanh (Gemma) rather than SiLU.
+    pub fn gelu(self) -> bool {
+        self.layout().gelu
+    }
+}
+
