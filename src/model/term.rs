@@ -148,6 +148,126 @@ impl Component {
             Component::CudaContext => "CUDA context and outside the allocator",
         }
     }
+
+    /// The component whose [`key`](Self::key) this is.
+    pub fn from_key(key: &str) -> Option<Component> {
+        Component::ALL
+            .iter()
+            .chain(&Component::ABOVE_ALLOCATED)
+            .copied()
+            .find(|c| c.key() == key)
+    }
+
+    /// The group of the bar the component is read in.
+    pub fn group(self) -> Group {
+        match self {
+            Component::FrozenWeights
+            | Component::FrozenExperts
+            | Component::QuantState
+            | Component::CommBuffers
+            | Component::MeasuredOverhead
+            | Component::CublasWorkspace => Group::Weights,
+            Component::TrainableWeights
+            | Component::Gradients
+            | Component::OptimizerStates
+            | Component::OptimizerTemps => Group::LoraOptimizer,
+            Component::ActAttention
+            | Component::ActMlp
+            | Component::ActExperts
+            | Component::ActNorms
+            | Component::ActLora
+            | Component::ActDropout
+            | Component::ActEmbeddings
+            | Component::ActCheckpoints
+            | Component::ActWeightCopies
+            | Component::BackwardTemps => Group::Activations,
+            Component::LogitsLoss => Group::LogitsLoss,
+            Component::AllocatorCache => Group::AllocatorCache,
+            Component::CudaContext => Group::CudaContext,
+        }
+    }
+
+    /// A short in-place label for the bar segment.
+    pub fn short_label(self) -> &'static str {
+        match self {
+            Component::FrozenWeights => "weights",
+            Component::FrozenExperts => "experts",
+            Component::ActExperts => "experts (activations)",
+            Component::QuantState => "4-bit state",
+            Component::CommBuffers => "multi-GPU",
+            Component::MeasuredOverhead => "your run's extra",
+            Component::CublasWorkspace => "cuBLAS",
+            Component::TrainableWeights => "adapters",
+            Component::Gradients => "gradients",
+            Component::OptimizerStates => "optimizer",
+            Component::OptimizerTemps => "step temps",
+            Component::ActCheckpoints => "checkpoints",
+            Component::ActEmbeddings => "embeddings",
+            Component::ActWeightCopies => "autocast copies",
+            Component::ActNorms => "norms",
+            Component::ActAttention => "attention",
+            Component::ActMlp => "MLP",
+            Component::ActLora => "LoRA path",
+            Component::ActDropout => "dropout",
+            Component::LogitsLoss => "logits & loss",
+            Component::BackwardTemps => "backward temps",
+            Component::AllocatorCache => "cache",
+            Component::CudaContext => "CUDA context",
+        }
+    }
+}
+
+/// The groups the bar is read by: how people think of a fine-tune's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Group {
+    /// Frozen base weights, their 4-bit state, multi-GPU gathered weights and buckets.
+    Weights,
+    /// Adapters, their gradients, optimizer states and step temporaries.
+    LoraOptimizer,
+    /// Everything saved for backward and the backward pass's temporaries.
+    Activations,
+    /// The logits and the loss.
+    LogitsLoss,
+    /// Reserved by PyTorch's caching allocator but not allocated (reserved − allocated).
+    AllocatorCache,
+    /// The CUDA context and anything else outside the allocator (nvidia-smi − reserved).
+    CudaContext,
+}
+
+impl Group {
+    /// Every group, in bar order.
+    pub const ALL: [Group; 6] = [
+        Group::Weights,
+        Group::LoraOptimizer,
+        Group::Activations,
+        Group::LogitsLoss,
+        Group::AllocatorCache,
+        Group::CudaContext,
+    ];
+
+    /// Stable key (CSS classes).
+    pub fn key(self) -> &'static str {
+        match self {
+            Group::Weights => "weights",
+            Group::LoraOptimizer => "lora",
+            Group::Activations => "act",
+            Group::LogitsLoss => "logits",
+            Group::AllocatorCache => "cache",
+            Group::CudaContext => "context",
+        }
+    }
+
+    /// Label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Group::Weights => "Weights",
+            Group::LoraOptimizer => "LoRA + optimizer",
+            Group::Activations => "Activations",
+            Group::LogitsLoss => "Logits & loss",
+            Group::AllocatorCache => "Allocator cache",
+            Group::CudaContext => "CUDA context",
+        }
+    }
 }
 
 /// What a term is, for the logic that must find particular terms (never their labels, which are

@@ -2,72 +2,19 @@
 //! unit-tested; the page only draws it.
 
 use crate::model::plan::ComponentBytes;
+use crate::model::Component;
 
-/// The groups the bar is read by: how people think of a fine-tune's memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Group {
-    /// Frozen base weights, their 4-bit state, multi-GPU gathered weights and buckets.
-    Weights,
-    /// Adapters, their gradients, optimizer states and step temporaries.
-    LoraOptimizer,
-    /// Everything saved for backward and the backward pass's temporaries.
-    Activations,
-    /// The logits and the loss.
-    LogitsLoss,
-    /// Reserved by PyTorch's caching allocator but not allocated (reserved − allocated).
-    AllocatorCache,
-    /// The CUDA context and anything else outside the allocator (nvidia-smi − reserved).
-    CudaContext,
-}
+pub use crate::model::term::Group;
 
-impl Group {
-    /// Every group, in bar order.
-    pub const ALL: [Group; 6] = [
-        Group::Weights,
-        Group::LoraOptimizer,
-        Group::Activations,
-        Group::LogitsLoss,
-        Group::AllocatorCache,
-        Group::CudaContext,
-    ];
-
-    /// Stable key (CSS classes).
-    pub fn key(self) -> &'static str {
-        match self {
-            Group::Weights => "weights",
-            Group::LoraOptimizer => "lora",
-            Group::Activations => "act",
-            Group::LogitsLoss => "logits",
-            Group::AllocatorCache => "cache",
-            Group::CudaContext => "context",
-        }
-    }
-
-    /// Label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Group::Weights => "Weights",
-            Group::LoraOptimizer => "LoRA + optimizer",
-            Group::Activations => "Activations",
-            Group::LogitsLoss => "Logits & loss",
-            Group::AllocatorCache => "Allocator cache",
-            Group::CudaContext => "CUDA context",
-        }
-    }
-
-    /// The group of a component key (`segment-…` keys of the bar included).
-    pub fn of(key: &str) -> Group {
-        match key {
-            "frozen_weights" | "frozen_experts" | "quant_state" | "comm_buffers"
-            | "measured_overhead" | "cublas_workspace" => Group::Weights,
-            "trainable_weights" | "gradients" | "optimizer_states" | "optimizer_temps" => {
-                Group::LoraOptimizer
-            }
-            "logits_loss" => Group::LogitsLoss,
-            ALLOCATOR_CACHE => Group::AllocatorCache,
-            CUDA_CONTEXT => Group::CudaContext,
-            _ => Group::Activations,
-        }
+/// The group of a bar segment's key: a component's key, or [`ALLOCATOR_CACHE`] /
+/// [`CUDA_CONTEXT`]. Every component names its group itself ([`Component::group`], an exhaustive
+/// match), so a new component cannot fall into a group by default; `None` for a key that is no
+/// segment.
+pub fn group_of(key: &str) -> Option<Group> {
+    match key {
+        ALLOCATOR_CACHE => Some(Group::AllocatorCache),
+        CUDA_CONTEXT => Some(Group::CudaContext),
+        _ => Component::from_key(key).map(Component::group),
     }
 }
 
@@ -76,33 +23,13 @@ pub const ALLOCATOR_CACHE: &str = "allocator-cache";
 /// Key of the CUDA context segment (nvidia-smi − reserved).
 pub const CUDA_CONTEXT: &str = "cuda-context";
 
-/// A short in-place label of a bar segment.
+/// A short in-place label of a bar segment ([`Component::short_label`]; "cache" and "CUDA
+/// context" for the two segments above allocated); empty for a key that is no segment.
 pub fn short_label(key: &str) -> &'static str {
     match key {
-        "frozen_weights" => "weights",
-        "frozen_experts" => "experts",
-        "act_experts" => "experts (activations)",
-        "quant_state" => "4-bit state",
-        "comm_buffers" => "multi-GPU",
-        "measured_overhead" => "your run's extra",
-        "cublas_workspace" => "cuBLAS",
-        "trainable_weights" => "adapters",
-        "gradients" => "gradients",
-        "optimizer_states" => "optimizer",
-        "optimizer_temps" => "step temps",
-        "act_checkpoints" => "checkpoints",
-        "act_embeddings" => "embeddings",
-        "act_weight_copies" => "autocast copies",
-        "act_norms" => "norms",
-        "act_attention" => "attention",
-        "act_mlp" => "MLP",
-        "act_lora" => "LoRA path",
-        "act_dropout" => "dropout",
-        "logits_loss" => "logits & loss",
-        "backward_temps" => "backward temps",
-        ALLOCATOR_CACHE => "cache",
-        CUDA_CONTEXT => "CUDA context",
-        _ => "",
+        ALLOCATOR_CACHE => Component::AllocatorCache.short_label(),
+        CUDA_CONTEXT => Component::CudaContext.short_label(),
+        _ => Component::from_key(key).map_or("", Component::short_label),
     }
 }
 
@@ -173,9 +100,9 @@ pub fn hero_on(plan: &crate::model::Plan, capacity_bytes: u128, scale: u128) -> 
     // Group by group, keeping the model's stacking order within each.
     let ordered = Group::ALL
         .iter()
-        .flat_map(|g| items.iter().filter(move |i| Group::of(i.0) == *g));
+        .flat_map(|g| items.iter().filter(move |i| group_of(i.0) == Some(*g)));
     for &(key, label, bytes) in ordered.filter(|i| i.2 > 0) {
-        let group = Group::of(key);
+        let Some(group) = group_of(key) else { continue };
         let (start, size) = (at as f64 / scale, bytes as f64 / scale);
         match groups.last_mut() {
             Some(g) if g.0 == group => {
@@ -215,7 +142,7 @@ pub fn by_group(components: &[ComponentBytes]) -> Vec<ComponentBytes> {
             label: g.label(),
             bytes: components
                 .iter()
-                .filter(|c| Group::of(c.key) == *g)
+                .filter(|c| group_of(c.key) == Some(*g))
                 .map(|c| c.bytes)
                 .sum(),
         })
@@ -439,21 +366,22 @@ pub fn timeline(
 mod tests {
     use super::*;
     use crate::model::plan::ComponentBytes;
+    use crate::model::Component;
 
     fn comps(a: u128, b: u128) -> Vec<ComponentBytes> {
         vec![
             ComponentBytes {
-                key: "x",
+                key: "act_mlp",
                 label: "X",
                 bytes: a,
             },
             ComponentBytes {
-                key: "zero",
+                key: "act_norms",
                 label: "Z",
                 bytes: 0,
             },
             ComponentBytes {
-                key: "y",
+                key: "act_attention",
                 label: "Y",
                 bytes: b,
             },
@@ -516,12 +444,21 @@ mod tests {
     }
 
     #[test]
-    fn every_component_has_a_group_and_a_short_label() {
-        for c in crate::model::Component::ALL {
-            assert!(!short_label(c.key()).is_empty(), "{}", c.key());
+    fn every_segment_key_finds_its_component_group_and_label() {
+        // Each component names its group and short label in an exhaustive match (a new one
+        // cannot compile without them); what can go wrong is the way back from a segment's key.
+        for c in Component::ALL.iter().chain(&Component::ABOVE_ALLOCATED) {
+            assert_eq!(Component::from_key(c.key()), Some(*c));
         }
-        assert_eq!(Group::of("optimizer_states"), Group::LoraOptimizer);
-        assert_eq!(Group::of(CUDA_CONTEXT), Group::CudaContext);
+        for c in Component::ALL {
+            assert_eq!(group_of(c.key()), Some(c.group()), "{}", c.key());
+            assert_eq!(short_label(c.key()), c.short_label());
+        }
+        assert_eq!(group_of("optimizer_states"), Some(Group::LoraOptimizer));
+        assert_eq!(group_of(CUDA_CONTEXT), Some(Group::CudaContext));
+        assert_eq!(group_of(ALLOCATOR_CACHE), Some(Group::AllocatorCache));
+        assert_eq!(group_of("no-such-segment"), None);
+        assert_eq!(short_label("no-such-segment"), "");
         let ticks = gib_ticks(80 << 30);
         assert_eq!(ticks.last().unwrap().1, "80");
         assert_eq!(ticks.len(), 5);

@@ -2,24 +2,25 @@
 //! first screen, loaded the first time the visitor opens a section ([`crate::web::bridge`]).
 //! It mounts into the page's `#sections-root`, holds its own copy of the state (from the page's
 //! link, kept in step through the bridge's events) and derives its own evaluation with the same
-//! [`crate::web::app::setup`] as the page.
+//! [`crate::web::setup::setup`] as the page.
 
 use leptos::prelude::*;
 
 use crate::formats::report::{gib, gib_signed};
 use crate::model::Target;
 use crate::planning::evaluate::{self, Axis, Evaluation};
-use crate::web::app::{
-    copy_to_clipboard, page_url_without_query, pct, read, reserve_state, setting_controls, setup,
-    status_words, without, Role, ZH_URL,
-};
 use crate::web::bridge;
 use crate::web::chart::{self, Group};
 use crate::web::controls::{flag, text, Toggle};
+use crate::web::controls::{pct, read, status_words};
 use crate::web::i18n::{tr, Lang};
 use crate::web::lang::{now, t, ts, tx};
 use crate::web::layout;
 use crate::web::link;
+use crate::web::setup::{
+    copy_to_clipboard, page_url_without_query, reserve_state, setting_controls, setup, without,
+    Role, ZH_URL,
+};
 use crate::web::state::{arch_of, UiState};
 
 /// Mounts the sections into the page's `#sections-root` with the state of its `data-query`
@@ -503,7 +504,7 @@ fn Tables(
                                 let (k1, k2) = (k.clone(), k.clone());
                                 view! {
                                     <tr>
-                                        <td><span class=format!("sw seg-{} g-{}", k.0.key(), Group::of(k.0.key()).key()) aria-hidden="true"></span>{t(k.0.label())}</td>
+                                        <td><span class=format!("sw seg-{} g-{}", k.0.key(), k.0.group().key()) aria-hidden="true"></span>{t(k.0.label())}</td>
                                         <td>{ts(k.1.clone())}</td>
                                         <td>
                                             <code>{text(move || term(&k1).map(|t| t.formula()).unwrap_or_default())}</code><br/>

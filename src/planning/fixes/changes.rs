@@ -1,0 +1,441 @@
+//! The candidate changes the advice searches: each one's typed id and kind, its words and cost
+//! weight, and the edit it makes to the settings.
+
+use serde::Serialize;
+
+use crate::model::{
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, Optimizer, Quant, Settings, Target,
+};
+
+/// The stable id of a change, of a combination (`combined`) and of the last resort
+/// (`shorter_seq`): JSON, `data-testid`s and tests name fixes by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FixId {
+    /// experts_implementation → grouped_mm.
+    GroupedMm,
+    /// output_router_logits=False.
+    NoRouterLogits,
+    /// No LoRA on the fused experts.
+    NoExpertLora,
+    /// Eager attention → sdpa.
+    Sdpa,
+    /// fp32 weights → 16-bit.
+    Bf16Weights,
+    /// lora_dropout → 0.
+    Dropout0,
+    /// 8-bit AdamW.
+    Adamw8bit,
+    /// Paged 8-bit AdamW.
+    Paged,
+    /// A fused cross-entropy.
+    FusedCe,
+    /// Gradient checkpointing.
+    GradCkpt,
+    /// A smaller micro-batch, more accumulation.
+    SmallerBatch,
+    /// QLoRA.
+    Qlora,
+    /// LoRA on q_proj and v_proj only.
+    FewerTargets,
+    /// The last resort: a shorter sequence.
+    ShorterSeq,
+    /// Several changes together.
+    Combined,
+}
+
+/// What a change edits; a combination takes at most one change of each kind (two optimizers,
+/// two weight formats, two micro-batches exclude each other).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChangeKind {
+    /// experts_implementation.
+    Experts,
+    /// The router's outputs.
+    Router,
+    /// LoRA on the experts.
+    ExpertLora,
+    /// The attention kernel.
+    Attention,
+    /// The base weights' format (16-bit, 4-bit).
+    Weights,
+    /// LoRA dropout.
+    Dropout,
+    /// The optimizer.
+    Optimizer,
+    /// The loss.
+    Loss,
+    /// Gradient checkpointing.
+    Checkpointing,
+    /// The micro-batch.
+    MicroBatch,
+    /// The adapted modules.
+    Targets,
+    /// The sequence length (the last resort) or several kinds at once (a combination).
+    Several,
+}
+
+impl FixId {
+    /// The id as JSON and `data-testid`s spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FixId::GroupedMm => "grouped_mm",
+            FixId::NoRouterLogits => "no_router_logits",
+            FixId::NoExpertLora => "no_expert_lora",
+            FixId::Sdpa => "sdpa",
+            FixId::Bf16Weights => "bf16_weights",
+            FixId::Dropout0 => "dropout0",
+            FixId::Adamw8bit => "adamw8bit",
+            FixId::Paged => "paged",
+            FixId::FusedCe => "fused_ce",
+            FixId::GradCkpt => "grad_ckpt",
+            FixId::SmallerBatch => "smaller_batch",
+            FixId::Qlora => "qlora",
+            FixId::FewerTargets => "fewer_targets",
+            FixId::ShorterSeq => "shorter_seq",
+            FixId::Combined => "combined",
+        }
+    }
+
+    /// What the change edits.
+    pub fn kind(self) -> ChangeKind {
+        match self {
+            FixId::GroupedMm => ChangeKind::Experts,
+            FixId::NoRouterLogits => ChangeKind::Router,
+            FixId::NoExpertLora => ChangeKind::ExpertLora,
+            FixId::Sdpa => ChangeKind::Attention,
+            FixId::Bf16Weights | FixId::Qlora => ChangeKind::Weights,
+            FixId::Dropout0 => ChangeKind::Dropout,
+            FixId::Adamw8bit | FixId::Paged => ChangeKind::Optimizer,
+            FixId::FusedCe => ChangeKind::Loss,
+            FixId::GradCkpt => ChangeKind::Checkpointing,
+            FixId::SmallerBatch => ChangeKind::MicroBatch,
+            FixId::FewerTargets => ChangeKind::Targets,
+            FixId::ShorterSeq | FixId::Combined => ChangeKind::Several,
+        }
+    }
+}
+
+impl std::fmt::Display for FixId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl PartialEq<&str> for FixId {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
+impl Serialize for FixId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// What one change edits in the settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Patch {
+    /// Eager attention → sdpa.
+    Sdpa,
+    /// fp32 base weights → this 16-bit dtype (autocast to it if none).
+    Weights16(Dtype),
+    /// LoRA dropout → 0.
+    Dropout0,
+    /// Another optimizer.
+    Optimizer(Optimizer),
+    /// Fused / chunked cross-entropy.
+    FusedCe,
+    /// Gradient checkpointing on.
+    GradCkpt,
+    /// This micro-batch (a divisor of the current one), accumulating more so the effective batch
+    /// stays the same.
+    MicroBatch(u64),
+    /// QLoRA: nf4 with double quantisation, this autocast dtype.
+    Qlora(Dtype),
+    /// Adapt only q_proj and v_proj.
+    QvOnly,
+    /// MoE: transformers' default grouped_mm experts.
+    GroupedMm,
+    /// MoE: no router logits / load-balancing loss.
+    NoRouterLogits,
+    /// MoE: no LoRA on the fused experts (attention and Linear layers only).
+    NoExpertLora,
+}
+
+impl Patch {
+    /// Applies the change.
+    pub fn apply(self, t: &mut Settings) {
+        match self {
+            Patch::Sdpa => t.attn_impl = AttnImpl::Sdpa,
+            Patch::Weights16(d) => {
+                t.dtype = d;
+                if t.autocast.is_none() {
+                    t.autocast = Some(d);
+                }
+            }
+            Patch::Dropout0 => t.lora_dropout = 0.0,
+            Patch::Optimizer(o) => t.optimizer = o,
+            Patch::FusedCe => t.fused_ce = true,
+            Patch::GradCkpt => t.grad_ckpt = true,
+            Patch::MicroBatch(b) => {
+                let b = b.clamp(1, t.batch);
+                t.grad_accum = t.grad_accum.saturating_mul(t.batch / b);
+                t.batch = b;
+            }
+            Patch::Qlora(d) => {
+                t.quant = Some(Quant::Nf4);
+                t.double_quant = true;
+                t.dtype = d;
+                t.autocast = Some(d);
+            }
+            Patch::QvOnly => t.targets = vec![Target::Q, Target::V],
+            Patch::GroupedMm => t.experts_impl = ExpertsImpl::GroupedMm,
+            Patch::NoRouterLogits => t.output_router_logits = false,
+            Patch::NoExpertLora => {
+                t.target_parameters.clear();
+                if t.targets.is_empty() {
+                    t.targets = vec![Target::Q, Target::K, Target::V, Target::O];
+                }
+            }
+        }
+    }
+}
+
+/// One candidate change. Changes of the same `kind` exclude each other (two optimizers, two
+/// weight formats, two micro-batches); a combination takes at most one of each kind.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// Stable id; its [`FixId::kind`] says what it changes.
+    pub id: FixId,
+    /// In the words of the training arguments.
+    pub title: String,
+    /// In a few words.
+    pub short: String,
+    /// What it costs, in words.
+    pub cost: String,
+    /// Cost weight, roughly "per cent slower, or a quality risk judged comparable": sdpa 1,
+    /// 16-bit weights 1, no dropout 2, 8-bit AdamW 2, fused cross-entropy 3, paged AdamW 4,
+    /// micro-batch 4 per halving, fewer targets 25, checkpointing 30, QLoRA 40.
+    pub weight: u32,
+    /// The edit.
+    pub patch: Patch,
+}
+
+impl Change {
+    /// What the change edits: changes of one kind exclude each other.
+    pub fn kind(&self) -> ChangeKind {
+        self.id.kind()
+    }
+
+    /// `s` with this change.
+    pub fn applied(&self, s: &Settings) -> Settings {
+        let mut t = s.clone();
+        self.patch.apply(&mut t);
+        t
+    }
+}
+
+/// Micro-batches offered below `batch`: the largest divisor at or under batch/2, batch/4, …, 1,
+/// so the effective batch (micro-batch × accumulation) stays exactly the same.
+pub fn micro_batches(batch: u64) -> Vec<u64> {
+    let mut out: Vec<u64> = vec![];
+    let mut cap = batch / 2;
+    while cap >= 1 {
+        if let Some(d) = (1..=cap).rev().find(|d| batch % d == 0) {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        cap /= 2;
+    }
+    out
+}
+
+fn halvings(from: u64, to: u64) -> u32 {
+    let mut n = 0;
+    let mut b = from;
+    while b > to {
+        b = b.div_ceil(2);
+        n += 1;
+    }
+    n
+}
+
+/// Every change the search may use for `s` (each applicable to `s`, none touching the sequence
+/// length), in cost order within each kind.
+pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
+    let mut out = vec![];
+    let low = if bf16_ok { Dtype::Bf16 } else { Dtype::Fp16 };
+    let mut push = |id, title: String, short: &str, cost: &str, weight, patch| {
+        out.push(Change {
+            id,
+            title,
+            short: short.into(),
+            cost: cost.into(),
+            weight,
+            patch,
+        })
+    };
+    if s.experts_layout == ExpertsLayout::Fused && s.experts_impl != ExpertsImpl::GroupedMm {
+        push(
+            FixId::GroupedMm,
+            format!(
+                "experts_implementation: {} → grouped_mm (transformers' default)",
+                s.experts_impl.name()
+            ),
+            "grouped_mm experts",
+            "none: one grouped matmul per projection over the tokens sorted by expert",
+            1,
+            Patch::GroupedMm,
+        );
+    }
+    if s.output_router_logits {
+        push(
+            FixId::NoRouterLogits,
+            "output_router_logits=False".into(),
+            "no router logits",
+            "no load-balancing loss: the routing may drift towards fewer experts",
+            10,
+            Patch::NoRouterLogits,
+        );
+    }
+    if !s.target_parameters.is_empty() {
+        push(
+            FixId::NoExpertLora,
+            "target_parameters: none (LoRA on attention and the Linear layers only)".into(),
+            "no expert LoRA",
+            "the experts are not adapted; each layer no longer keeps a W + B·A copy of its experts",
+            30,
+            Patch::NoExpertLora,
+        );
+    }
+    if s.attn_impl == AttnImpl::Eager {
+        push(
+            FixId::Sdpa,
+            "attn_implementation: eager → sdpa".into(),
+            "sdpa attention",
+            "none: same math, O(S) memory instead of O(S²), usually faster",
+            1,
+            Patch::Sdpa,
+        );
+    }
+    if s.dtype == Dtype::Fp32 && s.quant.is_none() {
+        push(
+            FixId::Bf16Weights,
+            format!(
+                "load the base model in {} (torch_dtype={}) instead of fp32",
+                low.name(),
+                if bf16_ok {
+                    "torch.bfloat16"
+                } else {
+                    "torch.float16"
+                }
+            ),
+            if bf16_ok { "bf16 weights" } else { "fp16 weights" },
+            "none for frozen weights under autocast: the copies autocast made were already low precision",
+            1,
+            Patch::Weights16(low),
+        );
+    }
+    if s.lora_dropout > 0.0 && !s.targets.is_empty() {
+        push(
+            FixId::Dropout0,
+            format!("lora_dropout {} → 0", s.lora_dropout),
+            "LoRA dropout 0",
+            "less regularisation; without dropout peft keeps no dropout output or mask per adapted module",
+            2,
+            Patch::Dropout0,
+        );
+    }
+    if matches!(
+        s.optimizer,
+        Optimizer::AdamwTorchFused
+            | Optimizer::AdamwTorchForeach
+            | Optimizer::AdamwTorch
+            | Optimizer::PagedAdamw32bit
+    ) {
+        push(
+            FixId::Adamw8bit,
+            format!("optim {} → adamw_8bit (bitsandbytes)", s.optimizer.name()),
+            "8-bit AdamW",
+            "states in 8 bits: indistinguishable loss curves in most LoRA runs",
+            2,
+            Patch::Optimizer(Optimizer::Adamw8bit),
+        );
+    }
+    if !matches!(
+        s.optimizer,
+        Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit | Optimizer::Sgd
+    ) {
+        push(
+            FixId::Paged,
+            format!("optim {} → paged_adamw_8bit", s.optimizer.name()),
+            "paged 8-bit AdamW",
+            "states in unified memory, evicted to CPU under pressure (slower when it pages)",
+            4,
+            Patch::Optimizer(Optimizer::PagedAdamw8bit),
+        );
+    }
+    if !s.fused_ce {
+        push(
+            FixId::FusedCe,
+            "use a fused / chunked cross-entropy (e.g. Liger's FusedLinearCrossEntropy)".into(),
+            "fused cross-entropy",
+            "an extra dependency; the [tokens × vocab] logits are never materialised",
+            3,
+            Patch::FusedCe,
+        );
+    }
+    if !s.grad_ckpt {
+        push(
+            FixId::GradCkpt,
+            "gradient_checkpointing=True".into(),
+            "gradient checkpointing",
+            "≈ +1 forward per step: about 30–35 % more compute",
+            30,
+            Patch::GradCkpt,
+        );
+    }
+    for b in micro_batches(s.batch) {
+        let accum = s.grad_accum.saturating_mul(s.batch / b);
+        out.push(Change {
+            id: FixId::SmallerBatch,
+            title: format!(
+                "per_device_train_batch_size {} → {b}, gradient_accumulation_steps {} → {accum}",
+                s.batch, s.grad_accum
+            ),
+            short: format!("micro-batch {b} × accumulation {accum}"),
+            cost: format!(
+                "same effective batch ({}); smaller matmuls use the GPU less efficiently",
+                s.batch.saturating_mul(s.grad_accum)
+            ),
+            weight: 4 * halvings(s.batch, b),
+            patch: Patch::MicroBatch(b),
+        });
+    }
+    if s.quant.is_none() {
+        out.push(Change {
+            id: FixId::Qlora,
+            title: format!(
+                "QLoRA: load_in_4bit (nf4, double quant), {} autocast",
+                low.name()
+            ),
+            short: "QLoRA (4-bit nf4)".into(),
+            cost: "≈ 20–40 % slower steps (dequantisation); small quality cost reported for nf4"
+                .into(),
+            weight: 40,
+            patch: Patch::Qlora(low),
+        });
+    }
+    if s.targets.len() > 2 && s.targets.contains(&Target::Q) && s.targets.contains(&Target::V) {
+        out.push(Change {
+            id: FixId::FewerTargets,
+            title: "target_modules: only q_proj, v_proj".into(),
+            short: "LoRA on q_proj, v_proj only".into(),
+            cost: "fewer adapted modules: usually slightly lower quality than all-linear".into(),
+            weight: 25,
+            patch: Patch::QvOnly,
+        });
+    }
+    out
+}
