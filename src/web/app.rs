@@ -8,20 +8,19 @@
 //! embed (`?embed=1`) keeps the hero and three sliders.
 
 use leptos::prelude::*;
-use wasm_bindgen::JsValue;
 
 use crate::formats::report::{gib, gib_signed};
-use crate::formats::{catalog, fields};
-use crate::model::{plan, Settings};
-use crate::planning::evaluate::{Axis, Evaluation, BATCH_SEARCH_MAX, SEQ_SEARCH_MAX};
-use crate::planning::{fit, verdict};
+use crate::planning::evaluate::Evaluation;
 use crate::web::chart::{self, Group};
-use crate::web::controls::{flag, text, FieldControl, SelectControl};
+use crate::web::controls::{flag, pct, read, status_words, text, SelectControl};
 use crate::web::i18n::{tr, Lang};
 use crate::web::lang::{now, t, ts, tx};
 use crate::web::layout;
 use crate::web::link;
-use crate::web::state::{arch_of, UiState};
+use crate::web::setup::{
+    page_url_without_query, reserve_state, setting_controls, setup, Role, ZH_URL,
+};
+use crate::web::state::UiState;
 
 /// Mounts the page (or, with `embed=1`, the embed) on `<body>`. Two mounts, not one view
 /// switching between them, so neither is type-erased (smaller wasm).
@@ -55,155 +54,6 @@ pub fn mount() {
         }
         show(link)
     });
-}
-
-/// The Chinese table, copied into the build (`data/zh.json`), fetched when first needed.
-pub(crate) const ZH_URL: &str = "./zh.json";
-
-pub(crate) fn page_url_without_query() -> String {
-    let loc = window().location();
-    let origin = loc.origin().unwrap_or_default();
-    let path = loc.pathname().unwrap_or_default();
-    format!("{origin}{path}")
-}
-
-pub(crate) fn copy_to_clipboard(text: &str) {
-    // Best effort: a blocked clipboard leaves the text visible in the field next to the button.
-    let _ = window().navigator().clipboard().write_text(text);
-}
-
-/// The controls of the named settings, in order (names from [`layout`]; a name missing from the
-/// table, which a native test rules out, is skipped). Controls that mean nothing for the current
-/// settings ([`layout::relevant`]) are hidden.
-pub(crate) fn setting_controls(
-    names: &'static [&'static str],
-    state: RwSignal<UiState>,
-    then: Option<fn(&mut Settings)>,
-) -> impl IntoView {
-    names
-        .iter()
-        .filter_map(|n| fields::by_name(n))
-        .map(move |field| {
-            let hidden = flag(move || state.with(|st| !layout::relevant(field.name, &st.settings)));
-            view! { <div class="cond" class:hidden=hidden><FieldControl field=field state=state then=then /></div> }
-        })
-        .collect_view()
-}
-
-/// The settings with one swept value fixed, so memos over them skip the work when only that
-/// value moves (the curve vs length does not change when the length does).
-pub(crate) fn without(st: &UiState, axis: Axis) -> UiState {
-    let mut k = st.clone();
-    k.embed = false;
-    match axis {
-        Axis::Seq => k.settings.seq = 1,
-        Axis::Batch => k.settings.batch = 1,
-    }
-    k
-}
-
-/// The state, the notices about its link, the evaluation and the link of the state.
-pub(crate) type Page = (
-    RwSignal<UiState>,
-    Vec<String>,
-    Memo<Result<Evaluation, String>>,
-    Memo<String>,
-    Memo<bool>,
-);
-
-/// Who holds a [`setup`]: the page (or the embed), which also owns the document — its title,
-/// `<html lang>`, the address bar — or the sections bundle beside it, which does not.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    Page,
-    Sections,
-}
-
-/// What the page, the embed and the sections hold: the state (from the link), the notices about
-/// the link, the evaluation, and the link of the state. The plan and verdict follow every change;
-/// each fit limit is keyed on the state without the value it sweeps, so a slider move re-plans
-/// once for the plan and once per bisection step of the other limit, not forty times.
-pub(crate) fn setup((initial, notices): (UiState, Vec<String>), role: Role) -> Page {
-    let state = RwSignal::new(initial);
-    // The language: the views below translate through it, and `<html lang>` follows it. Chinese
-    // once its table is in: switching to it fetches the table the first time (English until
-    // then; back to English if it cannot be fetched).
-    let zh_ready = RwSignal::new(crate::web::i18n::installed());
-    Effect::new(move |_| {
-        if state.with(|st| st.lang == Some(Lang::Zh)) && !zh_ready.get() {
-            leptos::task::spawn_local(async move {
-                match crate::web::lang::load_zh(ZH_URL).await {
-                    Ok(()) => zh_ready.set(true),
-                    Err(e) => {
-                        web_sys::console::warn_1(&e.into());
-                        state.update(|st| st.lang = Some(Lang::En));
-                    }
-                }
-            });
-        }
-    });
-    let lang = Memo::new(
-        move |_| match state.with(|st| st.lang.unwrap_or_default()) {
-            Lang::Zh if !zh_ready.get() => Lang::En,
-            l => l,
-        },
-    );
-    crate::web::lang::provide(lang);
-    if role == Role::Page {
-        Effect::new(move |_| {
-            let l = lang.get();
-            if let Some(root) = document().document_element() {
-                let _ = root.set_attribute("lang", l.html_tag());
-            }
-            document().set_title(&tr(l, "lorafit — LoRA / QLoRA GPU-memory planner"));
-        });
-    }
-    let limit = move |axis: Axis| {
-        let key = Memo::new(move |_| state.with(|st| without(st, axis)));
-        // Started from the previous answer: two plans per slider move when it does not change.
-        Memo::new(move |prev: Option<&Option<u64>>| {
-            key.with(|st| {
-                let a = arch_of(st).ok()?;
-                let cap = catalog::find_gpu(&st.gpu).ok()?.capacity_bytes();
-                let (batch, max) = match axis {
-                    Axis::Seq => (false, SEQ_SEARCH_MAX),
-                    Axis::Batch => (true, BATCH_SEARCH_MAX),
-                };
-                fit::max_near(
-                    &a,
-                    &st.settings,
-                    cap,
-                    batch,
-                    max,
-                    prev.copied().flatten(),
-                    fit::Fidelity::Quick,
-                )
-            })
-        })
-    };
-    let (max_seq, max_batch) = (limit(Axis::Seq), limit(Axis::Batch));
-    let eval = Memo::new(move |_| {
-        state.with(|st| {
-            let a = arch_of(st)?;
-            let g = catalog::find_gpu(&st.gpu)?;
-            let p = plan(&a, &st.settings).map_err(|e| e.to_string())?;
-            Ok(Evaluation {
-                verdict: verdict(&p, g.capacity_bytes()),
-                plan: p,
-                gpu_name: g.name.clone(),
-                max_batch: max_batch.get(),
-                max_seq: max_seq.get(),
-            })
-        })
-    });
-    // Reserved, nvidia-smi and the verdict settle on the allocator simulation once the state
-    // is still (web::settle).
-    let (eval, simulated) = crate::web::settle::settle_on(state, eval);
-    let query = Memo::new(move |_| state.with(link::encode));
-    if role == Role::Page {
-        sync_address_bar(query);
-    }
-    (state, notices, eval, query, simulated)
 }
 
 fn notice_list(notices: Vec<String>) -> impl IntoView {
@@ -396,29 +246,6 @@ fn LangSwitch(state: RwSignal<UiState>) -> impl IntoView {
     }
 }
 
-/// Keeps the address bar in sync (no history entries): reload and bookmarks restore the plan.
-/// replaceState costs about a millisecond, so slider drags update it at most every 200 ms.
-fn sync_address_bar(query: Memo<String>) {
-    let pending = StoredValue::new(false);
-    Effect::new(move |_| {
-        query.track();
-        if pending.get_value() {
-            return;
-        }
-        pending.set_value(true);
-        set_timeout(
-            move || {
-                pending.set_value(false);
-                let url = format!("?{}", query.get_untracked());
-                if let Ok(h) = window().history() {
-                    let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&url));
-                }
-            },
-            std::time::Duration::from_millis(200),
-        );
-    });
-}
-
 /// Model and GPU pickers and the settings changed most often ([`layout::ESSENTIAL`]).
 #[component]
 fn Essentials(state: RwSignal<UiState>) -> impl IntoView {
@@ -446,34 +273,12 @@ fn Essentials(state: RwSignal<UiState>) -> impl IntoView {
     }
 }
 
-/// Reads one value out of the current evaluation (a default while it is an error).
-pub(crate) fn read<T: Default>(
-    eval: Memo<Result<Evaluation, String>>,
-    f: impl Fn(&Evaluation) -> T,
-) -> T {
-    eval.with(|r| r.as_ref().map(&f).unwrap_or_default())
-}
-
 /// A text that follows the evaluation (empty while it is an error), in the page's language.
 fn shown(
     eval: Memo<Result<Evaluation, String>>,
     f: impl Fn(&Evaluation) -> String + Send + Sync + 'static,
 ) -> Signal<String> {
     tx(move || read(eval, &f))
-}
-
-pub(crate) fn status_words(s: &str) -> &'static str {
-    match s {
-        "fits" => "Fits",
-        "tight" => "Tight",
-        "oom" => "Out of memory",
-        _ => "",
-    }
-}
-
-/// A fraction as a CSS percentage.
-pub(crate) fn pct(f: f64) -> String {
-    format!("{:.3}%", (f * 100.0).clamp(0.0, 100.0))
 }
 
 /// GiB with two decimals, without the unit (labels inside the bar).
@@ -717,7 +522,7 @@ fn BreakdownBar(
             </div>
             <div class="track">
                 <For each=keys key=|k| *k let:key>
-                    <button type="button" class=format!("seg seg-{key} g-{}", Group::of(key).key()) data-testid=format!("{prefix}segment-{key}")
+                    <button type="button" class=format!("seg seg-{key} g-{}", chart::group_of(key).map_or("", |g| g.key())) data-testid=format!("{prefix}segment-{key}")
                         tabindex=if focused.is_some() { "0" } else { "-1" }
                         style:left=piece(key, |p| pct(p.start))
                         style:width=piece(key, |p| pct(p.size))
@@ -773,22 +578,5 @@ fn Legend(hero: Memo<Option<chart::Hero>>) -> impl IntoView {
                 }
             }).collect_view()}
         </ul>
-    }
-}
-
-/// `data-reserve` of the results: `quick` (the allowance, within a frame of a change),
-/// `simulated` (settled on PyTorch's caching allocator simulated), or `settled` (still, but the
-/// configuration has no allocation sequence to simulate — fused cross-entropy, transformers 4's
-/// per-expert layout — so the allowance stays).
-pub(crate) fn reserve_state(
-    settled: Memo<bool>,
-    eval: Memo<Result<Evaluation, String>>,
-) -> &'static str {
-    if !settled.get() {
-        "quick"
-    } else if read(eval, |e| e.plan.reserve_simulated) {
-        "simulated"
-    } else {
-        "settled"
     }
 }

@@ -8,6 +8,7 @@ use leptos::prelude::*;
 
 use crate::formats::fields::{Field, Kind};
 use crate::model::Settings;
+use crate::planning::evaluate::Evaluation;
 use crate::web::state::UiState;
 
 /// Text or an attribute that follows the state. Erased behind a `Signal`, so every such node
@@ -245,4 +246,26 @@ pub fn FieldControl(
             .collect_view()),
         _ => EitherOf5::E(()),
     }
+}
+
+/// Reads one value out of the current evaluation (a default while it is an error).
+pub(crate) fn read<T: Default>(
+    eval: Memo<Result<Evaluation, String>>,
+    f: impl Fn(&Evaluation) -> T,
+) -> T {
+    eval.with(|r| r.as_ref().map(&f).unwrap_or_default())
+}
+
+pub(crate) fn status_words(s: &str) -> &'static str {
+    match s {
+        "fits" => "Fits",
+        "tight" => "Tight",
+        "oom" => "Out of memory",
+        _ => "",
+    }
+}
+
+/// A fraction as a CSS percentage.
+pub(crate) fn pct(f: f64) -> String {
+    format!("{:.3}%", (f * 100.0).clamp(0.0, 100.0))
 }

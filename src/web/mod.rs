@@ -1,7 +1,8 @@
 //! The web page. [`state`] is the one value the page holds, [`link`] its query-string codec
 //! (links and embeds), [`layout`] which settings show where, [`i18n`] the page in English and
 //! 简体中文, [`chart`] the geometry of the bar and curve, [`analyse`] what the "Read a real run"
-//! panel's Web Worker runs (its own wasm); these are pure and tested natively. `app`, `controls` and `panels` are the Leptos
+//! panel's Web Worker runs (its own wasm); these are pure and tested natively. `setup` is what the page, the embed and the sections share (the state
+//! and its `Memo`s); `app` (the page and the embed), `controls` and `panels` are the Leptos
 //! components (wasm only); `sections` is the second wasm holding everything below the first
 //! screen, loaded when a section is opened, and `bridge` keeps it and the page on one state:
 //! controls write the state through the
@@ -39,5 +40,7 @@ pub mod panels;
 pub mod sections;
 #[cfg(target_arch = "wasm32")]
 pub mod settle;
+#[cfg(target_arch = "wasm32")]
+pub mod setup;
 #[cfg(target_arch = "wasm32")]
 pub mod worker;

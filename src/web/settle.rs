@@ -11,7 +11,7 @@ use leptos::prelude::*;
 
 use crate::planning::evaluate::Evaluation;
 use crate::planning::fit::Fidelity;
-use crate::web::app::read;
+use crate::web::controls::read;
 use crate::web::state::{evaluate_state, settle, UiState};
 
 /// How long the state must stay unchanged before the simulation runs.

@@ -112,10 +112,10 @@ fn the_model_names_no_web_or_gpu_crate() {
     }
 }
 
-/// The model's modules (`super::X` / `crate::model::X` imports) form no circle.
-#[test]
-fn the_model_has_no_import_circle() {
-    let dir = src().join("model");
+/// The modules of a part (`super::X` / `crate::PART::X` imports, `//` comments and unit tests
+/// left out) and the modules of the same part each one imports.
+fn module_graph(part: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let dir = src().join(part);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for path in rust_files(&dir) {
         let rel = path
@@ -135,10 +135,13 @@ fn the_model_has_no_import_circle() {
         }
         let text = std::fs::read_to_string(&path).unwrap();
         let deps = graph.entry(module.clone()).or_default();
-        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
-            for prefix in ["super::", "crate::model::"] {
-                let mut rest = line;
-                while let Some(i) = rest.find(prefix) {
+        // A file's unit tests (its `#[cfg(test)]` module, last by convention) may use what the
+        // module itself must not.
+        for line in text.lines().take_while(|l| l.trim() != "#[cfg(test)]") {
+            let code = line.split("//").next().unwrap_or("");
+            for prefix in ["super::".to_string(), format!("crate::{part}::")] {
+                let mut rest = code;
+                while let Some(i) = rest.find(&prefix) {
                     rest = &rest[i + prefix.len()..];
                     let dep: String = rest
                         .chars()
@@ -153,32 +156,78 @@ fn the_model_has_no_import_circle() {
             }
         }
     }
-    // Depth-first search for a back edge.
+    graph
+}
+
+/// The first import circle of a module graph, if any.
+fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<String> {
     fn visit(
         n: &str,
         g: &BTreeMap<String, BTreeSet<String>>,
         stack: &mut Vec<String>,
         done: &mut BTreeSet<String>,
-    ) {
+    ) -> Option<String> {
         if done.contains(n) {
-            return;
+            return None;
         }
         if let Some(i) = stack.iter().position(|s| s == n) {
-            panic!(
-                "import circle in src/model: {} -> {n}",
-                stack[i..].join(" -> ")
-            );
+            return Some(format!("{} -> {n}", stack[i..].join(" -> ")));
         }
         stack.push(n.to_string());
         for d in g.get(n).into_iter().flatten() {
-            visit(d, g, stack, done);
+            if let Some(c) = visit(d, g, stack, done) {
+                return Some(c);
+            }
         }
         stack.pop();
         done.insert(n.to_string());
+        None
     }
-    assert!(graph.len() >= 8, "model modules not found: {graph:?}");
     let mut done = BTreeSet::new();
-    for n in graph.keys() {
-        visit(n, &graph, &mut vec![], &mut done);
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut vec![], &mut done))
+}
+
+/// The model's modules and the page's modules each form no import circle (the page: its
+/// shared setup below the page, the panels and the sections; the leaf helpers below all).
+#[test]
+fn the_model_and_the_page_have_no_import_circle() {
+    for (part, at_least) in [("model", 8), ("web", 12)] {
+        let graph = module_graph(part);
+        assert!(graph.len() >= at_least, "{part} modules not found: {graph:?}");
+        if let Some(c) = circle(&graph) {
+            panic!("import circle in src/{part}: {c}");
+        }
+    }
+    // The check sees a circle where there is one.
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    g.entry("a".into()).or_default().insert("b".into());
+    g.entry("b".into()).or_default().insert("a".into());
+    assert_eq!(circle(&g).as_deref(), Some("a -> b -> a"));
+}
+
+/// Nothing imports the page (`web::app`) or the CLI: they are the crate's two faces, reached
+/// only from the binaries' entry point (`src/main.rs`).
+#[test]
+fn nothing_imports_the_page_or_the_cli() {
+    for path in rust_files(&src()) {
+        let rel = path.strip_prefix(src()).unwrap().to_string_lossy().to_string();
+        if rel == "main.rs" || rel.starts_with("cli/") || rel == "web/app.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or("");
+            let web_file = rel.starts_with("web/");
+            let imports_app = code.contains("crate::web::app")
+                || code.contains("lorafit::web::app")
+                || (web_file && (code.contains("super::app::") || code.contains("super::app;")));
+            let imports_cli = code.contains("crate::cli") || code.contains("lorafit::cli");
+            assert!(
+                !imports_app && !imports_cli,
+                "{rel} imports the page or the CLI: {line}"
+            );
+        }
     }
 }
