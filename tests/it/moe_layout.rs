@@ -73,9 +73,11 @@ fn per_expert_linears_are_quantized_like_any_linear() {
         .notes
         .iter()
         .any(|n| n.starts_with("transformers 4 layout")));
+    // No allocation sequence follows this layout, so even the simulated plan keeps the quick
+    // reserve (its allocated figure is the plan's by construction: not asserted).
     let sim = lorafit::model::plan_simulated(&a, &s).unwrap();
     assert!(!sim.reserve_simulated);
-    assert_eq!(sim.peak_allocated_bytes, p.peak_allocated_bytes);
+    assert!(sim.reserve_explanation.starts_with("quick estimate"));
 }
 
 #[test]

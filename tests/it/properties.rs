@@ -55,17 +55,18 @@ fn arb_model() -> impl Strategy<Value = Architecture> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
+    /// The breakdown covers the peak: every term's component is one the breakdown lists
+    /// (`Component::ALL`), so a term filed under a component the bar does not draw (the
+    /// allocator cache, the CUDA context) would leave the breakdown short of the peak. The other
+    /// orderings (terms add up to their moment, the peak is the highest moment and holds the
+    /// steady state, the quick reserve and nvidia-smi add a non-negative allowance) hold by
+    /// construction of `plan` and are not asserted; the simulated reserve against the planned
+    /// peak, which two different computations give, is below.
     #[test]
-    fn totals_add_up_and_bound_the_steady_state(a in arb_model(), s in arb_settings()) {
+    fn the_breakdown_covers_the_peak(a in arb_model(), s in arb_settings()) {
         let p = plan(&a, &s).expect("valid catalog config plans");
         let sum: u128 = p.breakdown.iter().map(|c| c.bytes).sum();
         prop_assert_eq!(sum, p.peak_allocated_bytes);
-        let terms: u128 = p.terms.iter().map(|t| t.bytes).sum();
-        prop_assert_eq!(terms, p.peak_allocated_bytes);
-        prop_assert!(p.peak_allocated_bytes >= p.steady_state_bytes);
-        prop_assert!(p.peak_reserved_bytes >= p.peak_allocated_bytes);
-        prop_assert!(p.nvidia_smi_bytes >= p.peak_reserved_bytes);
-        for ph in &p.phases { prop_assert!(ph.bytes <= p.peak_allocated_bytes); }
     }
 
     #[test]
@@ -101,6 +102,28 @@ proptest! {
         let s = Settings { batch: b, seq: t, lora_r: r, ..Settings::default() };
         if let Ok(p) = plan(&a, &s) {
             prop_assert!(p.peak_allocated_bytes > 0);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Reserved memory comes from the caching allocator replaying the step's allocation
+    /// sequence; allocated from the plan's terms. The allocator never reserves less than is
+    /// allocated, so a sequence that allocated less than the plan says would show here.
+    #[test]
+    fn the_simulated_reserve_holds_the_planned_peak(a in arb_model(), s in arb_settings()) {
+        let mut a = a;
+        // Depth only repeats the layer pattern; short steps keep the replay fast.
+        a.num_hidden_layers = a.num_hidden_layers.min(3);
+        let s = Settings { batch: s.batch.min(4), seq: s.seq.min(4096), ..s };
+        let p = lorafit::model::plan_simulated(&a, &s).expect("plans");
+        if p.reserve_simulated {
+            prop_assert!(
+                p.peak_reserved_bytes >= p.peak_allocated_bytes,
+                "{}: reserved {} < allocated {}", a.name, p.peak_reserved_bytes, p.peak_allocated_bytes
+            );
         }
     }
 }
