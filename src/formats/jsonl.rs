@@ -229,8 +229,8 @@ mod tests {
         assert!(plan_request(&json!(3)).is_err());
         // What the request held and the planner did not use is named.
         assert_eq!(out["ignored"], json!([]));
-        let dora = plan_request(&json!({"model": "llama2-7b", "settings": {"use_dora": true}, "gpu": "rtx4090", "colour": "red"})).unwrap();
-        assert_eq!(dora["ignored"], json!(["colour", "settings.use_dora"]));
+        let rs = plan_request(&json!({"model": "llama2-7b", "settings": {"use_rslora": true}, "gpu": "rtx4090", "colour": "red"})).unwrap();
+        assert_eq!(rs["ignored"], json!(["colour", "settings.use_rslora"]));
     }
 
     #[test]

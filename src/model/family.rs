@@ -401,4 +401,3 @@ impl Family {
         self.layout().gelu
     }
 }
-

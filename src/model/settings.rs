@@ -200,6 +200,10 @@ pub struct Settings {
     /// [tokens × vocab] logits.
     #[serde(default)]
     pub fused_ce: bool,
+    /// peft's DoRA (`use_dora=True`): not planned yet, so [`Settings::validate`] refuses it
+    /// rather than planning the step as plain LoRA.
+    #[serde(default)]
+    pub use_dora: bool,
     /// Multi-GPU layout (one GPU by default).
     #[serde(default)]
     pub parallel: super::parallel::Parallel,
@@ -265,6 +269,7 @@ impl Default for Settings {
             padded_mask: false,
             optimizer: Optimizer::AdamwTorchFused,
             fused_ce: false,
+            use_dora: false,
             parallel: Default::default(),
             alloc_conf: String::new(),
             cublas_workspace_config: String::new(),
@@ -311,6 +316,12 @@ impl Settings {
             return bad(
                 "lora_r",
                 format!("{} must be between 1 and {MAX_RANK}", self.lora_r),
+            );
+        }
+        if self.use_dora {
+            return bad(
+                "use_dora",
+                "DoRA is not planned yet (its magnitude vectors, the weight norm of W + BA in every forward and, with dropout, a copy of each adapted weight): a plan without it would be plain LoRA's, which needs less".into(),
             );
         }
         if !(0.0..1.0).contains(&self.lora_dropout) {

@@ -1,6 +1,7 @@
 //! Planning panels of the page: ranked fixes and myths, config.json import (paste, file, Hub),
 //! the length distribution (mid-training OOM) and config export. Logic lives in
-//! `advice`, `import`, `lengths` and `export`; these components only wire and format.
+//! [`crate::planning::fixes`], [`crate::formats::config_json`], [`crate::planning::lengths`] and
+//! [`crate::formats::export`]; these components only wire and format.
 
 use leptos::either::Either;
 use leptos::prelude::*;

@@ -195,7 +195,10 @@ fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<String> {
 fn the_model_and_the_page_have_no_import_circle() {
     for (part, at_least) in [("model", 8), ("web", 12)] {
         let graph = module_graph(part);
-        assert!(graph.len() >= at_least, "{part} modules not found: {graph:?}");
+        assert!(
+            graph.len() >= at_least,
+            "{part} modules not found: {graph:?}"
+        );
         if let Some(c) = circle(&graph) {
             panic!("import circle in src/{part}: {c}");
         }
@@ -212,7 +215,11 @@ fn the_model_and_the_page_have_no_import_circle() {
 #[test]
 fn nothing_imports_the_page_or_the_cli() {
     for path in rust_files(&src()) {
-        let rel = path.strip_prefix(src()).unwrap().to_string_lossy().to_string();
+        let rel = path
+            .strip_prefix(src())
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
         if rel == "main.rs" || rel.starts_with("cli/") || rel == "web/app.rs" {
             continue;
         }

@@ -126,12 +126,12 @@ fn bad_input_is_one_line_and_nonzero() {
 
 #[test]
 fn every_door_names_what_it_did_not_use() {
-    // An estimate line: unknown settings (a method lorafit does not plan yet), unknown members of
+    // An estimate line: unknown settings (rsLoRA, not a setting of the table), unknown members of
     // the line and of its model numbers are listed in `ignored`, and the line is still planned.
     let f = tmp(
         "ignored.jsonl",
         concat!(
-            r#"{"id": "dora", "model": "llama2-7b", "settings": {"batch": 1, "seq": 512, "use_dora": true, "lr": 1e-4}, "note": "x"}"#,
+            r#"{"id": "rslora", "model": "llama2-7b", "settings": {"batch": 1, "seq": 512, "use_rslora": true, "lr": 1e-4}, "note": "x"}"#,
             "\n",
             r#"{"id": "plain", "model": "llama2-7b", "settings": {"batch": 1, "seq": 512}}"#,
             "\n",
@@ -147,23 +147,54 @@ fn every_door_names_what_it_did_not_use() {
         .collect();
     assert_eq!(
         lines[0]["ignored"],
-        serde_json::json!(["note", "settings.lr", "settings.use_dora"])
+        serde_json::json!(["note", "settings.lr", "settings.use_rslora"])
     );
     assert_eq!(lines[1]["ignored"], serde_json::json!([]));
     assert_eq!(lines[2]["ignored"], serde_json::json!(["model.rope_theta"]));
-    // The unused keys change nothing: the DoRA line is planned as the plain one.
+    // The unused keys change nothing: the rsLoRA line is planned as the plain one (rsLoRA only
+    // scales the adapter's output).
     assert_eq!(
         lines[0]["peak_allocated_bytes"],
         lines[1]["peak_allocated_bytes"]
     );
-    // A value a known key cannot take is an error naming the key.
+    // A value a known key cannot take is an error naming the key; so is a method the model does
+    // not plan yet (DoRA), instead of a plan of plain LoRA.
     let f = tmp(
         "bad-value.jsonl",
-        r#"{"model": "llama2-7b", "settings": {"lora_dropout": "high"}}"#,
+        concat!(
+            r#"{"model": "llama2-7b", "settings": {"lora_dropout": "high"}}"#,
+            "\n",
+            r#"{"model": "llama2-7b", "settings": {"use_dora": true}}"#,
+            "\n",
+            r#"{"model": "llama2-7b", "settings": {"use_dora": false}}"#,
+            "\n",
+        ),
     );
     let (code, out, _) = cli(&["estimate", "--jsonl", &f]);
     assert_eq!(code, 1);
-    assert!(out.contains("lora_dropout"), "{out}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines[0]["error"].as_str().unwrap().contains("lora_dropout"),
+        "{out}"
+    );
+    assert!(
+        lines[1]["error"].as_str().unwrap().contains("use_dora"),
+        "{out}"
+    );
+    assert!(
+        lines[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("DoRA is not planned yet"),
+        "{out}"
+    );
+    assert!(lines[2]["peak_allocated_bytes"].as_u64().is_some(), "{out}");
+    let (code, _, err) = cli(&["plan", "--model", "llama2-7b", "--use-dora"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("use_dora"), "{err}");
 
     // The CLI: an option the command does not use, or a stray argument, is refused by name.
     for (args, needle) in [
