@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use lorafit::formats::catalog;
 use lorafit::model::allocator::AllocConf;
-use lorafit::model::steptrace::{generate, simulate};
+use lorafit::model::steptrace::{generate, periodic, simulate, Device};
 use lorafit::model::{plan, Settings};
 use lorafit::planning::evaluate;
 use lorafit::planning::evaluate::Axis;
@@ -56,6 +56,15 @@ fn main() {
             50,
             || {
                 black_box(generate(black_box(arch), black_box(st)).unwrap());
+            },
+        );
+        time(
+            &format!("steptrace::periodic::live_peak {name}"),
+            200,
+            || {
+                black_box(
+                    periodic::live_peak(black_box(arch), black_box(st), Device::Cuda).unwrap(),
+                );
             },
         );
         time(&format!("steptrace::simulate {name}"), 50, || {

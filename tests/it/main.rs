@@ -12,6 +12,7 @@ mod gpu;
 mod i18n;
 mod inspect;
 mod moe_layout;
+mod periodic;
 mod planning;
 mod properties;
 mod real_gpu;

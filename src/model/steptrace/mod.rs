@@ -12,6 +12,7 @@
 //!
 //! Pure: no I/O, no dependency.
 
+pub mod periodic;
 mod program;
 mod simulate;
 mod tape;
@@ -209,6 +210,8 @@ pub struct Label {
 pub struct Trace {
     /// Allocations and frees in order.
     pub events: Vec<Event>,
+    /// The decoder layer each event belongs to (`u32::MAX`: none), for [`periodic`].
+    pub event_tags: Vec<u32>,
     /// Label of each storage id.
     pub labels: Vec<Label>,
     /// `(first event index, step, phase)` at each phase change (step 0 = before training).

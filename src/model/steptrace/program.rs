@@ -2,7 +2,7 @@
 //! forward it names (which tensors it creates, in which order, and when its locals die); the
 //! derivative formulas and the engine's order live in [`super::tape`].
 
-use super::tape::{Edge, Mode, Op, Tape, G, X};
+use super::tape::{Edge, Mode, Op, Tape, G, NO_LAYER, X};
 use super::{Event, StepPhase, Trace, What};
 use crate::model::activations::Ctx;
 use crate::model::arch::{
@@ -133,6 +133,8 @@ impl<'c, 'a> Prog<'c, 'a> {
                 .any(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
         };
         for li in 0..a.num_hidden_layers {
+            // The layer's parameters belong to it (their optimizer states and updates too).
+            self.tp.exec = li as u32;
             let kind = a.layer_kind(li);
             let adapted = ctx.adapted_of(kind);
             let mut lins = vec![];
@@ -164,6 +166,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             self.layers.push(lins);
         }
+        self.tp.exec = NO_LAYER;
         self.param(h, aux, false, What::Weight);
         if !a.tie_word_embeddings {
             let head = self.param(v * h, aux, false, What::Weight);
@@ -322,6 +325,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn quant_state(&mut self) {
         let ctx = self.ctx;
         for li in 0..ctx.arch.num_hidden_layers {
+            self.tp.exec = li as u32;
             for l in ctx.arch.block_linears(ctx.arch.layer_kind(li)) {
                 let n = (l.in_features * l.out_features) as u64;
                 let blocks = n.div_ceil(64);
@@ -338,6 +342,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 }
             }
         }
+        self.tp.exec = NO_LAYER;
     }
 
     fn inputs(&mut self) -> (X, X, Option<X>) {
@@ -1387,6 +1392,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let mut hcur = emb;
         let saved_mode = self.tp.mode;
         for li in 0..self.layers.len() {
+            self.tp.exec = li as u32;
             if s.grad_ckpt {
                 self.tp.mode = Mode::Discard;
                 self.tp.layer = Some(li as u32);
@@ -1413,6 +1419,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.tp.mode = saved_mode;
             self.tp.layer = None;
             self.drop(hcur);
+            self.tp.exec = NO_LAYER;
             hcur = hn;
         }
         let fin = self.rmsnorm(hcur, h);
@@ -1606,6 +1613,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 // updates in place.
                 if first {
                     for x in &tr {
+                        self.tp.exec = self.tp.storage_tag(x.t);
                         for (n, es) in [(1, 4), (x.n, x.es), (x.n, x.es)] {
                             let t = self.t(n, es, What::OptState);
                             self.states.push(t.t);
@@ -1616,6 +1624,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             Optimizer::AdamwTorchForeach | Optimizer::AdamwTorch => {
                 if first {
                     for x in &tr {
+                        self.tp.exec = self.tp.storage_tag(x.t);
                         for _ in 0..2 {
                             let t = self.t(x.n, x.es, What::OptState);
                             self.states.push(t.t);
@@ -1627,7 +1636,10 @@ impl<'c, 'a> Prog<'c, 'a> {
                     // Python list) from its end.
                     let list: Vec<X> = tr
                         .iter()
-                        .map(|x| self.t(x.n, x.es, What::OptTemp))
+                        .map(|x| {
+                            self.tp.exec = self.tp.storage_tag(x.t);
+                            self.t(x.n, x.es, What::OptTemp)
+                        })
                         .collect();
                     for x in list.into_iter().rev() {
                         self.drop(x);
@@ -1637,6 +1649,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                     // parameter; the previous denom dies when the name is rebound.
                     let mut prev: Option<X> = None;
                     for x in &tr {
+                        self.tp.exec = self.tp.storage_tag(x.t);
                         let sq = self.t(x.n, x.es, What::OptTemp);
                         let d = self.t(x.n, x.es, What::OptTemp);
                         self.drop(sq);
@@ -1652,6 +1665,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             Optimizer::SgdMomentum => {
                 if first {
                     for x in &tr {
+                        self.tp.exec = self.tp.storage_tag(x.t);
                         let b = self.t(x.n, x.es, What::OptState);
                         self.states.push(b.t);
                     }
@@ -1660,6 +1674,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             Optimizer::Adamw8bit => {
                 if first {
                     for x in &tr {
+                        self.tp.exec = self.tp.storage_tag(x.t);
                         let n = x.n;
                         for (k, es) in [(n, 1), (n.div_ceil(256), 4), (n, 1), (n.div_ceil(256), 4)]
                         {
@@ -1672,6 +1687,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             Optimizer::Adafactor => self.adafactor(&tr, first),
             Optimizer::Sgd | Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit => {}
         }
+        self.tp.exec = NO_LAYER;
     }
 
     /// transformers' Adafactor (factored second moment, no first moment), parameter by parameter.
@@ -1681,6 +1697,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         let mut prev_update: Option<X> = None;
         for (i, x) in tr.iter().enumerate() {
+            self.tp.exec = self.tp.storage_tag(x.t);
             let p = self
                 .trainable
                 .get(i)
@@ -1798,6 +1815,7 @@ pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
     let _ = Event::Free { id: 0 };
     Trace {
         events: p.tp.events,
+        event_tags: p.tp.event_tags,
         labels: p.tp.labels,
         phases: p.phases,
         peak_live_bytes: peak,

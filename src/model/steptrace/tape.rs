@@ -20,6 +20,9 @@ use super::{Event, Label, What};
 /// A tensor storage.
 pub(super) type T = u32;
 
+/// The tag of an event outside every decoder layer ([`Tape::event_tags`]).
+pub(super) const NO_LAYER: u32 = u32::MAX;
+
 /// Where a tensor's gradient goes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) enum G {
@@ -167,6 +170,9 @@ pub(super) struct Node {
     buf2: Option<T>,
     /// Checkpointed layer this node belongs to.
     layer: Option<u32>,
+    /// Decoder layer whose forward recorded the node ([`NO_LAYER`] outside them): its backward's
+    /// events carry it.
+    tag: u32,
 }
 
 /// How forward ops treat the graph.
@@ -190,6 +196,15 @@ pub(super) struct Tape {
     pub mode: Mode,
     /// Layer whose ops are being recorded (for labels and checkpointing).
     pub layer: Option<u32>,
+    /// The decoder layer events belong to while `layer` is `None`: the layer of the backward
+    /// node running, or of the parameter the program is setting up or updating.
+    pub exec: u32,
+    /// Decoder layer each storage was made for ([`NO_LAYER`]: none).
+    storage_tags: Vec<u32>,
+    /// Decoder layer each event belongs to: the layer recording or running when it happened,
+    /// else (a free outside every layer) the layer its storage was made for. What
+    /// [`super::periodic`] aligns two runs of different depths by.
+    pub event_tags: Vec<u32>,
     /// Recomputation: the next original node to fill and the last one that needs it.
     re_next: usize,
     re_last: usize,
@@ -237,6 +252,9 @@ impl Tape {
             nodes: Vec::with_capacity(200 * l + 256),
             mode: Mode::Grad,
             layer: None,
+            exec: NO_LAYER,
+            storage_tags: Vec::with_capacity(1_200 * l + 2_048),
+            event_tags: Vec::with_capacity(2_400 * l + 4_096),
             re_next: 0,
             re_last: 0,
             re_locals: vec![],
@@ -286,8 +304,11 @@ impl Tape {
             what,
             layer: self.layer,
         });
+        let tag = self.layer.unwrap_or(self.exec);
+        self.storage_tags.push(tag);
         if !self.stopped {
             self.events.push(Event::Alloc { id: t, bytes });
+            self.event_tags.push(tag);
             self.live += bytes;
             self.peak_before = self.peak;
             self.peak = self.peak.max(self.live);
@@ -334,6 +355,12 @@ impl Tape {
         *r -= 1;
         if *r == 0 {
             self.events.push(Event::Free { id: t });
+            let now = self.layer.unwrap_or(self.exec);
+            self.event_tags.push(if now == NO_LAYER {
+                self.storage_tags[t as usize]
+            } else {
+                now
+            });
             self.live -= self.bytes[t as usize];
         }
     }
@@ -370,6 +397,7 @@ impl Tape {
                 if let Some(&Event::Alloc { id, bytes }) = self.events.last() {
                     if !saved.contains(&id) {
                         self.events.pop();
+                        self.event_tags.pop();
                         self.live -= bytes;
                         self.peak = self.peak_before;
                         self.refs[id as usize] = 0;
@@ -421,6 +449,7 @@ impl Tape {
             buf: None,
             buf2: None,
             layer: if keep { None } else { self.layer },
+            tag: self.layer.unwrap_or(self.exec),
         });
         G::Node(idx as u32)
     }
@@ -522,7 +551,17 @@ impl Tape {
     /// Runs node `i`'s backward.
     pub fn run(&mut self, i: usize) {
         let unpacked = self.nodes[i].layer.is_some();
+        let outer = std::mem::replace(&mut self.exec, self.nodes[i].tag);
         self.run_node(i, unpacked);
+        self.exec = outer;
+    }
+
+    /// The decoder layer storage `t` was made for.
+    pub fn storage_tag(&self, t: T) -> u32 {
+        self.storage_tags
+            .get(t as usize)
+            .copied()
+            .unwrap_or(NO_LAYER)
     }
 
     fn run_node(&mut self, i: usize, unpacked: bool) {
@@ -541,6 +580,7 @@ impl Tape {
                 buf: None,
                 buf2: None,
                 layer: None,
+                tag: NO_LAYER,
             },
         );
         let edges = node.edges;

@@ -909,6 +909,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         let mut tpe = self.t(e, 4, W);
         let mut rps = self.t(e, 4, W);
         for &lg in logits {
+            // Each layer's share of the loss belongs to that layer.
+            self.tp.exec = self.tp.storage_tag(lg.t);
             let sm = self.softmax(lg);
             let (vals, idx) = self.topk(sm, k);
             self.drop(vals);
@@ -930,6 +932,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(idx);
             self.drop(sm);
         }
+        self.tp.exec = crate::model::steptrace::tape::NO_LAYER;
         let per_expert = self.t(e, 4, W);
         self.drop(tpe);
         let probs = self.mul_const(rps, W);
