@@ -102,7 +102,11 @@ fn read_request(obj: &Map<String, Value>, extra: &[&str]) -> Result<Request, Str
         ),
         (Err(e), None) => return Err(e),
     };
-    let mut given = obj.get("settings").cloned().unwrap_or_else(|| json!({}));
+    // `"settings": null` says none were given, like no member at all.
+    let mut given = match obj.get("settings") {
+        None | Some(Value::Null) => json!({}),
+        Some(v) => v.clone(),
+    };
     let software = obj.get("software");
     let used = published_names(&mut given);
     let read_version = layout_from_software(&mut given, software);
@@ -183,6 +187,9 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
                 serde_json::to_value(v).map_err(|e| e.to_string())?,
             );
         }
+        if !r.id.is_null() {
+            m.insert("id".into(), r.id.clone());
+        }
         m.insert("ignored".into(), json!(r.ignored));
     }
     Ok(out)
@@ -231,6 +238,17 @@ mod tests {
         assert_eq!(out["ignored"], json!([]));
         let rs = plan_request(&json!({"model": "llama2-7b", "settings": {"use_rslora": true}, "gpu": "rtx4090", "colour": "red"})).unwrap();
         assert_eq!(rs["ignored"], json!(["colour", "settings.use_rslora"]));
+        // An id comes back as given; null settings are no settings.
+        let with_id =
+            plan_request(&json!({"id": 7, "model": "llama2-7b", "settings": null})).unwrap();
+        assert_eq!(with_id["id"], 7);
+        let (_, plain) = output_line(r#"{"model": "llama2-7b"}"#);
+        let plain: Value = serde_json::from_str(&plain).unwrap();
+        assert_eq!(
+            with_id["peak_allocated_bytes"],
+            plain["peak_allocated_bytes"]
+        );
+        assert_eq!(with_id["ignored"], json!([]));
     }
 
     #[test]
