@@ -263,7 +263,11 @@ fn moe_config(cfg: &Value, family: Family) -> Result<MoeConfig, String> {
         }
     };
     let per_tok = first_positive(cfg, &["num_experts_per_tok", "experts_per_token"])?;
-    if per_tok.is_none() && family == Family::DeepseekV2 {
+    let needs_per_tok = family
+        .layout()
+        .moe
+        .is_some_and(|m| m.default_experts_per_tok.is_none());
+    if per_tok.is_none() && needs_per_tok {
         return Err(
             "config.json has no \"num_experts_per_tok\" (DeepSeek's config class has no default)"
                 .into(),

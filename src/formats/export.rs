@@ -2,8 +2,8 @@
 //! LLaMA-Factory and axolotl (YAML). Every value comes from the plan's settings.
 
 use crate::model::{
-    Architecture, AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, Family, Optimizer, Quant,
-    SavedModule, Settings, Target,
+    Architecture, AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, Optimizer, Quant, SavedModule,
+    Settings, Target,
 };
 
 /// Export formats.
@@ -49,7 +49,7 @@ const PER_EXPERT_NOTE: &str = "# planned for transformers 4 (pip install \"trans
 /// What an MoE run needs that the YAML formats have no key for, as comment lines.
 fn moe_comments(arch: &Architecture, s: &Settings) -> String {
     let mut out = String::new();
-    if arch.family == Family::GptOss {
+    if arch.moe_layout().is_some_and(|m| m.mxfp4_checkpoint) {
         out.push_str("# gpt-oss: load with quantization_config=Mxfp4Config(dequantize=True) (MXFP4 experts cannot be trained; dequantized to bf16)\n");
     }
     let tp = expert_params(arch, s);
@@ -148,7 +148,7 @@ pub fn export(
 }
 
 fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
-    let gpt_oss = arch.family == Family::GptOss;
+    let gpt_oss = arch.moe_layout().is_some_and(|m| m.mxfp4_checkpoint);
     let mut out = String::from("import torch\nfrom peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n");
     if gpt_oss {
         out.push_str("from transformers import Mxfp4Config\n");

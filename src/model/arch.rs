@@ -387,37 +387,26 @@ impl Architecture {
 
     /// Routed experts per MoE layer (the config class's default when config.json omits it).
     pub fn num_experts(&self) -> u128 {
-        let default = match self.family {
-            Family::Mixtral => 8,
-            Family::Qwen3Moe => 128,
-            Family::Olmoe | Family::DeepseekV2 => 64,
-            Family::GptOss => 128,
-            _ => 0,
-        };
+        let default = self.moe_layout().map_or(0, |m| m.default_experts);
         self.moe.num_experts.unwrap_or(default) as u128
     }
 
     /// Experts per token (top-k; DeepSeek's config class has no default).
     pub fn experts_per_tok(&self) -> u128 {
-        let default = match self.family {
-            Family::Mixtral => 2,
-            Family::Qwen3Moe | Family::Olmoe => 8,
-            Family::GptOss => 4,
-            _ => 0,
-        };
+        let default = self
+            .moe_layout()
+            .and_then(|m| m.default_experts_per_tok)
+            .unwrap_or(0);
         self.moe.num_experts_per_tok.unwrap_or(default) as u128
     }
 
     /// Width of one routed expert (`moe_intermediate_size` or `intermediate_size` by family).
     pub fn expert_width(&self) -> u128 {
         match self.moe_layout() {
-            Some(m) if m.moe_width => {
-                let default = match self.family {
-                    Family::DeepseekV2 => 1407,
-                    _ => 768,
-                };
-                self.moe.moe_intermediate_size.unwrap_or(default) as u128
-            }
+            Some(m) if m.moe_width => self
+                .moe
+                .moe_intermediate_size
+                .unwrap_or(m.default_moe_width) as u128,
             _ => self.intermediate_size as u128,
         }
     }

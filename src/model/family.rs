@@ -228,6 +228,18 @@ pub struct MoeLayout {
     pub shared_experts: bool,
     /// Which layers stay dense.
     pub dense: DenseLayers,
+    /// The config class's defaults where config.json omits a number: routed experts, experts
+    /// per token (`None`: the class has none, so config.json must give it — DeepSeek), and the
+    /// expert width of families with `moe_width`.
+    pub default_experts: u64,
+    /// See `default_experts`.
+    pub default_experts_per_tok: Option<u64>,
+    /// See `default_experts`.
+    pub default_moe_width: u64,
+    /// The Hub's checkpoints hold the experts in MXFP4, which transformers cannot train: they are
+    /// loaded dequantized to bf16 (`Mxfp4Config(dequantize=True)`), and every transformers
+    /// release stores them as fused 3-D parameters (gpt-oss).
+    pub mxfp4_checkpoint: bool,
 }
 
 /// Whether the top-k routing weights are renormalised to sum to one.
@@ -276,6 +288,10 @@ impl Family {
             router_first: true,
             shared_experts: false,
             dense: DenseLayers::None,
+            default_experts: 64,
+            default_experts_per_tok: Some(8),
+            default_moe_width: 768,
+            mxfp4_checkpoint: false,
         };
         let gemma = FamilyLayout {
             norms_per_layer: 4,
@@ -326,6 +342,8 @@ impl Family {
                 moe: Some(MoeLayout {
                     fp32_routing: true,
                     renorm: Renorm::Always,
+                    default_experts: 8,
+                    default_experts_per_tok: Some(2),
                     ..moe
                 }),
                 ..base
@@ -338,6 +356,7 @@ impl Family {
                     moe_width: true,
                     router_first: false,
                     dense: DenseLayers::SparseStep,
+                    default_experts: 128,
                     ..moe
                 }),
                 ..base
@@ -358,6 +377,8 @@ impl Family {
                     renorm: Renorm::Never,
                     shared_experts: true,
                     dense: DenseLayers::FirstK,
+                    default_experts_per_tok: None,
+                    default_moe_width: 1407,
                     ..moe
                 }),
                 ..base
@@ -379,6 +400,9 @@ impl Family {
                     softmax_after_topk: true,
                     clamped_glu: true,
                     transposed_experts: true,
+                    default_experts: 128,
+                    default_experts_per_tok: Some(4),
+                    mxfp4_checkpoint: true,
                     ..moe
                 }),
                 ..base

@@ -540,9 +540,25 @@ fn expandable_segments_is_measured_by_the_allocator_simulation() {
     );
     let set = Settings {
         alloc_conf: f.alloc_conf.clone(),
-        ..s
+        ..s.clone()
     };
     assert!(lorafit::planning::fixes::allocator_fix(&a, &set, 80 << 30).is_none());
+    // The setting is read as PyTorch reads it, not matched as text: spaces do not hide it, an
+    // explicit False is replaced rather than contradicted, and other options stay.
+    let spaced = Settings {
+        alloc_conf: "max_split_size_mb:512, expandable_segments:True".into(),
+        ..s.clone()
+    };
+    assert!(lorafit::planning::fixes::allocator_fix(&a, &spaced, 80 << 30).is_none());
+    let off = Settings {
+        alloc_conf: "expandable_segments:False,garbage_collection_threshold:0.6".into(),
+        ..s
+    };
+    let g = lorafit::planning::fixes::allocator_fix(&a, &off, 80 << 30).expect("offered");
+    assert_eq!(
+        g.alloc_conf,
+        "garbage_collection_threshold:0.6,expandable_segments:True"
+    );
 }
 
 /// A real run's overhead kept as a calibration: its own component, in every phase, in the

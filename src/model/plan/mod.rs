@@ -137,7 +137,7 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     }
     if arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert {
         use super::arch::Target;
-        let why = if arch.family == super::arch::Family::GptOss {
+        let why = if arch.moe_layout().is_some_and(|m| m.mxfp4_checkpoint) {
             Some("gpt-oss's experts are fused 3-D parameters in every transformers release: plan the fused layout".to_string())
         } else if !s.target_parameters.is_empty() {
             Some("target_parameters adapts fused 3-D expert parameters, which transformers 4's per-expert layout does not have: use the fused layout, or leave target_parameters empty".to_string())
@@ -281,17 +281,17 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         return out;
     };
     let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
-    if arch.family == super::arch::Family::GptOss {
+    if m.mxfp4_checkpoint {
         out.push(
             "gpt-oss ships its experts in MXFP4, which transformers 5.24 cannot train (Mxfp4HfQuantizer.is_trainable is False, Trainer refuses the model): load it with Mxfp4Config(dequantize=True), which turns the experts into bf16 — planned as such"
                 .into(),
         );
-        if s.attn_impl == AttnImpl::Sdpa {
-            out.push(
-                "gpt-oss has no sdpa support in transformers 5.24 (_supports_sdpa = False): its eager attention with sinks is planned"
-                    .into(),
-            );
-        }
+    }
+    if !arch.family.layout().sdpa && s.attn_impl == AttnImpl::Sdpa {
+        out.push(
+            "gpt-oss has no sdpa support in transformers 5.24 (_supports_sdpa = False): its eager attention with sinks is planned"
+                .into(),
+        );
     }
     if s.experts_layout == super::settings::ExpertsLayout::PerExpert {
         out.push(

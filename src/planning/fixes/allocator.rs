@@ -29,15 +29,20 @@ pub struct AllocatorFix {
 /// The expandable-segments fix, when it is not set already, the plan can be simulated and the
 /// simulation says it reserves less.
 pub fn allocator_fix(arch: &Architecture, s: &Settings, capacity: u128) -> Option<AllocatorFix> {
-    if s.alloc_conf.contains("expandable_segments:True") {
+    // Read as PyTorch reads it (a setting it cannot read gets no fix: the plan says why).
+    if s.allocator_conf().ok()?.expandable_segments {
         return None;
     }
     let before = crate::model::plan_simulated(arch, s).ok()?;
-    let conf = if s.alloc_conf.is_empty() {
-        "expandable_segments:True".to_string()
-    } else {
-        format!("{},expandable_segments:True", s.alloc_conf)
-    };
+    // The other options as given, with expandable segments on in place of any value it had.
+    let mut items: Vec<&str> = s
+        .alloc_conf
+        .split(',')
+        .map(str::trim)
+        .filter(|i| !i.is_empty() && !i.starts_with("expandable_segments"))
+        .collect();
+    items.push("expandable_segments:True");
+    let conf = items.join(",");
     let t = Settings {
         alloc_conf: conf.clone(),
         ..s.clone()
