@@ -238,3 +238,58 @@ fn nothing_imports_the_page_or_the_cli() {
         }
     }
 }
+
+/// ARCHITECTURE.md names only files and folders that exist: every backticked `….rs` is the end
+/// of a path in the repository, every backticked `name/` a folder in it (it once cited modules
+/// long gone).
+#[test]
+fn architecture_md_cites_only_files_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let mut files: Vec<String> = vec![];
+    let mut dirs: Vec<String> = vec![];
+    for top in ["src", "tests", "benches", "examples"] {
+        let mut stack = vec![root.join(top)];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().to_string();
+                if p.is_dir() {
+                    dirs.push(format!("{rel}/"));
+                    stack.push(p);
+                } else {
+                    files.push(rel);
+                }
+            }
+        }
+    }
+    files.push("build.rs".into());
+    let mut cited = 0;
+    for (i, part) in doc.split('`').enumerate() {
+        // Odd parts are inside backticks.
+        // Build and test outputs (`dist/…`, `test-artifacts/`) are not in the repository.
+        if i % 2 == 0
+            || part.contains(' ')
+            || part.contains("::")
+            || part.starts_with("dist/")
+            || part == "test-artifacts/"
+        {
+            continue;
+        }
+        let ends = |path: &str| path == part || path.ends_with(&format!("/{part}"));
+        if part.ends_with(".rs") {
+            cited += 1;
+            assert!(
+                files.iter().any(|f| ends(f)),
+                "ARCHITECTURE.md cites `{part}`, which does not exist"
+            );
+        } else if part.ends_with('/') && part.len() > 1 && !part.starts_with('/') {
+            cited += 1;
+            assert!(
+                dirs.iter().any(|d| ends(d)),
+                "ARCHITECTURE.md cites `{part}`, which does not exist"
+            );
+        }
+    }
+    assert!(cited > 50, "only {cited} paths found in ARCHITECTURE.md");
+}
