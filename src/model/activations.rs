@@ -440,9 +440,16 @@ fn attention_terms(l: &Layer, out: &mut Vec<Term>) {
             by(ad),
         ],
     ));
-    if a.family.layout().fused_projections && !expand {
-        // A fused qkv_proj (Phi-3): q, k, v are sliced out of one output: the saved v is a view, so the whole
-        // fused output stays alive (its q and k parts on top of the rotated copies counted above).
+    // A fused qkv_proj (Phi-3): q, k, v are sliced out of one output. Where the kernel saves v
+    // as that view, the whole fused output stays alive (its q and k parts on top of the rotated
+    // copies counted above); repeat_kv's copy (GQA with a mask or eager) or the copy eager's
+    // matmul makes of v for more than one row (`v.reshape(batch × heads, …)`) frees it.
+    let rep = heads / (a.kv_heads() as u128).max(1);
+    let v_is_view = match ctx.s.attn_impl {
+        AttnImpl::Eager => rep == 1 && (b == 1 || heads == 1),
+        AttnImpl::Sdpa | AttnImpl::FlashAttention2 => !(ctx.s.padded_mask && rep > 1),
+    };
+    if a.family.layout().fused_projections && v_is_view {
         out.push(Term::product(
             Component::ActAttention,
             "rest of the fused qkv output kept alive by the v view",
@@ -451,6 +458,21 @@ fn attention_terms(l: &Layer, out: &mut Vec<Term>) {
                 tok(ctx),
                 f("(q_dim + kv_dim)", qd + kvd),
                 by(ctx.module_out),
+            ],
+        ));
+    }
+    if ctx.s.padded_mask && ctx.s.attn_impl == AttnImpl::Sdpa {
+        // sdpa takes the boolean 4-D mask as an additive bias in the attention dtype, made in
+        // every layer and saved by the kernel (measured: tests/data/reference/crosscheck).
+        out.push(Term::product(
+            Component::ActAttention,
+            "attention mask as an additive bias, one per layer (saved by sdpa)",
+            &[
+                layers.clone(),
+                f("batch", b),
+                f("seq", t),
+                f("seq", t),
+                by(ad),
             ],
         ));
     }
@@ -789,7 +811,7 @@ fn rotary_term(ctx: &Ctx) -> Term {
 /// Saved tensors outside the decoder layers that live through forward and backward.
 pub fn global_terms(ctx: &Ctx) -> Vec<Term> {
     let a = ctx.arch;
-    let (b, t, h) = (ctx.s.batch as u128, ctx.s.seq as u128, ctx.h());
+    let h = ctx.h();
     let mut out = vec![
         Term::product(
             Component::ActEmbeddings,
@@ -803,11 +825,11 @@ pub fn global_terms(ctx: &Ctx) -> Vec<Term> {
             &[tok(ctx), f("(hidden + 1)", h + 1), bytes_of(4)],
         ),
     ];
-    if ctx.s.padded_mask && ctx.s.attn_impl == AttnImpl::Sdpa {
+    if ctx.s.padded_mask {
         out.push(Term::product(
-            Component::ActAttention,
-            "explicit 4-D attention mask (shared by all layers)",
-            &[f("batch", b), f("seq", t), f("seq", t), by(ctx.attn)],
+            Component::ActEmbeddings,
+            "attention_mask (int64)",
+            &[tok(ctx), bytes_of(8)],
         ));
     }
     if let Some(ac) = ctx.s.autocast {

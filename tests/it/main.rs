@@ -5,6 +5,7 @@ mod allocator;
 mod architecture;
 mod catalog;
 mod cli;
+mod crosscheck;
 mod distributed;
 mod fuzz;
 #[cfg(feature = "gpu")]

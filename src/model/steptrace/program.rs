@@ -1015,14 +1015,27 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(masked);
         self.drop(sm);
         let on = v.n * rep;
+        // matmul(p, v) runs as a bmm over v.reshape(batch × heads, seq, head_dim): v is the
+        // (b, s, h, d) projection seen as (b, h, s, d), which merges into one batch dimension
+        // only when the batch is 1, so with several rows reshape copies it and the bmm keeps the
+        // copy, not the view (with GQA, repeat_kv's output is already contiguous).
+        let vb = if rep == 1 && b > 1 && heads > 1 {
+            let mut c = self.t(vv.n, vv.es, What::Attention);
+            c.g = self.tp.node(Op::Pass, vv.n, vv.es, &[Self::edge(&vv)], &[]);
+            c
+        } else {
+            self.tp.keep_local(vv.t);
+            vv
+        };
         let mut o = self.t(on, es, What::Attention);
         o.g = self.tp.node(
             Op::Bmm,
             on,
             es,
-            &[Self::edge(&p), Self::edge(&vv)],
-            &[vv.t, p.t],
+            &[Self::edge(&p), Self::edge(&vb)],
+            &[vb.t, p.t],
         );
+        self.drop(vb);
         // transpose(1, 2).contiguous()
         let mut c = self.t(on, es, What::Attention);
         c.g = self.tp.node(Op::Pass, on, es, &[Self::edge(&o)], &[]);

@@ -170,4 +170,6 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("eager softmax backward: fp32 softmax + fp32 gradient + its output + CUDA's grad × output temporary + softcap tanh (O(S²))", "eager softmax 反向：fp32 softmax + fp32 梯度 + 其输出 + CUDA 的 grad × output 临时张量 + softcap tanh（O(S²)）"),
     ("gradients in flight: residual stream + v's (repeated to all heads)", "传递中的梯度：残差流 + v 的梯度（已复制到所有头）"),
     ("causal mask kept by the checkpoints", "检查点保留的因果掩码"),
+    ("attention mask as an additive bias, one per layer (saved by sdpa)", "注意力掩码转成的加性偏置，每层一份（sdpa 保存）"),
+    ("attention_mask (int64)", "attention_mask（int64）"),
 ];

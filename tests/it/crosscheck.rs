@@ -1,0 +1,44 @@
+//! Steps measured where the plan's terms and the step program disagreed (2–6 % at full depth on
+//! catalog configurations, `tests/data/reference/crosscheck/`): both are held to each
+//! measurement, so the two models cannot drift apart unseen where one of them is wrong.
+
+use lorafit::formats::catalog::resolve_model;
+use lorafit::model::plan;
+use lorafit::model::steptrace::{generate_on, Device};
+use serde_json::Value;
+
+/// The step program's one known gap on these cases: with 4-bit weights and checkpointing, the
+/// recomputation of Gemma 3's sliding-window layers leaves their attention's saved tensors
+/// alive after the layer's backward (the terms have it right, −0.04 %).
+const PROGRAM_GAPS: &[(&str, f64)] = &[("gemma3-1b_bf16+nf4_s1024_b2_sdpa_gc", 5.0)];
+
+#[test]
+fn the_plan_and_the_step_program_meet_each_crosscheck_measurement() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/reference/crosscheck/cases.jsonl"
+    ))
+    .expect("crosscheck cases");
+    let mut n = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).expect("JSON");
+        let id = v["id"].as_str().expect("id");
+        let a = resolve_model(&v["model"]).expect("model").value;
+        let s = crate::harness_settings(&v["settings"]);
+        let measured = v["result"]["peak_bytes"].as_u64().expect("peak_bytes");
+        let pct = |x: u128| (x as f64 - measured as f64) / measured as f64 * 100.0;
+        let planned = pct(plan(&a, &s).expect("plans").peak_allocated_bytes);
+        let program = pct(generate_on(&a, &s, Device::Emulated)
+            .expect("generates")
+            .peak_live_bytes as u128);
+        println!("{id:<48} plan {planned:+.3} %, step program {program:+.3} %");
+        assert!(planned.abs() <= 1.5, "{id}: plan {planned:+.3} %");
+        let allowed = PROGRAM_GAPS.iter().find(|g| g.0 == id).map_or(1.0, |g| g.1);
+        assert!(
+            program.abs() <= allowed,
+            "{id}: step program {program:+.3} %"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 9);
+}
