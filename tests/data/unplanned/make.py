@@ -4,7 +4,7 @@ planned" tests: the recorded allocation sequence of the reference case
 qwen2.5-0.5b_bf16_s2048_b4_r16_all-linear_do0.05_sdpa_gc (tests/data/reference/allocator) with one
 change, an fp32 copy of the logits made right after lm_head in every forward and kept until the
 optimizer step — what older transformers versions did (`logits = logits.float()` in forward) —
-replayed through PyTorch's own caching allocator with memory history on (the workplace harness's
+replayed through PyTorch's own caching allocator with memory history on (the harness's
 snapshot.py, torch 2.15 on its emulated device). Run from this folder with the harness's python:
     python make.py ~/lorafit-truth
 It writes logits-fp32.pickle.gz, logits-fp32.summary.txt and expected.json."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""(lorafit's copy of the workplace harness's probe: the autocast lookup fixed for runs without
+"""(lorafit's copy of the probe of the harness in ../shared/truth: the autocast lookup fixed for runs without
 autocast, and PROBE_EMPTY_CACHE=1 to empty the cache after loading.)
 
 Real-GPU probe: the same LoRA / QLoRA training steps as measure.py, run for real on a CUDA GPU,
@@ -12,7 +12,7 @@ One JSON line per configuration: torch.cuda.max_memory_allocated() / max_memory_
 training steps (peak at step 2), memory_stats() peaks, nvidia-smi's used memory for this process's
 GPU at the end (NVML), the CUDA context's share (used memory before the first tensor), versions and
 the step times. Each configuration runs in a fresh subprocess so every run starts from an empty
-allocator and context. Keep the whole list under the time a lent machine allows (~1 min per 7B run)."""
+allocator and context. Keep the whole list short: about 1 min per 7B run."""
 import json, os, subprocess, sys, time
 
 DEFAULT = [
