@@ -140,6 +140,26 @@ impl<'a> Ctx<'a> {
 
     /// Whether the attention kernel is the memory-efficient one (fp32 inputs or an explicit mask):
     /// it pads the logsumexp to a multiple of 32 rows.
+    /// Of layers `from..to`, how many give sdpa a materialised 4-D mask: every layer of a padded
+    /// batch; else the sliding-window layers once the sequence reaches the window (Gemma).
+    pub fn masked_layers(&self, from: u64, to: u64) -> u128 {
+        if self.s.attn_impl != AttnImpl::Sdpa {
+            return 0;
+        }
+        if self.s.padded_mask {
+            return to.saturating_sub(from) as u128;
+        }
+        let Some(w) = self.arch.family.layout().sliding else {
+            return 0;
+        };
+        if w.window(self.arch.hidden_size)
+            .is_none_or(|win| self.s.seq < win)
+        {
+            return 0;
+        }
+        (from..to).filter(|&li| w.local(li)).count() as u128
+    }
+
     fn efficient_kernel(&self) -> bool {
         self.s.attn_impl == AttnImpl::Sdpa && (self.attn == Dtype::Fp32 || self.s.padded_mask)
     }
@@ -162,6 +182,8 @@ pub struct LayerCounts {
     pub grad_input: u128,
     /// Of `all`, the layers with a router and experts (0 for dense families).
     pub moe: u128,
+    /// Of `all`, the layers whose sdpa gets a materialised mask ([`Ctx::masked_layers`]).
+    pub masked: u128,
 }
 
 /// Input of an adapted module inside the block: (dtype, requires grad, shared group id).
@@ -187,6 +209,8 @@ struct Layer<'c, 'a> {
     glayers: Factor,
     /// Appended to labels of per-group terms (MoE families: which layers or modules).
     scope: &'static str,
+    /// Of the counted layers, those whose sdpa gets a materialised mask.
+    masked: u128,
 }
 
 fn scoped(label: &str, scope: &str) -> String {
@@ -206,6 +230,7 @@ pub fn layer_terms(ctx: &Ctx, n: LayerCounts) -> Vec<Term> {
         layers: f("layers", n.all),
         glayers: f(glayers_name, n.grad_input),
         scope: "",
+        masked: n.masked,
     };
     let mut out = vec![];
     norm_terms(&l, &mut out);
@@ -256,6 +281,7 @@ fn moe_family_layer_terms(l: &Layer, n: LayerCounts, out: &mut Vec<Term>) {
         layers: l.layers.clone(),
         glayers: l.glayers.clone(),
         scope: " (attention)",
+        masked: l.masked,
     };
     let attn_modules: Vec<LinearShape> = ctx
         .adapted_of(LayerKind::Dense)
@@ -270,6 +296,7 @@ fn moe_family_layer_terms(l: &Layer, n: LayerCounts, out: &mut Vec<Term>) {
             layers: f("dense layers", dense),
             glayers: f("dense layers", dense),
             scope: " (dense MLP layers)",
+            masked: 0,
         };
         mlp_terms(&dense_l, ctx.inter(), out);
         lora_terms(&dense_l, ffn_of(LayerKind::Dense), out);
@@ -282,6 +309,7 @@ fn moe_family_layer_terms(l: &Layer, n: LayerCounts, out: &mut Vec<Term>) {
             layers: f("MoE layers", n.moe),
             glayers: f("MoE layers", n.moe),
             scope: " (shared experts)",
+            masked: 0,
         };
         if a.shared_width() > 0 {
             mlp_terms(&moe_l, a.shared_width(), out);
@@ -461,14 +489,15 @@ fn attention_terms(l: &Layer, out: &mut Vec<Term>) {
             ],
         ));
     }
-    if ctx.s.padded_mask && ctx.s.attn_impl == AttnImpl::Sdpa {
-        // sdpa takes the boolean 4-D mask as an additive bias in the attention dtype, made in
-        // every layer and saved by the kernel (measured: tests/data/reference/crosscheck).
+    if l.masked > 0 {
+        // sdpa takes a boolean 4-D mask (padding, or Gemma's sliding window) as an additive bias
+        // in the attention dtype, made in every layer and saved by the kernel (measured:
+        // tests/data/reference/crosscheck).
         out.push(Term::product(
             Component::ActAttention,
             "attention mask as an additive bias, one per layer (saved by sdpa)",
             &[
-                layers.clone(),
+                f("masked layers", l.masked),
                 f("batch", b),
                 f("seq", t),
                 f("seq", t),
@@ -871,11 +900,13 @@ pub fn eager_softmax_backward_terms(ctx: &Ctx) -> Vec<Term> {
     {
         return vec![];
     }
+    let top = ctx.arch.num_hidden_layers.saturating_sub(1);
     let l = Layer {
         ctx,
         layers: f("layers", 1),
         glayers: f("layers", 1),
         scope: "",
+        masked: ctx.masked_layers(top, top + 1),
     };
     let mut out = vec![];
     norm_terms(&l, &mut out);

@@ -149,6 +149,7 @@ impl<'c, 'a> Step<'c, 'a> {
                     all: 1,
                     grad_input: 1,
                     moe: u128::from(kind == LayerKind::Moe),
+                    masked: self.ctx.masked_layers(li, li + 1),
                 },
             );
             match kind {
@@ -238,6 +239,7 @@ impl<'c, 'a> Step<'c, 'a> {
                 all: self.layers,
                 grad_input,
                 moe: self.ctx.arch.moe_layers(),
+                masked: self.ctx.masked_layers(0, self.ctx.arch.num_hidden_layers),
             },
         )
         .into_iter()
@@ -286,6 +288,9 @@ impl<'c, 'a> Step<'c, 'a> {
                 all: self.layers.saturating_sub(1),
                 grad_input: grad_input.saturating_sub(1),
                 moe: 0,
+                masked: self
+                    .ctx
+                    .masked_layers(0, self.ctx.arch.num_hidden_layers.saturating_sub(1)),
             },
         );
         let alive = below
@@ -311,6 +316,7 @@ impl<'c, 'a> Step<'c, 'a> {
                 all: self.layers - 1,
                 grad_input: grad_input - top_grad,
                 moe: a.moe_layers() - 1,
+                masked: self.ctx.masked_layers(0, top),
             },
         );
         let mut top_layer = activations::layer_terms(
@@ -319,6 +325,7 @@ impl<'c, 'a> Step<'c, 'a> {
                 all: 1,
                 grad_input: top_grad,
                 moe: 1,
+                masked: self.ctx.masked_layers(top, top + 1),
             },
         );
         top_layer.retain(|t| t.kind != TermKind::ExpertOutputs);

@@ -171,5 +171,5 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("gradients in flight: residual stream + v's (repeated to all heads)", "传递中的梯度：残差流 + v 的梯度（已复制到所有头）"),
     ("causal mask kept by the checkpoints", "检查点保留的因果掩码"),
     ("attention mask as an additive bias, one per layer (saved by sdpa)", "注意力掩码转成的加性偏置，每层一份（sdpa 保存）"),
-    ("attention_mask (int64)", "attention_mask（int64）"),
+    ("attention_mask (int64)", "attention_mask 注意力掩码（int64）"),
 ];
