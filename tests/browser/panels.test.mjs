@@ -64,6 +64,15 @@ test("paste, upload and bad config.json", async () => {
   await page.setInputFiles('[data-testid="config-file"]', cfgFile);
   await page.waitForSelector('[data-testid="config-status"].ok');
   assert.equal(await gibOf(page, "peak-allocated"), shown);
+  // A config whose every key shapes the model shows no list; keys that shape nothing are named,
+  // as the CLI names them, and a new import or going back to the catalog clears the list.
+  assert.equal(await page.isVisible('[data-testid="config-ignored"]'), false);
+  await page.fill('[data-testid="config-input"]', JSON.stringify({ ...JSON.parse(MISTRAL), rope_theta: 10000.0, torch_dtype: "bfloat16" }));
+  await page.click('[data-testid="config-apply"]');
+  assert.match(await page.textContent('[data-testid="config-ignored"]'), /does not use: rope_theta, torch_dtype$/);
+  assert.equal(await gibOf(page, "peak-allocated"), shown, "unused keys change nothing");
+  await page.click('[data-testid="config-clear"]');
+  assert.equal(await page.isVisible('[data-testid="config-ignored"]'), false);
   assert.deepEqual(errors, []);
   await page.close();
 });
