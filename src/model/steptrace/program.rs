@@ -48,8 +48,8 @@ struct Prog<'c, 'a> {
     phases: Vec<(usize, u8, StepPhase)>,
     /// Stored parameter gradients (param index → storage).
     grads: Vec<Option<u32>>,
-    /// Checkpointed layers' inputs (with the rotary tables their recomputation needs).
-    ckpt_in: Vec<Option<(X, X, X)>>,
+    /// Checkpointed layers' inputs.
+    ckpt_in: Vec<Option<CkptIn>>,
     /// Adafactor's `state["RMS"]` per trainable parameter.
     rms: Vec<Option<X>>,
     /// Last dimension of each trainable parameter.
@@ -1418,14 +1418,15 @@ impl<'c, 'a> Prog<'c, 'a> {
                 } else {
                     vec![hcur.t, pos.t, cos.t, sin.t]
                 };
-                if let Some(c) = self.mask_for(li) {
+                let m = self.mask_for(li);
+                if let Some(c) = m {
                     keeps.push(c.t);
                 }
                 self.tp.begin_checkpoint(li as u32, &keeps);
                 if self.ckpt_in.len() <= li {
                     self.ckpt_in.resize(li + 1, None);
                 }
-                self.ckpt_in[li] = Some((hcur, cos, sin));
+                self.ckpt_in[li] = Some((hcur, cos, sin, m));
             }
             let m = self.mask_for(li);
             let hn = self.layer(hcur, li, cos, sin, m);
@@ -1597,12 +1598,11 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Recomputes checkpointed `layer` from its saved input until its last saved tensor exists.
     fn recompute(&mut self, layer: u32) {
-        let Some((h, cos, sin)) = self.ckpt_in.get(layer as usize).copied().flatten() else {
+        let Some((h, cos, sin, mask)) = self.ckpt_in.get(layer as usize).copied().flatten() else {
             return;
         };
         self.tp.begin_recompute(layer);
         self.tp.layer = Some(layer);
-        let mask = self.mask_for(layer as usize);
         let out = self.layer(h, layer as usize, cos, sin, mask);
         self.drop(out);
         self.clear_autocast_cache();
@@ -1782,6 +1782,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 }
+
+/// What a checkpointed layer's recomputation runs from: its input, the rotary tables and its
+/// mask. The checkpoint keeps the layer's keyword arguments, so a recomputed sliding-window layer
+/// sees the sliding mask even after forward has let it go.
+type CkptIn = (X, X, X, Option<X>);
 
 /// Runs setup, inputs and two training steps.
 pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
