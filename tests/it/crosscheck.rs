@@ -37,5 +37,5 @@ fn the_plan_and_the_step_program_meet_each_crosscheck_measurement() {
         assert!(program.abs() <= 1.0, "{id}: step program {program:+.3} %");
         n += 1;
     }
-    assert_eq!(n, 10);
+    assert_eq!(n, 12);
 }
