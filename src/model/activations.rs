@@ -140,6 +140,18 @@ impl<'a> Ctx<'a> {
 
     /// Whether the attention kernel is the memory-efficient one (fp32 inputs or an explicit mask):
     /// it pads the logsumexp to a multiple of 32 rows.
+    /// Whether the sequence reaches the family's sliding window, so that sdpa needs the sliding
+    /// mask materialised (Gemma 2: 4096; Gemma 3: 512 at 1B, 1024 above).
+    pub fn sliding_window_reached(&self) -> bool {
+        let a = self.arch;
+        let window = a
+            .family
+            .layout()
+            .sliding
+            .and_then(|w| w.window(a.hidden_size));
+        window.is_some_and(|w| self.s.seq >= w)
+    }
+
     /// Of layers `from..to`, how many give sdpa a materialised 4-D mask: every layer of a padded
     /// batch; else the sliding-window layers once the sequence reaches the window (Gemma).
     pub fn masked_layers(&self, from: u64, to: u64) -> u128 {
@@ -149,15 +161,22 @@ impl<'a> Ctx<'a> {
         if self.s.padded_mask {
             return to.saturating_sub(from) as u128;
         }
-        let Some(w) = self.arch.family.layout().sliding else {
-            return 0;
-        };
-        if w.window(self.arch.hidden_size)
-            .is_none_or(|win| self.s.seq < win)
-        {
-            return 0;
+        match self.arch.family.layout().sliding {
+            Some(w) if self.sliding_window_reached() => {
+                (from..to).filter(|&li| w.local(li)).count() as u128
+            }
+            _ => 0,
         }
-        (from..to).filter(|&li| w.local(li)).count() as u128
+    }
+
+    /// Whether eager attention's `matmul(p, v)` keeps a copy of v rather than v itself: it runs
+    /// as a bmm over `v.reshape(batch × heads, seq, head_dim)`, and v — the (b, s, h, d)
+    /// projection seen as (b, h, s, d) — merges into one batch dimension only with one row or one
+    /// head; with GQA, repeat_kv's output is already contiguous.
+    pub fn eager_matmul_copies_v(&self) -> bool {
+        let heads = self.arch.num_attention_heads;
+        let rep = heads / self.arch.kv_heads().max(1);
+        rep == 1 && self.s.batch > 1 && heads > 1
     }
 
     fn efficient_kernel(&self) -> bool {
@@ -474,7 +493,7 @@ fn attention_terms(l: &Layer, out: &mut Vec<Term>) {
     // matmul makes of v for more than one row (`v.reshape(batch × heads, …)`) frees it.
     let rep = heads / (a.kv_heads() as u128).max(1);
     let v_is_view = match ctx.s.attn_impl {
-        AttnImpl::Eager => rep == 1 && (b == 1 || heads == 1),
+        AttnImpl::Eager => rep == 1 && !ctx.eager_matmul_copies_v(),
         AttnImpl::Sdpa | AttnImpl::FlashAttention2 => !(ctx.s.padded_mask && rep > 1),
     };
     if a.family.layout().fused_projections && v_is_view {

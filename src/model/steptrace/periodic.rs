@@ -19,6 +19,7 @@
 //! `tests/it/reserved.rs` holds the result equal, to the byte, to the full run on every measured
 //! case and on the catalog under every option.
 
+use super::tape::NO_LAYER;
 use super::{generate_on, Device, Event, Trace};
 use crate::model::arch::{Architecture, LayerKind};
 use crate::model::error::PlanError;
@@ -82,7 +83,7 @@ fn with_layers(a: &Architecture, layers: u64) -> Architecture {
 /// a run of `layers`, the first `head` layers and the last `tail`.
 fn kept(t: &Trace, layers: u64, head: u64, tail: u64) -> Vec<(Place, u64, u64)> {
     let place = |tag: u32| -> Place {
-        if tag == u32::MAX {
+        if tag == NO_LAYER {
             return Place::Outside;
         }
         let i = tag as u64;

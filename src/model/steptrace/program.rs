@@ -1015,11 +1015,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(masked);
         self.drop(sm);
         let on = v.n * rep;
-        // matmul(p, v) runs as a bmm over v.reshape(batch × heads, seq, head_dim): v is the
-        // (b, s, h, d) projection seen as (b, h, s, d), which merges into one batch dimension
-        // only when the batch is 1, so with several rows reshape copies it and the bmm keeps the
-        // copy, not the view (with GQA, repeat_kv's output is already contiguous).
-        let vb = if rep == 1 && b > 1 && heads > 1 {
+        // The bmm keeps a copy of v where reshaping it for the bmm copies it.
+        let vb = if ctx.eager_matmul_copies_v() {
             let mut c = self.t(vv.n, vv.es, What::Attention);
             c.g = self.tp.node(Op::Pass, vv.n, vv.es, &[Self::edge(&vv)], &[]);
             c
@@ -1152,18 +1149,6 @@ impl<'c, 'a> Prog<'c, 'a> {
             (true, Some(w)) => Some(w),
             _ => self.causal,
         }
-    }
-
-    /// Whether sdpa needs Gemma's sliding-window mask materialised (the sequence reaches the
-    /// window: Gemma 2 4096; Gemma 3 512 at 1B, 1024 above).
-    fn sdpa_sliding(&self) -> bool {
-        let a = self.ctx.arch;
-        let window = a
-            .family
-            .layout()
-            .sliding
-            .and_then(|w| w.window(a.hidden_size));
-        window.is_some_and(|w| self.ctx.s.seq >= w)
     }
 
     /// The boolean 4-D mask sdpa receives: causal and padding (`padded`) or causal and window.
@@ -1364,7 +1349,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let causal = if !eager && s.padded_mask {
             Some(self.sdpa_mask(true))
         } else if !eager {
-            if self.sdpa_sliding() {
+            if ctx.sliding_window_reached() {
                 let w = self.sdpa_mask(false);
                 self.sliding = Some(w);
             }
@@ -1626,7 +1611,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 // updates in place.
                 if first {
                     for x in &tr {
-                        self.tp.exec = self.tp.storage_tag(x.t);
+                        self.tp.on_behalf_of(x.t);
                         for (n, es) in [(1, 4), (x.n, x.es), (x.n, x.es)] {
                             let t = self.t(n, es, What::OptState);
                             self.states.push(t.t);
@@ -1637,7 +1622,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             Optimizer::AdamwTorchForeach | Optimizer::AdamwTorch => {
                 if first {
                     for x in &tr {
-                        self.tp.exec = self.tp.storage_tag(x.t);
+                        self.tp.on_behalf_of(x.t);
                         for _ in 0..2 {
                             let t = self.t(x.n, x.es, What::OptState);
                             self.states.push(t.t);
@@ -1650,7 +1635,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                     let list: Vec<X> = tr
                         .iter()
                         .map(|x| {
-                            self.tp.exec = self.tp.storage_tag(x.t);
+                            self.tp.on_behalf_of(x.t);
                             self.t(x.n, x.es, What::OptTemp)
                         })
                         .collect();
@@ -1662,7 +1647,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                     // parameter; the previous denom dies when the name is rebound.
                     let mut prev: Option<X> = None;
                     for x in &tr {
-                        self.tp.exec = self.tp.storage_tag(x.t);
+                        self.tp.on_behalf_of(x.t);
                         let sq = self.t(x.n, x.es, What::OptTemp);
                         let d = self.t(x.n, x.es, What::OptTemp);
                         self.drop(sq);
@@ -1678,7 +1663,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             Optimizer::SgdMomentum => {
                 if first {
                     for x in &tr {
-                        self.tp.exec = self.tp.storage_tag(x.t);
+                        self.tp.on_behalf_of(x.t);
                         let b = self.t(x.n, x.es, What::OptState);
                         self.states.push(b.t);
                     }
@@ -1687,7 +1672,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             Optimizer::Adamw8bit => {
                 if first {
                     for x in &tr {
-                        self.tp.exec = self.tp.storage_tag(x.t);
+                        self.tp.on_behalf_of(x.t);
                         let n = x.n;
                         for (k, es) in [(n, 1), (n.div_ceil(256), 4), (n, 1), (n.div_ceil(256), 4)]
                         {
@@ -1710,7 +1695,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         let mut prev_update: Option<X> = None;
         for (i, x) in tr.iter().enumerate() {
-            self.tp.exec = self.tp.storage_tag(x.t);
+            self.tp.on_behalf_of(x.t);
             let p = self
                 .trainable
                 .get(i)

@@ -556,12 +556,15 @@ impl Tape {
         self.exec = outer;
     }
 
-    /// The decoder layer storage `t` was made for.
-    pub fn storage_tag(&self, t: T) -> u32 {
-        self.storage_tags
+    /// The events that follow, while no layer records, belong to the decoder layer storage `t`
+    /// was made for (a parameter's optimizer states and updates, a layer's router logits in the
+    /// load-balancing loss).
+    pub fn on_behalf_of(&mut self, t: T) {
+        self.exec = self
+            .storage_tags
             .get(t as usize)
             .copied()
-            .unwrap_or(NO_LAYER)
+            .unwrap_or(NO_LAYER);
     }
 
     fn run_node(&mut self, i: usize, unpacked: bool) {

@@ -910,7 +910,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let mut rps = self.t(e, 4, W);
         for &lg in logits {
             // Each layer's share of the loss belongs to that layer.
-            self.tp.exec = self.tp.storage_tag(lg.t);
+            self.tp.on_behalf_of(lg.t);
             let sm = self.softmax(lg);
             let (vals, idx) = self.topk(sm, k);
             self.drop(vals);
