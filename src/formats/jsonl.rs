@@ -115,16 +115,25 @@ fn read_request(obj: &Map<String, Value>, extra: &[&str]) -> Result<Request, Str
         ignored.extend(sw.keys().filter(|k| !read(k)).map(|k| path("software", k)));
     }
     let settings = settings_from_json(&given).map_err(|e| e.to_string())?;
-    let sharding_read = used.iter().any(|u| u == "fsdp.sharding");
-    for k in &settings.ignored {
+    // What the table did not read, less what the published schema's rules read above: a key
+    // they used whole, or the other members of an object they read a member of (FSDP's
+    // `sharding`).
+    for k in settings.ignored.iter().filter(|k| !used.contains(k)) {
+        let prefix = format!("{k}.");
+        let read: Vec<&str> = used
+            .iter()
+            .filter_map(|u| u.strip_prefix(&prefix))
+            .collect();
         match given.get(k) {
-            // FSDP's sharding was read above; its other members were not.
-            Some(Value::Object(fsdp)) if k == "fsdp" && sharding_read => ignored.extend(
-                fsdp.keys()
-                    .filter(|m| *m != "sharding")
-                    .map(|m| path("settings.fsdp", m)),
-            ),
-            _ if used.contains(k) => {}
+            Some(Value::Object(members)) if !read.is_empty() => {
+                let at = path("settings", k);
+                ignored.extend(
+                    members
+                        .keys()
+                        .filter(|m| !read.contains(&m.as_str()))
+                        .map(|m| path(&at, m)),
+                );
+            }
             _ => ignored.push(path("settings", k)),
         }
     }
