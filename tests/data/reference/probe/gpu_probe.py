@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""(lorafit's copy of the probe of the harness in ../shared/truth: the autocast lookup fixed for runs without
+"""(lorafit's copy of the probe of the harness in tests/data/harness: the autocast lookup fixed for runs without
 autocast, and PROBE_EMPTY_CACHE=1 to empty the cache after loading.)
 
 Real-GPU probe: the same LoRA / QLoRA training steps as measure.py, run for real on a CUDA GPU,
