@@ -34,7 +34,7 @@ pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> Stri
     let mut s = String::new();
     s.push_str(&format!("{title}\n\n"));
     s.push_str(&format!(
-        "  peak allocated   {:>12}   ({} at {})\n",
+        "  peak allocated   {:>12}   ({}: {})\n",
         gib(plan.peak_allocated_bytes),
         plan.peak_phase.name(),
         plan.peak_moment
@@ -125,7 +125,7 @@ pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> Stri
     s.push_str("\nPeak of each phase\n");
     for p in &plan.phases {
         s.push_str(&format!(
-            "  {:<10} {:>12}   at {}\n",
+            "  {:<10} {:>12}   {}\n",
             p.phase.name(),
             gib(p.bytes),
             p.moment

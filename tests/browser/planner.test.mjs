@@ -4,7 +4,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { serve, launch, openApp, openSections, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
+import { serve, launch, openApp, openSections, settled, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
 
 const root = path.resolve(import.meta.dirname, "../..");
 
@@ -78,11 +78,14 @@ test("embed mode is a compact widget with an embed snippet", async () => {
 
 test("focusing a segment shows its formula with numbers", async () => {
   const { page } = await openApp(browser, server.url);
+  // The settled plan: its terms are the tensors live at the step's peak, grouped.
+  await settled(page);
   await page.focus('[data-testid="segment-act_dropout"]');
   const detail = await page.textContent('[data-testid="segment-detail"]');
-  assert.match(detail, /dropout/i);
-  assert.match(detail, /tokens × Σ in_features × 4 B/);
-  assert.match(detail, /= 32 × 1024 × 35584 × 4 B/);
+  assert.match(detail, /LoRA dropout output \(attention\)/);
+  // q, k, v and o_proj's dropouts in every layer: fp32 copies of hidden-wide inputs.
+  assert.match(detail, /layers × per layer × tokens × hidden × 4 B/);
+  assert.match(detail, /= 32 × 4 × 1024 × 4096 × 4 B/);
   await page.close();
 });
 

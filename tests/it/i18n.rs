@@ -83,6 +83,13 @@ fn collect() -> Texts {
             }
         }
     }
+    // Every name the breakdown read off the step's sequence can give a term, and the moments
+    // built from them.
+    for l in lorafit::model::steptrace::anatomy::every_label_text() {
+        t.add("term", &l);
+        t.add("peak moment", &format!("allocating the {l}"));
+        t.add("peak moment", &format!("allocating the {l} of layer 7"));
+    }
     let vars = variants();
     let mut plans = 0;
     for m in catalog::models() {
@@ -113,6 +120,18 @@ fn collect() -> Texts {
                         t.add("reserve", &p.reserve_explanation);
                         for n in &p.notes {
                             t.add("note", n);
+                        }
+                        // The allocated figures read off the step's sequence: its terms and
+                        // moments.
+                        t.add("peak moment", &p.peak_moment);
+                        for term in &p.terms {
+                            t.add("term", &term.label);
+                        }
+                        for ph in &p.phases {
+                            t.add("peak moment", &ph.moment);
+                            for term in &ph.terms {
+                                t.add("term", &term.label);
+                            }
                         }
                     }
                 }

@@ -2,6 +2,7 @@
 //! tests over the input space, CLI behaviour and catalog invariants.
 
 mod allocator;
+mod anatomy;
 mod architecture;
 mod catalog;
 mod cli;

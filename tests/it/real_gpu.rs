@@ -208,10 +208,7 @@ fn allocator_port_replays_steps_recorded_on_the_h200() {
                 Some("a") => {
                     let bytes = w.next().and_then(|x| x.parse().ok()).expect("bytes");
                     while t.labels.len() <= id as usize {
-                        t.labels.push(Label {
-                            what: What::Grad,
-                            layer: None,
-                        });
+                        t.labels.push(Label::new(What::Grad, None));
                     }
                     t.events.push(Event::Alloc { id, bytes });
                 }

@@ -8,6 +8,7 @@ use super::arch::Architecture;
 use super::distributed;
 use super::error::PlanError;
 use super::settings::{AttnImpl, Settings};
+use super::steptrace;
 use super::term::{named_bytes, Component, Term};
 use super::weights::{self, ParamCounts};
 
@@ -260,7 +261,14 @@ pub fn plan_simulated_on(
     let compute = distributed::compute_settings(s);
     let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(s));
     let comm = distributed::apply(&ctx, &[], &[], &[], &[]).comm;
-    if let Some(r) = reserve::simulate(arch, s, &p, &comm, device) {
+    let Some(trace) = reserve::one_gpu_trace(arch, s, device) else {
+        return Ok(p);
+    };
+    if s.parallel.world() <= 1 {
+        let run = s.as_run(arch);
+        from_program(&mut p, &Ctx::new(arch, &run), &trace);
+    }
+    if let Some(r) = reserve::simulate(&trace, s, &p, &comm) {
         p.peak_reserved_bytes = r.bytes;
         p.reserve_explanation = r.explanation;
         p.reserve_simulated = true;
@@ -268,6 +276,48 @@ pub fn plan_simulated_on(
         p.nvidia_smi_bytes = r.bytes + p.outside_allocator_bytes;
     }
     Ok(p)
+}
+
+/// Takes the allocated figures of `p` from the step's allocation sequence: the peak of live
+/// bytes, its phase and moment, each phase's highest moment, the breakdown and the terms (the
+/// tensors live then, grouped by [`steptrace::anatomy`]), and the memory between steps.
+fn from_program(p: &mut Plan, ctx: &Ctx, trace: &steptrace::Trace) {
+    use steptrace::anatomy;
+    let m = anatomy::moments(trace);
+    let at = |mo: &anatomy::Moment| PhasePeak {
+        phase: phase_of(mo.phase),
+        moment: mo.words(),
+        bytes: u128::from(mo.bytes),
+        terms: anatomy::terms_at(ctx, trace, &m, mo.event),
+    };
+    let peak = at(&m.peak);
+    let mut phases: Vec<PhasePeak> = vec![];
+    for mo in &m.phases {
+        let ph = phase_of(mo.phase);
+        match phases.iter_mut().find(|q| q.phase == ph) {
+            Some(q) if q.bytes >= u128::from(mo.bytes) => {}
+            Some(q) => *q = at(mo),
+            None => phases.push(at(mo)),
+        }
+    }
+    p.peak_allocated_bytes = peak.bytes;
+    p.peak_phase = peak.phase;
+    p.peak_moment = peak.moment.clone();
+    p.breakdown = breakdown(&peak);
+    p.terms = peak.terms;
+    p.phases = phases;
+    p.steady_state_bytes = u128::from(anatomy::live_at_end(trace));
+}
+
+/// The plan's phase of a phase of the sequence (setup and inputs come before the forward, zero_grad
+/// ends the optimizer's part).
+fn phase_of(p: steptrace::StepPhase) -> Phase {
+    use steptrace::StepPhase as S;
+    match p {
+        S::Setup | S::Inputs | S::Forward => Phase::Forward,
+        S::Backward => Phase::Backward,
+        S::Optimizer | S::ZeroGrad => Phase::Optimizer,
+    }
 }
 
 /// How transformers 5.24 + peft run a mixture-of-experts model, where it differs from the

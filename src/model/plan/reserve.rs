@@ -99,26 +99,35 @@ fn fsdp_stream_reserve(par: &Parallel, comm: &[Term]) -> u128 {
         .sum()
 }
 
-/// Reserved memory from the allocator simulation. One GPU: the step's own sequence, exact.
-/// Several GPUs (the sequence is a one-GPU program): the simulated reserved-to-live ratio of the
-/// same step on one GPU applied to this rank's allocated peak, plus FSDP's stream blocks.
-/// `None` when the configuration has no simulated program (a fused cross-entropy).
-pub fn simulate(
+/// The step's allocation sequence as one GPU runs it (the program is a one-GPU program: several
+/// GPUs get the same step unsharded), or `None` where there is no program (a fused
+/// cross-entropy, transformers 4's per-expert layout).
+pub fn one_gpu_trace(
     arch: &Architecture,
     s: &Settings,
-    plan: &Plan,
-    comm: &[Term],
     device: steptrace::Device,
-) -> Option<Reserve> {
+) -> Option<steptrace::Trace> {
     if s.fused_ce {
         return None;
     }
-    let conf = s.allocator_conf().ok()?;
     let one_gpu = Settings {
         parallel: Parallel::default(),
         ..s.clone()
     };
-    let sim = steptrace::simulate_on(arch, &one_gpu, &conf, device).ok()?;
+    steptrace::generate_on(arch, &one_gpu, device).ok()
+}
+
+/// Reserved memory from the allocator simulation of `trace` ([`one_gpu_trace`]). One GPU: the
+/// step's own sequence, exact. Several GPUs: the simulated reserved-to-live ratio of the same
+/// step on one GPU applied to this rank's allocated peak, plus FSDP's stream blocks.
+pub fn simulate(
+    trace: &steptrace::Trace,
+    s: &Settings,
+    plan: &Plan,
+    comm: &[Term],
+) -> Option<Reserve> {
+    let conf = s.allocator_conf().ok()?;
+    let sim = steptrace::replay(trace, &conf);
     let cached_free = sim
         .cached_free
         .iter()

@@ -12,6 +12,7 @@
 //!
 //! Pure: no I/O, no dependency.
 
+pub mod anatomy;
 pub mod periodic;
 mod program;
 mod simulate;
@@ -97,7 +98,7 @@ impl StepPhase {
 }
 
 /// What a storage holds (for naming cached blocks).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum What {
     /// Frozen base weight.
     Weight,
@@ -160,6 +161,39 @@ pub enum What {
 }
 
 impl What {
+    /// Every kind, in declaration order.
+    pub const ALL: [What; 29] = [
+        What::Weight,
+        What::QuantState,
+        What::Trainable,
+        What::Buffer,
+        What::Input,
+        What::Hidden,
+        What::Rotary,
+        What::Norm,
+        What::LinearOut,
+        What::LoraCast,
+        What::Dropout,
+        What::DropoutMask,
+        What::Lora,
+        What::WeightCopy,
+        What::Rope,
+        What::Attention,
+        What::Scores,
+        What::Mlp,
+        What::Experts,
+        What::Logits,
+        What::Loss,
+        What::Grad,
+        What::BackwardTemp,
+        What::ParamGrad,
+        What::OptState,
+        What::OptTemp,
+        What::Overhead,
+        What::Workspace,
+        What::KernelTemp,
+    ];
+
     /// Short human name.
     pub fn name(self) -> &'static str {
         match self {
@@ -196,13 +230,69 @@ impl What {
     }
 }
 
-/// What a storage held and in which decoder layer it was made.
+/// The block of the model whose forward made a storage, where the kind of tensor alone does not
+/// say why it is kept (a Linear's output, a frozen weight, an autocast copy), and the layer
+/// inputs a gradient checkpoint keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Block {
+    /// Outside the blocks below (embeddings, norms, the LoRA path, the loss).
+    #[default]
+    Other,
+    /// Self-attention (its projections, rotary, the kernel).
+    Attention,
+    /// The dense MLP.
+    Mlp,
+    /// The router and the routed experts of a mixture-of-experts layer.
+    Experts,
+    /// A layer input a gradient checkpoint keeps until the layer's backward.
+    Checkpoint,
+}
+
+impl Block {
+    /// Every block.
+    pub const ALL: [Block; 5] = [
+        Block::Other,
+        Block::Attention,
+        Block::Mlp,
+        Block::Experts,
+        Block::Checkpoint,
+    ];
+
+    /// The words a term's label adds for the block (empty for [`Block::Other`]).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Block::Other => "",
+            Block::Attention => " (attention)",
+            Block::Mlp => " (MLP)",
+            Block::Experts => " (experts)",
+            Block::Checkpoint => " (kept by the checkpoint)",
+        }
+    }
+}
+
+/// What a storage held, in which decoder layer and block it was made, and its element size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Label {
     /// Kind of tensor.
     pub what: What,
     /// Decoder layer, if made inside one.
     pub layer: Option<u32>,
+    /// Block whose forward made it.
+    pub block: Block,
+    /// Bytes per element (0: not recorded, e.g. a byte-sized buffer of a kernel).
+    pub elem_bytes: u8,
+}
+
+impl Label {
+    /// A label outside every block, element size unknown.
+    pub fn new(what: What, layer: Option<u32>) -> Label {
+        Label {
+            what,
+            layer,
+            block: Block::Other,
+            elem_bytes: 0,
+        }
+    }
 }
 
 /// The generated sequence.

@@ -3,7 +3,7 @@
 //! derivative formulas and the engine's order live in [`super::tape`].
 
 use super::tape::{Edge, Mode, Op, Tape, G, NO_LAYER, X};
-use super::{Event, StepPhase, Trace, What};
+use super::{Block, Event, StepPhase, Trace, What};
 use crate::model::activations::Ctx;
 use crate::model::arch::{
     AttentionKind, KwargsOrder, LayerKind, LinearShape, NormKind, QkNorm, Target,
@@ -86,6 +86,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     fn t(&mut self, n: u64, es: u64, what: What) -> X {
         let t = self.tp.new_t(n * es, what);
+        self.tp.labels[t as usize].elem_bytes = es.min(255) as u8;
         X { t, n, es, g: G::No }
     }
 
@@ -284,6 +285,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             rw = Some(w);
             rb = b;
         }
+        self.tp.block = Block::Experts;
         let gate_up = self.param(e * 2 * i * h, ed, false, What::Weight);
         let gate_up_bias = layout
             .clamped_glu
@@ -292,6 +294,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let down_bias = layout
             .clamped_glu
             .then(|| self.param(e * h, ed, false, What::Weight));
+        self.tp.block = Block::Other;
         let r = s.lora_r;
         let ad = bytes(s.adapter_dtype);
         let mut lora = vec![];
@@ -1096,7 +1099,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         let width = self.h();
         let sandwich = self.ctx.arch.family.norms_per_layer() > 2;
         let normed = self.rmsnorm(h, width);
+        self.tp.block = Block::Attention;
         let (mut attn, weights) = self.attention(normed, &lins, cos, sin, mask);
+        self.tp.block = Block::Other;
         self.drop(normed);
         if sandwich {
             let n = self.rmsnorm(attn, width);
@@ -1108,7 +1113,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         let normed2 = self.rmsnorm(h2, width);
         let mut weights = weights;
         let mut m = if self.moe.get(li).is_some_and(|m| m.is_some()) {
+            self.tp.block = Block::Experts;
             let (out, scores) = self.moe_block(normed2, li, &lins);
+            self.tp.block = Block::Other;
             if let Some(sc) = scores {
                 // gpt-oss: `hidden_states, _ = self.mlp(...)` rebinds `_` from the attention
                 // weights to the router scores.
@@ -1118,7 +1125,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             out
         } else {
-            self.mlp(normed2, &lins)
+            self.tp.block = Block::Mlp;
+            let out = self.mlp(normed2, &lins);
+            self.tp.block = Block::Other;
+            out
         };
         self.drop(normed2);
         if sandwich {

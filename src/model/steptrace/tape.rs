@@ -15,7 +15,7 @@
 //! forward up to its last saved tensor (early stop), and nodes then free the unpacked tensors as
 //! soon as their formula returns.
 
-use super::{Event, Label, What};
+use super::{Block, Event, Label, What};
 
 /// A tensor storage.
 pub(super) type T = u32;
@@ -196,6 +196,8 @@ pub(super) struct Tape {
     pub mode: Mode,
     /// Layer whose ops are being recorded (for labels and checkpointing).
     pub layer: Option<u32>,
+    /// Block whose ops are being recorded (for labels).
+    pub block: Block,
     /// The decoder layer events belong to while `layer` is `None`: the layer of the backward
     /// node running, or of the parameter the program is setting up or updating.
     pub exec: u32,
@@ -252,6 +254,7 @@ impl Tape {
             nodes: Vec::with_capacity(200 * l + 256),
             mode: Mode::Grad,
             layer: None,
+            block: Block::Other,
             exec: NO_LAYER,
             storage_tags: Vec::with_capacity(1_200 * l + 2_048),
             event_tags: Vec::with_capacity(2_400 * l + 4_096),
@@ -303,6 +306,8 @@ impl Tape {
         self.labels.push(Label {
             what,
             layer: self.layer,
+            block: self.block,
+            elem_bytes: 0,
         });
         let tag = self.layer.unwrap_or(self.exec);
         self.storage_tags.push(tag);
@@ -460,6 +465,11 @@ impl Tape {
         self.layer_start.push((layer, self.nodes.len()));
         for &t in keeps {
             self.keep(t);
+            // A hidden state the checkpoint keeps is kept for the checkpoint's sake.
+            let l = &mut self.labels[t as usize];
+            if l.what == What::Hidden {
+                l.block = Block::Checkpoint;
+            }
         }
         self.ckpt
             .push((layer, None, keeps.to_vec(), self.nodes.len()));
@@ -786,6 +796,8 @@ impl Tape {
                     None => {
                         self.grad_slot[slot] = self.param_grads.len() as u32;
                         self.param_grads.push((p, t));
+                        // From here on the storage is the parameter's `.grad`.
+                        self.labels[t as usize].what = What::ParamGrad;
                     }
                     // A real device adds in place (`variable_grad += new_grad`).
                     Some(_) if !self.emulated => self.drop_t(t),
