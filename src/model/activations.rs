@@ -152,19 +152,27 @@ impl<'a> Ctx<'a> {
         window.is_some_and(|w| self.s.seq >= w)
     }
 
-    /// Of layers `from..to`, how many give sdpa a materialised 4-D mask: every layer of a padded
-    /// batch; else the sliding-window layers once the sequence reaches the window (Gemma).
-    pub fn masked_layers(&self, from: u64, to: u64) -> u128 {
+    /// The 4-D mask transformers materialises for sdpa (`sdpa_mask`): for a padded batch, one for
+    /// every layer; else, once the sequence reaches the window, the sliding-window layers' (Gemma).
+    /// Eager builds its own additive masks; flash-attention-2 takes no 4-D mask (it is causal
+    /// and windowed by itself, and a padded batch passes the 2-D `attention_mask`).
+    pub fn sdpa_mask(&self) -> SdpaMask {
         if self.s.attn_impl != AttnImpl::Sdpa {
-            return 0;
+            SdpaMask::None
+        } else if self.s.padded_mask {
+            SdpaMask::Padded
+        } else if self.sliding_window_reached() {
+            SdpaMask::Sliding
+        } else {
+            SdpaMask::None
         }
-        if self.s.padded_mask {
-            return to.saturating_sub(from) as u128;
-        }
-        match self.arch.family.layout().sliding {
-            Some(w) if self.sliding_window_reached() => {
-                (from..to).filter(|&li| w.local(li)).count() as u128
-            }
+    }
+
+    /// Of layers `from..to`, how many give sdpa a materialised 4-D mask ([`Self::sdpa_mask`]).
+    pub fn masked_layers(&self, from: u64, to: u64) -> u128 {
+        match (self.sdpa_mask(), self.arch.family.layout().sliding) {
+            (SdpaMask::Padded, _) => to.saturating_sub(from) as u128,
+            (SdpaMask::Sliding, Some(w)) => (from..to).filter(|&li| w.local(li)).count() as u128,
             _ => 0,
         }
     }
@@ -182,6 +190,17 @@ impl<'a> Ctx<'a> {
     fn efficient_kernel(&self) -> bool {
         self.s.attn_impl == AttnImpl::Sdpa && (self.attn == Dtype::Fp32 || self.s.padded_mask)
     }
+}
+
+/// Which 4-D mask sdpa is given ([`Ctx::sdpa_mask`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SdpaMask {
+    /// None is materialised.
+    None,
+    /// The padded batch's mask, shared by every layer.
+    Padded,
+    /// The sliding-window mask of the local layers.
+    Sliding,
 }
 
 fn tok(ctx: &Ctx) -> Factor {

@@ -116,3 +116,39 @@ fn the_moe_breakdown_at_the_peak_is_what_the_harness_counted() {
         28,
     );
 }
+
+/// transformers gives flash-attention-2 no 4-D mask (`flash_attention_mask`: None without
+/// padding, else the 2-D `attention_mask` itself; the kernel is causal and windowed by itself),
+/// so a padded batch adds only the int64 `attention_mask` input to its step — where sdpa gets a
+/// materialised mask in every layer.
+#[test]
+fn flash_attention_2_takes_no_materialised_mask() {
+    use lorafit::model::{plan_simulated, AttnImpl, Settings};
+    for model in ["llama3-8b", "gemma2-2b"] {
+        let a = lorafit::formats::catalog::find_model(model)
+            .expect("catalog model")
+            .arch
+            .clone();
+        let s = Settings {
+            attn_impl: AttnImpl::FlashAttention2,
+            batch: 2,
+            seq: 4096,
+            ..Default::default()
+        };
+        let padded = Settings {
+            padded_mask: true,
+            ..s.clone()
+        };
+        let peak = |s: &Settings| plan_simulated(&a, s).expect("plans").peak_allocated_bytes;
+        let tokens = u128::from(s.batch * s.seq);
+        assert_eq!(peak(&padded), peak(&s) + tokens * 8, "{model}");
+        let sdpa = |s: &Settings| Settings {
+            attn_impl: AttnImpl::Sdpa,
+            ..s.clone()
+        };
+        assert!(
+            peak(&sdpa(&padded)) > peak(&sdpa(&s)) + tokens * 8,
+            "{model}: sdpa materialises the padded batch's mask"
+        );
+    }
+}

@@ -4,7 +4,7 @@
 
 use super::tape::{Edge, Mode, Op, Tape, G, NO_LAYER, X};
 use super::{Block, Event, StepPhase, Trace, What};
-use crate::model::activations::Ctx;
+use crate::model::activations::{Ctx, SdpaMask};
 use crate::model::arch::{
     AttentionKind, KwargsOrder, LayerKind, LinearShape, NormKind, QkNorm, Target,
 };
@@ -1356,14 +1356,16 @@ impl<'c, 'a> Prog<'c, 'a> {
         let pos = self.t(s.seq, 8, What::Input);
         self.drop(ar);
         let eager = s.attn_impl == AttnImpl::Eager;
-        let causal = if !eager && s.padded_mask {
-            Some(self.sdpa_mask(true))
-        } else if !eager {
-            if ctx.sliding_window_reached() {
-                let w = self.sdpa_mask(false);
-                self.sliding = Some(w);
+        let causal = if !eager {
+            match ctx.sdpa_mask() {
+                SdpaMask::Padded => Some(self.sdpa_mask(true)),
+                SdpaMask::Sliding => {
+                    let w = self.sdpa_mask(false);
+                    self.sliding = Some(w);
+                    None
+                }
+                SdpaMask::None => None,
             }
-            None
         } else if eager {
             let t1 = self.t(1, 8, What::Input);
             let t2 = self.t(1, 8, What::Input);
