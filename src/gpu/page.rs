@@ -18,6 +18,7 @@ use crate::web::link;
 /// Mounts the benchmark page (in Chinese, once the planner's Chinese table is fetched).
 pub fn mount() {
     let (st, _) = link::decode(&window().location().search().unwrap_or_default());
+    crate::web::lang::use_loader(crate::web::lang::native);
     if st.lang == Some(crate::web::i18n::Lang::Zh) {
         // (Leptos's executor starts with the mount: the browser's own until then.)
         wasm_bindgen_futures::spawn_local(async {

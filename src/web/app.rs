@@ -46,6 +46,8 @@ pub fn mount() {
             leptos::mount::mount_to_body(move || view! { <App link=link /> })
         }
     };
+    // Chinese comes with its own wasm (`web::chinese`): an English visit loads none of it.
+    crate::web::lang::use_loader(crate::web::chinese::load);
     crate::web::lang::table_first(link.0.lang, ZH_URL, move |failed| {
         if let Some(e) = failed {
             // English, and said so (not fetched again by the switch's effect).

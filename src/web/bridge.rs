@@ -103,7 +103,7 @@ pub fn load(status: RwSignal<Load>) {
 }
 
 /// Appends an element to `<head>` and waits for it to load.
-async fn append(tag: &str, attrs: &[(&str, &str)]) -> Result<(), JsValue> {
+pub(crate) async fn append(tag: &str, attrs: &[(&str, &str)]) -> Result<(), JsValue> {
     let doc = document();
     let el: web_sys::HtmlElement = doc.create_element(tag)?.dyn_into()?;
     for (k, v) in attrs {

@@ -25,6 +25,8 @@ pub mod app;
 #[cfg(target_arch = "wasm32")]
 pub mod bridge;
 #[cfg(target_arch = "wasm32")]
+pub mod chinese;
+#[cfg(target_arch = "wasm32")]
 pub mod controls;
 #[cfg(target_arch = "wasm32")]
 pub mod evidence;

@@ -44,6 +44,7 @@ pub fn mount() {
         leptos::mount::mount_to(root, move || view! { <Sections initial=initial /> }).forget();
         bridge::send(bridge::READY, "");
     };
+    crate::web::lang::use_loader(crate::web::lang::native);
     crate::web::lang::table_first(initial.lang, ZH_URL, move |failed| {
         let mut initial = initial;
         if failed.is_some() {

@@ -39,12 +39,14 @@ console.log(`slider input → DOM: ${moves} moves, median ${q(0.5).toFixed(2)} m
 await browser.close();
 await server.close();
 
-// What a visit loads (the page; the service worker caches the same files), what the page's
-// worker loads when a file is dropped or the evidence is asked for, and the GPU benchmark page.
+// What a visit loads (the page; the service worker caches the same files), what a Chinese visit
+// adds, what the sections and the page's worker load when asked for, and the GPU benchmark page.
 const worker = (f) => f === "analyse-worker.js" || f.startsWith("lorafit-analyse");
 const sections = (f) => f.startsWith("lorafit-sections") || f === "sections.css";
+const chinese = (f) => f.startsWith("lorafit-zh") || f === "zh.json";
 const parts = [
-  ["planner page, what a visit loads", dist, (f) => !worker(f) && !sections(f)],
+  ["planner page, what a visit loads", dist, (f) => !worker(f) && !sections(f) && !chinese(f)],
+  ["Chinese (loaded when the page is shown in Chinese: the table and its wasm)", dist, chinese],
   ["sections (loaded when one is opened)", dist, sections],
   ["page's worker (on demand)", dist, worker],
   ["GPU benchmark page (lazy)", path.join(dist, "gpu"), () => true],
@@ -52,7 +54,7 @@ const parts = [
 for (const [name, dir, picked] of parts) {
   let raw = 0, gz = 0, br = 0;
   for (const f of fs.readdirSync(dir)) {
-    if (!/\.(wasm|js|css|html)$/.test(f) || !picked(f)) continue;
+    if (!(/\.(wasm|js|css|html)$/.test(f) || f === "zh.json") || !picked(f)) continue;
     if (fs.statSync(path.join(dir, f)).isDirectory()) continue;
     const data = fs.readFileSync(path.join(dir, f));
     raw += data.length;

@@ -265,8 +265,8 @@ pub fn plan_simulated_on(
         return Ok(p);
     };
     if s.parallel.world() <= 1 {
-        let run = s.as_run(arch);
-        from_program(&mut p, &Ctx::new(arch, &run), &trace);
+        // One GPU: `ctx` is the step's (its shapes name the terms' factors).
+        from_program(&mut p, &ctx, &trace);
     }
     if let Some(r) = reserve::simulate(&trace, s, &p, &comm) {
         p.peak_reserved_bytes = r.bytes;
@@ -291,22 +291,14 @@ fn from_program(p: &mut Plan, ctx: &Ctx, trace: &steptrace::Trace) {
         terms: anatomy::terms_at(ctx, trace, &m, mo.event),
     };
     let peak = at(&m.peak);
-    let mut phases: Vec<PhasePeak> = vec![];
-    for mo in &m.phases {
-        let ph = phase_of(mo.phase);
-        match phases.iter_mut().find(|q| q.phase == ph) {
-            Some(q) if q.bytes >= u128::from(mo.bytes) => {}
-            Some(q) => *q = at(mo),
-            None => phases.push(at(mo)),
-        }
-    }
+    let phases: Vec<PhasePeak> = m.phases.iter().map(at).collect();
     p.peak_allocated_bytes = peak.bytes;
     p.peak_phase = peak.phase;
     p.peak_moment = peak.moment.clone();
     p.breakdown = breakdown(&peak);
     p.terms = peak.terms;
     p.phases = phases;
-    p.steady_state_bytes = u128::from(anatomy::live_at_end(trace));
+    p.steady_state_bytes = u128::from(m.end_bytes);
 }
 
 /// The plan's phase of a phase of the sequence (setup and inputs come before the forward, zero_grad

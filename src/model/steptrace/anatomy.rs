@@ -7,8 +7,6 @@
 //! replays for reserved memory: one description of what each op allocates, saves and frees
 //! ([`super::program`]) gives the peak, the breakdown and the reserve together.
 
-use std::collections::BTreeMap;
-
 use super::{Block, Event, Label, StepPhase, Trace, What};
 use crate::model::activations::Ctx;
 use crate::model::term::{bytes_of, f, Component, Factor, Term};
@@ -109,9 +107,23 @@ pub fn every_label_text() -> Vec<String> {
 
 /// A term's or moment's name for a kind of tensor made in `block`.
 fn label_text(what: What, block: Block, recomputed: bool) -> String {
-    // Kinds made in several blocks are named with theirs (the checkpoint keeps hidden states
-    // only); attention's, the MLP's and the experts' own kinds name their block already.
-    let block = match (what, block) {
+    let block = named_block(what, block);
+    format!(
+        "{}{}",
+        what.name(),
+        if recomputed {
+            " (recomputed)"
+        } else {
+            block.suffix()
+        }
+    )
+}
+
+/// The block a name gives a kind of tensor made in `block`: kinds made in several blocks are
+/// named with theirs (the checkpoint keeps hidden states only); attention's, the MLP's and the
+/// experts' own kinds name their block already.
+fn named_block(what: What, block: Block) -> Block {
+    match (what, block) {
         (What::Hidden, b) => b,
         (
             What::LinearOut
@@ -125,16 +137,7 @@ fn label_text(what: What, block: Block, recomputed: bool) -> String {
             b @ (Block::Attention | Block::Mlp | Block::Experts),
         ) => b,
         _ => Block::Other,
-    };
-    format!(
-        "{}{}",
-        what.name(),
-        if recomputed {
-            " (recomputed)"
-        } else {
-            block.suffix()
-        }
-    )
+    }
 }
 
 /// The moments of a sequence: its peak and the highest of each phase of the training steps.
@@ -142,9 +145,12 @@ fn label_text(what: What, block: Block, recomputed: bool) -> String {
 pub struct Moments {
     /// The highest live bytes of the whole sequence (the first of equals).
     pub peak: Moment,
-    /// The highest of each phase over the training steps (forward, backward, optimizer, zero_grad
-    /// where they allocate), in step order.
+    /// The highest of the forward, the backward and the optimizer step over the training steps,
+    /// in step order.
     pub phases: Vec<Moment>,
+    /// Live bytes once the whole sequence has run (what stays between steps: weights,
+    /// optimizer states, buffers).
+    pub end_bytes: u64,
     /// The phase each storage was allocated in.
     alloc_phase: Vec<StepPhase>,
 }
@@ -179,7 +185,11 @@ pub fn moments(trace: &Trace) -> Moments {
                 if peak.is_none_or(|p| live > p.bytes) {
                     peak = Some(m);
                 }
-                if step > 0 {
+                let training = matches!(
+                    phase,
+                    StepPhase::Forward | StepPhase::Backward | StepPhase::Optimizer
+                );
+                if step > 0 && training {
                     match phases.iter_mut().find(|p| p.phase == phase) {
                         Some(p) if p.bytes >= live => {}
                         Some(p) => *p = m,
@@ -200,25 +210,9 @@ pub fn moments(trace: &Trace) -> Moments {
     Moments {
         peak: peak.unwrap_or(empty),
         phases,
+        end_bytes: live,
         alloc_phase,
     }
-}
-
-/// Live bytes once the whole sequence has run (what stays between steps: weights, optimizer
-/// states, buffers).
-pub fn live_at_end(trace: &Trace) -> u64 {
-    let mut size = vec![0u64; trace.labels.len()];
-    let mut live = 0u64;
-    for e in &trace.events {
-        match *e {
-            Event::Alloc { id, bytes } => {
-                size[id as usize] = bytes;
-                live += bytes;
-            }
-            Event::Free { id } => live -= size[id as usize],
-        }
-    }
-    live
 }
 
 /// A storage live at a moment.
@@ -282,11 +276,17 @@ fn shape_kind(what: What) -> Shape {
 fn widths(ctx: &Ctx, shape: Shape) -> Vec<(&'static str, u128)> {
     let a = ctx.arch;
     let s = ctx.s;
-    let mut w: Vec<(&'static str, u128)> = vec![];
-    if shape == Shape::Activation {
-        w.push(("tokens", s.batch as u128 * s.seq as u128));
-    }
-    w.extend([
+    // An activation's widths: 0 (left out) for a parameter; the experts' for MoE models only.
+    let act = |v: u64| {
+        if shape == Shape::Activation {
+            v as u128
+        } else {
+            0
+        }
+    };
+    let moe = |v: u128| if a.is_moe() { v } else { 0 };
+    [
+        ("tokens", act(s.batch) * s.seq as u128),
         ("hidden", a.hidden_size as u128),
         ("intermediate", a.intermediate_size as u128),
         ("q_dim", a.q_dim()),
@@ -296,20 +296,15 @@ fn widths(ctx: &Ctx, shape: Shape) -> Vec<(&'static str, u128)> {
         ("heads", a.num_attention_heads as u128),
         ("head_dim", a.head_dim() as u128),
         ("kv_heads", a.kv_heads() as u128),
-    ]);
-    if a.is_moe() {
-        w.push(("experts", a.num_experts()));
-        w.push(("expert width", a.expert_width()));
-    }
-    if shape == Shape::Activation {
-        w.extend([
-            ("seq", s.seq as u128),
-            ("seq", s.seq as u128),
-            ("batch", s.batch as u128),
-        ]);
-    }
-    w.retain(|&(_, v)| v > 1);
-    w
+        ("experts", moe(a.num_experts())),
+        ("expert width", moe(a.expert_width())),
+        ("seq", act(s.seq)),
+        ("seq", act(s.seq)),
+        ("batch", act(s.batch)),
+    ]
+    .into_iter()
+    .filter(|&(_, v)| v > 1)
+    .collect()
 }
 
 /// `n` as a product of at most four of `widths`, each used once (the first such product in
@@ -342,21 +337,17 @@ fn factorise(n: u128, widths: &[(&'static str, u128)]) -> Option<Vec<(&'static s
     })
 }
 
-/// The factors of one storage of `bytes`: its shape in named widths times its element size, or
-/// its size in bytes.
-fn shape_factors(bytes: u64, label: &Label, ctx: &Ctx) -> Vec<Factor> {
+/// The factors of one storage of `bytes` holding `what` in elements of `elem_bytes` (0:
+/// unknown): its shape in named widths times its element size, or its size in bytes.
+fn shape_factors(bytes: u64, what: What, elem_bytes: u8, ctx: &Ctx) -> Vec<Factor> {
     let bytes = bytes as u128;
-    let shape = shape_kind(label.what);
+    let shape = shape_kind(what);
     if shape == Shape::Bytes || bytes <= 8 {
         return vec![bytes_of(bytes)];
     }
     let ws = widths(ctx, shape);
-    let own = [u128::from(label.elem_bytes)];
-    let tried: &[u128] = if label.elem_bytes == 0 {
-        &[4, 2, 1, 8]
-    } else {
-        &own
-    };
+    let own = [u128::from(elem_bytes)];
+    let tried: &[u128] = if elem_bytes == 0 { &[4, 2, 1, 8] } else { &own };
     for &es in tried {
         if bytes % es != 0 {
             continue;
@@ -370,42 +361,46 @@ fn shape_factors(bytes: u64, label: &Label, ctx: &Ctx) -> Vec<Factor> {
     vec![bytes_of(bytes)]
 }
 
-/// The live storages after event `at`, as terms: one per component, kind of tensor, block and
-/// size, with the count of tensors (`layers × per layer` where every layer holds the same)
-/// times their shape.
+/// The live storages after event `at`, as terms in the breakdown's stacking order: one per
+/// component and name (kind of tensor and block), a sum of one product per size — the count of
+/// tensors (`layers × per layer` where every layer holds the same) times their shape.
 pub fn terms_at(ctx: &Ctx, trace: &Trace, m: &Moments, at: usize) -> Vec<Term> {
+    // Groups of one component, kind, block, size and element size: tensors, their distinct
+    // layers, and whether any lies outside every layer.
     type Key = (Component, What, Block, u64, u8);
-    // Per group: tensors, the layers they were made in (distinct), tensors outside layers.
-    let mut groups: BTreeMap<Key, (u128, Vec<u32>, u128)> = BTreeMap::new();
-    for Live {
-        label,
-        bytes,
-        made_in_backward,
-        layer,
-    } in live_after(trace, m, at)
-    {
-        let c = component(&label, made_in_backward);
-        let g = groups
-            .entry((c, label.what, label.block, bytes, label.elem_bytes))
-            .or_default();
-        g.0 += 1;
-        match layer {
-            Some(l) => {
-                if !g.1.contains(&l) {
-                    g.1.push(l);
-                }
+    let mut groups: Vec<(Key, u128, Vec<u32>, bool)> = vec![];
+    for l in live_after(trace, m, at) {
+        let key = (
+            component(&l.label, l.made_in_backward),
+            l.label.what,
+            l.label.block,
+            l.bytes,
+            l.label.elem_bytes,
+        );
+        let i = match groups.iter().position(|g| g.0 == key) {
+            Some(i) => i,
+            None => {
+                groups.push((key, 0, vec![], false));
+                groups.len() - 1
             }
-            None => g.2 += 1,
+        };
+        let g = &mut groups[i];
+        g.1 += 1;
+        match l.layer {
+            Some(layer) if !g.2.contains(&layer) => g.2.push(layer),
+            Some(_) => {}
+            None => g.3 = true,
         }
     }
-    // Groups of one component and name are one term, a sum of their products (largest first).
-    let mut named: Vec<(Component, String, Vec<Vec<Factor>>)> = vec![];
-    for ((c, what, block, bytes, es), (count, layers, outside)) in groups {
-        let l = layers.len() as u128;
-        let mut fs = if outside == 0 && l > 1 && count % l == 0 {
-            let mut v = vec![f("layers", l)];
-            if count / l > 1 {
-                v.push(f("per layer", count / l));
+    // Groups of one component and name: one term, a product per group.
+    type Name = (Component, What, Block, bool);
+    let mut named: Vec<(Name, Vec<Vec<Factor>>)> = vec![];
+    for ((c, what, block, bytes, es), count, layers, outside) in groups {
+        let layers = layers.len() as u128;
+        let mut fs = if !outside && layers > 1 && count % layers == 0 {
+            let mut v = vec![f("layers", layers)];
+            if count / layers > 1 {
+                v.push(f("per layer", count / layers));
             }
             v
         } else if count > 1 {
@@ -413,42 +408,23 @@ pub fn terms_at(ctx: &Ctx, trace: &Trace, m: &Moments, at: usize) -> Vec<Term> {
         } else {
             vec![]
         };
-        fs.extend(shape_factors(
-            bytes,
-            &Label {
-                elem_bytes: es,
-                ..Label::new(what, None)
-            },
-            ctx,
-        ));
-        let recomputed = c == Component::BackwardTemps && is_forward_kind(what);
-        let label = label_text(what, block, recomputed);
-        match named.iter_mut().find(|n| n.0 == c && n.1 == label) {
-            Some(n) => n.2.push(fs),
-            None => named.push((c, label, vec![fs])),
+        fs.extend(shape_factors(bytes, what, es, ctx));
+        let name = (
+            c,
+            what,
+            named_block(what, block),
+            c == Component::BackwardTemps && is_forward_kind(what),
+        );
+        match named.iter_mut().find(|n| n.0 == name) {
+            Some(n) => n.1.push(fs),
+            None => named.push((name, vec![fs])),
         }
     }
-    let product = |p: &Vec<Factor>| p.iter().fold(1u128, |a, x| a.saturating_mul(x.value));
-    let mut out: Vec<Term> = named
-        .into_iter()
-        .map(|(c, label, mut parts)| {
-            parts.sort_by_key(|p| std::cmp::Reverse(product(p)));
-            if parts.len() == 1 {
-                Term::product(c, label, &parts[0])
-            } else {
-                Term::sum(c, label, &parts)
-            }
-        })
-        .collect();
-    out.sort_by(|a, b| {
-        (
-            Component::ALL.iter().position(|&c| c == a.component),
-            std::cmp::Reverse(a.bytes),
-        )
-            .cmp(&(
-                Component::ALL.iter().position(|&c| c == b.component),
-                std::cmp::Reverse(b.bytes),
-            ))
-    });
+    let mut out = vec![];
+    for c in Component::ALL {
+        for ((_, what, block, recomputed), parts) in named.iter().filter(|n| n.0 .0 == c) {
+            out.push(Term::sum(c, label_text(*what, *block, *recomputed), parts));
+        }
+    }
     out
 }

@@ -82,11 +82,34 @@ impl Lang {
 pub fn tr(lang: Lang, en: &str) -> Cow<'_, str> {
     match lang {
         Lang::En => Cow::Borrowed(en),
-        Lang::Zh => match translate(en) {
+        Lang::Zh => match engine(en) {
             Some(t) => Cow::Owned(t),
             None => Cow::Borrowed(en),
         },
     }
+}
+
+/// Natively, the table compiled in.
+#[cfg(not(target_arch = "wasm32"))]
+fn engine(en: &str) -> Option<String> {
+    translate(en)
+}
+
+/// In a page, the translator the page chose ([`use_engine`]); none until then.
+#[cfg(target_arch = "wasm32")]
+static ENGINE: OnceLock<fn(&str) -> Option<String>> = OnceLock::new();
+
+#[cfg(target_arch = "wasm32")]
+fn engine(en: &str) -> Option<String> {
+    ENGINE.get().and_then(|f| f(en))
+}
+
+/// Makes `f` the page's translator: [`translate`] over the table this wasm [`install`]ed (the
+/// sections bundle, the GPU page), or the planner page's Chinese bundle through JavaScript
+/// (`web::chinese`), so the planner's own wasm carries no table code. The first one stays.
+#[cfg(target_arch = "wasm32")]
+pub fn use_engine(f: fn(&str) -> Option<String>) {
+    let _ = ENGINE.set(f);
 }
 
 /// Whether the table translates `en` (tests: nothing the page shows may be missing).
@@ -148,11 +171,32 @@ fn table() -> Option<&'static Table> {
 /// page's life; a second call changes nothing.
 pub fn install(json: &str) -> Result<(), String> {
     let pairs = read_pairs(json).map_err(|e| format!("zh.json: {e}"))?;
+    install_pairs(pairs);
+    Ok(())
+}
+
+/// Installs the table from its texts alternating English, Chinese, English, … and separated by
+/// NUL characters: `data/zh.json` as the planner page's JavaScript hands it to its Chinese
+/// bundle (`JSON.parse`, flattened, joined), so that wasm needs no JSON reader.
+pub fn install_split(texts: &str) -> Result<(), String> {
+    let parts: Vec<&str> = texts.split('\0').collect();
+    if parts.len() % 2 != 0 {
+        return Err("zh.json: an English text without its Chinese".into());
+    }
+    install_pairs(
+        parts
+            .chunks(2)
+            .map(|p| (p[0].to_string(), p[1].to_string()))
+            .collect(),
+    );
+    Ok(())
+}
+
+fn install_pairs(pairs: Vec<(String, String)>) {
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     let _ = TABLE.set(Table::of(
         pairs.into_iter().map(|(en, zh)| (leak(en), leak(zh))),
     ));
-    Ok(())
 }
 
 /// `[[English, Chinese], …]` (read with the page's small JSON reader, not serde).
@@ -168,8 +212,12 @@ fn read_pairs(json: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-/// Whether the table is there to translate with.
+/// Whether the page can translate: natively always (the table is compiled in); in a page, once
+/// it has chosen its translator ([`use_engine`]).
 pub fn installed() -> bool {
+    #[cfg(target_arch = "wasm32")]
+    return ENGINE.get().is_some();
+    #[cfg(not(target_arch = "wasm32"))]
     table().is_some()
 }
 
@@ -178,7 +226,9 @@ fn is_pattern(en: &str) -> bool {
     en.contains("{}") || en.contains("{=}")
 }
 
-fn translate(en: &str) -> Option<String> {
+/// `en` in Chinese from the table (compiled in natively; in a wasm, once [`install`]ed), if
+/// the table has it.
+pub fn translate(en: &str) -> Option<String> {
     let table = table()?;
     if let Some(zh) = table.exact.get(en) {
         return Some((*zh).to_string());
