@@ -179,17 +179,20 @@ pub fn install(json: &str) -> Result<(), String> {
 /// NUL characters: `data/zh.json` as the planner page's JavaScript hands it to its Chinese
 /// bundle (`JSON.parse`, flattened, joined), so that wasm needs no JSON reader.
 pub fn install_split(texts: &str) -> Result<(), String> {
+    install_pairs(split_pairs(texts)?);
+    Ok(())
+}
+
+/// The (English, Chinese) pairs of [`install_split`]'s texts.
+fn split_pairs(texts: &str) -> Result<Vec<(String, String)>, String> {
     let parts: Vec<&str> = texts.split('\0').collect();
     if parts.len() % 2 != 0 {
         return Err("zh.json: an English text without its Chinese".into());
     }
-    install_pairs(
-        parts
-            .chunks(2)
-            .map(|p| (p[0].to_string(), p[1].to_string()))
-            .collect(),
-    );
-    Ok(())
+    Ok(parts
+        .chunks(2)
+        .map(|p| (p[0].to_string(), p[1].to_string()))
+        .collect())
 }
 
 fn install_pairs(pairs: Vec<(String, String)>) {

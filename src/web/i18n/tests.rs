@@ -116,3 +116,26 @@ fn zh_json_is_the_table() {
     assert!(super::read_pairs(r#"[["a", "b", "c"]]"#).is_err());
     assert!(super::read_pairs(r#"{"a": "b"}"#).is_err());
 }
+
+/// The planner page hands its Chinese bundle `data/zh.json` as the browser reads it
+/// (`JSON.parse`, flattened, joined with NUL: `web::chinese`): that must give the table's pairs,
+/// so no text of the table may hold a NUL, and a text without its pair is refused.
+#[test]
+fn the_table_as_the_page_hands_it_to_its_chinese_bundle() {
+    let json = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/data/zh.json"))
+        .expect("data/zh.json");
+    let pairs = read_pairs(&json).expect("zh.json reads");
+    assert!(pairs.len() > 500, "{} pairs", pairs.len());
+    assert!(
+        pairs
+            .iter()
+            .all(|(en, zh)| !en.contains('\0') && !zh.contains('\0')),
+        "a text of the table holds a NUL"
+    );
+    let joined: Vec<&str> = pairs
+        .iter()
+        .flat_map(|(en, zh)| [en.as_str(), zh.as_str()])
+        .collect();
+    assert_eq!(split_pairs(&joined.join("\0")), Ok(pairs));
+    assert!(split_pairs("peak\0峰值\0orphan").is_err());
+}
