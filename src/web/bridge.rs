@@ -103,7 +103,7 @@ pub fn load(status: RwSignal<Load>) {
 }
 
 /// Appends an element to `<head>` and waits for it to load.
-pub(crate) async fn append(tag: &str, attrs: &[(&str, &str)]) -> Result<(), JsValue> {
+async fn append(tag: &str, attrs: &[(&str, &str)]) -> Result<(), JsValue> {
     let doc = document();
     let el: web_sys::HtmlElement = doc.create_element(tag)?.dyn_into()?;
     for (k, v) in attrs {
@@ -123,12 +123,24 @@ pub(crate) async fn append(tag: &str, attrs: &[(&str, &str)]) -> Result<(), JsVa
 /// Loads the bundle's styles and script (so nothing shows unstyled), then instantiates its wasm.
 async fn start() -> Result<(), JsValue> {
     append("link", &[("rel", "stylesheet"), ("href", CSS)]).await?;
-    append("script", &[("src", SCRIPT)]).await?;
+    start_bundle(SCRIPT, INIT, WASM).await?;
+    Ok(())
+}
+
+/// Loads a no-modules bundle's `script`, whose init function `scripts/externalize_boot.py`
+/// names `init` on `window`, and instantiates its `wasm` (running its start function). Returns
+/// the init function, which carries the bundle's exports.
+pub(crate) async fn start_bundle(
+    script: &str,
+    init: &str,
+    wasm: &str,
+) -> Result<js_sys::Function, JsValue> {
+    append("script", &[("src", script)]).await?;
     let init: js_sys::Function =
-        js_sys::Reflect::get(&window(), &JsValue::from_str(INIT))?.dyn_into()?;
+        js_sys::Reflect::get(&window(), &JsValue::from_str(init))?.dyn_into()?;
     let opts = js_sys::Object::new();
-    js_sys::Reflect::set(&opts, &"module_or_path".into(), &WASM.into())?;
+    js_sys::Reflect::set(&opts, &"module_or_path".into(), &wasm.into())?;
     let started: js_sys::Promise = init.call1(&JsValue::NULL, &opts)?.dyn_into()?;
     wasm_bindgen_futures::JsFuture::from(started).await?;
-    Ok(())
+    Ok(init)
 }

@@ -9,7 +9,6 @@ use std::cell::OnceCell;
 use std::future::Future;
 use std::pin::Pin;
 
-use leptos::prelude::window;
 use wasm_bindgen::{JsCast, JsValue};
 
 use crate::web::lang::ZH_FAILED;
@@ -38,13 +37,7 @@ pub fn load(url: &'static str) -> Pin<Box<dyn Future<Output = Result<(), String>
 }
 
 async fn start(url: &'static str) -> Result<(), JsValue> {
-    crate::web::bridge::append("script", &[("src", SCRIPT)]).await?;
-    let init: js_sys::Function =
-        js_sys::Reflect::get(&window(), &JsValue::from_str(INIT))?.dyn_into()?;
-    let opts = js_sys::Object::new();
-    js_sys::Reflect::set(&opts, &"module_or_path".into(), &WASM.into())?;
-    let started: js_sys::Promise = init.call1(&JsValue::NULL, &opts)?.dyn_into()?;
-    wasm_bindgen_futures::JsFuture::from(started).await?;
+    let init = crate::web::bridge::start_bundle(SCRIPT, INIT, WASM).await?;
     let text = crate::web::fetch::fetch_text(url)
         .await
         .map_err(|_| JsValue::from_str(ZH_FAILED))?;
