@@ -152,3 +152,29 @@ fn flash_attention_2_takes_no_materialised_mask() {
         );
     }
 }
+
+/// Each term of a component has its own name (the page finds a term by its component and name):
+/// on every measured case, at the peak and at each phase's highest moment.
+#[test]
+fn the_terms_of_a_component_have_distinct_names() {
+    for file in ["cases.jsonl", "moe/cases.jsonl", "crosscheck/cases.jsonl"] {
+        let path = format!("{}/tests/data/reference/{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).expect("cases file");
+        for line in crate::reference::full_size_lines(&text) {
+            let v: Value = serde_json::from_str(line).expect("JSON");
+            let a = resolve_model(&v["model"]).expect("model").value;
+            let s = crate::harness_settings(&v["settings"]);
+            let p = plan_simulated_on(&a, &s, Device::Emulated).expect("plans");
+            for terms in std::iter::once(&p.terms).chain(p.phases.iter().map(|ph| &ph.terms)) {
+                let mut names: Vec<(&str, &str)> = terms
+                    .iter()
+                    .map(|t| (t.component.key(), t.label.as_ref()))
+                    .collect();
+                let n = names.len();
+                names.sort_unstable();
+                names.dedup();
+                assert_eq!(names.len(), n, "{}: a name twice in {names:?}", v["id"]);
+            }
+        }
+    }
+}

@@ -107,16 +107,14 @@ pub fn every_label_text() -> Vec<String> {
 
 /// A term's or moment's name for a kind of tensor made in `block`.
 fn label_text(what: What, block: Block, recomputed: bool) -> String {
-    let block = named_block(what, block);
-    format!(
-        "{}{}",
-        what.name(),
-        if recomputed {
-            " (recomputed)"
-        } else {
-            block.suffix()
-        }
-    )
+    // `dropout output (attention)`, `dropout output (attention, recomputed)`: a recomputed
+    // tensor keeps its block, so the names of one component stay distinct.
+    let name = what.name();
+    match (named_block(what, block).suffix(), recomputed) {
+        ("", true) => format!("{name} (recomputed)"),
+        (s, true) => format!("{name}{}, recomputed)", s.trim_end_matches(')')),
+        (s, false) => format!("{name}{s}"),
+    }
 }
 
 /// The block a name gives a kind of tensor made in `block`: kinds made in several blocks are

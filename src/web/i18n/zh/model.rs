@@ -64,6 +64,10 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("{} (experts)", "{}（专家）"),
     ("{} (kept by the checkpoint)", "{}（由检查点保留）"),
     ("{} (recomputed)", "{}（重计算）"),
+    ("{} (attention, recomputed)", "{}（注意力，重计算）"),
+    ("{} (MLP, recomputed)", "{}（MLP 模块，重计算）"),
+    ("{} (experts, recomputed)", "{}（专家，重计算）"),
+    ("{} (kept by the checkpoint, recomputed)", "{}（由检查点保留，重计算）"),
     ("allocating the {} of layer #", "分配第 # 层的{}时"),
     ("allocating the {}", "分配{}时"),
     // Peak moments.
