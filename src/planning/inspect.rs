@@ -322,42 +322,18 @@ type PhaseStarts = Vec<(usize, StepPhase)>;
 /// ordinal of the planned run.
 fn planned_at_peak(t: &Trace) -> (LiveBySize, PhaseStarts) {
     let mut ordinal_of: Vec<usize> = vec![0; t.labels.len()];
-    let mut sizes: Vec<u64> = vec![0; t.labels.len()];
-    let mut alive: Vec<bool> = vec![false; t.labels.len()];
-    let (mut live, mut best, mut best_at, mut allocs) = (0u64, 0u64, 0usize, 0usize);
-    for (i, e) in t.events.iter().enumerate() {
-        match *e {
-            Event::Alloc { id, bytes } => {
-                let id = id as usize;
-                (sizes[id], alive[id], ordinal_of[id]) = (bytes, true, allocs);
-                allocs += 1;
-                live += bytes;
-                if live > best {
-                    (best, best_at) = (live, i);
-                }
-            }
-            Event::Free { id } => {
-                if std::mem::replace(&mut alive[id as usize], false) {
-                    live -= sizes[id as usize];
-                }
-            }
-        }
+    let allocs = t.events.iter().filter_map(|e| match *e {
+        Event::Alloc { id, .. } => Some(id as usize),
+        Event::Free { .. } => None,
+    });
+    for (ordinal, id) in allocs.enumerate() {
+        ordinal_of[id] = ordinal;
     }
-    let mut at: IdMap<u32, u64> = IdMap::default();
-    for e in t.events.iter().take(best_at + 1) {
-        match *e {
-            Event::Alloc { id, bytes } => {
-                at.insert(id, bytes);
-            }
-            Event::Free { id } => {
-                at.remove(&id);
-            }
-        }
-    }
+    let peak = steptrace::anatomy::moments(t).peak.event;
     let mut by_size: IdMap<u64, Vec<PlannedLive>> = IdMap::default();
-    for (id, bytes) in at {
+    for (id, bytes, _) in steptrace::anatomy::live_after(t, peak) {
         by_size.entry(bytes).or_default().push(PlannedLive {
-            ordinal: ordinal_of[id as usize],
+            ordinal: ordinal_of[id],
         });
     }
     let mut phase_by_alloc: Vec<(usize, StepPhase)> = vec![];

@@ -65,7 +65,7 @@ impl Moment {
     /// The moment in words: the allocation that reaches it (`allocating the activation gradient
     /// of layer 31`).
     pub fn words(&self) -> String {
-        let recomputed = self.phase == StepPhase::Backward && is_forward_kind(self.made.what);
+        let recomputed = recomputed(self.made.what, self.phase == StepPhase::Backward);
         let what = label_text(self.made.what, self.made.block, recomputed);
         match self.made.layer {
             Some(l) => format!("allocating the {what} of layer {l}"),
@@ -74,7 +74,13 @@ impl Moment {
     }
 }
 
-/// Kinds of tensor a forward op makes (made in backward, they are a recomputed layer's).
+/// Whether a storage of `what` is a recomputed layer's: a kind of tensor a forward op makes,
+/// made in backward.
+fn recomputed(what: What, made_in_backward: bool) -> bool {
+    made_in_backward && is_forward_kind(what)
+}
+
+/// Kinds of tensor a forward op makes.
 fn is_forward_kind(what: What) -> bool {
     !matches!(
         what,
@@ -213,18 +219,9 @@ pub fn moments(trace: &Trace) -> Moments {
     }
 }
 
-/// A storage live at a moment.
-struct Live {
-    label: Label,
-    bytes: u64,
-    made_in_backward: bool,
-    /// The decoder layer it belongs to (its allocation's tag: the layer recording it, or the
-    /// parameter's), if any.
-    layer: Option<u32>,
-}
-
-/// The storages live right after event `at`.
-fn live_after(trace: &Trace, m: &Moments, at: usize) -> Vec<Live> {
+/// The storages live right after event `at`: (storage id, bytes, the decoder layer it belongs
+/// to — its allocation's tag: the layer recording it, or the parameter's — if any).
+pub fn live_after(trace: &Trace, at: usize) -> Vec<(usize, u64, Option<u32>)> {
     let mut alive: Vec<Option<(u64, u32)>> = vec![None; trace.labels.len()];
     let end = (at + 1).min(trace.events.len());
     for (e, &tag) in trace.events[..end].iter().zip(&trace.event_tags) {
@@ -237,12 +234,7 @@ fn live_after(trace: &Trace, m: &Moments, at: usize) -> Vec<Live> {
         .iter()
         .enumerate()
         .filter_map(|(id, a)| {
-            a.map(|(bytes, tag)| Live {
-                label: trace.labels[id],
-                bytes,
-                made_in_backward: m.alloc_phase[id] == StepPhase::Backward,
-                layer: (tag != super::tape::NO_LAYER).then_some(tag),
-            })
+            a.map(|(bytes, tag)| (id, bytes, (tag != super::tape::NO_LAYER).then_some(tag)))
         })
         .collect()
 }
@@ -365,15 +357,18 @@ fn shape_factors(bytes: u64, what: What, elem_bytes: u8, ctx: &Ctx) -> Vec<Facto
 pub fn terms_at(ctx: &Ctx, trace: &Trace, m: &Moments, at: usize) -> Vec<Term> {
     // Groups of one component, kind, block, size and element size: tensors, their distinct
     // layers, and whether any lies outside every layer.
-    type Key = (Component, What, Block, u64, u8);
+    type Key = (Component, What, Block, bool, u64, u8);
     let mut groups: Vec<(Key, u128, Vec<u32>, bool)> = vec![];
-    for l in live_after(trace, m, at) {
+    for (id, bytes, layer) in live_after(trace, at) {
+        let label = trace.labels[id];
+        let made_in_backward = m.alloc_phase[id] == StepPhase::Backward;
         let key = (
-            component(&l.label, l.made_in_backward),
-            l.label.what,
-            l.label.block,
-            l.bytes,
-            l.label.elem_bytes,
+            component(&label, made_in_backward),
+            label.what,
+            label.block,
+            recomputed(label.what, made_in_backward),
+            bytes,
+            label.elem_bytes,
         );
         let i = match groups.iter().position(|g| g.0 == key) {
             Some(i) => i,
@@ -384,7 +379,7 @@ pub fn terms_at(ctx: &Ctx, trace: &Trace, m: &Moments, at: usize) -> Vec<Term> {
         };
         let g = &mut groups[i];
         g.1 += 1;
-        match l.layer {
+        match layer {
             Some(layer) if !g.2.contains(&layer) => g.2.push(layer),
             Some(_) => {}
             None => g.3 = true,
@@ -393,7 +388,7 @@ pub fn terms_at(ctx: &Ctx, trace: &Trace, m: &Moments, at: usize) -> Vec<Term> {
     // Groups of one component and name: one term, a product per group.
     type Name = (Component, What, Block, bool);
     let mut named: Vec<(Name, Vec<Vec<Factor>>)> = vec![];
-    for ((c, what, block, bytes, es), count, layers, outside) in groups {
+    for ((c, what, block, recomputed, bytes, es), count, layers, outside) in groups {
         let layers = layers.len() as u128;
         let mut fs = if !outside && layers > 1 && count % layers == 0 {
             let mut v = vec![f("layers", layers)];
@@ -407,12 +402,7 @@ pub fn terms_at(ctx: &Ctx, trace: &Trace, m: &Moments, at: usize) -> Vec<Term> {
             vec![]
         };
         fs.extend(shape_factors(bytes, what, es, ctx));
-        let name = (
-            c,
-            what,
-            named_block(what, block),
-            c == Component::BackwardTemps && is_forward_kind(what),
-        );
+        let name = (c, what, named_block(what, block), recomputed);
         match named.iter_mut().find(|n| n.0 == name) {
             Some(n) => n.1.push(fs),
             None => named.push((name, vec![fs])),

@@ -98,7 +98,7 @@ impl StepPhase {
 }
 
 /// What a storage holds (for naming cached blocks).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum What {
     /// Frozen base weight.
     Weight,
@@ -233,7 +233,7 @@ impl What {
 /// The block of the model whose forward made a storage, where the kind of tensor alone does not
 /// say why it is kept (a Linear's output, a frozen weight, an autocast copy), and the layer
 /// inputs a gradient checkpoint keeps.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Block {
     /// Outside the blocks below (embeddings, norms, the LoRA path, the loss).
     #[default]
