@@ -138,18 +138,12 @@ impl<'a> Ctx<'a> {
         self.s.lora_dropout > 0.0
     }
 
-    /// Whether the attention kernel is the memory-efficient one (fp32 inputs or an explicit mask):
-    /// it pads the logsumexp to a multiple of 32 rows.
     /// Whether the sequence reaches the family's sliding window, so that sdpa needs the sliding
     /// mask materialised (Gemma 2: 4096; Gemma 3: 512 at 1B, 1024 above).
     pub fn sliding_window_reached(&self) -> bool {
-        let a = self.arch;
-        let window = a
-            .family
-            .layout()
-            .sliding
-            .and_then(|w| w.window(a.hidden_size));
-        window.is_some_and(|w| self.s.seq >= w)
+        self.arch
+            .sliding_window_tokens()
+            .is_some_and(|w| self.s.seq >= w)
     }
 
     /// The 4-D mask transformers materialises for sdpa (`sdpa_mask`): for a padded batch, one for

@@ -185,7 +185,7 @@ impl Target {}
 
 /// Upper bounds that keep every byte count far from overflow (u128 arithmetic).
 const MAX_DIM: u64 = 1 << 20;
-const MAX_LAYERS: u64 = 4096;
+pub(crate) const MAX_LAYERS: u64 = 4096;
 const MAX_VOCAB: u64 = 1 << 24;
 const MAX_EXPERTS: u128 = 1 << 12;
 
@@ -419,6 +419,14 @@ impl Architecture {
             }
             _ => 0,
         }
+    }
+
+    /// The sliding window of the family's local attention layers, in tokens, if it has them.
+    pub fn sliding_window_tokens(&self) -> Option<u64> {
+        self.family
+            .layout()
+            .sliding
+            .and_then(|w| w.window(self.hidden_size))
     }
 
     /// Whether the top-k routing weights are renormalised.

@@ -21,7 +21,7 @@ pub use arch::{Architecture, Family, Target};
 pub use dtype::{Dtype, Quant};
 pub use error::PlanError;
 pub use parallel::{Parallel, Strategy};
-pub use plan::{plan, plan_simulated, plan_simulated_on, Phase, Plan};
+pub use plan::{plan, plan_simulated, plan_simulated_on, Phase, Plan, QuickSurface};
 pub use settings::{
     AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, Optimizer, SavedModule, Settings,
 };

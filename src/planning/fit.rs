@@ -1,7 +1,10 @@
 //! Fit solver: the largest micro-batch and the longest sequence that fit a capacity, found by
 //! bisection over the (monotone) plan.
 
-use crate::model::{plan, plan_simulated, Architecture, Plan, PlanError, Settings};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::model::{plan, plan_simulated, Architecture, Plan, PlanError, QuickSurface, Settings};
 
 /// How the reserved and nvidia-smi figures are computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,11 +25,56 @@ impl Fidelity {
     }
 }
 
-/// Whether a configuration's nvidia-smi figure fits in `capacity_bytes`.
+/// Whether a configuration's nvidia-smi figure fits in `capacity_bytes`: at quick fidelity read
+/// off the configuration's [`QuickSurface`] where it answers (the same figure as the quick plan,
+/// in microseconds instead of a plan's fraction of a millisecond).
 fn fits(arch: &Architecture, s: &Settings, capacity_bytes: u128, how: Fidelity) -> bool {
+    // The first-visit page's quick plans are the terms' (feature `page`): no surface there.
+    if how == Fidelity::Quick && !cfg!(feature = "page") {
+        if let Some(smi) = surface(arch, s).and_then(|q| q.nvidia_smi(s.batch, s.seq)) {
+            return smi.is_ok_and(|b| b <= capacity_bytes);
+        }
+    }
     how.plan(arch, s)
         .map(|p| p.nvidia_smi_bytes <= capacity_bytes)
         .unwrap_or(false)
+}
+
+/// Surfaces kept for the configurations searched last: a search plans one configuration at many
+/// batch sizes and lengths, and the page searches the same one again at every slider move.
+const SURFACES_KEPT: usize = 16;
+
+/// A configuration searched (batch and sequence zeroed) and its surface (`None` where there is
+/// none).
+type Kept = (Architecture, Settings, Option<Rc<QuickSurface>>);
+
+thread_local! {
+    /// The configurations searched last, newest last.
+    static SURFACES: RefCell<Vec<Kept>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The [`QuickSurface`] of `s`'s configuration, built once and kept.
+fn surface(arch: &Architecture, s: &Settings) -> Option<Rc<QuickSurface>> {
+    let key = Settings {
+        batch: 0,
+        seq: 0,
+        ..s.clone()
+    };
+    SURFACES.with(|cell| {
+        let mut kept = cell.borrow_mut();
+        if let Some(i) = kept.iter().position(|(a, k, _)| a == arch && *k == key) {
+            let hit = kept.remove(i);
+            let q = hit.2.clone();
+            kept.push(hit);
+            return q;
+        }
+        let q = QuickSurface::build(arch, s).map(Rc::new);
+        if kept.len() >= SURFACES_KEPT {
+            kept.remove(0);
+        }
+        kept.push((arch.clone(), key, q.clone()));
+        q
+    })
 }
 
 /// Largest value in `[1, hi]` for which `ok` holds, assuming `ok` is monotone (true then false).

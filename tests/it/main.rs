@@ -21,6 +21,7 @@ mod real_gpu;
 mod reference;
 mod reserved;
 mod snapshot;
+mod surface;
 mod validation;
 mod weights;
 

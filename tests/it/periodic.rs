@@ -2,9 +2,11 @@
 //! to the byte on every measured case and on every catalog model under every option.
 
 use lorafit::formats::catalog::{self, resolve_model};
-use lorafit::model::steptrace::periodic::{live_peak, How};
+use lorafit::model::steptrace::periodic::{live_peak, How, Short};
 use lorafit::model::steptrace::{generate_on, Device};
-use lorafit::model::{AttnImpl, Dtype, ExpertParam, Optimizer, Quant, Settings, Target};
+use lorafit::model::{
+    plan, plan_simulated, AttnImpl, Dtype, ExpertParam, Optimizer, Quant, Settings, Target,
+};
 use serde_json::Value;
 
 fn data(path: &str) -> String {
@@ -18,7 +20,44 @@ fn check(name: &str, a: &lorafit::model::Architecture, s: &Settings, device: Dev
         .peak_live_bytes;
     let (got, how) = live_peak(a, s, device).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(got, want, "{name}: live peak from short runs ({how:?})");
+    if how == How::Extrapolated {
+        // The quick plan reads these: every moment's live storages add up (no fall back to
+        // the full run).
+        let short = Short::run(a, s, device).unwrap();
+        let m = &short.moments;
+        for mo in std::iter::once(&m.peak).chain(&m.phases) {
+            assert!(
+                short.live_at(mo.event, mo.bytes).is_some(),
+                "{name}: {mo:?}"
+            );
+        }
+    }
+    same_allocated(name, a, s);
     how
+}
+
+/// The quick plan's allocated figures (the program's short runs extrapolated) are the settled
+/// plan's (the full run), figure by figure: peak, its phase and moment, breakdown, every term
+/// with its formula, each phase's highest moment, the memory between steps.
+fn same_allocated(name: &str, a: &lorafit::model::Architecture, s: &Settings) {
+    let quick = plan(a, s).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let full = plan_simulated(a, s).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(
+        quick.peak_allocated_bytes, full.peak_allocated_bytes,
+        "{name}: peak"
+    );
+    assert_eq!(quick.peak_moment, full.peak_moment, "{name}: moment");
+    assert_eq!(
+        quick.steady_state_bytes, full.steady_state_bytes,
+        "{name}: steady"
+    );
+    assert_eq!(quick.breakdown, full.breakdown, "{name}: breakdown");
+    assert_eq!(quick.terms, full.terms, "{name}: terms");
+    assert_eq!(quick.phases, full.phases, "{name}: phases");
+    assert!(
+        !quick.reserve_simulated,
+        "{name}: the quick plan's reserve is the allowance"
+    );
 }
 
 #[test]

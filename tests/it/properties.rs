@@ -10,6 +10,37 @@ use lorafit::formats::catalog;
 use lorafit::model::{plan, Architecture, AttnImpl, Dtype, Optimizer, Quant, Settings, Target};
 use proptest::prelude::*;
 
+/// The plan's peak and whether the step program planned it (`false`: a step past the program's
+/// bound — a generous bound of its bytes passes 2^60 — which the closed-form terms answer, with
+/// a note), or `None` where it is refused for the one reason settings of a catalog model drawn
+/// here may be: only MLP targets on a mixture of experts without a dense MLP, which match no
+/// module.
+fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
+    match plan(a, s) {
+        Ok(p) => {
+            let program = !p
+                .notes
+                .iter()
+                .any(|n| n == lorafit::model::plan::BEYOND_PROGRAM);
+            Some((p.peak_allocated_bytes, program))
+        }
+        Err(e) => {
+            let e = e.to_string();
+            assert!(
+                a.is_moe() && e.contains("target_modules") && e.contains("is named"),
+                "{}: {e}",
+                a.name
+            );
+            None
+        }
+    }
+}
+
+/// [`planned`]'s peak.
+fn peak(a: &Architecture, s: &Settings) -> Option<u128> {
+    planned(a, s).map(|p| p.0)
+}
+
 fn arb_settings() -> impl Strategy<Value = Settings> {
     (
         (0usize..5, 0usize..3, 0usize..3, 0usize..9, any::<bool>()),
@@ -64,6 +95,7 @@ proptest! {
     /// peak, which two different computations give, is below.
     #[test]
     fn the_breakdown_covers_the_peak(a in arb_model(), s in arb_settings()) {
+        let Some(_) = peak(&a, &s) else { return Ok(()) };
         let p = plan(&a, &s).expect("valid catalog config plans");
         let sum: u128 = p.breakdown.iter().map(|c| c.bytes).sum();
         prop_assert_eq!(sum, p.peak_allocated_bytes);
@@ -71,28 +103,37 @@ proptest! {
 
     #[test]
     fn peak_grows_with_batch_seq_rank_and_targets(a in arb_model(), s in arb_settings(), db in 1u64..64, ds in 1u64..4096, dr in 1u64..64) {
-        let base = plan(&a, &s).unwrap().peak_allocated_bytes;
-        let more_batch = plan(&a, &Settings { batch: s.batch + db, ..s.clone() }).unwrap().peak_allocated_bytes;
-        let more_seq = plan(&a, &Settings { seq: s.seq + ds, ..s.clone() }).unwrap().peak_allocated_bytes;
-        let more_rank = plan(&a, &Settings { lora_r: (s.lora_r + dr).min(a.hidden_size), ..s.clone() }).unwrap().peak_allocated_bytes;
-        let all = plan(&a, &Settings { targets: Target::ALL.to_vec(), ..s.clone() }).unwrap().peak_allocated_bytes;
+        // Across the program's bound the closed-form terms answer (a step past an exbibyte):
+        // two models, not compared.
+        let Some((base, program)) = planned(&a, &s) else { return Ok(()) };
+        let at = |s: &Settings| planned(&a, s).filter(|p| p.1 == program).map_or(u128::MAX, |p| p.0);
+        let more_batch = at(&Settings { batch: s.batch + db, ..s.clone() });
+        let more_seq = at(&Settings { seq: s.seq + ds, ..s.clone() });
+        let more_rank = peak(&a, &Settings { lora_r: (s.lora_r + dr).min(a.hidden_size), ..s.clone() }).expect("rank refuses nothing targets do not");
+        let all = peak(&a, &Settings { targets: Target::ALL.to_vec(), ..s.clone() }).expect("every target matches a module");
         prop_assert!(more_batch >= base, "batch");
         prop_assert!(more_seq >= base, "seq");
         prop_assert!(more_rank >= base, "rank");
         prop_assert!(all >= base, "targets");
     }
 
+    /// Checkpointing never raises the peak once the step has activations worth keeping (256
+    /// tokens or more). Below that it can, by about one cuBLAS workspace: without checkpointing
+    /// the peak is reached at the loss, before autograd's thread has taken its workspace;
+    /// checkpointed, in backward with it (Mixtral at one token: +32.3 MiB).
     #[test]
     fn gradient_checkpointing_never_raises_the_peak(a in arb_model(), s in arb_settings()) {
-        let off = plan(&a, &Settings { grad_ckpt: false, ..s.clone() }).unwrap().peak_allocated_bytes;
-        let on = plan(&a, &Settings { grad_ckpt: true, ..s.clone() }).unwrap().peak_allocated_bytes;
+        prop_assume!(s.batch * s.seq >= 256);
+        let Some((off, program)) = planned(&a, &Settings { grad_ckpt: false, ..s.clone() }) else { return Ok(()) };
+        let (on, program_on) = planned(&a, &Settings { grad_ckpt: true, ..s.clone() }).expect("the same targets");
+        prop_assume!(program == program_on);
         prop_assert!(on <= off, "gc {on} > no gc {off}");
     }
 
     #[test]
     fn gradient_accumulation_changes_nothing(a in arb_model(), s in arb_settings(), ga in 1u64..1024) {
-        let one = plan(&a, &Settings { grad_accum: 1, ..s.clone() }).unwrap().peak_allocated_bytes;
-        let many = plan(&a, &Settings { grad_accum: ga, ..s.clone() }).unwrap().peak_allocated_bytes;
+        let one = peak(&a, &Settings { grad_accum: 1, ..s.clone() });
+        let many = peak(&a, &Settings { grad_accum: ga, ..s.clone() });
         prop_assert_eq!(one, many);
     }
 
@@ -121,6 +162,7 @@ proptest! {
         // Depth only repeats the layer pattern; short steps keep the replay fast.
         a.num_hidden_layers = a.num_hidden_layers.min(3);
         let s = Settings { batch: s.batch.min(4), seq: s.seq.min(4096), parallel: Default::default(), ..s };
+        let Some(_) = peak(&a, &s) else { return Ok(()) };
         let p = lorafit::model::plan_simulated(&a, &s).expect("plans");
         // A fused cross-entropy has no allocation sequence: the terms plan it.
         if s.fused_ce { return Ok(()) }
@@ -136,7 +178,30 @@ proptest! {
 fn extremes_do_not_saturate() {
     let a = catalog::find_model("llama3.1-405b").unwrap().arch.clone();
     for attn in [AttnImpl::Eager, AttnImpl::Sdpa] {
+        // One GPU: past the step program's bound, the closed-form terms answer, and say so.
+        let one_gpu = Settings {
+            batch: 4096,
+            seq: 1_048_576,
+            attn_impl: attn,
+            ..Settings::default()
+        };
+        let p = plan(&a, &one_gpu).expect("plans");
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n == lorafit::model::plan::BEYOND_PROGRAM),
+            "{:?}",
+            p.notes
+        );
+        assert!(p.peak_allocated_bytes > 1_000_000_000_000_000);
+        // Several GPUs: the closed-form terms, in u128.
+        let par = lorafit::model::Parallel {
+            gpus_per_node: 8,
+            strategy: lorafit::model::Strategy::Ddp,
+            ..Default::default()
+        };
         let s = Settings {
+            parallel: par,
             batch: 4096,
             seq: 1_048_576,
             lora_r: 512,

@@ -8,7 +8,7 @@ use super::arch::Architecture;
 use super::distributed;
 use super::error::PlanError;
 use super::settings::{AttnImpl, Settings};
-use super::steptrace;
+use super::steptrace::{self, anatomy};
 use super::term::{named_bytes, Component, Term};
 use super::weights::{self, ParamCounts};
 
@@ -158,6 +158,16 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             });
         }
     }
+    if matches_nothing(arch, s) {
+        return Err(PlanError::InvalidSetting {
+            field: "target_modules",
+            why: format!(
+                "no module of {} is named {}: its experts are fused 3-D parameters and it has no dense MLP, so gate_proj, up_proj and down_proj do not exist (peft raises \"Target modules … not found in the base model\"); add attention projections (q, k, v, o) or target_parameters",
+                if arch.name.is_empty() { "this model" } else { &arch.name },
+                s.targets.iter().map(|t| format!("{}_proj", t.name())).collect::<Vec<_>>().join(" or "),
+            ),
+        });
+    }
     if s.lora_r > arch.hidden_size {
         return Err(PlanError::InvalidSetting {
             field: "lora_r",
@@ -167,8 +177,141 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     Ok(())
 }
 
-/// Plans one configuration.
+/// Whether LoRA's target modules match nothing in the model: only MLP projections, on a
+/// mixture of experts whose every layer routes to fused experts with no shared MLP.
+fn matches_nothing(arch: &Architecture, s: &Settings) -> bool {
+    use super::arch::Target;
+    let mlp_only = s
+        .targets
+        .iter()
+        .all(|t| matches!(t, Target::Gate | Target::Up | Target::Down));
+    let dense_mlp = arch.moe_layers()
+        < u128::from(arch.num_hidden_layers.min(super::arch::MAX_LAYERS))
+        || arch.shared_width() > 0;
+    arch.is_moe()
+        && s.experts_layout == super::settings::ExpertsLayout::Fused
+        && s.target_parameters.is_empty()
+        && mlp_only
+        && !dense_mlp
+}
+
+/// Plans one configuration, with the quick reserve allowance: the allocated figures are the
+/// step program's (its sequence run at two short depths and extrapolated to the model's,
+/// [`steptrace::periodic::Short`]) wherever it runs on one GPU; the closed-form terms answer
+/// for several GPUs, a fused cross-entropy and transformers 4's per-expert layout, and, built
+/// with the `page` feature (the first-visit page's wasm), everywhere.
 pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
+    let mut p = plan_terms(arch, s)?;
+    // The first-visit page keeps the terms' quick estimate (feature `page`, for its size).
+    if cfg!(feature = "page") || !program_runs(arch, s) {
+        return Ok(p);
+    }
+    let device = steptrace::Device::Cuda;
+    match steptrace::periodic::Short::run(arch, &steptrace_settings(s), device) {
+        Ok(short) => {
+            from_program(&mut p, &Ctx::new(arch, s), short);
+            Ok(p)
+        }
+        Err(e) if e == steptrace::too_large() => {
+            p.notes.push(BEYOND_PROGRAM.into());
+            Ok(p)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The note of a one-GPU plan whose step the program cannot hold, which the terms answer.
+pub const BEYOND_PROGRAM: &str = "a step past what an allocation sequence holds (a generous bound of its memory passes 2^60 bytes, an exbibyte): planned by the closed-form terms, which lorafit keeps for several GPUs";
+
+/// The quick plan's nvidia-smi figure across micro-batches and sequence lengths, for searches
+/// that plan one configuration at many of them: the step's live bytes as polynomials in both
+/// ([`steptrace::surface`]) with the quick allowance and what lies outside the allocator.
+#[derive(Clone, Debug)]
+pub struct QuickSurface {
+    surface: steptrace::surface::Surface,
+    layers: u64,
+    outside_bytes: u128,
+    settings: Settings,
+}
+
+impl QuickSurface {
+    /// The surface of `s`'s configuration (its batch and sequence are not read), where the step
+    /// program plans it on one GPU and its allocations do not change with the batch or the
+    /// sequence.
+    pub fn build(arch: &Architecture, s: &Settings) -> Option<QuickSurface> {
+        let probe = Settings {
+            batch: 2,
+            seq: 1024,
+            ..s.clone()
+        };
+        if !program_runs(arch, &probe) {
+            return None;
+        }
+        let terms = plan_terms(arch, &probe).ok()?;
+        Some(QuickSurface {
+            surface: steptrace::surface::Surface::build(arch, &steptrace_settings(&probe))?,
+            layers: arch.num_hidden_layers,
+            outside_bytes: terms.outside_allocator_bytes,
+            settings: s.clone(),
+        })
+    }
+
+    /// [`plan`]'s nvidia-smi figure at `batch` and `seq`: `None` where the surface does not
+    /// answer (a sequence shorter than the sliding window, a batch whose part did not hold),
+    /// `Some(Err)` where the plan refuses.
+    pub fn nvidia_smi(&self, batch: u64, seq: u64) -> Option<Result<u128, PlanError>> {
+        if !self.surface.answers(batch, seq) {
+            return None;
+        }
+        let s = Settings {
+            batch,
+            seq,
+            ..self.settings.clone()
+        };
+        if let Err(e) = s.validate() {
+            return Some(Err(e));
+        }
+        let Some((peak, end)) = self.surface.peak_and_end(batch, seq) else {
+            return Some(Err(steptrace::too_large()));
+        };
+        let (peak, end) = (u128::from(peak), u128::from(end));
+        let (rounding, frag) = reserve::allowance(self.layers, peak, end);
+        Some(Ok(peak + rounding + frag + self.outside_bytes))
+    }
+}
+
+/// Whether the step program plans this configuration's allocated memory: one GPU, no fused
+/// cross-entropy, transformers 5's fused experts.
+fn program_runs(arch: &Architecture, s: &Settings) -> bool {
+    s.parallel.world() <= 1
+        && !s.fused_ce
+        && !(arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert)
+}
+
+/// The quick reserve allowance over the plan's allocated figures (one GPU).
+fn requote(p: &mut Plan, ctx: &Ctx) {
+    let peak = PhasePeak {
+        phase: p.peak_phase,
+        moment: String::new(),
+        bytes: p.peak_allocated_bytes,
+        terms: vec![],
+    };
+    let r = reserve::quick(ctx, &peak, p.steady_state_bytes, &[]);
+    p.peak_reserved_bytes = r.bytes;
+    p.reserve_explanation = r.explanation;
+    p.nvidia_smi_bytes = r.bytes + p.outside_allocator_bytes;
+}
+
+/// The settings the step program runs: one GPU's step (several GPUs run it unsharded).
+fn steptrace_settings(s: &Settings) -> Settings {
+    Settings {
+        parallel: Default::default(),
+        ..s.clone()
+    }
+}
+
+/// The plan of the closed-form terms, reserved memory from the quick allowance.
+pub fn plan_terms(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     check_inputs(arch, s)?;
     let notes = notes(arch, s);
     let run = s.as_run(arch);
@@ -257,17 +400,25 @@ pub fn plan_simulated_on(
     s: &Settings,
     device: super::steptrace::Device,
 ) -> Result<Plan, PlanError> {
-    let mut p = plan(arch, s)?;
+    let mut p = plan_terms(arch, s)?;
     let compute = distributed::compute_settings(s);
     let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(s));
     let comm = distributed::apply(&ctx, &[], &[], &[], &[]).comm;
-    let Some(trace) = reserve::one_gpu_trace(arch, s, device) else {
-        return Ok(p);
+    let trace = if program_runs(arch, s) {
+        // One GPU: the full run gives the allocated figures and the sequence to replay; a step
+        // too large for it is the quick plan's (the short runs, or past them the terms),
+        // reserved from the allowance.
+        match steptrace::generate_on(arch, &steptrace_settings(s), device) {
+            Ok(t) => from_program(&mut p, &ctx, steptrace::periodic::Short::full(arch, t)),
+            Err(_) => return plan(arch, s),
+        }
+    } else {
+        // Several GPUs replay one GPU's step; no program, no replay.
+        match reserve::one_gpu_trace(arch, s, device) {
+            Some(t) => t,
+            None => return Ok(p),
+        }
     };
-    if s.parallel.world() <= 1 {
-        // One GPU: `ctx` is the step's (its shapes name the terms' factors).
-        from_program(&mut p, &ctx, &trace);
-    }
     if let Some(r) = reserve::simulate(&trace, s, &p, &comm) {
         p.peak_reserved_bytes = r.bytes;
         p.reserve_explanation = r.explanation;
@@ -278,20 +429,38 @@ pub fn plan_simulated_on(
     Ok(p)
 }
 
-/// Takes the allocated figures of `p` from the step's allocation sequence: the peak of live
-/// bytes, its phase and moment, each phase's highest moment, the breakdown and the terms (the
-/// tensors live then, grouped by [`steptrace::anatomy`]), and the memory between steps.
-fn from_program(p: &mut Plan, ctx: &Ctx, trace: &steptrace::Trace) {
-    use steptrace::anatomy;
-    let m = anatomy::moments(trace);
-    let at = |mo: &anatomy::Moment| PhasePeak {
-        phase: phase_of(mo.phase),
-        moment: mo.words(),
-        bytes: u128::from(mo.bytes),
-        terms: anatomy::terms_at(ctx, trace, &m, mo.event),
+/// Takes the allocated figures of `p` from the step's allocation sequence lined up with the
+/// model (`short`): the peak of live bytes, its phase and moment, each phase's highest moment,
+/// the breakdown and the terms (the tensors live then, grouped by [`steptrace::anatomy`]), the
+/// memory between steps, and the quick reserve allowance over them. Where two short runs'
+/// storages do not add up to a moment (a structure [`steptrace::periodic`] does not know), the
+/// full run answers. Returns the sequence it read (the longer short run, or the full one).
+fn from_program(p: &mut Plan, ctx: &Ctx, short: steptrace::periodic::Short) -> steptrace::Trace {
+    let m = &short.moments;
+    let terms = |mo: &anatomy::Moment| {
+        short
+            .live_at(mo.event, mo.bytes)
+            .map(|l| anatomy::terms_of(ctx, &short.trace.labels, &m.alloc_phase, &l))
     };
-    let peak = at(&m.peak);
-    let phases: Vec<PhasePeak> = m.phases.iter().map(at).collect();
+    let at = |mo: &anatomy::Moment| {
+        Some(PhasePeak {
+            phase: phase_of(mo.phase),
+            moment: mo.words(),
+            bytes: u128::from(mo.bytes),
+            terms: terms(mo)?,
+        })
+    };
+    let phases: Option<Vec<PhasePeak>> = m.phases.iter().map(at).collect();
+    let (Some(peak), Some(phases)) = (at(&m.peak), phases) else {
+        // Only short runs can miss (a full run's storages add up by construction).
+        let settings = steptrace_settings(ctx.s);
+        return match steptrace::generate_on(ctx.arch, &settings, short.trace.device) {
+            Ok(t) if short.how != steptrace::periodic::How::Full => {
+                from_program(p, ctx, steptrace::periodic::Short::full(ctx.arch, t))
+            }
+            _ => short.trace,
+        };
+    };
     p.peak_allocated_bytes = peak.bytes;
     p.peak_phase = peak.phase;
     p.peak_moment = peak.moment.clone();
@@ -299,6 +468,8 @@ fn from_program(p: &mut Plan, ctx: &Ctx, trace: &steptrace::Trace) {
     p.terms = peak.terms;
     p.phases = phases;
     p.steady_state_bytes = u128::from(m.end_bytes);
+    requote(p, ctx);
+    short.trace
 }
 
 /// The plan's phase of a phase of the sequence (setup and inputs come before the forward, zero_grad

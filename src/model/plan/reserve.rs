@@ -67,10 +67,7 @@ pub struct CachedBlock {
 
 /// The allowance used where no simulation runs.
 pub fn quick(ctx: &Ctx, peak: &PhasePeak, steady_bytes: u128, comm: &[Term]) -> Reserve {
-    let layers = ctx.arch.num_hidden_layers as u128;
-    let dynamic = peak.bytes.saturating_sub(steady_bytes);
-    let rounding = SEGMENT_BYTES * (layers + 8);
-    let frag = dynamic / 20;
+    let (rounding, frag) = allowance(ctx.arch.num_hidden_layers, peak.bytes, steady_bytes);
     let stream = fsdp_stream_reserve(&ctx.s.parallel, comm);
     Reserve {
         bytes: peak.bytes + rounding + frag + stream,
@@ -81,6 +78,13 @@ pub fn quick(ctx: &Ctx, peak: &PhasePeak, steady_bytes: u128, comm: &[Term]) -> 
         simulated: false,
         cached_free: vec![],
     }
+}
+
+/// The quick allowance's two parts over `peak_bytes` allocated: 2 MiB segment rounding ×
+/// (layers + 8), and 5 % of what changes during the step (above `steady_bytes`).
+pub fn allowance(layers: u64, peak_bytes: u128, steady_bytes: u128) -> (u128, u128) {
+    let rounding = SEGMENT_BYTES * (u128::from(layers) + 8);
+    (rounding, peak_bytes.saturating_sub(steady_bytes) / 20)
 }
 
 /// FSDP all-gathers on its own CUDA stream; the caching allocator keeps blocks per stream, so

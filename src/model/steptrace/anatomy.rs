@@ -156,7 +156,65 @@ pub struct Moments {
     /// optimizer states, buffers).
     pub end_bytes: u64,
     /// The phase each storage was allocated in.
-    alloc_phase: Vec<StepPhase>,
+    pub alloc_phase: Vec<StepPhase>,
+}
+
+/// The peak and each training phase's highest moment, kept as the moments of a sequence are
+/// seen in order (the first of equals).
+#[derive(Default)]
+pub(super) struct Highs {
+    peak: Option<Moment>,
+    phases: Vec<Moment>,
+}
+
+impl Highs {
+    /// One more moment, after those seen before.
+    pub(super) fn see(&mut self, m: Moment) {
+        if self.peak.is_none_or(|p| m.bytes > p.bytes) {
+            self.peak = Some(m);
+        }
+        let training = matches!(
+            m.phase,
+            StepPhase::Forward | StepPhase::Backward | StepPhase::Optimizer
+        );
+        if m.step > 0 && training {
+            match self.phases.iter_mut().find(|p| p.phase == m.phase) {
+                Some(p) if p.bytes >= m.bytes => {}
+                Some(p) => *p = m,
+                None => self.phases.push(m),
+            }
+        }
+    }
+
+    /// The moments of the sequence seen.
+    pub(super) fn done(self, end_bytes: u64, alloc_phase: Vec<StepPhase>) -> Moments {
+        let empty = Moment {
+            step: 0,
+            phase: StepPhase::Setup,
+            event: 0,
+            bytes: 0,
+            made: Label::new(What::Buffer, None),
+        };
+        Moments {
+            peak: self.peak.unwrap_or(empty),
+            phases: self.phases,
+            end_bytes,
+            alloc_phase,
+        }
+    }
+}
+
+/// The step and phase of each event of `trace`, in order.
+pub(super) fn event_phases(trace: &Trace) -> impl Iterator<Item = (u8, StepPhase)> + '_ {
+    let mut next = 0usize;
+    let (mut step, mut phase) = (0u8, StepPhase::Setup);
+    (0..trace.events.len()).map(move |i| {
+        while next < trace.phases.len() && trace.phases[next].0 <= i {
+            (_, step, phase) = trace.phases[next];
+            next += 1;
+        }
+        (step, phase)
+    })
 }
 
 /// Finds the peak and each phase's highest moment in one pass.
@@ -164,59 +222,26 @@ pub fn moments(trace: &Trace) -> Moments {
     let mut alloc_phase = vec![StepPhase::Setup; trace.labels.len()];
     let mut size = vec![0u64; trace.labels.len()];
     let mut live = 0u64;
-    let mut next = 0usize;
-    let (mut step, mut phase) = (0u8, StepPhase::Setup);
-    let mut peak: Option<Moment> = None;
-    let mut phases: Vec<Moment> = vec![];
-    for (i, e) in trace.events.iter().enumerate() {
-        while next < trace.phases.len() && trace.phases[next].0 <= i {
-            (_, step, phase) = trace.phases[next];
-            next += 1;
-        }
+    let mut highs = Highs::default();
+    for (i, (e, (step, phase))) in trace.events.iter().zip(event_phases(trace)).enumerate() {
         match *e {
             Event::Alloc { id, bytes } => {
                 let id = id as usize;
                 alloc_phase[id] = phase;
                 size[id] = bytes;
                 live += bytes;
-                let m = Moment {
+                highs.see(Moment {
                     step,
                     phase,
                     event: i,
                     bytes: live,
                     made: trace.labels[id],
-                };
-                if peak.is_none_or(|p| live > p.bytes) {
-                    peak = Some(m);
-                }
-                let training = matches!(
-                    phase,
-                    StepPhase::Forward | StepPhase::Backward | StepPhase::Optimizer
-                );
-                if step > 0 && training {
-                    match phases.iter_mut().find(|p| p.phase == phase) {
-                        Some(p) if p.bytes >= live => {}
-                        Some(p) => *p = m,
-                        None => phases.push(m),
-                    }
-                }
+                });
             }
             Event::Free { id } => live -= size[id as usize],
         }
     }
-    let empty = Moment {
-        step: 0,
-        phase: StepPhase::Setup,
-        event: 0,
-        bytes: 0,
-        made: Label::new(What::Buffer, None),
-    };
-    Moments {
-        peak: peak.unwrap_or(empty),
-        phases,
-        end_bytes: live,
-        alloc_phase,
-    }
+    highs.done(live, alloc_phase)
 }
 
 /// The storages live right after event `at`: (storage id, bytes, the decoder layer it belongs
@@ -351,17 +376,58 @@ fn shape_factors(bytes: u64, what: What, elem_bytes: u8, ctx: &Ctx) -> Vec<Facto
     vec![bytes_of(bytes)]
 }
 
+/// A storage live at a moment, standing for `copies` storages of the model (more than one for a
+/// layer of the middle of a short run, [`super::periodic`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Live {
+    /// Storage id in the trace it was read from.
+    pub id: usize,
+    /// Bytes of each copy.
+    pub bytes: u64,
+    /// The decoder layer it belongs to (its allocation's tag), if any.
+    pub layer: Option<u32>,
+    /// How many storages of the model it stands for, each in a layer of its own when `layer` is
+    /// set.
+    pub copies: u64,
+}
+
 /// The live storages after event `at`, as terms in the breakdown's stacking order: one per
 /// component and name (kind of tensor and block), a sum of one product per size — the count of
 /// tensors (`layers × per layer` where every layer holds the same) times their shape.
 pub fn terms_at(ctx: &Ctx, trace: &Trace, m: &Moments, at: usize) -> Vec<Term> {
+    let live: Vec<Live> = live_after(trace, at)
+        .into_iter()
+        .map(|(id, bytes, layer)| Live {
+            id,
+            bytes,
+            layer,
+            copies: 1,
+        })
+        .collect();
+    terms_of(ctx, &trace.labels, &m.alloc_phase, &live)
+}
+
+/// [`terms_at`] over a list of live storages: `labels` and `alloc_phase` are those of the trace
+/// their ids come from.
+pub fn terms_of(
+    ctx: &Ctx,
+    labels: &[Label],
+    alloc_phase: &[StepPhase],
+    live: &[Live],
+) -> Vec<Term> {
     // Groups of one component, kind, block, size and element size: tensors, their distinct
-    // layers, and whether any lies outside every layer.
+    // layers (with the layers each stands for), and whether any lies outside every layer.
     type Key = (Component, What, Block, bool, u64, u8);
-    let mut groups: Vec<(Key, u128, Vec<u32>, bool)> = vec![];
-    for (id, bytes, layer) in live_after(trace, at) {
-        let label = trace.labels[id];
-        let made_in_backward = m.alloc_phase[id] == StepPhase::Backward;
+    let mut groups: Vec<(Key, u128, Vec<u32>, u128, bool)> = vec![];
+    for Live {
+        id,
+        bytes,
+        layer,
+        copies,
+    } in live.iter().copied()
+    {
+        let label = labels[id];
+        let made_in_backward = alloc_phase[id] == StepPhase::Backward;
         let key = (
             component(&label, made_in_backward),
             label.what,
@@ -373,23 +439,25 @@ pub fn terms_at(ctx: &Ctx, trace: &Trace, m: &Moments, at: usize) -> Vec<Term> {
         let i = match groups.iter().position(|g| g.0 == key) {
             Some(i) => i,
             None => {
-                groups.push((key, 0, vec![], false));
+                groups.push((key, 0, vec![], 0, false));
                 groups.len() - 1
             }
         };
         let g = &mut groups[i];
-        g.1 += 1;
+        g.1 += u128::from(copies);
         match layer {
-            Some(layer) if !g.2.contains(&layer) => g.2.push(layer),
+            Some(layer) if !g.2.contains(&layer) => {
+                g.2.push(layer);
+                g.3 += u128::from(copies);
+            }
             Some(_) => {}
-            None => g.3 = true,
+            None => g.4 = true,
         }
     }
     // Groups of one component and name: one term, a product per group.
     type Name = (Component, What, Block, bool);
     let mut named: Vec<(Name, Vec<Vec<Factor>>)> = vec![];
-    for ((c, what, block, recomputed, bytes, es), count, layers, outside) in groups {
-        let layers = layers.len() as u128;
+    for ((c, what, block, recomputed, bytes, es), count, _, layers, outside) in groups {
         let mut fs = if !outside && layers > 1 && count % layers == 0 {
             let mut v = vec![f("layers", layers)];
             if count / layers > 1 {

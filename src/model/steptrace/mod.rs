@@ -16,6 +16,7 @@ pub mod anatomy;
 pub mod periodic;
 mod program;
 mod simulate;
+pub mod surface;
 mod tape;
 
 pub use simulate::{replay, simulate, simulate_on, CachedBlock, PhaseFigures, Simulation};
@@ -328,10 +329,18 @@ pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<
             why: "the allocation sequence follows transformers 5's fused experts; transformers 4's per-expert layout is planned without it (quick reserve)".into(),
         });
     }
-    // Sizes are u64 here: refuse steps whose memory or number of events could not be held (the
-    // plan, in u128, answers those). A generous bound of the step's bytes from its shapes:
-    // weights, and per token the logits and every layer's activations (attention scores
-    // included), with margin; only absurd configurations come near 2^60 bytes.
+    check_size(arch, s)?;
+    let run = s.as_run(arch);
+    let ctx = Ctx::new(arch, &run);
+    Ok(program::run(&ctx, device))
+}
+
+/// Refuses steps whose memory or number of events a sequence could not hold (sizes are u64
+/// here; the plan, in u128, answers those). A generous bound of the step's bytes from its
+/// shapes: weights, and per token the logits and every layer's activations (attention scores
+/// included), with margin; only absurd configurations come near 2^60 bytes. Runs at a shorter
+/// depth ([`periodic`]) are held to the model's bound.
+fn check_size(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     let tokens = s.batch as u128 * s.seq as u128;
     let per_layer = arch.hidden_size as u128 * 64
         + arch.intermediate_size as u128 * 64
@@ -349,12 +358,15 @@ pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<
     };
     let events = arch.num_hidden_layers as u128 * (3_000 + 60 * loop_experts);
     if peak > 1u128 << 60 || events > 1u128 << 26 {
-        return Err(PlanError::InvalidSetting {
-            field: "seq",
-            why: "too large a step to generate its allocation sequence".into(),
-        });
+        return Err(too_large());
     }
-    let run = s.as_run(arch);
-    let ctx = Ctx::new(arch, &run);
-    Ok(program::run(&ctx, device))
+    Ok(())
+}
+
+/// The refusal of a step whose allocation sequence could not hold it.
+pub(crate) fn too_large() -> PlanError {
+    PlanError::InvalidSetting {
+        field: "seq",
+        why: "too large a step to plan on one GPU: a generous bound of its memory from its shapes passes 2^60 bytes (an exbibyte), or of its allocations 2^26".into(),
+    }
 }

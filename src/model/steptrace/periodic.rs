@@ -19,8 +19,9 @@
 //! `tests/it/reserved.rs` holds the result equal, to the byte, to the full run on every measured
 //! case and on the catalog under every option.
 
+use super::anatomy::{self, Live, Moment, Moments};
 use super::tape::NO_LAYER;
-use super::{generate_on, Device, Event, Trace};
+use super::{generate_on, Device, Event, StepPhase, Trace, What};
 use crate::model::arch::{Architecture, LayerKind};
 use crate::model::error::PlanError;
 use crate::model::settings::Settings;
@@ -79,43 +80,82 @@ fn with_layers(a: &Architecture, layers: u64) -> Architecture {
     }
 }
 
-/// The live bytes after each allocation outside the middle layers, with its place and size: of
-/// a run of `layers`, the first `head` layers and the last `tail`.
-fn kept(t: &Trace, layers: u64, head: u64, tail: u64) -> Vec<(Place, u64, u64)> {
-    let place = |tag: u32| -> Place {
-        if tag == NO_LAYER {
-            return Place::Outside;
-        }
-        let i = tag as u64;
-        if i < head {
-            Place::Start(tag)
-        } else if i + tail >= layers {
-            Place::End((layers - i) as u32)
-        } else {
-            Place::Middle
-        }
-    };
-    let mut sizes: Vec<u64> = vec![];
+/// An allocation outside the middle layers of a short run.
+#[derive(Clone, Copy, Debug)]
+struct Kept {
+    place: Place,
+    /// Its index in the run's events.
+    event: usize,
+    /// The storage it allocates.
+    id: u32,
+    bytes: u64,
+    /// Live bytes right after it.
+    live: u64,
+    /// The step and phase it is made in.
+    step: u8,
+    phase: StepPhase,
+}
+
+/// One pass over a short run: the allocations outside its middle layers, the phase each
+/// storage is allocated in, and the live bytes once the run has ended.
+struct Pass {
+    kept: Vec<Kept>,
+    alloc_phase: Vec<StepPhase>,
+    end: u64,
+}
+
+/// The allocations outside the middle layers of a run of `layers`: in the first `head` layers,
+/// the last `tail`, or outside every layer.
+fn kept(t: &Trace, layers: u64, head: u64, tail: u64) -> Pass {
+    let mut sizes: Vec<u64> = vec![0; t.labels.len()];
+    let mut alloc_phase = vec![StepPhase::Setup; t.labels.len()];
     let mut live: u64 = 0;
     let mut out = Vec::with_capacity(t.events.len() / 2);
-    for (e, &tag) in t.events.iter().zip(&t.event_tags) {
+    let phases = anatomy::event_phases(t);
+    for (event, ((e, &tag), (step, phase))) in
+        t.events.iter().zip(&t.event_tags).zip(phases).enumerate()
+    {
         match *e {
             Event::Alloc { id, bytes } => {
-                let id = id as usize;
-                if sizes.len() <= id {
-                    sizes.resize(id + 1, 0);
-                }
-                sizes[id] = bytes;
+                sizes[id as usize] = bytes;
+                alloc_phase[id as usize] = phase;
                 live += bytes;
-                let at = place(tag);
-                if at != Place::Middle {
-                    out.push((at, bytes, live));
+                let place = place(tag, layers, head, tail);
+                if place != Place::Middle {
+                    out.push(Kept {
+                        place,
+                        event,
+                        id,
+                        bytes,
+                        live,
+                        step,
+                        phase,
+                    });
                 }
             }
-            Event::Free { id } => live -= sizes.get(id as usize).copied().unwrap_or(0),
+            Event::Free { id } => live -= sizes[id as usize],
         }
     }
-    out
+    Pass {
+        kept: out,
+        alloc_phase,
+        end: live,
+    }
+}
+
+/// Where an event or storage of layer `tag` stands in a run of `layers`.
+fn place(tag: u32, layers: u64, head: u64, tail: u64) -> Place {
+    if tag == NO_LAYER {
+        return Place::Outside;
+    }
+    let i = tag as u64;
+    if i < head {
+        Place::Start(tag)
+    } else if i + tail >= layers {
+        Place::End((layers - i) as u32)
+    } else {
+        Place::Middle
+    }
 }
 
 /// How [`live_peak`] reached its answer.
@@ -134,28 +174,189 @@ pub enum How {
 /// `peak_live_bytes`), from two short runs when the model is deep enough, else from the full
 /// run.
 pub fn live_peak(a: &Architecture, s: &Settings, device: Device) -> Result<(u64, How), PlanError> {
-    let full = |how| generate_on(a, s, device).map(|t| (t.peak_live_bytes, how));
-    let Some((l1, l2, p, head)) = depths(a) else {
-        return full(How::Full);
-    };
-    let t1 = generate_on(&with_layers(a, l1), s, device)?;
-    let t2 = generate_on(&with_layers(a, l2), s, device)?;
-    let tail = l1 - head;
-    let (k1, k2) = (kept(&t1, l1, head, tail), kept(&t2, l2, head, tail));
-    let same = k1.len() == k2.len()
-        && k1
-            .iter()
-            .zip(&k2)
-            .all(|(x, y)| x.0 == y.0 && (x.1 == y.1 || x.0 == Place::Outside));
-    if !same {
-        return full(How::Unaligned);
+    Short::run(a, s, device).map(|short| (short.moments.peak.bytes, short.how))
+}
+
+/// The step run at two short depths and lined up with the model's: its moments (peak, each
+/// phase's highest, what stays between steps) with the model's bytes, and the storages live at
+/// each of them with the storages of the model they stand for.
+pub struct Short {
+    /// The longer run (`L₂` layers); the moments' events index its sequence.
+    pub trace: Trace,
+    /// What each allocation outside the middle layers makes, and the model's live bytes right
+    /// after it, in order.
+    pub values: Vec<(What, u64)>,
+    /// The model's moments: events of [`Short::trace`], bytes extrapolated to the model's depth,
+    /// the layer a moment's allocation belongs to counted in the model.
+    pub moments: Moments,
+    /// Whether it comes from two short runs or the full run.
+    pub how: How,
+    /// Periods of the model's depth past the shorter run's (`(L − L₁)/p`).
+    periods: u64,
+    /// The last layers of the runs and of the model line up: `L − L₂`.
+    shift: u32,
+    /// `L₂`.
+    depth: u64,
+    head: u64,
+    tail: u64,
+    /// Bytes of the shorter run's matching storage, for each storage of the longer run that
+    /// lies outside its middle layers.
+    bytes_short: Vec<Option<u64>>,
+}
+
+impl Short {
+    /// The step's sequence lined up with the model: from two short runs when the model is deep
+    /// enough and they line up, else from the full run ([`Short::how`] says which).
+    pub fn run(a: &Architecture, s: &Settings, device: Device) -> Result<Short, PlanError> {
+        let how = match depths(a) {
+            None => How::Full,
+            Some((l1, l2, p, head)) => {
+                let t1 = generate_on(&with_layers(a, l1), s, device)?;
+                let t2 = generate_on(&with_layers(a, l2), s, device)?;
+                match Short::line_up(a, t1, t2, (l1, l2, p, head))? {
+                    Some(short) => return Ok(short),
+                    None => How::Unaligned,
+                }
+            }
+        };
+        let mut short = Short::full(a, generate_on(a, s, device)?);
+        short.how = how;
+        Ok(short)
     }
-    let periods = ((a.num_hidden_layers - l1) / p) as i128;
-    let peak = k1
-        .iter()
-        .zip(&k2)
-        .map(|(x, y)| x.2 as i128 + periods * (y.2 as i128 - x.2 as i128))
-        .max()
-        .unwrap_or(0);
-    Ok((peak.clamp(0, u64::MAX as i128) as u64, How::Extrapolated))
+
+    /// The full run's sequence, as a [`Short`] whose every layer is kept (no period to
+    /// extrapolate).
+    pub fn full(a: &Architecture, trace: Trace) -> Short {
+        let l = a.num_hidden_layers;
+        let pass = kept(&trace, l, l, 0);
+        Short::assemble(trace, None, pass, (0, 0, l, l, 0))
+            .unwrap_or_else(|_| unreachable!("a full run's live bytes are u64"))
+    }
+
+    /// Lines up two short runs `(L₁, L₂)` layers deep: `None` if their allocations outside the
+    /// middle layers differ.
+    fn line_up(
+        a: &Architecture,
+        t1: Trace,
+        t2: Trace,
+        (l1, l2, p, head): (u64, u64, u64, u64),
+    ) -> Result<Option<Short>, PlanError> {
+        let tail = l1 - head;
+        let (p1, p2) = (kept(&t1, l1, head, tail), kept(&t2, l2, head, tail));
+        let (k1, k2) = (&p1.kept, &p2.kept);
+        let same = k1.len() == k2.len()
+            && k1.iter().zip(k2).all(|(x, y)| {
+                x.place == y.place && (x.bytes == y.bytes || x.place == Place::Outside)
+            });
+        if !same {
+            return Ok(None);
+        }
+        let periods = (a.num_hidden_layers - l1) / p;
+        let shift = (a.num_hidden_layers - l2) as u32;
+        let mut short = Short::assemble(t2, Some(&p1), p2, (periods, shift, l2, head, tail))?;
+        short.how = How::Extrapolated;
+        Ok(Some(short))
+    }
+
+    /// The model's values from the passes over the shorter run (`p1`; none: the same run) and
+    /// the longer (`p2`, whose trace is `t2`).
+    fn assemble(
+        t2: Trace,
+        p1: Option<&Pass>,
+        p2: Pass,
+        (periods, shift, depth, head, tail): (u64, u32, u64, u64, u64),
+    ) -> Result<Short, PlanError> {
+        // Extrapolated live bytes past u64 are a step too large to plan, as for a full run.
+        let mut too_large = false;
+        let mut grow = |x: u64, y: u64| -> u64 {
+            let v = x as i128 + periods as i128 * (y as i128 - x as i128);
+            too_large |= v > u64::MAX as i128;
+            v.clamp(0, u64::MAX as i128) as u64
+        };
+        let mut bytes_short = vec![None; t2.labels.len()];
+        let mut highs = anatomy::Highs::default();
+        let mut values = Vec::with_capacity(p2.kept.len());
+        for (i, y) in p2.kept.iter().enumerate() {
+            let x = p1.map_or(y, |p| &p.kept[i]);
+            bytes_short[y.id as usize] = Some(x.bytes);
+            let mut made = t2.labels[y.id as usize];
+            if let (Place::End(_), Some(l)) = (y.place, made.layer.as_mut()) {
+                *l += shift;
+            }
+            let bytes = grow(x.live, y.live);
+            values.push((made.what, bytes));
+            highs.see(Moment {
+                step: y.step,
+                phase: y.phase,
+                event: y.event,
+                bytes,
+                made,
+            });
+        }
+        let end = grow(p1.map_or(p2.end, |p| p.end), p2.end);
+        if too_large {
+            return Err(super::too_large());
+        }
+        Ok(Short {
+            trace: t2,
+            values,
+            moments: highs.done(end, p2.alloc_phase),
+            how: How::Full,
+            periods,
+            shift,
+            depth,
+            head,
+            tail,
+            bytes_short,
+        })
+    }
+
+    /// The model's storages live right after event `at` of [`Short::trace`] (an event of one of
+    /// [`Short::moments`]): a storage of the first or last layers, or outside every layer, stands
+    /// for itself (its size extrapolated like the live bytes); one of a middle layer for that
+    /// layer in each period of the model's middle. `None` if they do not add up to the moment's
+    /// extrapolated bytes.
+    pub fn live_at(&self, at: usize, bytes: u64) -> Option<Vec<Live>> {
+        let mut out = vec![];
+        let mut sum: u128 = 0;
+        for (id, b2, tag) in anatomy::live_after(&self.trace, at) {
+            let tag = tag.unwrap_or(NO_LAYER);
+            let live = match place(tag, self.depth, self.head, self.tail) {
+                Place::Middle => Live {
+                    id,
+                    bytes: b2,
+                    layer: Some(tag),
+                    copies: self.periods,
+                },
+                at => {
+                    let b1 = self.bytes_short[id].unwrap_or(b2);
+                    let b = b1 as i128 + self.periods as i128 * (b2 as i128 - b1 as i128);
+                    Live {
+                        id,
+                        bytes: b.clamp(0, u64::MAX as i128) as u64,
+                        layer: match at {
+                            Place::Outside => None,
+                            Place::End(_) => Some(tag + self.shift),
+                            _ => Some(tag),
+                        },
+                        copies: 1,
+                    }
+                }
+            };
+            sum += u128::from(live.bytes) * u128::from(live.copies);
+            out.push(live);
+        }
+        (sum == u128::from(bytes)).then_some(out)
+    }
+}
+
+/// The model's live bytes after each allocation the step makes outside the middle layers
+/// (every allocation when the model is too shallow for short runs), with what it makes, and
+/// once the whole sequence has run.
+pub fn live_values(
+    a: &Architecture,
+    s: &Settings,
+    device: Device,
+) -> Result<(Vec<(What, u64)>, u64), PlanError> {
+    Short::run(a, s, device).map(|short| (short.values, short.moments.end_bytes))
 }

@@ -28,6 +28,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("experts_implementation=batched_mm copies its experts' weights for every token–expert pair and keeps them for backward; grouped_mm (the default) does not", "experts_implementation=batched_mm 会为每个 token–专家对复制一份专家权重，并一直保留到反向；grouped_mm（默认）不会"),
     ("experts_implementation=eager: what is saved does not depend on the routing; the experts' backward is planned with its worst case, one expert receiving every token", "experts_implementation=eager：保存的张量与路由无关；专家的反向按最坏情况规划，即单个专家接收全部 token"),
     ("gpt-oss has no sdpa support in transformers # (_supports_sdpa = False): its eager attention with sinks is planned", "gpt-oss 在 transformers # 中不支持 sdpa（_supports_sdpa = False）：按其带 sink 的 eager 注意力规划"),
+    ("a step past what an allocation sequence holds (a generous bound of its memory passes #^# bytes, an exbibyte): planned by the closed-form terms, which lorafit keeps for several GPUs", "超出分配序列所能容纳的一步（按形状的宽松上界，其显存超过 #^# 字节，即 1 EiB）：由 lorafit 为多卡保留的闭式项规划"),
     ("gpt-oss ships its experts in MXFP4, which transformers # cannot train (Mxfp4HfQuantizer.is_trainable is False, Trainer refuses the model): load it with Mxfp4Config(dequantize=True), which turns the experts into bf16 — planned as such", "gpt-oss 的专家以 MXFP4 格式发布，transformers # 无法训练（Mxfp4HfQuantizer.is_trainable 为 False，Trainer 会拒绝该模型）：请用 Mxfp4Config(dequantize=True) 加载，专家会转为 bf16 — 按此规划"),
     // What a storage of the step's sequence holds (steptrace::What), and the words the
     // breakdown read off the sequence adds to it.
