@@ -2,7 +2,7 @@
 # Installs what lorafit's build and tests need and is missing on this machine.
 # Idempotent: every step is skipped when its tool is already there at the right version.
 # Sources: crates.io (trunk, wasm-bindgen-cli), Debian (chromium, chromedriver, mesa-vulkan-drivers),
-# npm (binaryen for wasm-opt, playwright-core to drive chromium, axe-core for accessibility checks).
+# npm (binaryen for wasm-opt, terser for the release scripts, playwright-core to drive chromium, axe-core for accessibility checks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
@@ -28,9 +28,10 @@ if ! wasm-bindgen --version 2>/dev/null | grep -q " $WB_VERSION\$"; then
   cargo install wasm-bindgen-cli --version "$WB_VERSION" --force
 fi
 
-# wasm-opt: npm's binaryen (Debian's binaryen 108 produces a wasm that crashes on load).
-if [ ! -x node_modules/.bin/wasm-opt ] || [ ! -d node_modules/playwright-core ] || [ ! -d node_modules/axe-core ]; then
-  say "installing binaryen (wasm-opt), playwright-core and axe-core from npm"
+# wasm-opt: npm's binaryen (Debian's binaryen 108 produces a wasm that crashes on load); terser
+# minifies wasm-bindgen's scripts in release builds (scripts/externalize_boot.py).
+if [ ! -x node_modules/.bin/wasm-opt ] || [ ! -x node_modules/.bin/terser ] || [ ! -d node_modules/playwright-core ] || [ ! -d node_modules/axe-core ]; then
+  say "installing binaryen (wasm-opt), terser, playwright-core and axe-core from npm"
   npm install --no-audit --no-fund --silent
 fi
 
