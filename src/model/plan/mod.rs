@@ -258,7 +258,8 @@ impl QuickSurface {
 
     /// [`plan`]'s nvidia-smi figure at `batch` and `seq`: `None` where the surface does not
     /// answer (a sequence shorter than the sliding window, a batch whose part did not hold),
-    /// `Some(Err)` where the plan refuses.
+    /// `Some(Err)` where the plan refuses or the step passes what a sequence holds (which the
+    /// terms plan, far beyond any GPU).
     pub fn nvidia_smi(&self, batch: u64, seq: u64) -> Option<Result<u128, PlanError>> {
         if !self.surface.answers(batch, seq) {
             return None;
@@ -311,7 +312,7 @@ fn steptrace_settings(s: &Settings) -> Settings {
 }
 
 /// The plan of the closed-form terms, reserved memory from the quick allowance.
-pub fn plan_terms(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
+fn plan_terms(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     check_inputs(arch, s)?;
     let notes = notes(arch, s);
     let run = s.as_run(arch);
