@@ -391,24 +391,10 @@ pub struct Live {
     pub copies: u64,
 }
 
-/// The live storages after event `at`, as terms in the breakdown's stacking order: one per
-/// component and name (kind of tensor and block), a sum of one product per size — the count of
-/// tensors (`layers × per layer` where every layer holds the same) times their shape.
-pub fn terms_at(ctx: &Ctx, trace: &Trace, m: &Moments, at: usize) -> Vec<Term> {
-    let live: Vec<Live> = live_after(trace, at)
-        .into_iter()
-        .map(|(id, bytes, layer)| Live {
-            id,
-            bytes,
-            layer,
-            copies: 1,
-        })
-        .collect();
-    terms_of(ctx, &trace.labels, &m.alloc_phase, &live)
-}
-
-/// [`terms_at`] over a list of live storages: `labels` and `alloc_phase` are those of the trace
-/// their ids come from.
+/// Live storages as terms in the breakdown's stacking order: one per component and name (kind
+/// of tensor and block), a sum of one product per size — the count of tensors (`layers × per
+/// layer` where every layer holds the same) times their shape. `labels` and `alloc_phase` are
+/// those of the trace the storages' ids come from.
 pub fn terms_of(
     ctx: &Ctx,
     labels: &[Label],

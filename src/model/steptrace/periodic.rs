@@ -269,7 +269,7 @@ impl Short {
         // Extrapolated live bytes past u64 are a step too large to plan, as for a full run.
         let mut too_large = false;
         let mut grow = |x: u64, y: u64| -> u64 {
-            let v = x as i128 + periods as i128 * (y as i128 - x as i128);
+            let v = extrapolated(x, y, periods);
             too_large |= v > u64::MAX as i128;
             v.clamp(0, u64::MAX as i128) as u64
         };
@@ -330,7 +330,7 @@ impl Short {
                 },
                 at => {
                     let b1 = self.bytes_short[id].unwrap_or(b2);
-                    let b = b1 as i128 + self.periods as i128 * (b2 as i128 - b1 as i128);
+                    let b = extrapolated(b1, b2, self.periods);
                     Live {
                         id,
                         bytes: b.clamp(0, u64::MAX as i128) as u64,
@@ -348,6 +348,12 @@ impl Short {
         }
         (sum == u128::from(bytes)).then_some(out)
     }
+}
+
+/// A value of the shorter run (`x`) and of the longer (`y`, one period deeper) at the model's
+/// depth, `periods` periods past the shorter: `x + periods × (y − x)`.
+fn extrapolated(x: u64, y: u64, periods: u64) -> i128 {
+    x as i128 + periods as i128 * (y as i128 - x as i128)
 }
 
 /// The model's live bytes after each allocation the step makes outside the middle layers

@@ -170,35 +170,31 @@ impl Surface {
         })
     }
 
+    /// The part that answers for a batch of `b` (a batch of one has its own).
+    fn part(&self, b: u64) -> Option<&Vec<Vec<u64>>> {
+        if b == 1 { &self.one } else { &self.many }.as_ref()
+    }
+
     /// Whether it answers for a batch of `b` sequences of `seq` tokens (not below the sliding
     /// window).
     pub fn answers(&self, b: u64, seq: u64) -> bool {
-        seq >= self.min_seq
-            && if b == 1 {
-                self.one.is_some()
-            } else {
-                self.many.is_some()
-            }
+        seq >= self.min_seq && self.part(b).is_some()
     }
 
     /// The step's peak of live bytes and the bytes left once it has run, at batch `b` and
     /// sequence `seq` (where [`Surface::answers`]); `None` past u64 (a step too large to plan)
     /// or where it does not answer.
     pub fn peak_and_end(&self, b: u64, seq: u64) -> Option<(u64, u64)> {
-        if !self.answers(b, seq) {
+        if seq < self.min_seq {
             return None;
         }
         let q = seq as i128 - self.from as i128;
-        let value = |i: usize| match (&self.one, &self.many) {
-            (Some(y), _) if b == 1 => value_one(y, i, q),
-            (_, Some(y)) => value_many(y, i, b as i128, q),
-            _ => None,
+        let part = self.part(b)?;
+        let value = |i: usize| match b {
+            1 => value_one(part, i, q),
+            _ => value_many(part, i, b as i128, q),
         };
-        let n = match (&self.one, &self.many) {
-            (Some(y), _) if b == 1 => y[0].len(),
-            (_, Some(y)) => y[0].len(),
-            _ => return None,
-        };
+        let n = part[0].len();
         let mut peak = 0u64;
         for i in 0..n - 1 {
             peak = peak.max(value(i)?);
