@@ -2,10 +2,12 @@
 //! the form the recordings use (`["a", id, bytes, phase, step]`, `["f", id]`), with each storage's
 //! label, to compare with a recorded `*.events.json.gz`:
 //!     cargo run --example steptrace_dump -- tests/data/reference/moe/cases.jsonl CASE_ID > gen.json
+//! A third argument `emulated` runs the step on the harness's emulated device (its dropout
+//! kernel's order), as the two-layer recordings were made.
 
 use lorafit::formats::catalog::resolve_model;
 use lorafit::formats::fields::settings_from_json;
-use lorafit::model::steptrace::{generate, Event};
+use lorafit::model::steptrace::{generate_on, Device, Event};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -23,7 +25,11 @@ fn main() {
     let s = settings_from_json(&case["settings"])
         .expect("settings")
         .value;
-    let t = generate(&arch, &s).expect("trace");
+    let device = match args.get(3).map(String::as_str) {
+        Some("emulated") => Device::Emulated,
+        _ => Device::Cuda,
+    };
+    let t = generate_on(&arch, &s, device).expect("trace");
     let mut phase = 0;
     let mut out = vec![];
     for (i, e) in t.events.iter().enumerate() {

@@ -530,7 +530,7 @@ pub static FIELDS: &[Field] = &[
         flag_aliases: &[],
         no_flag: None,
         label: "DoRA (peft use_dora)",
-        help: "weight-decomposed LoRA: not planned yet, so refused rather than planned as plain LoRA",
+        help: "weight-decomposed LoRA: a magnitude vector per adapted layer, and each forward makes B·A and the weight norm of W + B·A; with dropout it also keeps a copy of every adapted weight in the input's dtype for backward",
         testid: None,
         kind: Kind::Bool,
         slider: None,

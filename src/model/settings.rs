@@ -318,12 +318,6 @@ impl Settings {
                 format!("{} must be between 1 and {MAX_RANK}", self.lora_r),
             );
         }
-        if self.use_dora {
-            return bad(
-                "use_dora",
-                "DoRA is not planned yet (its magnitude vectors, the weight norm of W + BA in every forward and, with dropout, a copy of each adapted weight): a plan without it would be plain LoRA's, which needs less".into(),
-            );
-        }
         if !(0.0..1.0).contains(&self.lora_dropout) {
             return bad(
                 "lora_dropout",

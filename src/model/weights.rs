@@ -16,7 +16,7 @@ pub struct ParamCounts {
     pub base_params: u128,
     /// Trainable parameters (adapters + modules_to_save copies).
     pub trainable_params: u128,
-    /// LoRA adapter parameters.
+    /// LoRA adapter parameters (with DoRA, the magnitude vectors too).
     pub lora_params: u128,
     /// Parameters of fully trained module copies.
     pub modules_to_save_params: u128,
@@ -55,10 +55,12 @@ pub fn expert_lora_params_per_layer(ctx: &Ctx) -> u128 {
 /// LoRA parameters of one decoder layer of `kind` (adapted Linear layers, and the experts').
 fn lora_params_of(ctx: &Ctx, kind: LayerKind) -> u128 {
     let r = ctx.s.lora_r as u128;
+    // DoRA adds a magnitude vector of out_features to every adapted Linear.
+    let dora = u128::from(ctx.s.use_dora);
     let linear: u128 = ctx
         .adapted_of(kind)
         .iter()
-        .map(|l| r * (l.in_features + l.out_features))
+        .map(|l| r * (l.in_features + l.out_features) + dora * l.out_features)
         .sum();
     linear
         + if kind == LayerKind::Moe {

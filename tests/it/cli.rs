@@ -159,15 +159,17 @@ fn every_door_names_what_it_did_not_use() {
         lines[1]["peak_allocated_bytes"]
     );
     // A value a known key cannot take is an error naming the key; so is a method the model does
-    // not plan yet (DoRA), instead of a plan of plain LoRA.
+    // not plan for this layout yet (DoRA on several GPUs), instead of a plan of plain LoRA.
     let f = tmp(
         "bad-value.jsonl",
         concat!(
             r#"{"model": "llama2-7b", "settings": {"lora_dropout": "high"}}"#,
             "\n",
-            r#"{"model": "llama2-7b", "settings": {"use_dora": true}}"#,
+            r#"{"model": "llama2-7b", "settings": {"use_dora": true, "gpus_per_node": 2, "strategy": "ddp"}}"#,
             "\n",
             r#"{"model": "llama2-7b", "settings": {"use_dora": false}}"#,
+            "\n",
+            r#"{"model": "llama2-7b", "settings": {"use_dora": true}}"#,
             "\n",
         ),
     );
@@ -189,11 +191,27 @@ fn every_door_names_what_it_did_not_use() {
         lines[1]["error"]
             .as_str()
             .unwrap()
-            .contains("DoRA is not planned yet"),
+            .contains("DoRA is planned by the step program, on one GPU"),
         "{out}"
     );
-    assert!(lines[2]["peak_allocated_bytes"].as_u64().is_some(), "{out}");
-    let (code, _, err) = cli(&["plan", "--model", "llama2-7b", "--use-dora"]);
+    // On one GPU DoRA is planned, above plain LoRA (its fp32 weight copies with dropout).
+    let lora = lines[2]["peak_allocated_bytes"]
+        .as_u64()
+        .expect("LoRA plans");
+    let dora = lines[3]["peak_allocated_bytes"]
+        .as_u64()
+        .expect("DoRA plans");
+    assert!(dora > lora + (10u64 << 30), "DoRA {dora} vs LoRA {lora}");
+    let (code, _, err) = cli(&[
+        "plan",
+        "--model",
+        "llama2-7b",
+        "--use-dora",
+        "--gpus",
+        "2",
+        "--strategy",
+        "ddp",
+    ]);
     assert_eq!(code, 2);
     assert!(err.contains("use_dora"), "{err}");
 

@@ -202,22 +202,39 @@ fn matches_nothing(arch: &Architecture, s: &Settings) -> bool {
 /// with the `page` feature (the first-visit page's wasm), everywhere.
 pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     let mut p = plan_terms(arch, s)?;
-    // The first-visit page keeps the terms' quick estimate (feature `page`, for its size).
-    if cfg!(feature = "page") || !program_runs(arch, s) {
+    if !program_runs(arch, s) {
         return Ok(p);
     }
     let device = steptrace::Device::Cuda;
+    let ctx = Ctx::new(arch, s);
+    if cfg!(feature = "page") {
+        // The first-visit page keeps the terms' quick estimate (feature `page`, for its size)
+        // where they model the step; a method only the program plans runs it at full depth.
+        if program_only(s).is_none() {
+            return Ok(p);
+        }
+        let t = steptrace::generate_on(arch, &steptrace_settings(s), device)?;
+        from_program(&mut p, &ctx, steptrace::periodic::Short::full(arch, t));
+        return Ok(p);
+    }
     match steptrace::periodic::Short::run(arch, &steptrace_settings(s), device) {
         Ok(short) => {
-            from_program(&mut p, &Ctx::new(arch, s), short);
+            from_program(&mut p, &ctx, short);
             Ok(p)
         }
-        Err(e) if e == steptrace::too_large() => {
+        Err(e) if e == steptrace::too_large() && program_only(s).is_none() => {
             p.notes.push(BEYOND_PROGRAM.into());
             Ok(p)
         }
         Err(e) => Err(e),
     }
+}
+
+/// The setting of `s` that only the step program plans (the closed-form terms, which answer
+/// for several GPUs, a fused cross-entropy and transformers 4's per-expert layout, do not model
+/// it), if any.
+fn program_only(s: &Settings) -> Option<&'static str> {
+    s.use_dora.then_some("use_dora")
 }
 
 /// The note of a one-GPU plan whose step the program cannot hold, which the terms answer.
@@ -314,6 +331,12 @@ fn steptrace_settings(s: &Settings) -> Settings {
 /// The plan of the closed-form terms, reserved memory from the quick allowance.
 fn plan_terms(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     check_inputs(arch, s)?;
+    if let Some(field) = program_only(s).filter(|_| !program_runs(arch, s)) {
+        return Err(PlanError::InvalidSetting {
+            field,
+            why: "DoRA is planned by the step program, on one GPU without a fused cross-entropy (and with transformers 5's fused experts); the closed-form terms that plan the rest do not model it yet".into(),
+        });
+    }
     let notes = notes(arch, s);
     let run = s.as_run(arch);
     let s: &Settings = &run;

@@ -35,7 +35,7 @@ pub fn component(label: &Label, made_in_backward: bool) -> Component {
             Block::Experts => Component::ActExperts,
             Block::Other | Block::Checkpoint => Component::ActLora,
         },
-        What::LoraCast | What::Lora => Component::ActLora,
+        What::LoraCast | What::Lora | What::Dora => Component::ActLora,
         What::Dropout | What::DropoutMask => Component::ActDropout,
         What::WeightCopy => Component::ActWeightCopies,
         What::Rope | What::Attention | What::Scores => Component::ActAttention,

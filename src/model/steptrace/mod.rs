@@ -129,6 +129,9 @@ pub enum What {
     Lora,
     /// Autocast / dequantized copy of a weight.
     WeightCopy,
+    /// DoRA's LoRA weight `B·A` (and the identity it is made from), weight norm and magnitude
+    /// scale, and its scaled base output.
+    Dora,
     /// Rotary embedding of q / k and its temporaries.
     Rope,
     /// Attention output and kernel state (logsumexp, seeds).
@@ -163,7 +166,7 @@ pub enum What {
 
 impl What {
     /// Every kind, in declaration order.
-    pub const ALL: [What; 29] = [
+    pub const ALL: [What; 30] = [
         What::Weight,
         What::QuantState,
         What::Trainable,
@@ -178,6 +181,7 @@ impl What {
         What::DropoutMask,
         What::Lora,
         What::WeightCopy,
+        What::Dora,
         What::Rope,
         What::Attention,
         What::Scores,
@@ -212,6 +216,7 @@ impl What {
             What::DropoutMask => "LoRA dropout mask",
             What::Lora => "LoRA A/B outputs",
             What::WeightCopy => "weight copy (autocast / dequantized)",
+            What::Dora => "DoRA weight norm and scale",
             What::Rope => "rotary q/k",
             What::Attention => "attention output",
             What::Scores => "attention scores",

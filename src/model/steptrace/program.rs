@@ -2,7 +2,7 @@
 //! forward it names (which tensors it creates, in which order, and when its locals die); the
 //! derivative formulas and the engine's order live in [`super::tape`].
 
-use super::tape::{Edge, Mode, Op, Tape, G, NO_LAYER, X};
+use super::tape::{Edge, Mode, Op, Tape, G, NO_LAYER, T, X};
 use super::{Block, Event, StepPhase, Trace, What};
 use crate::model::activations::{Ctx, SdpaMask};
 use crate::model::arch::{
@@ -32,6 +32,8 @@ struct Lin {
     shape: LinearShape,
     w: Param,
     lora: Option<(Param, Param)>,
+    /// DoRA's magnitude vector (`lora_magnitude_vector`, one value per output feature).
+    magnitude: Option<Param>,
 }
 
 struct Prog<'c, 'a> {
@@ -56,8 +58,9 @@ struct Prog<'c, 'a> {
     param_cols: Vec<u64>,
     /// The sliding-window mask of the current step (Gemma, eager).
     sliding: Option<X>,
-    /// Autocast's cached casts of trainable weights (freed when the context exits).
-    ac_cache: Vec<X>,
+    /// Autocast's cached casts of trainable weights (freed when the context exits), with the
+    /// storage each was cast from.
+    ac_cache: Vec<(T, X)>,
     /// The embedding output as a leaf needing a gradient (checkpointing).
     emb_leaf: Option<X>,
     /// The 4-D mask of the current step, if any.
@@ -70,6 +73,7 @@ fn bytes(d: crate::model::dtype::Dtype) -> u64 {
     d.bytes() as u64
 }
 
+mod dora;
 mod moe;
 
 impl<'c, 'a> Prog<'c, 'a> {
@@ -215,16 +219,26 @@ impl<'c, 'a> Prog<'c, 'a> {
         if l.bias {
             self.param(outf, aux, false, What::Weight);
         }
-        let lora = if adapted.iter().any(|x| x.name == l.name) {
+        let (lora, magnitude) = if adapted.iter().any(|x| x.name == l.name) {
             let la = self.param(r * inf, ad, true, What::Trainable);
             let lb = self.param(outf * r, ad, true, What::Trainable);
             self.param_cols.extend([inf, r]);
-            Some((la, lb))
+            // peft registers `lora_magnitude_vector` after lora_B (`adapter_layer_names`).
+            let m = s.use_dora.then(|| {
+                self.param_cols.push(0);
+                self.param(outf, ad, true, What::Trainable)
+            });
+            (Some((la, lb)), m)
         } else {
-            None
+            (None, None)
         };
         let name = l.name;
-        lins.push(Lin { shape: l, w, lora });
+        lins.push(Lin {
+            shape: l,
+            w,
+            lora,
+            magnitude,
+        });
         let layout = a.family.layout();
         match name {
             "o_proj" if layout.qk_norm == QkNorm::Whole => {
@@ -477,11 +491,19 @@ impl<'c, 'a> Prog<'c, 'a> {
             None => self.linear(x, w, out_n, x.es, what),
             Some(ac) => {
                 let es = bytes(ac);
-                let wc = self.cast(w, es, What::WeightCopy);
-                if w.grad() && wc.t != w.t {
+                let cached = self.ac_cache.iter().find(|c| c.0 == w.t).map(|c| c.1);
+                let wc = match cached {
+                    // A leaf cast earlier in the same autocast region (DoRA uses lora_A twice).
+                    Some(c) => {
+                        self.tp.keep_local(c.t);
+                        c
+                    }
+                    None => self.cast(w, es, What::WeightCopy),
+                };
+                if w.grad() && wc.t != w.t && cached.is_none() {
                     // Autocast caches the casts of trainable leaves until the context exits.
                     self.tp.keep_local(wc.t);
-                    self.ac_cache.push(wc);
+                    self.ac_cache.push((w.t, wc));
                 }
                 let xc = self.cast(x, es, What::WeightCopy);
                 let y = self.linear(xc, wc, out_n, es, what);
@@ -605,6 +627,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             xc
         };
+        if let Some(m) = lin.magnitude {
+            return self.dora_linear(result, xc, d, lin, m);
+        }
         let r = s.lora_r;
         let a_out = self.matmul(d, la.x, tokens * r, What::Lora);
         if s.lora_dropout > 0.0 {
@@ -1508,7 +1533,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     fn clear_autocast_cache(&mut self) {
-        for x in std::mem::take(&mut self.ac_cache) {
+        for (_, x) in std::mem::take(&mut self.ac_cache) {
             self.drop(x);
         }
     }

@@ -170,6 +170,10 @@ pub(super) struct Node {
     buf2: Option<T>,
     /// Checkpointed layer this node belongs to.
     layer: Option<u32>,
+    /// Its output was discarded ([`Tape::forget`]): what a recomputation saves for it lives only
+    /// as long as the recomputed graph (checkpointing stores recomputed tensors only for holders
+    /// still alive).
+    forgotten: bool,
     /// Decoder layer whose forward recorded the node ([`NO_LAYER`] outside them): its backward's
     /// events carry it.
     tag: u32,
@@ -212,6 +216,8 @@ pub(super) struct Tape {
     re_last: usize,
     /// Program-held references created since recomputation began (dropped at the early stop).
     re_locals: Vec<(T, u32)>,
+    /// Forgotten nodes the current recomputation saved tensors for ([`Node::forgotten`]).
+    re_forgotten: Vec<usize>,
     /// Depth of the Python frame the program is in, when it marks frames (0: unmarked).
     frame: u32,
     /// Recomputation reached its last saved tensor: the rest of the layer's forward is skipped.
@@ -261,6 +267,7 @@ impl Tape {
             re_next: 0,
             re_last: 0,
             re_locals: vec![],
+            re_forgotten: vec![],
             frame: 0,
             stopped: false,
             param_grads: vec![],
@@ -394,6 +401,9 @@ impl Tape {
                 self.keep(s);
                 self.nodes[i].saved.push(s);
             }
+            if self.nodes[i].forgotten && !saved.is_empty() {
+                self.re_forgotten.push(i);
+            }
             self.nodes[i].pending = 0;
             if i >= self.re_last {
                 // Early stop: every saved tensor exists again; the rest of the forward is skipped
@@ -408,6 +418,11 @@ impl Tape {
                         self.refs[id as usize] = 0;
                         self.re_locals.retain(|&(t, _)| t != id);
                     }
+                }
+                // What the recomputation saved for nodes whose output its forward discarded
+                // lives only in the recomputed graph, which the stop frees (newest node first).
+                for k in std::mem::take(&mut self.re_forgotten).into_iter().rev() {
+                    self.forget(G::Node(k as u32));
                 }
                 // Frames the program marks unwind innermost first, each clearing its locals
                 // in the order they were bound; the unmarked layer frame, newest first.
@@ -455,6 +470,7 @@ impl Tape {
             buf2: None,
             layer: if keep { None } else { self.layer },
             tag: self.layer.unwrap_or(self.exec),
+            forgotten: false,
         });
         G::Node(idx as u32)
     }
@@ -513,6 +529,7 @@ impl Tape {
         self.stopped = false;
         self.mode = Mode::Grad;
         self.re_locals.clear();
+        self.re_forgotten.clear();
         self.frame = 0;
     }
 
@@ -524,10 +541,28 @@ impl Tape {
         }
         if let G::Node(i) = g {
             let i = i as usize;
+            self.nodes[i].forgotten = true;
             let saved = std::mem::replace(&mut self.nodes[i].saved, Inline::new());
             for &s in saved.as_slice() {
                 self.drop_t(s);
             }
+        }
+    }
+
+    /// Forgets the graph that only a discarded output reaches, node by node from it towards the
+    /// leaves: each node's saved tensors are released before the nodes it points to, as PyTorch
+    /// destroys a node's saved variables before its edges.
+    pub fn forget_chain(&mut self, g: G) {
+        let mut next = g;
+        while let G::Node(i) = next {
+            self.forget(next);
+            next = self.nodes[i as usize]
+                .edges
+                .as_slice()
+                .iter()
+                .map(|e| e.to)
+                .find(|to| matches!(to, G::Node(_)))
+                .unwrap_or(G::No);
         }
     }
 
@@ -594,6 +629,7 @@ impl Tape {
                 buf2: None,
                 layer: None,
                 tag: NO_LAYER,
+                forgotten: false,
             },
         );
         let edges = node.edges;
@@ -623,8 +659,10 @@ impl Tape {
                 }
             }
             Op::MulConst | Op::Unary | Op::ViewClone => {
+                // A broadcast input's gradient is made at the output's size, then summed down.
                 let e = edges[0];
-                grads[0] = Some(self.new_t(e.n * node.out_es, what));
+                let n = if e.sum_to > 0 { node.out_n } else { e.n };
+                grads[0] = Some(self.new_t(n * node.out_es, what));
             }
             Op::Add | Op::Pass | Op::Split => {
                 for (k, slot) in grads.iter_mut().enumerate() {

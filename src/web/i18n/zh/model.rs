@@ -60,6 +60,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("measured overhead of your run", "你的运行实测的额外开销"),
     ("cuBLAS workspace", "cuBLAS 工作区"),
     ("CUDA kernel temporary", "CUDA kernel 临时张量"),
+    ("DoRA weight norm and scale", "DoRA 权重范数与缩放"),
     ("{} (attention)", "{}（注意力）"),
     ("{} (MLP)", "{}（MLP 模块）"),
     ("{} (experts)", "{}（专家）"),
