@@ -38,6 +38,31 @@ fn main() {
     time("evaluate::curve (11 points)", 2_000, || {
         black_box(evaluate::curve(&a, black_box(&s), Axis::Seq));
     });
+    // DoRA and full fine-tuning: the quick plan (short runs), and the full run the first-visit
+    // page makes for them.
+    for (name, st) in [
+        (
+            "DoRA",
+            Settings {
+                use_dora: true,
+                ..Settings::default()
+            },
+        ),
+        (
+            "full",
+            Settings {
+                finetuning_type: lorafit::model::FinetuningType::Full,
+                ..Settings::default()
+            },
+        ),
+    ] {
+        time(&format!("plan {name} (llama2-7b)"), 2_000, || {
+            black_box(plan(black_box(&a), black_box(&st)).unwrap());
+        });
+        time(&format!("steptrace::generate {name} (llama2-7b)"), 50, || {
+            black_box(generate(black_box(&a), black_box(&st)).unwrap());
+        });
+    }
     let conf = AllocConf::default();
     let big = catalog::find_model("llama3-70b").unwrap().arch.clone();
     let gc = Settings {

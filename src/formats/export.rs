@@ -202,14 +202,19 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     } else {
         format!("    target_parameters={},\n", py_list(&tp))
     };
-    out.push_str(&format!(
-        "lora_config = LoraConfig(\n    r={},\n    lora_alpha={},\n    lora_dropout={},\n    target_modules={},\n{target_parameters}    modules_to_save={},\n    task_type=\"CAUSAL_LM\",\n)\n",
+    if s.full() {
+        out.push_str("# full fine-tuning: no peft, every parameter of `model` is trained\n");
+    } else {
+        out.push_str(&format!(
+        "lora_config = LoraConfig(\n    r={},\n    lora_alpha={},\n    lora_dropout={},\n{}    target_modules={},\n{target_parameters}    modules_to_save={},\n    task_type=\"CAUSAL_LM\",\n)\n",
         s.lora_r,
         s.lora_alpha,
         s.lora_dropout,
+        if s.use_dora { "    use_dora=True,\n" } else { "" },
         py_list(&module_names(arch, s)),
         if s.modules_to_save.is_empty() { "None".to_string() } else { py_list(&mts(s).iter().map(|m| m.to_string()).collect::<Vec<_>>()) },
     ));
+    }
     out.push_str(&format!(
         "training_args = TrainingArguments(\n    output_dir=\"out\",\n    per_device_train_batch_size={},\n    gradient_accumulation_steps={},\n    gradient_checkpointing={},\n    bf16={},\n    fp16={},\n    optim={:?},\n)\n",
         s.batch,
@@ -292,10 +297,19 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         AttnImpl::Sdpa => "sdpa",
         AttnImpl::FlashAttention2 => "fa2",
     };
-    let mut out = format!(
-        "model_name_or_path: {model_id}\nstage: sft\ndo_train: true\nfinetuning_type: lora\nlora_rank: {}\nlora_alpha: {}\nlora_dropout: {}\nlora_target: {targets}\n",
-        s.lora_r, s.lora_alpha, s.lora_dropout
-    );
+    let mut out = if s.full() {
+        format!(
+            "model_name_or_path: {model_id}\nstage: sft\ndo_train: true\nfinetuning_type: full\n"
+        )
+    } else {
+        format!(
+            "model_name_or_path: {model_id}\nstage: sft\ndo_train: true\nfinetuning_type: lora\nlora_rank: {}\nlora_alpha: {}\nlora_dropout: {}\nlora_target: {targets}\n",
+            s.lora_r, s.lora_alpha, s.lora_dropout
+        )
+    };
+    if s.use_dora {
+        out.push_str("use_dora: true\n");
+    }
     if !s.modules_to_save.is_empty() {
         out.push_str(&format!("additional_target: {}\n", mts(s).join(",")));
     }
@@ -327,15 +341,23 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         Optimizer::Adamw8bit => "adamw_bnb_8bit",
         o => o.name(),
     };
-    let mut out = format!(
-        "base_model: {model_id}\nload_in_4bit: {}\nadapter: {}\nlora_r: {}\nlora_alpha: {}\nlora_dropout: {}\nlora_target_modules:\n{}",
-        s.quant == Some(Quant::Nf4) || s.quant == Some(Quant::Fp4),
-        if s.quant.is_some() { "qlora" } else { "lora" },
-        s.lora_r,
-        s.lora_alpha,
-        s.lora_dropout,
-        module_names(arch, s).iter().map(|m| format!("  - {m}\n")).collect::<String>(),
-    );
+    // Full fine-tuning: no `adapter` key (axolotl trains every parameter then).
+    let mut out = if s.full() {
+        format!("base_model: {model_id}\nload_in_4bit: false\n")
+    } else {
+        format!(
+            "base_model: {model_id}\nload_in_4bit: {}\nadapter: {}\nlora_r: {}\nlora_alpha: {}\nlora_dropout: {}\nlora_target_modules:\n{}",
+            s.quant == Some(Quant::Nf4) || s.quant == Some(Quant::Fp4),
+            if s.quant.is_some() { "qlora" } else { "lora" },
+            s.lora_r,
+            s.lora_alpha,
+            s.lora_dropout,
+            module_names(arch, s).iter().map(|m| format!("  - {m}\n")).collect::<String>(),
+        )
+    };
+    if s.use_dora {
+        out.push_str("peft_use_dora: true\n");
+    }
     if !s.modules_to_save.is_empty() {
         out.push_str(&format!(
             "lora_modules_to_save:\n{}",

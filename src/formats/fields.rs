@@ -10,8 +10,8 @@ use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, Optimizer, Quant, SavedModule, Settings, Strategy,
-    Target,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Optimizer, Quant, SavedModule,
+    Settings, Strategy, Target,
 };
 
 /// What values a setting takes (decides the page control and the CLI's argument).
@@ -521,6 +521,24 @@ pub static FIELDS: &[Field] = &[
         slider: None,
         get: |s| bool_text(s.fused_ce),
         set: |s, v| boolean(v).map(|x| s.fused_ce = x),
+    },
+    Field {
+        name: "finetuning_type",
+        json_aliases: &[],
+        url: Some("ft"),
+        flag: Some("--finetuning-type"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Fine-tuning type",
+        help: "lora: adapters on a frozen base; full: every parameter trained, with a gradient and optimizer states for each (LLaMA-Factory finetuning_type)",
+        testid: Some("select-finetuning"),
+        kind: Kind::Choice(|| names_of(FinetuningType::ALL, FinetuningType::name)),
+        slider: None,
+        get: |s| s.finetuning_type.name().to_string(),
+        set: |s, v| {
+            named(FinetuningType::parse, v, FinetuningType::choices())
+                .map(|x| s.finetuning_type = x)
+        },
     },
     Field {
         name: "use_dora",

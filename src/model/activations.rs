@@ -127,6 +127,9 @@ impl<'a> Ctx<'a> {
 
     /// Linear layers LoRA adapts in a decoder layer of `kind`.
     pub fn adapted_of(&self, kind: LayerKind) -> Vec<LinearShape> {
+        if self.s.full() {
+            return vec![];
+        }
         self.arch
             .block_linears(kind)
             .into_iter()

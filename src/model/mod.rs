@@ -23,6 +23,7 @@ pub use error::PlanError;
 pub use parallel::{Parallel, Strategy};
 pub use plan::{plan, plan_simulated, plan_simulated_on, Phase, Plan, QuickSurface};
 pub use settings::{
-    AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, Optimizer, SavedModule, Settings,
+    AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, FinetuningType, Optimizer, SavedModule,
+    Settings,
 };
 pub use term::{Component, Term, TermKind};

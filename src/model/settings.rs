@@ -68,6 +68,22 @@ names!(Optimizer {
 
 impl Optimizer {}
 
+/// What a run trains (LLaMA-Factory's `finetuning_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinetuningType {
+    /// peft adapters on a frozen base (LoRA, QLoRA, DoRA).
+    Lora,
+    /// Every parameter trainable, no peft: a gradient and optimizer states per parameter, in the
+    /// parameter's dtype (fp32 master weights when autocast computes in 16 bits).
+    Full,
+}
+
+names!(FinetuningType {
+    Lora => "lora",
+    Full => "full",
+});
+
 /// Modules trained in full next to the adapters (peft `modules_to_save`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -200,10 +216,13 @@ pub struct Settings {
     /// [tokens × vocab] logits.
     #[serde(default)]
     pub fused_ce: bool,
-    /// peft's DoRA (`use_dora=True`): not planned yet, so [`Settings::validate`] refuses it
-    /// rather than planning the step as plain LoRA.
+    /// peft's DoRA (`use_dora=True`): a magnitude vector per adapted Linear, the weight norm of
+    /// `W + B·A` in every forward (planned by the step program only).
     #[serde(default)]
     pub use_dora: bool,
+    /// What the run trains: peft adapters, or every parameter.
+    #[serde(default = "default_finetuning_type")]
+    pub finetuning_type: FinetuningType,
     /// Multi-GPU layout (one GPU by default).
     #[serde(default)]
     pub parallel: super::parallel::Parallel,
@@ -230,6 +249,10 @@ pub struct Settings {
     /// How the routed experts are stored (transformers 5 fused, or 4's per-expert Linears).
     #[serde(default = "default_experts_layout")]
     pub experts_layout: ExpertsLayout,
+}
+
+fn default_finetuning_type() -> FinetuningType {
+    FinetuningType::Lora
 }
 
 fn default_experts_layout() -> ExpertsLayout {
@@ -270,6 +293,7 @@ impl Default for Settings {
             optimizer: Optimizer::AdamwTorchFused,
             fused_ce: false,
             use_dora: false,
+            finetuning_type: FinetuningType::Lora,
             parallel: Default::default(),
             alloc_conf: String::new(),
             cublas_workspace_config: String::new(),
@@ -289,6 +313,11 @@ impl Settings {
             ExpertsLayout::Fused => self.experts_impl,
             ExpertsLayout::PerExpert => ExpertsImpl::Eager,
         }
+    }
+
+    /// Whether every parameter is trained (no adapters).
+    pub fn full(&self) -> bool {
+        self.finetuning_type == FinetuningType::Full
     }
 
     /// Whether the routed experts are `nn.Linear` layers that 4-bit loading quantizes.
@@ -317,6 +346,17 @@ impl Settings {
                 "lora_r",
                 format!("{} must be between 1 and {MAX_RANK}", self.lora_r),
             );
+        }
+        if self.full() {
+            let conflict = [
+                (self.quant.is_some(), "quant", "a 4-bit base cannot be trained in full (bitsandbytes' Params4bit takes no gradient): use finetuning_type lora for QLoRA"),
+                (self.use_dora, "use_dora", "DoRA is an adapter: it needs finetuning_type lora"),
+                (!self.modules_to_save.is_empty(), "modules_to_save", "full fine-tuning already trains every module: leave modules_to_save empty"),
+                (!self.target_parameters.is_empty(), "target_parameters", "full fine-tuning already trains the experts: leave target_parameters empty"),
+            ];
+            if let Some((_, field, why)) = conflict.iter().find(|c| c.0) {
+                return bad(field, (*why).into());
+            }
         }
         if !(0.0..1.0).contains(&self.lora_dropout) {
             return bad(

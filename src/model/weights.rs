@@ -87,7 +87,11 @@ pub fn param_counts(ctx: &Ctx) -> ParamCounts {
         .sum();
     ParamCounts {
         base_params: a.total_params(),
-        trainable_params: lora_params + modules_to_save_params,
+        trainable_params: if ctx.s.full() {
+            a.total_params()
+        } else {
+            lora_params + modules_to_save_params
+        },
         lora_params,
         modules_to_save_params,
         expert_lora_params,

@@ -5,7 +5,14 @@
 use crate::model::{Settings, Strategy};
 
 /// The first screen, after the model and GPU pickers: the settings changed most often.
-pub const ESSENTIAL: &[&str] = &["base_weights", "batch", "seq", "lora_r", "grad_ckpt"];
+pub const ESSENTIAL: &[&str] = &[
+    "base_weights",
+    "finetuning_type",
+    "batch",
+    "seq",
+    "lora_r",
+    "grad_ckpt",
+];
 
 /// The embed's sliders (inside the frame at every supported size).
 pub const EMBED: &[&str] = &["batch", "seq", "lora_r"];
@@ -17,6 +24,7 @@ pub const TRAINING: &[&str] = &[
     "autocast",
     "attn_impl",
     "lora_dropout",
+    "use_dora",
     "padded_mask",
 ];
 
@@ -32,10 +40,12 @@ pub const MOE: &[&str] = &[
 ];
 
 /// Whether a setting's control means something for these settings (irrelevant ones are hidden):
-/// a strategy and offloading only with more than one GPU.
+/// a strategy and offloading only with more than one GPU, the adapter's settings only for LoRA.
 pub fn relevant(name: &str, s: &Settings) -> bool {
     match name {
         "strategy" | "offload" => s.parallel.world() > 1,
+        // Full fine-tuning has no adapters.
+        "lora_r" | "lora_dropout" | "use_dora" => !s.full(),
         // transformers 4's per-expert layout had only the loop over the experts, and no fused
         // expert parameters for target_parameters.
         "experts_implementation" | "target_parameters" => {
@@ -117,6 +127,10 @@ mod tests {
         }
         let mut s = Settings::default();
         assert!(!relevant("strategy", &s) && relevant("batch", &s));
+        assert!(relevant("lora_r", &s) && relevant("use_dora", &s));
+        s.finetuning_type = crate::model::FinetuningType::Full;
+        assert!(!relevant("lora_r", &s) && !relevant("use_dora", &s));
+        s.finetuning_type = crate::model::FinetuningType::Lora;
         s.parallel.gpus_per_node = 2;
         assert!(relevant("offload", &s));
         assert!(relevant("experts_implementation", &s) && relevant("target_parameters", &s));

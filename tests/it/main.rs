@@ -34,7 +34,12 @@ pub const HARNESS_CUBLAS: &str = ":0:0";
 
 /// A harness case's settings object, with [`HARNESS_CUBLAS`].
 pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
-    let mut s = lorafit::formats::fields::settings_from_json(v)
+    // The harness says `full_ft: true` for what the settings table calls finetuning_type full.
+    let mut v = v.clone();
+    if v["full_ft"] == serde_json::Value::Bool(true) {
+        v["finetuning_type"] = "full".into();
+    }
+    let mut s = lorafit::formats::fields::settings_from_json(&v)
         .expect("valid settings")
         .value;
     s.cublas_workspace_config = HARNESS_CUBLAS.into();

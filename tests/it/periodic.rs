@@ -66,6 +66,7 @@ fn the_short_runs_give_the_full_runs_peak_on_every_measured_case() {
     for file in [
         "tests/data/reference/cases.jsonl",
         "tests/data/reference/moe/cases.jsonl",
+        "tests/data/reference/methods/cases.jsonl",
     ] {
         for line in data(file).lines().filter(|l| !l.trim().is_empty()) {
             let v: Value = serde_json::from_str(line).expect("JSON");
@@ -155,6 +156,21 @@ fn the_short_runs_give_the_full_runs_peak_on_the_catalog() {
             "adafactor",
             Settings {
                 optimizer: Optimizer::Adafactor,
+                ..base.clone()
+            },
+        ),
+        (
+            "dora",
+            Settings {
+                use_dora: true,
+                ..base.clone()
+            },
+        ),
+        (
+            "full gc",
+            Settings {
+                finetuning_type: lorafit::model::FinetuningType::Full,
+                grad_ckpt: true,
                 ..base.clone()
             },
         ),

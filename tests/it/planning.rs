@@ -515,6 +515,37 @@ fn exports_parse_back_to_the_planned_values() {
     assert_eq!(acc["mixed_precision"], "bf16");
     assert_eq!(acc["num_processes"], 1);
     assert!(export("toml", "x", &llama(), &s).is_err());
+
+    // The methods: DoRA is a LoraConfig / LLaMA-Factory / axolotl flag; full fine-tuning has no
+    // adapter in any of them.
+    let dora = Settings {
+        quant: None,
+        use_dora: true,
+        ..s.clone()
+    };
+    let py = export("python", "m", &llama(), &dora).unwrap();
+    assert_eq!(python_kwargs(&py, "LoraConfig")["use_dora"], true);
+    let lf: serde_yaml::Value =
+        serde_yaml::from_str(&export("llama-factory", "m", &llama(), &dora).unwrap()).unwrap();
+    assert_eq!(lf["use_dora"], true);
+    assert_eq!(lf["finetuning_type"], "lora");
+    let ax: serde_yaml::Value =
+        serde_yaml::from_str(&export("axolotl", "m", &llama(), &dora).unwrap()).unwrap();
+    assert_eq!(ax["peft_use_dora"], true);
+    let full = Settings {
+        quant: None,
+        finetuning_type: lorafit::model::FinetuningType::Full,
+        ..s.clone()
+    };
+    let py = export("python", "m", &llama(), &full).unwrap();
+    assert!(!py.contains("LoraConfig("), "{py}");
+    let lf: serde_yaml::Value =
+        serde_yaml::from_str(&export("llama-factory", "m", &llama(), &full).unwrap()).unwrap();
+    assert_eq!(lf["finetuning_type"], "full");
+    assert!(lf.get("lora_rank").is_none());
+    let ax: serde_yaml::Value =
+        serde_yaml::from_str(&export("axolotl", "m", &llama(), &full).unwrap()).unwrap();
+    assert!(ax.get("adapter").is_none() && ax.get("lora_r").is_none());
 }
 
 /// expandable_segments:True is offered with its simulated saving (reserved memory only, never

@@ -158,6 +158,12 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             });
         }
     }
+    if s.full() && arch.is_moe() {
+        return Err(PlanError::InvalidSetting {
+            field: "finetuning_type",
+            why: "full fine-tuning of a mixture of experts (its routers and fused experts trained) is not planned yet: plan LoRA, or a dense model".into(),
+        });
+    }
     if matches_nothing(arch, s) {
         return Err(PlanError::InvalidSetting {
             field: "target_modules",
@@ -168,7 +174,7 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             ),
         });
     }
-    if s.lora_r > arch.hidden_size {
+    if s.lora_r > arch.hidden_size && !s.full() {
         return Err(PlanError::InvalidSetting {
             field: "lora_r",
             why: format!("rank {} exceeds hidden_size {}", s.lora_r, arch.hidden_size),
@@ -176,6 +182,9 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     }
     Ok(())
 }
+
+/// The note of a full fine-tuning plan.
+pub const FULL_NOTE: &str = "full fine-tuning: every parameter is trained, so the LoRA settings (lora_r, lora_alpha, lora_dropout, target modules) do not apply";
 
 /// Whether LoRA's target modules match nothing in the model: only MLP projections, on a
 /// mixture of experts whose every layer routes to fused experts with no shared MLP.
@@ -234,7 +243,11 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
 /// for several GPUs, a fused cross-entropy and transformers 4's per-expert layout, do not model
 /// it), if any.
 fn program_only(s: &Settings) -> Option<&'static str> {
-    s.use_dora.then_some("use_dora")
+    if s.full() {
+        Some("finetuning_type")
+    } else {
+        s.use_dora.then_some("use_dora")
+    }
 }
 
 /// The note of a one-GPU plan whose step the program cannot hold, which the terms answer.
@@ -334,7 +347,10 @@ fn plan_terms(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     if let Some(field) = program_only(s).filter(|_| !program_runs(arch, s)) {
         return Err(PlanError::InvalidSetting {
             field,
-            why: "DoRA is planned by the step program, on one GPU without a fused cross-entropy (and with transformers 5's fused experts); the closed-form terms that plan the rest do not model it yet".into(),
+            why: format!(
+                "{} is planned by the step program, on one GPU without a fused cross-entropy (and with transformers 5's fused experts); the closed-form terms that plan the rest do not model it yet",
+                if s.full() { "full fine-tuning" } else { "DoRA" }
+            ),
         });
     }
     let notes = notes(arch, s);
@@ -511,6 +527,9 @@ fn phase_of(p: steptrace::StepPhase) -> Phase {
 /// settings as given.
 fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     let mut out = vec![];
+    if s.full() {
+        out.push(FULL_NOTE.into());
+    }
     let Some(m) = arch.moe_layout() else {
         if !s.target_parameters.is_empty() {
             out.push("target_parameters ignored: this model has no fused expert parameters".into());

@@ -334,6 +334,12 @@ pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<
             why: "the allocation sequence follows transformers 5's fused experts; transformers 4's per-expert layout is planned without it (quick reserve)".into(),
         });
     }
+    if s.full() && arch.is_moe() {
+        return Err(PlanError::InvalidSetting {
+            field: "finetuning_type",
+            why: "full fine-tuning of a mixture of experts (its routers and fused experts trained) is not planned yet: plan LoRA, or a dense model".into(),
+        });
+    }
     check_size(arch, s)?;
     let run = s.as_run(arch);
     let ctx = Ctx::new(arch, &run);
@@ -369,7 +375,7 @@ fn check_size(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
 }
 
 /// The refusal of a step whose allocation sequence could not hold it.
-pub(crate) fn too_large() -> PlanError {
+pub fn too_large() -> PlanError {
     PlanError::InvalidSetting {
         field: "seq",
         why: "too large a step to plan on one GPU: a generous bound of its memory from its shapes passes 2^60 bytes (an exbibyte), or of its allocations 2^26".into(),

@@ -67,6 +67,14 @@ struct Prog<'c, 'a> {
     causal: Option<X>,
     /// Router logits the output recorder holds (`output_router_logits`).
     router_logits: Vec<X>,
+    /// Full fine-tuning: each layer's trainable norm weights in the order its forward runs them
+    /// (input norm, q/k norms, the rest), and the final norm's.
+    norms: Vec<Vec<X>>,
+    final_norm: Option<X>,
+    /// q/k norm weights registered by the layer being set up.
+    qk_norms: Vec<X>,
+    /// The norm weights the current forward pass has yet to use, next last.
+    norm_queue: Vec<X>,
 }
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
@@ -114,6 +122,17 @@ impl<'c, 'a> Prog<'c, 'a> {
         Param { x }
     }
 
+    /// A base-model parameter: frozen, or trainable under full fine-tuning (then `cols` is its
+    /// last dimension, 0 for a vector).
+    fn weight(&mut self, n: u64, es: u64, cols: u64) -> Param {
+        if self.ctx.s.full() {
+            self.param_cols.push(cols);
+            self.param(n, es, true, What::Trainable)
+        } else {
+            self.param(n, es, false, What::Weight)
+        }
+    }
+
     // ---------------------------------------------------------------- setup
 
     fn setup(&mut self) {
@@ -125,12 +144,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         let v = a.vocab_size;
         let mts_embed = s.modules_to_save.contains(&SavedModule::EmbedTokens);
         let embed_n = v * h;
+        let full = s.full();
         if mts_embed {
             self.param(embed_n, aux, false, What::Weight);
             self.param(embed_n, aux, true, What::Trainable);
             self.param_cols.push(h);
         } else {
-            self.param(embed_n, aux, false, What::Weight);
+            self.weight(embed_n, aux, h);
         }
         let is_ffn = |l: &LinearShape| {
             l.selected_by
@@ -163,8 +183,12 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.moe.push(None);
             }
             let norms = a.family.norms_per_layer() as u64;
-            for _ in 0..norms {
-                self.param(h, aux, false, What::Weight);
+            let res: Vec<X> = (0..norms).map(|_| self.weight(h, aux, 0).x).collect();
+            if full {
+                // Forward order: the input norm, then attention's q/k norms, then the rest.
+                let qk = std::mem::take(&mut self.qk_norms);
+                let order = res.iter().take(1).chain(&qk).chain(res.iter().skip(1));
+                self.norms.push(order.copied().collect());
             }
             if a.family.layout().fused_projections && lins.len() > 1 {
                 lins.swap(0, 1);
@@ -172,9 +196,12 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.layers.push(lins);
         }
         self.tp.exec = NO_LAYER;
-        self.param(h, aux, false, What::Weight);
+        let final_norm = self.weight(h, aux, 0);
+        if full {
+            self.final_norm = Some(final_norm.x);
+        }
         if !a.tie_word_embeddings {
-            let head = self.param(v * h, aux, false, What::Weight);
+            let head = self.weight(v * h, aux, h);
             self.lm_head = Some(head);
         }
         if s.modules_to_save.contains(&SavedModule::LmHead) {
@@ -213,11 +240,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         let (inf, outf) = (l.in_features as u64, l.out_features as u64);
         let w = match (s.quant, ctx.linear_weight) {
             (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, false, What::Weight),
-            (None, Some(d)) => self.param(inf * outf, bytes(d), false, What::Weight),
-            (None, None) => self.param(inf * outf, aux, false, What::Weight),
+            (None, Some(d)) => self.weight(inf * outf, bytes(d), inf),
+            (None, None) => self.weight(inf * outf, aux, inf),
         };
         if l.bias {
-            self.param(outf, aux, false, What::Weight);
+            self.weight(outf, aux, 0);
         }
         let (lora, magnitude) = if adapted.iter().any(|x| x.name == l.name) {
             let la = self.param(r * inf, ad, true, What::Trainable);
@@ -242,13 +269,15 @@ impl<'c, 'a> Prog<'c, 'a> {
         let layout = a.family.layout();
         match name {
             "o_proj" if layout.qk_norm == QkNorm::Whole => {
-                self.param(a.q_dim() as u64, aux, false, What::Weight);
-                self.param(a.kv_dim() as u64, aux, false, What::Weight);
+                let q = self.weight(a.q_dim() as u64, aux, 0);
+                let k = self.weight(a.kv_dim() as u64, aux, 0);
+                self.qk_norms.extend([q.x, k.x]);
             }
             "o_proj" if a.family.has_qk_norm() => {
                 // q_norm, k_norm are registered in the attention module after o_proj.
-                self.param(a.head_dim(), aux, false, What::Weight);
-                self.param(a.head_dim(), aux, false, What::Weight);
+                let q = self.weight(a.head_dim(), aux, 0);
+                let k = self.weight(a.head_dim(), aux, 0);
+                self.qk_norms.extend([q.x, k.x]);
             }
             "o_proj" if layout.attention == AttentionKind::Sinks => {
                 self.param(a.num_attention_heads, aux, false, What::Weight);
@@ -556,10 +585,19 @@ impl<'c, 'a> Prog<'c, 'a> {
             // `self._norm(x.float())`: the fp32 copy dies with `_norm`.
             self.drop(hs);
             // output * (1.0 + self.weight.float()), then .type_as(x)
-            let wf = self.t(width, 4, What::Norm);
-            let w1 = self.t(width, 4, What::Norm);
+            let trained = self.norm_weight(width);
+            let wf = match trained {
+                Some(w) => self.cast(w, 4, What::Norm),
+                None => self.t(width, 4, What::Norm),
+            };
+            let mut w1 = self.t(width, 4, What::Norm);
+            if trained.is_some() {
+                w1.g = self.tp.node(Op::Pass, width, 4, &[Self::edge(&wf)], &[]);
+            }
             self.drop(wf);
-            let o = {
+            let o = if trained.is_some() {
+                self.mul(normed, w1, normed.n, 4, What::Norm)
+            } else {
                 let mut y = self.t(normed.n, 4, What::Norm);
                 y.g = self
                     .tp
@@ -583,11 +621,23 @@ impl<'c, 'a> Prog<'c, 'a> {
             return out;
         }
         let c = self.cast(normed, x.es, What::Hidden);
-        let out = self.mul_const(c, What::Hidden);
+        // `self.weight * hidden_states.to(input_dtype)`: a trained weight saves the cast input.
+        let out = match self.norm_weight(width) {
+            Some(w) => self.mul(w, c, c.n, c.es, What::Hidden),
+            None => self.mul_const(c, What::Hidden),
+        };
         self.drop(c);
         self.drop(normed);
         self.drop(var);
         out
+    }
+
+    /// Under full fine-tuning, the trainable weight of the norm the forward runs next (of
+    /// `width` values).
+    fn norm_weight(&mut self, width: u64) -> Option<X> {
+        let w = self.norm_queue.pop()?;
+        debug_assert_eq!(w.n, width, "norm weights out of order");
+        Some(w)
     }
 
     /// A Linear layer with its LoRA adapter (peft's `Linear.forward`).
@@ -1121,6 +1171,9 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     fn layer(&mut self, h: X, li: usize, cos: X, sin: X, mask: Option<X>) -> X {
         let lins = self.layers[li].clone();
+        if let Some(norms) = self.norms.get(li) {
+            self.norm_queue = norms.iter().rev().copied().collect();
+        }
         let width = self.h();
         let sandwich = self.ctx.arch.family.norms_per_layer() > 2;
         let normed = self.rmsnorm(h, width);
@@ -1352,9 +1405,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         let aux = bytes(ctx.aux_weight);
         let _ = ids;
         let mut emb = self.t(tokens * h, aux, What::Hidden);
-        if s.modules_to_save.contains(&SavedModule::EmbedTokens) {
-            // The trainable copy of embed_tokens: its gradient is a dense [vocab, hidden] tensor.
-            let w = self.params[1].x;
+        let embed_trained = s.modules_to_save.contains(&SavedModule::EmbedTokens) || s.full();
+        if embed_trained {
+            // The trainable copy of embed_tokens (or the embedding itself, trained in full): its
+            // gradient is a dense [vocab, hidden] tensor.
+            let w = self.params[usize::from(!s.full())].x;
             let e = Edge {
                 to: w.g,
                 n: w.n,
@@ -1365,13 +1420,18 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         if a.family.layout().scaled_embedding {
             // The scaled embedding: `embedding(ids) * embed_scale` (a buffer).
-            let e2 = self.t(tokens * h, aux, What::Hidden);
+            let e2 = if emb.grad() {
+                self.mul_const(emb, What::Hidden)
+            } else {
+                self.t(tokens * h, aux, What::Hidden)
+            };
             self.drop(emb);
             emb = e2;
         }
-        if s.grad_ckpt {
+        if s.grad_ckpt && !s.full() {
             // enable_input_require_grads: the embedding output becomes a leaf needing a gradient;
-            // its AccumulateGrad node keeps it until the graph is freed.
+            // its AccumulateGrad node keeps it until the graph is freed (a trained embedding's
+            // output already needs one, and requires_grad_ changes nothing).
             emb.g = G::Param(u32::MAX);
             self.tp.keep_local(emb.t);
             self.emb_leaf = Some(emb);
@@ -1458,6 +1518,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.tp.exec = NO_LAYER;
             hcur = hn;
         }
+        self.norm_queue = self.final_norm.into_iter().collect();
         let fin = self.rmsnorm(hcur, h);
         self.drop(hcur);
         // Locals die in declaration order; families that gather the mask arguments in a dict
@@ -1725,12 +1786,18 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.tp.exec = NO_LAYER;
     }
 
-    /// transformers' Adafactor (factored second moment, no first moment), parameter by parameter.
+    /// transformers' Adafactor (no first moment), parameter by parameter
+    /// (`transformers/optimization.py`, `Adafactor.step`): a matrix's second moment factored
+    /// into a row and a column vector, a vector's kept whole; a 16-bit parameter's gradient and
+    /// the parameter itself are copied to fp32 for its update. The loop's locals (`grad`,
+    /// `p_data_fp32`, `update`) die when the next parameter rebinds them, the last ones when
+    /// `step()` returns.
     fn adafactor(&mut self, tr: &[X], first: bool) {
         if self.rms.len() < tr.len() {
             self.rms.resize(tr.len(), None);
         }
-        let mut prev_update: Option<X> = None;
+        let (mut prev_grad, mut prev_p32, mut prev_update): (Option<X>, Option<X>, Option<X>) =
+            (None, None, None);
         for (i, x) in tr.iter().enumerate() {
             self.tp.on_behalf_of(x.t);
             let p = self
@@ -1738,15 +1805,30 @@ impl<'c, 'a> Prog<'c, 'a> {
                 .get(i)
                 .map(|&k| self.params[k as usize].x)
                 .unwrap_or(*x);
-            // Rows and columns of the (2-D) parameter.
-            let cols = self.cols_of(i).max(1);
+            let half = p.es != 4;
+            // grad = p.grad, .float() for a 16-bit one
+            if let Some(g) = prev_grad.take() {
+                self.drop(g);
+            }
+            prev_grad = half.then(|| self.t(p.n, 4, What::OptTemp));
+            // A matrix is factored (rows × last dimension); a vector is not (`cols` 0).
+            let cols = self.cols_of(i);
+            let factored = cols > 0;
+            let cols = cols.max(1);
             let rows = (p.n / cols).max(1);
             if first {
-                let r = self.t(rows, 4, What::OptState);
-                let c = self.t(cols, 4, What::OptState);
-                self.states.extend([r.t, c.t]);
+                let shapes: &[u64] = if factored { &[rows, cols] } else { &[p.n] };
+                for &k in shapes {
+                    let st = self.t(k, 4, What::OptState);
+                    self.states.push(st.t);
+                }
             }
-            // state["RMS"] = self._rms(p)
+            // p_data_fp32 = p, .float() for a 16-bit one
+            if let Some(q) = prev_p32.take() {
+                self.drop(q);
+            }
+            prev_p32 = half.then(|| self.t(p.n, 4, What::OptTemp));
+            // state["RMS"] = self._rms(p_data_fp32)
             let norm = self.t(1, 4, What::OptTemp);
             let rms = self.t(1, 4, What::OptState);
             self.drop(norm);
@@ -1760,18 +1842,24 @@ impl<'c, 'a> Prog<'c, 'a> {
             if let Some(u) = prev_update.take() {
                 self.drop(u);
             }
-            for k in [rows, cols] {
-                let m = self.t(k, 4, What::OptTemp);
-                self.drop(m);
-            }
-            // _approx_sq_grad: row / row.mean(), rsqrt; col rsqrt; outer product
-            let mm = self.t(1, 4, What::OptTemp);
-            let rf = self.t(rows, 4, What::OptTemp);
-            self.drop(mm);
-            let cf = self.t(cols, 4, What::OptTemp);
-            let u2 = self.t(p.n, 4, What::OptTemp);
-            self.drop(rf);
-            self.drop(cf);
+            let u2 = if factored {
+                for k in [rows, cols] {
+                    let m = self.t(k, 4, What::OptTemp);
+                    self.drop(m);
+                }
+                // _approx_sq_grad: row / row.mean(), rsqrt; col rsqrt; outer product
+                let mm = self.t(1, 4, What::OptTemp);
+                let rf = self.t(rows, 4, What::OptTemp);
+                self.drop(mm);
+                let cf = self.t(cols, 4, What::OptTemp);
+                let u2 = self.t(p.n, 4, What::OptTemp);
+                self.drop(rf);
+                self.drop(cf);
+                u2
+            } else {
+                // update = exp_avg_sq.rsqrt().mul_(grad)
+                self.t(p.n, 4, What::OptTemp)
+            };
             self.drop(upd);
             // update.div_((self._rms(update) / clip).clamp_(min=1.0))
             let n2 = self.t(1, 4, What::OptTemp);
@@ -1780,13 +1868,13 @@ impl<'c, 'a> Prog<'c, 'a> {
             let d2 = self.t(1, 4, What::OptTemp);
             self.drop(d1);
             self.drop(d2);
-            // p.add_(-update)
+            // p_data_fp32.add_(-update)
             let ng = self.t(p.n, 4, What::OptTemp);
             self.drop(ng);
             prev_update = Some(u2);
         }
-        if let Some(u) = prev_update {
-            self.drop(u);
+        for x in [prev_grad, prev_p32, prev_update].into_iter().flatten() {
+            self.drop(x);
         }
     }
 
@@ -1828,6 +1916,10 @@ pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
         ac_cache: vec![],
         sliding: None,
         router_logits: vec![],
+        norms: vec![],
+        final_norm: None,
+        qk_norms: vec![],
+        norm_queue: vec![],
         rms: vec![],
         param_cols: vec![],
         causal: None,
