@@ -59,9 +59,13 @@ fn main() {
         time(&format!("plan {name} (llama2-7b)"), 2_000, || {
             black_box(plan(black_box(&a), black_box(&st)).unwrap());
         });
-        time(&format!("steptrace::generate {name} (llama2-7b)"), 50, || {
-            black_box(generate(black_box(&a), black_box(&st)).unwrap());
-        });
+        time(
+            &format!("steptrace::generate {name} (llama2-7b)"),
+            50,
+            || {
+                black_box(generate(black_box(&a), black_box(&st)).unwrap());
+            },
+        );
     }
     let conf = AllocConf::default();
     let big = catalog::find_model("llama3-70b").unwrap().arch.clone();
