@@ -532,7 +532,12 @@ pub static FIELDS: &[Field] = &[
         label: "Fine-tuning type",
         help: "lora: adapters on a frozen base; full: every parameter trained, with a gradient and optimizer states for each (LLaMA-Factory finetuning_type)",
         testid: Some("select-finetuning"),
-        kind: Kind::Choice(|| names_of(FinetuningType::ALL, FinetuningType::name)),
+        kind: Kind::Choice(|| {
+            vec![
+                ("lora", "LoRA / QLoRA (adapters)"),
+                ("full", "Full (every parameter)"),
+            ]
+        }),
         slider: None,
         get: |s| s.finetuning_type.name().to_string(),
         set: |s, v| {

@@ -197,7 +197,7 @@ impl Component {
             Component::CommBuffers => "multi-GPU",
             Component::MeasuredOverhead => "your run's extra",
             Component::CublasWorkspace => "cuBLAS",
-            Component::TrainableWeights => "adapters",
+            Component::TrainableWeights => "trained weights",
             Component::Gradients => "gradients",
             Component::OptimizerStates => "optimizer",
             Component::OptimizerTemps => "step temps",
@@ -222,7 +222,8 @@ impl Component {
 pub enum Group {
     /// Frozen base weights, their 4-bit state, multi-GPU gathered weights and buckets.
     Weights,
-    /// Adapters, their gradients, optimizer states and step temporaries.
+    /// The trained weights (adapters, or every weight in full fine-tuning), their gradients,
+    /// optimizer states and step temporaries.
     LoraOptimizer,
     /// Everything saved for backward and the backward pass's temporaries.
     Activations,
@@ -261,7 +262,7 @@ impl Group {
     pub fn label(self) -> &'static str {
         match self {
             Group::Weights => "Weights",
-            Group::LoraOptimizer => "LoRA + optimizer",
+            Group::LoraOptimizer => "Trained + optimizer",
             Group::Activations => "Activations",
             Group::LogitsLoss => "Logits & loss",
             Group::AllocatorCache => "Allocator cache",

@@ -423,7 +423,7 @@ fn segment_detail(
     }
 }
 
-/// The breakdown bar: segments grouped (weights, LoRA + optimizer, activations, logits & loss,
+/// The breakdown bar: segments grouped (weights, trained + optimizer, activations, logits & loss,
 /// allocator cache, CUDA context), labelled in place where they fit (CSS container queries) and
 /// in the legend; the capacity marker, headroom or overflow; allocated, reserved and nvidia-smi
 /// as three nested levels. Segments are keyed, so a slider move only updates their geometry.

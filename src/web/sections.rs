@@ -109,13 +109,14 @@ fn Sections(initial: UiState) -> impl IntoView {
             <section class="card" id="more" aria-labelledby="h-more">
                 <h2 id="h-more">{t("More training settings")}</h2>
                 <div class="controls-grid">{setting_controls(layout::TRAINING, state, None)}</div>
-                <fieldset class="targets">
+                // Full fine-tuning has no adapters: no targets, nothing saved beside them.
+                <fieldset class="targets" class:hidden=flag(move || state.with(|st| st.settings.full()))>
                     <legend>{t("LoRA target modules")}</legend>
                     <Toggle label="all-linear" testid="target-all" checked=flag(move || state.with(|st| st.settings.targets.len() == Target::ALL.len()))
                         on_set=Callback::new(move |on: bool| state.update(|st| st.settings.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] })) />
                     {setting_controls(&["target_modules"], state, None)}
                 </fieldset>
-                <fieldset class="targets">
+                <fieldset class="targets" class:hidden=flag(move || state.with(|st| st.settings.full()))>
                     <legend>{t("modules_to_save (trained in full)")}</legend>
                     {setting_controls(&["modules_to_save"], state, None)}
                 </fieldset>

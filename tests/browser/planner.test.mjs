@@ -226,3 +226,27 @@ test("a visit loads the page only; the sections load when one is opened and foll
   await linked.page.waitForSelector("#lengths");
   await linked.page.close();
 });
+
+test("full fine-tuning and DoRA are planned as the CLI plans them, each visibly", async () => {
+  const { page, errors } = await openApp(browser, server.url + "?model=llama3.2-1b");
+  const lora = await gibOf(page, "peak-allocated");
+  // Full fine-tuning: the adapter's settings go, every weight is trained.
+  await page.selectOption('[data-testid="select-finetuning"]', "full");
+  const full = await gibOf(page, "peak-allocated");
+  assert.equal(await page.isVisible('[data-testid="input-rank"]'), false, "no LoRA rank for full fine-tuning");
+  const wantFull = cliPlan(["--model", "llama3.2-1b", "--finetuning-type", "full"]).plan;
+  assert.ok(Math.abs(full - wantFull.peak_allocated_bytes / GIB) <= 0.006, `${full} vs CLI`);
+  assert.ok(full > lora + 3, `full ${full} GiB vs LoRA ${lora} GiB`);
+  await page.screenshot({ path: path.join(artifacts, "method-full.png") });
+  // DoRA through the link (the control is with the training settings).
+  await page.selectOption('[data-testid="select-finetuning"]', "lora");
+  const dora = await openApp(browser, server.url + "?model=llama3.2-1b&dora=1");
+  const shown = await gibOf(dora.page, "peak-allocated");
+  const wantDora = cliPlan(["--model", "llama3.2-1b", "--use-dora"]).plan;
+  assert.ok(Math.abs(shown - wantDora.peak_allocated_bytes / GIB) <= 0.006, `${shown} vs CLI`);
+  assert.ok(shown > lora, `DoRA ${shown} GiB vs LoRA ${lora} GiB`);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(dora.errors, []);
+  await page.close();
+  await dora.page.close();
+});

@@ -102,7 +102,7 @@ test("the bar: grouped segments, allocator cache and CUDA context, capacity, for
     const gibIn = (t) => Number(t.match(/(-?[0-9]+\.[0-9]{2}) GiB/)[1]);
     assert.ok(Math.abs(gibIn(await label("segment-allocator-cache")) - (want.peak_reserved_bytes - want.peak_allocated_bytes) / GIB) <= 0.006);
     assert.ok(Math.abs(gibIn(await label("segment-cuda-context")) - (want.nvidia_smi_bytes - want.peak_reserved_bytes) / GIB) <= 0.006);
-    // Segments in group order: weights, LoRA + optimizer, activations, logits, cache, context.
+    // Segments in group order: weights, trained + optimizer, activations, logits, cache, context.
     const order = await page.$$eval('[data-testid="breakdown-bar"] .seg', (els) => els.map((e) => [e.dataset.testid, e.getBoundingClientRect().left]));
     const lefts = order.map((o) => o[1]);
     assert.deepEqual([...lefts].sort((a, b) => a - b), lefts, "segments left to right in group order");
@@ -110,7 +110,7 @@ test("the bar: grouped segments, allocator cache and CUDA context, capacity, for
     assert.equal(order[order.length - 1][0], "segment-cuda-context");
     // Every segment and every group is in the legend.
     const legend = await page.textContent('[data-testid="legend"]');
-    for (const g of ["Weights", "LoRA + optimizer", "Activations", "Logits & loss", "Allocator cache", "CUDA context"]) assert.ok(legend.includes(g), g);
+    for (const g of ["Weights", "Trained + optimizer", "Activations", "Logits & loss", "Allocator cache", "CUDA context"]) assert.ok(legend.includes(g), g);
     // The bar has a text alternative.
     assert.match(await page.getAttribute('[data-testid="breakdown-bar"]', "aria-label"), /Weights [0-9.]+ GiB/);
     await page.focus('[data-testid="segment-allocator-cache"]');

@@ -68,6 +68,40 @@ fn fixes_are_replanned_ranked_and_make_it_fit() {
     assert_eq!(sb.settings.batch * sb.settings.grad_accum, 4);
 }
 
+/// The methods' own fixes: DoRA is offered as plain LoRA, and its dropout (which keeps a copy of
+/// every adapted weight) as the cheap change it is; full fine-tuning is offered as LoRA, and
+/// the adapter-only changes (targets, dropout, QLoRA) are not offered for it.
+#[test]
+fn the_methods_offer_their_own_fixes() {
+    let a = arch("llama2-7b");
+    let dora = Settings {
+        use_dora: true,
+        ..Settings::default()
+    };
+    let fixes = suggest(&a, &dora, 40 * GIB, true);
+    let gib = (1i128) << 30;
+    let saved = |id: &str| fixes.iter().find(|f| f.id == id).map(|f| f.saved_bytes);
+    // Without dropout peft reuses the base output: the fp32 weight copies (26 GB) go.
+    assert!(saved("dropout0").expect("dropout 0 offered") > 20 * gib);
+    assert!(saved("no_dora").expect("plain LoRA offered") > 20 * gib);
+    let full = Settings {
+        finetuning_type: lorafit::model::FinetuningType::Full,
+        ..Settings::default()
+    };
+    let fixes = suggest(&a, &full, 40 * GIB, true);
+    let lora = fixes.iter().find(|f| f.id == "lora").expect("LoRA offered");
+    assert!(!lora.settings.full());
+    // AdamW's two bf16 states of every weight (2 × 12.6 GiB) and the gradients made by the
+    // peak are no longer there.
+    assert!(lora.saved_bytes > 25 * gib, "{}", lora.saved_bytes);
+    for id in ["fewer_targets", "dropout0", "qlora"] {
+        assert!(
+            fixes.iter().all(|f| f.id != id),
+            "{id} offered for full fine-tuning"
+        );
+    }
+}
+
 #[test]
 fn combination_when_no_single_change_suffices() {
     let a = arch("llama2-13b");

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, Optimizer, Quant, Settings, Target,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Optimizer, Quant, Settings, Target,
 };
 
 /// The stable id of a change, of a combination (`combined`) and of the last resort
@@ -37,6 +37,10 @@ pub enum FixId {
     Qlora,
     /// LoRA on q_proj and v_proj only.
     FewerTargets,
+    /// Plain LoRA instead of DoRA.
+    NoDora,
+    /// LoRA instead of full fine-tuning.
+    Lora,
     /// The last resort: a shorter sequence.
     ShorterSeq,
     /// Several changes together.
@@ -69,6 +73,8 @@ pub enum ChangeKind {
     MicroBatch,
     /// The adapted modules.
     Targets,
+    /// The training method (DoRA, full fine-tuning).
+    Method,
     /// The sequence length (the last resort) or several kinds at once (a combination).
     Several,
 }
@@ -90,6 +96,8 @@ impl FixId {
             FixId::SmallerBatch => "smaller_batch",
             FixId::Qlora => "qlora",
             FixId::FewerTargets => "fewer_targets",
+            FixId::NoDora => "no_dora",
+            FixId::Lora => "lora",
             FixId::ShorterSeq => "shorter_seq",
             FixId::Combined => "combined",
         }
@@ -109,6 +117,7 @@ impl FixId {
             FixId::GradCkpt => ChangeKind::Checkpointing,
             FixId::SmallerBatch => ChangeKind::MicroBatch,
             FixId::FewerTargets => ChangeKind::Targets,
+            FixId::NoDora | FixId::Lora => ChangeKind::Method,
             FixId::ShorterSeq | FixId::Combined => ChangeKind::Several,
         }
     }
@@ -160,6 +169,10 @@ pub enum Patch {
     NoRouterLogits,
     /// MoE: no LoRA on the fused experts (attention and Linear layers only).
     NoExpertLora,
+    /// Plain LoRA: DoRA off.
+    NoDora,
+    /// LoRA (the settings' rank and targets) instead of full fine-tuning.
+    Lora,
 }
 
 impl Patch {
@@ -197,6 +210,8 @@ impl Patch {
                     t.targets = vec![Target::Q, Target::K, Target::V, Target::O];
                 }
             }
+            Patch::NoDora => t.use_dora = false,
+            Patch::Lora => t.finetuning_type = FinetuningType::Lora,
         }
     }
 }
@@ -215,7 +230,8 @@ pub struct Change {
     pub cost: String,
     /// Cost weight, roughly "per cent slower, or a quality risk judged comparable": sdpa 1,
     /// 16-bit weights 1, no dropout 2, 8-bit AdamW 2, fused cross-entropy 3, paged AdamW 4,
-    /// micro-batch 4 per halving, fewer targets 25, checkpointing 30, QLoRA 40.
+    /// micro-batch 4 per halving, plain LoRA instead of DoRA 10, fewer targets 25, checkpointing
+    /// 30, QLoRA 40, LoRA instead of full fine-tuning 40.
     pub weight: u32,
     /// The edit.
     pub patch: Patch,
@@ -337,7 +353,30 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             Patch::Weights16(low),
         );
     }
-    if s.lora_dropout > 0.0 && !s.targets.is_empty() {
+    if s.use_dora {
+        push(
+            FixId::NoDora,
+            "use_dora=False (plain LoRA)".into(),
+            "plain LoRA",
+            "DoRA's magnitude vectors go: LoRA usually trains a little less well per parameter",
+            10,
+            Patch::NoDora,
+        );
+    }
+    if s.full() {
+        push(
+            FixId::Lora,
+            format!(
+                "finetuning_type: full → lora (r {}, the LoRA target modules)",
+                s.lora_r
+            ),
+            "LoRA",
+            "only the adapters train: no gradient or optimizer state for the base weights; often close to full fine-tuning for instruction tuning, less so for new knowledge",
+            40,
+            Patch::Lora,
+        );
+    }
+    if s.lora_dropout > 0.0 && !s.targets.is_empty() && !s.full() {
         push(
             FixId::Dropout0,
             format!("lora_dropout {} → 0", s.lora_dropout),
@@ -413,7 +452,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             patch: Patch::MicroBatch(b),
         });
     }
-    if s.quant.is_none() {
+    if s.quant.is_none() && !s.full() {
         out.push(Change {
             id: FixId::Qlora,
             title: format!(
@@ -427,7 +466,11 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             patch: Patch::Qlora(low),
         });
     }
-    if s.targets.len() > 2 && s.targets.contains(&Target::Q) && s.targets.contains(&Target::V) {
+    if s.targets.len() > 2
+        && s.targets.contains(&Target::Q)
+        && s.targets.contains(&Target::V)
+        && !s.full()
+    {
         out.push(Change {
             id: FixId::FewerTargets,
             title: "target_modules: only q_proj, v_proj".into(),

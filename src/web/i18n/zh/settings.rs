@@ -22,6 +22,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("full fine-tuning of a mixture of experts (its routers and fused experts trained) is not planned yet: plan LoRA, or a dense model", "尚未对混合专家模型的全参数微调（训练路由器与融合专家）建模：请估算 LoRA，或选择稠密模型"),
     ("full fine-tuning: every parameter is trained, so the LoRA settings (lora_r, lora_alpha, lora_dropout, target modules) do not apply", "全参数微调：训练全部参数，LoRA 相关设置（lora_r、lora_alpha、lora_dropout、目标模块）不适用"),
     ("Fine-tuning type", "微调方式"),
+    ("LoRA / QLoRA (adapters)", "LoRA / QLoRA（适配器）"),
+    ("Full (every parameter)", "全参数（训练全部参数）"),
     ("lora: adapters on a frozen base; full: every parameter trained, with a gradient and optimizer states for each (LLaMA-Factory finetuning_type)", "lora：冻结基座上的适配器；full：训练全部参数，每个参数都有梯度和优化器状态（LLaMA-Factory finetuning_type）"),
     ("a #-bit base cannot be trained in full (bitsandbytes' Params#bit takes no gradient): use finetuning_type lora for QLoRA", "#-bit 基座无法全参数训练（bitsandbytes 的 Params#bit 不接受梯度）：QLoRA 请使用 finetuning_type lora"),
     ("DoRA is an adapter: it needs finetuning_type lora", "DoRA 是一种适配器：需要 finetuning_type lora"),
