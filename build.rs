@@ -1,7 +1,7 @@
 //! The catalog (`data/models.json`, `data/gpus.json`) as the binaries carry it: the same entries
-//! without their citations (`source`) and whitespace. The citations stay in `data/` for people
-//! (`tests/it/catalog.rs` checks every entry has one); the binaries — the page's wasm among
-//! them — need the numbers only.
+//! without their citations (`source`), caveats (`note`) and whitespace. The citations and
+//! caveats stay in `data/` for people (`tests/it/catalog.rs` checks every entry has a
+//! citation); the binaries — the page's wasm among them — need the numbers only.
 
 use std::path::PathBuf;
 
@@ -15,6 +15,7 @@ fn main() {
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
         for entry in &mut entries {
             entry.remove("source");
+            entry.remove("note");
         }
         let compact = serde_json::to_string(&entries).expect("JSON values serialize");
         std::fs::write(out.join(format!("{name}.json")), compact)

@@ -21,9 +21,6 @@ pub struct ModelEntry {
     pub arch: Architecture,
     /// Hugging Face repository id.
     pub hf_id: String,
-    /// Caveats.
-    #[serde(default)]
-    pub note: Option<String>,
 }
 
 /// A catalog GPU.
@@ -148,7 +145,6 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
     Some(ModelEntry {
         arch,
         hf_id: v.field("hf_id")?.as_str()?.into(),
-        note: v.field("note").and_then(Json::as_str).map(String::from),
     })
 }
 
@@ -207,7 +203,7 @@ pub fn suggest<'a>(query: &str, names: impl Iterator<Item = &'a str>) -> Vec<&'a
             (d + bonus, n)
         })
         .collect();
-    scored.sort();
+    crate::model::order::sort(&mut scored);
     scored.into_iter().take(3).map(|(_, n)| n).collect()
 }
 

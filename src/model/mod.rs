@@ -10,6 +10,7 @@ pub mod dtype;
 pub mod error;
 pub mod family;
 mod names;
+pub mod order;
 pub mod parallel;
 pub mod plan;
 pub mod settings;

@@ -167,7 +167,7 @@ pub fn parse_expert_params<'a>(
             })?),
         }
     }
-    out.sort();
+    super::order::sort(&mut out);
     out.dedup();
     Ok(out)
 }
@@ -476,7 +476,7 @@ pub fn parse_target_names<'a>(
             })?),
         }
     }
-    out.sort();
+    super::order::sort(&mut out);
     out.dedup();
     Ok(out)
 }

@@ -109,7 +109,7 @@ pub fn smallest_gpu(arch: &Architecture, s: &Settings) -> Option<&'static catalo
         .iter()
         .filter(|g| !g.unified_memory)
         .collect();
-    gpus.sort_by_key(|g| g.capacity_bytes());
+    crate::model::order::sort_by_key(&mut gpus, |g| g.capacity_bytes());
     gpus.into_iter()
         .find(|g| p.nvidia_smi_bytes <= g.capacity_bytes())
 }

@@ -318,14 +318,14 @@ pub struct Timeline {
 fn room_for_labels(marks: Vec<(f64, &'static str)>) -> Vec<(f64, &'static str)> {
     let main = |p: &str| matches!(p, "forward" | "backward" | "optimizer");
     let mut order = marks;
-    order.sort_by_key(|m| !main(m.1));
+    crate::model::order::sort_by_key(&mut order, |m| !main(m.1));
     let mut placed: Vec<(f64, &'static str)> = vec![];
     for m in order {
         if placed.iter().all(|p| (p.0 - m.0).abs() >= 48.0) {
             placed.push(m);
         }
     }
-    placed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    crate::model::order::sort_by(&mut placed, |a, b| a.0.total_cmp(&b.0));
     placed
 }
 

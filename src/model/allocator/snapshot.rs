@@ -59,7 +59,7 @@ impl CachingAllocator {
             .filter(|(_, b)| b.mapped && b.prev.is_none_or(|p| !self.blocks[p].mapped))
             .map(|(head, _)| self.segment_from(head))
             .collect();
-        result.sort_by_key(|s| s.address);
+        crate::model::order::sort_by_key(&mut result, |s| s.address);
         result
     }
 

@@ -214,18 +214,17 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     if !program_runs(arch, s) {
         return Ok(p);
     }
-    let device = steptrace::Device::Cuda;
-    let ctx = Ctx::new(arch, s);
     if cfg!(feature = "page") {
         // The first-visit page keeps the terms' quick estimate (feature `page`, for its size)
-        // where they model the step; a method only the program plans runs it at full depth.
-        if program_only(s).is_none() {
-            return Ok(p);
-        }
-        let t = steptrace::generate_on(arch, &steptrace_settings(s), device)?;
-        from_program(&mut p, &ctx, steptrace::periodic::Short::full(arch, t));
-        return Ok(p);
+        // where they model the step; a method only the program plans is planned as it settles
+        // (the full sequence, replayed).
+        return match program_only(s) {
+            None => Ok(p),
+            Some(_) => plan_simulated(arch, s),
+        };
     }
+    let device = steptrace::Device::Cuda;
+    let ctx = Ctx::new(arch, s);
     match steptrace::periodic::Short::run(arch, &steptrace_settings(s), device) {
         Ok(short) => {
             from_program(&mut p, &ctx, short);
@@ -450,6 +449,9 @@ pub fn plan_simulated_on(
         // reserved from the allowance.
         match steptrace::generate_on(arch, &steptrace_settings(s), device) {
             Ok(t) => from_program(&mut p, &ctx, steptrace::periodic::Short::full(arch, t)),
+            // A method only the program plans has no other plan (and the page's `plan` of
+            // one is this function).
+            Err(e) if program_only(s).is_some() => return Err(e),
             Err(_) => return plan(arch, s),
         }
     } else {

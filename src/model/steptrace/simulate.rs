@@ -148,7 +148,7 @@ pub fn replay(trace: &Trace, conf: &AllocConf) -> Simulation {
             }
         }
     }
-    at_peak.sort_by_key(|x| std::cmp::Reverse(x.1));
+    crate::model::order::sort_by_key(&mut at_peak, |x| std::cmp::Reverse(x.1));
     at_peak.truncate(NAMED);
     Simulation {
         peak_allocated: best_alloc,

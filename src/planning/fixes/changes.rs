@@ -370,7 +370,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
                 "finetuning_type: full → lora (r {}, the LoRA target modules)",
                 s.lora_r
             ),
-            "LoRA",
+            "LoRA adapters",
             "only the adapters train: no gradient or optimizer state for the base weights; often close to full fine-tuning for instruction tuning, less so for new knowledge",
             40,
             Patch::Lora,

@@ -249,7 +249,9 @@ pub fn suggest_with(
         }
     }
     fixes.retain(|f| f.saved_bytes > 0);
-    fixes.sort_by_key(|f| (status_rank(f.status), f.weight, -f.saved_bytes));
+    crate::model::order::sort_by_key(&mut fixes, |f| {
+        (status_rank(f.status), f.weight, -f.saved_bytes)
+    });
     if !fixes.iter().any(|f| f.status != Status::Oom) {
         if let Some(c) =
             best_combination_with(arch, s, capacity, bf16_ok, how).filter(|c| !c.last_resort)

@@ -38,7 +38,7 @@ pub fn combinations(changes: &[Change]) -> Vec<Vec<usize>> {
         .enumerate()
         .map(|(n, c)| (c.iter().map(|&i| changes[i].weight).sum(), c.len(), n))
         .collect();
-    keys.sort_unstable();
+    crate::model::order::sort(&mut keys);
     keys.into_iter()
         .map(|k| std::mem::take(&mut combos[k.2]))
         .collect()

@@ -44,7 +44,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("target_modules: only q_proj, v_proj", "target_modules：仅 q_proj、v_proj"),
     ("use a fused / chunked cross-entropy (e.g. Liger's FusedLinearCrossEntropy)", "使用融合 / 分块交叉熵（如 Liger 的 FusedLinearCrossEntropy）"),
     ("an extra dependency", "多一个依赖"),
-    ("LoRA", "LoRA"),
+    ("LoRA adapters", "LoRA 适配器"),
     ("finetuning_type: full → lora (r #, the LoRA target modules)", "finetuning_type：full → lora（r #，使用所设的 LoRA 目标模块）"),
     ("plain LoRA", "普通 LoRA"),
     ("use_dora=False (plain LoRA)", "use_dora=False（普通 LoRA）"),
