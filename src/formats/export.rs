@@ -298,8 +298,15 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         AttnImpl::FlashAttention2 => "fa2",
     };
     let mut out = if s.full() {
+        // LLaMA-Factory casts every trainable parameter to fp32 unless pure_bf16
+        // (model/adapter.py, init_adapter: cast_trainable_params_to_fp32): a bf16 plan says so.
+        let pure = if s.dtype == Dtype::Bf16 && s.autocast.is_none() {
+            "pure_bf16: true\n"
+        } else {
+            ""
+        };
         format!(
-            "model_name_or_path: {model_id}\nstage: sft\ndo_train: true\nfinetuning_type: full\n"
+            "model_name_or_path: {model_id}\nstage: sft\ndo_train: true\nfinetuning_type: full\n{pure}"
         )
     } else {
         format!(

@@ -92,7 +92,7 @@ mod tests {
             let mut got = v.clone();
             sort_by(&mut got, |a, b| b.0.cmp(&a.0));
             let mut want = v.clone();
-            want.sort_by(|a, b| b.0.cmp(&a.0));
+            want.sort_by_key(|e| std::cmp::Reverse(e.0));
             assert_eq!(got, want, "reversed, n = {n}");
             let mut got = v.clone();
             sort(&mut got);

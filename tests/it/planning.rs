@@ -577,6 +577,15 @@ fn exports_parse_back_to_the_planned_values() {
         serde_yaml::from_str(&export("llama-factory", "m", &llama(), &full).unwrap()).unwrap();
     assert_eq!(lf["finetuning_type"], "full");
     assert!(lf.get("lora_rank").is_none());
+    // The plan keeps bf16 weights; LLaMA-Factory would cast them to fp32 without pure_bf16.
+    let bf16_full = Settings {
+        dtype: Dtype::Bf16,
+        autocast: None,
+        ..full.clone()
+    };
+    let lf: serde_yaml::Value =
+        serde_yaml::from_str(&export("llama-factory", "m", &llama(), &bf16_full).unwrap()).unwrap();
+    assert_eq!(lf["pure_bf16"], true);
     let ax: serde_yaml::Value =
         serde_yaml::from_str(&export("axolotl", "m", &llama(), &full).unwrap()).unwrap();
     assert!(ax.get("adapter").is_none() && ax.get("lora_r").is_none());
