@@ -85,6 +85,13 @@ fn experts_implementation(arch: &Architecture, s: &Settings) -> Option<&'static 
         .then(|| s.experts_impl.name())
 }
 
+/// The decoder layers freeze tuning trains.
+fn trained_layers(arch: &Architecture, s: &Settings) -> Vec<u64> {
+    (0..arch.num_hidden_layers)
+        .filter(|&li| s.layer_trained(li, arch.num_hidden_layers))
+        .collect()
+}
+
 fn torch_dtype(d: Dtype) -> &'static str {
     match d {
         Dtype::Fp32 => "torch.float32",
@@ -202,8 +209,13 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     } else {
         format!("    target_parameters={},\n", py_list(&tp))
     };
-    if s.full() {
+    if s.outside_trained() {
         out.push_str("# full fine-tuning: no peft, every parameter of `model` is trained\n");
+    } else if s.full() {
+        out.push_str(&format!(
+            "# freeze tuning: no peft; only these decoder layers keep requires_grad\ntrained = {}\nfor name, p in model.named_parameters():\n    p.requires_grad_(any(f\".{{i}}.\" in name for i in trained))\n",
+            py_list(&trained_layers(arch, s).iter().map(|i| i.to_string()).collect::<Vec<_>>())
+        ));
     } else {
         out.push_str(&format!(
         "lora_config = LoraConfig(\n    r={},\n    lora_alpha={},\n    lora_dropout={},\n{}    target_modules={},\n{target_parameters}    modules_to_save={},\n    task_type=\"CAUSAL_LM\",\n)\n",
@@ -305,8 +317,17 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         } else {
             ""
         };
+        let freeze = if s.outside_trained() {
+            String::new()
+        } else {
+            format!(
+                "freeze_trainable_layers: {}\nfreeze_trainable_modules: all\n",
+                s.freeze_trainable_layers
+            )
+        };
         format!(
-            "model_name_or_path: {model_id}\nstage: sft\ndo_train: true\nfinetuning_type: full\n{pure}"
+            "model_name_or_path: {model_id}\nstage: sft\ndo_train: true\nfinetuning_type: {}\n{freeze}{pure}",
+            s.finetuning_type.name()
         )
     } else {
         format!(
@@ -350,7 +371,15 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     };
     // Full fine-tuning: no `adapter` key (axolotl trains every parameter then).
     let mut out = if s.full() {
-        format!("base_model: {model_id}\nload_in_4bit: false\n")
+        let mut head = format!("base_model: {model_id}\nload_in_4bit: false\n");
+        if !s.outside_trained() {
+            // Freeze tuning: axolotl trains only the parameters these patterns match.
+            head.push_str("unfrozen_parameters:\n");
+            for i in trained_layers(arch, s) {
+                head.push_str(&format!("  - ^model.layers.{i}.*\n"));
+            }
+        }
+        head
     } else {
         format!(
             "base_model: {model_id}\nload_in_4bit: {}\nadapter: {}\nlora_r: {}\nlora_alpha: {}\nlora_dropout: {}\nlora_target_modules:\n{}",

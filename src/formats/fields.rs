@@ -530,12 +530,13 @@ pub static FIELDS: &[Field] = &[
         flag_aliases: &[],
         no_flag: None,
         label: "Fine-tuning type",
-        help: "lora: adapters on a frozen base; full: every parameter trained, with a gradient and optimizer states for each (LLaMA-Factory finetuning_type)",
+        help: "lora: adapters on a frozen base; full: every parameter trained, with a gradient and optimizer states for each; freeze: every parameter of some decoder layers (LLaMA-Factory finetuning_type)",
         testid: Some("select-finetuning"),
         kind: Kind::Choice(|| {
             vec![
                 ("lora", "LoRA / QLoRA (adapters)"),
                 ("full", "Full (every parameter)"),
+                ("freeze", "Freeze (some layers trained)"),
             ]
         }),
         slider: None,
@@ -543,6 +544,26 @@ pub static FIELDS: &[Field] = &[
         set: |s, v| {
             named(FinetuningType::parse, v, FinetuningType::choices())
                 .map(|x| s.finetuning_type = x)
+        },
+    },
+    Field {
+        name: "freeze_trainable_layers",
+        json_aliases: &[],
+        url: Some("ftl"),
+        flag: Some("--freeze-trainable-layers"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Trained layers (freeze tuning)",
+        help: "freeze tuning trains the last N decoder layers, or the first N when negative (LLaMA-Factory freeze_trainable_layers)",
+        testid: Some("input-freeze-layers"),
+        kind: Kind::Text,
+        slider: None,
+        get: |s| s.freeze_trainable_layers.to_string(),
+        set: |s, v| {
+            v.trim()
+                .parse::<i64>()
+                .map(|n| s.freeze_trainable_layers = n)
+                .map_err(|_| format!("{v:?} is not a whole number of layers"))
         },
     },
     Field {
@@ -1200,6 +1221,7 @@ mod tests {
                 Kind::List { items, .. } => items()[0].0.to_string(),
                 Kind::Json => continue,
                 Kind::Text if f.name == "cublas_workspace_config" => ":4096:8".to_string(),
+                Kind::Text if f.name == "freeze_trainable_layers" => "-3".to_string(),
                 Kind::Text => "expandable_segments:True".to_string(),
             };
             let mut s = changed.clone();

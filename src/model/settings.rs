@@ -77,11 +77,15 @@ pub enum FinetuningType {
     /// Every parameter trainable, no peft: a gradient and optimizer states per parameter, in the
     /// parameter's dtype (fp32 master weights when autocast computes in 16 bits).
     Full,
+    /// Every parameter of some decoder layers trainable, the rest frozen
+    /// ([`Settings::freeze_trainable_layers`]: LLaMA-Factory's freeze tuning).
+    Freeze,
 }
 
 names!(FinetuningType {
     Lora => "lora",
     Full => "full",
+    Freeze => "freeze",
 });
 
 /// Modules trained in full next to the adapters (peft `modules_to_save`).
@@ -220,9 +224,13 @@ pub struct Settings {
     /// `W + B·A` in every forward (planned by the step program only).
     #[serde(default)]
     pub use_dora: bool,
-    /// What the run trains: peft adapters, or every parameter.
+    /// What the run trains: peft adapters, every parameter, or some layers' parameters.
     #[serde(default = "default_finetuning_type")]
     pub finetuning_type: FinetuningType,
+    /// Freeze tuning: the last N decoder layers are trained (the first |N| when negative), as
+    /// LLaMA-Factory's `freeze_trainable_layers` (default 2).
+    #[serde(default = "default_freeze_layers")]
+    pub freeze_trainable_layers: i64,
     /// Multi-GPU layout (one GPU by default).
     #[serde(default)]
     pub parallel: super::parallel::Parallel,
@@ -253,6 +261,10 @@ pub struct Settings {
 
 fn default_finetuning_type() -> FinetuningType {
     FinetuningType::Lora
+}
+
+fn default_freeze_layers() -> i64 {
+    2
 }
 
 fn default_experts_layout() -> ExpertsLayout {
@@ -294,6 +306,7 @@ impl Default for Settings {
             fused_ce: false,
             use_dora: false,
             finetuning_type: FinetuningType::Lora,
+            freeze_trainable_layers: 2,
             parallel: Default::default(),
             alloc_conf: String::new(),
             cublas_workspace_config: String::new(),
@@ -315,8 +328,33 @@ impl Settings {
         }
     }
 
-    /// Whether every parameter is trained (no adapters).
+    /// Whether base parameters are trained rather than adapters: every one (full) or some
+    /// layers' (freeze).
     pub fn full(&self) -> bool {
+        self.finetuning_type != FinetuningType::Lora
+    }
+
+    /// Whether decoder layer `li` of `layers` is trained: every layer under full fine-tuning,
+    /// the chosen ones under freeze tuning (LLaMA-Factory's `trainable_layer_ids`), none under
+    /// LoRA (its adapters are not the layer's parameters).
+    pub fn layer_trained(&self, li: u64, layers: u64) -> bool {
+        match self.finetuning_type {
+            FinetuningType::Lora => false,
+            FinetuningType::Full => true,
+            FinetuningType::Freeze => {
+                let n = self.freeze_trainable_layers;
+                if n >= 0 {
+                    li >= layers.saturating_sub(n.unsigned_abs())
+                } else {
+                    li < n.unsigned_abs()
+                }
+            }
+        }
+    }
+
+    /// Whether the parameters outside the decoder layers (embeddings, final norm, lm_head) are
+    /// trained: only under full fine-tuning.
+    pub fn outside_trained(&self) -> bool {
         self.finetuning_type == FinetuningType::Full
     }
 
@@ -350,6 +388,7 @@ impl Settings {
         if self.full() {
             let conflict = [
                 (self.quant.is_some(), "quant", "a 4-bit base cannot be trained in full (bitsandbytes' Params4bit takes no gradient): use finetuning_type lora for QLoRA"),
+                (self.freeze_trainable_layers == 0 && self.finetuning_type == FinetuningType::Freeze, "freeze_trainable_layers", "0 layers would train nothing: the last N layers train for N > 0, the first |N| for N < 0"),
                 (self.use_dora, "use_dora", "DoRA is an adapter: it needs finetuning_type lora"),
                 (!self.modules_to_save.is_empty(), "modules_to_save", "full fine-tuning already trains every module: leave modules_to_save empty"),
                 (!self.target_parameters.is_empty(), "target_parameters", "full fine-tuning already trains the experts: leave target_parameters empty"),

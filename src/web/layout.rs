@@ -25,6 +25,7 @@ pub const TRAINING: &[&str] = &[
     "attn_impl",
     "lora_dropout",
     "use_dora",
+    "freeze_trainable_layers",
     "padded_mask",
 ];
 
@@ -46,6 +47,7 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         "strategy" | "offload" => s.parallel.world() > 1,
         // Full fine-tuning has no adapters.
         "lora_r" | "lora_dropout" | "use_dora" => !s.full(),
+        "freeze_trainable_layers" => s.finetuning_type == crate::model::FinetuningType::Freeze,
         // transformers 4's per-expert layout had only the loop over the experts, and no fused
         // expert parameters for target_parameters.
         "experts_implementation" | "target_parameters" => {

@@ -238,6 +238,12 @@ test("full fine-tuning and DoRA are planned as the CLI plans them, each visibly"
   assert.ok(Math.abs(full - wantFull.peak_allocated_bytes / GIB) <= 0.006, `${full} vs CLI`);
   assert.ok(full > lora + 3, `full ${full} GiB vs LoRA ${lora} GiB`);
   await page.screenshot({ path: path.join(artifacts, "method-full.png") });
+  // Freeze tuning (LLaMA-Factory's default: the last 2 layers).
+  await page.selectOption('[data-testid="select-finetuning"]', "freeze");
+  const freeze = await gibOf(page, "peak-allocated");
+  const wantFreeze = cliPlan(["--model", "llama3.2-1b", "--finetuning-type", "freeze"]).plan;
+  assert.ok(Math.abs(freeze - wantFreeze.peak_allocated_bytes / GIB) <= 0.006, `${freeze} vs CLI`);
+  assert.ok(freeze < full, `freeze ${freeze} GiB vs full ${full} GiB`);
   // DoRA through the link (the control is with the training settings).
   await page.selectOption('[data-testid="select-finetuning"]', "lora");
   const dora = await openApp(browser, server.url + "?model=llama3.2-1b&dora=1");

@@ -34,10 +34,20 @@ pub const HARNESS_CUBLAS: &str = ":0:0";
 
 /// A harness case's settings object, with [`HARNESS_CUBLAS`].
 pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
-    // The harness says `full_ft: true` for what the settings table calls finetuning_type full.
+    // The harness says `full_ft: true` for what the settings table calls finetuning_type full,
+    // and with `freeze_trainable_layers` for freeze.
     let mut v = v.clone();
     if v["full_ft"] == serde_json::Value::Bool(true) {
-        v["finetuning_type"] = "full".into();
+        v["finetuning_type"] = if v["freeze_trainable_layers"].is_i64() {
+            "freeze".into()
+        } else {
+            "full".into()
+        };
+    }
+    if v["freeze_trainable_layers"].is_null() {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("freeze_trainable_layers");
+        }
     }
     let mut s = lorafit::formats::fields::settings_from_json(&v)
         .expect("valid settings")

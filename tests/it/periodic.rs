@@ -175,6 +175,13 @@ fn the_short_runs_give_the_full_runs_peak_on_the_catalog() {
             },
         ),
         (
+            "freeze 2",
+            Settings {
+                finetuning_type: lorafit::model::FinetuningType::Freeze,
+                ..base.clone()
+            },
+        ),
+        (
             "expert lora",
             Settings {
                 target_parameters: vec![ExpertParam::GateUp, ExpertParam::Down],

@@ -59,7 +59,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             1u64..=512,
             prop::sample::subsequence(Target::ALL.to_vec(), 1..=7),
             prop::bool::weighted(0.5),
-            0usize..6,
+            0usize..7,
         ),
     )
         .prop_map(
@@ -83,12 +83,12 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
                     lora_r: rank,
                     targets,
                     lora_dropout: if dropout { 0.05 } else { 0.0 },
-                    // LoRA mostly; DoRA, and full fine-tuning (of an unquantized base).
+                    // LoRA mostly; DoRA, full and freeze tuning (of an unquantized base).
                     use_dora: method == 4,
-                    finetuning_type: if method == 5 && quant.is_none() {
-                        FinetuningType::Full
-                    } else {
-                        FinetuningType::Lora
+                    finetuning_type: match (method, quant) {
+                        (5, None) => FinetuningType::Full,
+                        (6, None) => FinetuningType::Freeze,
+                        _ => FinetuningType::Lora,
                     },
                     ..Settings::default()
                 }

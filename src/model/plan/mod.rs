@@ -161,7 +161,7 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     if s.full() && arch.is_moe() {
         return Err(PlanError::InvalidSetting {
             field: "finetuning_type",
-            why: "full fine-tuning of a mixture of experts (its routers and fused experts trained) is not planned yet: plan LoRA, or a dense model".into(),
+            why: "full or freeze tuning of a mixture of experts (its routers and fused experts trained) is not planned yet: plan LoRA, or a dense model".into(),
         });
     }
     if matches_nothing(arch, s) {
@@ -348,7 +348,11 @@ fn plan_terms(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
             field,
             why: format!(
                 "{} is planned by the step program, on one GPU without a fused cross-entropy (and with transformers 5's fused experts); the closed-form terms that plan the rest do not model it yet",
-                if s.full() { "full fine-tuning" } else { "DoRA" }
+                match s.finetuning_type {
+                    super::settings::FinetuningType::Full => "full fine-tuning",
+                    super::settings::FinetuningType::Freeze => "freeze tuning",
+                    super::settings::FinetuningType::Lora => "DoRA",
+                }
             ),
         });
     }
@@ -529,8 +533,14 @@ fn phase_of(p: steptrace::StepPhase) -> Phase {
 /// settings as given.
 fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     let mut out = vec![];
-    if s.full() {
-        out.push(FULL_NOTE.into());
+    match s.finetuning_type {
+        super::settings::FinetuningType::Full => out.push(FULL_NOTE.into()),
+        super::settings::FinetuningType::Freeze => out.push(format!(
+            "freeze tuning: every parameter of the {} {} decoder layers is trained, the rest (embeddings and lm_head included) is frozen; the LoRA settings (lora_r, lora_alpha, lora_dropout, target modules) do not apply",
+            if s.freeze_trainable_layers > 0 { "last" } else { "first" },
+            s.freeze_trainable_layers.unsigned_abs().min(arch.num_hidden_layers),
+        )),
+        super::settings::FinetuningType::Lora => {}
     }
     let Some(m) = arch.moe_layout() else {
         if !s.target_parameters.is_empty() {

@@ -337,7 +337,7 @@ pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<
     if s.full() && arch.is_moe() {
         return Err(PlanError::InvalidSetting {
             field: "finetuning_type",
-            why: "full fine-tuning of a mixture of experts (its routers and fused experts trained) is not planned yet: plan LoRA, or a dense model".into(),
+            why: "full or freeze tuning of a mixture of experts (its routers and fused experts trained) is not planned yet: plan LoRA, or a dense model".into(),
         });
     }
     check_size(arch, s)?;

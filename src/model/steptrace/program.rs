@@ -122,10 +122,17 @@ impl<'c, 'a> Prog<'c, 'a> {
         Param { x }
     }
 
-    /// A base-model parameter: frozen, or trainable under full fine-tuning (then `cols` is its
-    /// last dimension, 0 for a vector).
+    /// A base-model parameter of the layer being set up (`tp.exec`, or none): frozen, or
+    /// trainable under full fine-tuning and in a trained layer under freeze tuning (then `cols`
+    /// is its last dimension, 0 for a vector).
     fn weight(&mut self, n: u64, es: u64, cols: u64) -> Param {
-        if self.ctx.s.full() {
+        let s = self.ctx.s;
+        let trained = if self.tp.exec == NO_LAYER {
+            s.outside_trained()
+        } else {
+            s.layer_trained(u64::from(self.tp.exec), self.ctx.arch.num_hidden_layers)
+        };
+        if trained {
             self.param_cols.push(cols);
             self.param(n, es, true, What::Trainable)
         } else {
@@ -144,7 +151,6 @@ impl<'c, 'a> Prog<'c, 'a> {
         let v = a.vocab_size;
         let mts_embed = s.modules_to_save.contains(&SavedModule::EmbedTokens);
         let embed_n = v * h;
-        let full = s.full();
         if mts_embed {
             self.param(embed_n, aux, false, What::Weight);
             self.param(embed_n, aux, true, What::Trainable);
@@ -184,11 +190,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             let norms = a.family.norms_per_layer() as u64;
             let res: Vec<X> = (0..norms).map(|_| self.weight(h, aux, 0).x).collect();
-            if full {
-                // Forward order: the input norm, then attention's q/k norms, then the rest.
-                let qk = std::mem::take(&mut self.qk_norms);
+            // A trained layer's norms in forward order: the input norm, then attention's q/k
+            // norms, then the rest (none for a frozen layer).
+            let qk = std::mem::take(&mut self.qk_norms);
+            if s.layer_trained(li, a.num_hidden_layers) {
                 let order = res.iter().take(1).chain(&qk).chain(res.iter().skip(1));
                 self.norms.push(order.copied().collect());
+            } else {
+                self.norms.push(vec![]);
             }
             if a.family.layout().fused_projections && lins.len() > 1 {
                 lins.swap(0, 1);
@@ -197,7 +206,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         self.tp.exec = NO_LAYER;
         let final_norm = self.weight(h, aux, 0);
-        if full {
+        if s.outside_trained() {
             self.final_norm = Some(final_norm.x);
         }
         if !a.tie_word_embeddings {
@@ -1405,11 +1414,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         let aux = bytes(ctx.aux_weight);
         let _ = ids;
         let mut emb = self.t(tokens * h, aux, What::Hidden);
-        let embed_trained = s.modules_to_save.contains(&SavedModule::EmbedTokens) || s.full();
+        let embed_trained =
+            s.modules_to_save.contains(&SavedModule::EmbedTokens) || s.outside_trained();
         if embed_trained {
             // The trainable copy of embed_tokens (or the embedding itself, trained in full): its
             // gradient is a dense [vocab, hidden] tensor.
-            let w = self.params[usize::from(!s.full())].x;
+            let w = self.params[usize::from(!s.outside_trained())].x;
             let e = Edge {
                 to: w.g,
                 n: w.n,
@@ -1428,7 +1438,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(emb);
             emb = e2;
         }
-        if s.grad_ckpt && !s.full() {
+        if s.grad_ckpt && !s.outside_trained() {
             // enable_input_require_grads: the embedding output becomes a leaf needing a gradient;
             // its AccumulateGrad node keeps it until the graph is freed (a trained embedding's
             // output already needs one, and requires_grad_ changes nothing).

@@ -367,7 +367,8 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
         push(
             FixId::Lora,
             format!(
-                "finetuning_type: full → lora (r {}, the LoRA target modules)",
+                "finetuning_type: {} → lora (r {}, the LoRA target modules)",
+                s.finetuning_type.name(),
                 s.lora_r
             ),
             "LoRA adapters",

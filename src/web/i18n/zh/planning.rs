@@ -46,6 +46,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("an extra dependency", "多一个依赖"),
     ("LoRA adapters", "LoRA 适配器"),
     ("finetuning_type: full → lora (r #, the LoRA target modules)", "finetuning_type：full → lora（r #，使用所设的 LoRA 目标模块）"),
+    ("finetuning_type: freeze → lora (r #, the LoRA target modules)", "finetuning_type：freeze → lora（r #，使用所设的 LoRA 目标模块）"),
     ("plain LoRA", "普通 LoRA"),
     ("use_dora=False (plain LoRA)", "use_dora=False（普通 LoRA）"),
     ("DoRA's magnitude vectors go: LoRA usually trains a little less well per parameter", "去掉 DoRA 的幅度向量：按参数量计，LoRA 的训练效果通常略差"),
