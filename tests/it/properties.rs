@@ -131,7 +131,11 @@ proptest! {
         prop_assert!(more_batch >= base, "batch");
         prop_assert!(more_seq >= base, "seq");
         prop_assert!(more_rank >= base, "rank");
-        prop_assert!(all >= base, "targets");
+        // Not for DoRA: more adapted modules can lower its peak, as the harness measured
+        // (Mistral-7B's shapes, 2 layers, nf4 + DoRA, checkpointing, 4 × 41193 tokens, rank 1,
+        // no dropout: 132.84 GB with q, k, v, o, gate, up; 132.31 GB with all-linear), and the
+        // step program plans alike (132.82 and 132.28 GB).
+        prop_assert!(s.use_dora || all >= base, "targets");
     }
 
     /// Checkpointing never raises the peak once the step has activations worth keeping (256
@@ -141,6 +145,11 @@ proptest! {
     #[test]
     fn gradient_checkpointing_never_raises_the_peak(a in arb_model(), s in arb_settings()) {
         prop_assume!(s.batch * s.seq >= 256);
+        // Trained base weights under autocast: a recomputed layer casts its weights again and
+        // autocast keeps the copies until the recomputation ends, up to one layer's 16-bit
+        // copies above the step without checkpointing, whose forward let its copies go (the
+        // measured fp32 + bf16 autocast full fine-tuning step with checkpointing is exact).
+        prop_assume!(!(s.full() && s.autocast.is_some()));
         let Some((off, program)) = planned(&a, &Settings { grad_ckpt: false, ..s.clone() }) else { return Ok(()) };
         let (on, program_on) = planned(&a, &Settings { grad_ckpt: true, ..s.clone() }).expect("the same targets");
         prop_assume!(program == program_on);

@@ -37,21 +37,26 @@ enum Place {
     Middle,
 }
 
-/// What a layer's events depend on besides its index.
-fn signature(a: &Architecture, li: u64) -> (LayerKind, bool) {
+/// What a layer's events depend on besides its index: its kind, whether it attends locally,
+/// and whether its own weights are trained (freeze tuning trains some layers only).
+fn signature(a: &Architecture, s: &Settings, li: u64) -> (LayerKind, bool, bool) {
     let local = a.family.layout().sliding.is_some_and(|w| w.local(li));
-    (a.layer_kind(li), local)
+    (
+        a.layer_kind(li),
+        local,
+        s.layer_trained(li, a.num_hidden_layers),
+    )
 }
 
 /// The two depths to run, when the model is deep enough to gain: `(L₁, L₂, p, head)` with
 /// `head` the layers kept at their own index (the prefix and two periods).
-fn depths(a: &Architecture) -> Option<(u64, u64, u64, u64)> {
+fn depths(a: &Architecture, s: &Settings) -> Option<(u64, u64, u64, u64)> {
     let l = a.num_hidden_layers;
     let p = a.family.layout().sliding.map_or(1, |w| w.period.max(1));
     // The prefix: up to the last layer whose signature differs from the one a period on.
     let k = (0..l.saturating_sub(p))
         .rev()
-        .find(|&i| signature(a, i) != signature(a, i + p))
+        .find(|&i| signature(a, s, i) != signature(a, s, i + p))
         .map_or(0, |i| i + 1);
     let r = (l - k.min(l)) % p;
     let l1 = k + r + 4 * p;
@@ -62,10 +67,10 @@ fn depths(a: &Architecture) -> Option<(u64, u64, u64, u64)> {
     let head = k + 2 * p;
     // The shortened models must see each kept layer as the model does.
     for short in [l1, l2] {
-        let s = with_layers(a, short);
+        let sa = with_layers(a, short);
         for i in 0..short {
             let full = if i < head { i } else { i + (l - short) };
-            if signature(&s, i) != signature(a, full) {
+            if signature(&sa, s, i) != signature(a, s, full) {
                 return None;
             }
         }
@@ -208,7 +213,7 @@ impl Short {
     /// The step's sequence lined up with the model: from two short runs when the model is deep
     /// enough and they line up, else from the full run ([`Short::how`] says which).
     pub fn run(a: &Architecture, s: &Settings, device: Device) -> Result<Short, PlanError> {
-        let how = match depths(a) {
+        let how = match depths(a, s) {
             None => How::Full,
             Some((l1, l2, p, head)) => {
                 let t1 = generate_on(&with_layers(a, l1), s, device)?;
