@@ -146,3 +146,21 @@ register = 'if ("serviceWorker" in navigator) { navigator.serviceWorker.register
 if register not in boot:
     boot = register + boot
 open(os.path.join(staging, "boot.js"), "w", encoding="utf-8").write(boot)
+
+# Release builds minify the service worker and the loader too (both load on every visit; neither
+# is hashed into index.html or into the cache version).
+if os.environ.get("TRUNK_PROFILE") == "release":
+    terser = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node_modules", ".bin", "terser")
+    for f, module in (("sw.js", False), ("boot.js", True)):
+        js = os.path.join(staging, f)
+        args = [terser, js, "--compress", "passes=2", "--mangle", "--output", js] + (["--module"] if module else [])
+        subprocess.run(args, check=True)
+
+# Release builds minify the service worker and the loader too (both load on every visit; neither
+# is hashed into index.html or into the cache version).
+if os.environ.get("TRUNK_PROFILE") == "release":
+    terser = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node_modules", ".bin", "terser")
+    for f, module in (("sw.js", False), ("boot.js", True)):
+        js = os.path.join(staging, f)
+        args = [terser, js, "--compress", "passes=2", "--mangle", "--output", js] + (["--module"] if module else [])
+        subprocess.run(args, check=True)

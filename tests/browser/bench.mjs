@@ -1,6 +1,7 @@
 // Benchmark (not a test): time from a control's `input` event to the updated DOM, in headless
 // Chromium over the release build; and the transferred size of the build (gzip and brotli).
-// Run: node tests/browser/bench.mjs   (after `trunk build --release`)
+// Run: node tests/browser/bench.mjs   (after `trunk build --release`); QUERY="?dora=1" times the
+// slider with those settings (a link's parameters).
 import fs from "node:fs";
 import path from "node:path";
 import zlib from "node:zlib";
@@ -8,7 +9,7 @@ import { serve, launch, openApp, dist } from "./harness.mjs";
 
 const server = await serve("/");
 const browser = await launch();
-const { page } = await openApp(browser, server.url);
+const { page } = await openApp(browser, server.url + (process.env.QUERY || ""));
 const moves = Number(process.env.MOVES || 300);
 const times = await page.evaluate(async (moves) => {
   const input = document.querySelector('[data-testid="input-seq"]');

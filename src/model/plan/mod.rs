@@ -214,14 +214,10 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     if !program_runs(arch, s) {
         return Ok(p);
     }
-    if cfg!(feature = "page") {
-        // The first-visit page keeps the terms' quick estimate (feature `page`, for its size)
-        // where they model the step; a method only the program plans is planned as it settles
-        // (the full sequence, replayed).
-        return match program_only(s) {
-            None => Ok(p),
-            Some(_) => plan_simulated(arch, s),
-        };
+    // The first-visit page keeps the terms' quick estimate (feature `page`, for its size) where
+    // they model the step; a method only the program plans takes the program's quick path.
+    if cfg!(feature = "page") && program_only(s).is_none() {
+        return Ok(p);
     }
     let device = steptrace::Device::Cuda;
     let ctx = Ctx::new(arch, s);
