@@ -1145,11 +1145,11 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     fn mlp(&mut self, x: X, lins: &[Lin]) -> X {
         if self.ctx.arch.family.layout().fused_projections {
-            // up_states = gate_up_proj(x); gate, up = chunk(2); up * act(gate)
+            // up_states = gate_up_proj(x); gate, up = chunk(2); up * act(gate): one
+            // SplitBackward node, whose backward concatenates the two gradients.
             let gu = self.lora_linear(x, &lins[2]);
             let half = gu.n / 2;
-            let gate = self.slice_of(gu, half);
-            let up = self.slice_of(gu, half);
+            let (gate, up) = self.split2(gu, half, half);
             self.drop(gu);
             let act = self.unary(gate, gate.es, What::Mlp, true, false);
             let prod = self.mul(up, act, act.n, act.es, What::Mlp);

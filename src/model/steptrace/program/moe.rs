@@ -612,7 +612,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Two views of `x` split along its last dimension (`torch.split` / `chunk`): one node whose
     /// backward concatenates both gradients.
-    fn split2(&mut self, x: X, n0: u64, n1: u64) -> (X, X) {
+    pub(super) fn split2(&mut self, x: X, n0: u64, n1: u64) -> (X, X) {
         let g = self.tp.node(Op::Join, x.n, x.es, &[Self::edge(&x)], &[]);
         self.tp.keep_local(x.t);
         self.tp.keep_local(x.t);
