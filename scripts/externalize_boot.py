@@ -8,6 +8,15 @@
    it as generated) and updates the page's integrity hashes."""
 import base64, hashlib, os, re, subprocess, sys
 
+def minify(js, module):
+    """Minifies one script in place with terser (npm; scripts/setup.sh installs it)."""
+    terser = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node_modules", ".bin", "terser")
+    if not os.path.exists(terser):
+        sys.exit("externalize_boot.py: terser is missing (run scripts/setup.sh)")
+    args = [terser, js, "--compress", "passes=2", "--mangle", "--output", js] + (["--module"] if module else [])
+    subprocess.run(args, check=True)
+
+
 staging = os.environ.get("TRUNK_STAGING_DIR") or (sys.argv[1] if len(sys.argv) > 1 else "dist")
 path = os.path.join(staging, "index.html")
 html = open(path, encoding="utf-8").read()
@@ -85,17 +94,13 @@ for script, name in (("lorafit-sections.js", "lorafitSections"), ("lorafit-zh.js
 # in comments and blanks: minified in release builds (the ES module and the three no-modules
 # bundles), and index.html's integrity hashes follow.
 if os.environ.get("TRUNK_PROFILE") == "release":
-    terser = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node_modules", ".bin", "terser")
-    if not os.path.exists(terser):
-        sys.exit("externalize_boot.py: terser is missing (run scripts/setup.sh)")
     for f in sorted(os.listdir(staging)):
         if not (f.startswith("lorafit") and f.endswith(".js")):
             continue
         js = os.path.join(staging, f)
         module = not f.startswith(("lorafit-analyse", "lorafit-sections", "lorafit-zh"))
         before = open(js, "rb").read()
-        args = [terser, js, "--compress", "passes=2", "--mangle", "--output", js] + (["--module"] if module else [])
-        subprocess.run(args, check=True)
+        minify(js, module)
         old = "sha384-" + base64.b64encode(hashlib.sha384(before).digest()).decode()
         new = "sha384-" + base64.b64encode(hashlib.sha384(open(js, "rb").read()).digest()).decode()
         html = html.replace(old, new)
@@ -150,17 +155,5 @@ open(os.path.join(staging, "boot.js"), "w", encoding="utf-8").write(boot)
 # Release builds minify the service worker and the loader too (both load on every visit; neither
 # is hashed into index.html or into the cache version).
 if os.environ.get("TRUNK_PROFILE") == "release":
-    terser = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node_modules", ".bin", "terser")
     for f, module in (("sw.js", False), ("boot.js", True)):
-        js = os.path.join(staging, f)
-        args = [terser, js, "--compress", "passes=2", "--mangle", "--output", js] + (["--module"] if module else [])
-        subprocess.run(args, check=True)
-
-# Release builds minify the service worker and the loader too (both load on every visit; neither
-# is hashed into index.html or into the cache version).
-if os.environ.get("TRUNK_PROFILE") == "release":
-    terser = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node_modules", ".bin", "terser")
-    for f, module in (("sw.js", False), ("boot.js", True)):
-        js = os.path.join(staging, f)
-        args = [terser, js, "--compress", "passes=2", "--mangle", "--output", js] + (["--module"] if module else [])
-        subprocess.run(args, check=True)
+        minify(os.path.join(staging, f), module)
