@@ -85,13 +85,6 @@ fn experts_implementation(arch: &Architecture, s: &Settings) -> Option<&'static 
         .then(|| s.experts_impl.name())
 }
 
-/// The decoder layers freeze tuning trains.
-fn trained_layers(arch: &Architecture, s: &Settings) -> Vec<u64> {
-    (0..arch.num_hidden_layers)
-        .filter(|&li| s.layer_trained(li, arch.num_hidden_layers))
-        .collect()
-}
-
 fn torch_dtype(d: Dtype) -> &'static str {
     match d {
         Dtype::Fp32 => "torch.float32",
@@ -211,10 +204,14 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     };
     if s.outside_trained() {
         out.push_str("# full fine-tuning: no peft, every parameter of `model` is trained\n");
-    } else if s.full() {
+    } else if s.base_trained() {
         out.push_str(&format!(
             "# freeze tuning: no peft; only these decoder layers keep requires_grad\ntrained = {}\nfor name, p in model.named_parameters():\n    p.requires_grad_(any(f\".{{i}}.\" in name for i in trained))\n",
-            py_list(&trained_layers(arch, s).iter().map(|i| i.to_string()).collect::<Vec<_>>())
+            py_list(
+                &s.trained_layers(arch.num_hidden_layers)
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+            )
         ));
     } else {
         out.push_str(&format!(
@@ -309,7 +306,7 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         AttnImpl::Sdpa => "sdpa",
         AttnImpl::FlashAttention2 => "fa2",
     };
-    let mut out = if s.full() {
+    let mut out = if s.base_trained() {
         // LLaMA-Factory casts every trainable parameter to fp32 unless pure_bf16
         // (model/adapter.py, init_adapter: cast_trainable_params_to_fp32): a bf16 plan says so.
         let pure = if s.dtype == Dtype::Bf16 && s.autocast.is_none() {
@@ -370,12 +367,12 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         o => o.name(),
     };
     // Full fine-tuning: no `adapter` key (axolotl trains every parameter then).
-    let mut out = if s.full() {
+    let mut out = if s.base_trained() {
         let mut head = format!("base_model: {model_id}\nload_in_4bit: false\n");
         if !s.outside_trained() {
             // Freeze tuning: axolotl trains only the parameters these patterns match.
             head.push_str("unfrozen_parameters:\n");
-            for i in trained_layers(arch, s) {
+            for i in s.trained_layers(arch.num_hidden_layers) {
                 head.push_str(&format!("  - ^model.layers.{i}.*\n"));
             }
         }

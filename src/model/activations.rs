@@ -127,7 +127,7 @@ impl<'a> Ctx<'a> {
 
     /// Linear layers LoRA adapts in a decoder layer of `kind`.
     pub fn adapted_of(&self, kind: LayerKind) -> Vec<LinearShape> {
-        if self.s.full() {
+        if self.s.base_trained() {
             return vec![];
         }
         self.arch

@@ -330,7 +330,7 @@ impl Settings {
 
     /// Whether base parameters are trained rather than adapters: every one (full) or some
     /// layers' (freeze).
-    pub fn full(&self) -> bool {
+    pub fn base_trained(&self) -> bool {
         self.finetuning_type != FinetuningType::Lora
     }
 
@@ -350,6 +350,11 @@ impl Settings {
                 }
             }
         }
+    }
+
+    /// The decoder layers of `layers` whose weights are trained ([`Settings::layer_trained`]).
+    pub fn trained_layers(&self, layers: u64) -> impl Iterator<Item = u64> + '_ {
+        (0..layers).filter(move |&li| self.layer_trained(li, layers))
     }
 
     /// Whether the parameters outside the decoder layers (embeddings, final norm, lm_head) are
@@ -385,7 +390,7 @@ impl Settings {
                 format!("{} must be between 1 and {MAX_RANK}", self.lora_r),
             );
         }
-        if self.full() {
+        if self.base_trained() {
             let conflict = [
                 (self.quant.is_some(), "quant", "a 4-bit base cannot be trained in full (bitsandbytes' Params4bit takes no gradient): use finetuning_type lora for QLoRA"),
                 (self.freeze_trainable_layers == 0 && self.finetuning_type == FinetuningType::Freeze, "freeze_trainable_layers", "0 layers would train nothing: the last N layers train for N > 0, the first |N| for N < 0"),

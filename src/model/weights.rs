@@ -89,10 +89,10 @@ pub fn param_counts(ctx: &Ctx) -> ParamCounts {
         base_params: a.total_params(),
         trainable_params: if ctx.s.outside_trained() {
             a.total_params()
-        } else if ctx.s.full() {
+        } else if ctx.s.base_trained() {
             // Freeze tuning: every parameter of the trained layers.
-            (0..a.num_hidden_layers)
-                .filter(|&li| ctx.s.layer_trained(li, a.num_hidden_layers))
+            ctx.s
+                .trained_layers(a.num_hidden_layers)
                 .map(|li| {
                     let k = a.layer_kind(li);
                     a.block_linear_params(k) + a.block_small_params(k)

@@ -46,7 +46,7 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
     match name {
         "strategy" | "offload" => s.parallel.world() > 1,
         // Full fine-tuning has no adapters.
-        "lora_r" | "lora_dropout" | "use_dora" => !s.full(),
+        "lora_r" | "lora_dropout" | "use_dora" => !s.base_trained(),
         "freeze_trainable_layers" => s.finetuning_type == crate::model::FinetuningType::Freeze,
         // transformers 4's per-expert layout had only the loop over the experts, and no fused
         // expert parameters for target_parameters.

@@ -110,13 +110,13 @@ fn Sections(initial: UiState) -> impl IntoView {
                 <h2 id="h-more">{t("More training settings")}</h2>
                 <div class="controls-grid">{setting_controls(layout::TRAINING, state, None)}</div>
                 // Full fine-tuning has no adapters: no targets, nothing saved beside them.
-                <fieldset class="targets" class:hidden=flag(move || state.with(|st| st.settings.full()))>
+                <fieldset class="targets" class:hidden=flag(move || state.with(|st| st.settings.base_trained()))>
                     <legend>{t("LoRA target modules")}</legend>
                     <Toggle label="all-linear" testid="target-all" checked=flag(move || state.with(|st| st.settings.targets.len() == Target::ALL.len()))
                         on_set=Callback::new(move |on: bool| state.update(|st| st.settings.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] })) />
                     {setting_controls(&["target_modules"], state, None)}
                 </fieldset>
-                <fieldset class="targets" class:hidden=flag(move || state.with(|st| st.settings.full()))>
+                <fieldset class="targets" class:hidden=flag(move || state.with(|st| st.settings.base_trained()))>
                     <legend>{t("modules_to_save (trained in full)")}</legend>
                     {setting_controls(&["modules_to_save"], state, None)}
                 </fieldset>

@@ -90,7 +90,7 @@ fn the_methods_offer_their_own_fixes() {
     };
     let fixes = suggest(&a, &full, 40 * GIB, true);
     let lora = fixes.iter().find(|f| f.id == "lora").expect("LoRA offered");
-    assert!(!lora.settings.full());
+    assert!(!lora.settings.base_trained());
     // AdamW's two bf16 states of every weight (2 × 12.6 GiB) and the gradients made by the
     // peak are no longer there.
     assert!(lora.saved_bytes > 25 * gib, "{}", lora.saved_bytes);

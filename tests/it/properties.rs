@@ -28,7 +28,7 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
             Some((p.peak_allocated_bytes, program))
         }
         Err(e) if e == lorafit::model::steptrace::too_large() => {
-            assert!(s.use_dora || s.full(), "{}: {e}", a.name);
+            assert!(s.use_dora || s.base_trained(), "{}: {e}", a.name);
             None
         }
         Err(e) => {
@@ -36,7 +36,7 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
             assert!(
                 a.is_moe()
                     && (e.contains("target_modules") && e.contains("is named")
-                        || s.full() && e.contains("finetuning_type")),
+                        || s.base_trained() && e.contains("finetuning_type")),
                 "{}: {e}",
                 a.name
             );
@@ -149,7 +149,7 @@ proptest! {
         // autocast keeps the copies until the recomputation ends, up to one layer's 16-bit
         // copies above the step without checkpointing, whose forward let its copies go (the
         // measured fp32 + bf16 autocast full fine-tuning step with checkpointing is exact).
-        prop_assume!(!(s.full() && s.autocast.is_some()));
+        prop_assume!(!(s.base_trained() && s.autocast.is_some()));
         let Some((off, program)) = planned(&a, &Settings { grad_ckpt: false, ..s.clone() }) else { return Ok(()) };
         let (on, program_on) = planned(&a, &Settings { grad_ckpt: true, ..s.clone() }).expect("the same targets");
         prop_assume!(program == program_on);

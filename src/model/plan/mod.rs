@@ -158,12 +158,7 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             });
         }
     }
-    if s.full() && arch.is_moe() {
-        return Err(PlanError::InvalidSetting {
-            field: "finetuning_type",
-            why: "full or freeze tuning of a mixture of experts (its routers and fused experts trained) is not planned yet: plan LoRA, or a dense model".into(),
-        });
-    }
+    steptrace::check_method(arch, s)?;
     if matches_nothing(arch, s) {
         return Err(PlanError::InvalidSetting {
             field: "target_modules",
@@ -174,7 +169,7 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             ),
         });
     }
-    if s.lora_r > arch.hidden_size && !s.full() {
+    if s.lora_r > arch.hidden_size && !s.base_trained() {
         return Err(PlanError::InvalidSetting {
             field: "lora_r",
             why: format!("rank {} exceeds hidden_size {}", s.lora_r, arch.hidden_size),
@@ -182,9 +177,6 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     }
     Ok(())
 }
-
-/// The note of a full fine-tuning plan.
-pub const FULL_NOTE: &str = "full fine-tuning: every parameter is trained, so the LoRA settings (lora_r, lora_alpha, lora_dropout, target modules) do not apply";
 
 /// Whether LoRA's target modules match nothing in the model: only MLP projections, on a
 /// mixture of experts whose every layer routes to fused experts with no shared MLP.
@@ -234,14 +226,15 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     }
 }
 
-/// The setting of `s` that only the step program plans (the closed-form terms, which answer
-/// for several GPUs, a fused cross-entropy and transformers 4's per-expert layout, do not model
-/// it), if any.
-fn program_only(s: &Settings) -> Option<&'static str> {
-    if s.full() {
-        Some("finetuning_type")
-    } else {
-        s.use_dora.then_some("use_dora")
+/// The method of `s` that only the step program plans (the closed-form terms, which answer for
+/// several GPUs, a fused cross-entropy and transformers 4's per-expert layout, do not model it),
+/// if any: the setting that chooses it and its name.
+fn program_only(s: &Settings) -> Option<(&'static str, &'static str)> {
+    use super::settings::FinetuningType;
+    match s.finetuning_type {
+        FinetuningType::Full => Some(("finetuning_type", "full fine-tuning")),
+        FinetuningType::Freeze => Some(("finetuning_type", "freeze tuning")),
+        FinetuningType::Lora => s.use_dora.then_some(("use_dora", "DoRA")),
     }
 }
 
@@ -339,16 +332,11 @@ fn steptrace_settings(s: &Settings) -> Settings {
 /// The plan of the closed-form terms, reserved memory from the quick allowance.
 fn plan_terms(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     check_inputs(arch, s)?;
-    if let Some(field) = program_only(s).filter(|_| !program_runs(arch, s)) {
+    if let Some((field, method)) = program_only(s).filter(|_| !program_runs(arch, s)) {
         return Err(PlanError::InvalidSetting {
             field,
             why: format!(
-                "{} is planned by the step program, on one GPU without a fused cross-entropy (and with transformers 5's fused experts); the closed-form terms that plan the rest do not model it yet",
-                match s.finetuning_type {
-                    super::settings::FinetuningType::Full => "full fine-tuning",
-                    super::settings::FinetuningType::Freeze => "freeze tuning",
-                    super::settings::FinetuningType::Lora => "DoRA",
-                }
+                "{method} is planned by the step program, on one GPU without a fused cross-entropy (and with transformers 5's fused experts); the closed-form terms that plan the rest do not model it yet"
             ),
         });
     }
@@ -530,7 +518,9 @@ fn phase_of(p: steptrace::StepPhase) -> Phase {
 fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     let mut out = vec![];
     match s.finetuning_type {
-        super::settings::FinetuningType::Full => out.push(FULL_NOTE.into()),
+        super::settings::FinetuningType::Full => out.push(
+            "full fine-tuning: every parameter is trained, so the LoRA settings (lora_r, lora_alpha, lora_dropout, target modules) do not apply".into(),
+        ),
         super::settings::FinetuningType::Freeze => out.push(format!(
             "freeze tuning: every parameter of the {} {} decoder layers is trained, the rest (embeddings and lm_head included) is frozen; the LoRA settings (lora_r, lora_alpha, lora_dropout, target modules) do not apply",
             if s.freeze_trainable_layers > 0 { "last" } else { "first" },

@@ -334,16 +334,23 @@ pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<
             why: "the allocation sequence follows transformers 5's fused experts; transformers 4's per-expert layout is planned without it (quick reserve)".into(),
         });
     }
-    if s.full() && arch.is_moe() {
+    check_method(arch, s)?;
+    check_size(arch, s)?;
+    let run = s.as_run(arch);
+    let ctx = Ctx::new(arch, &run);
+    Ok(program::run(&ctx, device))
+}
+
+/// Refuses the training methods the program does not run for `arch` (the plan refuses them
+/// through here too).
+pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
+    if s.base_trained() && arch.is_moe() {
         return Err(PlanError::InvalidSetting {
             field: "finetuning_type",
             why: "full or freeze tuning of a mixture of experts (its routers and fused experts trained) is not planned yet: plan LoRA, or a dense model".into(),
         });
     }
-    check_size(arch, s)?;
-    let run = s.as_run(arch);
-    let ctx = Ctx::new(arch, &run);
-    Ok(program::run(&ctx, device))
+    Ok(())
 }
 
 /// Refuses steps whose memory or number of events a sequence could not hold (sizes are u64

@@ -26,14 +26,21 @@ struct MoeParams {
     lora: Vec<(ExpertParam, Param, Param)>,
 }
 
+/// A Linear layer's LoRA adapter.
+#[derive(Clone, Copy, Debug)]
+struct Adapter {
+    a: Param,
+    b: Param,
+    /// DoRA's magnitude vector (`lora_magnitude_vector`, one value per output feature).
+    magnitude: Option<Param>,
+}
+
 /// The Linear layers of one block, with their LoRA adapters.
 #[derive(Clone, Debug)]
 struct Lin {
     shape: LinearShape,
     w: Param,
-    lora: Option<(Param, Param)>,
-    /// DoRA's magnitude vector (`lora_magnitude_vector`, one value per output feature).
-    magnitude: Option<Param>,
+    lora: Option<Adapter>,
 }
 
 struct Prog<'c, 'a> {
@@ -45,6 +52,9 @@ struct Prog<'c, 'a> {
     /// Each layer's MoE block (None for a dense layer).
     moe: Vec<Option<MoeParams>>,
     lm_head: Option<Param>,
+    /// The embedding table whose lookup takes a gradient: peft's trainable copy
+    /// (`modules_to_save`) or the embedding itself trained in full.
+    embed_trained: Option<Param>,
     /// Optimizer states per trainable parameter (created at the first step).
     states: Vec<u32>,
     phases: Vec<(usize, u8, StepPhase)>,
@@ -151,13 +161,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         let v = a.vocab_size;
         let mts_embed = s.modules_to_save.contains(&SavedModule::EmbedTokens);
         let embed_n = v * h;
-        if mts_embed {
+        let embed = if mts_embed {
             self.param(embed_n, aux, false, What::Weight);
-            self.param(embed_n, aux, true, What::Trainable);
             self.param_cols.push(h);
+            self.param(embed_n, aux, true, What::Trainable)
         } else {
-            self.weight(embed_n, aux, h);
-        }
+            self.weight(embed_n, aux, h)
+        };
+        self.embed_trained = embed.x.grad().then_some(embed);
         let is_ffn = |l: &LinearShape| {
             l.selected_by
                 .iter()
@@ -255,26 +266,19 @@ impl<'c, 'a> Prog<'c, 'a> {
         if l.bias {
             self.weight(outf, aux, 0);
         }
-        let (lora, magnitude) = if adapted.iter().any(|x| x.name == l.name) {
-            let la = self.param(r * inf, ad, true, What::Trainable);
-            let lb = self.param(outf * r, ad, true, What::Trainable);
+        let lora = adapted.iter().any(|x| x.name == l.name).then(|| {
+            let a = self.param(r * inf, ad, true, What::Trainable);
+            let b = self.param(outf * r, ad, true, What::Trainable);
             self.param_cols.extend([inf, r]);
             // peft registers `lora_magnitude_vector` after lora_B (`adapter_layer_names`).
-            let m = s.use_dora.then(|| {
+            let magnitude = s.use_dora.then(|| {
                 self.param_cols.push(0);
                 self.param(outf, ad, true, What::Trainable)
             });
-            (Some((la, lb)), m)
-        } else {
-            (None, None)
-        };
-        let name = l.name;
-        lins.push(Lin {
-            shape: l,
-            w,
-            lora,
-            magnitude,
+            Adapter { a, b, magnitude }
         });
+        let name = l.name;
+        lins.push(Lin { shape: l, w, lora });
         let layout = a.family.layout();
         match name {
             "o_proj" if layout.qk_norm == QkNorm::Whole => {
@@ -529,20 +533,23 @@ impl<'c, 'a> Prog<'c, 'a> {
             None => self.linear(x, w, out_n, x.es, what),
             Some(ac) => {
                 let es = bytes(ac);
-                let cached = self.ac_cache.iter().find(|c| c.0 == w.t).map(|c| c.1);
-                let wc = match cached {
+                let wc = match self.ac_cache.iter().find(|c| c.0 == w.t).map(|c| c.1) {
                     // A leaf cast earlier in the same autocast region (DoRA uses lora_A twice).
                     Some(c) => {
                         self.tp.keep_local(c.t);
                         c
                     }
-                    None => self.cast(w, es, What::WeightCopy),
+                    None => {
+                        let wc = self.cast(w, es, What::WeightCopy);
+                        if w.grad() && wc.t != w.t {
+                            // Autocast caches the casts of trainable leaves until the context
+                            // exits.
+                            self.tp.keep_local(wc.t);
+                            self.ac_cache.push((w.t, wc));
+                        }
+                        wc
+                    }
                 };
-                if w.grad() && wc.t != w.t && cached.is_none() {
-                    // Autocast caches the casts of trainable leaves until the context exits.
-                    self.tp.keep_local(wc.t);
-                    self.ac_cache.push((w.t, wc));
-                }
                 let xc = self.cast(x, es, What::WeightCopy);
                 let y = self.linear(xc, wc, out_n, es, what);
                 self.drop(xc);
@@ -658,9 +665,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         let in_n = x.n;
         let result = self.base_linear(x, lin, out_n);
         let mod_es = result.es;
-        let Some((la, lb)) = lin.lora else {
+        let Some(adapter) = lin.lora else {
             return result;
         };
+        let (la, lb) = (adapter.a, adapter.b);
         let ad = bytes(s.adapter_dtype);
         // peft's bnb layers skip the input cast under autocast.
         let xc = if s.quant.is_some() && s.autocast.is_some() {
@@ -686,8 +694,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             xc
         };
-        if let Some(m) = lin.magnitude {
-            return self.dora_linear(result, xc, d, lin, m);
+        if let Some(m) = adapter.magnitude {
+            return self.dora_linear(result, xc, d, lin, (la, lb, m));
         }
         let r = s.lora_r;
         let a_out = self.matmul(d, la.x, tokens * r, What::Lora);
@@ -730,11 +738,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ce = bytes(self.ctx.s.dtype);
         let xc = self.cast(x, ce, What::LoraCast);
         let n = (lin.shape.in_features * lin.shape.out_features) as u64;
-        let absmax_n = if self.ctx.s.double_quant {
-            n.div_ceil(64)
-        } else {
-            0
-        };
+        let absmax_n = self.nested_absmax(n);
         let mut g = self.t(out_n, ce, What::LinearOut);
         g.g = self.tp.node(
             Op::Dequant4 { w_n: n, absmax_n },
@@ -750,6 +754,16 @@ impl<'c, 'a> Prog<'c, 'a> {
         c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
         self.drop(o);
         c
+    }
+
+    /// The fp32 absmax values bitsandbytes dequantizes first for a 4-bit weight of `n` values
+    /// with double quantization (one per 64-value block), else none.
+    fn nested_absmax(&self, n: u64) -> u64 {
+        if self.ctx.s.double_quant {
+            n.div_ceil(64)
+        } else {
+            0
+        }
     }
 
     /// `q * cos + rotate_half(q) * sin`.
@@ -1414,12 +1428,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         let aux = bytes(ctx.aux_weight);
         let _ = ids;
         let mut emb = self.t(tokens * h, aux, What::Hidden);
-        let embed_trained =
-            s.modules_to_save.contains(&SavedModule::EmbedTokens) || s.outside_trained();
-        if embed_trained {
+        if let Some(table) = self.embed_trained {
             // The trainable copy of embed_tokens (or the embedding itself, trained in full): its
             // gradient is a dense [vocab, hidden] tensor.
-            let w = self.params[usize::from(!s.outside_trained())].x;
+            let w = table.x;
             let e = Edge {
                 to: w.g,
                 n: w.n,
@@ -1918,6 +1930,7 @@ pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
         layers: vec![],
         moe: vec![],
         lm_head: None,
+        embed_trained: None,
         states: vec![],
         phases: vec![],
         grads: vec![],

@@ -363,7 +363,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             Patch::NoDora,
         );
     }
-    if s.full() {
+    if s.base_trained() {
         push(
             FixId::Lora,
             format!(
@@ -377,7 +377,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             Patch::Lora,
         );
     }
-    if s.lora_dropout > 0.0 && !s.targets.is_empty() && !s.full() {
+    if s.lora_dropout > 0.0 && !s.targets.is_empty() && !s.base_trained() {
         push(
             FixId::Dropout0,
             format!("lora_dropout {} → 0", s.lora_dropout),
@@ -453,7 +453,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             patch: Patch::MicroBatch(b),
         });
     }
-    if s.quant.is_none() && !s.full() {
+    if s.quant.is_none() && !s.base_trained() {
         out.push(Change {
             id: FixId::Qlora,
             title: format!(
@@ -470,7 +470,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
     if s.targets.len() > 2
         && s.targets.contains(&Target::Q)
         && s.targets.contains(&Target::V)
-        && !s.full()
+        && !s.base_trained()
     {
         out.push(Change {
             id: FixId::FewerTargets,

@@ -13,12 +13,17 @@ use crate::model::steptrace::What;
 impl<'c, 'a> Prog<'c, 'a> {
     /// The rest of peft's `Linear.forward` for a DoRA adapter, from the base layer's `result`,
     /// the input cast to the adapter dtype (`xc`) and the input after dropout (`d`, which is
-    /// `xc` without dropout): the variant's output added to `result`, cast back as peft does.
-    pub(super) fn dora_linear(&mut self, result: X, xc: X, d: X, lin: &Lin, m: Param) -> X {
+    /// `xc` without dropout), with the adapter's A, B and magnitude: the variant's output added
+    /// to `result`, cast back as peft does.
+    pub(super) fn dora_linear(
+        &mut self,
+        result: X,
+        xc: X,
+        d: X,
+        lin: &Lin,
+        (la, lb, m): (Param, Param, Param),
+    ) -> X {
         let s = self.ctx.s;
-        let Some((la, lb)) = lin.lora else {
-            return result;
-        };
         let (inf, outf) = (lin.shape.in_features as u64, lin.shape.out_features as u64);
         let tokens = d.n / inf;
         let out_n = tokens * outf;
@@ -111,8 +116,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.dora_output(result, xc, dropout.then_some(d), out)
     }
 
-    /// `result = result + result_dora` (the variant, whose dropped input then dies), then peft's cast back to the base output's
-    /// dtype (bitsandbytes layers only outside autocast), and the input cast dies.
+    /// `result = result + result_dora` (the variant, whose dropped input then dies), then peft's
+    /// cast back to the base output's dtype (bitsandbytes layers only outside autocast), and the
+    /// input cast dies.
     fn dora_output(&mut self, result: X, xc: X, dropped: Option<X>, dora: X) -> X {
         let s = self.ctx.s;
         let mod_es = result.es;
@@ -142,9 +148,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             return lin.w.x;
         }
         let n = (lin.shape.in_features * lin.shape.out_features) as u64;
-        let absmax = s
-            .double_quant
-            .then(|| self.t(n.div_ceil(64), 4, What::Dora));
+        let nested = self.nested_absmax(n);
+        let absmax = (nested > 0).then(|| self.t(nested, 4, What::Dora));
         let w = self.t(n, bytes(s.dtype), What::WeightCopy);
         if let Some(a) = absmax {
             self.drop(a);
