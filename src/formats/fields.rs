@@ -10,8 +10,8 @@ use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Optimizer, Quant, SavedModule,
-    Settings, Strategy, Target,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Optimizer, PrefLogits, PrefLoss,
+    Quant, SavedModule, Settings, Stage, Strategy, Target,
 };
 
 /// What values a setting takes (decides the page control and the CLI's argument).
@@ -168,6 +168,14 @@ fn env_value<'a>(v: &'a str, name: &str) -> &'a str {
         ""
     } else {
         v
+    }
+}
+
+/// A whole number, or `null` / `none` / empty for 0 (the default).
+fn int_or_null(v: &str) -> Result<u64, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "null" | "none" => Ok(0),
+        t => t.parse().map_err(|_| format!("{v:?} is not a whole number")),
     }
 }
 
@@ -580,6 +588,135 @@ pub static FIELDS: &[Field] = &[
         slider: None,
         get: |s| bool_text(s.use_dora),
         set: |s, v| boolean(v).map(|x| s.use_dora = x),
+    },
+    Field {
+        name: "stage",
+        json_aliases: &["method_kind"],
+        url: Some("st"),
+        flag: Some("--stage"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Training stage",
+        help: "sft, or a preference method: dpo, orpo and simpo see each example as a chosen + rejected pair (2 × batch sequences), kto unpaired examples; dpo and kto also run a reference pass",
+        testid: Some("select-stage"),
+        kind: Kind::Choice(|| {
+            vec![
+                ("sft", "SFT"),
+                ("dpo", "DPO (pairs + reference)"),
+                ("orpo", "ORPO (pairs, no reference)"),
+                ("simpo", "SimPO (pairs, no reference)"),
+                ("kto", "KTO (unpaired + reference)"),
+            ]
+        }),
+        slider: None,
+        get: |s| s.stage.name().to_string(),
+        set: |s, v| named(Stage::parse, v, Stage::choices()).map(|x| s.stage = x),
+    },
+    Field {
+        name: "pref_loss",
+        json_aliases: &["loss_type"],
+        url: Some("pl"),
+        flag: Some("--pref-loss"),
+        flag_aliases: &["--loss-type"],
+        no_flag: None,
+        label: "Preference loss",
+        help: "LLaMA-Factory pref_loss / TRL loss_type: orpo and simpo need no reference, the others a few scalars per pair",
+        testid: None,
+        kind: Kind::Text,
+        slider: None,
+        get: |s| s.pref_loss.name().to_string(),
+        set: |s, v| named(PrefLoss::parse, v, PrefLoss::choices()).map(|x| s.pref_loss = x),
+    },
+    Field {
+        name: "beta",
+        json_aliases: &["dpo_beta", "pref_beta"],
+        url: None,
+        flag: Some("--beta"),
+        flag_aliases: &["--pref-beta"],
+        no_flag: None,
+        label: "β",
+        help: "scaling only: no memory effect",
+        testid: None,
+        kind: Kind::Float {
+            min: -1e9,
+            max: 1e9,
+        },
+        slider: None,
+        get: |s| s.beta.to_string(),
+        set: |s, v| float_in(v, -1e9, 1e9).map(|x| s.beta = x),
+    },
+    Field {
+        name: "precompute_ref_log_probs",
+        json_aliases: &[],
+        url: Some("pre"),
+        flag: Some("--precompute-ref-log-probs"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Precompute reference log-probs",
+        help: "one no-grad pass before training instead of a reference forward in every step",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.precompute_ref_log_probs),
+        set: |s, v| boolean(v).map(|x| s.precompute_ref_log_probs = x),
+    },
+    Field {
+        name: "max_prompt_length",
+        json_aliases: &["dpo_prompt_len"],
+        url: Some("pp"),
+        flag: Some("--max-prompt-length"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Prompt tokens",
+        help: "prompt tokens of each sequence; the rest of seq is the completion, whose tokens are scored (0: half)",
+        testid: None,
+        kind: Kind::Int { min: 0, max: MAX_SEQ },
+        slider: None,
+        get: |s| s.max_prompt_length.to_string(),
+        set: |s, v| int_or_null(v).map(|x| s.max_prompt_length = x),
+    },
+    Field {
+        name: "disable_dropout",
+        json_aliases: &["dpo_disable_dropout"],
+        url: Some("dd"),
+        flag: Some("--disable-dropout"),
+        flag_aliases: &[],
+        no_flag: Some("--keep-dropout"),
+        label: "Disable dropout",
+        help: "TRL's default for preference training: every dropout, LoRA's too, at p = 0",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.disable_dropout),
+        set: |s, v| boolean(v).map(|x| s.disable_dropout = x),
+    },
+    Field {
+        name: "pref_logits",
+        json_aliases: &[],
+        url: Some("plg"),
+        flag: Some("--pref-logits"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Log-probs from",
+        help: "fused: TRL ≥ 1's DPO/KTO head, no [sequences × seq × vocab] logits; full: the fp32 logits (LLaMA-Factory, TRL 0.x, TRL's ORPO/CPO)",
+        testid: None,
+        kind: Kind::Choice(|| {
+            vec![
+                ("auto", "the trainer's own"),
+                ("fused", "fused head (TRL ≥ 1)"),
+                ("full", "full logits"),
+            ]
+        }),
+        slider: None,
+        get: |s| s.pref_logits.map_or("auto", PrefLogits::name).to_string(),
+        set: |s, v| {
+            if v.trim().eq_ignore_ascii_case("auto") {
+                s.pref_logits = None;
+                Ok(())
+            } else {
+                named(PrefLogits::parse, v, PrefLogits::choices()).map(|x| s.pref_logits = Some(x))
+            }
+        },
     },
     Field {
         name: "gpus_per_node",

@@ -88,6 +88,88 @@ names!(FinetuningType {
     Freeze => "freeze",
 });
 
+/// The training objective (LLaMA-Factory's `stage`; the TRL trainer that runs it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Supervised fine-tuning: the causal-LM loss on `batch` sequences.
+    Sft,
+    /// Direct preference optimization (TRL `DPOTrainer`): `batch` preference pairs, so the
+    /// model sees `2 × batch` sequences (chosen, then rejected), and a reference pass.
+    Dpo,
+    /// ORPO (TRL `ORPOTrainer`, LLaMA-Factory `pref_loss: orpo`): pairs, no reference.
+    Orpo,
+    /// SimPO (TRL `CPOTrainer` `loss_type="simpo"`, LLaMA-Factory `pref_loss: simpo`): pairs, no
+    /// reference.
+    Simpo,
+    /// KTO (TRL `KTOTrainer`): `batch` unpaired examples, a KL pass over mismatched
+    /// completions and a reference pass.
+    Kto,
+}
+
+names!(Stage {
+    Sft => "sft" | "pt",
+    Dpo => "dpo" | "rm_dpo",
+    Orpo => "orpo",
+    Simpo => "simpo" | "cpo",
+    Kto => "kto",
+});
+
+/// The preference loss (LLaMA-Factory's `pref_loss`, TRL's `loss_type`). Every one of them is
+/// a handful of per-sequence scalars; what changes memory is whether it needs a reference
+/// model ([`PrefLoss::reference_free`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefLoss {
+    /// `-logsigmoid(β·Δ)` (DPO).
+    Sigmoid,
+    /// `relu(1 − β·Δ)`.
+    Hinge,
+    /// IPO's squared loss.
+    Ipo,
+    /// The rest of TRL's DPO losses that use a reference (robust, exo_pair, nca_pair, bco_pair,
+    /// sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, LLaMA-Factory's kto_pair).
+    OtherWithReference,
+    /// ORPO's odds-ratio loss: no reference.
+    Orpo,
+    /// SimPO: no reference.
+    Simpo,
+}
+
+names!(PrefLoss {
+    Sigmoid => "sigmoid",
+    Hinge => "hinge",
+    Ipo => "ipo",
+    OtherWithReference => "robust" | "exo_pair" | "nca_pair" | "bco_pair" | "sppo_hard" | "aot" | "aot_unpaired" | "apo_zero" | "apo_down" | "discopop" | "kto_pair",
+    Orpo => "orpo",
+    Simpo => "simpo",
+});
+
+impl PrefLoss {
+    /// Whether the loss compares against no reference model (ORPO, SimPO).
+    pub fn reference_free(self) -> bool {
+        matches!(self, PrefLoss::Orpo | PrefLoss::Simpo)
+    }
+}
+
+/// How a preference trainer gets the per-token log-probabilities of the completions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefLogits {
+    /// TRL ≥ 1's fused LM head (`add_fused_lm_head`, DPOTrainer and KTOTrainer): the log-prob
+    /// of each completion token from `[4096 tokens × 32768 vocab]` tiles, never the
+    /// `[sequences, seq, vocab]` logits.
+    Fused,
+    /// The full logits in fp32 and a log-softmax over them: LLaMA-Factory's DPO/KTO trainers,
+    /// TRL 0.x, and TRL's ORPO and CPO (SimPO) trainers.
+    Full,
+}
+
+names!(PrefLogits {
+    Fused => "fused" | "trl",
+    Full => "full" | "logits" | "llamafactory" | "trl0",
+});
+
 /// Modules trained in full next to the adapters (peft `modules_to_save`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -231,6 +313,31 @@ pub struct Settings {
     /// LLaMA-Factory's `freeze_trainable_layers` (default 2).
     #[serde(default = "default_freeze_layers")]
     pub freeze_trainable_layers: i64,
+    /// The training objective: SFT or a preference method.
+    #[serde(default = "default_stage")]
+    pub stage: Stage,
+    /// The preference loss (DPO: TRL `loss_type`, LLaMA-Factory `pref_loss`).
+    #[serde(default = "default_pref_loss")]
+    pub pref_loss: PrefLoss,
+    /// The preference β (no memory effect).
+    #[serde(default = "default_beta")]
+    pub beta: f64,
+    /// TRL `precompute_ref_log_probs`: the reference log-probs are computed once before
+    /// training (a no-grad pass over the batch), so the step has no reference pass.
+    #[serde(default)]
+    pub precompute_ref_log_probs: bool,
+    /// Prompt tokens of each preference sequence (the rest of `seq` is the completion, whose
+    /// tokens are scored); 0 = half of `seq`.
+    #[serde(default)]
+    pub max_prompt_length: u64,
+    /// TRL's `disable_dropout` (on by default for preference trainers): every `nn.Dropout`,
+    /// LoRA's included, gets `p = 0`.
+    #[serde(default = "yes")]
+    pub disable_dropout: bool,
+    /// How the completions' log-probs are computed (fused TRL head or full logits); `None`:
+    /// what the stage's own TRL trainer does.
+    #[serde(default)]
+    pub pref_logits: Option<PrefLogits>,
     /// Multi-GPU layout (one GPU by default).
     #[serde(default)]
     pub parallel: super::parallel::Parallel,
@@ -261,6 +368,22 @@ pub struct Settings {
 
 fn default_finetuning_type() -> FinetuningType {
     FinetuningType::Lora
+}
+
+fn default_stage() -> Stage {
+    Stage::Sft
+}
+
+fn default_pref_loss() -> PrefLoss {
+    PrefLoss::Sigmoid
+}
+
+fn default_beta() -> f64 {
+    0.1
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_freeze_layers() -> i64 {
@@ -307,6 +430,13 @@ impl Default for Settings {
             use_dora: false,
             finetuning_type: FinetuningType::Lora,
             freeze_trainable_layers: 2,
+            stage: Stage::Sft,
+            pref_loss: PrefLoss::Sigmoid,
+            beta: 0.1,
+            precompute_ref_log_probs: false,
+            max_prompt_length: 0,
+            disable_dropout: true,
+            pref_logits: None,
             parallel: Default::default(),
             alloc_conf: String::new(),
             cublas_workspace_config: String::new(),
@@ -363,6 +493,75 @@ impl Settings {
         self.finetuning_type == FinetuningType::Full
     }
 
+    /// Whether the run is a preference method (DPO, ORPO, SimPO, KTO).
+    pub fn preference(&self) -> bool {
+        self.stage != Stage::Sft
+    }
+
+    /// Whether each example is a chosen + rejected pair, so the model sees two sequences per
+    /// example (DPO, ORPO, SimPO; not KTO's unpaired examples).
+    pub fn paired(&self) -> bool {
+        matches!(self.stage, Stage::Dpo | Stage::Orpo | Stage::Simpo)
+    }
+
+    /// Sequences of `seq` tokens one forward pass sees: `2 × batch` for paired preferences.
+    pub fn sequences(&self) -> u64 {
+        if self.paired() {
+            self.batch.saturating_mul(2)
+        } else {
+            self.batch
+        }
+    }
+
+    /// Prompt tokens of each preference sequence (half of `seq` unless set).
+    pub fn prompt_tokens(&self) -> u64 {
+        if self.max_prompt_length > 0 {
+            self.max_prompt_length
+        } else {
+            self.seq / 2
+        }
+    }
+
+    /// Completion tokens of each preference sequence: the ones scored.
+    pub fn completion_tokens(&self) -> u64 {
+        self.seq.saturating_sub(self.prompt_tokens())
+    }
+
+    /// Whether the step compares against a reference model's log-probs: DPO and KTO with a
+    /// reference-using loss (not ORPO or SimPO).
+    pub fn uses_reference(&self) -> bool {
+        match self.stage {
+            Stage::Sft | Stage::Orpo | Stage::Simpo => false,
+            Stage::Dpo => !self.pref_loss.reference_free(),
+            Stage::Kto => true,
+        }
+    }
+
+    /// Whether each step runs the reference forward (it uses a reference that was not
+    /// precomputed).
+    pub fn reference_pass(&self) -> bool {
+        self.uses_reference() && !self.precompute_ref_log_probs
+    }
+
+    /// How the completions' log-probs are computed: as set, else what the stage's TRL trainer
+    /// does (the fused head for DPO and KTO, the full logits for ORPO and CPO/SimPO).
+    pub fn pref_logits_run(&self) -> PrefLogits {
+        self.pref_logits.unwrap_or(match self.stage {
+            Stage::Orpo | Stage::Simpo => PrefLogits::Full,
+            _ if self.pref_loss.reference_free() => PrefLogits::Full,
+            _ => PrefLogits::Fused,
+        })
+    }
+
+    /// LoRA dropout as the step runs it: 0 when a preference trainer disables dropout.
+    pub fn dropout_run(&self) -> f64 {
+        if self.preference() && self.disable_dropout {
+            0.0
+        } else {
+            self.lora_dropout
+        }
+    }
+
     /// Whether the routed experts are `nn.Linear` layers that 4-bit loading quantizes.
     pub fn experts_quantized(&self) -> bool {
         self.quant.is_some() && self.experts_layout == ExpertsLayout::PerExpert
@@ -400,6 +599,21 @@ impl Settings {
             ];
             if let Some((_, field, why)) = conflict.iter().find(|c| c.0) {
                 return bad(field, (*why).into());
+            }
+        }
+        if self.preference() {
+            if self.prompt_tokens() >= self.seq || self.prompt_tokens() == 0 {
+                return bad(
+                    "max_prompt_length",
+                    format!(
+                        "{} prompt tokens leave no completion in a sequence of {}: the prompt must be shorter than seq",
+                        self.prompt_tokens(),
+                        self.seq
+                    ),
+                );
+            }
+            if !self.beta.is_finite() {
+                return bad("beta", "must be a finite number".into());
             }
         }
         if !(0.0..1.0).contains(&self.lora_dropout) {

@@ -25,8 +25,14 @@ pub const CUBLAS_THREADS: u128 = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
+    /// A preference trainer's reference log-probs computed before training
+    /// (`precompute_ref_log_probs`).
+    PrecomputeRef,
     /// Forward pass, at the loss (logits + log_softmax alive).
     Forward,
+    /// A preference step's reference forward (no grad, adapters disabled), on top of what the
+    /// policy forward saved.
+    RefForward,
     /// Start of backward (log_softmax backward) or inside a recomputed layer.
     Backward,
     /// optimizer.step().
@@ -37,7 +43,9 @@ impl Phase {
     /// Lowercase name, as the reference data spells it.
     pub fn name(self) -> &'static str {
         match self {
+            Phase::PrecomputeRef => "precompute_ref",
             Phase::Forward => "forward",
+            Phase::RefForward => "ref_forward",
             Phase::Backward => "backward",
             Phase::Optimizer => "optimizer",
         }
@@ -230,7 +238,17 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
 /// several GPUs, a fused cross-entropy and transformers 4's per-expert layout, do not model it),
 /// if any: the setting that chooses it and its name.
 fn program_only(s: &Settings) -> Option<(&'static str, &'static str)> {
-    use super::settings::FinetuningType;
+    use super::settings::{FinetuningType, Stage};
+    let stage = match s.stage {
+        Stage::Sft => None,
+        Stage::Dpo => Some("DPO"),
+        Stage::Orpo => Some("ORPO"),
+        Stage::Simpo => Some("SimPO"),
+        Stage::Kto => Some("KTO"),
+    };
+    if let Some(name) = stage {
+        return Some(("stage", name));
+    }
     match s.finetuning_type {
         FinetuningType::Full => Some(("finetuning_type", "full fine-tuning")),
         FinetuningType::Freeze => Some(("finetuning_type", "freeze tuning")),
@@ -507,6 +525,8 @@ fn from_program(p: &mut Plan, ctx: &Ctx, short: steptrace::periodic::Short) -> s
 fn phase_of(p: steptrace::StepPhase) -> Phase {
     use steptrace::StepPhase as S;
     match p {
+        S::Precompute => Phase::PrecomputeRef,
+        S::RefForward => Phase::RefForward,
         S::Setup | S::Inputs | S::Forward => Phase::Forward,
         S::Backward => Phase::Backward,
         S::Optimizer | S::ZeroGrad => Phase::Optimizer,

@@ -149,8 +149,8 @@ fn named_block(what: What, block: Block) -> Block {
 pub struct Moments {
     /// The highest live bytes of the whole sequence (the first of equals).
     pub peak: Moment,
-    /// The highest of the forward, the backward and the optimizer step over the training steps,
-    /// in step order.
+    /// The highest of the forward, the reference forward (preference steps), the backward and
+    /// the optimizer step over the training steps, in step order.
     pub phases: Vec<Moment>,
     /// Live bytes once the whole sequence has run (what stays between steps: weights,
     /// optimizer states, buffers).
@@ -175,7 +175,7 @@ impl Highs {
         }
         let training = matches!(
             m.phase,
-            StepPhase::Forward | StepPhase::Backward | StepPhase::Optimizer
+            StepPhase::Forward | StepPhase::RefForward | StepPhase::Backward | StepPhase::Optimizer
         );
         if m.step > 0 && training {
             match self.phases.iter_mut().find(|p| p.phase == m.phase) {

@@ -64,8 +64,13 @@ pub enum StepPhase {
     Setup,
     /// Input ids and labels.
     Inputs,
+    /// A preference trainer's reference log-probs, computed once before training
+    /// (`precompute_ref_log_probs`).
+    Precompute,
     /// Forward pass, through the loss.
     Forward,
+    /// A preference step's reference forward (no grad), between its policy forward and loss.
+    RefForward,
     /// `loss.backward()`.
     Backward,
     /// `optimizer.step()`.
@@ -76,10 +81,12 @@ pub enum StepPhase {
 
 impl StepPhase {
     /// Every phase, in step order.
-    pub const ALL: [StepPhase; 6] = [
+    pub const ALL: [StepPhase; 8] = [
         StepPhase::Setup,
         StepPhase::Inputs,
+        StepPhase::Precompute,
         StepPhase::Forward,
+        StepPhase::RefForward,
         StepPhase::Backward,
         StepPhase::Optimizer,
         StepPhase::ZeroGrad,
@@ -90,7 +97,9 @@ impl StepPhase {
         match self {
             StepPhase::Setup => "setup",
             StepPhase::Inputs => "inputs",
+            StepPhase::Precompute => "precompute_ref",
             StepPhase::Forward => "forward",
+            StepPhase::RefForward => "ref_forward",
             StepPhase::Backward => "backward",
             StepPhase::Optimizer => "optimizer",
             StepPhase::ZeroGrad => "zero_grad",
@@ -344,6 +353,12 @@ pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<
 /// Refuses the training methods the program does not run for `arch` (the plan refuses them
 /// through here too).
 pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
+    if s.preference() && arch.is_moe() {
+        return Err(PlanError::InvalidSetting {
+            field: "stage",
+            why: "preference training of a mixture of experts (its router logits through TRL's fused head and the reference pass) is not planned yet: plan SFT, or a dense model".into(),
+        });
+    }
     if s.base_trained() && arch.is_moe() {
         return Err(PlanError::InvalidSetting {
             field: "finetuning_type",

@@ -85,6 +85,8 @@ struct Prog<'c, 'a> {
     qk_norms: Vec<X>,
     /// The norm weights the current forward pass has yet to use, next last.
     norm_queue: Vec<X>,
+    /// peft's `disable_adapter()` is in effect (a preference trainer's reference pass).
+    adapters_off: bool,
 }
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
@@ -93,10 +95,12 @@ fn bytes(d: crate::model::dtype::Dtype) -> u64 {
 
 mod dora;
 mod moe;
+mod preference;
 
 impl<'c, 'a> Prog<'c, 'a> {
+    /// Tokens of one forward pass: every sequence it sees (`2 × batch` for preference pairs).
     fn tokens(&self) -> u64 {
-        self.ctx.s.batch * self.ctx.s.seq
+        self.ctx.s.sequences() * self.ctx.s.seq
     }
     fn h(&self) -> u64 {
         self.ctx.arch.hidden_size
@@ -665,7 +669,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let in_n = x.n;
         let result = self.base_linear(x, lin, out_n);
         let mod_es = result.es;
-        let Some(adapter) = lin.lora else {
+        let Some(adapter) = lin.lora.filter(|_| !self.adapters_off) else {
             return result;
         };
         let (la, lb) = (adapter.a, adapter.b);
@@ -677,7 +681,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             self.cast(x, ad, What::LoraCast)
         };
-        let d = if s.lora_dropout > 0.0 {
+        let d = if s.dropout_run() > 0.0 {
             // CUDA's native_dropout makes the mask first; the harness's fake kernel the output.
             let (mut y, mask) = if self.tp.emulated {
                 let y = self.t(in_n, xc.es, What::Dropout);
@@ -691,6 +695,11 @@ impl<'c, 'a> Prog<'c, 'a> {
                 .node(Op::Unary, in_n, xc.es, &[Self::edge(&xc)], &[mask.t]);
             self.drop(mask);
             y
+        } else if s.lora_dropout > 0.0 && adapter.magnitude.is_some() {
+            // A dropout disabled to p = 0 (a preference trainer's `disable_dropout`) returns its
+            // input: DoRA's variant holds it under a second name.
+            self.tp.keep_local(xc.t);
+            xc
         } else {
             xc
         };
@@ -699,7 +708,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         let r = s.lora_r;
         let a_out = self.matmul(d, la.x, tokens * r, What::Lora);
-        if s.lora_dropout > 0.0 {
+        if s.dropout_run() > 0.0 {
             self.drop(d);
         }
         let b_out = self.matmul(a_out, lb.x, out_n, What::Lora);
@@ -750,6 +759,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         let o = self.cast(g, x.es, What::LinearOut);
         self.drop(g);
         self.drop(xc);
+        if self.adapters_off {
+            // peft's disabled adapters: `self.base_layer(x)`, no defensive clone.
+            return o;
+        }
         let mut c = self.t(o.n, o.es, What::LinearOut);
         c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
         self.drop(o);
@@ -850,7 +863,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ctx = self.ctx;
         let a = ctx.arch;
         let s = ctx.s;
-        let (b, sq) = (s.batch, s.seq);
+        let (b, sq) = (s.sequences(), s.seq);
         let heads = a.num_attention_heads;
         let hd = a.head_dim();
         let ad = bytes(ctx.attn);
@@ -866,7 +879,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         // Phi-3 projects q, k, v at once and slices the fused output (views).
         let fused = a.family.layout().fused_projections;
         let qkv = fused.then(|| self.lora_linear(x, &lins[0]));
-        let tokens_ = s.batch * s.seq;
+        let tokens_ = s.sequences() * s.seq;
         let (qd, kvd) = (a.q_dim() as u64, a.kv_dim() as u64);
         let q = match qkv {
             Some(f) => self.slice_of(f, tokens_ * qd),
@@ -1066,7 +1079,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ctx = self.ctx;
         let a = ctx.arch;
         let s = ctx.s;
-        let (b, sq) = (s.batch, s.seq);
+        let (b, sq) = (s.sequences(), s.seq);
         let heads = a.num_attention_heads;
         let rep = heads / a.kv_heads().max(1);
         let es = q.es;
@@ -1265,7 +1278,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// The boolean 4-D mask sdpa receives: causal and padding (`padded`) or causal and window.
     fn sdpa_mask(&mut self, padded: bool) -> X {
         let s = self.ctx.s;
-        let (b, sq) = (s.batch, s.seq);
+        let (b, sq) = (s.sequences(), s.seq);
         let tc = padded.then(|| self.t(b * sq, 1, What::Input));
         let t1 = self.t(1, 8, What::Input);
         let t2 = self.t(1, 8, What::Input);
@@ -1313,7 +1326,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// additive mask.
     fn sliding_mask(&mut self) -> X {
         let s = self.ctx.s;
-        let ss = s.batch * s.seq * s.seq;
+        let ss = s.sequences() * s.seq * s.seq;
         let es = bytes(self.ctx.attn);
         let t1 = self.t(1, 8, What::Input);
         let t2 = self.t(1, 8, What::Input);
@@ -1418,15 +1431,17 @@ impl<'c, 'a> Prog<'c, 'a> {
         (cos, sin)
     }
 
-    /// One forward pass through the loss; returns the loss's node and the loss tensor.
-    fn forward(&mut self, ids: X, labels: X, mask: Option<X>) -> (G, X) {
+    /// The decoder stack: the embedding, every layer and the final norm; returns the final
+    /// norm's output and the rotary tables. `pref`: a preference trainer's call, with the
+    /// collator's attention mask, whose rotary tables are released when the model's forward
+    /// returns (not after the loss).
+    fn body(&mut self, pref: bool) -> (X, X, X) {
         let ctx = self.ctx;
         let s = ctx.s;
         let a = ctx.arch;
         let tokens = self.tokens();
         let h = a.hidden_size;
         let aux = bytes(ctx.aux_weight);
-        let _ = ids;
         let mut emb = self.t(tokens * h, aux, What::Hidden);
         if let Some(table) = self.embed_trained {
             // The trainable copy of embed_tokens (or the embedding itself, trained in full): its
@@ -1450,7 +1465,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(emb);
             emb = e2;
         }
-        if s.grad_ckpt && !s.outside_trained() {
+        // torch.no_grad() passes (a reference or KL pass) run without checkpointing: TRL turns
+        // it off around them (`disable_gradient_checkpointing`).
+        let ckpt = s.grad_ckpt && self.tp.mode != Mode::NoGrad;
+        if ckpt && !s.outside_trained() {
             // enable_input_require_grads: the embedding output becomes a leaf needing a gradient;
             // its AccumulateGrad node keeps it until the graph is freed (a trained embedding's
             // output already needs one, and requires_grad_ changes nothing).
@@ -1463,6 +1481,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         let pos = self.t(s.seq, 8, What::Input);
         self.drop(ar);
         let eager = s.attn_impl == AttnImpl::Eager;
+        if pref && !eager && ctx.sdpa_mask() == SdpaMask::None {
+            // The collator's all-ones attention_mask: transformers reads it as booleans
+            // (`masking_utils`), finds no padding and drops it (SDPA `is_causal`).
+            let m = self.t(tokens, 1, What::Input);
+            self.drop(m);
+        }
         let causal = if !eager {
             match ctx.sdpa_mask() {
                 SdpaMask::Padded => Some(self.sdpa_mask(true)),
@@ -1482,14 +1506,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             let a2 = self.t(s.seq, 8, What::Input);
             let b2 = self.t(s.seq, 8, What::Input);
             self.drop(a2);
-            let le = self.t(s.batch * s.seq * s.seq, 1, What::Scores);
+            let le = self.t(s.sequences() * s.seq * s.seq, 1, What::Scores);
             self.drop(t1);
             self.drop(t2);
             self.drop(b1);
             self.drop(b2);
             let z = self.t(1, bytes(ctx.attn), What::Input);
             let st = self.t(1, bytes(ctx.attn), What::Input);
-            let w = self.t(s.batch * s.seq * s.seq, bytes(ctx.attn), What::Scores);
+            let w = self.t(s.sequences() * s.seq * s.seq, bytes(ctx.attn), What::Scores);
             self.drop(st);
             self.drop(z);
             self.drop(le);
@@ -1502,7 +1526,6 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             None
         };
-        let _ = mask;
         let (cos, sin) = self.rotary(bytes(ctx.resid));
         self.causal = causal;
         self.tp.keep_local(emb.t);
@@ -1510,7 +1533,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let saved_mode = self.tp.mode;
         for li in 0..self.layers.len() {
             self.tp.exec = li as u32;
-            if s.grad_ckpt {
+            if ckpt {
                 self.tp.mode = Mode::Discard;
                 self.tp.layer = Some(li as u32);
                 // The checkpoint releases the layer's keyword arguments in call order, a tuple's
@@ -1562,6 +1585,20 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.drop(c);
             }
         }
+        if pref {
+            self.drop(sin);
+            self.drop(cos);
+        }
+        (fin, cos, sin)
+    }
+
+    /// One forward pass through the loss; returns the loss's node and the loss tensor.
+    fn forward(&mut self, ids: X, labels: X, mask: Option<X>) -> (G, X) {
+        let _ = (ids, mask);
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let tokens = self.tokens();
+        let (fin, cos, sin) = self.body(false);
         // lm_head + loss
         let v = a.vocab_size;
         let head = self.lm_head.map(|p| p.x).unwrap_or(self.params[0].x);
@@ -1625,10 +1662,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         let s = self.ctx.s;
         let f = self.cast(logits, 4, What::Logits);
         let _ = labels;
-        let pad = self.t(s.batch * (s.seq + 1), 8, What::Loss);
+        let pad = self.t(s.sequences() * (s.seq + 1), 8, What::Loss);
         // labels[..., 1:].contiguous() copies unless the batch is a single row.
-        let shift = if s.batch > 1 {
-            self.t(s.batch * s.seq, 8, What::Loss)
+        let shift = if s.sequences() > 1 {
+            self.t(s.sequences() * s.seq, 8, What::Loss)
         } else {
             self.tp.keep_local(pad.t);
             pad
@@ -1946,6 +1983,7 @@ pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
         rms: vec![],
         param_cols: vec![],
         causal: None,
+        adapters_off: false,
     };
     p.tp.emulated = device == super::Device::Emulated;
     p.tp.workspace_bytes = ctx
@@ -1955,10 +1993,23 @@ pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
     p.phase(0, StepPhase::Setup);
     p.setup();
     p.phase(0, StepPhase::Inputs);
-    let (ids, labels, mask) = p.inputs();
+    let pref = ctx.s.preference();
+    let (ids, labels, mask) = if pref {
+        let (ids, _, _) = p.pref_inputs();
+        if ctx.s.uses_reference() && ctx.s.precompute_ref_log_probs {
+            p.precompute();
+        }
+        (ids, ids, None)
+    } else {
+        p.inputs()
+    };
     for step in 1..=2u8 {
         p.phase(step, StepPhase::Forward);
-        let (root, loss) = p.forward(ids, labels, mask);
+        let (root, loss) = if pref {
+            p.pref_forward(step, ids)
+        } else {
+            p.forward(ids, labels, mask)
+        };
         p.phase(step, StepPhase::Backward);
         p.backward(root, loss);
         p.phase(step, StepPhase::Optimizer);

@@ -151,6 +151,34 @@ pub(super) enum Op {
     /// A `split`/`chunk` whose outputs' gradients arrive separately: the node waits for both
     /// and concatenates them into one tensor of the input's size.
     Join,
+    /// A chain of small ops recorded as one node: its backward runs the steps of
+    /// [`Tape::scripts`]`[i]` (the last allocation is the gradient of its one input).
+    Script(u32),
+    /// TRL's `_ChunkedLogProbFunction` backward (`trl/kernels/chunked_logprob.py:394-465`): an
+    /// fp32 accumulator of the hidden gradient (`hidden_n` values) and of the head weight's if it
+    /// is trained, the `[rows, 32768]` tile buffer in the compute dtype (`tile_bytes`), the
+    /// compute-dtype copies of a chunk of the hidden states and of the weight when their dtype
+    /// differs (`hidden_chunk_bytes`, `weight_chunk_bytes`, 0 if none), then the results in the
+    /// inputs' dtypes.
+    ChunkedLogprob {
+        hidden_n: u64,
+        tile_bytes: u64,
+        hidden_chunk_bytes: u64,
+        weight_chunk_bytes: u64,
+        token_chunks: u32,
+        vocab_chunks: u32,
+    },
+}
+
+/// One step of a [`Op::Script`] backward.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Step {
+    /// A new tensor of this many bytes (the script's next local).
+    Alloc(u64),
+    /// Frees the script's local `k`.
+    Free(u16),
+    /// Releases a tensor the forward kept for this backward.
+    Release(T),
 }
 
 #[derive(Clone, Debug)]
@@ -188,6 +216,8 @@ pub(super) enum Mode {
     Discard,
     /// Recompute a checkpointed layer: fill the saved tensors of nodes `next..`.
     Recompute,
+    /// `torch.no_grad()`: no node is recorded, nothing is saved.
+    NoGrad,
 }
 
 /// Storages, events and the graph.
@@ -240,6 +270,8 @@ pub(super) struct Tape {
     peak_before: u64,
     /// Bytes of one thread's cuBLAS workspace (0: none).
     pub workspace_bytes: u64,
+    /// The steps of each [`Op::Script`] node.
+    pub scripts: Vec<Vec<Step>>,
     /// The harness's emulated device ([`super::Device::Emulated`]).
     pub emulated: bool,
     /// The forward thread's / autograd's workspace exists.
@@ -278,6 +310,7 @@ impl Tape {
             peak: 0,
             peak_before: 0,
             workspace_bytes: 0,
+            scripts: vec![],
             emulated: false,
             ws_forward: false,
             ws_backward: false,
@@ -391,7 +424,7 @@ impl Tape {
     /// (only those needing a gradient get an edge), saving `saved` (in release order).
     /// Returns where the output's gradient goes.
     pub fn node(&mut self, op: Op, out_n: u64, out_es: u64, ins: &[Edge], saved: &[T]) -> G {
-        if self.stopped || ins.iter().all(|e| e.to == G::No) {
+        if self.stopped || self.mode == Mode::NoGrad || ins.iter().all(|e| e.to == G::No) {
             return G::No;
         }
         if self.mode == Mode::Recompute {
@@ -764,6 +797,77 @@ impl Tape {
                     self.drop_t(b2);
                 }
             }
+            Op::Script(k) => {
+                let steps = std::mem::take(&mut self.scripts[k as usize]);
+                let mut locals: Vec<T> = vec![];
+                for st in &steps {
+                    match *st {
+                        Step::Alloc(b) => locals.push(self.new_t(b, What::BackwardTemp)),
+                        Step::Free(i) => self.drop_t(locals[i as usize]),
+                        Step::Release(t) => self.drop_t(t),
+                    }
+                }
+                grads[0] = locals.last().copied();
+            }
+            Op::ChunkedLogprob {
+                hidden_n,
+                tile_bytes,
+                hidden_chunk_bytes,
+                weight_chunk_bytes,
+                token_chunks,
+                vocab_chunks,
+            } => {
+                // grad_hidden (and grad_weight) in fp32, the tile buffer, then per token chunk
+                // the hidden chunk's copy and per vocabulary chunk the weight chunk's (each
+                // named local freed when the next replaces it).
+                let acc_h = self.new_t(hidden_n * 4, What::BackwardTemp);
+                let acc_w = wants(1).then(|| self.new_t(edges[1].n * 4, What::BackwardTemp));
+                let tile = self.new_t(tile_bytes, What::BackwardTemp);
+                let (mut hc, mut wc) = (None, None);
+                for _ in 0..token_chunks {
+                    if hidden_chunk_bytes > 0 {
+                        let c = self.new_t(hidden_chunk_bytes, What::BackwardTemp);
+                        if let Some(o) = hc.replace(c) {
+                            self.drop_t(o);
+                        }
+                    }
+                    for _ in 0..vocab_chunks {
+                        if weight_chunk_bytes > 0 {
+                            let c = self.new_t(weight_chunk_bytes, What::BackwardTemp);
+                            if let Some(o) = wc.replace(c) {
+                                self.drop_t(o);
+                            }
+                        }
+                    }
+                }
+                let e = edges[0];
+                grads[0] = Some(if e.es == 4 {
+                    acc_h
+                } else {
+                    self.new_t(e.n * e.es, what)
+                });
+                if let Some(aw) = acc_w {
+                    let ew = edges[1];
+                    grads[1] = Some(if ew.es == 4 {
+                        aw
+                    } else {
+                        self.new_t(ew.n * ew.es, what)
+                    });
+                }
+                // The frame's locals, in the order they were bound.
+                if e.es != 4 {
+                    self.drop_t(acc_h);
+                }
+                if let Some(aw) = acc_w {
+                    if edges[1].es != 4 {
+                        self.drop_t(aw);
+                    }
+                }
+                for t in [hc, wc].into_iter().flatten() {
+                    self.drop_t(t);
+                }
+                self.drop_t(tile);
+            }
         }
         // Outputs of the formula no input needs die with its result.
         for (k, slot) in grads.iter_mut().enumerate() {
@@ -787,7 +891,11 @@ impl Tape {
                 self.drop_t(t);
                 t = r;
             }
-            let es_now = if e.sum_to > 0 || matches!(node.op, Op::Cast | Op::Attention) {
+            let es_now = if e.sum_to > 0
+                || matches!(
+                    node.op,
+                    Op::Cast | Op::Attention | Op::Script(_) | Op::ChunkedLogprob { .. }
+                ) {
                 e.es
             } else {
                 node.out_es

@@ -587,7 +587,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             s.seq
         };
-        let lse = self.t(s.batch * heads * rows, 4, What::Attention);
+        let lse = self.t(s.sequences() * heads * rows, 4, What::Attention);
         let seed = self.t(1, 8, What::Attention);
         let off = self.t(1, 8, What::Attention);
         let mut saved = vec![kc.t, qc.t, vc.t, lse.t, o.t, off.t, seed.t];
@@ -771,7 +771,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ctx = self.ctx;
         let a = ctx.arch;
         let s = ctx.s;
-        let (b, sq) = (s.batch, s.seq);
+        let (b, sq) = (s.sequences(), s.seq);
         let heads = a.num_attention_heads;
         let kvh = a.kv_heads().max(1);
         let rep = heads / kvh;
