@@ -175,7 +175,9 @@ fn env_value<'a>(v: &'a str, name: &str) -> &'a str {
 fn int_or_null(v: &str) -> Result<u64, String> {
     match v.trim().to_ascii_lowercase().as_str() {
         "" | "null" | "none" => Ok(0),
-        t => t.parse().map_err(|_| format!("{v:?} is not a whole number")),
+        t => t
+            .parse()
+            .map_err(|_| format!("{v:?} is not a whole number")),
     }
 }
 

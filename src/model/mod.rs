@@ -25,7 +25,6 @@ pub use parallel::{Parallel, Strategy};
 pub use plan::{plan, plan_simulated, plan_simulated_on, Phase, Plan, QuickSurface};
 pub use settings::{
     AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, FinetuningType, Optimizer, PrefLogits,
-    PrefLoss, SavedModule, Stage,
-    Settings,
+    PrefLoss, SavedModule, Settings, Stage,
 };
 pub use term::{Component, Term, TermKind};

@@ -90,3 +90,111 @@ fn methods_within_tolerance_of_the_harness_and_its_replay() {
     assert!(max_a <= 3.0 && med_a <= 1.0, "allocated target missed");
     assert!(max_r <= 3.0 && med_r <= 1.5, "reserved target missed");
 }
+
+fn catalog_arch(name: &str) -> lorafit::model::Architecture {
+    lorafit::formats::catalog::find_model(name)
+        .expect("catalog model")
+        .arch
+        .clone()
+}
+
+fn settings(pairs: &[(&str, &str)]) -> lorafit::model::Settings {
+    let mut v = serde_json::Map::new();
+    for (k, x) in pairs {
+        v.insert((*k).into(), Value::String((*x).into()));
+    }
+    lorafit::formats::fields::settings_from_json(&Value::Object(v))
+        .expect("valid settings")
+        .value
+}
+
+fn peak_of(arch: &lorafit::model::Architecture, pairs: &[(&str, &str)]) -> lorafit::model::Plan {
+    plan(arch, &settings(pairs)).unwrap_or_else(|e| panic!("{pairs:?} does not plan: {e}"))
+}
+
+/// What TRL's trainers do that the harness did not measure, held to what their code implies:
+/// a trained base's reference is a second copy of its weights (resident through the step, so
+/// the memory between steps grows by exactly the weights' bytes, and precomputing the
+/// reference log-probs drops it); `batch` counts pairs for DPO, ORPO and SimPO but examples for
+/// KTO; LLaMA-Factory's `stage: dpo` with `pref_loss: orpo` is ORPO; a disabled dropout keeps no
+/// mask; the full fp32 logits (LLaMA-Factory, TRL 0.x) cost more than TRL's fused head.
+#[test]
+fn preference_methods_follow_their_trainers() {
+    let a = catalog_arch("llama3.2-1b");
+    let base = [("seq", "1024"), ("batch", "2")];
+    let with = |extra: &[(&str, &str)]| {
+        let mut v = base.to_vec();
+        v.extend_from_slice(extra);
+        peak_of(&a, &v)
+    };
+    // The reference copy of a trained base: exactly one more copy of the weights between steps.
+    let full_ref = with(&[("stage", "dpo"), ("finetuning_type", "full")]);
+    let full_pre = with(&[
+        ("stage", "dpo"),
+        ("finetuning_type", "full"),
+        ("precompute_ref_log_probs", "1"),
+    ]);
+    // (precomputed: the batch carries the reference log-probs instead, two [pairs] fp32)
+    let weights = a.total_params() * 2; // bf16
+    assert_eq!(
+        full_ref.steady_state_bytes + 2 * 2 * 4 - full_pre.steady_state_bytes,
+        weights,
+        "a trained base's reference model is a frozen copy of its weights"
+    );
+    // With LoRA the reference is the same weights with the adapters off: nothing resident.
+    let lora_ref = with(&[("stage", "dpo")]);
+    let lora_pre = with(&[("stage", "dpo"), ("precompute_ref_log_probs", "1")]);
+    assert_eq!(
+        lora_ref.steady_state_bytes + 2 * 2 * 4,
+        lora_pre.steady_state_bytes
+    );
+    assert!(lora_ref.peak_allocated_bytes >= lora_pre.peak_allocated_bytes);
+    assert_eq!(lora_ref.peak_phase.name(), "ref_forward");
+    // Pairs: DPO's two sequences per example peak above SFT's one; KTO's examples are one
+    // sequence each, so below DPO with the same batch.
+    let sft = with(&[]);
+    let kto = with(&[("stage", "kto")]);
+    assert!(lora_pre.peak_allocated_bytes > sft.peak_allocated_bytes);
+    assert!(kto.peak_allocated_bytes < lora_ref.peak_allocated_bytes);
+    // LLaMA-Factory spells ORPO as stage dpo + pref_loss orpo.
+    let orpo = with(&[("stage", "orpo")]);
+    let lf_orpo = with(&[("stage", "dpo"), ("pref_loss", "orpo")]);
+    assert_eq!(orpo.peak_allocated_bytes, lf_orpo.peak_allocated_bytes);
+    assert_eq!(orpo.peak_reserved_bytes, lf_orpo.peak_reserved_bytes);
+    // TRL's disable_dropout: LoRA's dropout at p = 0 keeps no mask and no dropped copy.
+    let d0 = with(&[("stage", "dpo"), ("lora_dropout", "0")]);
+    let d5 = with(&[("stage", "dpo"), ("lora_dropout", "0.05")]);
+    let kept = with(&[
+        ("stage", "dpo"),
+        ("lora_dropout", "0.05"),
+        ("disable_dropout", "0"),
+    ]);
+    assert_eq!(d0.peak_allocated_bytes, d5.peak_allocated_bytes);
+    assert!(kept.peak_allocated_bytes > d5.peak_allocated_bytes);
+    // The full logits in fp32 (128256 × 4 bytes per scored position at least) against the
+    // fused head's tiles.
+    let full_logits = with(&[("stage", "dpo"), ("pref_logits", "full")]);
+    let logits_fp32 = 4 * 1024 * a.vocab_size as u128 * 4;
+    assert!(
+        full_logits.peak_allocated_bytes >= lora_ref.peak_allocated_bytes + logits_fp32 / 2,
+        "full logits {} vs fused {}",
+        full_logits.peak_allocated_bytes,
+        lora_ref.peak_allocated_bytes
+    );
+}
+
+/// Inputs a preference step cannot have are refused with the setting named.
+#[test]
+fn preference_settings_refuse_what_cannot_run() {
+    let a = catalog_arch("llama3.2-1b");
+    let e = lorafit::formats::fields::settings_from_json(&serde_json::json!({
+        "stage": "dpo", "seq": 512, "max_prompt_length": 512
+    }))
+    .expect_err("no completion");
+    assert!(e.to_string().contains("max_prompt_length"), "{e}");
+    let moe = catalog_arch("qwen3-30b-a3b");
+    let e = plan(&moe, &settings(&[("stage", "dpo")])).expect_err("MoE preference");
+    assert!(e.to_string().contains("stage"), "{e}");
+    let bad = lorafit::formats::fields::settings_from_json(&serde_json::json!({"stage": "ppo"}));
+    assert!(bad.is_err(), "an unknown stage is refused");
+}

@@ -8,7 +8,8 @@
 
 use lorafit::formats::catalog;
 use lorafit::model::{
-    plan, Architecture, AttnImpl, Dtype, FinetuningType, Optimizer, Quant, Settings, Target,
+    plan, Architecture, AttnImpl, Dtype, FinetuningType, Optimizer, PrefLogits, Quant, Settings,
+    Stage, Target,
 };
 use proptest::prelude::*;
 
@@ -28,7 +29,11 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
             Some((p.peak_allocated_bytes, program))
         }
         Err(e) if e == lorafit::model::steptrace::too_large() => {
-            assert!(s.use_dora || s.base_trained(), "{}: {e}", a.name);
+            assert!(
+                s.use_dora || s.base_trained() || s.preference(),
+                "{}: {e}",
+                a.name
+            );
             None
         }
         Err(e) => {
@@ -36,7 +41,8 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
             assert!(
                 a.is_moe()
                     && (e.contains("target_modules") && e.contains("is named")
-                        || s.base_trained() && e.contains("finetuning_type")),
+                        || s.base_trained() && e.contains("finetuning_type")
+                        || s.preference() && e.contains("stage")),
                 "{}: {e}",
                 a.name
             );
@@ -52,7 +58,14 @@ fn peak(a: &Architecture, s: &Settings) -> Option<u128> {
 
 fn arb_settings() -> impl Strategy<Value = Settings> {
     (
-        (0usize..5, 0usize..3, 0usize..3, 0usize..9, any::<bool>()),
+        (
+            0usize..5,
+            0usize..3,
+            0usize..3,
+            0usize..9,
+            any::<bool>(),
+            0usize..12,
+        ),
         (
             1u64..=4096,
             1u64..=1_048_576,
@@ -63,7 +76,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
         ),
     )
         .prop_map(
-            |((dt, ac, at, opt, gc), (batch, seq, rank, targets, dropout, method))| {
+            |((dt, ac, at, opt, gc, stage), (batch, seq, rank, targets, dropout, method))| {
                 let (dtype, quant) = [
                     (Dtype::Bf16, None),
                     (Dtype::Fp16, None),
@@ -90,6 +103,18 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
                         (6, None) => FinetuningType::Freeze,
                         _ => FinetuningType::Lora,
                     },
+                    // SFT mostly; DPO with its reference each step, precomputed, or from the
+                    // full logits; ORPO, SimPO, KTO (a prompt needs two tokens or more).
+                    stage: match stage {
+                        _ if seq < 2 => Stage::Sft,
+                        6..=8 => Stage::Dpo,
+                        9 => Stage::Orpo,
+                        10 => Stage::Simpo,
+                        11 => Stage::Kto,
+                        _ => Stage::Sft,
+                    },
+                    precompute_ref_log_probs: stage == 7,
+                    pref_logits: (stage == 8).then_some(PrefLogits::Full),
                     ..Settings::default()
                 }
             },

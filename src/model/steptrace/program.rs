@@ -87,6 +87,9 @@ struct Prog<'c, 'a> {
     norm_queue: Vec<X>,
     /// peft's `disable_adapter()` is in effect (a preference trainer's reference pass).
     adapters_off: bool,
+    /// The reference pass of a trained base runs the reference model: a frozen copy of the
+    /// weights (the same shapes; what differs is that autocast never caches their casts).
+    ref_copy: bool,
 }
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
@@ -244,6 +247,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         if s.quant.is_some() {
             self.quant_state();
+        }
+        if s.base_trained() && s.reference_pass() {
+            // TRL's reference model for a trained base (`dpo_trainer.py:907-925`): the model
+            // loaded again from its path, in the policy's dtype, frozen.
+            let copies: Vec<u64> = self.params.iter().map(|p| p.x.n * p.x.es).collect();
+            for b in copies {
+                self.t(b, 1, What::Weight);
+            }
         }
         // A real run's measured overhead, kept as a calibration: resident through the step.
         if s.measured_overhead_bytes > 0 {
@@ -545,9 +556,12 @@ impl<'c, 'a> Prog<'c, 'a> {
                     }
                     None => {
                         let wc = self.cast(w, es, What::WeightCopy);
-                        if w.grad() && wc.t != w.t {
+                        let cache = self.tp.mode != Mode::NoGrad && !self.ref_copy;
+                        if w.grad() && wc.t != w.t && cache {
                             // Autocast caches the casts of trainable leaves until the context
-                            // exits.
+                            // exits; not under no_grad (a later op with grad would get a cast
+                            // without a graph: PyTorch casts again), nor the reference copy's
+                            // frozen weights.
                             self.tp.keep_local(wc.t);
                             self.ac_cache.push((w.t, wc));
                         }
@@ -1984,6 +1998,7 @@ pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
         param_cols: vec![],
         causal: None,
         adapters_off: false,
+        ref_copy: false,
     };
     p.tp.emulated = device == super::Device::Emulated;
     p.tp.workspace_bytes = ctx

@@ -13,7 +13,6 @@ use super::super::{StepPhase, What};
 use super::{bytes, Prog};
 use crate::model::settings::{PrefLogits, Stage};
 
-
 /// What the fused head returns and the step keeps: the per-token outputs scattered back to
 /// `[sequences, seq − 1]` (`log_probs`, `entropy`, `mean_logits`, `is_top1`), the label mask,
 /// and the (unused) mean NLL loss with its divisor.
@@ -74,14 +73,94 @@ use Sz::*;
 /// Local 0 is the last log-probs sum; local 4 (`β·Δ`) and 6 (`log_sigmoid`'s buffer) are saved
 /// for backward and local 10 is the loss.
 const TAIL: [Ev; 88] = [
-    A(B4), A(B4), A(B4), A(B4), A(B4), A(Z), A(B4), F(5), A(F4), A(F4), F(8), A(F4), F(9),
-    A(Tok4), A(F4), F(11), A(I8), A(F4), F(12), A(I8), F(13), A(One), F(16), A(F4), F(17),
-    A(I8), A(I8), F(18), F(19), A(RowB), A(Nz), A(Bc4), F(21), F(20), A(F4), F(22), A(I8),
-    A(RowB), A(Nz), A(Bc4), F(26), F(25), A(F4), F(27), A(I8), A(F4), F(30), F(23), A(I8),
-    F(31), F(24), A(F4), F(32), F(28), A(I8), F(33), F(29), A(RowB), A(RowB), F(34), A(I8),
-    F(15), A(I8), A(I8), A(One), F(39), A(I8), A(F4), F(40), F(41), A(B4), A(B4), A(F4),
-    F(44), A(F4), F(45), A(B1), A(B4), F(46), A(F4), F(48), A(B4), A(F4), F(50), A(F4), F(51),
-    A(F4), F(52),
+    A(B4),
+    A(B4),
+    A(B4),
+    A(B4),
+    A(B4),
+    A(Z),
+    A(B4),
+    F(5),
+    A(F4),
+    A(F4),
+    F(8),
+    A(F4),
+    F(9),
+    A(Tok4),
+    A(F4),
+    F(11),
+    A(I8),
+    A(F4),
+    F(12),
+    A(I8),
+    F(13),
+    A(One),
+    F(16),
+    A(F4),
+    F(17),
+    A(I8),
+    A(I8),
+    F(18),
+    F(19),
+    A(RowB),
+    A(Nz),
+    A(Bc4),
+    F(21),
+    F(20),
+    A(F4),
+    F(22),
+    A(I8),
+    A(RowB),
+    A(Nz),
+    A(Bc4),
+    F(26),
+    F(25),
+    A(F4),
+    F(27),
+    A(I8),
+    A(F4),
+    F(30),
+    F(23),
+    A(I8),
+    F(31),
+    F(24),
+    A(F4),
+    F(32),
+    F(28),
+    A(I8),
+    F(33),
+    F(29),
+    A(RowB),
+    A(RowB),
+    F(34),
+    A(I8),
+    F(15),
+    A(I8),
+    A(I8),
+    A(One),
+    F(39),
+    A(I8),
+    A(F4),
+    F(40),
+    F(41),
+    A(B4),
+    A(B4),
+    A(F4),
+    F(44),
+    A(F4),
+    F(45),
+    A(B1),
+    A(B4),
+    F(46),
+    A(F4),
+    F(48),
+    A(B4),
+    A(F4),
+    F(50),
+    A(F4),
+    F(51),
+    A(F4),
+    F(52),
 ];
 
 /// The tail's locals that live until `_compute_loss` returns, in the order its frame releases
@@ -95,8 +174,23 @@ const TAIL_KEPT_C: [u8; 7] = [35, 37, 38, 42, 43, 47, 49];
 /// loss weight's, `-logsigmoid`'s (releasing its saved `β·Δ` and buffer), the log-ratios', the
 /// `cat` of the chosen and rejected halves, and `slice_backward` of `log_probs[:, -seq_len:]`.
 const LOSS_BACKWARD: [Ev; 17] = [
-    A(F4), A(B4), F(0), A(B4), F(1), A(B4), F(2), Saved(4), Saved(6), A(B4), F(3), A(B4), A(S4),
-    F(4), F(5), A(Tok4), F(6),
+    A(F4),
+    A(B4),
+    F(0),
+    A(B4),
+    F(1),
+    A(B4),
+    F(2),
+    Saved(4),
+    Saved(6),
+    A(B4),
+    F(3),
+    A(B4),
+    A(S4),
+    F(4),
+    F(5),
+    A(Tok4),
+    F(6),
 ];
 
 impl<'c, 'a> Prog<'c, 'a> {
@@ -160,13 +254,17 @@ impl<'c, 'a> Prog<'c, 'a> {
         // hidden_states[:, :-1] (a view whose backward is slice_backward)
         let mut hs = fin;
         hs.n = rows * h;
-        hs.g = self.tp.node(Op::Slice, rows * h, fin.es, &[Self::edge(&fin)], &[]);
+        hs.g = self
+            .tp
+            .node(Op::Slice, rows * h, fin.es, &[Self::edge(&fin)], &[]);
         self.tp.keep_local(fin.t);
         // mask = labels != -100; hidden_states[mask] through nonzero
         let mask = self.t(rows, 1, What::Loss);
         let nz = self.t(n * 2, 8, What::Loss);
         let mut hidden = self.t(n * h, fin.es, What::Logits);
-        hidden.g = self.tp.node(Op::Scatter, n * h, fin.es, &[Self::edge(&hs)], &[mask.t]);
+        hidden.g = self
+            .tp
+            .node(Op::Scatter, n * h, fin.es, &[Self::edge(&hs)], &[mask.t]);
         self.drop(nz);
         self.drop(hs);
         let nz = self.t(n * 2, 8, What::Loss);
@@ -220,8 +318,16 @@ impl<'c, 'a> Prog<'c, 'a> {
             es: head.es,
             sum_to: 0,
         };
-        let hidden_chunk_bytes = if hidden.es != ce { n.min(TOKENS) * h * ce } else { 0 };
-        let weight_chunk_bytes = if head.es != ce { v.min(VOCAB) * h * ce } else { 0 };
+        let hidden_chunk_bytes = if hidden.es != ce {
+            n.min(TOKENS) * h * ce
+        } else {
+            0
+        };
+        let weight_chunk_bytes = if head.es != ce {
+            v.min(VOCAB) * h * ce
+        } else {
+            0
+        };
         let edges: &[Edge] = if trained_head {
             &[Self::edge(&hidden), ew]
         } else {
@@ -386,7 +492,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             .collect();
         self.tp.scripts.push(script);
         let id = (self.tp.scripts.len() - 1) as u32;
-        let g = self.tp.node(Op::Script(id), 1, 4, &[Self::edge(&policy.logp)], &[]);
+        let g = self
+            .tp
+            .node(Op::Script(id), 1, 4, &[Self::edge(&policy.logp)], &[]);
         (g, loss_x)
     }
 
@@ -404,14 +512,23 @@ impl<'c, 'a> Prog<'c, 'a> {
         r
     }
 
-    /// A model call under `torch.no_grad()`, with the adapters disabled or not.
-    fn no_grad_pass(&mut self, adapters_off: bool) -> Head {
+    /// A model call under `torch.no_grad()`: the policy, or the reference (peft's adapters
+    /// disabled, or the reference copy of a trained base).
+    fn no_grad_pass(&mut self, reference: bool) -> Head {
+        self.under_no_grad(reference, |p| p.pref_model())
+    }
+
+    /// Runs `f` under `torch.no_grad()`, as the reference model if `reference`.
+    fn under_no_grad<R>(&mut self, reference: bool, f: impl FnOnce(&mut Self) -> R) -> R {
+        let copy = reference && self.ctx.s.base_trained();
         let mode = std::mem::replace(&mut self.tp.mode, Mode::NoGrad);
-        let off = std::mem::replace(&mut self.adapters_off, adapters_off);
-        let h = self.pref_model();
+        let off = std::mem::replace(&mut self.adapters_off, reference && !copy);
+        let rc = std::mem::replace(&mut self.ref_copy, copy);
+        let r = f(self);
+        self.ref_copy = rc;
         self.adapters_off = off;
         self.tp.mode = mode;
-        h
+        r
     }
 
     /// `precompute_ref_log_probs`: before training, one no-grad pass over the batch with the
@@ -446,17 +563,21 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn pref_forward_logits(&mut self, step: u8, ids: X) -> (G, X) {
         let s = self.ctx.s;
         let labels = self.pref_labels();
+        if s.stage == Stage::Kto {
+            // KL_logps: the policy over the mismatched completions, under no_grad.
+            let (_, l) = self.under_no_grad(false, |p| p.forward(ids, labels, None));
+            self.drop(l);
+        }
         let (root, loss) = self.forward(ids, labels, None);
         if s.reference_pass() {
             // The reference model's concatenated forward under no_grad: the peft model with
             // its adapters disabled, or the separate reference copy of a trained base.
             self.phase(step, StepPhase::RefForward);
-            let mode = std::mem::replace(&mut self.tp.mode, Mode::NoGrad);
-            let off = std::mem::replace(&mut self.adapters_off, true);
-            let (_, l) = self.forward(ids, labels, None);
-            self.drop(l);
-            self.adapters_off = off;
-            self.tp.mode = mode;
+            let passes = if s.stage == Stage::Kto { 2 } else { 1 };
+            for _ in 0..passes {
+                let (_, l) = self.under_no_grad(true, |p| p.forward(ids, labels, None));
+                self.drop(l);
+            }
             self.phase(step, StepPhase::Forward);
         }
         self.drop(labels);
