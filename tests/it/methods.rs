@@ -186,7 +186,6 @@ fn preference_methods_follow_their_trainers() {
 /// Inputs a preference step cannot have are refused with the setting named.
 #[test]
 fn preference_settings_refuse_what_cannot_run() {
-    let a = catalog_arch("llama3.2-1b");
     let e = lorafit::formats::fields::settings_from_json(&serde_json::json!({
         "stage": "dpo", "seq": 512, "max_prompt_length": 512
     }))
