@@ -150,6 +150,11 @@ pub fn export(
 fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     let gpt_oss = arch.moe_layout().is_some_and(|m| m.mxfp4_checkpoint);
     let mut out = String::from("import torch\nfrom peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n");
+    let (import, _, _) = trl_config(s);
+    if !import.is_empty() {
+        out.push_str(import);
+        out.push('\n');
+    }
     if gpt_oss {
         out.push_str("from transformers import Mxfp4Config\n");
     }
@@ -224,8 +229,9 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         if s.modules_to_save.is_empty() { "None".to_string() } else { py_list(&mts(s).iter().map(|m| m.to_string()).collect::<Vec<_>>()) },
     ));
     }
+    let (_, config, pref_args) = trl_config(s);
     out.push_str(&format!(
-        "training_args = TrainingArguments(\n    output_dir=\"out\",\n    per_device_train_batch_size={},\n    gradient_accumulation_steps={},\n    gradient_checkpointing={},\n    bf16={},\n    fp16={},\n    optim={:?},\n)\n",
+        "training_args = {config}(\n    output_dir=\"out\",\n    per_device_train_batch_size={},\n    gradient_accumulation_steps={},\n    gradient_checkpointing={},\n    bf16={},\n    fp16={},\n    optim={:?},\n{pref_args})\n",
         s.batch,
         s.grad_accum,
         py_bool(s.grad_ckpt),
@@ -241,6 +247,47 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         out.push_str("# fused cross-entropy: from liger_kernel.transformers import apply_liger_kernel_to_llama (per family)\n");
     }
     out
+}
+
+/// The TRL import, config class and the arguments that set the preference method of the stage
+/// (TrainingArguments, nothing to import, for SFT).
+fn trl_config(s: &Settings) -> (&'static str, &'static str, String) {
+    use crate::model::Stage;
+    let (import, class) = match s.stage {
+        Stage::Sft => return ("", "TrainingArguments", String::new()),
+        Stage::Dpo => ("from trl import DPOConfig, DPOTrainer", "DPOConfig"),
+        Stage::Kto => ("from trl import KTOConfig, KTOTrainer", "KTOConfig"),
+        Stage::Orpo => (
+            "from trl.experimental.orpo import ORPOConfig, ORPOTrainer",
+            "ORPOConfig",
+        ),
+        Stage::Simpo => (
+            "from trl.experimental.cpo import CPOConfig, CPOTrainer",
+            "CPOConfig",
+        ),
+    };
+    let mut args = format!("    beta={},\n", s.beta);
+    match s.stage {
+        Stage::Dpo => args.push_str(&format!(
+            "    loss_type=[{:?}],\n    precompute_ref_log_probs={},\n",
+            s.pref_loss.name(),
+            py_bool(s.precompute_ref_log_probs)
+        )),
+        Stage::Kto => args.push_str(&format!(
+            "    precompute_ref_log_probs={},\n",
+            py_bool(s.precompute_ref_log_probs)
+        )),
+        Stage::Simpo => args.push_str("    loss_type=\"simpo\",\n    cpo_alpha=0.0,\n"),
+        _ => {}
+    }
+    args.push_str(&format!(
+        "    max_length={},  # prompt {} + completion {} tokens per sequence\n    disable_dropout={},\n",
+        s.seq,
+        s.prompt_tokens(),
+        s.completion_tokens(),
+        py_bool(s.disable_dropout)
+    ));
+    (import, class, args)
 }
 
 fn mixed(s: &Settings) -> &'static str {
@@ -335,6 +382,9 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.use_dora {
         out.push_str("use_dora: true\n");
     }
+    if s.preference() {
+        out = out.replace("stage: sft\n", &llama_factory_stage(s));
+    }
     if !s.modules_to_save.is_empty() {
         out.push_str(&format!("additional_target: {}\n", mts(s).join(",")));
     }
@@ -357,6 +407,29 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     ));
     if s.fused_ce {
         out.push_str("enable_liger_kernel: true\n");
+    }
+    out
+}
+
+/// LLaMA-Factory's keys for a preference stage: `stage: dpo` with `pref_loss` (ORPO and SimPO
+/// are DPO losses there), or `stage: kto`; its trainers compute the full logits.
+fn llama_factory_stage(s: &Settings) -> String {
+    use crate::model::{PrefLogits, Stage};
+    let (stage, loss) = match s.stage {
+        Stage::Kto => ("kto", None),
+        Stage::Orpo => ("dpo", Some("orpo")),
+        Stage::Simpo => ("dpo", Some("simpo")),
+        _ => ("dpo", Some(s.pref_loss.name())),
+    };
+    let mut out = format!("stage: {stage}\npref_beta: {}\n", s.beta);
+    if let Some(l) = loss {
+        out.push_str(&format!("pref_loss: {l}\n"));
+    }
+    if s.precompute_ref_log_probs {
+        out.push_str("# precompute_ref_log_probs: LLaMA-Factory runs the reference in every step (TRL's DPOConfig has the option)\n");
+    }
+    if s.pref_logits_run() == PrefLogits::Fused {
+        out.push_str("# LLaMA-Factory's DPO and KTO trainers compute the full fp32 logits: plan with pref_logits full to match them\n");
     }
     out
 }
@@ -390,6 +463,13 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     };
     if s.use_dora {
         out.push_str("peft_use_dora: true\n");
+    }
+    if s.preference() {
+        // axolotl's `rl` runs TRL's trainer of that name.
+        out.push_str(&format!("rl: {}\nrl_beta: {}\n", s.stage.name(), s.beta));
+        if s.precompute_ref_log_probs {
+            out.push_str("precompute_ref_log_probs: true\n");
+        }
     }
     if !s.modules_to_save.is_empty() {
         out.push_str(&format!(

@@ -594,7 +594,7 @@ pub static FIELDS: &[Field] = &[
     Field {
         name: "stage",
         json_aliases: &["method_kind"],
-        url: Some("st"),
+        url: Some("stage"),
         flag: Some("--stage"),
         flag_aliases: &[],
         no_flag: None,
@@ -624,7 +624,16 @@ pub static FIELDS: &[Field] = &[
         label: "Preference loss",
         help: "LLaMA-Factory pref_loss / TRL loss_type: orpo and simpo need no reference, the others a few scalars per pair",
         testid: None,
-        kind: Kind::Text,
+        kind: Kind::Choice(|| {
+            vec![
+                ("sigmoid", "sigmoid (DPO)"),
+                ("hinge", "hinge"),
+                ("ipo", "IPO"),
+                ("robust", "robust, exo_pair, nca_pair, bco_pair, … (a reference)"),
+                ("orpo", "ORPO (no reference)"),
+                ("simpo", "SimPO (no reference)"),
+            ]
+        }),
         slider: None,
         get: |s| s.pref_loss.name().to_string(),
         set: |s, v| named(PrefLoss::parse, v, PrefLoss::choices()).map(|x| s.pref_loss = x),

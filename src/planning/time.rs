@@ -27,6 +27,8 @@ pub struct StepFlops {
     pub backward_attention: f64,
     /// Forward recomputed under gradient checkpointing.
     pub recompute: f64,
+    /// No-grad forwards of a preference step: the reference's (adapters off) and KTO's KL pass.
+    pub reference: f64,
     /// Sum.
     pub total: f64,
 }
@@ -34,7 +36,9 @@ pub struct StepFlops {
 /// FLOPs of one micro-batch step. Mixture-of-experts models count the parameters a token
 /// runs through (its k routed experts and the router), not all of them.
 pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
-    let t = (s.batch as f64) * (s.seq as f64);
+    // Every sequence the forward sees: 2 × batch for preference pairs.
+    let seqs = s.sequences() as f64;
+    let t = seqs * (s.seq as f64);
     let layers = a.num_hidden_layers as f64;
     let head = (a.vocab_size as f64) * (a.hidden_size as f64);
     let r = s.lora_r as f64;
@@ -101,8 +105,7 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
     } else {
         0.5
     };
-    let attn_per_layer =
-        2.0 * (s.batch as f64) * (s.seq as f64).powi(2) * (qk_dim + v_dim) * causal;
+    let attn_per_layer = 2.0 * seqs * (s.seq as f64).powi(2) * (qk_dim + v_dim) * causal;
     let forward_frozen = 2.0 * t * (lin * layers + head);
     let forward_lora = 2.0 * t * lora_per_layer * layers;
     let forward_attention = attn_per_layer * layers;
@@ -127,13 +130,23 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
     } else {
         0.0
     };
+    // The reference forward (the frozen weights and attention; its head scores only the
+    // completion), and KTO's KL pass of the policy and of the reference.
+    let passes = match (s.reference_pass(), s.stage == crate::model::Stage::Kto) {
+        (true, true) => 3.0,
+        (false, true) => 1.0,
+        (true, false) => 1.0,
+        (false, false) => 0.0,
+    };
+    let reference = passes * (2.0 * t * lin * layers + forward_attention);
     let total = forward_frozen
         + forward_lora
         + forward_attention
         + backward_frozen
         + backward_lora
         + backward_attention
-        + recompute;
+        + recompute
+        + reference;
     StepFlops {
         forward_frozen,
         forward_lora,
@@ -142,6 +155,7 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
         backward_lora,
         backward_attention,
         recompute,
+        reference,
         total,
     }
 }
@@ -235,7 +249,7 @@ pub fn estimate(
     let accum = s.grad_accum as f64;
     let world = s.parallel.world() as f64;
     let seconds_per_step = micro * accum;
-    let tokens_per_step = (s.batch as f64) * (s.seq as f64) * accum * world;
+    let tokens_per_step = (s.sequences() as f64) * (s.seq as f64) * accum * world;
     let tokens_per_second = tokens_per_step / seconds_per_step;
     let seconds_per_epoch = (dataset_tokens / tokens_per_step).ceil() * seconds_per_step;
     let active = if a.is_moe() {
@@ -250,9 +264,10 @@ pub fn estimate(
         String::new()
     };
     let explanation = format!(
-        "{:.3} PFLOP per micro-batch ({} GC recompute{active}) ÷ ({peak} TFLOP/s {kind} × {:.0} % utilisation){}; × {} accumulation steps; {} GPU(s) in parallel",
+        "{:.3} PFLOP per micro-batch ({} GC recompute{}{active}) ÷ ({peak} TFLOP/s {kind} × {:.0} % utilisation){}; × {} accumulation steps; {} GPU(s) in parallel",
         flops.total / 1e15,
         if s.grad_ckpt { "with" } else { "no" },
+        if flops.reference > 0.0 { ", with the reference's no-grad forward" } else { "" },
         utilization * 100.0,
         if slowdown > 1.0 { format!(" × {slowdown} for 4-bit dequantisation") } else { String::new() },
         s.grad_accum,

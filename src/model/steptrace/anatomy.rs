@@ -300,8 +300,15 @@ fn widths(ctx: &Ctx, shape: Shape) -> Vec<(&'static str, u128)> {
         }
     };
     let moe = |v: u128| if a.is_moe() { v } else { 0 };
+    // A preference step: every sequence of its pairs, and the completion tokens it scores.
+    let seqs = s.sequences();
+    let scored = if s.preference() {
+        act(seqs) * u128::from(s.completion_tokens())
+    } else {
+        0
+    };
     [
-        ("tokens", act(s.batch) * s.seq as u128),
+        ("tokens", act(seqs) * s.seq as u128),
         ("hidden", a.hidden_size as u128),
         ("intermediate", a.intermediate_size as u128),
         ("q_dim", a.q_dim()),
@@ -315,7 +322,8 @@ fn widths(ctx: &Ctx, shape: Shape) -> Vec<(&'static str, u128)> {
         ("expert width", moe(a.expert_width())),
         ("seq", act(s.seq)),
         ("seq", act(s.seq)),
-        ("batch", act(s.batch)),
+        (if s.paired() { "sequences" } else { "batch" }, act(seqs)),
+        ("scored tokens", scored),
     ]
     .into_iter()
     .filter(|&(_, v)| v > 1)
