@@ -8,6 +8,7 @@ use crate::model::{Settings, Strategy};
 pub const ESSENTIAL: &[&str] = &[
     "base_weights",
     "finetuning_type",
+    "stage",
     "batch",
     "seq",
     "lora_r",
@@ -26,6 +27,11 @@ pub const TRAINING: &[&str] = &[
     "lora_dropout",
     "use_dora",
     "freeze_trainable_layers",
+    "pref_loss",
+    "max_prompt_length",
+    "precompute_ref_log_probs",
+    "disable_dropout",
+    "pref_logits",
     "padded_mask",
 ];
 
@@ -48,6 +54,10 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         // Full fine-tuning has no adapters.
         "lora_r" | "lora_dropout" | "use_dora" => !s.base_trained(),
         "freeze_trainable_layers" => s.finetuning_type == crate::model::FinetuningType::Freeze,
+        // A preference method's own settings; the reference's only where there is one.
+        "pref_loss" => s.stage == crate::model::Stage::Dpo,
+        "max_prompt_length" | "disable_dropout" | "pref_logits" => s.preference(),
+        "precompute_ref_log_probs" => s.uses_reference(),
         // transformers 4's per-expert layout had only the loop over the experts, and no fused
         // expert parameters for target_parameters.
         "experts_implementation" | "target_parameters" => {
@@ -133,6 +143,12 @@ mod tests {
         s.finetuning_type = crate::model::FinetuningType::Full;
         assert!(!relevant("lora_r", &s) && !relevant("use_dora", &s));
         s.finetuning_type = crate::model::FinetuningType::Lora;
+        assert!(!relevant("precompute_ref_log_probs", &s) && !relevant("max_prompt_length", &s));
+        s.stage = crate::model::Stage::Dpo;
+        assert!(relevant("precompute_ref_log_probs", &s) && relevant("pref_loss", &s));
+        s.stage = crate::model::Stage::Orpo;
+        assert!(!relevant("precompute_ref_log_probs", &s) && relevant("max_prompt_length", &s));
+        s.stage = crate::model::Stage::Sft;
         s.parallel.gpus_per_node = 2;
         assert!(relevant("offload", &s));
         assert!(relevant("experts_implementation", &s) && relevant("target_parameters", &s));

@@ -533,35 +533,52 @@ fn phase_of(p: steptrace::StepPhase) -> Phase {
     }
 }
 
-/// What a preference step runs, in the plan's numbers: the sequences, the scored tokens, the
-/// reference, the log-probs.
-fn preference_note(arch: &Architecture, s: &Settings) -> String {
+/// What a preference step runs, in the plan's numbers, one note per fact: the sequences and
+/// scored tokens, the reference, KTO's KL pass, the log-probs, the disabled dropout.
+fn preference_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     use super::settings::{PrefLogits, Stage};
     let seqs = s.sequences();
-    let unit = if s.paired() {
+    let name = match s.stage {
+        Stage::Sft => "SFT",
+        Stage::Dpo => "DPO",
+        Stage::Orpo => "ORPO",
+        Stage::Simpo => "SimPO",
+        Stage::Kto => "KTO",
+    };
+    let mut out = vec![if s.paired() {
         format!(
-            "batch {} counts preference pairs: the model sees {seqs} sequences (chosen, then rejected)",
-            s.batch
+            "{name}: batch {} counts preference pairs: the model sees {seqs} sequences (chosen, then rejected) of {} tokens ({} prompt, {} completion)",
+            s.batch,
+            s.seq,
+            s.prompt_tokens(),
+            s.completion_tokens()
         )
     } else {
-        format!("batch {} counts unpaired examples", s.batch)
-    };
-    let reference = if !s.uses_reference() {
-        "no reference model".to_string()
-    } else if s.precompute_ref_log_probs {
-        "the reference log-probs are computed once before training (a no-grad pass over the batch), so the step has no reference forward".to_string()
-    } else if s.base_trained() {
-        "the reference model is a second, frozen copy of the weights, run under no_grad after the policy forward, on top of what the policy saved".to_string()
-    } else {
-        "the reference is the model with its adapters disabled, run under no_grad without checkpointing after the policy forward, on top of what the policy saved".to_string()
-    };
-    let kl = if s.stage == Stage::Kto {
-        "; KTO first runs the policy under no_grad over mismatched completions (its KL term), and the reference over both"
-    } else {
-        ""
-    };
+        format!(
+            "{name}: batch {} counts unpaired examples of {} tokens ({} prompt, {} completion)",
+            s.batch,
+            s.seq,
+            s.prompt_tokens(),
+            s.completion_tokens()
+        )
+    }];
+    out.push(
+        if !s.uses_reference() {
+            "no reference model: the loss compares the chosen and rejected completions directly"
+        } else if s.precompute_ref_log_probs {
+            "the reference log-probs are computed once before training (a no-grad pass over the batch), so the step has no reference forward"
+        } else if s.base_trained() {
+            "the reference model is a second, frozen copy of the weights, run under no_grad after the policy forward, on top of what the policy saved"
+        } else {
+            "the reference is the model with its adapters disabled, run under no_grad without checkpointing after the policy forward, on top of what the policy saved"
+        }
+        .into(),
+    );
+    if s.stage == Stage::Kto {
+        out.push("KTO first runs the policy under no_grad over mismatched completions (its KL term), and the reference over both".into());
+    }
     let scored = seqs.saturating_mul(s.completion_tokens());
-    let logits = match s.pref_logits_run() {
+    out.push(match s.pref_logits_run() {
         PrefLogits::Fused => format!(
             "TRL's fused head scores the {scored} completion tokens in [{} × 32768] tiles, never the [{seqs} × {} × {}] logits",
             scored.min(4096),
@@ -572,19 +589,11 @@ fn preference_note(arch: &Architecture, s: &Settings) -> String {
             "the full [{seqs} × {} × {}] logits are cast to fp32 and log-softmaxed (LLaMA-Factory, TRL 0.x, TRL's ORPO and CPO trainers)",
             s.seq, arch.vocab_size
         ),
-    };
-    let dropout = if s.disable_dropout && s.lora_dropout > 0.0 {
-        "; dropout is disabled (TRL's disable_dropout), so lora_dropout keeps no mask"
-    } else {
-        ""
-    };
-    format!(
-        "{}: {unit} of {} tokens ({} prompt, {} completion); {reference}{kl}; {logits}{dropout}",
-        s.stage.name().to_uppercase(),
-        s.seq,
-        s.prompt_tokens(),
-        s.completion_tokens(),
-    )
+    });
+    if s.disable_dropout && s.lora_dropout > 0.0 {
+        out.push("dropout is disabled (TRL's disable_dropout), so lora_dropout keeps no mask".into());
+    }
+    out
 }
 
 /// How transformers 5.24 + peft run a mixture-of-experts model, where it differs from the
@@ -603,7 +612,7 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         super::settings::FinetuningType::Lora => {}
     }
     if s.preference() {
-        out.push(preference_note(arch, s));
+        out.extend(preference_notes(arch, s));
     }
     let Some(m) = arch.moe_layout() else {
         if !s.target_parameters.is_empty() {

@@ -41,6 +41,10 @@ pub enum FixId {
     NoDora,
     /// LoRA instead of full fine-tuning.
     Lora,
+    /// A preference step's reference log-probs computed once before training.
+    PrecomputeRef,
+    /// TRL's fused log-prob head instead of the full logits.
+    FusedLogprobs,
     /// The last resort: a shorter sequence.
     ShorterSeq,
     /// Several changes together.
@@ -75,6 +79,8 @@ pub enum ChangeKind {
     Targets,
     /// The training method (DoRA, full fine-tuning).
     Method,
+    /// A preference step's reference pass.
+    Reference,
     /// The sequence length (the last resort) or several kinds at once (a combination).
     Several,
 }
@@ -98,6 +104,8 @@ impl FixId {
             FixId::FewerTargets => "fewer_targets",
             FixId::NoDora => "no_dora",
             FixId::Lora => "lora",
+            FixId::PrecomputeRef => "precompute_ref",
+            FixId::FusedLogprobs => "fused_logprobs",
             FixId::ShorterSeq => "shorter_seq",
             FixId::Combined => "combined",
         }
@@ -113,7 +121,8 @@ impl FixId {
             FixId::Bf16Weights | FixId::Qlora => ChangeKind::Weights,
             FixId::Dropout0 => ChangeKind::Dropout,
             FixId::Adamw8bit | FixId::Paged => ChangeKind::Optimizer,
-            FixId::FusedCe => ChangeKind::Loss,
+            FixId::FusedCe | FixId::FusedLogprobs => ChangeKind::Loss,
+            FixId::PrecomputeRef => ChangeKind::Reference,
             FixId::GradCkpt => ChangeKind::Checkpointing,
             FixId::SmallerBatch => ChangeKind::MicroBatch,
             FixId::FewerTargets => ChangeKind::Targets,
@@ -173,6 +182,10 @@ pub enum Patch {
     NoDora,
     /// LoRA (the settings' rank and targets) instead of full fine-tuning.
     Lora,
+    /// `precompute_ref_log_probs=True`.
+    PrecomputeRef,
+    /// TRL's fused log-prob head.
+    FusedLogprobs,
 }
 
 impl Patch {
@@ -212,6 +225,8 @@ impl Patch {
             }
             Patch::NoDora => t.use_dora = false,
             Patch::Lora => t.finetuning_type = FinetuningType::Lora,
+            Patch::PrecomputeRef => t.precompute_ref_log_probs = true,
+            Patch::FusedLogprobs => t.pref_logits = Some(crate::model::PrefLogits::Fused),
         }
     }
 }
@@ -377,7 +392,27 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             Patch::Lora,
         );
     }
-    if s.lora_dropout > 0.0 && !s.targets.is_empty() && !s.base_trained() {
+    if s.reference_pass() {
+        push(
+            FixId::PrecomputeRef,
+            "precompute_ref_log_probs=True".into(),
+            "precomputed reference",
+            "one no-grad pass over the dataset before training (minutes to hours), its log-probs stored with the data; no reference forward, and for a trained base no reference copy, in the step",
+            2,
+            Patch::PrecomputeRef,
+        );
+    }
+    if s.preference() && s.pref_logits_run() == crate::model::PrefLogits::Full {
+        push(
+            FixId::FusedLogprobs,
+            "TRL ≥ 1's fused log-prob head (DPOTrainer / KTOTrainer)".into(),
+            "fused log-probs",
+            "none in the result: the same log-probs from [4096 × 32768] tiles instead of the fp32 logits; needs TRL's trainer instead of LLaMA-Factory's",
+            3,
+            Patch::FusedLogprobs,
+        );
+    }
+    if s.dropout_run() > 0.0 && !s.targets.is_empty() && !s.base_trained() {
         push(
             FixId::Dropout0,
             format!("lora_dropout {} → 0", s.lora_dropout),
@@ -416,7 +451,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             Patch::Optimizer(Optimizer::PagedAdamw8bit),
         );
     }
-    if !s.fused_ce {
+    if !s.fused_ce && !s.preference() {
         push(
             FixId::FusedCe,
             "use a fused / chunked cross-entropy (e.g. Liger's FusedLinearCrossEntropy)".into(),

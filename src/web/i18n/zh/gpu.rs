@@ -40,6 +40,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("# PFLOP per micro-batch ({}) ÷ (# TFLOP/s {=} × # % utilisation) × # for #-bit dequantisation", "每个微批 # PFLOP（{}）÷（# TFLOP/s {=} × # % 利用率）× #（# 位反量化）"),
     ("with GC recompute", "含梯度检查点重计算"),
     ("no GC recompute", "不含重计算"),
+    ("with GC recompute, with the reference's no-grad forward", "含梯度检查点重计算，含参考模型的无梯度前向"),
+    ("no GC recompute, with the reference's no-grad forward", "不含重计算，含参考模型的无梯度前向"),
     ("{}, from the # B active of # B parameters (# of # experts per token)", "{}，按 # B 激活参数计（共 # B；每个 token # / # 个专家）"),
     ("× # accumulation steps", "× # 个梯度累积步"),
     ("# GPU(s) in parallel", "# 张 GPU 并行"),
