@@ -224,7 +224,7 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         s.lora_r,
         s.lora_alpha,
         s.lora_dropout,
-        if s.use_dora { "    use_dora=True,\n" } else { "" },
+        lora_config_variants(s),
         py_list(&module_names(arch, s)),
         if s.modules_to_save.is_empty() { "None".to_string() } else { py_list(&mts(s).iter().map(|m| m.to_string()).collect::<Vec<_>>()) },
     ));
@@ -239,12 +239,45 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         py_bool(s.autocast == Some(Dtype::Fp16)),
         s.optimizer.name(),
     ));
+    out.push_str(&optimizer_comments(s));
     out.push_str(&format!(
         "# max sequence length (truncate / pack to): {}\n",
         s.seq
     ));
     if s.fused_ce {
         out.push_str("# fused cross-entropy: from liger_kernel.transformers import apply_liger_kernel_to_llama (per family)\n");
+    }
+    out
+}
+
+/// LoraConfig's arguments for the LoRA variants: DoRA, rsLoRA, the initialisation.
+fn lora_config_variants(s: &Settings) -> String {
+    let mut out = String::new();
+    if s.use_dora {
+        out.push_str("    use_dora=True,\n");
+    }
+    if s.use_rslora {
+        out.push_str("    use_rslora=True,\n");
+    }
+    if s.init_lora_weights != crate::model::LoraInit::Default {
+        let v = match s.init_lora_weights {
+            crate::model::LoraInit::PissaFast => "\"pissa_niter_16\"".to_string(),
+            crate::model::LoraInit::Random => "False".to_string(),
+            i => format!("{:?}", i.name()),
+        };
+        out.push_str(&format!("    init_lora_weights={v},\n"));
+    }
+    out
+}
+
+/// Comments for what peft sets outside LoraConfig: LoRA+ and LoRA-FA's optimizers.
+fn optimizer_comments(s: &Settings) -> String {
+    let mut out = String::new();
+    if s.loraplus_lr_ratio > 0.0 {
+        out.push_str(&format!("# LoRA+: from peft.optimizers import create_loraplus_optimizer; optimizer = create_loraplus_optimizer(model, optimizer_cls=torch.optim.AdamW, lr=1e-4, loraplus_lr_ratio={})\n", s.loraplus_lr_ratio));
+    }
+    if s.lora_fa {
+        out.push_str("# LoRA-FA: from peft.optimizers import create_lorafa_optimizer; optimizer = create_lorafa_optimizer(model, r=lora_config.r, lora_alpha=lora_config.lora_alpha, lr=1e-4)  # freezes every lora_A\n");
     }
     out
 }
@@ -382,6 +415,32 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.use_dora {
         out.push_str("use_dora: true\n");
     }
+    if s.use_rslora {
+        out.push_str("use_rslora: true\n");
+    }
+    match s.init_lora_weights {
+        crate::model::LoraInit::Pissa | crate::model::LoraInit::PissaFast => {
+            out.push_str(&format!(
+                "pissa_init: true\npissa_iter: {}\n",
+                if s.init_lora_weights == crate::model::LoraInit::Pissa {
+                    -1
+                } else {
+                    16
+                }
+            ));
+        }
+        crate::model::LoraInit::Default => {}
+        i => out.push_str(&format!(
+            "# init_lora_weights: {} (peft LoraConfig; LLaMA-Factory sets only PiSSA)\n",
+            i.name()
+        )),
+    }
+    if s.loraplus_lr_ratio > 0.0 {
+        out.push_str(&format!("loraplus_lr_ratio: {}\n", s.loraplus_lr_ratio));
+    }
+    if s.lora_fa {
+        out.push_str("# LoRA-FA (lora_A frozen): peft's create_lorafa_optimizer, not a LLaMA-Factory option\n");
+    }
     if s.preference() {
         out = out.replace("stage: sft\n", &llama_factory_stage(s));
     }
@@ -463,6 +522,21 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     };
     if s.use_dora {
         out.push_str("peft_use_dora: true\n");
+    }
+    if s.use_rslora {
+        out.push_str("peft_use_rslora: true\n");
+    }
+    if s.init_lora_weights != crate::model::LoraInit::Default {
+        out.push_str(&format!(
+            "# init_lora_weights: {} (peft LoraConfig)\n",
+            s.init_lora_weights.name()
+        ));
+    }
+    if s.loraplus_lr_ratio > 0.0 {
+        out.push_str(&format!("loraplus_lr_ratio: {}\n", s.loraplus_lr_ratio));
+    }
+    if s.lora_fa {
+        out.push_str("# LoRA-FA (lora_A frozen): peft's create_lorafa_optimizer\n");
     }
     if s.preference() {
         // axolotl's `rl` runs TRL's trainer of that name.

@@ -10,8 +10,8 @@ use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Optimizer, PrefLogits, PrefLoss,
-    Quant, SavedModule, Settings, Stage, Strategy, Target,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, LoraInit, Optimizer, PrefLogits,
+    PrefLoss, Quant, SavedModule, Settings, Stage, Strategy, Target,
 };
 
 /// What values a setting takes (decides the page control and the CLI's argument).
@@ -590,6 +590,75 @@ pub static FIELDS: &[Field] = &[
         slider: None,
         get: |s| bool_text(s.use_dora),
         set: |s, v| boolean(v).map(|x| s.use_dora = x),
+    },
+    Field {
+        name: "use_rslora",
+        json_aliases: &["peft_use_rslora"],
+        url: Some("rs"),
+        flag: Some("--use-rslora"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "rsLoRA",
+        help: "scaling α/√r instead of α/r: no memory effect",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.use_rslora),
+        set: |s, v| boolean(v).map(|x| s.use_rslora = x),
+    },
+    Field {
+        name: "init_lora_weights",
+        json_aliases: &["peft_init_lora_weights"],
+        url: Some("init"),
+        flag: Some("--init-lora-weights"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Adapter initialisation",
+        help: "pissa and olora decompose each adapted weight before training (a cost at start, none in the step)",
+        testid: None,
+        kind: Kind::Text,
+        slider: None,
+        get: |s| s.init_lora_weights.name().to_string(),
+        set: |s, v| {
+            LoraInit::read(v)
+                .map(|x| s.init_lora_weights = x)
+                .ok_or_else(|| {
+                    format!(
+                        "unknown value {v:?} (expected one of {}, pissa_niter_N)",
+                        LoraInit::choices()
+                    )
+                })
+        },
+    },
+    Field {
+        name: "loraplus_lr_ratio",
+        json_aliases: &[],
+        url: Some("lp"),
+        flag: Some("--loraplus-lr-ratio"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "LoRA+ learning-rate ratio",
+        help: "lora_B's learning rate over lora_A's (0: off): no memory effect",
+        testid: None,
+        kind: Kind::Float { min: 0.0, max: 1e9 },
+        slider: None,
+        get: |s| s.loraplus_lr_ratio.to_string(),
+        set: |s, v| float_in(v, 0.0, 1e9).map(|x| s.loraplus_lr_ratio = x),
+    },
+    Field {
+        name: "lora_fa",
+        json_aliases: &["lora_a_frozen"],
+        url: Some("fa"),
+        flag: Some("--lora-fa"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "LoRA-FA (lora_A frozen)",
+        help: "only lora_B trains: no gradient or optimizer state for A, and A's input is not saved",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.lora_fa),
+        set: |s, v| boolean(v).map(|x| s.lora_fa = x),
     },
     Field {
         name: "stage",
@@ -1370,6 +1439,7 @@ mod tests {
                 Kind::Json => continue,
                 Kind::Text if f.name == "cublas_workspace_config" => ":4096:8".to_string(),
                 Kind::Text if f.name == "freeze_trainable_layers" => "-3".to_string(),
+                Kind::Text if f.name == "init_lora_weights" => "pissa_niter_16".to_string(),
                 Kind::Text => "expandable_segments:True".to_string(),
             };
             let mut s = changed.clone();

@@ -245,8 +245,8 @@ mod tests {
         assert!(plan_request(&json!(3)).is_err());
         // What the request held and the planner did not use is named.
         assert_eq!(out["ignored"], json!([]));
-        let rs = plan_request(&json!({"model": "llama2-7b", "settings": {"use_rslora": true}, "gpu": "rtx4090", "colour": "red"})).unwrap();
-        assert_eq!(rs["ignored"], json!(["colour", "settings.use_rslora"]));
+        let rs = plan_request(&json!({"model": "llama2-7b", "settings": {"use_qalora": true}, "gpu": "rtx4090", "colour": "red"})).unwrap();
+        assert_eq!(rs["ignored"], json!(["colour", "settings.use_qalora"]));
         // An id comes back as given; null settings are no settings.
         let with_id =
             plan_request(&json!({"id": 7, "model": "llama2-7b", "settings": null})).unwrap();

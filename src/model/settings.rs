@@ -170,6 +170,58 @@ names!(PrefLogits {
     Full => "full" | "logits" | "llamafactory" | "trl0",
 });
 
+/// How peft initialises the adapters (`LoraConfig.init_lora_weights`). Only the
+/// initialisation differs; the step trains the same A and B.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoraInit {
+    /// Kaiming-uniform A, zero B (peft's default, `True`).
+    Default,
+    /// Gaussian A, zero B.
+    Gaussian,
+    /// PiSSA: A and B from the principal singular vectors of W (a full SVD per adapted weight),
+    /// W replaced by the residual.
+    Pissa,
+    /// PiSSA with a fast randomized SVD (`pissa_niter_N`).
+    PissaFast,
+    /// OLoRA: A and B from a QR decomposition of W, W replaced by the residual.
+    Olora,
+    /// LoftQ: quantization-aware initialisation.
+    Loftq,
+    /// EVA: data-driven initialisation from activations before training.
+    Eva,
+    /// CorDA: data-driven initialisation from activations before training.
+    Corda,
+    /// Orthogonal A.
+    Orthogonal,
+    /// A and B both random (`False`: the adapter is not an identity at the start).
+    Random,
+}
+
+names!(LoraInit {
+    Default => "true" | "default" | "kaiming",
+    Gaussian => "gaussian",
+    Pissa => "pissa",
+    PissaFast => "pissa_niter",
+    Olora => "olora",
+    Loftq => "loftq",
+    Eva => "eva",
+    Corda => "corda",
+    Orthogonal => "orthogonal",
+    Random => "false",
+});
+
+impl LoraInit {
+    /// Reads peft's spellings, `pissa_niter_16` included.
+    pub fn read(v: &str) -> Option<LoraInit> {
+        let n = v.trim().to_ascii_lowercase();
+        if n.starts_with("pissa_niter_") && n["pissa_niter_".len()..].parse::<u32>().is_ok() {
+            return Some(LoraInit::PissaFast);
+        }
+        LoraInit::parse(&n)
+    }
+}
+
 /// Modules trained in full next to the adapters (peft `modules_to_save`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -306,6 +358,20 @@ pub struct Settings {
     /// `W + B·A` in every forward (planned by the step program only).
     #[serde(default)]
     pub use_dora: bool,
+    /// rsLoRA (`use_rslora`): scaling α/√r instead of α/r (no memory effect).
+    #[serde(default)]
+    pub use_rslora: bool,
+    /// How peft initialises the adapters (PiSSA, OLoRA, …): an initialisation-time cost only.
+    #[serde(default = "default_lora_init")]
+    pub init_lora_weights: LoraInit,
+    /// LoRA+ (`loraplus_lr_ratio`, 0 = off): B's learning rate a multiple of A's, two
+    /// optimizer parameter groups (no memory effect).
+    #[serde(default)]
+    pub loraplus_lr_ratio: f64,
+    /// LoRA-FA (peft's `create_lorafa_optimizer`): lora_A frozen after initialisation, so A
+    /// takes no gradient or optimizer state and its input is not saved for A's gradient.
+    #[serde(default)]
+    pub lora_fa: bool,
     /// What the run trains: peft adapters, every parameter, or some layers' parameters.
     #[serde(default = "default_finetuning_type")]
     pub finetuning_type: FinetuningType,
@@ -370,6 +436,10 @@ fn default_finetuning_type() -> FinetuningType {
     FinetuningType::Lora
 }
 
+fn default_lora_init() -> LoraInit {
+    LoraInit::Default
+}
+
 fn default_stage() -> Stage {
     Stage::Sft
 }
@@ -428,6 +498,10 @@ impl Default for Settings {
             optimizer: Optimizer::AdamwTorchFused,
             fused_ce: false,
             use_dora: false,
+            use_rslora: false,
+            init_lora_weights: LoraInit::Default,
+            loraplus_lr_ratio: 0.0,
+            lora_fa: false,
             finetuning_type: FinetuningType::Lora,
             freeze_trainable_layers: 2,
             stage: Stage::Sft,
@@ -594,6 +668,10 @@ impl Settings {
                 (self.quant.is_some(), "quant", "a 4-bit base cannot be trained in full (bitsandbytes' Params4bit takes no gradient): use finetuning_type lora for QLoRA"),
                 (self.freeze_trainable_layers == 0 && self.finetuning_type == FinetuningType::Freeze, "freeze_trainable_layers", "0 layers would train nothing: the last N layers train for N > 0, the first |N| for N < 0"),
                 (self.use_dora, "use_dora", "DoRA is an adapter: it needs finetuning_type lora"),
+                (self.use_rslora, "use_rslora", "rsLoRA scales an adapter: it needs finetuning_type lora"),
+                (self.init_lora_weights != LoraInit::Default, "init_lora_weights", "an adapter initialisation needs finetuning_type lora"),
+                (self.loraplus_lr_ratio != 0.0, "loraplus_lr_ratio", "LoRA+ sets the adapters' learning rates: it needs finetuning_type lora"),
+                (self.lora_fa, "lora_fa", "LoRA-FA freezes lora_A: it needs finetuning_type lora"),
                 (!self.modules_to_save.is_empty(), "modules_to_save", "full fine-tuning already trains every module: leave modules_to_save empty"),
                 (!self.target_parameters.is_empty(), "target_parameters", "full fine-tuning already trains the experts: leave target_parameters empty"),
             ];
@@ -620,6 +698,18 @@ impl Settings {
             return bad(
                 "lora_dropout",
                 format!("{} must be in [0, 1)", self.lora_dropout),
+            );
+        }
+        if self.lora_fa && self.use_dora {
+            return bad(
+                "lora_fa",
+                "LoRA-FA's optimizer (peft create_lorafa_optimizer) takes plain LoRA adapters, not DoRA".into(),
+            );
+        }
+        if !self.loraplus_lr_ratio.is_finite() || self.loraplus_lr_ratio < 0.0 {
+            return bad(
+                "loraplus_lr_ratio",
+                "must be a finite number ≥ 0 (0: off)".into(),
             );
         }
         if !self.lora_alpha.is_finite() {

@@ -98,6 +98,21 @@ pub fn param_counts(ctx: &Ctx) -> ParamCounts {
                     a.block_linear_params(k) + a.block_small_params(k)
                 })
                 .sum()
+        } else if ctx.s.lora_fa {
+            // LoRA-FA: every lora_A is frozen.
+            let a_params: u128 = a
+                .layer_groups()
+                .iter()
+                .map(|&(k, n)| {
+                    let r = ctx.s.lora_r as u128;
+                    n * ctx
+                        .adapted_of(k)
+                        .iter()
+                        .map(|l| r * l.in_features)
+                        .sum::<u128>()
+                })
+                .sum();
+            lora_params - a_params + modules_to_save_params
         } else {
             lora_params + modules_to_save_params
         },

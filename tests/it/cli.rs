@@ -132,7 +132,7 @@ fn every_door_names_what_it_did_not_use() {
     let f = tmp(
         "ignored.jsonl",
         concat!(
-            r#"{"id": "rslora", "model": "llama2-7b", "settings": {"batch": 1, "seq": 512, "use_rslora": true, "lr": 1e-4}, "note": "x"}"#,
+            r#"{"id": "rslora", "model": "llama2-7b", "settings": {"batch": 1, "seq": 512, "use_qalora": true, "lr": 1e-4}, "note": "x"}"#,
             "\n",
             r#"{"id": "plain", "model": "llama2-7b", "settings": {"batch": 1, "seq": 512}}"#,
             "\n",
@@ -148,7 +148,7 @@ fn every_door_names_what_it_did_not_use() {
         .collect();
     assert_eq!(
         lines[0]["ignored"],
-        serde_json::json!(["note", "settings.lr", "settings.use_rslora"])
+        serde_json::json!(["note", "settings.lr", "settings.use_qalora"])
     );
     assert_eq!(lines[1]["ignored"], serde_json::json!([]));
     assert_eq!(lines[2]["ignored"], serde_json::json!(["model.rope_theta"]));

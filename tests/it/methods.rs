@@ -13,7 +13,7 @@ use lorafit::model::{plan, plan_simulated, plan_simulated_on};
 use serde_json::Value;
 
 /// Cases in the committed file; a change to the data must change this number too.
-const EXPECTED_CASES: usize = 20;
+const EXPECTED_CASES: usize = 21;
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -196,4 +196,55 @@ fn preference_settings_refuse_what_cannot_run() {
     assert!(e.to_string().contains("stage"), "{e}");
     let bad = lorafit::formats::fields::settings_from_json(&serde_json::json!({"stage": "ppo"}));
     assert!(bad.is_err(), "an unknown stage is refused");
+}
+
+/// The LoRA variants the issue asks to accept, each with its memory effect: rsLoRA, LoRA+ and
+/// the PiSSA / OLoRA initialisations change nothing in the step (and say so in a note); LoRA-FA
+/// freezes every lora_A, so A's parameters leave the trainable count and the step no longer
+/// keeps A's fp32 input (planned by the step program, matched event for event against the
+/// harness's `lora_a_frozen` recordings in `tests/data/steptrace`).
+#[test]
+fn lora_variants_state_their_memory_effect() {
+    let a = catalog_arch("llama3.1-8b");
+    let base = peak_of(&a, &[("seq", "1024")]);
+    for (k, v, says) in [
+        ("use_rslora", "1", "rsLoRA"),
+        ("loraplus_lr_ratio", "16", "LoRA+"),
+        ("init_lora_weights", "pissa", "PiSSA"),
+        ("init_lora_weights", "pissa_niter_4", "PiSSA"),
+        ("init_lora_weights", "olora", "OLoRA"),
+    ] {
+        let p = peak_of(&a, &[("seq", "1024"), (k, v)]);
+        assert_eq!(p.peak_allocated_bytes, base.peak_allocated_bytes, "{k}={v}");
+        assert_eq!(p.peak_reserved_bytes, base.peak_reserved_bytes, "{k}={v}");
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains(says) && n.contains("memory effect")
+                    || n.contains(says) && n.contains("nothing in the step")),
+            "{k}={v}: {:?}",
+            p.notes
+        );
+    }
+    let fa = peak_of(&a, &[("seq", "1024"), ("lora_fa", "1")]);
+    // A is r × in_features per adapted Linear: q, k, v, o, gate, up read hidden; down reads
+    // intermediate.
+    let r = 16u128;
+    let (h, i) = (a.hidden_size as u128, a.intermediate_size as u128);
+    let a_params = a.num_hidden_layers as u128 * r * (6 * h + i);
+    assert_eq!(
+        base.params.trainable_params - fa.params.trainable_params,
+        a_params
+    );
+    assert!(fa.peak_allocated_bytes < base.peak_allocated_bytes);
+    let e = lorafit::formats::fields::settings_from_json(&serde_json::json!({
+        "init_lora_weights": "svd"
+    }))
+    .expect_err("unknown initialisation");
+    assert!(e.to_string().contains("init_lora_weights"), "{e}");
+    let e = lorafit::formats::fields::settings_from_json(&serde_json::json!({
+        "finetuning_type": "full", "use_rslora": true
+    }))
+    .expect_err("rsLoRA without adapters");
+    assert!(e.to_string().contains("use_rslora"), "{e}");
 }

@@ -252,7 +252,8 @@ fn program_only(s: &Settings) -> Option<(&'static str, &'static str)> {
     match s.finetuning_type {
         FinetuningType::Full => Some(("finetuning_type", "full fine-tuning")),
         FinetuningType::Freeze => Some(("finetuning_type", "freeze tuning")),
-        FinetuningType::Lora => s.use_dora.then_some(("use_dora", "DoRA")),
+        FinetuningType::Lora if s.use_dora => Some(("use_dora", "DoRA")),
+        FinetuningType::Lora => s.lora_fa.then_some(("lora_fa", "LoRA-FA")),
     }
 }
 
@@ -533,6 +534,57 @@ fn phase_of(p: steptrace::StepPhase) -> Phase {
     }
 }
 
+/// The memory effect of each LoRA variant the settings use: none in the step for rsLoRA and
+/// LoRA+, an initialisation-time cost for PiSSA and OLoRA, no gradient or state for A with
+/// LoRA-FA (planned by the step program).
+fn lora_variant_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
+    use super::settings::LoraInit;
+    let mut out = vec![];
+    if s.use_rslora {
+        out.push(
+            "rsLoRA (use_rslora): the adapters are scaled by α/√r instead of α/r; no memory effect"
+                .into(),
+        );
+    }
+    if s.loraplus_lr_ratio > 0.0 {
+        out.push(format!(
+            "LoRA+ (loraplus_lr_ratio {}): lora_B learns at that multiple of lora_A's rate, in a second optimizer parameter group with the same states; no memory effect",
+            s.loraplus_lr_ratio
+        ));
+    }
+    // The largest adapted weight, whose decomposition at initialisation is the largest.
+    let largest = arch
+        .layer_groups()
+        .iter()
+        .flat_map(|&(k, _)| Ctx::new(arch, s).adapted_of(k))
+        .map(|l| (l.out_features, l.in_features))
+        .max_by_key(|&(o, i)| o * i);
+    match (s.init_lora_weights, largest) {
+        (LoraInit::Pissa, Some((o, i))) => {
+            // torch.linalg.svd(W.float(), full_matrices=False): W in fp32, U, S, Vh.
+            let k = o.min(i);
+            let bytes = 4 * (o * i + o * k + k + k * i);
+            out.push(format!(
+                "PiSSA (init_lora_weights pissa): peft takes a full SVD of each adapted weight when it builds the adapters, before training (up to {:.2} GiB for the largest, {o} × {i}: the weight in fp32 and its factors); the base weights become W − B·A, the same size; nothing in the step",
+                bytes as f64 / (1u64 << 30) as f64
+            ));
+        }
+        (LoraInit::PissaFast, _) => out.push("PiSSA with a randomized SVD (pissa_niter_N): a low-rank decomposition of each adapted weight when peft builds the adapters, before training; nothing in the step".into()),
+        (LoraInit::Olora, Some((o, i))) => out.push(format!(
+            "OLoRA (init_lora_weights olora): a QR decomposition of each adapted weight in fp32 when peft builds the adapters, before training (the largest {o} × {i}); the base weights become W − B·A, the same size; nothing in the step"
+        )),
+        (LoraInit::Loftq | LoraInit::Eva | LoraInit::Corda, _) => out.push(format!(
+            "init_lora_weights {}: the adapters are initialised before training (from the quantization error or from activations); the step trains the same A and B",
+            s.init_lora_weights.name()
+        )),
+        _ => {}
+    }
+    if s.lora_fa {
+        out.push("LoRA-FA: lora_A stays frozen after initialisation, so it takes no gradient and no optimizer state, and A's input is not saved for its gradient; only lora_B trains (peft's create_lorafa_optimizer)".into());
+    }
+    out
+}
+
 /// What a preference step runs, in the plan's numbers, one note per fact: the sequences and
 /// scored tokens, the reference, KTO's KL pass, the log-probs, the disabled dropout.
 fn preference_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
@@ -591,7 +643,9 @@ fn preference_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         ),
     });
     if s.disable_dropout && s.lora_dropout > 0.0 {
-        out.push("dropout is disabled (TRL's disable_dropout), so lora_dropout keeps no mask".into());
+        out.push(
+            "dropout is disabled (TRL's disable_dropout), so lora_dropout keeps no mask".into(),
+        );
     }
     out
 }
@@ -614,6 +668,7 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     if s.preference() {
         out.extend(preference_notes(arch, s));
     }
+    out.extend(lora_variant_notes(arch, s));
     let Some(m) = arch.moe_layout() else {
         if !s.target_parameters.is_empty() {
             out.push("target_parameters ignored: this model has no fused expert parameters".into());

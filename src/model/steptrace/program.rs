@@ -282,9 +282,13 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.weight(outf, aux, 0);
         }
         let lora = adapted.iter().any(|x| x.name == l.name).then(|| {
-            let a = self.param(r * inf, ad, true, What::Trainable);
+            // LoRA-FA: lora_A frozen (no gradient, no state; its input is not saved for it).
+            let a = self.param(r * inf, ad, !s.lora_fa, What::Trainable);
             let b = self.param(outf * r, ad, true, What::Trainable);
-            self.param_cols.extend([inf, r]);
+            if !s.lora_fa {
+                self.param_cols.push(inf);
+            }
+            self.param_cols.push(r);
             // peft registers `lora_magnitude_vector` after lora_B (`adapter_layer_names`).
             let magnitude = s.use_dora.then(|| {
                 self.param_cols.push(0);

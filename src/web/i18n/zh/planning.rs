@@ -129,4 +129,14 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("TRL ≥ #'s fused log-prob head (DPOTrainer / KTOTrainer)", "TRL ≥ # 的融合 log-prob 输出头（DPOTrainer / KTOTrainer）"),
     ("fused log-probs", "融合 log-prob"),
     ("none in the result: the same log-probs from [# × #] tiles instead of the fp32 logits; needs TRL's trainer instead of LLaMA-Factory's", "结果不变：同样的 log-prob 改由 [# × #] 分块算出，不再生成 fp32 logits；需要用 TRL 的训练器而不是 LLaMA-Factory 的"),
+    // LoRA variants (plan notes)
+    ("rsLoRA (use_rslora): the adapters are scaled by α/√r instead of α/r; no memory effect", "rsLoRA（use_rslora）：适配器按 α/√r 而不是 α/r 缩放；不影响显存"),
+    ("LoRA+ (loraplus_lr_ratio #): lora_B learns at that multiple of lora_A's rate, in a second optimizer parameter group with the same states; no memory effect", "LoRA+（loraplus_lr_ratio #）：lora_B 的学习率是 lora_A 的这个倍数，放在第二个优化器参数组里，状态量不变；不影响显存"),
+    ("PiSSA (init_lora_weights pissa): peft takes a full SVD of each adapted weight when it builds the adapters, before training (up to # GiB for the largest, # × #: the weight in fp32 and its factors); the base weights become W − B·A, the same size; nothing in the step", "PiSSA（init_lora_weights pissa）：peft 构建适配器时（训练前）对每个被适配的权重做完整 SVD（最大的 # × # 权重最多需要 # GiB：fp32 的权重及其分解因子）；基座权重变为 W − B·A，大小不变；训练步里没有额外显存"),
+    ("PiSSA with a randomized SVD (pissa_niter_N): a low-rank decomposition of each adapted weight when peft builds the adapters, before training; nothing in the step", "使用随机 SVD 的 PiSSA（pissa_niter_N）：peft 构建适配器时（训练前）对每个被适配的权重做低秩分解；训练步里没有额外显存"),
+    ("OLoRA (init_lora_weights olora): a QR decomposition of each adapted weight in fp32 when peft builds the adapters, before training (the largest # × #); the base weights become W − B·A, the same size; nothing in the step", "OLoRA（init_lora_weights olora）：peft 构建适配器时（训练前）以 fp32 对每个被适配的权重做 QR 分解（最大为 # × #）；基座权重变为 W − B·A，大小不变；训练步里没有额外显存"),
+    ("init_lora_weights loftq: the adapters are initialised before training (from the quantization error or from activations); the step trains the same A and B", "init_lora_weights loftq：适配器在训练前初始化（依据量化误差或激活值）；训练步训练的仍是同样的 A 和 B"),
+    ("init_lora_weights eva: the adapters are initialised before training (from the quantization error or from activations); the step trains the same A and B", "init_lora_weights eva：适配器在训练前初始化（依据量化误差或激活值）；训练步训练的仍是同样的 A 和 B"),
+    ("init_lora_weights corda: the adapters are initialised before training (from the quantization error or from activations); the step trains the same A and B", "init_lora_weights corda：适配器在训练前初始化（依据量化误差或激活值）；训练步训练的仍是同样的 A 和 B"),
+    ("LoRA-FA: lora_A stays frozen after initialisation, so it takes no gradient and no optimizer state, and A's input is not saved for its gradient; only lora_B trains (peft's create_lorafa_optimizer)", "LoRA-FA：lora_A 初始化后保持冻结，没有梯度和优化器状态，A 的输入也不再为其梯度保存；只训练 lora_B（peft 的 create_lorafa_optimizer）"),
 ];

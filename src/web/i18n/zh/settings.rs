@@ -101,7 +101,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("KTO (unpaired + reference)", "KTO（非成对 + 参考模型）"),
     ("Preference loss", "偏好损失"),
     ("LLaMA-Factory pref_loss / TRL loss_type: orpo and simpo need no reference, the others a few scalars per pair", "LLaMA-Factory 的 pref_loss / TRL 的 loss_type：orpo 和 simpo 不需要参考模型，其余每对只多几个标量"),
-    ("sigmoid (DPO)", "sigmoid（DPO）"),
+    ("sigmoid (DPO)", "sigmoid（即 DPO）"),
     ("IPO", "IPO 损失"),
     ("robust, exo_pair, nca_pair, bco_pair, … (a reference)", "robust、exo_pair、nca_pair、bco_pair 等（需参考模型）"),
     ("ORPO (no reference)", "ORPO（无参考模型）"),
@@ -118,4 +118,13 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("the trainer's own", "按训练器默认"),
     ("fused head (TRL ≥ #)", "融合输出头（TRL ≥ #）"),
     ("full logits", "完整 logits"),
+    // LoRA variants
+    ("rsLoRA", "rsLoRA（秩稳定缩放）"),
+    ("scaling α/√r instead of α/r: no memory effect", "缩放系数为 α/√r 而不是 α/r：不影响显存"),
+    ("Adapter initialisation", "适配器初始化"),
+    ("pissa and olora decompose each adapted weight before training (a cost at start, none in the step)", "pissa 和 olora 在训练前分解每个被适配的权重（只在开始时有开销，训练步里没有）"),
+    ("LoRA+ learning-rate ratio", "LoRA+ 学习率倍数"),
+    ("lora_B's learning rate over lora_A's (0: off): no memory effect", "lora_B 与 lora_A 学习率之比（0 为关闭）：不影响显存"),
+    ("LoRA-FA (lora_A frozen)", "LoRA-FA（冻结 lora_A）"),
+    ("only lora_B trains: no gradient or optimizer state for A, and A's input is not saved", "只训练 lora_B：A 没有梯度和优化器状态，A 的输入也不再为反向保存"),
 ];
