@@ -124,7 +124,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Adapter initialisation", "适配器初始化"),
     ("pissa and olora decompose each adapted weight before training (a cost at start, none in the step)", "pissa 和 olora 在训练前分解每个被适配的权重（只在开始时有开销，训练步里没有）"),
     ("LoRA+ learning-rate ratio", "LoRA+ 学习率倍数"),
-    ("lora_B's learning rate over lora_A's (0: off): no memory effect", "lora_B 与 lora_A 学习率之比（0 为关闭）：不影响显存"),
+    ("lora_B's learning rate over lora_A's (#: off): no memory effect", "lora_B 与 lora_A 学习率之比（# 为关闭）：不影响显存"),
     ("LoRA-FA (lora_A frozen)", "LoRA-FA（冻结 lora_A）"),
     ("only lora_B trains: no gradient or optimizer state for A, and A's input is not saved", "只训练 lora_B：A 没有梯度和优化器状态，A 的输入也不再为反向保存"),
 ];
