@@ -82,8 +82,9 @@ pub struct FamilyLayout {
     /// The embedding output is scaled by `embed_scale`, a buffer (Gemma).
     pub scaled_embedding: bool,
     /// Partial rotary through `cat([rotated, pass-through])` (Phi-3): the rotary output is a
-    /// copy, so q is contiguous in (batch, heads, seq, dim) and attention's output is copied by
-    /// `transpose(1, 2).contiguous()`.
+    /// copy, so q is contiguous in (batch, heads, seq, dim) and cuDNN attention's output too,
+    /// which `transpose(1, 2).contiguous()` then copies (the memory-efficient kernel's fp32
+    /// output is (batch, seq, heads, dim) already).
     pub rotary_cat: bool,
     /// Local (sliding-window) attention layers, where the family has them.
     pub sliding: Option<Sliding>,

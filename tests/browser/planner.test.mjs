@@ -256,3 +256,30 @@ test("full fine-tuning and DoRA are planned as the CLI plans them, each visibly"
   await page.close();
   await dora.page.close();
 });
+
+test("a preference stage is planned as the CLI plans it, and says what it runs", async () => {
+  const { page, errors } = await openApp(browser, server.url + "?model=llama3.2-1b");
+  const sft = await gibOf(page, "peak-allocated");
+  // DPO from the first screen: two sequences per pair and the reference pass.
+  await page.selectOption('[data-testid="select-stage"]', "dpo");
+  const dpo = await gibOf(page, "peak-allocated");
+  const want = cliPlan(["--model", "llama3.2-1b", "--stage", "dpo"]).plan;
+  assert.ok(Math.abs(dpo - want.peak_allocated_bytes / GIB) <= 0.006, `${dpo} vs CLI`);
+  assert.ok(dpo > sft, `DPO ${dpo} GiB vs SFT ${sft} GiB`);
+  const notes = await page.textContent('[data-testid="plan-notes"]');
+  assert.match(notes, /counts preference pairs/);
+  assert.match(notes, /adapters disabled/);
+  assert.match(await page.textContent('[data-testid="peak-phase"]'), new RegExp(want.peak_phase));
+  await page.waitForFunction(() => location.search.includes("stage=dpo"), null, { timeout: 5000 });
+  await page.screenshot({ path: path.join(artifacts, "method-dpo.png") });
+  // Precomputed reference log-probs through the link: no reference pass in the step.
+  const pre = await openApp(browser, server.url + "?model=llama3.2-1b&stage=dpo&pre=1");
+  const shown = await gibOf(pre.page, "peak-allocated");
+  const wantPre = cliPlan(["--model", "llama3.2-1b", "--stage", "dpo", "--precompute-ref-log-probs"]).plan;
+  assert.ok(Math.abs(shown - wantPre.peak_allocated_bytes / GIB) <= 0.006, `${shown} vs CLI`);
+  assert.match(await pre.page.textContent('[data-testid="plan-notes"]'), /computed once before training/);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(pre.errors, []);
+  await page.close();
+  await pre.page.close();
+});

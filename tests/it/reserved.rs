@@ -575,3 +575,28 @@ fn moe_plans_and_simulations_hold_for_every_option() {
     assert_eq!(n, 42);
     assert!(worst <= 1.0, "sequence vs plan: {worst:.2} %");
 }
+
+/// Steps whose sequence is not generated event for event yet but whose peak is
+/// (`tests/data/steptrace/peaks.jsonl`, measured with the harness): the generated peak of live
+/// bytes is the measured one to the byte.
+#[test]
+fn generated_peaks_equal_the_measured_ones() {
+    let mut checked = 0;
+    for line in data("tests/data/steptrace/peaks.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+    {
+        let case: Value = serde_json::from_str(line).expect("JSON");
+        let id = case["id"].as_str().expect("id");
+        let arch = resolve_model(&case["model"]).expect("model").value;
+        let s = crate::harness_settings(&case["settings"]);
+        let t = generate_on(&arch, &s, Device::Emulated).expect("generates");
+        assert_eq!(
+            t.peak_live_bytes,
+            case["measured_peak_bytes"].as_u64().expect("measured peak"),
+            "{id}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "peak-only recordings");
+}

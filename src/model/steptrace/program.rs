@@ -1053,9 +1053,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             if let Some(b) = bias {
                 self.drop(b);
             }
-            if a.family.layout().rotary_cat {
-                // q comes from a cat, contiguous in (b, h, s, d): so does the output, and
-                // `transpose(1, 2).contiguous()` copies it.
+            if a.family.layout().rotary_cat && !efficient {
+                // q comes from a cat, contiguous in (b, h, s, d): so does cuDNN's output, and
+                // `transpose(1, 2).contiguous()` copies it (the memory-efficient kernel, fp32,
+                // writes (b, s, h, d) whatever q's layout: no copy).
                 let mut c = self.t(o.n, o.es, What::Attention);
                 c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
                 self.drop(o);
