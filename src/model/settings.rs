@@ -109,7 +109,7 @@ pub enum Stage {
 
 names!(Stage {
     Sft => "sft" | "pt",
-    Dpo => "dpo" | "rm_dpo",
+    Dpo => "dpo",
     Orpo => "orpo",
     Simpo => "simpo" | "cpo",
     Kto => "kto",
