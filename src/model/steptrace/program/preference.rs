@@ -19,9 +19,11 @@ use crate::model::settings::{PrefLogits, Stage};
 #[derive(Clone, Copy)]
 pub(super) struct Head {
     logp: X,
-    entropy: X,
-    mean: X,
-    top1: X,
+    /// The metrics' outputs: the policy's head computes them, a separate reference model's
+    /// only the log-probs (`add_fused_lm_head(self.ref_model)`, `dpo_trainer.py:961-962`).
+    entropy: Option<X>,
+    mean: Option<X>,
+    top1: Option<X>,
     mask: X,
     loss: X,
     /// The loss's divisor, which its `DivBackward` keeps (freed already without a graph).
@@ -194,6 +196,13 @@ const LOSS_BACKWARD: [Ev; 17] = [
 ];
 
 impl<'c, 'a> Prog<'c, 'a> {
+    /// Drops a tensor a head may not have made.
+    fn drop_opt(&mut self, x: Option<X>) {
+        if let Some(x) = x {
+            self.drop(x);
+        }
+    }
+
     fn sz(&self, z: Sz) -> u64 {
         let s = self.ctx.s;
         let (b, l, c) = (s.batch, s.seq, s.completion_tokens());
@@ -302,15 +311,19 @@ impl<'c, 'a> Prog<'c, 'a> {
         let log_z = self.t(n, 4, What::Logits);
         self.drop(log);
         let mut logp = self.t(n, 4, What::Logits);
-        let d = self.t(n, 4, What::Logits);
-        let entropy = self.t(n, 4, What::Logits);
-        self.drop(d);
-        let mean = self.t(n, 4, What::Logits);
-        let ge = self.t(n, 1, What::Logits);
-        let gt = self.t(n, 1, What::Logits);
-        let top1 = self.t(n, 1, What::Logits);
-        self.drop(ge);
-        self.drop(gt);
+        let metrics = !self.ref_copy;
+        let (mut entropy, mut mean, mut top1) = (None, None, None);
+        if metrics {
+            let d = self.t(n, 4, What::Logits);
+            entropy = Some(self.t(n, 4, What::Logits));
+            self.drop(d);
+            mean = Some(self.t(n, 4, What::Logits));
+            let ge = self.t(n, 1, What::Logits);
+            let gt = self.t(n, 1, What::Logits);
+            top1 = Some(self.t(n, 1, What::Logits));
+            self.drop(ge);
+            self.drop(gt);
+        }
         let trained_head = head.grad();
         let ew = Edge {
             to: head.g,
@@ -345,7 +358,12 @@ impl<'c, 'a> Prog<'c, 'a> {
             n,
             4,
             edges,
-            &[hidden.t, targets.t, log_z.t, entropy.t],
+            &[
+                hidden.t,
+                targets.t,
+                log_z.t,
+                entropy.map_or(log_z.t, |e| e.t),
+            ],
         );
         // The frame's locals: the statistics, the hidden chunk, the tile buffer (through its
         // last view); without a graph, log_z, then the context's saved hidden states and
@@ -369,17 +387,17 @@ impl<'c, 'a> Prog<'c, 'a> {
             y
         };
         let logp_full = scatter(self, logp, 4);
-        let entropy_full = scatter(self, entropy, 4);
-        let mean_full = scatter(self, mean, 4);
-        let top1_full = scatter(self, top1, 1);
-        self.drop(mean);
+        let entropy_full = entropy.map(|x| scatter(self, x, 4));
+        let mean_full = mean.map(|x| scatter(self, x, 4));
+        let top1_full = top1.map(|x| scatter(self, x, 1));
+        self.drop_opt(mean);
         if !grad {
-            self.drop(entropy);
+            self.drop_opt(entropy);
         }
         self.drop(logp);
-        self.drop(top1);
+        self.drop_opt(top1);
         if grad {
-            self.drop(entropy);
+            self.drop_opt(entropy);
         }
         // loss = -log_probs.sum() / mask.sum().clamp(min=1) (no one takes its gradient)
         let sum = self.t(1, 4, What::Loss);
@@ -459,9 +477,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         if let Some((r, rs)) = reference {
             self.drop(sum);
             self.drop(r.loss);
-            self.drop(r.entropy);
-            self.drop(r.mean);
-            self.drop(r.top1);
+            self.drop_opt(r.entropy);
+            self.drop_opt(r.mean);
+            self.drop_opt(r.top1);
             self.drop(r.mask);
             self.drop(r.logp);
             self.drop(rs);
@@ -471,12 +489,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         for k in TAIL_KEPT_A {
             self.drop(locals[k as usize]);
         }
-        self.drop(policy.entropy);
+        self.drop_opt(policy.entropy);
         for k in TAIL_KEPT_B {
             self.drop(locals[k as usize]);
         }
-        self.drop(policy.mean);
-        self.drop(policy.top1);
+        self.drop_opt(policy.mean);
+        self.drop_opt(policy.top1);
         for k in TAIL_KEPT_C {
             self.drop(locals[k as usize]);
         }
@@ -520,7 +538,9 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Runs `f` under `torch.no_grad()`, as the reference model if `reference`.
     fn under_no_grad<R>(&mut self, reference: bool, f: impl FnOnce(&mut Self) -> R) -> R {
-        let copy = reference && self.ctx.s.base_trained();
+        // A trained base's reference copy exists only for a reference pass in every step;
+        // precomputing runs the policy itself (TRL's ref_model is None then).
+        let copy = reference && self.ctx.s.base_trained() && self.ctx.s.reference_pass();
         let mode = std::mem::replace(&mut self.tp.mode, Mode::NoGrad);
         let off = std::mem::replace(&mut self.adapters_off, reference && !copy);
         let rc = std::mem::replace(&mut self.ref_copy, copy);
@@ -594,9 +614,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         if with_logp {
             self.drop(r.logp);
         }
-        self.drop(r.entropy);
-        self.drop(r.mean);
-        self.drop(r.top1);
+        self.drop_opt(r.entropy);
+        self.drop_opt(r.mean);
+        self.drop_opt(r.top1);
         self.drop(r.mask);
     }
 }
