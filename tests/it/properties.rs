@@ -180,12 +180,14 @@ proptest! {
         // copies above the step without checkpointing, whose forward let its copies go (the
         // measured fp32 + bf16 autocast full fine-tuning step with checkpointing is exact).
         prop_assume!(!(s.base_trained() && s.autocast.is_some()));
-        // Freeze tuning under a preference step (no logits to peak at, TRL's fused head):
-        // with checkpointing transformers makes the embedding output require grad
-        // (enable_input_require_grads), so every frozen layer below the trained ones keeps its
-        // checkpoint input through backward; without it those layers build no graph and keep
-        // nothing (the freeze1 / freeze1gc recordings hold both).
-        prop_assume!(!(s.finetuning_type == FinetuningType::Freeze && s.preference()));
+        // Freeze tuning: with checkpointing transformers makes the embedding output require
+        // grad (enable_input_require_grads), so every frozen layer below the trained ones keeps
+        // its checkpoint input through backward; without it those layers build no graph and
+        // keep nothing (the freeze1 / freeze1gc recordings hold both). Where the logits do not
+        // dominate — a few hundred tokens of a large model (CodeLlama-34B, 256 tokens: +0.27 GB),
+        // or TRL's fused head — those inputs outweigh what checkpointing saves in the trained
+        // layers.
+        prop_assume!(s.finetuning_type != FinetuningType::Freeze);
         let Some((off, program)) = planned(&a, &Settings { grad_ckpt: false, ..s.clone() }) else { return Ok(()) };
         let (on, program_on) = planned(&a, &Settings { grad_ckpt: true, ..s.clone() }).expect("the same targets");
         prop_assume!(program == program_on);
