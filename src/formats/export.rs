@@ -150,7 +150,7 @@ pub fn export(
 fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     let gpt_oss = arch.moe_layout().is_some_and(|m| m.mxfp4_checkpoint);
     let mut out = String::from("import torch\nfrom peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n");
-    let (import, _, _) = trl_config(s);
+    let (import, config, pref_args) = trl_config(s);
     if !import.is_empty() {
         out.push_str(import);
         out.push('\n');
@@ -229,7 +229,6 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         if s.modules_to_save.is_empty() { "None".to_string() } else { py_list(&mts(s).iter().map(|m| m.to_string()).collect::<Vec<_>>()) },
     ));
     }
-    let (_, config, pref_args) = trl_config(s);
     out.push_str(&format!(
         "training_args = {config}(\n    output_dir=\"out\",\n    per_device_train_batch_size={},\n    gradient_accumulation_steps={},\n    gradient_checkpointing={},\n    bf16={},\n    fp16={},\n    optim={:?},\n{pref_args})\n",
         s.batch,
@@ -419,16 +418,9 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         out.push_str("use_rslora: true\n");
     }
     match s.init_lora_weights {
-        crate::model::LoraInit::Pissa | crate::model::LoraInit::PissaFast => {
-            out.push_str(&format!(
-                "pissa_init: true\npissa_iter: {}\n",
-                if s.init_lora_weights == crate::model::LoraInit::Pissa {
-                    -1
-                } else {
-                    16
-                }
-            ));
-        }
+        // pissa_iter -1: a full SVD; LLaMA-Factory's default 16 for the randomized one.
+        crate::model::LoraInit::Pissa => out.push_str("pissa_init: true\npissa_iter: -1\n"),
+        crate::model::LoraInit::PissaFast => out.push_str("pissa_init: true\npissa_iter: 16\n"),
         crate::model::LoraInit::Default => {}
         i => out.push_str(&format!(
             "# init_lora_weights: {} (peft LoraConfig; LLaMA-Factory sets only PiSSA)\n",

@@ -115,6 +115,19 @@ names!(Stage {
     Kto => "kto",
 });
 
+impl Stage {
+    /// The method's name as its papers and trainers write it (`DPO`, `SimPO`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Stage::Sft => "SFT",
+            Stage::Dpo => "DPO",
+            Stage::Orpo => "ORPO",
+            Stage::Simpo => "SimPO",
+            Stage::Kto => "KTO",
+        }
+    }
+}
+
 /// The preference loss (LLaMA-Factory's `pref_loss`, TRL's `loss_type`). Every one of them is
 /// a handful of per-sequence scalars; what changes memory is whether it needs a reference
 /// model ([`PrefLoss::reference_free`]).

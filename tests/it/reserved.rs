@@ -24,6 +24,15 @@ fn data(path: &str) -> String {
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
 }
 
+/// The JSON objects of a JSONL file of the repository, one per non-empty line.
+fn jsonl(path: &str) -> Vec<Value> {
+    data(path)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
@@ -406,11 +415,7 @@ fn assert_matches_recording(id: &str, case: &Value, path: &std::path::Path) {
 fn generated_sequences_equal_the_recorded_ones() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference/allocator");
     let mut checked = 0;
-    for line in data("tests/data/reference/cases.jsonl")
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-    {
-        let case: Value = serde_json::from_str(line).expect("JSON");
+    for case in jsonl("tests/data/reference/cases.jsonl") {
         let id = case["id"].as_str().expect("id");
         let path = dir.join(format!("{id}.events.json.gz"));
         if path.exists() {
@@ -430,11 +435,7 @@ fn generated_sequences_equal_the_recorded_ones() {
 fn generated_sequences_equal_two_layer_recordings() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
     let mut checked = 0;
-    for line in data("tests/data/steptrace/cases.jsonl")
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-    {
-        let case: Value = serde_json::from_str(line).expect("JSON");
+    for case in jsonl("tests/data/steptrace/cases.jsonl") {
         let id = case["id"].as_str().expect("id");
         assert_matches_recording(id, &case, &dir.join(format!("{id}.events.json.gz")));
         checked += 1;
@@ -582,11 +583,7 @@ fn moe_plans_and_simulations_hold_for_every_option() {
 #[test]
 fn generated_peaks_equal_the_measured_ones() {
     let mut checked = 0;
-    for line in data("tests/data/steptrace/peaks.jsonl")
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-    {
-        let case: Value = serde_json::from_str(line).expect("JSON");
+    for case in jsonl("tests/data/steptrace/peaks.jsonl") {
         let id = case["id"].as_str().expect("id");
         let arch = resolve_model(&case["model"]).expect("model").value;
         let s = crate::harness_settings(&case["settings"]);

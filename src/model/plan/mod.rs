@@ -238,16 +238,9 @@ pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
 /// several GPUs, a fused cross-entropy and transformers 4's per-expert layout, do not model it),
 /// if any: the setting that chooses it and its name.
 fn program_only(s: &Settings) -> Option<(&'static str, &'static str)> {
-    use super::settings::{FinetuningType, Stage};
-    let stage = match s.stage {
-        Stage::Sft => None,
-        Stage::Dpo => Some("DPO"),
-        Stage::Orpo => Some("ORPO"),
-        Stage::Simpo => Some("SimPO"),
-        Stage::Kto => Some("KTO"),
-    };
-    if let Some(name) = stage {
-        return Some(("stage", name));
+    use super::settings::FinetuningType;
+    if s.preference() {
+        return Some(("stage", s.stage.label()));
     }
     match s.finetuning_type {
         FinetuningType::Full => Some(("finetuning_type", "full fine-tuning")),
@@ -552,14 +545,18 @@ fn lora_variant_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
             s.loraplus_lr_ratio
         ));
     }
-    // The largest adapted weight, whose decomposition at initialisation is the largest.
-    let largest = arch
-        .layer_groups()
-        .iter()
-        .flat_map(|&(k, _)| Ctx::new(arch, s).adapted_of(k))
-        .map(|l| (l.out_features, l.in_features))
-        .max_by_key(|&(o, i)| o * i);
-    match (s.init_lora_weights, largest) {
+    // The largest adapted weight, whose decomposition at initialisation is the largest (only
+    // for the initialisations that decompose: every plan reads these notes).
+    let largest = || {
+        let ctx = Ctx::new(arch, s);
+        arch.layer_groups()
+            .iter()
+            .flat_map(|&(k, _)| ctx.adapted_of(k))
+            .map(|l| (l.out_features, l.in_features))
+            .max_by_key(|&(o, i)| o * i)
+    };
+    let decomposes = matches!(s.init_lora_weights, LoraInit::Pissa | LoraInit::Olora);
+    match (s.init_lora_weights, if decomposes { largest() } else { None }) {
         (LoraInit::Pissa, Some((o, i))) => {
             // torch.linalg.svd(W.float(), full_matrices=False): W in fp32, U, S, Vh.
             let k = o.min(i);
@@ -590,13 +587,7 @@ fn lora_variant_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
 fn preference_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     use super::settings::{PrefLogits, Stage};
     let seqs = s.sequences();
-    let name = match s.stage {
-        Stage::Sft => "SFT",
-        Stage::Dpo => "DPO",
-        Stage::Orpo => "ORPO",
-        Stage::Simpo => "SimPO",
-        Stage::Kto => "KTO",
-    };
+    let name = s.stage.label();
     let mut out = vec![if s.paired() {
         format!(
             "{name}: batch {} counts preference pairs: the model sees {seqs} sequences (chosen, then rejected) of {} tokens ({} prompt, {} completion)",

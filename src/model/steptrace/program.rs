@@ -423,16 +423,15 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.tp.exec = NO_LAYER;
     }
 
-    fn inputs(&mut self) -> (X, X, Option<X>) {
+    /// Input ids, labels and (padded batches) the attention mask, alive through the run; no
+    /// op reads their values.
+    fn inputs(&mut self) {
         let n = self.tokens();
-        let ids = self.t(n, 8, What::Input);
-        let labels = self.t(n, 8, What::Input);
-        let mask = if self.ctx.s.padded_mask {
-            Some(self.t(n, 8, What::Input))
-        } else {
-            None
-        };
-        (ids, labels, mask)
+        self.t(n, 8, What::Input);
+        self.t(n, 8, What::Input);
+        if self.ctx.s.padded_mask {
+            self.t(n, 8, What::Input);
+        }
     }
 
     // -------------------------------------------------------------- ops
@@ -1612,8 +1611,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// One forward pass through the loss; returns the loss's node and the loss tensor.
-    fn forward(&mut self, ids: X, labels: X, mask: Option<X>) -> (G, X) {
-        let _ = (ids, mask);
+    fn forward(&mut self) -> (G, X) {
         let ctx = self.ctx;
         let a = ctx.arch;
         let tokens = self.tokens();
@@ -1634,7 +1632,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(t);
             logits = m;
         }
-        let (mut g, loss) = self.loss(logits, labels);
+        let (mut g, loss) = self.loss(logits);
         // output_router_logits: the load-balancing loss over every MoE layer's logits, added
         // to the loss in place.
         let recorded = std::mem::take(&mut self.router_logits);
@@ -1677,10 +1675,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    fn loss(&mut self, logits: X, labels: X) -> (G, X) {
+    fn loss(&mut self, logits: X) -> (G, X) {
         let s = self.ctx.s;
         let f = self.cast(logits, 4, What::Logits);
-        let _ = labels;
         let pad = self.t(s.sequences() * (s.seq + 1), 8, What::Loss);
         // labels[..., 1:].contiguous() copies unless the batch is a single row.
         let shift = if s.sequences() > 1 {
@@ -2014,21 +2011,20 @@ pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
     p.setup();
     p.phase(0, StepPhase::Inputs);
     let pref = ctx.s.preference();
-    let (ids, labels, mask) = if pref {
-        let (ids, _, _) = p.pref_inputs();
+    if pref {
+        p.pref_inputs();
         if ctx.s.uses_reference() && ctx.s.precompute_ref_log_probs {
             p.precompute();
         }
-        (ids, ids, None)
     } else {
-        p.inputs()
-    };
+        p.inputs();
+    }
     for step in 1..=2u8 {
         p.phase(step, StepPhase::Forward);
         let (root, loss) = if pref {
-            p.pref_forward(step, ids)
+            p.pref_forward(step)
         } else {
-            p.forward(ids, labels, mask)
+            p.forward()
         };
         p.phase(step, StepPhase::Backward);
         p.backward(root, loss);

@@ -840,30 +840,25 @@ impl Tape {
                         }
                     }
                 }
-                let e = edges[0];
-                grads[0] = Some(if e.es == 4 {
-                    acc_h
-                } else {
-                    self.new_t(e.n * e.es, what)
-                });
-                if let Some(aw) = acc_w {
-                    let ew = edges[1];
-                    grads[1] = Some(if ew.es == 4 {
-                        aw
+                // `acc.to(input.dtype)`: the accumulator itself for an fp32 input, else a copy
+                // (and the accumulator a local of the frame).
+                let in_dtype = |tape: &mut Tape, acc: T, e: Edge| {
+                    if e.es == 4 {
+                        (acc, None)
                     } else {
-                        self.new_t(ew.n * ew.es, what)
-                    });
+                        (tape.new_t(e.n * e.es, what), Some(acc))
+                    }
+                };
+                let (gh, local_h) = in_dtype(self, acc_h, edges[0]);
+                grads[0] = Some(gh);
+                let mut local_w = None;
+                if let Some(aw) = acc_w {
+                    let (gw, l) = in_dtype(self, aw, edges[1]);
+                    grads[1] = Some(gw);
+                    local_w = l;
                 }
                 // The frame's locals, in the order they were bound.
-                if e.es != 4 {
-                    self.drop_t(acc_h);
-                }
-                if let Some(aw) = acc_w {
-                    if edges[1].es != 4 {
-                        self.drop_t(aw);
-                    }
-                }
-                for t in [hc, wc].into_iter().flatten() {
+                for t in [local_h, local_w, hc, wc].into_iter().flatten() {
                     self.drop_t(t);
                 }
                 self.drop_t(tile);

@@ -8,7 +8,7 @@
 //! Trainers that compute the full logits instead (LLaMA-Factory, TRL 0.x, TRL's ORPO and CPO)
 //! run the causal-LM head of the SFT step over the same sequences.
 
-use super::super::tape::{Edge, Mode, Op, Step, G, X};
+use super::super::tape::{Mode, Op, Step, G, X};
 use super::super::{StepPhase, What};
 use super::{bytes, Prog};
 use crate::model::settings::{PrefLogits, Stage};
@@ -166,8 +166,8 @@ const TAIL: [Ev; 88] = [
 ];
 
 /// The tail's locals that live until `_compute_loss` returns, in the order its frame releases
-/// them after the first ones (`None`: the entropy's, mean logits' and top-1 outputs go in
-/// between, see [`Prog::pref_forward`]).
+/// them; the policy's entropy goes between A and B, its mean logits and top-1 between B and C
+/// (see [`Prog::pref_forward`]).
 const TAIL_KEPT_A: [u8; 4] = [1, 2, 3, 7];
 const TAIL_KEPT_B: [u8; 2] = [14, 36];
 const TAIL_KEPT_C: [u8; 7] = [35, 37, 38, 42, 43, 47, 49];
@@ -223,13 +223,12 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// The collator's batch (`DataCollatorForPreference`): input ids, attention mask and
-    /// completion mask, `[sequences, seq]` int64 each.
-    pub(super) fn pref_inputs(&mut self) -> (X, X, X) {
+    /// completion mask, `[sequences, seq]` int64 each, alive through the run.
+    pub(super) fn pref_inputs(&mut self) {
         let n = self.tokens();
-        let ids = self.t(n, 8, What::Input);
-        let mask = self.t(n, 8, What::Input);
-        let completion = self.t(n, 8, What::Input);
-        (ids, mask, completion)
+        for _ in 0..3 {
+            self.t(n, 8, What::Input);
+        }
     }
 
     /// `labels = input_ids.masked_fill(completion_mask == 0, -100)`.
@@ -324,13 +323,6 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(ge);
             self.drop(gt);
         }
-        let trained_head = head.grad();
-        let ew = Edge {
-            to: head.g,
-            n: head.n,
-            es: head.es,
-            sum_to: 0,
-        };
         let hidden_chunk_bytes = if hidden.es != ce {
             n.min(TOKENS) * h * ce
         } else {
@@ -340,11 +332,6 @@ impl<'c, 'a> Prog<'c, 'a> {
             v.min(VOCAB) * h * ce
         } else {
             0
-        };
-        let edges: &[Edge] = if trained_head {
-            &[Self::edge(&hidden), ew]
-        } else {
-            &[Self::edge(&hidden)]
         };
         logp.g = self.tp.node(
             Op::ChunkedLogprob {
@@ -357,7 +344,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             },
             n,
             4,
-            edges,
+            // The head weight's edge needs no gradient unless it is trained.
+            &[Self::edge(&hidden), Self::edge(&head)],
             &[
                 hidden.t,
                 targets.t,
@@ -415,7 +403,6 @@ impl<'c, 'a> Prog<'c, 'a> {
             None
         };
         self.drop(fin);
-        let _ = trained_head;
         Head {
             logp: logp_full,
             entropy: entropy_full,
@@ -429,10 +416,10 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// One forward of a preference step through its loss (the policy pass, the reference pass
     /// in its own phase, the loss and metrics); returns the loss's node and the loss.
-    pub(super) fn pref_forward(&mut self, step: u8, ids: X) -> (G, X) {
+    pub(super) fn pref_forward(&mut self, step: u8) -> (G, X) {
         let s = self.ctx.s;
         if s.pref_logits_run() == PrefLogits::Full {
-            return self.pref_forward_logits(step, ids);
+            return self.pref_forward_logits(step);
         }
         let labels = self.pref_labels();
         if s.stage == Stage::Kto {
@@ -474,17 +461,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         self.drop(policy.loss);
         self.drop(policy.logp);
+        self.drop(sum);
         if let Some((r, rs)) = reference {
-            self.drop(sum);
-            self.drop(r.loss);
-            self.drop_opt(r.entropy);
-            self.drop_opt(r.mean);
-            self.drop_opt(r.top1);
-            self.drop(r.mask);
+            // Its log-probs last: the view `ref_per_token_logps` outlives the output.
+            self.release_head(r, false);
             self.drop(r.logp);
             self.drop(rs);
-        } else {
-            self.drop(sum);
         }
         for k in TAIL_KEPT_A {
             self.drop(locals[k as usize]);
@@ -567,35 +549,35 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(logp);
         self.drop(sum);
         self.phase(0, StepPhase::Inputs);
-        let half = if s.paired() { s.batch } else { s.sequences() };
+        // ref_chosen_logps / ref_rejected_logps (KTO: ref_logps / ref_KL_logps), batch each
         for _ in 0..2 {
-            self.t(half, 4, What::Input);
+            self.t(s.batch, 4, What::Input);
         }
     }
 
     /// A preference step whose log-probs come from the full logits (LLaMA-Factory's
     /// `concatenated_forward`, TRL 0.x, TRL's ORPO and CPO trainers: `[sequences, seq, vocab]`
-    /// logits cast to fp32 and a log-softmax over them), or KTO (its KL pass over mismatched
-    /// completions under no_grad before the policy forward, and a reference pass for both).
+    /// logits cast to fp32 and a log-softmax over them); for KTO, its KL pass over mismatched
+    /// completions under no_grad before the policy forward, and a reference pass for both.
     /// Not measured by the harness: the policy head is the SFT step's cross-entropy head over
     /// the same tokens, whose allocations (the fp32 logits, the saved log-softmax, a gradient
     /// of the logits' size) are those of `log_softmax` + `gather`.
-    fn pref_forward_logits(&mut self, step: u8, ids: X) -> (G, X) {
+    fn pref_forward_logits(&mut self, step: u8) -> (G, X) {
         let s = self.ctx.s;
         let labels = self.pref_labels();
         if s.stage == Stage::Kto {
             // KL_logps: the policy over the mismatched completions, under no_grad.
-            let (_, l) = self.under_no_grad(false, |p| p.forward(ids, labels, None));
+            let (_, l) = self.under_no_grad(false, |p| p.forward());
             self.drop(l);
         }
-        let (root, loss) = self.forward(ids, labels, None);
+        let (root, loss) = self.forward();
         if s.reference_pass() {
             // The reference model's concatenated forward under no_grad: the peft model with
             // its adapters disabled, or the separate reference copy of a trained base.
             self.phase(step, StepPhase::RefForward);
             let passes = if s.stage == Stage::Kto { 2 } else { 1 };
             for _ in 0..passes {
-                let (_, l) = self.under_no_grad(true, |p| p.forward(ids, labels, None));
+                let (_, l) = self.under_no_grad(true, |p| p.forward());
                 self.drop(l);
             }
             self.phase(step, StepPhase::Forward);
