@@ -7,12 +7,11 @@ export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
 
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
-echo "== lint: rustfmt, clippy (native and wasm32, with and without the GPU benchmark and the first-visit page's feature)"
+echo "== lint: rustfmt, clippy (native and wasm32, with and without the GPU benchmark)"
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
 cargo clippy --locked --all-targets --features gpu -- -D warnings
 cargo clippy --locked --target wasm32-unknown-unknown -- -D warnings
-cargo clippy --locked --target wasm32-unknown-unknown --features page --bin lorafit -- -D warnings
 cargo clippy --locked --target wasm32-unknown-unknown --features gpu --bin gpubench -- -D warnings
 
 echo "== native tests: unit, properties, CLI, reference accuracy, wgpu kernels on Vulkan (lavapipe)"

@@ -1,6 +1,6 @@
 //! The model families and what tells one family's layers from another's, as transformers 5.24's
 //! modeling code builds them: one row per family ([`Family::layout`]), read by the parameter
-//! counts, the terms and the step program. Adding a family is a variant, its names and its row;
+//! counts and the step program. Adding a family is a variant, its names and its row;
 //! a genuinely new layer kind also needs its ops in the step.
 
 use serde::{Deserialize, Serialize};

@@ -2,9 +2,9 @@
 //! allocates in each phase of a LoRA / QLoRA training step, every number explained.
 //! No web, UI or GPU dependency: this module compiles and is tested natively.
 
-pub mod activations;
 pub mod allocator;
 pub mod arch;
+pub mod ctx;
 pub mod distributed;
 pub mod dtype;
 pub mod error;
@@ -27,4 +27,4 @@ pub use settings::{
     AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, FinetuningType, LoraInit, Optimizer,
     PrefLogits, PrefLoss, SavedModule, Settings, Stage,
 };
-pub use term::{Component, Term, TermKind};
+pub use term::{Component, Term};

@@ -271,27 +271,6 @@ impl Group {
     }
 }
 
-/// What a term is, for the logic that must find particular terms (never their labels, which are
-/// for people and may be translated).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TermKind {
-    /// Nothing any rule looks for.
-    #[default]
-    Other,
-    /// The gradient of a fully trained lm_head (modules_to_save), produced first in backward.
-    LmHeadGradient,
-    /// The gradient of a fully trained embedding, produced last in backward.
-    EmbeddingGradient,
-    /// Decoder layers gathered by FSDP / ZeRO-3 (current + prefetched unit).
-    GatheredLayers,
-    /// FSDP's root unit (embeddings, lm_head), gathered for the whole step.
-    GatheredRoot,
-    /// The routed experts' outputs kept for the routing weights' gradient (released before the
-    /// experts' own backward, so not alive at a recomputed MoE layer's peak).
-    ExpertOutputs,
-}
-
 /// One named factor of a term.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Factor {
@@ -361,12 +340,8 @@ pub struct Term {
     /// Products that add up to the term (one for a plain product); shared, so the many moments
     /// of a plan clone terms cheaply.
     pub products: Arc<Vec<Vec<Factor>>>,
-    /// Result in bytes (the sum of the products, divided by `ranks`, rounded up).
+    /// Result in bytes (the sum of the products).
     pub bytes: u128,
-    /// Ranks the tensors are sharded over (1 = not sharded).
-    pub ranks: u128,
-    /// What the term is, for rules that look for it.
-    pub kind: TermKind,
 }
 
 fn product_bytes(fs: &[Factor]) -> u128 {
@@ -385,8 +360,6 @@ impl Term {
             label: label.into(),
             bytes: product_bytes(factors),
             products: Arc::new(vec![factors.to_vec()]),
-            ranks: 1,
-            kind: TermKind::Other,
         }
     }
 
@@ -404,31 +377,12 @@ impl Term {
             label: label.into(),
             products: Arc::new(parts.to_vec()),
             bytes,
-            ranks: 1,
-            kind: TermKind::Other,
         }
     }
 
-    /// The same term, tagged with what it is.
-    pub fn of_kind(mut self, kind: TermKind) -> Term {
-        self.kind = kind;
-        self
-    }
-
-    /// The share of one rank when the tensors are sharded over `ranks` ranks (rank 0 holds the
-    /// rounded-up share).
-    pub fn per_rank(mut self, ranks: u128) -> Term {
-        if ranks > 1 {
-            let total = self.bytes.saturating_mul(self.ranks);
-            self.ranks = self.ranks.saturating_mul(ranks);
-            self.bytes = total.div_ceil(self.ranks);
-        }
-        self
-    }
-
-    fn render(&self, each: fn(&Factor) -> String, ranks: String) -> String {
+    fn render(&self, each: fn(&Factor) -> String) -> String {
         let one = |p: &Vec<Factor>| p.iter().map(each).collect::<Vec<_>>().join(" × ");
-        let body = if self.products.len() == 1 {
+        if self.products.len() == 1 {
             one(&self.products[0])
         } else {
             self.products
@@ -436,22 +390,17 @@ impl Term {
                 .map(|p| format!("({})", one(p)))
                 .collect::<Vec<_>>()
                 .join(" + ")
-        };
-        if self.ranks > 1 {
-            format!("({body}) ÷ {ranks}")
-        } else {
-            body
         }
     }
 
     /// Symbolic formula, e.g. `layers × tokens × hidden × 4 B`.
     pub fn formula(&self) -> String {
-        self.render(Factor::symbol, "shards".into())
+        self.render(Factor::symbol)
     }
 
     /// The formula with numbers, e.g. `32 × 1024 × 4096 × 4 B`.
     pub fn values(&self) -> String {
-        self.render(Factor::number, self.ranks.to_string())
+        self.render(Factor::number)
     }
 }
 

@@ -3,11 +3,11 @@
 
 use serde::Serialize;
 
-use super::activations::{expert_param_shape, Ctx};
 use super::arch::LayerKind;
+use super::ctx::{expert_param_shape, Ctx};
 use super::dtype::Dtype;
 use super::settings::{Optimizer, SavedModule};
-use super::term::{bytes_of, f, named_bytes, Component, Term, TermKind};
+use super::term::{bytes_of, f, named_bytes, Component, Term};
 
 /// Parameter counts of the planned model.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -28,11 +28,6 @@ pub struct ParamCounts {
     /// all E; equal to `base_params` for dense models).
     pub active_params: u128,
 }
-
-/// bitsandbytes 4-bit blocksize.
-const QUANT_BLOCK: u128 = 64;
-/// Double-quant groups this many absmax blocks under one fp32 constant.
-const DQ_GROUP: u128 = 256;
 
 /// LoRA parameters of the fused expert parameters of one MoE layer (peft `target_parameters`:
 /// `lora_A [r·E, in]`, `lora_B [out, r·E]` per adapted parameter).
@@ -124,140 +119,6 @@ pub fn param_counts(ctx: &Ctx) -> ParamCounts {
     }
 }
 
-/// Frozen weights (and 4-bit quantization state). MoE models: the routed experts (fused 3-D
-/// parameters, never `nn.Linear`, so never 4-bit: in the load dtype, fp32 after
-/// `prepare_model_for_kbit_training`) and the routers are terms of their own.
-pub fn frozen_terms(ctx: &Ctx) -> Vec<Term> {
-    let a = ctx.arch;
-    let linear = a.linear_weight_params();
-    let (experts, routers) = (a.expert_params(), a.router_params());
-    let other = a.total_params() - linear - experts - routers;
-    let mut out = vec![];
-    match ctx.s.quant {
-        None if !a.is_moe() => out.push(Term::product(
-            Component::FrozenWeights,
-            "base weights",
-            &[f("params", a.total_params()), bytes_of(ctx.s.dtype.bytes())],
-        )),
-        None => out.push(Term::product(
-            Component::FrozenWeights,
-            "base weights (attention, norms, embeddings, dense and shared MLPs)",
-            &[f("params", linear + other), bytes_of(ctx.s.dtype.bytes())],
-        )),
-        Some(q) => {
-            out.push(Term::sum(
-                Component::FrozenWeights,
-                format!(
-                    "{} Linear layers packed 2 per byte; embeddings, norms, biases, lm_head in {}",
-                    q.name(),
-                    ctx.aux_weight.name()
-                ),
-                &[
-                    vec![f("⌈linear params / 2⌉", linear.div_ceil(2)), bytes_of(1)],
-                    vec![f("other params", other), bytes_of(ctx.aux_weight.bytes())],
-                ],
-            ));
-            // Per module: absmax per 64 weights (fp32, or uint8 + fp32 per 256 blocks with
-            // double quant) plus the code tables (nf4 16 values fp32; double quant 256 fp32 + offset).
-            let mut modules = 0u128;
-            let mut blocks = 0u128;
-            let mut groups = 0u128;
-            let mut count = |weights: u128, times: u128| {
-                let nb = weights.div_ceil(QUANT_BLOCK);
-                modules += times;
-                blocks += nb * times;
-                groups += nb.div_ceil(DQ_GROUP) * times;
-            };
-            for (kind, layers) in a.layer_groups() {
-                for l in a.block_linears(kind) {
-                    count(l.in_features * l.out_features, layers);
-                }
-            }
-            if ctx.s.experts_quantized() && a.is_moe() {
-                // transformers 4: three Linear layers per expert and the router, per MoE layer.
-                let (i, h) = (a.expert_width(), a.hidden_size as u128);
-                count(i * h, 3 * a.num_experts() * a.moe_layers());
-                count(a.router_params_per_layer(), a.moe_layers());
-            }
-            let t = if ctx.s.double_quant {
-                Term::sum(
-                    Component::QuantState,
-                    "double-quant absmax (uint8 per 64 weights, fp32 per 256 blocks) + code tables",
-                    &[
-                        vec![f("blocks", blocks), bytes_of(1)],
-                        vec![f("groups", groups), bytes_of(4)],
-                        vec![f("modules", modules), f("(16 + 256 + 1)", 273), bytes_of(4)],
-                    ],
-                )
-            } else {
-                Term::sum(
-                    Component::QuantState,
-                    "absmax (fp32 per 64 weights) + code table",
-                    &[
-                        vec![f("blocks", blocks), bytes_of(4)],
-                        vec![f("modules", modules), f("16", 16), bytes_of(4)],
-                    ],
-                )
-            };
-            out.push(t);
-        }
-    }
-    if ctx.s.experts_quantized() && a.is_moe() {
-        let q = ctx.s.quant.map_or("4-bit", |q| q.name());
-        out.push(Term::product(
-            Component::FrozenWeights,
-            format!("routers (nn.Linear, {q} packed 2 per byte)"),
-            &[f("⌈router params / 2⌉", routers.div_ceil(2)), bytes_of(1)],
-        ));
-        out.push(Term::product(
-            Component::FrozenExperts,
-            format!("routed experts: an nn.Linear per expert projection, {q} packed 2 per byte"),
-            &[f("⌈expert params / 2⌉", experts.div_ceil(2)), bytes_of(1)],
-        ));
-    } else if let Some(m) = a.moe_layout() {
-        // Experts' and routers' weights: nn.Linear weights stay in the load dtype.
-        let expert_dtype = match ctx.s.experts_layout {
-            crate::model::ExpertsLayout::PerExpert => ctx.s.dtype,
-            crate::model::ExpertsLayout::Fused => ctx.expert,
-        };
-        let router = if m.fp32_router {
-            Dtype::Fp32
-        } else {
-            expert_dtype
-        };
-        out.push(Term::product(
-            Component::FrozenWeights,
-            if m.fp32_router {
-                "routers (kept in fp32)"
-            } else {
-                "routers"
-            },
-            &[
-                f("MoE layers", a.moe_layers()),
-                f("router params per layer", a.router_params_per_layer()),
-                bytes_of(router.bytes()),
-            ],
-        ));
-        out.push(Term::product(
-            Component::FrozenExperts,
-            match ctx.s.experts_layout {
-                crate::model::ExpertsLayout::Fused => {
-                    "routed experts: fused gate_up_proj + down_proj"
-                }
-                crate::model::ExpertsLayout::PerExpert => {
-                    "routed experts: an nn.Linear per expert projection"
-                }
-            },
-            &[
-                f("MoE layers", a.moe_layers()),
-                f("expert params per layer", a.expert_params_per_layer()),
-                bytes_of(expert_dtype.bytes()),
-            ],
-        ));
-    }
-    out
-}
-
 /// ModulesToSaveWrapper copies the original module, keeping its dtype.
 fn trainable_dtype(ctx: &Ctx) -> Dtype {
     ctx.aux_weight
@@ -302,85 +163,6 @@ fn saved_name(m: SavedModule) -> &'static str {
         SavedModule::LmHead => "lm_head",
         SavedModule::EmbedTokens => "embed_tokens",
     }
-}
-
-/// Gradients, in each parameter's dtype (alive from their backward until zero_grad): LoRA
-/// gradients of `lora_layers` layers, lm_head's (produced first in backward) and, when
-/// `with_embedding`, embed_tokens' (produced last).
-pub fn gradient_terms(
-    ctx: &Ctx,
-    p: &ParamCounts,
-    lora_layers: u128,
-    with_embedding: bool,
-) -> Vec<Term> {
-    let layers = ctx.arch.num_hidden_layers as u128;
-    let per_layer = p.lora_params / layers.max(1);
-    let mut out = vec![];
-    if ctx.arch.is_moe() {
-        // Layers differ (dense / MoE, expert LoRA): the lowest layers' own counts are
-        // subtracted.
-        let (n, label) = if lora_layers >= layers {
-            (p.lora_params, "gradients of the LoRA weights")
-        } else {
-            let below: u128 = (0..(layers - lora_layers) as u64)
-                .map(|li| lora_params_of(ctx, ctx.arch.layer_kind(li)))
-                .sum();
-            (
-                p.lora_params.saturating_sub(below),
-                if lora_layers + 1 == layers {
-                    "gradients of the LoRA weights of the layers above the first"
-                } else {
-                    "gradients of the LoRA weights of the layers above"
-                },
-            )
-        };
-        if n > 0 && lora_layers > 0 {
-            out.push(Term::product(
-                Component::Gradients,
-                label,
-                &[f("lora params", n), bytes_of(ctx.s.adapter_dtype.bytes())],
-            ));
-        }
-    } else if per_layer > 0 && lora_layers > 0 {
-        let (name, label) = if lora_layers == layers {
-            ("layers", "gradients of the LoRA weights")
-        } else {
-            (
-                "(layers − 1)",
-                "gradients of the LoRA weights of the layers above",
-            )
-        };
-        out.push(Term::product(
-            Component::Gradients,
-            label,
-            &[
-                f(name, lora_layers),
-                f("lora params per layer", per_layer),
-                bytes_of(ctx.s.adapter_dtype.bytes()),
-            ],
-        ));
-    }
-    for &m in &ctx.s.modules_to_save {
-        if m == SavedModule::EmbedTokens && !with_embedding {
-            continue;
-        }
-        let kind = match m {
-            SavedModule::LmHead => TermKind::LmHeadGradient,
-            SavedModule::EmbedTokens => TermKind::EmbeddingGradient,
-        };
-        out.push(
-            Term::product(
-                Component::Gradients,
-                format!("gradient of the trainable {}", saved_name(m)),
-                &[
-                    f("vocab × hidden", ctx.arch.embedding_params()),
-                    bytes_of(trainable_dtype(ctx).bytes()),
-                ],
-            )
-            .of_kind(kind),
-        );
-    }
-    out
 }
 
 /// Optimizer states, and whether they live in paged (unified) memory outside PyTorch's allocator.
@@ -478,59 +260,4 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
     };
     let paged = matches!(opt, Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit);
     (terms, paged)
-}
-
-/// Temporaries of the optimizer step itself.
-pub fn optimizer_step_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
-    let n = p.trainable_params;
-    match ctx.s.optimizer {
-        // foreach AdamW materialises a list of denominators (sqrt(v)/bc + eps) for all params at once.
-        Optimizer::AdamwTorchForeach => vec![Term::product(
-            Component::OptimizerTemps,
-            "foreach denominators (fp32, all params at once)",
-            &[f("trainable params", n), bytes_of(4)],
-        )],
-        // Adafactor builds a full-size update per parameter (one at a time; the largest matters).
-        Optimizer::Adafactor => vec![Term::product(
-            Component::OptimizerTemps,
-            "update of the largest parameter (fp32)",
-            &[
-                f("largest param", largest_param(ctx)),
-                f("2", 2),
-                bytes_of(4),
-            ],
-        )],
-        _ => vec![],
-    }
-}
-
-fn largest_param(ctx: &Ctx) -> u128 {
-    let r = ctx.s.lora_r as u128;
-    let a = ctx.arch;
-    let linear = a
-        .layer_groups()
-        .iter()
-        .flat_map(|&(k, _)| ctx.adapted_of(k))
-        .map(|l| r * l.in_features.max(l.out_features))
-        .max()
-        .unwrap_or(0);
-    let experts = if a.is_moe() {
-        ctx.s
-            .target_parameters
-            .iter()
-            .map(|&p| {
-                let (o, i) = expert_param_shape(ctx, p);
-                r * a.num_experts() * o.max(i)
-            })
-            .max()
-            .unwrap_or(0)
-    } else {
-        0
-    };
-    let lora = linear.max(experts);
-    if ctx.s.modules_to_save.is_empty() {
-        lora
-    } else {
-        lora.max(ctx.arch.embedding_params())
-    }
 }

@@ -29,8 +29,7 @@ impl Fidelity {
 /// off the configuration's [`QuickSurface`] where it answers (the same figure as the quick plan,
 /// in microseconds instead of a plan's fraction of a millisecond).
 fn fits(arch: &Architecture, s: &Settings, capacity_bytes: u128, how: Fidelity) -> bool {
-    // The first-visit page's quick plans are the terms' (feature `page`): no surface there.
-    if how == Fidelity::Quick && !cfg!(feature = "page") {
+    if how == Fidelity::Quick {
         if let Some(smi) = surface(arch, s).and_then(|q| q.nvidia_smi(s.batch, s.seq)) {
             return smi.is_ok_and(|b| b <= capacity_bytes);
         }

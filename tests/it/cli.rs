@@ -158,14 +158,15 @@ fn every_door_names_what_it_did_not_use() {
         lines[0]["peak_allocated_bytes"],
         lines[1]["peak_allocated_bytes"]
     );
-    // A value a known key cannot take is an error naming the key; so is a method the model does
-    // not plan for this layout yet (DoRA on several GPUs), instead of a plan of plain LoRA.
+    // A value a known key cannot take is an error naming the key; so is a setting the chosen
+    // method has no use for (a fused cross-entropy under a preference trainer, which scores its
+    // sequences through its own head), instead of a plan that drops it.
     let f = tmp(
         "bad-value.jsonl",
         concat!(
             r#"{"model": "llama2-7b", "settings": {"lora_dropout": "high"}}"#,
             "\n",
-            r#"{"model": "llama2-7b", "settings": {"use_dora": true, "gpus_per_node": 2, "strategy": "ddp"}}"#,
+            r#"{"model": "llama2-7b", "settings": {"stage": "dpo", "fused_ce": true}}"#,
             "\n",
             r#"{"model": "llama2-7b", "settings": {"use_dora": false}}"#,
             "\n",
@@ -184,14 +185,14 @@ fn every_door_names_what_it_did_not_use() {
         "{out}"
     );
     assert!(
-        lines[1]["error"].as_str().unwrap().contains("use_dora"),
+        lines[1]["error"].as_str().unwrap().contains("fused_ce"),
         "{out}"
     );
     assert!(
         lines[1]["error"]
             .as_str()
             .unwrap()
-            .contains("DoRA is planned by the step program, on one GPU"),
+            .contains("replaces the SFT loss"),
         "{out}"
     );
     // On one GPU DoRA is planned, above plain LoRA (its fp32 weight copies with dropout).
@@ -206,14 +207,12 @@ fn every_door_names_what_it_did_not_use() {
         "plan",
         "--model",
         "llama2-7b",
-        "--use-dora",
-        "--gpus",
-        "2",
-        "--strategy",
-        "ddp",
+        "--stage",
+        "dpo",
+        "--fused-ce",
     ]);
     assert_eq!(code, 2);
-    assert!(err.contains("use_dora"), "{err}");
+    assert!(err.contains("fused_ce"), "{err}");
 
     // The CLI: an option the command does not use, or a stray argument, is refused by name.
     for (args, needle) in [

@@ -2,7 +2,9 @@
 //! multi-GPU rows of shared/reference/published.md reproduced within ±15 %.
 
 use lorafit::formats::catalog;
-use lorafit::model::{plan, AttnImpl, Dtype, Parallel, Plan, Quant, Settings, Strategy, Target};
+use lorafit::model::{
+    plan, plan_simulated, AttnImpl, Dtype, Parallel, Plan, Quant, Settings, Strategy, Target,
+};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -51,14 +53,15 @@ fn what_each_rank_holds() {
     assert_eq!(ddp.effective_batch, 8);
 
     // ZeRO-1: only optimizer states sharded.
+    // Each tensor's shard is rounded up to a whole byte: within a byte per tensor (a millionth).
     let z1 = with(on(8, Strategy::Zero1));
     assert_eq!(bytes(&z1, "frozen_weights"), frozen);
-    assert!(bytes(&z1, "optimizer_states").abs_diff(opt.div_ceil(8)) <= 8);
+    assert!(bytes(&z1, "optimizer_states").abs_diff(opt.div_ceil(8)) <= opt / 1_000_000);
 
     // FSDP full shard: frozen weights sharded too (LoRA-aware: they carry no grads or states),
     // plus two gathered layers and the root unit.
     let fsdp = with(on(8, Strategy::FsdpFullShard));
-    assert!(bytes(&fsdp, "frozen_weights").abs_diff(frozen.div_ceil(8)) <= 8);
+    assert!(bytes(&fsdp, "frozen_weights").abs_diff(frozen.div_ceil(8)) <= frozen / 1_000_000);
     let layer = (a.linear_weight_params_per_layer() + a.small_params_per_layer()) * 2;
     assert!(bytes(&fsdp, "comm_buffers") >= 2 * layer);
     assert!(fsdp.peak_allocated_bytes < single.peak_allocated_bytes);
@@ -70,7 +73,7 @@ fn what_each_rank_holds() {
         strategy: Strategy::FsdpHybridShard,
         ..Parallel::default()
     });
-    assert!(bytes(&hybrid, "frozen_weights").abs_diff(frozen.div_ceil(4)) <= 8);
+    assert!(bytes(&hybrid, "frozen_weights").abs_diff(frozen.div_ceil(4)) <= frozen / 1_000_000);
     assert_eq!(hybrid.effective_batch, 8);
 
     // ZeRO-3 with optimizer + parameter offload: the GPU keeps gathered units and activations;
@@ -139,7 +142,8 @@ fn within(label: &str, got: f64, want: f64, tol: f64) {
 /// fp32 and let FSDP/DeepSpeed compute in bf16; "8 × 2048 packed" = micro-batch 8 of 2048 tokens;
 /// fsdp_qlora's LoRA dropout 0.1; published GB read as GiB; the 107 GB CPU RAM of row 13 includes
 /// loading the full model on the host before sharding, which a step does not need, so only the
-/// GPU figure is compared.
+/// GPU figure is compared. The figure compared is the settled plan's (the CLI's, and the page's
+/// once it settles): this rank's step sequence replayed through the caching allocator.
 #[test]
 fn published_multi_gpu_rows_within_15_percent() {
     let l7 = catalog::find_model("llama2-7b").unwrap().arch.clone();
@@ -152,8 +156,11 @@ fn published_multi_gpu_rows_within_15_percent() {
         }
     };
     // Row 9 (fsdp_qlora): 2 GPUs, r64 on q,k,v,gate,up,down, batch 1, GC, sdpa; max reserved.
+    // Its train.py loads the model in bf16 and quantizes it itself: peft's
+    // prepare_model_for_kbit_training never upcasts the other parameters to fp32.
     let row9 = |quant: Option<Quant>, seq: u64| Settings {
         quant,
+        prepare_kbit: false,
         autocast: Some(Dtype::Bf16),
         seq,
         lora_r: 64,
@@ -173,25 +180,31 @@ fn published_multi_gpu_rows_within_15_percent() {
     };
     within(
         "row 9: 7B QLoRA FSDP ×2, 512 (reserved)",
-        gib(&plan(&l7, &row9(Some(Quant::Nf4), 512)).unwrap(), true),
+        gib(
+            &plan_simulated(&l7, &row9(Some(Quant::Nf4), 512)).unwrap(),
+            true,
+        ),
         4.98,
         0.15,
     );
     within(
         "row 9: 7B QLoRA FSDP ×2, 2048 (reserved)",
-        gib(&plan(&l7, &row9(Some(Quant::Nf4), 2048)).unwrap(), true),
+        gib(
+            &plan_simulated(&l7, &row9(Some(Quant::Nf4), 2048)).unwrap(),
+            true,
+        ),
         5.21,
         0.15,
     );
     within(
         "row 9: 7B LoRA FSDP ×2, 512 (reserved)",
-        gib(&plan(&l7, &row9(None, 512)).unwrap(), true),
+        gib(&plan_simulated(&l7, &row9(None, 512)).unwrap(), true),
         10.24,
         0.15,
     );
     within(
         "row 9: 7B LoRA FSDP ×2, 2048 (reserved)",
-        gib(&plan(&l7, &row9(None, 2048)).unwrap(), true),
+        gib(&plan_simulated(&l7, &row9(None, 2048)).unwrap(), true),
         10.22,
         0.15,
     );
@@ -210,13 +223,19 @@ fn published_multi_gpu_rows_within_15_percent() {
     };
     within(
         "row 12: 70B LoRA FSDP ×8 (smi, 72–80)",
-        gib(&plan(&l70, &row12(Strategy::FsdpFullShard)).unwrap(), false),
+        gib(
+            &plan_simulated(&l70, &row12(Strategy::FsdpFullShard)).unwrap(),
+            false,
+        ),
         76.0,
         0.15,
     );
     within(
         "row 12: 70B LoRA ZeRO-3 ×8 (smi)",
-        gib(&plan(&l70, &row12(Strategy::Zero3)).unwrap(), false),
+        gib(
+            &plan_simulated(&l70, &row12(Strategy::Zero3)).unwrap(),
+            false,
+        ),
         64.0,
         0.15,
     );
@@ -235,11 +254,14 @@ fn published_multi_gpu_rows_within_15_percent() {
     };
     within(
         "row 13: 70B QLoRA ZeRO-3 ×2 (smi)",
-        gib(&plan(&l70, &row13(on(2, Strategy::Zero3))).unwrap(), false),
+        gib(
+            &plan_simulated(&l70, &row13(on(2, Strategy::Zero3))).unwrap(),
+            false,
+        ),
         36.6,
         0.15,
     );
-    let off = plan(
+    let off = plan_simulated(
         &l70,
         &row13(Parallel {
             offload_params: true,

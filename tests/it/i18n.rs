@@ -69,7 +69,6 @@ fn variants() -> Vec<Settings> {
 fn collect() -> Texts {
     let mut t = Texts::default();
     // Written only for a step past the program's bound (no variant below reaches it).
-    t.add("note", lorafit::model::plan::BEYOND_PROGRAM);
     for c in Component::ALL.iter().chain(&Component::ABOVE_ALLOCATED) {
         t.add("component", c.label());
     }

@@ -1,25 +1,21 @@
-//! Assembles the terms into the memory of each phase of a training step ([`phases`]), picks the
-//! peak, and adds what a real GPU shows on top ([`reserve`]: allocator reserve, CUDA context).
+//! A plan: the step program's allocation sequence read for the peak, each phase's highest moment
+//! and the tensors live then ([`steptrace::anatomy`]), with what a real GPU shows on top
+//! ([`reserve`]: the allocator's reserve, the CUDA context).
 
 use serde::Serialize;
 
-use super::activations::Ctx;
 use super::arch::Architecture;
+use super::ctx::Ctx;
 use super::distributed;
 use super::error::PlanError;
 use super::settings::{AttnImpl, Settings};
 use super::steptrace::{self, anatomy};
-use super::term::{named_bytes, Component, Term};
+use super::term::{Component, Term};
 use super::weights::{self, ParamCounts};
 
-mod phases;
 pub mod reserve;
 
 pub use reserve::{CachedBlock, CUDA_CONTEXT_BYTES};
-
-/// Threads that run cuBLAS GEMMs in a training step, each with its own handle and workspace:
-/// Python's (forward) and the autograd engine's device thread (backward, recomputation).
-pub const CUBLAS_THREADS: u128 = 2;
 
 /// A phase of the (second) training step, when optimizer states already exist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -205,53 +201,17 @@ fn matches_nothing(arch: &Architecture, s: &Settings) -> bool {
 }
 
 /// Plans one configuration, with the quick reserve allowance: the allocated figures are the
-/// step program's (its sequence run at two short depths and extrapolated to the model's,
-/// [`steptrace::periodic::Short`]) wherever it runs on one GPU; the closed-form terms answer
-/// for several GPUs, a fused cross-entropy and transformers 4's per-expert layout, and, built
-/// with the `page` feature (the first-visit page's wasm), everywhere.
+/// step program's, its sequence run at two short depths and extrapolated to the model's
+/// ([`steptrace::periodic::Short`]), on one GPU or as one rank of several.
 pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
-    let mut p = plan_terms(arch, s)?;
-    if !program_runs(arch, s) {
-        return Ok(p);
-    }
-    // The first-visit page keeps the terms' quick estimate (feature `page`, for its size) where
-    // they model the step; a method only the program plans takes the program's quick path.
-    if cfg!(feature = "page") && program_only(s).is_none() {
-        return Ok(p);
-    }
-    let device = steptrace::Device::Cuda;
-    let ctx = Ctx::new(arch, s);
-    match steptrace::periodic::Short::run(arch, &steptrace_settings(s), device) {
-        Ok(short) => {
-            from_program(&mut p, &ctx, short);
-            Ok(p)
-        }
-        Err(e) if e == steptrace::too_large() && program_only(s).is_none() => {
-            p.notes.push(BEYOND_PROGRAM.into());
-            Ok(p)
-        }
-        Err(e) => Err(e),
-    }
+    let mut p = plan_base(arch, s)?;
+    let run = s.as_run(arch);
+    let compute = distributed::compute_settings(&run);
+    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(&run));
+    let short = steptrace::periodic::Short::run(arch, s, steptrace::Device::Cuda)?;
+    from_program(&mut p, &ctx, short);
+    Ok(p)
 }
-
-/// The method of `s` that only the step program plans (the closed-form terms, which answer for
-/// several GPUs, a fused cross-entropy and transformers 4's per-expert layout, do not model it),
-/// if any: the setting that chooses it and its name.
-fn program_only(s: &Settings) -> Option<(&'static str, &'static str)> {
-    use super::settings::FinetuningType;
-    if s.preference() {
-        return Some(("stage", s.stage.label()));
-    }
-    match s.finetuning_type {
-        FinetuningType::Full => Some(("finetuning_type", "full fine-tuning")),
-        FinetuningType::Freeze => Some(("finetuning_type", "freeze tuning")),
-        FinetuningType::Lora if s.use_dora => Some(("use_dora", "DoRA")),
-        FinetuningType::Lora => s.lora_fa.then_some(("lora_fa", "LoRA-FA")),
-    }
-}
-
-/// The note of a one-GPU plan whose step the program cannot hold, which the terms answer.
-pub const BEYOND_PROGRAM: &str = "a step past what an allocation sequence holds (a generous bound of its memory passes 2^60 bytes, an exbibyte): planned by the closed-form terms, which lorafit keeps for several GPUs";
 
 /// The quick plan's nvidia-smi figure across micro-batches and sequence lengths, for searches
 /// that plan one configuration at many of them: the step's live bytes as polynomials in both
@@ -266,7 +226,7 @@ pub struct QuickSurface {
 
 impl QuickSurface {
     /// The surface of `s`'s configuration (its batch and sequence are not read), where the step
-    /// program plans it on one GPU and its allocations do not change with the batch or the
+    /// program's allocations do not change with the batch or the
     /// sequence.
     pub fn build(arch: &Architecture, s: &Settings) -> Option<QuickSurface> {
         let probe = Settings {
@@ -274,14 +234,11 @@ impl QuickSurface {
             seq: 1024,
             ..s.clone()
         };
-        if !program_runs(arch, &probe) {
-            return None;
-        }
-        let terms = plan_terms(arch, &probe).ok()?;
+        let base = plan_base(arch, &probe).ok()?;
         Some(QuickSurface {
-            surface: steptrace::surface::Surface::build(arch, &steptrace_settings(&probe))?,
+            surface: steptrace::surface::Surface::build(arch, &probe.clone())?,
             layers: arch.num_hidden_layers,
-            outside_bytes: terms.outside_allocator_bytes,
+            outside_bytes: base.outside_allocator_bytes,
             settings: s.clone(),
         })
     }
@@ -311,14 +268,6 @@ impl QuickSurface {
     }
 }
 
-/// Whether the step program plans this configuration's allocated memory: one GPU, no fused
-/// cross-entropy, transformers 5's fused experts.
-fn program_runs(arch: &Architecture, s: &Settings) -> bool {
-    s.parallel.world() <= 1
-        && !s.fused_ce
-        && !(arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert)
-}
-
 /// The quick reserve allowance over the plan's allocated figures (one GPU).
 fn requote(p: &mut Plan, ctx: &Ctx) {
     let peak = PhasePeak {
@@ -327,99 +276,50 @@ fn requote(p: &mut Plan, ctx: &Ctx) {
         bytes: p.peak_allocated_bytes,
         terms: vec![],
     };
-    let r = reserve::quick(ctx, &peak, p.steady_state_bytes, &[]);
+    let r = reserve::quick(ctx, &peak, p.steady_state_bytes);
     p.peak_reserved_bytes = r.bytes;
     p.reserve_explanation = r.explanation;
     p.nvidia_smi_bytes = r.bytes + p.outside_allocator_bytes;
 }
 
-/// The settings the step program runs: one GPU's step (several GPUs run it unsharded).
-fn steptrace_settings(s: &Settings) -> Settings {
-    Settings {
-        parallel: Default::default(),
-        ..s.clone()
-    }
-}
-
-/// The plan of the closed-form terms, reserved memory from the quick allowance.
-fn plan_terms(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
+/// What a plan states before the step runs: the inputs checked, the notes, the parameter
+/// counts, what lies outside the allocator (the CUDA context, paged optimizer states, NCCL);
+/// the step's figures are the program's ([`from_program`]).
+fn plan_base(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     check_inputs(arch, s)?;
-    if let Some((field, method)) = program_only(s).filter(|_| !program_runs(arch, s)) {
-        return Err(PlanError::InvalidSetting {
-            field,
-            why: format!(
-                "{method} is planned by the step program, on one GPU without a fused cross-entropy (and with transformers 5's fused experts); the closed-form terms that plan the rest do not model it yet"
-            ),
-        });
-    }
     let notes = notes(arch, s);
     let run = s.as_run(arch);
     let s: &Settings = &run;
-    // Sharded mixed precision computes in low precision while the shards stay fp32.
     let compute = distributed::compute_settings(s);
-    let storage_ctx = Ctx::new(arch, s);
     let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(s));
     let params = weights::param_counts(&ctx);
-    let frozen = weights::frozen_terms(&storage_ctx);
-    let trainable = weights::trainable_terms(&ctx, &params);
-    let grads = weights::gradient_terms(&ctx, &params, arch.num_hidden_layers as u128, true);
-    let (opt_states, paged) = weights::optimizer_terms(&ctx, &params);
     // Paged optimizer states live in CUDA unified memory, outside torch's allocator statistics.
-    let opt_in_allocator: Vec<Term> = if paged { vec![] } else { opt_states.clone() };
-    // Sharding and offload across GPUs (a no-op on one GPU): what this rank holds.
-    let rank = distributed::apply(&ctx, &frozen, &trainable, &grads, &opt_in_allocator);
-    let mut step = phases::Step::new(&ctx, &params, &rank);
-    if s.measured_overhead_bytes > 0 {
-        step.statics.push(Term::product(
-            Component::MeasuredOverhead,
-            "what your run held beyond the plan (measured − planned peak)",
-            &[named_bytes(
-                "measured overhead",
-                u128::from(s.measured_overhead_bytes),
-            )],
-        ));
-    }
-    let workspace = s.cublas_workspace_bytes()?;
-    if workspace > 0 {
-        step.statics.push(Term::product(
-            Component::CublasWorkspace,
-            "cuBLAS workspaces (the forward's thread and autograd's), kept from their first GEMM",
-            &[
-                super::term::f("threads", CUBLAS_THREADS),
-                named_bytes("workspace", u128::from(workspace)),
-            ],
-        ));
-    }
-    let all_phases = step.phases();
-    let (peak, per_phase) = pick_peak(all_phases);
-    let steady = total(&step.statics);
-    let reserve = reserve::quick(&ctx, &peak, steady, &rank.comm);
+    let (opt_states, paged) = weights::optimizer_terms(&ctx, &params);
     let paged_bytes = if paged { total(&opt_states) } else { 0 };
     let outside_terms = reserve::outside_terms(s, paged_bytes);
     let outside = total(&outside_terms);
     let par = &s.parallel;
-    let cpu = step.cpu_terms();
     Ok(Plan {
         params,
-        peak_allocated_bytes: peak.bytes,
-        peak_phase: peak.phase,
-        peak_moment: peak.moment.clone(),
-        breakdown: breakdown(&peak),
-        terms: peak.terms.clone(),
-        phases: per_phase,
-        steady_state_bytes: steady,
-        peak_reserved_bytes: reserve.bytes,
-        reserve_explanation: reserve.explanation,
-        reserve_simulated: reserve.simulated,
-        cached_free_blocks: reserve.cached_free,
-        nvidia_smi_bytes: reserve.bytes + outside,
+        peak_allocated_bytes: 0,
+        peak_phase: Phase::Forward,
+        peak_moment: String::new(),
+        breakdown: vec![],
+        terms: vec![],
+        phases: vec![],
+        steady_state_bytes: 0,
+        peak_reserved_bytes: 0,
+        reserve_explanation: String::new(),
+        reserve_simulated: false,
+        cached_free_blocks: vec![],
+        nvidia_smi_bytes: outside,
         outside_allocator_bytes: outside,
         outside_terms,
         world_size: par.world(),
         effective_batch: (s.batch as u128) * (s.grad_accum as u128) * par.world(),
-        cpu_bytes_per_rank: total(&cpu),
-        cpu_bytes_per_node: total(&cpu) * par.gpus_per_node as u128,
-        cpu_terms: cpu,
+        cpu_bytes_per_rank: 0,
+        cpu_bytes_per_node: 0,
+        cpu_terms: vec![],
         notes,
     })
 }
@@ -439,29 +339,13 @@ pub fn plan_simulated_on(
     s: &Settings,
     device: super::steptrace::Device,
 ) -> Result<Plan, PlanError> {
-    let mut p = plan_terms(arch, s)?;
-    let compute = distributed::compute_settings(s);
-    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(s));
-    let comm = distributed::apply(&ctx, &[], &[], &[], &[]).comm;
-    let trace = if program_runs(arch, s) {
-        // One GPU: the full run gives the allocated figures and the sequence to replay; a step
-        // too large for it is the quick plan's (the short runs, or past them the terms),
-        // reserved from the allowance.
-        match steptrace::generate_on(arch, &steptrace_settings(s), device) {
-            Ok(t) => from_program(&mut p, &ctx, steptrace::periodic::Short::full(arch, t)),
-            // A method only the program plans has no other plan (and the page's `plan` of
-            // one is this function).
-            Err(e) if program_only(s).is_some() => return Err(e),
-            Err(_) => return plan(arch, s),
-        }
-    } else {
-        // Several GPUs replay one GPU's step; no program, no replay.
-        match reserve::one_gpu_trace(arch, s, device) {
-            Some(t) => t,
-            None => return Ok(p),
-        }
-    };
-    if let Some(r) = reserve::simulate(&trace, s, &p, &comm) {
+    let mut p = plan_base(arch, s)?;
+    let run = s.as_run(arch);
+    let compute = distributed::compute_settings(&run);
+    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(&run));
+    let trace = steptrace::generate_on(arch, s, device)?;
+    let trace = from_program(&mut p, &ctx, steptrace::periodic::Short::full(arch, trace));
+    if let Some(r) = reserve::simulate(&trace, &ctx, &p) {
         p.peak_reserved_bytes = r.bytes;
         p.reserve_explanation = r.explanation;
         p.reserve_simulated = true;
@@ -495,7 +379,7 @@ fn from_program(p: &mut Plan, ctx: &Ctx, short: steptrace::periodic::Short) -> s
     let phases: Option<Vec<PhasePeak>> = m.phases.iter().map(at).collect();
     let (Some(peak), Some(phases)) = (at(&m.peak), phases) else {
         // Only short runs can miss (a full run's storages add up by construction).
-        let settings = steptrace_settings(ctx.s);
+        let settings = ctx.s.clone();
         return match steptrace::generate_on(ctx.arch, &settings, short.trace.device) {
             Ok(t) if short.how != steptrace::periodic::How::Full => {
                 from_program(p, ctx, steptrace::periodic::Short::full(ctx.arch, t))
@@ -510,6 +394,13 @@ fn from_program(p: &mut Plan, ctx: &Ctx, short: steptrace::periodic::Short) -> s
     p.terms = peak.terms;
     p.phases = phases;
     p.steady_state_bytes = u128::from(m.end_bytes);
+    p.cpu_terms = short
+        .host
+        .iter()
+        .map(|&(what, bytes)| anatomy::host_term(what, bytes))
+        .collect();
+    p.cpu_bytes_per_rank = total(&p.cpu_terms);
+    p.cpu_bytes_per_node = p.cpu_bytes_per_rank * u128::from(ctx.s.parallel.gpus_per_node);
     requote(p, ctx);
     short.trace
 }
@@ -681,7 +572,7 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     }
     if s.experts_layout == super::settings::ExpertsLayout::PerExpert {
         out.push(
-            "transformers 4 layout: every expert's projections and the router are nn.Linear layers (4-bit loading quantizes them) run by a Python loop over the experts; reserved memory comes from the quick allowance (the allocator simulation follows transformers 5)"
+            "transformers 4 layout: every expert's projections and the router are nn.Linear layers (4-bit loading quantizes them) run by a Python loop over the experts hit"
                 .into(),
         );
     } else if s.quant.is_some() {
@@ -712,26 +603,6 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     }
     let _ = m;
     out
-}
-
-/// The highest moment is the peak (the first of equals); each phase reports its own highest.
-fn pick_peak(phases: Vec<PhasePeak>) -> (PhasePeak, Vec<PhasePeak>) {
-    let peak_idx = phases
-        .iter()
-        .enumerate()
-        .max_by_key(|(i, p)| (p.bytes, usize::MAX - i))
-        .map(|(i, _)| i)
-        .unwrap_or(0);
-    let peak = phases[peak_idx].clone();
-    let mut per_phase: Vec<PhasePeak> = vec![];
-    for p in phases {
-        match per_phase.iter_mut().find(|q| q.phase == p.phase) {
-            Some(q) if q.bytes >= p.bytes => {}
-            Some(q) => *q = p,
-            None => per_phase.push(p),
-        }
-    }
-    (peak, per_phase)
 }
 
 /// Bytes of every component at the peak, zeros included, in stacking order.

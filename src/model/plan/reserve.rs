@@ -12,12 +12,11 @@
 //!   an estimate until the simulation replaces it.
 
 use super::{PhasePeak, Plan};
-use crate::model::activations::Ctx;
-use crate::model::arch::Architecture;
-use crate::model::parallel::{Parallel, Strategy};
+use crate::model::ctx::Ctx;
+use crate::model::parallel::Strategy;
 use crate::model::settings::Settings;
 use crate::model::steptrace;
-use crate::model::term::{bytes_of, f, Component, Term, TermKind};
+use crate::model::term::{bytes_of, f, Component, Term};
 
 const MIB: u128 = 1024 * 1024;
 /// 2 MiB: the caching allocator's large-segment granularity.
@@ -66,9 +65,9 @@ pub struct CachedBlock {
 }
 
 /// The allowance used where no simulation runs.
-pub fn quick(ctx: &Ctx, peak: &PhasePeak, steady_bytes: u128, comm: &[Term]) -> Reserve {
+pub fn quick(ctx: &Ctx, peak: &PhasePeak, steady_bytes: u128) -> Reserve {
     let (rounding, frag) = allowance(ctx.arch.num_hidden_layers, peak.bytes, steady_bytes);
-    let stream = fsdp_stream_reserve(&ctx.s.parallel, comm);
+    let stream = fsdp_stream_reserve(ctx);
     Reserve {
         bytes: peak.bytes + rounding + frag + stream,
         explanation: format!(
@@ -88,48 +87,25 @@ pub fn allowance(layers: u64, peak_bytes: u128, steady_bytes: u128) -> (u128, u1
 }
 
 /// FSDP all-gathers on its own CUDA stream; the caching allocator keeps blocks per stream, so
-/// the gathered units cycle through memory the compute stream cannot reuse.
-fn fsdp_stream_reserve(par: &Parallel, comm: &[Term]) -> u128 {
+/// the gathered units (the current and the prefetched layer) cycle through memory the compute
+/// stream cannot reuse.
+fn fsdp_stream_reserve(ctx: &Ctx) -> u128 {
+    let par = &ctx.s.parallel;
     let gathers = matches!(
         par.strategy,
         Strategy::FsdpFullShard | Strategy::FsdpHybridShard
-    ) && par.param_shards() > 1;
+    ) && par.param_shards() > 1
+        && par.world() > 1;
     if !gathers {
         return 0;
     }
-    comm.iter()
-        .filter(|t| t.kind == TermKind::GatheredLayers)
-        .map(|t| t.bytes)
-        .sum()
+    2 * crate::model::distributed::gathered_layer_bytes(ctx)
 }
 
-/// The step's allocation sequence as one GPU runs it (the program is a one-GPU program: several
-/// GPUs get the same step unsharded), or `None` where there is no program (a fused
-/// cross-entropy, transformers 4's per-expert layout).
-pub fn one_gpu_trace(
-    arch: &Architecture,
-    s: &Settings,
-    device: steptrace::Device,
-) -> Option<steptrace::Trace> {
-    if s.fused_ce {
-        return None;
-    }
-    let one_gpu = Settings {
-        parallel: Parallel::default(),
-        ..s.clone()
-    };
-    steptrace::generate_on(arch, &one_gpu, device).ok()
-}
-
-/// Reserved memory from the allocator simulation of `trace` ([`one_gpu_trace`]). One GPU: the
-/// step's own sequence, exact. Several GPUs: the simulated reserved-to-live ratio of the same
-/// step on one GPU applied to this rank's allocated peak, plus FSDP's stream blocks.
-pub fn simulate(
-    trace: &steptrace::Trace,
-    s: &Settings,
-    plan: &Plan,
-    comm: &[Term],
-) -> Option<Reserve> {
+/// Reserved memory from the allocator simulation of `trace`, this rank's step: exact, plus on
+/// several GPUs FSDP's stream blocks ([`fsdp_stream_reserve`]).
+pub fn simulate(trace: &steptrace::Trace, ctx: &Ctx, plan: &Plan) -> Option<Reserve> {
+    let s = ctx.s;
     let conf = s.allocator_conf().ok()?;
     let sim = steptrace::replay(trace, &conf);
     let cached_free = sim
@@ -151,25 +127,14 @@ pub fn simulate(
     } else {
         format!("PYTORCH_CUDA_ALLOC_CONF={}", s.alloc_conf)
     };
-    let allocated = plan.peak_allocated_bytes;
-    if s.parallel.world() <= 1 {
-        return Some(Reserve {
-            bytes: (sim.peak_reserved as u128).max(allocated),
-            explanation: format!(
-                "PyTorch's caching allocator ({conf_words}) simulated over the step's {} allocations and frees: max_memory_reserved {} B, max_memory_allocated {} B (blocks rounded to 512 B)",
-                sim.events, sim.peak_reserved, sim.peak_allocated
-            ),
-            simulated: true,
-            cached_free,
-        });
-    }
-    let ratio = sim.peak_reserved as f64 / sim.peak_live.max(1) as f64;
-    let stream = fsdp_stream_reserve(&s.parallel, comm);
-    let bytes = (allocated as f64 * ratio) as u128 + stream;
+    let stream = fsdp_stream_reserve(ctx);
     Some(Reserve {
-        bytes: bytes.max(allocated),
+        bytes: (sim.peak_reserved as u128).max(plan.peak_allocated_bytes) + stream,
         explanation: format!(
-            "this rank's allocated peak × {ratio:.4}, the reserved-to-live ratio PyTorch's caching allocator ({conf_words}) reaches on the same step on one GPU{}",
+            "PyTorch's caching allocator ({conf_words}) simulated over the step's {} allocations and frees: max_memory_reserved {} B, max_memory_allocated {} B (blocks rounded to 512 B){}",
+            sim.events,
+            sim.peak_reserved,
+            sim.peak_allocated,
             if stream > 0 { format!(", + FSDP all-gather stream blocks = {stream} B") } else { String::new() }
         ),
         simulated: true,

@@ -8,7 +8,7 @@
 //! ([`super::program`]) gives the peak, the breakdown and the reserve together.
 
 use super::{Block, Event, Label, StepPhase, Trace, What};
-use crate::model::activations::Ctx;
+use crate::model::ctx::Ctx;
 use crate::model::term::{bytes_of, f, Component, Factor, Term};
 
 /// The component a live storage stacks into, from what it holds, the block that made it and
@@ -25,6 +25,7 @@ pub fn component(label: &Label, made_in_backward: bool) -> Component {
         What::OptTemp => Component::OptimizerTemps,
         What::Overhead => Component::MeasuredOverhead,
         What::Workspace => Component::CublasWorkspace,
+        What::GatheredLayer | What::GatheredRoot | What::CommBucket => Component::CommBuffers,
         _ if made_in_backward => Component::BackwardTemps,
         What::Buffer | What::Input | What::Rotary => Component::ActEmbeddings,
         What::Hidden if label.block == Block::Checkpoint => Component::ActCheckpoints,
@@ -87,6 +88,9 @@ fn is_forward_kind(what: What) -> bool {
         What::Grad
             | What::BackwardTemp
             | What::KernelTemp
+            | What::GatheredLayer
+            | What::GatheredRoot
+            | What::CommBucket
             | What::WeightCopy
             | What::ParamGrad
             | What::OptState
@@ -278,9 +282,14 @@ fn shape_kind(what: What) -> Shape {
         What::Weight | What::Trainable | What::OptState | What::ParamGrad | What::WeightCopy => {
             Shape::Parameter
         }
-        What::Workspace | What::Overhead | What::Buffer | What::QuantState | What::OptTemp => {
-            Shape::Bytes
-        }
+        What::Workspace
+        | What::Overhead
+        | What::Buffer
+        | What::QuantState
+        | What::OptTemp
+        | What::GatheredLayer
+        | What::GatheredRoot
+        | What::CommBucket => Shape::Bytes,
         _ => Shape::Activation,
     }
 }
@@ -365,7 +374,7 @@ fn factorise(n: u128, widths: &[(&'static str, u128)]) -> Option<Vec<(&'static s
 fn shape_factors(bytes: u64, what: What, elem_bytes: u8, ctx: &Ctx) -> Vec<Factor> {
     let bytes = bytes as u128;
     let shape = shape_kind(what);
-    if shape == Shape::Bytes || bytes <= 8 {
+    if shape == Shape::Bytes || bytes <= 8 || split(ctx, what) {
         return vec![bytes_of(bytes)];
     }
     let ws = widths(ctx, shape);
@@ -382,6 +391,18 @@ fn shape_factors(bytes: u64, what: What, elem_bytes: u8, ctx: &Ctx) -> Vec<Facto
         }
     }
     vec![bytes_of(bytes)]
+}
+
+/// Whether this rank holds a share of each storage of `what` (several GPUs shard it): its
+/// size is a shard's, rounded up, which no product of the model's widths names.
+fn split(ctx: &Ctx, what: What) -> bool {
+    let p = &ctx.s.parallel;
+    match what {
+        What::Weight | What::QuantState | What::Trainable => p.param_shards() > 1,
+        What::OptState | What::OptTemp => p.opt_shards() > 1,
+        What::ParamGrad => p.grad_shards() > 1,
+        _ => false,
+    }
 }
 
 /// A storage live at a moment, standing for `copies` storages of the model (more than one for a
@@ -477,4 +498,24 @@ pub fn terms_of(
         }
     }
     out
+}
+
+/// What one rank keeps in host memory of one kind (offloaded parameters, gradients, optimizer
+/// states, checkpointed hidden states), as a term of its bytes.
+pub fn host_term(what: What, bytes: u64) -> Term {
+    // The hidden states host memory holds are the checkpoints' inputs.
+    let block = if what == What::Hidden {
+        Block::Checkpoint
+    } else {
+        Block::Other
+    };
+    let label = Label {
+        block,
+        ..Label::new(what, None)
+    };
+    Term::sum(
+        component(&label, false),
+        label_text(what, block, false),
+        &[vec![bytes_of(u128::from(bytes))]],
+    )
 }

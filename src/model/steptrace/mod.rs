@@ -6,7 +6,7 @@
 //! The step is written as a small program mirroring transformers' and peft's forward code op by
 //! op ([`program`]), over a miniature of autograd ([`tape`]) that keeps the references PyTorch
 //! keeps (Python variables, saved tensors, gradient buffers) and runs backward in the engine's
-//! order. Sizes and dtypes come from [`Ctx`](super::activations::Ctx) and the architecture's
+//! order. Sizes and dtypes come from [`Ctx`](super::ctx::Ctx) and the architecture's
 //! Linear shapes, the same facts the model's terms are built from. Replayed through the caching
 //! allocator ([`super::allocator`]) the sequence gives the reserved memory ([`simulate`]).
 //!
@@ -15,14 +15,15 @@
 pub mod anatomy;
 pub mod periodic;
 mod program;
+pub mod rank;
 mod simulate;
 pub mod surface;
 mod tape;
 
 pub use simulate::{replay, simulate, simulate_on, CachedBlock, PhaseFigures, Simulation};
 
-use super::activations::Ctx;
 use super::arch::Architecture;
+use super::ctx::Ctx;
 use super::error::PlanError;
 use super::settings::Settings;
 
@@ -171,11 +172,17 @@ pub enum What {
     Workspace,
     /// A temporary a CUDA kernel allocates inside one op (softmax backward's `grad × output`).
     KernelTemp,
+    /// Several GPUs: decoder layers FSDP / ZeRO-3 gather whole (the current and the prefetched).
+    GatheredLayer,
+    /// Several GPUs: FSDP's root unit (embeddings, final norm, lm_head) beyond this rank's shard.
+    GatheredRoot,
+    /// Several GPUs: DDP's gradient buckets, DeepSpeed's reduce bucket.
+    CommBucket,
 }
 
 impl What {
     /// Every kind, in declaration order.
-    pub const ALL: [What; 30] = [
+    pub const ALL: [What; 33] = [
         What::Weight,
         What::QuantState,
         What::Trainable,
@@ -206,6 +213,9 @@ impl What {
         What::Overhead,
         What::Workspace,
         What::KernelTemp,
+        What::GatheredLayer,
+        What::GatheredRoot,
+        What::CommBucket,
     ];
 
     /// Short human name.
@@ -241,6 +251,11 @@ impl What {
             What::Overhead => "measured overhead of your run",
             What::Workspace => "cuBLAS workspace",
             What::KernelTemp => "CUDA kernel temporary",
+            What::GatheredLayer => "gathered decoder layer (current or prefetched)",
+            What::GatheredRoot => {
+                "gathered root unit (embeddings, lm_head) beyond this rank's shard"
+            }
+            What::CommBucket => "gradient communication bucket",
         }
     }
 }
@@ -325,6 +340,8 @@ pub struct Trace {
     pub peak_live_bytes: u64,
     /// The device the sequence runs on (the replay gives it that device's address order).
     pub device: Device,
+    /// Host memory (offloaded storages) by kind, when its total was highest.
+    pub host: Vec<(What, u64)>,
 }
 
 /// Generates the allocation sequence of a run on a CUDA GPU: setup, inputs and two training
@@ -337,22 +354,35 @@ pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
 pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<Trace, PlanError> {
     arch.validate()?;
     s.validate()?;
-    if arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert {
-        return Err(PlanError::InvalidSetting {
-            field: "experts_layout",
-            why: "the allocation sequence follows transformers 5's fused experts; transformers 4's per-expert layout is planned without it (quick reserve)".into(),
-        });
-    }
     check_method(arch, s)?;
     check_size(arch, s)?;
     let run = s.as_run(arch);
-    let ctx = Ctx::new(arch, &run);
-    Ok(program::run(&ctx, device))
+    // One rank's step: sharded mixed precision computes in low precision while its weight
+    // shards stay fp32.
+    let compute = super::distributed::compute_settings(&run);
+    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(&run));
+    // FSDP keeps the loaded fp32 shards and gathers them in the compute dtype; DeepSpeed casts
+    // the module itself (`module.bfloat16()` in `DeepSpeedEngine._configure_distributed_model`,
+    // deepspeed/runtime/engine.py), so its shards are in the compute dtype.
+    let stored = if run.parallel.strategy.is_zero() {
+        ctx.aux_weight.bytes()
+    } else {
+        Ctx::new(arch, &run).aux_weight.bytes()
+    };
+    let scale = (stored / ctx.aux_weight.bytes().max(1)).max(1) as u64;
+    let rank = rank::Rank::of(&run.parallel, scale);
+    Ok(program::run(&ctx, device, rank))
 }
 
 /// Refuses the training methods the program does not run for `arch` (the plan refuses them
 /// through here too).
 pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
+    if s.preference() && s.fused_ce {
+        return Err(PlanError::InvalidSetting {
+            field: "fused_ce",
+            why: "a fused linear cross-entropy replaces the SFT loss; a preference trainer scores its sequences through its own head (pref_logits: TRL's fused log-prob head or the full logits)".into(),
+        });
+    }
     if s.preference() && arch.is_moe() {
         return Err(PlanError::InvalidSetting {
             field: "stage",
@@ -400,6 +430,6 @@ fn check_size(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
 pub fn too_large() -> PlanError {
     PlanError::InvalidSetting {
         field: "seq",
-        why: "too large a step to plan on one GPU: a generous bound of its memory from its shapes passes 2^60 bytes (an exbibyte), or of its allocations 2^26".into(),
+        why: "too large a step to plan: a generous bound of its memory from its shapes passes 2^60 bytes (an exbibyte), or of its allocations 2^26".into(),
     }
 }

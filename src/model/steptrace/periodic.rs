@@ -188,6 +188,9 @@ pub fn live_peak(a: &Architecture, s: &Settings, device: Device) -> Result<(u64,
 pub struct Short {
     /// The longer run (`L₂` layers); the moments' events index its sequence.
     pub trace: Trace,
+    /// The model's host memory (offloaded storages) by kind at its highest, extrapolated like
+    /// the live bytes.
+    pub host: Vec<(What, u64)>,
     /// What each allocation outside the middle layers makes, and the model's live bytes right
     /// after it, in order.
     pub values: Vec<(What, u64)>,
@@ -234,7 +237,8 @@ impl Short {
     pub fn full(a: &Architecture, trace: Trace) -> Short {
         let l = a.num_hidden_layers;
         let pass = kept(&trace, l, l, 0);
-        Short::assemble(trace, None, pass, (0, 0, l, l, 0))
+        let host = trace.host.clone();
+        Short::assemble(trace, None, pass, &host, (0, 0, l, l, 0))
             .unwrap_or_else(|_| unreachable!("a full run's live bytes are u64"))
     }
 
@@ -258,7 +262,13 @@ impl Short {
         }
         let periods = (a.num_hidden_layers - l1) / p;
         let shift = (a.num_hidden_layers - l2) as u32;
-        let mut short = Short::assemble(t2, Some(&p1), p2, (periods, shift, l2, head, tail))?;
+        let mut short = Short::assemble(
+            t2,
+            Some(&p1),
+            p2,
+            &t1.host,
+            (periods, shift, l2, head, tail),
+        )?;
         short.how = How::Extrapolated;
         Ok(Some(short))
     }
@@ -269,6 +279,7 @@ impl Short {
         t2: Trace,
         p1: Option<&Pass>,
         p2: Pass,
+        host1: &[(What, u64)],
         (periods, shift, depth, head, tail): (u64, u32, u64, u64, u64),
     ) -> Result<Short, PlanError> {
         // Extrapolated live bytes past u64 are a step too large to plan, as for a full run.
@@ -299,11 +310,20 @@ impl Short {
             });
         }
         let end = grow(p1.map_or(p2.end, |p| p.end), p2.end);
+        let host = What::ALL
+            .iter()
+            .filter_map(|&w| {
+                let of = |h: &[(What, u64)]| h.iter().find(|x| x.0 == w).map_or(0, |x| x.1);
+                let b = grow(of(host1), of(&t2.host));
+                (b > 0).then_some((w, b))
+            })
+            .collect();
         if too_large {
             return Err(super::too_large());
         }
         Ok(Short {
             trace: t2,
+            host,
             values,
             moments: highs.done(end, p2.alloc_phase),
             how: How::Full,

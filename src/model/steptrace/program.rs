@@ -4,10 +4,10 @@
 
 use super::tape::{Edge, Mode, Op, Tape, G, NO_LAYER, T, X};
 use super::{Block, Event, StepPhase, Trace, What};
-use crate::model::activations::{Ctx, SdpaMask};
 use crate::model::arch::{
     AttentionKind, KwargsOrder, LayerKind, LinearShape, NormKind, QkNorm, Target,
 };
+use crate::model::ctx::{Ctx, SdpaMask};
 use crate::model::settings::{AttnImpl, ExpertParam, Optimizer, SavedModule};
 
 /// A parameter of the model, in `named_parameters()` order.
@@ -24,6 +24,17 @@ struct MoeParams {
     down: Param,
     /// LoRA A and B of each adapted expert parameter (peft `target_parameters`).
     lora: Vec<(ExpertParam, Param, Param)>,
+    /// transformers 4's per-expert layout: the router and each expert's gate, up and down
+    /// projections as `nn.Linear` layers (4-bit ones when the model is loaded in 4 bits).
+    linears: Option<PerExpert>,
+}
+
+/// transformers 4's per-expert layout of one MoE block.
+#[derive(Clone, Debug)]
+struct PerExpert {
+    router: Lin,
+    /// gate, up, down of each expert.
+    experts: Vec<[Lin; 3]>,
 }
 
 /// A Linear layer's LoRA adapter.
@@ -97,6 +108,7 @@ fn bytes(d: crate::model::dtype::Dtype) -> u64 {
 }
 
 mod dora;
+mod fused_ce;
 mod moe;
 mod preference;
 
@@ -114,8 +126,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     fn t(&mut self, n: u64, es: u64, what: What) -> X {
-        let t = self.tp.new_t(n * es, what);
-        self.tp.labels[t as usize].elem_bytes = es.min(255) as u8;
+        let t = self.tp.new_t_of(n * es, es, what);
         X { t, n, es, g: G::No }
     }
 
@@ -256,6 +267,21 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.t(b, 1, What::Weight);
             }
         }
+        // Several GPUs: the buffers the rank's communication keeps through the step.
+        let grad_bytes: u128 = self
+            .trainable
+            .iter()
+            .map(|&i| u128::from(self.params[i as usize].x.n * self.params[i as usize].x.es))
+            .sum();
+        for (kind, b) in crate::model::distributed::comm_buffers(ctx, grad_bytes) {
+            use crate::model::distributed::CommBuffer;
+            let what = match kind {
+                CommBuffer::Layer => What::GatheredLayer,
+                CommBuffer::Root => What::GatheredRoot,
+                CommBuffer::Bucket => What::CommBucket,
+            };
+            self.t(u64::try_from(b).unwrap_or(u64::MAX), 1, what);
+        }
         // A real run's measured overhead, kept as a calibration: resident through the step.
         if s.measured_overhead_bytes > 0 {
             self.t(s.measured_overhead_bytes, 1, What::Overhead);
@@ -345,6 +371,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             a.expert_width() as u64,
             a.hidden_size,
         );
+        if s.experts_layout == crate::model::settings::ExpertsLayout::PerExpert {
+            return self.register_per_expert(shared, adapted, lins);
+        }
         let router_es = if layout.fp32_router { 4 } else { ed };
         let router = |p: &mut Self| {
             let w = p.param(e * h, router_es, false, What::Weight);
@@ -374,7 +403,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ad = bytes(s.adapter_dtype);
         let mut lora = vec![];
         for &p in &s.target_parameters {
-            let (o, n) = crate::model::activations::expert_param_shape(ctx, p);
+            let (o, n) = crate::model::ctx::expert_param_shape(ctx, p);
             let (o, n) = (o as u64, n as u64);
             let la = self.param(r * e * n, ad, true, What::Trainable);
             let lb = self.param(o * r * e, ad, true, What::Trainable);
@@ -395,6 +424,59 @@ impl<'c, 'a> Prog<'c, 'a> {
             gate_up,
             down,
             lora,
+            linears: None,
+        }
+    }
+
+    /// transformers 4's MoE block (`MixtralSparseMoeBlock` and its kin): the router `gate`, then
+    /// each expert's MLP (`gate_proj`/`w1`, `up_proj`/`w3`, `down_proj`/`w2`) as `nn.Linear`
+    /// layers, which 4-bit loading quantizes; no adapter on them (the plan refuses MLP targets
+    /// in this layout).
+    fn register_per_expert(
+        &mut self,
+        shared: &[LinearShape],
+        adapted: &[LinearShape],
+        lins: &mut Vec<Lin>,
+    ) -> MoeParams {
+        let a = self.ctx.arch;
+        let (e, i, h) = (a.num_experts(), a.expert_width(), u128::from(a.hidden_size));
+        let shape = |name, in_features, out_features| LinearShape {
+            name,
+            in_features,
+            out_features,
+            selected_by: &[],
+            bias: false,
+        };
+        let mut scratch = vec![];
+        self.register_linear(shape("gate", h, e), &[], &mut scratch);
+        self.tp.block = Block::Experts;
+        for _ in 0..e {
+            for l in [
+                shape("gate_proj", h, i),
+                shape("up_proj", h, i),
+                shape("down_proj", i, h),
+            ] {
+                self.register_linear(l, &[], &mut scratch);
+            }
+        }
+        self.tp.block = Block::Other;
+        for l in shared {
+            self.register_linear(*l, adapted, lins);
+        }
+        let mut it = scratch.into_iter();
+        let router = it.next().expect("router registered");
+        let experts = (0..e)
+            .map(|_| {
+                let mut next = || it.next().expect("expert registered");
+                [next(), next(), next()]
+            })
+            .collect();
+        MoeParams {
+            router: router.w,
+            gate_up: router.w,
+            down: router.w,
+            lora: vec![],
+            linears: Some(PerExpert { router, experts }),
         }
     }
 
@@ -404,8 +486,23 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ctx = self.ctx;
         for li in 0..ctx.arch.num_hidden_layers {
             self.tp.exec = li as u32;
-            for l in ctx.arch.block_linears(ctx.arch.layer_kind(li)) {
-                let n = (l.in_features * l.out_features) as u64;
+            let a = ctx.arch;
+            let kind = a.layer_kind(li);
+            let mut ns: Vec<u64> = a
+                .block_linears(kind)
+                .iter()
+                .map(|l| (l.in_features * l.out_features) as u64)
+                .collect();
+            if ctx.s.experts_quantized() && kind == LayerKind::Moe {
+                let (e, i, h) = (
+                    a.num_experts() as u64,
+                    a.expert_width() as u64,
+                    a.hidden_size,
+                );
+                ns.push(e * h);
+                ns.extend(std::iter::repeat_n(i * h, 3 * e as usize));
+            }
+            for n in ns {
                 let blocks = n.div_ceil(64);
                 if ctx.s.double_quant {
                     // absmax (uint8), code, offset, nested absmax, nested code
@@ -759,13 +856,36 @@ impl<'c, 'a> Prog<'c, 'a> {
         if self.ctx.s.quant.is_none() {
             return self.matmul(x, lin.w.x, out_n, What::LinearOut);
         }
-        // bnb Linear4bit: x.to(compute_dtype), gemm_4bit, out.to(input dtype); then peft's
-        // `result.clone()`.
+        let o = self.linear4bit(x, lin, out_n, What::LinearOut);
+        if self.adapters_off {
+            // peft's disabled adapters: `self.base_layer(x)`, no defensive clone.
+            return o;
+        }
+        // peft's `result.clone()`.
+        let mut c = self.t(o.n, o.es, What::LinearOut);
+        c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
+        self.drop(o);
+        c
+    }
+
+    /// A Linear layer no adapter wraps: `F.linear`, or bitsandbytes' `Linear4bit` when the
+    /// model is loaded in 4 bits.
+    fn plain_linear(&mut self, x: X, lin: &Lin, out_n: u64, what: What) -> X {
+        if self.ctx.s.quant.is_none() {
+            self.matmul(x, lin.w.x, out_n, what)
+        } else {
+            self.linear4bit(x, lin, out_n, what)
+        }
+    }
+
+    /// bnb Linear4bit: x.to(compute_dtype), gemm_4bit (dequantizing the weight, again in
+    /// backward), out.to(input dtype).
+    fn linear4bit(&mut self, x: X, lin: &Lin, out_n: u64, what: What) -> X {
         let ce = bytes(self.ctx.s.dtype);
         let xc = self.cast(x, ce, What::LoraCast);
         let n = (lin.shape.in_features * lin.shape.out_features) as u64;
         let absmax_n = self.nested_absmax(n);
-        let mut g = self.t(out_n, ce, What::LinearOut);
+        let mut g = self.t(out_n, ce, what);
         g.g = self.tp.node(
             Op::Dequant4 { w_n: n, absmax_n },
             out_n,
@@ -773,17 +893,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             &[Self::edge(&xc)],
             &[],
         );
-        let o = self.cast(g, x.es, What::LinearOut);
+        let o = self.cast(g, x.es, what);
         self.drop(g);
         self.drop(xc);
-        if self.adapters_off {
-            // peft's disabled adapters: `self.base_layer(x)`, no defensive clone.
-            return o;
-        }
-        let mut c = self.t(o.n, o.es, What::LinearOut);
-        c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
-        self.drop(o);
-        c
+        o
     }
 
     /// The fp32 absmax values bitsandbytes dequantizes first for a 4-bit weight of `n` values
@@ -1567,6 +1680,11 @@ impl<'c, 'a> Prog<'c, 'a> {
                 if let Some(c) = m {
                     keeps.push(c.t);
                 }
+                if s.parallel.offload_activations {
+                    // The checkpoint's input goes to host memory as it is saved; the GPU copy
+                    // dies with the program's last reference (after the next layer's forward).
+                    keeps[0] = self.tp.new_host_t(hcur.n * hcur.es, What::Hidden);
+                }
                 self.tp.begin_checkpoint(li as u32, &keeps);
                 if self.ckpt_in.len() <= li {
                     self.ckpt_in.resize(li + 1, None);
@@ -1613,26 +1731,15 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// One forward pass through the loss; returns the loss's node and the loss tensor.
     fn forward(&mut self) -> (G, X) {
         let ctx = self.ctx;
-        let a = ctx.arch;
-        let tokens = self.tokens();
         let (fin, cos, sin) = self.body(false);
-        // lm_head + loss
-        let v = a.vocab_size;
-        let head = self.lm_head.map(|p| p.x).unwrap_or(self.params[0].x);
-        let logits_es = bytes(ctx.logits);
-        let mut logits = self.matmul(fin, head, tokens * v, What::Logits);
-        debug_assert_eq!(logits.es, logits_es);
-        if a.final_softcap() {
-            // logits / cap, tanh, * cap (each reassigning `logits`)
-            let d = self.mul_const(logits, What::Logits);
-            self.drop(logits);
-            let t = self.unary(d, d.es, What::Logits, false, true);
-            self.drop(d);
-            let m = self.mul_const(t, What::Logits);
-            self.drop(t);
-            logits = m;
-        }
-        let (mut g, loss) = self.loss(logits);
+        let (mut g, loss, logits) = if ctx.s.fused_ce {
+            let (g, loss) = self.fused_ce(fin);
+            (g, loss, None)
+        } else {
+            let logits = self.head_logits(fin);
+            let (g, loss) = self.loss(logits);
+            (g, loss, Some(logits))
+        };
         // output_router_logits: the load-balancing loss over every MoE layer's logits, added
         // to the loss in place.
         let recorded = std::mem::take(&mut self.router_logits);
@@ -1662,11 +1769,35 @@ impl<'c, 'a> Prog<'c, 'a> {
         // Leaving `with autocast:` clears its cache; `del out` then frees the logits (and the
         // router logits it holds).
         self.clear_autocast_cache();
-        self.drop(logits);
+        if let Some(l) = logits {
+            self.drop(l);
+        }
         for x in recorded {
             self.drop(x);
         }
         (g, loss)
+    }
+
+    /// lm_head over the final hidden states `fin` (and Gemma 2's final softcap).
+    fn head_logits(&mut self, fin: X) -> X {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let v = a.vocab_size;
+        let head = self.lm_head.map(|p| p.x).unwrap_or(self.params[0].x);
+        let logits_es = bytes(ctx.logits);
+        let mut logits = self.matmul(fin, head, self.tokens() * v, What::Logits);
+        debug_assert_eq!(logits.es, logits_es);
+        if a.final_softcap() {
+            // logits / cap, tanh, * cap (each reassigning `logits`)
+            let d = self.mul_const(logits, What::Logits);
+            self.drop(logits);
+            let t = self.unary(d, d.es, What::Logits, false, true);
+            self.drop(d);
+            let m = self.mul_const(t, What::Logits);
+            self.drop(t);
+            logits = m;
+        }
+        logits
     }
 
     fn clear_autocast_cache(&mut self) {
@@ -1759,6 +1890,17 @@ impl<'c, 'a> Prog<'c, 'a> {
         let Some((h, cos, sin, mask)) = self.ckpt_in.get(layer as usize).copied().flatten() else {
             return;
         };
+        // An offloaded checkpoint input comes back to the GPU for the recomputation.
+        let offloaded = self.ctx.s.parallel.offload_activations;
+        let h = if offloaded {
+            self.tp.layer = Some(layer);
+            let mut back = self.t(h.n, h.es, What::Hidden);
+            back.g = h.g;
+            self.tp.mark_checkpoint(back.t);
+            back
+        } else {
+            h
+        };
         self.tp.begin_recompute(layer);
         self.tp.layer = Some(layer);
         let out = self.layer(h, layer as usize, cos, sin, mask);
@@ -1766,6 +1908,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.clear_autocast_cache();
         self.tp.layer = None;
         self.tp.end_recompute();
+        if offloaded {
+            self.drop(h);
+        }
     }
 
     // ----------------------------------------------------------- optimizer
@@ -1974,7 +2119,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 type CkptIn = (X, X, X, Option<X>);
 
 /// Runs setup, inputs and two training steps.
-pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
+pub(super) fn run(ctx: &Ctx, device: super::Device, rank: super::rank::Rank) -> Trace {
     let mut p = Prog {
         ctx,
         tp: Tape::new(ctx.arch.num_hidden_layers),
@@ -2003,6 +2148,7 @@ pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
         ref_copy: false,
     };
     p.tp.emulated = device == super::Device::Emulated;
+    p.tp.set_rank(rank);
     p.tp.workspace_bytes = ctx
         .s
         .cublas_workspace_bytes()
@@ -2042,5 +2188,10 @@ pub(super) fn run(ctx: &Ctx, device: super::Device) -> Trace {
         phases: p.phases,
         peak_live_bytes: peak,
         device,
+        host: What::ALL
+            .iter()
+            .map(|&w| (w, p.tp.host_peak_by[w as usize]))
+            .filter(|h| h.1 > 0)
+            .collect(),
     }
 }

@@ -15,6 +15,7 @@
 //! forward up to its last saved tensor (early stop), and nodes then free the unpacked tensors as
 //! soon as their formula returns.
 
+use super::rank::{Place, Rank};
 use super::{Block, Event, Label, What};
 
 /// A tensor storage.
@@ -160,6 +161,10 @@ pub(super) enum Op {
     /// compute-dtype copies of a chunk of the hidden states and of the weight when their dtype
     /// differs (`hidden_chunk_bytes`, `weight_chunk_bytes`, 0 if none), then the results in the
     /// inputs' dtypes.
+    /// A gradient the forward computed and saved (a fused linear cross-entropy's): backward
+    /// compares the incoming gradient with a new `tensor(1.0)` and hands the saved gradients
+    /// on, scaled in place (`saved[k]` is input `k`'s).
+    Handed,
     ChunkedLogprob {
         hidden_n: u64,
         tile_bytes: u64,
@@ -277,6 +282,16 @@ pub(super) struct Tape {
     /// The forward thread's / autograd's workspace exists.
     ws_forward: bool,
     ws_backward: bool,
+    /// This rank's share and place of each kind of storage (several GPUs).
+    rank: Rank,
+    /// `rank` is not one GPU's.
+    ranked: bool,
+    /// Live storages in host memory (offloaded), with their bytes.
+    host: Vec<(T, u64)>,
+    /// Bytes in host memory now, by kind of storage, and at their highest total.
+    host_by: [u64; What::ALL.len()],
+    /// Host memory by kind of storage when its total was highest.
+    pub host_peak_by: [u64; What::ALL.len()],
 }
 
 impl Tape {
@@ -314,7 +329,41 @@ impl Tape {
             emulated: false,
             ws_forward: false,
             ws_backward: false,
+            rank: Rank::ONE,
+            ranked: false,
+            host: vec![],
+            host_by: [0; What::ALL.len()],
+            host_peak_by: [0; What::ALL.len()],
         }
+    }
+
+    /// Runs the tape as one rank of several GPUs.
+    pub fn set_rank(&mut self, rank: Rank) {
+        self.rank = rank;
+        self.ranked = rank != Rank::ONE;
+    }
+
+    /// A new storage of `bytes` of `what` in host memory (offloaded), held once: no event.
+    pub fn new_host_t(&mut self, bytes: u64, what: What) -> T {
+        let t = self.refs.len() as T;
+        self.refs.push(if self.stopped { 0 } else { 1 });
+        self.bytes.push(0);
+        self.labels.push(Label {
+            what,
+            layer: self.layer,
+            block: self.block,
+            elem_bytes: 0,
+        });
+        self.storage_tags.push(self.layer.unwrap_or(self.exec));
+        if !self.stopped {
+            self.host.push((t, bytes));
+            self.host_by[what as usize] += bytes;
+            let total: u64 = self.host_by.iter().sum();
+            if total > self.host_peak_by.iter().sum() {
+                self.host_peak_by = self.host_by;
+            }
+        }
+        t
     }
 
     /// A GEMM ran: its thread's cuBLAS workspace is allocated now if it is the thread's first
@@ -338,8 +387,32 @@ impl Tape {
         self.re_locals.truncate(locals);
     }
 
-    /// A new storage of `bytes`, held once (by the program).
+    /// A new storage of `bytes`, held once (by the program): this rank's share of it, on the GPU
+    /// or in host memory as [`Rank::place`] says.
     pub fn new_t(&mut self, bytes: u64, what: What) -> T {
+        self.placed(bytes, 0, what)
+    }
+
+    /// [`Tape::new_t`] of elements of `elem_bytes` (recorded in its label; 0: unknown).
+    pub fn new_t_of(&mut self, bytes: u64, elem_bytes: u64, what: What) -> T {
+        let t = self.placed(bytes, elem_bytes, what);
+        self.labels[t as usize].elem_bytes = elem_bytes.min(255) as u8;
+        t
+    }
+
+    fn placed(&mut self, bytes: u64, elem_bytes: u64, what: What) -> T {
+        if self.ranked {
+            let place = self.rank.place(what);
+            let bytes = place.share(bytes, elem_bytes);
+            if place.host {
+                return self.new_host_t(bytes, what);
+            }
+            return self.new_gpu_t(bytes, what);
+        }
+        self.new_gpu_t(bytes, what)
+    }
+
+    fn new_gpu_t(&mut self, bytes: u64, what: What) -> T {
         let t = self.refs.len() as T;
         self.refs.push(if self.stopped { 0 } else { 1 });
         self.bytes.push(bytes);
@@ -399,6 +472,13 @@ impl Tape {
         }
         *r -= 1;
         if *r == 0 {
+            if self.bytes[t as usize] == 0 {
+                if let Some(i) = self.host.iter().position(|h| h.0 == t) {
+                    let (_, b) = self.host.swap_remove(i);
+                    self.host_by[self.labels[t as usize].what as usize] -= b;
+                    return;
+                }
+            }
             self.events.push(Event::Free { id: t });
             let now = self.layer.unwrap_or(self.exec);
             self.event_tags.push(if now == NO_LAYER {
@@ -522,6 +602,11 @@ impl Tape {
         }
         self.ckpt
             .push((layer, None, keeps.to_vec(), self.nodes.len()));
+    }
+
+    /// Files a hidden state under what the checkpoint keeps (an offloaded input brought back).
+    pub fn mark_checkpoint(&mut self, t: T) {
+        self.labels[t as usize].block = Block::Checkpoint;
     }
 
     /// Starts recomputing `layer`: its nodes from the first one are filled again.
@@ -797,6 +882,16 @@ impl Tape {
                     self.drop_t(b2);
                 }
             }
+            Op::Handed => {
+                let one = self.new_t(4, What::BackwardTemp);
+                self.drop_t(one);
+                for (k, slot) in grads.iter_mut().enumerate() {
+                    if let Some(&t) = node.saved.as_slice().get(k).filter(|_| wants(k)) {
+                        self.keep(t);
+                        *slot = Some(t);
+                    }
+                }
+            }
             Op::Script(k) => {
                 let steps = std::mem::take(&mut self.scripts[k as usize]);
                 let mut locals: Vec<T> = vec![];
@@ -889,7 +984,11 @@ impl Tape {
             let es_now = if e.sum_to > 0
                 || matches!(
                     node.op,
-                    Op::Cast | Op::Attention | Op::Script(_) | Op::ChunkedLogprob { .. }
+                    Op::Cast
+                        | Op::Attention
+                        | Op::Script(_)
+                        | Op::Handed
+                        | Op::ChunkedLogprob { .. }
                 ) {
                 e.es
             } else {
@@ -934,6 +1033,17 @@ impl Tape {
                 }
                 let found = self.grad_slot[slot];
                 match (found != u32::MAX).then_some(found as usize) {
+                    None if self.ranked && self.rank.place(What::ParamGrad) != Place::WHOLE
+                        || self.rank.grad_shards > 1 =>
+                    {
+                        // Several GPUs: the gradient is reduce-scattered as it arrives (FSDP's
+                        // post-backward hook, ZeRO's buckets); this rank keeps its shard.
+                        let b = self.bytes[t as usize].div_ceil(self.rank.grad_shards);
+                        let shard = self.new_t(b, What::ParamGrad);
+                        self.drop_t(t);
+                        self.grad_slot[slot] = self.param_grads.len() as u32;
+                        self.param_grads.push((p, shard));
+                    }
                     None => {
                         self.grad_slot[slot] = self.param_grads.len() as u32;
                         self.param_grads.push((p, t));

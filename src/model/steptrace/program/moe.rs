@@ -42,6 +42,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let mut out = match self.ctx.s.experts_run() {
             ExpertsImpl::GroupedMm => self.grouped_experts(x, idx, weights, &m),
             ExpertsImpl::BatchedMm => self.batched_experts(x, idx, weights, &m),
+            ExpertsImpl::Eager if m.linears.is_some() => self.per_expert_experts(x, weights, &m),
             ExpertsImpl::Eager => self.eager_experts(x, idx, weights, &m),
         };
         self.tp.pop_frame();
@@ -123,8 +124,12 @@ impl<'c, 'a> Prog<'c, 'a> {
             (logits, scaled, idx)
         } else {
             // F.linear; softmax of the fp32 logits; topk; [renormalise in place]; Qwen3-MoE
-            // and OLMoE cast the weights back to the logits' dtype.
-            let logits = self.matmul(x, w, t * e, W);
+            // and OLMoE cast the weights back to the logits' dtype. transformers 4's router is
+            // an nn.Linear (a 4-bit one in a 4-bit model).
+            let logits = match &m.linears {
+                Some(pe) => self.plain_linear(x, &pe.router, t * e, W),
+                None => self.matmul(x, w, t * e, W),
+            };
             let lf = self.cast(logits, 4, W);
             let sm = self.softmax(lf);
             self.drop(lf);
@@ -217,7 +222,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let transposed = ctx.arch.moe_layout().is_some_and(|l| l.transposed_experts);
         let mut out = vec![];
         for &(param, la, lb) in m.lora.iter().rev() {
-            let (o, n) = crate::model::activations::expert_param_shape(ctx, param);
+            let (o, n) = crate::model::ctx::expert_param_shape(ctx, param);
             let (o, n) = (o as u64, n as u64);
             // weight_B.reshape(out, r, E).permute(2, 0, 1): its gradient arrives permuted, and
             // the reshape's backward copies it.
@@ -270,7 +275,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         if let Some(w) = wr.weight {
             return w;
         }
-        let (o, n) = crate::model::activations::expert_param_shape(ctx, param);
+        let (o, n) = crate::model::ctx::expert_param_shape(ctx, param);
         let e = ctx.arch.num_experts() as u64;
         let (lhs, rhs) = (wr.lhs, wr.rhs);
         let w = self.baddbmm(lhs, rhs, e * o as u64 * n as u64);
@@ -562,6 +567,76 @@ impl<'c, 'a> Prog<'c, 'a> {
 }
 
 impl<'c, 'a> Prog<'c, 'a> {
+    /// transformers 4's loop over the experts hit (`MixtralSparseMoeBlock.forward`): the routed
+    /// tokens gathered, the expert's `down(act(gate(x)) * up(x))` through its Linear layers,
+    /// times their routing weights, cast back and `index_add_` into the output.
+    fn per_expert_experts(&mut self, h: X, wts: X, m: &MoeParams) -> X {
+        let a = self.ctx.arch;
+        let (t, e, k, i, hd) = (
+            self.tokens(),
+            a.num_experts() as u64,
+            a.experts_per_tok() as u64,
+            a.expert_width() as u64,
+            a.hidden_size,
+        );
+        let Some(pe) = m.linears.clone() else {
+            return h;
+        };
+        let s = t * k;
+        let mut fin = self.t(t * hd, h.es, W);
+        let onehot = self.t(s * e, 8, W);
+        let hit = self.t(e, 8, W);
+        for (x, [gate, up, down]) in pe.experts.iter().enumerate() {
+            // Balanced: S / E pairs per expert (the remainder to the first ones).
+            let x = x as u64;
+            let ne = s / e + u64::from(x < s % e);
+            if ne == 0 {
+                continue;
+            }
+            let nz = self.t(ne * 2, 8, W);
+            let cur = self.gather_rows(h, nz, ne * hd);
+            let g = self.plain_linear(cur, gate, ne * i, W);
+            let act = self.unary(g, g.es, W, true, false);
+            self.drop(g);
+            let u = self.plain_linear(cur, up, ne * i, W);
+            let p = self.mul(act, u, ne * i, u.es, W);
+            self.drop(act);
+            self.drop(u);
+            let o = self.plain_linear(p, down, ne * hd, W);
+            self.drop(p);
+            let rw = self.gather_rows(wts, nz, ne);
+            let wo_es = o.es.max(rw.es);
+            let prod = self.mul(o, rw, ne * hd, wo_es, W);
+            self.drop(o);
+            self.drop(rw);
+            let src = self.cast(prod, fin.es, W);
+            self.drop(prod);
+            let mut f2 = fin;
+            f2.g = self.tp.node(
+                Op::Add,
+                t * hd,
+                fin.es,
+                &[
+                    Self::edge(&fin),
+                    Edge {
+                        to: src.g,
+                        n: ne * hd,
+                        es: src.es,
+                        sum_to: 0,
+                    },
+                ],
+                &[nz.t, src.t],
+            );
+            fin = f2;
+            self.drop(src);
+            self.drop(cur);
+            self.drop(nz);
+        }
+        self.drop(onehot);
+        self.drop(hit);
+        fin
+    }
+
     /// A fused attention kernel (sdpa, flash) over q, k, v: output, logsumexp, rng state (and
     /// the additive mask when one is given), all saved.
     fn fused_attention(&mut self, q: X, k: X, v: X, mask: Option<X>, out_n: u64) -> X {

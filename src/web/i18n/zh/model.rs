@@ -28,7 +28,6 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("experts_implementation=batched_mm copies its experts' weights for every token–expert pair and keeps them for backward; grouped_mm (the default) does not", "experts_implementation=batched_mm 会为每个 token–专家对复制一份专家权重，并一直保留到反向；grouped_mm（默认）不会"),
     ("experts_implementation=eager: what is saved does not depend on the routing; the experts' backward is planned with its worst case, one expert receiving every token", "experts_implementation=eager：保存的张量与路由无关；专家的反向按最坏情况规划，即单个专家接收全部 token"),
     ("gpt-oss has no sdpa support in transformers # (_supports_sdpa = False): its eager attention with sinks is planned", "gpt-oss 在 transformers # 中不支持 sdpa（_supports_sdpa = False）：按其带 sink 的 eager 注意力规划"),
-    ("a step past what an allocation sequence holds (a generous bound of its memory passes #^# bytes, an exbibyte): planned by the closed-form terms, which lorafit keeps for several GPUs", "超出分配序列所能容纳的一步（按形状的宽松上界，其显存超过 #^# 字节，即 1 EiB）：由 lorafit 为多卡保留的闭式项规划"),
     ("gpt-oss ships its experts in MXFP4, which transformers # cannot train (Mxfp4HfQuantizer.is_trainable is False, Trainer refuses the model): load it with Mxfp4Config(dequantize=True), which turns the experts into bf16 — planned as such", "gpt-oss 的专家以 MXFP4 格式发布，transformers # 无法训练（Mxfp4HfQuantizer.is_trainable 为 False，Trainer 会拒绝该模型）：请用 Mxfp4Config(dequantize=True) 加载，专家会转为 bf16 — 按此规划"),
     // What a storage of the step's sequence holds (steptrace::What), and the words the
     // breakdown read off the sequence adds to it.
@@ -60,6 +59,15 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("measured overhead of your run", "你的运行实测的额外开销"),
     ("cuBLAS workspace", "cuBLAS 工作区"),
     ("CUDA kernel temporary", "CUDA kernel 临时张量"),
+    (
+        "gathered decoder layer (current or prefetched)",
+        "聚合的解码层（当前层或预取层）",
+    ),
+    (
+        "gathered root unit (embeddings, lm_head) beyond this rank's shard",
+        "聚合的根单元（embeddings、lm_head）中本 rank 分片以外的部分",
+    ),
+    ("gradient communication bucket", "梯度通信桶"),
     ("DoRA weight norm and scale", "DoRA 权重范数与缩放"),
     ("{} (attention)", "{}（注意力）"),
     ("{} (MLP)", "{}（MLP 模块）"),
@@ -182,7 +190,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("routers (nn.Linear, fp4 packed # per byte)", "路由器（nn.Linear，fp4 每字节打包 # 个）"),
     ("expert inputs kept by the #-bit matmuls (w1, w3: the gathered rows; w2: the product), in the compute dtype", "#-bit 矩阵乘保留的专家输入（w1、w3：收集的行；w2：乘积），计算精度"),
     ("router input kept by the #-bit gate, in the compute dtype", "#-bit 路由门保留的输入，计算精度"),
-    ("transformers # layout: every expert's projections and the router are nn.Linear layers (#-bit loading quantizes them) run by a Python loop over the experts; reserved memory comes from the quick allowance (the allocator simulation follows transformers #)", "transformers # 的存储方式：每个专家的投影和路由器都是 nn.Linear 层（#-bit 加载会量化它们），由 Python 循环逐个专家运行；预留显存取自快速估算（分配器模拟按 transformers # 进行）"),
+    ("transformers # layout: every expert's projections and the router are nn.Linear layers (#-bit loading quantizes them) run by a Python loop over the experts hit", "transformers # 的存储方式：每个专家的投影和路由器都是 nn.Linear 层（#-bit 加载会量化它们），由 Python 循环逐个运行被选中的专家"),
     ("gpt-oss's experts are fused #-D parameters in every transformers release: plan the fused layout", "gpt-oss 的专家在所有 transformers 版本中都是融合的 #-D 参数：请按 fused 存储方式规划"),
     ("target_parameters adapts fused #-D expert parameters, which transformers #'s per-expert layout does not have: use the fused layout, or leave target_parameters empty", "target_parameters 适配的是融合的 #-D 专家参数，transformers # 的逐专家存储方式没有这种参数：请改用 fused 存储方式，或清空 target_parameters"),
     ("with transformers #'s per-expert layout, LoRA on the MLP (all-linear, gate/up/down) adapts every expert's Linear layers, which lorafit does not model: target the attention projections (q, k, v, o), or plan the fused layout of transformers #", "在 transformers # 的逐专家存储方式下，对 MLP 加 LoRA（all-linear、gate/up/down）会适配每个专家的 Linear 层，lorafit 尚未对此建模：请只对注意力投影（q、k、v、o）加 LoRA，或按 transformers # 的 fused 存储方式规划"),

@@ -1,0 +1,180 @@
+//! The dtypes and sizes of one step, derived once from the architecture and the settings: what
+//! the step program ([`super::steptrace`]) allocates each tensor in, and the named widths the
+//! breakdown's formulas use.
+//!
+//! Key facts (see `shared/MEMORY-FACTS.md`):
+//! - The residual stream is fp32 for a 4-bit model after `prepare_model_for_kbit_training`.
+//! - Under autocast, matmuls run in the autocast dtype; a Linear's output is cast back to its
+//!   module's dtype by peft.
+
+use super::arch::{Architecture, LayerKind, LinearShape};
+use super::dtype::Dtype;
+use super::settings::{AttnImpl, ExpertParam, Settings};
+
+/// Dtypes and sizes of the step, derived once from arch + settings.
+#[derive(Clone, Debug)]
+pub struct Ctx<'a> {
+    /// Architecture.
+    pub arch: &'a Architecture,
+    /// Settings.
+    pub s: &'a Settings,
+    /// Residual-stream dtype (fp32 for 4-bit after prepare_model_for_kbit_training).
+    pub resid: Dtype,
+    /// Dtype of a Linear module's output after peft casts it back.
+    pub module_out: Dtype,
+    /// Dtype attention computes in (after autocast's cast).
+    pub attn: Dtype,
+    /// Dtype of lm_head's output logits.
+    pub logits: Dtype,
+    /// Dtype of the frozen Linear weights (None when 4-bit).
+    pub linear_weight: Option<Dtype>,
+    /// Dtype of lm_head / embedding / norm weights.
+    pub aux_weight: Dtype,
+    /// Dtype of the fused expert weights, and of the experts' computation (`grouped_mm` runs
+    /// in the weights' dtype): not `nn.Linear`, so never 4-bit; fp32 after
+    /// `prepare_model_for_kbit_training`. Per-expert `nn.Linear` layers (transformers 4): their
+    /// output dtype, as any Linear's.
+    pub expert: Dtype,
+    /// Dtype of the router logits.
+    pub router_logits: Dtype,
+    /// Dtype of the routing weights the expert outputs are multiplied by.
+    pub routing: Dtype,
+}
+
+impl<'a> Ctx<'a> {
+    /// Derives the dtypes of the step.
+    pub fn new(arch: &'a Architecture, s: &'a Settings) -> Ctx<'a> {
+        let kbit = s.quant.is_some() && s.prepare_kbit;
+        let aux_weight = if kbit { Dtype::Fp32 } else { s.dtype };
+        let resid = aux_weight;
+        // bitsandbytes casts a 4-bit layer's output back to its input dtype, even under autocast.
+        let module_out = match (s.quant, s.autocast) {
+            (Some(_), _) => resid,
+            (None, Some(ac)) => ac,
+            (None, None) => resid,
+        };
+        let rope_out = module_out.promote(resid);
+        let attn = s.autocast.unwrap_or(rope_out);
+        let logits = s.autocast.unwrap_or(aux_weight);
+        let linear_weight = if s.quant.is_some() {
+            None
+        } else {
+            Some(s.dtype)
+        };
+        let moe = arch.moe_layout();
+        let router_in = if moe.is_some_and(|m| m.fp32_router) {
+            Dtype::Fp32
+        } else {
+            resid
+        };
+        let router_logits = s.autocast.unwrap_or(router_in);
+        let routing = if moe.is_some_and(|m| m.fp32_routing) {
+            Dtype::Fp32
+        } else {
+            router_logits
+        };
+        Ctx {
+            arch,
+            s,
+            resid,
+            module_out,
+            attn,
+            logits,
+            linear_weight,
+            aux_weight,
+            // Per-expert nn.Linear layers compute like any Linear (autocast, bitsandbytes'
+            // cast back); fused experts compute in their weights' dtype.
+            expert: match s.experts_layout {
+                super::settings::ExpertsLayout::PerExpert => module_out,
+                super::settings::ExpertsLayout::Fused => aux_weight,
+            },
+            router_logits,
+            routing,
+        }
+    }
+
+    /// Tokens of the micro-batch.
+    pub fn tokens(&self) -> u128 {
+        self.s.tokens()
+    }
+
+    /// Linear layers of a block that LoRA adapts.
+    pub fn adapted(&self) -> Vec<LinearShape> {
+        self.adapted_of(LayerKind::Dense)
+    }
+
+    /// Linear layers LoRA adapts in a decoder layer of `kind`.
+    pub fn adapted_of(&self, kind: LayerKind) -> Vec<LinearShape> {
+        if self.s.base_trained() {
+            return vec![];
+        }
+        self.arch
+            .block_linears(kind)
+            .into_iter()
+            .filter(|l| l.selected_by.iter().any(|t| self.s.targets.contains(t)))
+            .collect()
+    }
+
+    /// Whether the sequence reaches the family's sliding window, so that sdpa needs the sliding
+    /// mask materialised (Gemma 2: 4096; Gemma 3: 512 at 1B, 1024 above).
+    pub fn sliding_window_reached(&self) -> bool {
+        self.arch
+            .sliding_window_tokens()
+            .is_some_and(|w| self.s.seq >= w)
+    }
+
+    /// The 4-D mask transformers materialises for sdpa (`sdpa_mask`): for a padded batch, one for
+    /// every layer; else, once the sequence reaches the window, the sliding-window layers' (Gemma).
+    /// Eager builds its own additive masks; flash-attention-2 takes no 4-D mask (it is causal
+    /// and windowed by itself, and a padded batch passes the 2-D `attention_mask`).
+    pub fn sdpa_mask(&self) -> SdpaMask {
+        if self.s.attn_impl != AttnImpl::Sdpa {
+            SdpaMask::None
+        } else if self.s.padded_mask {
+            SdpaMask::Padded
+        } else if self.sliding_window_reached() {
+            SdpaMask::Sliding
+        } else {
+            SdpaMask::None
+        }
+    }
+
+    /// Of layers `from..to`, how many give sdpa a materialised 4-D mask ([`Self::sdpa_mask`]).
+    pub fn masked_layers(&self, from: u64, to: u64) -> u128 {
+        match (self.sdpa_mask(), self.arch.family.layout().sliding) {
+            (SdpaMask::Padded, _) => to.saturating_sub(from) as u128,
+            (SdpaMask::Sliding, Some(w)) => (from..to).filter(|&li| w.local(li)).count() as u128,
+            _ => 0,
+        }
+    }
+
+    /// Whether eager attention's `matmul(p, v)` keeps a copy of v rather than v itself: it runs
+    /// as a bmm over `v.reshape(batch × heads, seq, head_dim)`, and v — the (b, s, h, d)
+    /// projection seen as (b, h, s, d) — merges into one batch dimension only with one row or one
+    /// head; with GQA, repeat_kv's output is already contiguous.
+    pub fn eager_matmul_copies_v(&self) -> bool {
+        let heads = self.arch.num_attention_heads;
+        let rep = heads / self.arch.kv_heads().max(1);
+        rep == 1 && self.s.batch > 1 && heads > 1
+    }
+}
+
+/// Which 4-D mask sdpa is given ([`Ctx::sdpa_mask`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SdpaMask {
+    /// None is materialised.
+    None,
+    /// The padded batch's mask, shared by every layer.
+    Padded,
+    /// The sliding-window mask of the local layers.
+    Sliding,
+}
+
+/// `(out, in)` features of a fused expert parameter (per expert).
+pub fn expert_param_shape(ctx: &Ctx, p: ExpertParam) -> (u128, u128) {
+    let (i, h) = (ctx.arch.expert_width(), ctx.arch.hidden_size as u128);
+    match p {
+        ExpertParam::GateUp => (2 * i, h),
+        ExpertParam::Down => (h, i),
+    }
+}
