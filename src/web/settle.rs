@@ -2,8 +2,7 @@
 //! once the state has been still for a moment — the settled one, whose reserved, nvidia-smi and
 //! verdict come from PyTorch's caching allocator simulated over the step
 //! ([`crate::web::state::settle`], tens of milliseconds). The results carry
-//! `data-reserve="quick" | "simulated"` (or `"settled"` when the configuration has no allocation
-//! sequence to simulate), so neither a person nor a test mistakes the quick allowance for the
+//! `data-reserve="quick" | "simulated"` (or `"settled"` when no simulation answered), so neither a person nor a test mistakes the quick allowance for the
 //! simulated figure. The advice (what fits, single changes) follows one task later
 //! ([`advice_fidelity`], one signal for every advice view).
 

@@ -192,9 +192,8 @@ pub(crate) fn sync_address_bar(query: Memo<String>) {
 }
 
 /// `data-reserve` of the results: `quick` (the allowance, within a frame of a change),
-/// `simulated` (settled on PyTorch's caching allocator simulated), or `settled` (still, but the
-/// configuration has no allocation sequence to simulate — fused cross-entropy, transformers 4's
-/// per-expert layout — so the allowance stays).
+/// `simulated` (settled on PyTorch's caching allocator simulated), or `settled` (still, but no
+/// simulation answered, so the allowance stays).
 pub(crate) fn reserve_state(
     settled: Memo<bool>,
     eval: Memo<Result<Evaluation, String>>,

@@ -57,7 +57,7 @@ test("a mixture-of-experts model shows its experts, its settings group, and matc
   assert.match(await page.textContent('[data-testid="plan-notes"]'), /Mxfp4Config\(dequantize=True\)/);
   // transformers 4's layout (the published Mixtral QLoRA runs): experts quantized as Linear layers.
   await page.goto(server.url + "?model=mixtral-8x7b&gpu=a100-80&b=4&s=4096&gc=1&dt=nf4&ac=bf16&t=q,k,v,o&el=per_expert");
-  await page.waitForSelector('main[data-reserve="settled"]', { timeout: 30000 });
+  await page.waitForSelector('main[data-reserve="simulated"]', { timeout: 30000 });
   await openSections(page);
   assert.equal(await page.inputValue('[data-testid="select-experts-layout"]'), "per_expert");
   assert.equal(await page.isVisible('[data-testid="select-experts"]'), false, "no experts_implementation in transformers 4");
@@ -123,6 +123,13 @@ test("extreme values never crash the page", async () => {
   await page.fill('[data-testid="input-rank"]', "-5");
   await page.fill('[data-testid="input-dropout"]', "1e309");
   await page.selectOption('[data-testid="select-attn"]', "eager");
+  // A step past what an allocation sequence holds (its memory past an exbibyte) is refused,
+  // naming the setting, in the page's alert.
+  assert.match(await page.textContent('[data-testid="error"]'), /seq.*too large a step to plan/);
+  assert.equal(await page.isVisible('[data-testid="error"]'), true);
+  // Back within what a step holds, it plans again: out of memory on any GPU.
+  await page.fill('[data-testid="input-batch"]', "8");
+  await page.fill('[data-testid="input-seq"]', "131072");
   assert.equal(await page.getAttribute('[data-testid="verdict"]', "data-status"), "oom");
   await gibOf(page, "peak-allocated");
   assert.deepEqual(errors, []);
