@@ -530,31 +530,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             let dv = X { n: hd * i, ..wd };
             let o = self.linear(act, dv, ne * hd, ed, W);
             self.drop(act);
-            let rw = self.gather_rows(wts, nz, ne);
-            let wo_es = o.es.max(rw.es);
-            let p = self.mul(o, rw, ne * hd, wo_es, W);
-            self.drop(o);
-            self.drop(rw);
-            let src = self.cast(p, fin.es, W);
-            self.drop(p);
-            let mut f2 = fin;
-            f2.g = self.tp.node(
-                Op::Add,
-                t * hd,
-                fin.es,
-                &[
-                    Self::edge(&fin),
-                    Edge {
-                        to: src.g,
-                        n: ne * hd,
-                        es: src.es,
-                        sum_to: 0,
-                    },
-                ],
-                &[nz.t, src.t],
-            );
-            fin = f2;
-            self.drop(src);
+            fin = self.add_expert_output(fin, o, wts, nz, ne);
             self.drop(cur);
             self.drop(nz);
         }
@@ -567,6 +543,38 @@ impl<'c, 'a> Prog<'c, 'a> {
 }
 
 impl<'c, 'a> Prog<'c, 'a> {
+    /// The end of one expert's turn in the loop over the experts: its output `o` (`ne` routed
+    /// tokens) times their routing weights, cast to the output's dtype and `index_add_`-ed into
+    /// `fin` (which saves the indices and the source). Returns the new `fin`.
+    fn add_expert_output(&mut self, fin: X, o: X, wts: X, nz: X, ne: u64) -> X {
+        let (t, hd) = (self.tokens(), self.ctx.arch.hidden_size);
+        let rw = self.gather_rows(wts, nz, ne);
+        let wo_es = o.es.max(rw.es);
+        let p = self.mul(o, rw, ne * hd, wo_es, W);
+        self.drop(o);
+        self.drop(rw);
+        let src = self.cast(p, fin.es, W);
+        self.drop(p);
+        let mut out = fin;
+        out.g = self.tp.node(
+            Op::Add,
+            t * hd,
+            fin.es,
+            &[
+                Self::edge(&fin),
+                Edge {
+                    to: src.g,
+                    n: ne * hd,
+                    es: src.es,
+                    sum_to: 0,
+                },
+            ],
+            &[nz.t, src.t],
+        );
+        self.drop(src);
+        out
+    }
+
     /// transformers 4's loop over the experts hit (`MixtralSparseMoeBlock.forward`): the routed
     /// tokens gathered, the expert's `down(act(gate(x)) * up(x))` through its Linear layers,
     /// times their routing weights, cast back and `index_add_` into the output.
@@ -604,31 +612,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(u);
             let o = self.plain_linear(p, down, ne * hd, W);
             self.drop(p);
-            let rw = self.gather_rows(wts, nz, ne);
-            let wo_es = o.es.max(rw.es);
-            let prod = self.mul(o, rw, ne * hd, wo_es, W);
-            self.drop(o);
-            self.drop(rw);
-            let src = self.cast(prod, fin.es, W);
-            self.drop(prod);
-            let mut f2 = fin;
-            f2.g = self.tp.node(
-                Op::Add,
-                t * hd,
-                fin.es,
-                &[
-                    Self::edge(&fin),
-                    Edge {
-                        to: src.g,
-                        n: ne * hd,
-                        es: src.es,
-                        sum_to: 0,
-                    },
-                ],
-                &[nz.t, src.t],
-            );
-            fin = f2;
-            self.drop(src);
+            fin = self.add_expert_output(fin, o, wts, nz, ne);
             self.drop(cur);
             self.drop(nz);
         }
