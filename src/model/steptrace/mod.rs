@@ -408,10 +408,17 @@ fn check_size(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     let per_layer = arch.hidden_size as u128 * 64
         + arch.intermediate_size as u128 * 64
         + arch.num_attention_heads as u128 * s.seq as u128 * 16;
+    // batched_mm copies its experts' weights for every token-expert pair.
+    let per_pair = if s.experts_run() == super::settings::ExpertsImpl::BatchedMm {
+        arch.experts_per_tok() * 3 * arch.expert_width() * arch.hidden_size as u128 * 16
+    } else {
+        0
+    };
     let peak = (arch.total_params() * 16).saturating_add(
         tokens.saturating_mul(
             (arch.vocab_size as u128 * 32)
-                .saturating_add(per_layer.saturating_mul(arch.num_hidden_layers as u128 * 16)),
+                .saturating_add(per_layer.saturating_mul(arch.num_hidden_layers as u128 * 16))
+                .saturating_add(per_pair),
         ),
     );
     let loop_experts = if s.experts_run() == super::settings::ExpertsImpl::Eager {
