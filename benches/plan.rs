@@ -38,9 +38,20 @@ fn main() {
     time("evaluate::curve (11 points)", 2_000, || {
         black_box(evaluate::curve(&a, black_box(&s), Axis::Seq));
     });
-    // DoRA and full fine-tuning: the quick plan (short runs), and the full run the first-visit
-    // page makes for them.
+    // DoRA, full fine-tuning and one rank of FSDP over 8 GPUs: the quick plan (short runs), and
+    // the full run the page settles on.
     for (name, st) in [
+        (
+            "FSDP x8",
+            Settings {
+                parallel: lorafit::model::Parallel {
+                    gpus_per_node: 8,
+                    strategy: lorafit::model::Strategy::FsdpFullShard,
+                    ..Default::default()
+                },
+                ..Settings::default()
+            },
+        ),
         (
             "DoRA",
             Settings {
