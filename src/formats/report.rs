@@ -77,8 +77,9 @@ pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> Stri
     }
     if plan.world_size > 1 || plan.cpu_bytes_per_rank > 0 {
         s.push_str(&format!(
-            "  per GPU × {} GPUs; effective batch {}; CPU RAM for offload {} per rank, {} per node\n",
+            "  per GPU × {} GPUs ({} nvidia-smi across them); effective batch {}; CPU RAM for offload {} per rank, {} per node\n",
             plan.world_size,
+            gib(plan.nvidia_smi_bytes.saturating_mul(plan.world_size)),
             plan.effective_batch,
             gib(plan.cpu_bytes_per_rank),
             gib(plan.cpu_bytes_per_node)

@@ -184,9 +184,11 @@ test("GPUs, strategy and offload plan per GPU and travel in the link", async () 
   assert.equal(await page.inputValue('[data-testid="select-strategy"]'), "fsdp", "several GPUs pick FSDP");
   await page.selectOption('[data-testid="select-strategy"]', "zero3");
   await page.check('[data-testid="toggle-offload-params"]');
-  assert.match(await page.textContent('[data-testid="per-gpu"]'), /per GPU · 8 GPUs · effective batch 8/);
   const want = cliPlan(["--model", "llama2-70b", "--gc", "--gpus", "8", "--strategy", "zero3", "--offload", "params"]).plan;
   assert.ok(Math.abs((await gibOf(page, "peak-allocated")) - want.peak_allocated_bytes / GIB) <= 0.006);
+  // Per GPU, said plainly, with the job's total across the GPUs beside it.
+  const total = ((want.nvidia_smi_bytes * 8) / GIB).toFixed(2);
+  assert.equal(await page.textContent('[data-testid="per-gpu"]'), `per GPU · 8 GPUs (${total} GiB across them) · effective batch 8`);
   assert.match(await page.textContent('[data-testid="cpu-ram"]'), new RegExp(`^${(want.cpu_bytes_per_rank / GIB).toFixed(2)} GiB per GPU`));
   await page.waitForFunction(() => /g=8.*st=zero3.*off=params/.test(location.search), null, { timeout: 5000 });
   await page.selectOption('[data-testid="select-export"]', "accelerate");

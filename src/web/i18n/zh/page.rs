@@ -120,7 +120,10 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("oom", "显存不足"),
     ("# B parameters (# B active per token) · # M trainable", "# B 参数（每 token 激活 # B）· # M 可训练"),
     ("# B parameters · # M trainable", "# B 参数 · # M 可训练"),
-    ("per GPU · # GPUs · effective batch #", "单卡用量 · # 张 GPU · 有效批大小 #"),
+    (
+        "per GPU · # GPUs (# GiB across them) · effective batch #",
+        "单卡用量 · # 张 GPU（合计 # GiB）· 有效批大小 #",
+    ),
     ("# GiB per GPU · # GiB per node", "每卡 # GiB · 每节点 # GiB"),
     ("Allocator cache # GiB", "分配器缓存 # GiB"),
     ("CUDA context and outside the allocator # GiB", "CUDA 上下文及分配器之外 # GiB"),
