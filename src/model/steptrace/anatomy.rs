@@ -393,16 +393,11 @@ fn shape_factors(bytes: u64, what: What, elem_bytes: u8, ctx: &Ctx) -> Vec<Facto
     vec![bytes_of(bytes)]
 }
 
-/// Whether this rank holds a share of each storage of `what` (several GPUs shard it): its
-/// size is a shard's, rounded up, which no product of the model's widths names.
+/// Whether this rank holds a share of each storage of `what` (several GPUs shard it,
+/// [`super::rank::Rank::splits`]): its size is a shard's, rounded up, which no product of the
+/// model's widths names.
 fn split(ctx: &Ctx, what: What) -> bool {
-    let p = &ctx.s.parallel;
-    match what {
-        What::Weight | What::QuantState | What::Trainable => p.param_shards() > 1,
-        What::OptState | What::OptTemp => p.opt_shards() > 1,
-        What::ParamGrad => p.grad_shards() > 1,
-        _ => false,
-    }
+    super::rank::Rank::of(&ctx.s.parallel, 1).splits(what)
 }
 
 /// A storage live at a moment, standing for `copies` storages of the model (more than one for a

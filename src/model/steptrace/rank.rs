@@ -84,6 +84,20 @@ impl Rank {
         }
     }
 
+    /// Whether a parameter's gradient leaves the GPU whole as it arrives: reduce-scattered to
+    /// this rank's shard, or offloaded with the parameters.
+    pub fn scatters_grads(&self) -> bool {
+        self.grad_shards > 1 || self.grads_on_host
+    }
+
+    /// Whether this rank holds only a share of each storage of `what`.
+    pub fn splits(&self, what: What) -> bool {
+        match what {
+            What::ParamGrad => self.grad_shards > 1,
+            w => self.place(w).shards > 1,
+        }
+    }
+
     /// Where a storage of `what` goes (a parameter gradient's shard is made by
     /// [`super::tape::Tape`] when it arrives).
     pub fn place(&self, what: What) -> Place {

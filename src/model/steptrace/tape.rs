@@ -15,7 +15,7 @@
 //! forward up to its last saved tensor (early stop), and nodes then free the unpacked tensors as
 //! soon as their formula returns.
 
-use super::rank::{Place, Rank};
+use super::rank::Rank;
 use super::{Block, Event, Label, What};
 
 /// A tensor storage.
@@ -155,16 +155,16 @@ pub(super) enum Op {
     /// A chain of small ops recorded as one node: its backward runs the steps of
     /// [`Tape::scripts`]`[i]` (the last allocation is the gradient of its one input).
     Script(u32),
+    /// A gradient the forward computed and saved (a fused linear cross-entropy's): backward
+    /// compares the incoming gradient with a new `tensor(1.0)` and hands the saved gradients
+    /// on, scaled in place (`saved[k]` is input `k`'s).
+    Handed,
     /// TRL's `_ChunkedLogProbFunction` backward (`trl/kernels/chunked_logprob.py:394-465`): an
     /// fp32 accumulator of the hidden gradient (`hidden_n` values) and of the head weight's if it
     /// is trained, the `[rows, 32768]` tile buffer in the compute dtype (`tile_bytes`), the
     /// compute-dtype copies of a chunk of the hidden states and of the weight when their dtype
     /// differs (`hidden_chunk_bytes`, `weight_chunk_bytes`, 0 if none), then the results in the
     /// inputs' dtypes.
-    /// A gradient the forward computed and saved (a fused linear cross-entropy's): backward
-    /// compares the incoming gradient with a new `tensor(1.0)` and hands the saved gradients
-    /// on, scaled in place (`saved[k]` is input `k`'s).
-    Handed,
     ChunkedLogprob {
         hidden_n: u64,
         tile_bytes: u64,
@@ -345,16 +345,8 @@ impl Tape {
 
     /// A new storage of `bytes` of `what` in host memory (offloaded), held once: no event.
     pub fn new_host_t(&mut self, bytes: u64, what: What) -> T {
-        let t = self.refs.len() as T;
-        self.refs.push(if self.stopped { 0 } else { 1 });
-        self.bytes.push(0);
-        self.labels.push(Label {
-            what,
-            layer: self.layer,
-            block: self.block,
-            elem_bytes: 0,
-        });
-        self.storage_tags.push(self.layer.unwrap_or(self.exec));
+        // No bytes on the GPU: how `release` tells a host storage.
+        let t = self.push_storage(0, what);
         if !self.stopped {
             self.host.push((t, bytes));
             self.host_by[what as usize] += bytes;
@@ -412,21 +404,27 @@ impl Tape {
         self.new_gpu_t(bytes, what)
     }
 
-    fn new_gpu_t(&mut self, bytes: u64, what: What) -> T {
+    /// A storage's entry (held once unless past a recomputation's early stop), labelled with the
+    /// layer and block recording it; no event.
+    fn push_storage(&mut self, gpu_bytes: u64, what: What) -> T {
         let t = self.refs.len() as T;
         self.refs.push(if self.stopped { 0 } else { 1 });
-        self.bytes.push(bytes);
+        self.bytes.push(gpu_bytes);
         self.labels.push(Label {
             what,
             layer: self.layer,
             block: self.block,
             elem_bytes: 0,
         });
-        let tag = self.layer.unwrap_or(self.exec);
-        self.storage_tags.push(tag);
+        self.storage_tags.push(self.layer.unwrap_or(self.exec));
+        t
+    }
+
+    fn new_gpu_t(&mut self, bytes: u64, what: What) -> T {
+        let t = self.push_storage(bytes, what);
         if !self.stopped {
             self.events.push(Event::Alloc { id: t, bytes });
-            self.event_tags.push(tag);
+            self.event_tags.push(self.storage_tags[t as usize]);
             self.live += bytes;
             self.peak_before = self.peak;
             self.peak = self.peak.max(self.live);
@@ -1033,9 +1031,7 @@ impl Tape {
                 }
                 let found = self.grad_slot[slot];
                 match (found != u32::MAX).then_some(found as usize) {
-                    None if self.ranked && self.rank.place(What::ParamGrad) != Place::WHOLE
-                        || self.rank.grad_shards > 1 =>
-                    {
+                    None if self.rank.scatters_grads() => {
                         // Several GPUs: the gradient is reduce-scattered as it arrives (FSDP's
                         // post-backward hook, ZeRO's buckets); this rank keeps its shard.
                         let b = self.bytes[t as usize].div_ceil(self.rank.grad_shards);
