@@ -649,11 +649,6 @@ impl Settings {
         }
     }
 
-    /// Whether the routed experts are `nn.Linear` layers that 4-bit loading quantizes.
-    pub fn experts_quantized(&self) -> bool {
-        self.quant.is_some() && self.experts_layout == ExpertsLayout::PerExpert
-    }
-
     /// Range checks independent of the architecture.
     pub fn validate(&self) -> Result<(), PlanError> {
         self.cublas_workspace_bytes()?;

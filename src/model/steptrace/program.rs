@@ -16,17 +16,30 @@ struct Param {
     x: X,
 }
 
-/// The parameters of one MoE block.
+/// The parameters of one MoE block: the router's weight and the routed experts.
 #[derive(Clone, Debug)]
 struct MoeParams {
     router: Param,
+    experts: Experts,
+}
+
+/// How a block's routed experts are held.
+#[derive(Clone, Debug)]
+enum Experts {
+    /// transformers 5: fused 3-D parameters.
+    Fused(FusedExperts),
+    /// transformers 4: each expert's projections (and the router) as `nn.Linear` layers,
+    /// 4-bit ones when the model is loaded in 4 bits.
+    PerExpert(PerExpert),
+}
+
+/// transformers 5's fused expert parameters of one MoE block.
+#[derive(Clone, Debug)]
+struct FusedExperts {
     gate_up: Param,
     down: Param,
     /// LoRA A and B of each adapted expert parameter (peft `target_parameters`).
     lora: Vec<(ExpertParam, Param, Param)>,
-    /// transformers 4's per-expert layout: the router and each expert's gate, up and down
-    /// projections as `nn.Linear` layers (4-bit ones when the model is loaded in 4 bits).
-    linears: Option<PerExpert>,
 }
 
 /// transformers 4's per-expert layout of one MoE block.
@@ -421,10 +434,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         let _ = (rb, gate_up_bias, down_bias);
         MoeParams {
             router: rw.expect("router registered"),
-            gate_up,
-            down,
-            lora,
-            linears: None,
+            experts: Experts::Fused(FusedExperts {
+                gate_up,
+                down,
+                lora,
+            }),
         }
     }
 
@@ -473,10 +487,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             .collect();
         MoeParams {
             router: router.w,
-            gate_up: router.w,
-            down: router.w,
-            lora: vec![],
-            linears: Some(PerExpert { router, experts }),
+            experts: Experts::PerExpert(PerExpert { router, experts }),
         }
     }
 
@@ -493,14 +504,14 @@ impl<'c, 'a> Prog<'c, 'a> {
                 .iter()
                 .map(|l| (l.in_features * l.out_features) as u64)
                 .collect();
-            if ctx.s.experts_quantized() && kind == LayerKind::Moe {
-                let (e, i, h) = (
-                    a.num_experts() as u64,
-                    a.expert_width() as u64,
-                    a.hidden_size,
-                );
-                ns.push(e * h);
-                ns.extend(std::iter::repeat_n(i * h, 3 * e as usize));
+            // transformers 4's per-expert layout: its router's and experts' Linear layers.
+            if let Some(Some(MoeParams {
+                experts: Experts::PerExpert(pe),
+                ..
+            })) = self.moe.get(li as usize)
+            {
+                let linears = std::iter::once(&pe.router).chain(pe.experts.iter().flatten());
+                ns.extend(linears.map(|l| (l.shape.in_features * l.shape.out_features) as u64));
             }
             for n in ns {
                 let blocks = n.div_ceil(64);

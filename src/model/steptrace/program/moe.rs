@@ -4,7 +4,7 @@
 //! the fused expert parameters, DeepSeek's shared experts and latent attention, gpt-oss's
 //! attention with sinks.
 
-use super::{bytes, Lin, MoeParams, Prog};
+use super::{bytes, Experts, FusedExperts, Lin, MoeParams, PerExpert, Prog};
 use crate::model::arch::MoeLayout;
 use crate::model::settings::{ExpertParam, ExpertsImpl};
 use crate::model::steptrace::tape::{Edge, Mode, Op, X};
@@ -39,11 +39,11 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.router_logits.push(logits);
         }
         self.tp.push_frame();
-        let mut out = match self.ctx.s.experts_run() {
-            ExpertsImpl::GroupedMm => self.grouped_experts(x, idx, weights, &m),
-            ExpertsImpl::BatchedMm => self.batched_experts(x, idx, weights, &m),
-            ExpertsImpl::Eager if m.linears.is_some() => self.per_expert_experts(x, weights, &m),
-            ExpertsImpl::Eager => self.eager_experts(x, idx, weights, &m),
+        let mut out = match (&m.experts, self.ctx.s.experts_run()) {
+            (Experts::PerExpert(pe), _) => self.per_expert_experts(x, weights, pe),
+            (Experts::Fused(f), ExpertsImpl::GroupedMm) => self.grouped_experts(x, idx, weights, f),
+            (Experts::Fused(f), ExpertsImpl::BatchedMm) => self.batched_experts(x, idx, weights, f),
+            (Experts::Fused(f), ExpertsImpl::Eager) => self.eager_experts(x, idx, weights, f),
         };
         self.tp.pop_frame();
         if a.shared_width() > 0 {
@@ -126,9 +126,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             // F.linear; softmax of the fp32 logits; topk; [renormalise in place]; Qwen3-MoE
             // and OLMoE cast the weights back to the logits' dtype. transformers 4's router is
             // an nn.Linear (a 4-bit one in a 4-bit model).
-            let logits = match &m.linears {
-                Some(pe) => self.plain_linear(x, &pe.router, t * e, W),
-                None => self.matmul(x, w, t * e, W),
+            let logits = match &m.experts {
+                Experts::PerExpert(pe) => self.plain_linear(x, &pe.router, t * e, W),
+                Experts::Fused(_) => self.matmul(x, w, t * e, W),
             };
             let lf = self.cast(logits, 4, W);
             let sm = self.softmax(lf);
@@ -214,7 +214,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// peft's ParamWrapper forwards, outermost (the last adapted parameter) first: each builds
     /// its `_LoraFactorsProxy` from copies of the factors in the parameter's dtype and registers
     /// it (the registration evaluates `W + B·A` once to check it and discards it).
-    fn activate_expert_lora(&mut self, m: &MoeParams) -> Vec<Wrapper> {
+    fn activate_expert_lora(&mut self, m: &FusedExperts) -> Vec<Wrapper> {
         let ctx = self.ctx;
         let ed = bytes(ctx.expert);
         let e = ctx.arch.num_experts() as u64;
@@ -305,18 +305,24 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    /// transformers' `grouped_mm_experts_forward`: the token–expert pairs sorted by expert, one
-    /// grouped matmul per projection, weighted, unsorted and summed over the k.
-    fn grouped_experts(&mut self, h: X, _idx: X, wts: X, m: &MoeParams) -> X {
-        let ctx = self.ctx;
-        let a = ctx.arch;
-        let (t, e, k, i, hd) = (
+    /// The routed experts' sizes: tokens, experts, experts per token, expert width, hidden.
+    fn expert_sizes(&self) -> (u64, u64, u64, u64, u64) {
+        let a = self.ctx.arch;
+        (
             self.tokens(),
             a.num_experts() as u64,
             a.experts_per_tok() as u64,
             a.expert_width() as u64,
             a.hidden_size,
-        );
+        )
+    }
+
+    /// transformers' `grouped_mm_experts_forward`: the token–expert pairs sorted by expert, one
+    /// grouped matmul per projection, weighted, unsorted and summed over the k.
+    fn grouped_experts(&mut self, h: X, _idx: X, wts: X, m: &FusedExperts) -> X {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let (t, e, k, i, hd) = self.expert_sizes();
         let s = t * k;
         let biased = a.moe_layout().is_some_and(|l| l.clamped_glu);
         let mut wrappers = self.activate_expert_lora(m);
@@ -426,7 +432,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// `batched_mm_experts_forward`: every token repeated k times, a copy of its experts'
     /// weights per pair, `bmm`.
-    fn batched_experts(&mut self, h: X, idx: X, wts: X, m: &MoeParams) -> X {
+    fn batched_experts(&mut self, h: X, idx: X, wts: X, m: &FusedExperts) -> X {
         let ctx = self.ctx;
         let a = ctx.arch;
         let (t, k, i, hd) = (
@@ -494,16 +500,9 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// The experts' Python loop (`experts_implementation="eager"`), with the routing balanced
     /// over the experts (the sizes depend on the routing; the saved total does not).
-    fn eager_experts(&mut self, h: X, _idx: X, wts: X, m: &MoeParams) -> X {
+    fn eager_experts(&mut self, h: X, _idx: X, wts: X, m: &FusedExperts) -> X {
         let ctx = self.ctx;
-        let a = ctx.arch;
-        let (t, e, k, i, hd) = (
-            self.tokens(),
-            a.num_experts() as u64,
-            a.experts_per_tok() as u64,
-            a.expert_width() as u64,
-            a.hidden_size,
-        );
+        let (t, e, k, i, hd) = self.expert_sizes();
         let s = t * k;
         let ed = bytes(ctx.expert);
         let mut wrappers = self.activate_expert_lora(m);
@@ -578,18 +577,8 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// transformers 4's loop over the experts hit (`MixtralSparseMoeBlock.forward`): the routed
     /// tokens gathered, the expert's `down(act(gate(x)) * up(x))` through its Linear layers,
     /// times their routing weights, cast back and `index_add_` into the output.
-    fn per_expert_experts(&mut self, h: X, wts: X, m: &MoeParams) -> X {
-        let a = self.ctx.arch;
-        let (t, e, k, i, hd) = (
-            self.tokens(),
-            a.num_experts() as u64,
-            a.experts_per_tok() as u64,
-            a.expert_width() as u64,
-            a.hidden_size,
-        );
-        let Some(pe) = m.linears.clone() else {
-            return h;
-        };
+    fn per_expert_experts(&mut self, h: X, wts: X, pe: &PerExpert) -> X {
+        let (t, e, k, i, hd) = self.expert_sizes();
         let s = t * k;
         let mut fin = self.t(t * hd, h.es, W);
         let onehot = self.t(s * e, 8, W);
