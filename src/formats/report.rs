@@ -79,7 +79,7 @@ pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> Stri
         s.push_str(&format!(
             "  per GPU × {} GPUs ({} nvidia-smi across them); effective batch {}; CPU RAM for offload {} per rank, {} per node\n",
             plan.world_size,
-            gib(plan.nvidia_smi_bytes.saturating_mul(plan.world_size)),
+            gib(plan.nvidia_smi_bytes_all_gpus()),
             plan.effective_batch,
             gib(plan.cpu_bytes_per_rank),
             gib(plan.cpu_bytes_per_node)

@@ -339,7 +339,7 @@ fn Hero(
             </div>
             {state.zip(advice).map(|(state, how)| view! { <super::panels::BestFix state=state eval=eval how=how /> })}
             <p class="fineprint" class:hidden=failed>
-                <span data-testid="per-gpu">{shown(eval, |e| if e.plan.world_size > 1 { format!("per GPU · {} GPUs ({} across them) · effective batch {}", e.plan.world_size, gib(e.plan.nvidia_smi_bytes.saturating_mul(e.plan.world_size)), e.plan.effective_batch) } else { format!("for one GPU · effective batch {}", e.plan.effective_batch) })}</span>
+                <span data-testid="per-gpu">{shown(eval, |e| if e.plan.world_size > 1 { format!("per GPU · {} GPUs ({} across them) · effective batch {}", e.plan.world_size, gib(e.plan.nvidia_smi_bytes_all_gpus()), e.plan.effective_batch) } else { format!("for one GPU · effective batch {}", e.plan.effective_batch) })}</span>
                 {t(" · peak in ")}<span data-testid="peak-phase">{shown(eval, |e| e.plan.peak_phase.name().into())}" — "{shown(eval, |e| e.plan.peak_moment.clone())}</span>
                 <span class:hidden=flag(move || read(eval, |e| e.plan.cpu_bytes_per_rank == 0))>{t(" · CPU RAM for offload ")}<span data-testid="cpu-ram">{shown(eval, |e| format!("{} per GPU · {} per node", gib(e.plan.cpu_bytes_per_rank), gib(e.plan.cpu_bytes_per_node)))}</span></span>
                 <span class="bar-hint">{t(" · Hover, tap or Tab to a segment for its formula.")}</span>

@@ -123,6 +123,13 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
+impl Plan {
+    /// The job's nvidia-smi memory across all its GPUs (every rank holds the same share).
+    pub fn nvidia_smi_bytes_all_gpus(&self) -> u128 {
+        self.nvidia_smi_bytes.saturating_mul(self.world_size)
+    }
+}
+
 fn total(terms: &[Term]) -> u128 {
     terms.iter().fold(0u128, |a, t| a.saturating_add(t.bytes))
 }
@@ -204,12 +211,10 @@ fn matches_nothing(arch: &Architecture, s: &Settings) -> bool {
 /// step program's, its sequence run at two short depths and extrapolated to the model's
 /// ([`steptrace::periodic::Short`]), on one GPU or as one rank of several.
 pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
-    let mut p = plan_base(arch, s)?;
-    let run = s.as_run(arch);
-    let compute = distributed::compute_settings(&run);
-    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(&run));
+    let (mut p, step) = plan_base(arch, s)?;
+    let ctx = Ctx::new(arch, &step);
     let short = steptrace::periodic::Short::run(arch, s, steptrace::Device::Cuda)?;
-    from_program(&mut p, &ctx, short);
+    from_program(&mut p, &ctx, s, short);
     Ok(p)
 }
 
@@ -234,9 +239,9 @@ impl QuickSurface {
             seq: 1024,
             ..s.clone()
         };
-        let base = plan_base(arch, &probe).ok()?;
+        let (base, _) = plan_base(arch, &probe).ok()?;
         Some(QuickSurface {
-            surface: steptrace::surface::Surface::build(arch, &probe.clone())?,
+            surface: steptrace::surface::Surface::build(arch, &probe)?,
             layers: arch.num_hidden_layers,
             outside_bytes: base.outside_allocator_bytes,
             settings: s.clone(),
@@ -284,14 +289,16 @@ fn requote(p: &mut Plan, ctx: &Ctx) {
 
 /// What a plan states before the step runs: the inputs checked, the notes, the parameter
 /// counts, what lies outside the allocator (the CUDA context, paged optimizer states, NCCL);
-/// the step's figures are the program's ([`from_program`]).
-fn plan_base(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
+/// the step's figures are the program's ([`from_program`]). Also returns the settings the step
+/// computes with (sharded mixed precision computes in low precision while its shards stay
+/// fp32: [`distributed::compute_settings`]).
+fn plan_base(arch: &Architecture, s: &Settings) -> Result<(Plan, Settings), PlanError> {
     check_inputs(arch, s)?;
     let notes = notes(arch, s);
     let run = s.as_run(arch);
     let s: &Settings = &run;
-    let compute = distributed::compute_settings(s);
-    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(s));
+    let step = distributed::compute_settings(s).unwrap_or_else(|| s.clone());
+    let ctx = Ctx::new(arch, &step);
     let params = weights::param_counts(&ctx);
     // Paged optimizer states live in CUDA unified memory, outside torch's allocator statistics.
     let (opt_states, paged) = weights::optimizer_terms(&ctx, &params);
@@ -299,7 +306,7 @@ fn plan_base(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
     let outside_terms = reserve::outside_terms(s, paged_bytes);
     let outside = total(&outside_terms);
     let par = &s.parallel;
-    Ok(Plan {
+    let plan = Plan {
         params,
         peak_allocated_bytes: 0,
         peak_phase: Phase::Forward,
@@ -321,7 +328,8 @@ fn plan_base(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
         cpu_bytes_per_node: 0,
         cpu_terms: vec![],
         notes,
-    })
+    };
+    Ok((plan, step))
 }
 
 /// Plans one configuration with PyTorch's caching allocator simulated over the step: the
@@ -339,12 +347,15 @@ pub fn plan_simulated_on(
     s: &Settings,
     device: super::steptrace::Device,
 ) -> Result<Plan, PlanError> {
-    let mut p = plan_base(arch, s)?;
-    let run = s.as_run(arch);
-    let compute = distributed::compute_settings(&run);
-    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(&run));
+    let (mut p, step) = plan_base(arch, s)?;
+    let ctx = Ctx::new(arch, &step);
     let trace = steptrace::generate_on(arch, s, device)?;
-    let trace = from_program(&mut p, &ctx, steptrace::periodic::Short::full(arch, trace));
+    let trace = from_program(
+        &mut p,
+        &ctx,
+        s,
+        steptrace::periodic::Short::full(arch, trace),
+    );
     if let Some(r) = reserve::simulate(&trace, &ctx, &p) {
         p.peak_reserved_bytes = r.bytes;
         p.reserve_explanation = r.explanation;
@@ -360,8 +371,14 @@ pub fn plan_simulated_on(
 /// the breakdown and the terms (the tensors live then, grouped by [`steptrace::anatomy`]), the
 /// memory between steps, and the quick reserve allowance over them. Where two short runs'
 /// storages do not add up to a moment (a structure [`steptrace::periodic`] does not know), the
-/// full run answers. Returns the sequence it read (the longer short run, or the full one).
-fn from_program(p: &mut Plan, ctx: &Ctx, short: steptrace::periodic::Short) -> steptrace::Trace {
+/// full run answers, generated from the settings as given (`s`; `ctx` holds those the step
+/// computes with). Returns the sequence it read (the longer short run, or the full one).
+fn from_program(
+    p: &mut Plan,
+    ctx: &Ctx,
+    s: &Settings,
+    short: steptrace::periodic::Short,
+) -> steptrace::Trace {
     let m = &short.moments;
     let terms = |mo: &anatomy::Moment| {
         short
@@ -379,10 +396,9 @@ fn from_program(p: &mut Plan, ctx: &Ctx, short: steptrace::periodic::Short) -> s
     let phases: Option<Vec<PhasePeak>> = m.phases.iter().map(at).collect();
     let (Some(peak), Some(phases)) = (at(&m.peak), phases) else {
         // Only short runs can miss (a full run's storages add up by construction).
-        let settings = ctx.s.clone();
-        return match steptrace::generate_on(ctx.arch, &settings, short.trace.device) {
+        return match steptrace::generate_on(ctx.arch, s, short.trace.device) {
             Ok(t) if short.how != steptrace::periodic::How::Full => {
-                from_program(p, ctx, steptrace::periodic::Short::full(ctx.arch, t))
+                from_program(p, ctx, s, steptrace::periodic::Short::full(ctx.arch, t))
             }
             _ => short.trace,
         };
