@@ -499,11 +499,12 @@ fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result
     ];
     let a = parse_for("plan", &uses, args, err)?;
     let p = plan_simulated(&a.arch, &a.settings).map_err(|e| e.to_string())?;
+    let job = crate::model::job::plan_job(&a.arch, &a.settings, &p).map_err(|e| e.to_string())?;
     let (gpu_name, capacity) = match &a.gpu {
         GpuChoice::Catalog(g) => (g.name.clone(), g.capacity_bytes()),
         GpuChoice::Custom(gib) => (format!("custom {gib} GiB GPU"), (gib * report::GIB) as u128),
     };
-    let v = verdict(&p, capacity);
+    let v = crate::planning::job_verdict(&job, capacity);
     let time = match &a.gpu {
         GpuChoice::Catalog(g) => crate::planning::time::estimate(
             &a.arch,
@@ -515,11 +516,12 @@ fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result
         GpuChoice::Custom(_) => None,
     };
     if a.json {
-        let doc = json!({"model": a.arch, "settings": a.settings, "gpu": gpu_name, "verdict": v, "plan": p, "time": time, "ignored": a.ignored});
+        let doc = json!({"model": a.arch, "settings": a.settings, "gpu": gpu_name, "verdict": v, "plan": p, "job": job, "time": time, "ignored": a.ignored});
         writeln!(out, "{doc}").map_err(|e| e.to_string())?;
     } else {
         write!(out, "{}", report::text(&p, &a.title, Some((&gpu_name, &v))))
             .map_err(|e| e.to_string())?;
+        write!(out, "{}", report::job_text(&job, &v)).map_err(|e| e.to_string())?;
         if let Some(t) = time {
             writeln!(out, "\nTime (estimate)\n  {:.2} s per optimizer step, {:.0} tokens/s, {:.1} h per epoch of {} tokens\n  {}", t.seconds_per_step, t.tokens_per_second, t.seconds_per_epoch / 3600.0, a.dataset_tokens, t.explanation).map_err(|e| e.to_string())?;
         }

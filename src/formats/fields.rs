@@ -5,6 +5,7 @@
 //! file, nothing else.
 
 use super::unused::Parsed;
+use crate::model::job::{EvalStrategy, ExportDevice, SaveStrategy};
 use crate::model::parallel::{Parallel, MAX_GPUS_PER_NODE, MAX_NODES};
 use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
@@ -119,6 +120,19 @@ impl Field {
     /// Whether `flag` is one of this field's CLI spellings.
     pub fn takes_flag(&self, flag: &str) -> bool {
         self.flag == Some(flag) || self.flag_aliases.contains(&flag) || self.no_flag == Some(flag)
+    }
+}
+
+/// An optional number as text: empty when unset.
+fn opt_text(x: Option<u64>) -> String {
+    x.map(|x| x.to_string()).unwrap_or_default()
+}
+
+/// Parses an optional whole number in a range: empty or `none` is unset.
+fn opt_int(v: &str, min: u64, max: u64) -> Result<Option<u64>, String> {
+    match v.trim() {
+        "" | "none" | "null" => Ok(None),
+        t => int_in(t, min, max).map(Some),
     }
 }
 
@@ -1182,6 +1196,156 @@ pub static FIELDS: &[Field] = &[
             s.parallel = parallel_of_json(v).map_err(|e| format!("not a valid layout: {e}"))?;
             Ok(())
         },
+    },
+    Field {
+        name: "eval_batch",
+        json_aliases: &[],
+        url: Some("eb"),
+        flag: Some("--eval-batch"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Eval batch (per_device_eval_batch_size)",
+        help: "plans Trainer's evaluation with this micro-batch (8 when only eval_strategy is given)",
+        testid: None,
+        kind: Kind::Int { min: 1, max: MAX_BATCH },
+        slider: None,
+        get: |s| opt_text(s.job.eval_batch),
+        set: |s, v| opt_int(v, 1, MAX_BATCH).map(|x| s.job.eval_batch = x),
+    },
+    Field {
+        name: "eval_strategy",
+        json_aliases: &[],
+        url: Some("evs"),
+        flag: Some("--eval-strategy"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Evaluation strategy",
+        help: "Trainer's eval_strategy: anything but no plans the evaluation phase",
+        testid: None,
+        kind: Kind::Choice(|| names_of(EvalStrategy::ALL, EvalStrategy::name)),
+        slider: None,
+        get: |s| s.job.eval_strategy.name().to_string(),
+        set: |s, v| named(EvalStrategy::parse, v, EvalStrategy::choices()).map(|x| s.job.eval_strategy = x),
+    },
+    Field {
+        name: "eval_accumulation_steps",
+        json_aliases: &[],
+        url: Some("eas"),
+        flag: Some("--eval-accumulation-steps"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Eval accumulation steps",
+        help: "every this many eval batches the kept logits move from the GPU to the host",
+        testid: None,
+        kind: Kind::Int { min: 1, max: 1 << 20 },
+        slider: None,
+        get: |s| opt_text(s.job.eval_accumulation_steps),
+        set: |s, v| opt_int(v, 1, 1 << 20).map(|x| s.job.eval_accumulation_steps = x),
+    },
+    Field {
+        name: "prediction_loss_only",
+        json_aliases: &[],
+        url: Some("plo"),
+        flag: Some("--prediction-loss-only"),
+        flag_aliases: &[],
+        no_flag: Some("--no-prediction-loss-only"),
+        label: "Evaluation keeps the loss only",
+        help: "off when compute_metrics is given: every eval batch's logits and labels are kept",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.job.prediction_loss_only),
+        set: |s, v| boolean(v).map(|x| s.job.prediction_loss_only = x),
+    },
+    Field {
+        name: "eval_samples",
+        json_aliases: &[],
+        url: Some("en"),
+        flag: Some("--eval-samples"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Evaluation samples",
+        help: "how many samples the evaluation runs (their logits accumulate when kept); unset: one batch",
+        testid: None,
+        kind: Kind::Int { min: 1, max: 1 << 40 },
+        slider: None,
+        get: |s| opt_text(s.job.eval_samples),
+        set: |s, v| opt_int(v, 1, 1 << 40).map(|x| s.job.eval_samples = x),
+    },
+    Field {
+        name: "predict_with_generate",
+        json_aliases: &[],
+        url: Some("pwg"),
+        flag: Some("--predict-with-generate"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Generate during evaluation",
+        help: "Seq2SeqTrainer's predict_with_generate (not planned yet: refused)",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.job.predict_with_generate),
+        set: |s, v| boolean(v).map(|x| s.job.predict_with_generate = x),
+    },
+    Field {
+        name: "save_strategy",
+        json_aliases: &[],
+        url: Some("ss"),
+        flag: Some("--save-strategy"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Checkpoint saving",
+        help: "Trainer's save_strategy: anything but no plans the save phase",
+        testid: None,
+        kind: Kind::Choice(|| names_of(SaveStrategy::ALL, SaveStrategy::name)),
+        slider: None,
+        get: |s| s.job.save_strategy.name().to_string(),
+        set: |s, v| named(SaveStrategy::parse, v, SaveStrategy::choices()).map(|x| s.job.save_strategy = x),
+    },
+    Field {
+        name: "save_only_model",
+        json_aliases: &[],
+        url: Some("som"),
+        flag: Some("--save-only-model"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Save the model only",
+        help: "checkpoints without the optimizer states",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.job.save_only_model),
+        set: |s, v| boolean(v).map(|x| s.job.save_only_model = x),
+    },
+    Field {
+        name: "merge",
+        json_aliases: &[],
+        url: Some("mg"),
+        flag: Some("--merge"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Merge the adapters after training",
+        help: "plans peft's merge_and_unload after training (on export_device)",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.job.merge),
+        set: |s, v| boolean(v).map(|x| s.job.merge = x),
+    },
+    Field {
+        name: "export_device",
+        json_aliases: &[],
+        url: Some("ed"),
+        flag: Some("--export-device"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Merge on",
+        help: "gpu: merge_and_unload on the training GPU after training; cpu: LLaMA-Factory's export on the host",
+        testid: None,
+        kind: Kind::Choice(|| names_of(ExportDevice::ALL, ExportDevice::name)),
+        slider: None,
+        get: |s| s.job.export_device.name().to_string(),
+        set: |s, v| named(ExportDevice::parse, v, ExportDevice::choices()).map(|x| s.job.export_device = x),
     },
 ];
 

@@ -6,6 +6,7 @@ use serde_json::{json, Map, Value};
 use super::unused::{path, Parsed};
 use crate::formats::catalog::{self, GpuEntry};
 use crate::formats::fields::settings_from_json;
+use crate::model::job::{plan_job, Job};
 use crate::model::{plan_simulated, Architecture, Plan, Settings};
 
 /// The members of a line (or of a `plan()` request) this reader uses; any other is reported in
@@ -151,7 +152,7 @@ fn prefixed(a: Parsed<Architecture>, at: &str, ignored: &mut Vec<String>) -> Arc
 }
 
 /// Plans one input line; `Err` carries the line's id and a message.
-pub fn estimate_line(line: &str) -> Result<(Value, Plan, Vec<String>), (Value, String)> {
+pub fn estimate_line(line: &str) -> Result<Estimate, (Value, String)> {
     let v: Value = serde_json::from_str(line)
         .map_err(|e| (Value::Null, format!("not a valid input line: {e}")))?;
     let obj = v.as_object().ok_or((
@@ -161,8 +162,12 @@ pub fn estimate_line(line: &str) -> Result<(Value, Plan, Vec<String>), (Value, S
     let id = obj.get("id").cloned().unwrap_or(Value::Null);
     let r = read_request(obj, &[]).map_err(|e| (id.clone(), e))?;
     let p = plan_simulated(&r.arch, &r.settings).map_err(|e| (id.clone(), e.to_string()))?;
-    Ok((r.id, p, r.ignored))
+    let job = plan_job(&r.arch, &r.settings, &p).map_err(|e| (id.clone(), e.to_string()))?;
+    Ok((r.id, p, job, r.ignored))
 }
+
+/// One line's answer: its id, the step's plan, the job's phases and the members it did not use.
+pub type Estimate = (Value, Plan, Job, Vec<String>);
 
 /// The planner for other pages (`plan()` of the release build's `lib/lorafit-js.js`): one request
 /// object as an `estimate --jsonl` line takes it (`{"model": name or config numbers, "settings":
@@ -186,10 +191,15 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
         None => None,
     };
     let p = plan_simulated(&r.arch, &r.settings).map_err(|e| e.to_string())?;
+    let job = plan_job(&r.arch, &r.settings, &p).map_err(|e| e.to_string())?;
     let mut out = serde_json::to_value(&p).map_err(|e| e.to_string())?;
     if let Value::Object(m) = &mut out {
+        m.insert(
+            "job".into(),
+            serde_json::to_value(&job).map_err(|e| e.to_string())?,
+        );
         if let Some(g) = gpu {
-            let v = crate::planning::verdict(&p, g.capacity_bytes());
+            let v = crate::planning::job_verdict(&job, g.capacity_bytes());
             m.insert("gpu".into(), json!(g.name));
             m.insert(
                 "verdict".into(),
@@ -207,9 +217,13 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
 /// The output object for one line.
 pub fn output_line(line: &str) -> (bool, String) {
     match estimate_line(line) {
-        Ok((id, p, ignored)) => {
+        Ok((id, p, job, ignored)) => {
             let mut v = serde_json::to_value(&p).unwrap_or(Value::Null);
             if let Value::Object(m) = &mut v {
+                m.insert(
+                    "job".into(),
+                    serde_json::to_value(&job).unwrap_or(Value::Null),
+                );
                 m.insert("id".into(), id);
                 m.insert("ignored".into(), json!(ignored));
             }
@@ -268,7 +282,7 @@ mod tests {
             "software": {"transformers": "4.48.1", "torch": "2.4.1"},
             "settings": {"batch": 1, "seq": 512, "num_gpus": 2, "fsdp": {"sharding": "FULL_SHARD", "forward_prefetch": false},
                 "lora_param_dtype": "bf16", "max_steps": 10}});
-        let (_, p, ignored) = estimate_line(&line.to_string()).unwrap();
+        let (_, p, _, ignored) = estimate_line(&line.to_string()).unwrap();
         assert_eq!(p.world_size, 2);
         assert_eq!(
             ignored,

@@ -134,3 +134,83 @@ pub fn text(plan: &Plan, title: &str, verdict: Option<(&str, &Verdict)>) -> Stri
     }
     s
 }
+
+/// The job's phases as text: each phase's GPU and host peak, what is live at a later phase's
+/// peak with its formula, and, when a phase after training decides an out-of-memory verdict,
+/// the changes aimed at that phase first.
+pub fn job_text(job: &crate::model::job::Job, verdict: &Verdict) -> String {
+    let mut s = String::from("\nThe job, phase by phase (GPU per device · host)\n");
+    for p in &job.phases {
+        let mark = if p.name == verdict.phase {
+            "  ← decides"
+        } else {
+            ""
+        };
+        s.push_str(&format!(
+            "  {:<6} {:>12} · {:>12}{mark}\n",
+            p.name,
+            if p.gpu_peak_bytes == 0 {
+                "no GPU".to_string()
+            } else {
+                gib(p.gpu_peak_bytes)
+            },
+            gib(p.host_peak_bytes)
+        ));
+        if p.name == "train" {
+            continue;
+        }
+        if !p.moment.is_empty() {
+            s.push_str(&format!("         at: {}\n", p.moment));
+        }
+        let mut terms: Vec<&crate::model::Term> = p.terms.iter().filter(|t| t.bytes > 0).collect();
+        terms.sort_by_key(|t| std::cmp::Reverse(t.bytes));
+        for t in terms.iter().take(6) {
+            s.push_str(&format!(
+                "         GPU  {:>10}  {} = {}\n",
+                gib(t.bytes),
+                t.label,
+                t.formula()
+            ));
+        }
+        for t in &p.host_terms {
+            s.push_str(&format!(
+                "         host {:>10}  {} = {}\n",
+                gib(t.bytes),
+                t.label,
+                t.formula()
+            ));
+        }
+        for n in &p.notes {
+            s.push_str(&format!("         {n}\n"));
+        }
+    }
+    if verdict.status != crate::planning::Status::Fits && verdict.phase != "train" {
+        s.push_str(&format!(
+            "\nThe {} phase decides. What helps it first:\n",
+            verdict.phase
+        ));
+        for fix in phase_fixes(job, verdict.phase) {
+            s.push_str(&format!("  - {fix}\n"));
+        }
+    }
+    s
+}
+
+/// Changes aimed at a phase after training, most effective first.
+pub fn phase_fixes(job: &crate::model::job::Job, phase: &str) -> Vec<&'static str> {
+    let eval_keeps_logits = job
+        .phase("eval")
+        .is_some_and(|p| p.notes.iter().any(|n| n.starts_with("compute_metrics")));
+    match phase {
+        "eval" if eval_keeps_logits => vec![
+            "eval_accumulation_steps 1: each batch's logits leave the GPU after it",
+            "preprocess_logits_for_metrics returning argmax ids (one int64 per token instead of a vocabulary of logits)",
+            "prediction_loss_only (no compute_metrics) if only the loss is needed",
+            "a smaller eval_batch",
+        ],
+        "eval" => vec!["a smaller eval_batch (its logits and loss over the vocabulary are the evaluation's peak)"],
+        "merge" => vec!["export_device cpu: merge in host memory after training (LLaMA-Factory's export)"],
+        "save" => vec!["save_only_model, or a sharded state dict (FSDP SHARDED_STATE_DICT; ZeRO-3 without stage3_gather_16bit_weights_on_model_save)"],
+        _ => vec![],
+    }
+}

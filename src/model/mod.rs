@@ -9,6 +9,8 @@ pub mod distributed;
 pub mod dtype;
 pub mod error;
 pub mod family;
+pub mod job;
+pub mod job_settings;
 mod names;
 pub mod order;
 pub mod parallel;

@@ -420,6 +420,9 @@ pub struct Settings {
     /// Multi-GPU layout (one GPU by default).
     #[serde(default)]
     pub parallel: super::parallel::Parallel,
+    /// The phases around the training step: evaluation, checkpoint saving, the merge.
+    #[serde(default)]
+    pub job: super::job_settings::JobSettings,
     /// `PYTORCH_CUDA_ALLOC_CONF` (e.g. `expandable_segments:True`); empty = PyTorch's defaults.
     #[serde(default)]
     pub alloc_conf: String,
@@ -525,6 +528,7 @@ impl Default for Settings {
             disable_dropout: true,
             pref_logits: None,
             parallel: Default::default(),
+            job: Default::default(),
             alloc_conf: String::new(),
             cublas_workspace_config: String::new(),
             measured_overhead_bytes: 0,

@@ -53,6 +53,9 @@ pub enum Component {
     /// cuBLAS's workspaces: one per thread that runs GEMMs (Python's forward, autograd's
     /// backward), allocated through the caching allocator at its first GEMM and never freed.
     CublasWorkspace,
+    /// The merge's temporaries after training: the LoRA delta `B·A`, a dequantized weight and
+    /// its copies (peft's `merge_and_unload`).
+    MergeTemps,
     /// Reserved by PyTorch's caching allocator but holding no tensor (rounding, fragmentation):
     /// `max_memory_reserved()` − `max_memory_allocated()`. Not part of the allocated peak.
     AllocatorCache,
@@ -63,7 +66,7 @@ pub enum Component {
 
 impl Component {
     /// Every component, in stacking order (bottom first).
-    pub const ALL: [Component; 21] = [
+    pub const ALL: [Component; 22] = [
         Component::FrozenWeights,
         Component::FrozenExperts,
         Component::QuantState,
@@ -85,6 +88,7 @@ impl Component {
         Component::ActDropout,
         Component::LogitsLoss,
         Component::BackwardTemps,
+        Component::MergeTemps,
     ];
 
     /// The levels above the allocated peak, bottom first: reserved adds the allocator cache,
@@ -115,6 +119,7 @@ impl Component {
             Component::CommBuffers => "comm_buffers",
             Component::MeasuredOverhead => "measured_overhead",
             Component::CublasWorkspace => "cublas_workspace",
+            Component::MergeTemps => "merge_temps",
             Component::AllocatorCache => "allocator_cache",
             Component::CudaContext => "cuda_context",
         }
@@ -144,6 +149,7 @@ impl Component {
             Component::CommBuffers => "Multi-GPU buffers (gathered units, buckets)",
             Component::MeasuredOverhead => "Measured overhead of your run",
             Component::CublasWorkspace => "cuBLAS workspaces",
+            Component::MergeTemps => "Merge temporaries (LoRA delta, dequantized weight)",
             Component::AllocatorCache => "Allocator cache (fragmentation)",
             Component::CudaContext => "CUDA context and outside the allocator",
         }
@@ -180,7 +186,8 @@ impl Component {
             | Component::ActEmbeddings
             | Component::ActCheckpoints
             | Component::ActWeightCopies
-            | Component::BackwardTemps => Group::Activations,
+            | Component::BackwardTemps
+            | Component::MergeTemps => Group::Activations,
             Component::LogitsLoss => Group::LogitsLoss,
             Component::AllocatorCache => Group::AllocatorCache,
             Component::CudaContext => Group::CudaContext,
@@ -211,6 +218,7 @@ impl Component {
             Component::ActDropout => "dropout",
             Component::LogitsLoss => "logits & loss",
             Component::BackwardTemps => "backward temps",
+            Component::MergeTemps => "merge temps",
             Component::AllocatorCache => "cache",
             Component::CudaContext => "CUDA context",
         }

@@ -14,4 +14,4 @@ pub mod lengths;
 pub mod time;
 pub mod verdict;
 
-pub use verdict::{verdict, Status, Verdict};
+pub use verdict::{job_verdict, verdict, Status, Verdict};

@@ -36,6 +36,8 @@ pub struct Verdict {
     pub capacity_bytes: u128,
     /// capacity − nvidia-smi estimate (negative when out of memory).
     pub headroom_bytes: i128,
+    /// The phase of the job whose peak decides (`train`, `eval`, `save`, `merge`).
+    pub phase: &'static str,
 }
 
 /// Share of capacity under which a plan counts as fitting with margin.
@@ -43,7 +45,16 @@ pub const TIGHT_FRACTION: f64 = 0.90;
 
 /// Compares the plan's nvidia-smi estimate with the capacity.
 pub fn verdict(plan: &Plan, capacity_bytes: u128) -> Verdict {
-    let need = plan.nvidia_smi_bytes;
+    verdict_of(plan.nvidia_smi_bytes, capacity_bytes, "train")
+}
+
+/// The whole job's verdict: its largest phase's GPU peak against the capacity, that phase named.
+pub fn job_verdict(job: &crate::model::job::Job, capacity_bytes: u128) -> Verdict {
+    let p = job.deciding();
+    verdict_of(p.gpu_peak_bytes, capacity_bytes, p.name)
+}
+
+fn verdict_of(need: u128, capacity_bytes: u128, phase: &'static str) -> Verdict {
     let status = if need as f64 <= capacity_bytes as f64 * TIGHT_FRACTION {
         Status::Fits
     } else if need <= capacity_bytes {
@@ -57,5 +68,6 @@ pub fn verdict(plan: &Plan, capacity_bytes: u128) -> Verdict {
         status,
         capacity_bytes,
         headroom_bytes: headroom,
+        phase,
     }
 }

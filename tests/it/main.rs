@@ -13,6 +13,7 @@ mod fuzz;
 mod gpu;
 mod i18n;
 mod inspect;
+mod job;
 mod methods;
 mod moe_layout;
 mod periodic;

@@ -64,7 +64,7 @@ fn accuracy_table(path: &std::path::Path, expected: usize) {
             .as_str()
             .unwrap_or("?")
             .to_string();
-        let (id, p, _) = estimate_line(&crate::harness_line(line))
+        let (id, p, _, _) = estimate_line(&crate::harness_line(line))
             .unwrap_or_else(|(id, e)| panic!("case {id} failed to plan: {e}"));
         let predicted = p.peak_allocated_bytes as f64;
         let err = (predicted - measured) / measured * 100.0;
@@ -134,7 +134,7 @@ fn moe_small_cpu_rows() {
     for line in text.lines().filter(|l| l.contains("\"real-cpu\"")) {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let measured = v["measured"]["peak_bytes"].as_f64().unwrap();
-        let (id, p, _) =
+        let (id, p, _, _) =
             estimate_line(&crate::harness_line(line)).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
         let err = (p.peak_allocated_bytes as f64 - measured) / measured * 100.0;
         println!("{id} {err:+.2} % at {}", p.peak_moment);

@@ -95,7 +95,7 @@ fn published_lines_plan_as_their_mapped_settings() {
     let text = std::fs::read_to_string(path).expect("published runs");
     let mut n = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let (id, p, _) = lorafit::formats::jsonl::estimate_line(line).expect("plans");
+        let (id, p, _, _) = lorafit::formats::jsonl::estimate_line(line).expect("plans");
         let row = v
             .published
             .iter()

@@ -23,7 +23,7 @@ fn check_weights(lines: Vec<&str>) -> usize {
     for line in lines {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let id = v["id"].as_str().unwrap().to_string();
-        let (_, p, _) = estimate_line(line).unwrap_or_else(|(_, e)| panic!("{id}: {e}"));
+        let (_, p, _, _) = estimate_line(line).unwrap_or_else(|(_, e)| panic!("{id}: {e}"));
         let total = v["params"]["total_params"].as_u64().unwrap() as u128;
         let trainable = v["params"]["trainable_params"].as_u64().unwrap() as u128;
         assert_eq!(

@@ -430,7 +430,9 @@ fn phase_of(p: steptrace::StepPhase) -> Phase {
         S::RefForward => Phase::RefForward,
         S::Setup | S::Inputs | S::Forward => Phase::Forward,
         S::Backward => Phase::Backward,
-        S::Optimizer | S::ZeroGrad => Phase::Optimizer,
+        // The job's phases after the steps are in the job's sequences only, which the job
+        // reads itself (`model::job`).
+        S::Optimizer | S::ZeroGrad | S::Eval | S::Merge => Phase::Optimizer,
     }
 }
 

@@ -26,6 +26,8 @@ pub fn component(label: &Label, made_in_backward: bool) -> Component {
         What::Overhead => Component::MeasuredOverhead,
         What::Workspace => Component::CublasWorkspace,
         What::GatheredLayer | What::GatheredRoot | What::CommBucket => Component::CommBuffers,
+        What::MergeTemp => Component::MergeTemps,
+        What::EvalOutputs => Component::LogitsLoss,
         _ if made_in_backward => Component::BackwardTemps,
         What::Buffer | What::Input | What::Rotary => Component::ActEmbeddings,
         What::Hidden if label.block == Block::Checkpoint => Component::ActCheckpoints,
@@ -96,6 +98,7 @@ fn is_forward_kind(what: What) -> bool {
             | What::OptState
             | What::OptTemp
             | What::Workspace
+            | What::MergeTemp
     )
 }
 

@@ -20,6 +20,7 @@ mod simulate;
 pub mod surface;
 mod tape;
 
+pub use program::job::{eval_settings, After, JOB_STEP};
 pub use simulate::{replay, simulate, simulate_on, CachedBlock, PhaseFigures, Simulation};
 
 use super::arch::Architecture;
@@ -78,11 +79,15 @@ pub enum StepPhase {
     Optimizer,
     /// `optimizer.zero_grad(set_to_none=True)`.
     ZeroGrad,
+    /// After training: Trainer's evaluation loop (`model.eval()`, no grad).
+    Eval,
+    /// After training: peft's `merge_and_unload` on the GPU.
+    Merge,
 }
 
 impl StepPhase {
     /// Every phase, in step order.
-    pub const ALL: [StepPhase; 8] = [
+    pub const ALL: [StepPhase; 10] = [
         StepPhase::Setup,
         StepPhase::Inputs,
         StepPhase::Precompute,
@@ -91,6 +96,8 @@ impl StepPhase {
         StepPhase::Backward,
         StepPhase::Optimizer,
         StepPhase::ZeroGrad,
+        StepPhase::Eval,
+        StepPhase::Merge,
     ];
 
     /// Lowercase name (`setup`, `forward`, …).
@@ -104,6 +111,8 @@ impl StepPhase {
             StepPhase::Backward => "backward",
             StepPhase::Optimizer => "optimizer",
             StepPhase::ZeroGrad => "zero_grad",
+            StepPhase::Eval => "eval",
+            StepPhase::Merge => "merge",
         }
     }
 }
@@ -178,11 +187,15 @@ pub enum What {
     GatheredRoot,
     /// Several GPUs: DDP's gradient buckets, DeepSpeed's reduce bucket.
     CommBucket,
+    /// Evaluation: the losses, logits and labels kept for `compute_metrics`.
+    EvalOutputs,
+    /// The merge's temporaries: the LoRA delta `B·A`, a dequantized weight, its copies.
+    MergeTemp,
 }
 
 impl What {
     /// Every kind, in declaration order.
-    pub const ALL: [What; 33] = [
+    pub const ALL: [What; 35] = [
         What::Weight,
         What::QuantState,
         What::Trainable,
@@ -216,6 +229,8 @@ impl What {
         What::GatheredLayer,
         What::GatheredRoot,
         What::CommBucket,
+        What::EvalOutputs,
+        What::MergeTemp,
     ];
 
     /// Short human name.
@@ -256,6 +271,8 @@ impl What {
                 "gathered root unit (embeddings, lm_head) beyond this rank's shard"
             }
             What::CommBucket => "gradient communication bucket",
+            What::EvalOutputs => "evaluation outputs kept (losses, logits, labels)",
+            What::MergeTemp => "merge temporary (LoRA delta, dequantized weight)",
         }
     }
 }
@@ -371,7 +388,35 @@ pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<
     };
     let scale = (stored / ctx.aux_weight.bytes().max(1)).max(1) as u64;
     let rank = rank::Rank::of(&run.parallel, scale);
-    Ok(program::run(&ctx, device, rank))
+    Ok(program::run(&ctx, device, rank, After::Nothing))
+}
+
+/// The run of [`generate_on`] with the job's phase `after` the two training steps (the
+/// evaluation loop, or the merge), numbered step [`JOB_STEP`].
+pub fn generate_job(
+    arch: &Architecture,
+    s: &Settings,
+    device: Device,
+    after: After,
+) -> Result<Trace, PlanError> {
+    arch.validate()?;
+    s.validate()?;
+    check_method(arch, s)?;
+    check_size(arch, s)?;
+    if after == After::Eval {
+        check_size(arch, &eval_settings(s))?;
+    }
+    let run = s.as_run(arch);
+    let compute = super::distributed::compute_settings(&run);
+    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(&run));
+    let stored = if run.parallel.strategy.is_zero() {
+        ctx.aux_weight.bytes()
+    } else {
+        Ctx::new(arch, &run).aux_weight.bytes()
+    };
+    let scale = (stored / ctx.aux_weight.bytes().max(1)).max(1) as u64;
+    let rank = rank::Rank::of(&run.parallel, scale);
+    Ok(program::run(&ctx, device, rank, after))
 }
 
 /// Refuses the training methods the program does not run for `arch` (the plan refuses them

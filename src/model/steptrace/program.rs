@@ -114,6 +114,12 @@ struct Prog<'c, 'a> {
     /// The reference pass of a trained base runs the reference model: a frozen copy of the
     /// weights (the same shapes; what differs is that autocast never caches their casts).
     ref_copy: bool,
+    /// The evaluation loop keeps the logits `forward` returns (`kept_logits`) instead of
+    /// freeing them with the model's output.
+    keep_logits: bool,
+    kept_logits: Option<X>,
+    /// Each layer's 4-bit quantization states, by Linear name (what a 4-bit merge replaces).
+    qstates: Vec<Vec<(&'static str, Vec<X>)>>,
 }
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
@@ -122,6 +128,7 @@ fn bytes(d: crate::model::dtype::Dtype) -> u64 {
 
 mod dora;
 mod fused_ce;
+pub(super) mod job;
 mod moe;
 mod preference;
 
@@ -499,10 +506,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.tp.exec = li as u32;
             let a = ctx.arch;
             let kind = a.layer_kind(li);
-            let mut ns: Vec<u64> = a
+            let mut ns: Vec<(&'static str, u64)> = a
                 .block_linears(kind)
                 .iter()
-                .map(|l| (l.in_features * l.out_features) as u64)
+                .map(|l| (l.name, (l.in_features * l.out_features) as u64))
                 .collect();
             // transformers 4's per-expert layout: its router's and experts' Linear layers.
             if let Some(Some(MoeParams {
@@ -511,22 +518,34 @@ impl<'c, 'a> Prog<'c, 'a> {
             })) = self.moe.get(li as usize)
             {
                 let linears = std::iter::once(&pe.router).chain(pe.experts.iter().flatten());
-                ns.extend(linears.map(|l| (l.shape.in_features * l.shape.out_features) as u64));
+                ns.extend(linears.map(|l| {
+                    (
+                        l.shape.name,
+                        (l.shape.in_features * l.shape.out_features) as u64,
+                    )
+                }));
             }
-            for n in ns {
+            let mut layer = vec![];
+            for (name, n) in ns {
                 let blocks = n.div_ceil(64);
-                if ctx.s.double_quant {
+                let state = if ctx.s.double_quant {
                     // absmax (uint8), code, offset, nested absmax, nested code
-                    self.t(blocks, 1, What::QuantState);
-                    self.t(16, 4, What::QuantState);
-                    self.t(1, 4, What::QuantState);
-                    self.t(blocks.div_ceil(256), 4, What::QuantState);
-                    self.t(256, 4, What::QuantState);
+                    vec![
+                        self.t(blocks, 1, What::QuantState),
+                        self.t(16, 4, What::QuantState),
+                        self.t(1, 4, What::QuantState),
+                        self.t(blocks.div_ceil(256), 4, What::QuantState),
+                        self.t(256, 4, What::QuantState),
+                    ]
                 } else {
-                    self.t(blocks, 4, What::QuantState);
-                    self.t(16, 4, What::QuantState);
-                }
+                    vec![
+                        self.t(blocks, 4, What::QuantState),
+                        self.t(16, 4, What::QuantState),
+                    ]
+                };
+                layer.push((name, state));
             }
+            self.qstates.push(layer);
         }
         self.tp.exec = NO_LAYER;
     }
@@ -1781,7 +1800,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         // router logits it holds).
         self.clear_autocast_cache();
         if let Some(l) = logits {
-            self.drop(l);
+            if self.keep_logits {
+                self.kept_logits = Some(l);
+            } else {
+                self.drop(l);
+            }
         }
         for x in recorded {
             self.drop(x);
@@ -2129,8 +2152,15 @@ impl<'c, 'a> Prog<'c, 'a> {
 /// sees the sliding mask even after forward has let it go.
 type CkptIn = (X, X, X, Option<X>);
 
-/// Runs setup, inputs and two training steps.
-pub(super) fn run(ctx: &Ctx, device: super::Device, rank: super::rank::Rank) -> Trace {
+/// Runs setup, inputs and two training steps, then what runs `after` them.
+pub(super) fn run(
+    ctx: &Ctx,
+    device: super::Device,
+    rank: super::rank::Rank,
+    after: job::After,
+) -> Trace {
+    let eval_s = (after == job::After::Eval).then(|| job::eval_settings(ctx.s));
+    let eval_ctx = eval_s.as_ref().map(|s| Ctx::new(ctx.arch, s));
     let mut p = Prog {
         ctx,
         tp: Tape::new(ctx.arch.num_hidden_layers),
@@ -2157,6 +2187,9 @@ pub(super) fn run(ctx: &Ctx, device: super::Device, rank: super::rank::Rank) -> 
         causal: None,
         adapters_off: false,
         ref_copy: false,
+        keep_logits: false,
+        kept_logits: None,
+        qstates: vec![],
     };
     p.tp.emulated = device == super::Device::Emulated;
     p.tp.set_rank(rank);
@@ -2189,6 +2222,11 @@ pub(super) fn run(ctx: &Ctx, device: super::Device, rank: super::rank::Rank) -> 
         p.optimizer(step);
         p.phase(step, StepPhase::ZeroGrad);
         p.zero_grad();
+    }
+    match (after, &eval_ctx) {
+        (job::After::Eval, Some(e)) => p.eval_loop(e),
+        (job::After::Merge, _) => p.merge(),
+        _ => {}
     }
     let peak = p.tp.peak;
     let _ = Event::Free { id: 0 };

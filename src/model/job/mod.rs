@@ -1,0 +1,571 @@
+//! The whole job, not one step: the training step, Trainer's evaluation, checkpoint saving and
+//! the merge of the adapters after training, each with its GPU and host-memory peak and the
+//! terms that make it up. The job is as large as its largest phase.
+//!
+//! The GPU figures of evaluation and of a merge on the GPU are the step program's: the run of
+//! the training steps continued by the phase's ops (`steptrace::generate_job`), its live
+//! storages at the phase's highest moment grouped into terms, and the same sequence replayed
+//! through the caching allocator, so the phase starts from the cache training left. Host memory
+//! is written from the libraries' code, cited where it is computed.
+
+pub use super::job_settings::{EvalStrategy, ExportDevice, JobSettings, SaveStrategy};
+
+use serde::Serialize;
+
+use super::arch::Architecture;
+use super::ctx::Ctx;
+use super::error::PlanError;
+use super::plan::Plan;
+use super::settings::Settings;
+use super::steptrace::{self, anatomy, After, Event, JOB_STEP};
+use super::term::{bytes_of, f, named_bytes, Component, Term};
+
+/// One phase of the job.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct JobPhase {
+    /// `train`, `eval`, `save` or `merge`.
+    pub name: &'static str,
+    /// What nvidia-smi shows at the phase's peak, per GPU: reserved memory and what lies
+    /// outside the allocator (0 for a phase that runs on the host only).
+    pub gpu_peak_bytes: u128,
+    /// Peak of live tensor bytes on the GPU in the phase.
+    pub allocated_bytes: u128,
+    /// `max_memory_reserved()` in the phase.
+    pub reserved_bytes: u128,
+    /// Host memory the phase needs beyond the training process's own (offloaded tensors, what
+    /// moves to the host).
+    pub host_peak_bytes: u128,
+    /// Where the GPU peak is reached.
+    pub moment: String,
+    /// What is live on the GPU at the phase's peak.
+    pub terms: Vec<Term>,
+    /// What the host holds at the phase's host peak.
+    pub host_terms: Vec<Term>,
+    /// How the phase runs, in words.
+    pub notes: Vec<String>,
+}
+
+/// The job's phases, in the order they run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Job {
+    /// `train` first, then `eval` (when the job evaluates), `save` (when it saves), `merge`
+    /// (when asked for).
+    pub phases: Vec<JobPhase>,
+}
+
+impl Job {
+    /// The phase whose GPU peak is highest (the first of equals): it decides whether the job
+    /// fits.
+    pub fn deciding(&self) -> &JobPhase {
+        let mut best = &self.phases[0];
+        for p in &self.phases[1..] {
+            if p.gpu_peak_bytes > best.gpu_peak_bytes {
+                best = p;
+            }
+        }
+        best
+    }
+
+    /// The phase named `name`, if the job has it.
+    pub fn phase(&self, name: &str) -> Option<&JobPhase> {
+        self.phases.iter().find(|p| p.name == name)
+    }
+}
+
+/// Refuses job settings the plan does not model, naming the setting.
+pub fn check(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
+    let js = &s.job;
+    let bad = |field: &'static str, why: &str| {
+        Err(PlanError::InvalidSetting {
+            field,
+            why: why.into(),
+        })
+    };
+    if let Some(b) = js.eval_batch {
+        if b == 0 || b > super::settings::MAX_BATCH {
+            return bad("eval_batch", "must be between 1 and 65536");
+        }
+    }
+    if js.predict_with_generate {
+        return bad("predict_with_generate", "generation during evaluation (the KV cache, the generated tokens) is not planned yet: plan the evaluation with predict_with_generate off");
+    }
+    if js.evaluates() && s.preference() {
+        return bad("eval_batch", "a preference trainer's evaluation (its chosen and rejected sequences, the reference pass) is not planned yet: plan SFT's, or leave eval_batch and eval_strategy unset");
+    }
+    if js.merge {
+        if s.base_trained() {
+            return bad("merge", "there are no adapters to merge: finetuning_type full or freeze trains the base itself");
+        }
+        if s.use_dora {
+            return bad(
+                "merge",
+                "DoRA's merge (the weight norm of W + B·A per Linear) is not planned yet",
+            );
+        }
+        if !s.target_parameters.is_empty() || arch.is_moe() && js.export_device == ExportDevice::Gpu
+        {
+            return bad("merge", "merging into a mixture of experts' fused expert parameters is not planned yet: plan the merge with export_device cpu, for a dense model");
+        }
+        if js.export_device == ExportDevice::Gpu && s.parallel.world() > 1 {
+            return bad("export_device", "a merge on the GPU is planned for one GPU: the merged model is gathered first on several (plan export_device cpu)");
+        }
+    }
+    Ok(())
+}
+
+/// Plans the job around the training step `train` (the plan of `arch` with `s`) on a CUDA GPU.
+pub fn plan_job(arch: &Architecture, s: &Settings, train: &Plan) -> Result<Job, PlanError> {
+    plan_job_on(arch, s, train, steptrace::Device::Cuda)
+}
+
+/// [`plan_job`] with the GPU phases run on `device` (the measuring harness's emulated device,
+/// to compare with its measurements).
+pub fn plan_job_on(
+    arch: &Architecture,
+    s: &Settings,
+    train: &Plan,
+    device: steptrace::Device,
+) -> Result<Job, PlanError> {
+    check(arch, s)?;
+    let js = &s.job;
+    let run = s.as_run(arch);
+    let step =
+        super::distributed::compute_settings(&run).unwrap_or_else(|| run.clone().into_owned());
+    let mut phases = vec![JobPhase {
+        name: "train",
+        gpu_peak_bytes: train.nvidia_smi_bytes,
+        allocated_bytes: train.peak_allocated_bytes,
+        reserved_bytes: train.peak_reserved_bytes,
+        host_peak_bytes: train.cpu_bytes_per_rank,
+        moment: format!("{}: {}", train.peak_phase.name(), train.peak_moment),
+        terms: train.terms.clone(),
+        host_terms: train.cpu_terms.clone(),
+        notes: vec![],
+    }];
+    if js.evaluates() {
+        let eval_s = super::steptrace::eval_settings(&step);
+        let ctx = Ctx::new(arch, &eval_s);
+        let mut p = on_gpu(arch, s, &ctx, After::Eval, train, device)?;
+        p.name = "eval";
+        let (host, host_terms) = eval_host(&ctx);
+        p.host_peak_bytes = host + train.cpu_bytes_per_rank;
+        p.host_terms = host_terms;
+        p.notes = eval_notes(&ctx);
+        phases.push(p);
+    }
+    if js.saves() {
+        phases.push(save_phase(arch, &Ctx::new(arch, &step), train));
+    }
+    if js.merge {
+        let ctx = Ctx::new(arch, &step);
+        let p = match js.export_device {
+            ExportDevice::Gpu => {
+                let mut p = on_gpu(arch, s, &ctx, After::Merge, train, device)?;
+                let (host, host_terms) = merge_gpu_host(&ctx);
+                p.host_peak_bytes = host + train.cpu_bytes_per_rank;
+                p.host_terms = host_terms;
+                p.notes = vec!["peft's merge_and_unload on the training GPU after training: the optimizer still holds its states and the adapters; each adapted Linear's delta B·A is made and added in turn".into()];
+                p
+            }
+            ExportDevice::Cpu => merge_on_host(arch, &ctx),
+        };
+        phases.push(JobPhase { name: "merge", ..p });
+    }
+    Ok(Job { phases })
+}
+
+/// A phase that runs on the GPU after the training steps: its highest moment in the run of
+/// the training steps continued by the phase, what is live then, and reserved memory from the
+/// allocator replayed over the whole run.
+fn on_gpu(
+    arch: &Architecture,
+    s: &Settings,
+    ctx: &Ctx,
+    after: After,
+    train: &Plan,
+    device: steptrace::Device,
+) -> Result<JobPhase, PlanError> {
+    let trace = steptrace::generate_job(arch, s, device, after)?;
+    let start = trace
+        .phases
+        .iter()
+        .find(|p| p.1 == JOB_STEP)
+        .map_or(trace.events.len(), |p| p.0);
+    let mut size = vec![0u64; trace.labels.len()];
+    let (mut live, mut peak, mut at) = (0u64, 0u64, None);
+    for (i, e) in trace.events.iter().enumerate() {
+        match *e {
+            Event::Alloc { id, bytes } => {
+                size[id as usize] = bytes;
+                live += bytes;
+                if i >= start && (at.is_none() || live > peak) {
+                    peak = live;
+                    at = Some(i);
+                }
+            }
+            Event::Free { id } => live -= size[id as usize],
+        }
+    }
+    let alloc_phase = anatomy::moments(&trace).alloc_phase;
+    let (terms, moment) = match at {
+        Some(i) => {
+            let lives: Vec<anatomy::Live> = anatomy::live_after(&trace, i)
+                .into_iter()
+                .map(|(id, bytes, layer)| anatomy::Live {
+                    id,
+                    bytes,
+                    layer,
+                    copies: 1,
+                })
+                .collect();
+            let made = match trace.events[i] {
+                Event::Alloc { id, .. } => trace.labels[id as usize],
+                Event::Free { .. } => unreachable!("the peak is reached by an allocation"),
+            };
+            let words = anatomy::Moment {
+                step: JOB_STEP,
+                phase: alloc_phase[made_id(&trace, i)],
+                event: i,
+                bytes: peak,
+                made,
+            }
+            .words();
+            (
+                anatomy::terms_of(ctx, &trace.labels, &alloc_phase, &lives),
+                words,
+            )
+        }
+        None => (vec![], String::new()),
+    };
+    let reserved = match ctx.s.allocator_conf() {
+        Ok(conf) => steptrace::replay(&trace, &conf)
+            .phases
+            .iter()
+            .filter(|p| p.step == JOB_STEP)
+            .map(|p| u128::from(p.max_reserved))
+            .max()
+            .unwrap_or(0),
+        Err(_) => 0,
+    }
+    .max(u128::from(peak));
+    Ok(JobPhase {
+        name: "",
+        gpu_peak_bytes: reserved + train.outside_allocator_bytes,
+        allocated_bytes: u128::from(peak),
+        reserved_bytes: reserved,
+        host_peak_bytes: 0,
+        moment,
+        terms,
+        host_terms: vec![],
+        notes: vec![],
+    })
+}
+
+fn made_id(trace: &steptrace::Trace, i: usize) -> usize {
+    match trace.events[i] {
+        Event::Alloc { id, .. } | Event::Free { id } => id as usize,
+    }
+}
+
+/// Host memory of the evaluation: with the loss only, nothing; with the logits kept, every
+/// batch's logits and labels end on the host as NumPy arrays (`nested_numpify`,
+/// trainer_pt_utils.py:157-170: `.cpu()`, then bf16 → fp32, since NumPy has no bfloat16), and
+/// each chunk is concatenated to what is there (`nested_concat`): the old arrays, the new chunk
+/// and the result at once.
+fn eval_host(ctx: &Ctx) -> (u128, Vec<Term>) {
+    let js = &ctx.s.job;
+    if js.prediction_loss_only {
+        return (0, vec![]);
+    }
+    let b = u128::from(js.eval_batch());
+    let n = u128::from(js.eval_samples.unwrap_or(js.eval_batch()));
+    let chunk = (b * u128::from(js.eval_batches_on_gpu())).min(n);
+    let chunks = n.div_ceil(chunk.max(1));
+    let seq = u128::from(ctx.s.seq);
+    let v = u128::from(ctx.arch.vocab_size);
+    let es = ctx.logits.bytes();
+    let label = "logits on the host as fp32 NumPy arrays (nested_numpify)";
+    let mut terms = if chunks > 1 {
+        // The last chunk concatenated: the arrays so far, the chunk, and the result.
+        vec![Term::product(
+            Component::LogitsLoss,
+            label,
+            &[
+                f("2 (arrays and their concatenation)", 2),
+                f("eval samples", n),
+                f("seq", seq),
+                f("vocab", v),
+                named_bytes("fp32", 4),
+            ],
+        )]
+    } else {
+        vec![Term::product(
+            Component::LogitsLoss,
+            "logits copied to the host, then cast to fp32 (nested_numpify)",
+            &[
+                f("eval samples", n),
+                f("seq", seq),
+                f("vocab", v),
+                named_bytes("copy + fp32", es + 4),
+            ],
+        )]
+    };
+    terms.push(Term::product(
+        Component::LogitsLoss,
+        "labels on the host (int64)",
+        &[
+            f(
+                if chunks > 1 {
+                    "2 (arrays and their concatenation)"
+                } else {
+                    "1"
+                },
+                if chunks > 1 { 2 } else { 1 },
+            ),
+            f("eval samples", n),
+            f("seq", seq),
+            named_bytes("int64", 8),
+        ],
+    ));
+    (terms.iter().map(|t| t.bytes).sum(), terms)
+}
+
+fn eval_notes(ctx: &Ctx) -> Vec<String> {
+    let js = &ctx.s.job;
+    let mut out = vec![format!(
+        "Trainer's evaluation loop: model.eval(), torch.no_grad(), {} sequences of {} tokens per batch; the training step's weights and optimizer states stay on the GPU",
+        js.eval_batch(),
+        ctx.s.seq
+    )];
+    if js.prediction_loss_only {
+        out.push("prediction_loss_only: each batch's logits are freed after its loss (Trainer's choice when no compute_metrics is given)".into());
+    } else {
+        let per_batch = u128::from(js.eval_batch())
+            * u128::from(ctx.s.seq)
+            * u128::from(ctx.arch.vocab_size)
+            * ctx.logits.bytes();
+        out.push(format!(
+            "compute_metrics: every batch's logits ({:.2} GiB a batch) and labels stay on the GPU, concatenated, for {} batches{}",
+            per_batch as f64 / (1u64 << 30) as f64,
+            js.eval_batches_on_gpu(),
+            match (js.eval_accumulation_steps, js.eval_samples) {
+                (Some(a), _) => format!(" (eval_accumulation_steps {a} moves them to the host)"),
+                (None, Some(_)) => " (all of the evaluation: eval_accumulation_steps moves them to the host sooner)".into(),
+                (None, None) => " (eval_samples not given: one batch counted; each further batch adds its logits)".into(),
+            }
+        ));
+    }
+    out
+}
+
+/// Checkpoint saving (transformers 5.24 `Trainer._save_checkpoint`, trainer.py:3363-3420):
+/// the model, then unless `save_only_model` the optimizer (`torch.save(optimizer.state_dict())`,
+/// :3572, which copies one storage at a time to the host). Saving allocates nothing on the GPU
+/// on one GPU; the training step's reserved memory stays. safetensors copies each tensor to the
+/// host and holds the serialized file's bytes (safetensors/torch.py:476-479); a full model is
+/// written in shards of up to 50 GB (`save_pretrained`'s `max_shard_size`).
+fn save_phase(arch: &Architecture, ctx: &Ctx, train: &Plan) -> JobPhase {
+    let s = ctx.s;
+    let par = &s.parallel;
+    let p = &train.params;
+    let trained_es = if s.base_trained() {
+        ctx.aux_weight.bytes()
+    } else {
+        s.adapter_dtype.bytes()
+    };
+    let mut host_terms = vec![];
+    let mut notes = vec![];
+    let mut gpu_extra = 0u128;
+    if par.strategy.is_fsdp() {
+        // FULL_STATE_DICT: rank 0 gathers the whole state dict to the CPU
+        // (accelerator.get_state_dict, offload_to_cpu, rank0_only), base weights included.
+        let model_bytes =
+            train.params.base_params * stored_bytes(ctx) + p.trainable_params * trained_es;
+        host_terms.push(Term::product(
+            Component::FrozenWeights,
+            "the full state dict gathered on rank 0's host (FSDP FULL_STATE_DICT)",
+            &[named_bytes("model", model_bytes)],
+        ));
+        notes.push(
+            "FSDP: rank 0 gathers every parameter to its host to save them (FULL_STATE_DICT)"
+                .into(),
+        );
+    } else if par.strategy == super::parallel::Strategy::Zero3 {
+        // stage3_gather_16bit_weights_on_model_save: each parameter gathered on the GPU in turn,
+        // the 16-bit state dict on rank 0's host.
+        let model_bytes = (p.base_params + p.trainable_params) * ctx.s.dtype.bytes();
+        host_terms.push(Term::product(
+            Component::FrozenWeights,
+            "the 16-bit model gathered on rank 0's host (stage3_gather_16bit_weights_on_model_save)",
+            &[named_bytes("model", model_bytes)],
+        ));
+        gpu_extra = largest_linear(arch) * ctx.s.dtype.bytes();
+        notes.push(
+            "ZeRO-3: each parameter is gathered whole on the GPU in turn to save the 16-bit model"
+                .into(),
+        );
+    } else if s.base_trained() {
+        let shard = (p.base_params * trained_es).min(50_000_000_000);
+        host_terms.push(Term::product(
+            Component::TrainableWeights,
+            "one safetensors shard's bytes on the host (save_pretrained, max_shard_size 50 GB)",
+            &[named_bytes("shard", shard)],
+        ));
+    } else {
+        host_terms.push(Term::product(
+            Component::TrainableWeights,
+            "the adapters' safetensors bytes on the host (peft save_pretrained)",
+            &[
+                f("adapter parameters", p.trainable_params),
+                named_bytes("element", trained_es),
+            ],
+        ));
+    }
+    if s.job.save_only_model {
+        notes.push("save_only_model: no optimizer states in the checkpoint".into());
+    } else if !(par.strategy.is_fsdp() || par.strategy.is_zero()) {
+        // torch.save copies one storage at a time: the largest optimizer state.
+        let largest = largest_trained_tensor(arch, ctx) * 4;
+        host_terms.push(Term::product(
+            Component::OptimizerStates,
+            "the largest optimizer state copied to the host by torch.save",
+            &[named_bytes("state", largest)],
+        ));
+    }
+    let host = host_terms.iter().map(|t| t.bytes).max().unwrap_or(0);
+    JobPhase {
+        name: "save",
+        gpu_peak_bytes: train.nvidia_smi_bytes + gpu_extra,
+        allocated_bytes: train.steady_state_bytes + gpu_extra,
+        reserved_bytes: train.peak_reserved_bytes + gpu_extra,
+        host_peak_bytes: host + train.cpu_bytes_per_rank,
+        moment: "between steps: the weights and optimizer states, the training step's cache kept"
+            .into(),
+        terms: vec![Term::product(
+            Component::FrozenWeights,
+            "weights and optimizer states between steps",
+            &[bytes_of(train.steady_state_bytes)],
+        )],
+        host_terms,
+        notes,
+    }
+}
+
+/// Bytes per stored base parameter (FSDP keeps fp32 shards of a model it computes in 16 bits).
+fn stored_bytes(ctx: &Ctx) -> u128 {
+    if ctx.s.quant.is_some() {
+        ctx.s.dtype.bytes()
+    } else {
+        ctx.aux_weight.bytes().max(ctx.s.dtype.bytes())
+    }
+}
+
+/// Elements of the largest Linear weight of the decoder.
+fn largest_linear(arch: &Architecture) -> u128 {
+    arch.layer_groups()
+        .iter()
+        .flat_map(|&(k, _)| arch.block_linears(k))
+        .map(|l| l.in_features * l.out_features)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Elements of the largest trained tensor: an embedding or lm_head trained in full, else the
+/// largest LoRA factor.
+fn largest_trained_tensor(arch: &Architecture, ctx: &Ctx) -> u128 {
+    let s = ctx.s;
+    if s.base_trained() || !s.modules_to_save.is_empty() {
+        return u128::from(arch.vocab_size) * u128::from(arch.hidden_size);
+    }
+    let r = u128::from(s.lora_r);
+    arch.layer_groups()
+        .iter()
+        .flat_map(|&(k, _)| ctx.adapted_of(k))
+        .map(|l| r * l.in_features.max(l.out_features))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Host memory of a merge on the GPU: the 4-bit path copies each merged weight to the host
+/// before quantizing it again (`bnb.nn.Params4bit(w_data.to("cpu"))`, peft lora/bnb.py:402),
+/// the largest in fp32.
+fn merge_gpu_host(ctx: &Ctx) -> (u128, Vec<Term>) {
+    if ctx.s.quant.is_none() {
+        return (0, vec![]);
+    }
+    let n = largest_adapted(ctx);
+    let es = ctx.s.dtype.bytes().max(ctx.s.adapter_dtype.bytes());
+    let t = Term::product(
+        Component::MergeTemps,
+        "the merged weight's host copy before it is quantized again",
+        &[f("largest adapted weight", n), named_bytes("element", es)],
+    );
+    (t.bytes, vec![t])
+}
+
+fn largest_adapted(ctx: &Ctx) -> u128 {
+    ctx.arch
+        .layer_groups()
+        .iter()
+        .flat_map(|&(k, _)| ctx.adapted_of(k))
+        .map(|l| l.in_features * l.out_features)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The merge on the host (LLaMA-Factory's export, `export_device: cpu`): a separate run loads
+/// the base in 16 bits (a 4-bit base cannot be merged for export; LLaMA-Factory loads the
+/// unquantized model) and the adapters, merges each adapted Linear in turn (peft's
+/// `get_delta_weight` on the CPU: in fp32, lora/layer.py:1058-1069) and writes shards of up to
+/// `export_size` (5 GB by default); no GPU.
+fn merge_on_host(arch: &Architecture, ctx: &Ctx) -> JobPhase {
+    let s = ctx.s;
+    let base = arch.total_params();
+    let half = if s.dtype.bytes() >= 2 {
+        2
+    } else {
+        s.dtype.bytes()
+    };
+    let adapters = super::weights::param_counts(ctx).trainable_params;
+    let n = largest_adapted(ctx);
+    let host_terms = vec![
+        Term::product(
+            Component::FrozenWeights,
+            "the base model in 16 bits on the host",
+            &[f("base parameters", base), named_bytes("bf16", half)],
+        ),
+        Term::product(
+            Component::TrainableWeights,
+            "the adapters",
+            &[
+                f("adapter parameters", adapters),
+                named_bytes("element", s.adapter_dtype.bytes()),
+            ],
+        ),
+        Term::product(
+            Component::MergeTemps,
+            "the largest adapted weight's delta B·A and its scaled copy, in fp32",
+            &[
+                f("2", 2),
+                f("largest adapted weight", n),
+                named_bytes("fp32", 4),
+            ],
+        ),
+        Term::product(
+            Component::FrozenWeights,
+            "one safetensors shard's bytes while it is written (export_size 5 GB)",
+            &[named_bytes("shard", 5_000_000_000u128.min(base * half))],
+        ),
+    ];
+    JobPhase {
+        name: "merge",
+        gpu_peak_bytes: 0,
+        allocated_bytes: 0,
+        reserved_bytes: 0,
+        host_peak_bytes: host_terms.iter().map(|t| t.bytes).sum(),
+        moment: "on the host".into(),
+        terms: vec![],
+        host_terms,
+        notes: vec!["export_device cpu: the adapters are merged into a 16-bit copy of the base in host memory (LLaMA-Factory's export), in a separate run; the GPU is not used".into()],
+    }
+}

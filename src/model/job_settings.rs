@@ -1,0 +1,145 @@
+//! The settings of the phases around the training step: Trainer's evaluation, checkpoint
+//! saving, and the merge of the adapters after training.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::names::names;
+
+/// Trainer's `eval_strategy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvalStrategy {
+    /// No evaluation during training (Trainer's default).
+    No,
+    /// Every `eval_steps` optimizer steps.
+    Steps,
+    /// At the end of every epoch.
+    Epoch,
+}
+
+names!(EvalStrategy {
+    No => "no" | "none",
+    Steps => "steps",
+    Epoch => "epoch",
+});
+
+/// Trainer's `save_strategy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaveStrategy {
+    /// No checkpoint is saved during training.
+    No,
+    /// Every `save_steps` optimizer steps (Trainer's default, 500).
+    Steps,
+    /// At the end of every epoch.
+    Epoch,
+    /// When the evaluation metric improves.
+    Best,
+}
+
+names!(SaveStrategy {
+    No => "no" | "none",
+    Steps => "steps",
+    Epoch => "epoch",
+    Best => "best",
+});
+
+/// Where the adapters are merged into the base after training.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExportDevice {
+    /// On the GPU the model trained on, in the training process (`trainer.model.merge_and_unload()`
+    /// after `trainer.train()`: the optimizer states are still held).
+    Gpu,
+    /// On the host (LLaMA-Factory's `export_device: cpu`, its default): a separate export run
+    /// loads the 16-bit base and the adapters in host memory.
+    Cpu,
+}
+
+names!(ExportDevice {
+    Gpu => "gpu" | "cuda" | "auto",
+    Cpu => "cpu",
+});
+
+/// Trainer's `per_device_eval_batch_size` default.
+pub const DEFAULT_EVAL_BATCH: u64 = 8;
+
+/// The job around the training step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobSettings {
+    /// `per_device_eval_batch_size`; given, it asks for the evaluation phase.
+    pub eval_batch: Option<u64>,
+    /// `eval_strategy`: anything but `no` asks for the evaluation phase.
+    pub eval_strategy: EvalStrategy,
+    /// `eval_accumulation_steps`: every this many batches the kept outputs move to host memory.
+    pub eval_accumulation_steps: Option<u64>,
+    /// `prediction_loss_only`: only the loss is kept (Trainer's choice when no `compute_metrics`
+    /// is given); off, every batch's logits and labels are kept for `compute_metrics`.
+    pub prediction_loss_only: bool,
+    /// How many evaluation samples are run (their logits are accumulated when kept); `None`:
+    /// one batch.
+    pub eval_samples: Option<u64>,
+    /// `predict_with_generate`: generation during evaluation (not planned yet: refused).
+    pub predict_with_generate: bool,
+    /// `save_strategy`.
+    pub save_strategy: SaveStrategy,
+    /// `save_only_model`: checkpoints hold the model (adapters) only, no optimizer states.
+    pub save_only_model: bool,
+    /// Plan the merge of the adapters after training.
+    pub merge: bool,
+    /// Where the merge runs.
+    pub export_device: ExportDevice,
+}
+
+impl Default for JobSettings {
+    fn default() -> Self {
+        JobSettings {
+            eval_batch: None,
+            eval_strategy: EvalStrategy::No,
+            eval_accumulation_steps: None,
+            prediction_loss_only: true,
+            eval_samples: None,
+            predict_with_generate: false,
+            save_strategy: SaveStrategy::Steps,
+            save_only_model: false,
+            merge: false,
+            export_device: ExportDevice::Cpu,
+        }
+    }
+}
+
+impl JobSettings {
+    /// Whether the job evaluates: an eval batch or an eval strategy is given.
+    pub fn evaluates(&self) -> bool {
+        self.eval_batch.is_some() || self.eval_strategy != EvalStrategy::No
+    }
+
+    /// The eval micro-batch.
+    pub fn eval_batch(&self) -> u64 {
+        self.eval_batch.unwrap_or(DEFAULT_EVAL_BATCH)
+    }
+
+    /// Evaluation batches in all (one when `eval_samples` is not given).
+    pub fn eval_batches(&self) -> u64 {
+        self.eval_samples
+            .map_or(1, |n| n.div_ceil(self.eval_batch()).max(1))
+    }
+
+    /// Batches whose outputs are on the GPU together: every batch's logits and labels until
+    /// `eval_accumulation_steps` moves them to the host; with the loss only, the batch being
+    /// evaluated and the previous one's (two batches show every allocation of the loop).
+    pub fn eval_batches_on_gpu(&self) -> u64 {
+        let n = self.eval_batches();
+        if self.prediction_loss_only {
+            n.min(2)
+        } else {
+            n.min(self.eval_accumulation_steps.unwrap_or(n).max(1))
+        }
+    }
+
+    /// Whether checkpoints are saved.
+    pub fn saves(&self) -> bool {
+        self.save_strategy != SaveStrategy::No
+    }
+}

@@ -1,0 +1,236 @@
+//! What runs on the GPU after the training steps, in the same process: Trainer's evaluation
+//! loop and peft's `merge_and_unload`, op by op, as `tests/data/harness/measure_job.py`
+//! measures them.
+//!
+//! Evaluation (transformers 5.24 `Trainer.evaluation_loop`, trainer.py:2904-3111, and
+//! `prediction_step`, :3193-3300): `model.eval()` (no dropout, no checkpointing), each batch
+//! under `torch.no_grad()`: the batch, `num_items_in_batch` (`labels[..., 1:].ne(-100).sum()`),
+//! the forward through the loss; the loss repeated per sample and concatenated
+//! (`EvalLoopContainer`, `nested_concat` → `torch.cat`), and unless `prediction_loss_only` the
+//! logits and labels too, kept on the GPU until `eval_accumulation_steps` moves them to the
+//! host (:3046-3050). A fused linear cross-entropy computes the logits in eval (Liger's
+//! `lce_forward` skips them only while training).
+//!
+//! Merge (peft 0.21 `merge_and_unload` → `_unload_and_optionally_merge`,
+//! tuners_utils.py:679-740): per adapted Linear, `get_delta_weight` (lora/layer.py:1044-1071:
+//! `B @ A`, then `* scaling`, in the adapters' dtype) added in place into a 16-bit weight
+//! (layer.py:1003-1006); a 4-bit weight (lora/bnb.py:355-402, `Linear4bit.merge`) is
+//! dequantized, the delta added (promoted to fp32), copied to the host and quantized again
+//! on the GPU (bitsandbytes `Params4bit._quantize`: the weight copied back, `quantize_4bit`),
+//! and the old packed weight and its state freed. The optimizer still holds the adapters.
+
+use super::{bytes, Prog, X};
+use crate::model::ctx::Ctx;
+use crate::model::steptrace::tape::Mode;
+use crate::model::steptrace::{StepPhase, What};
+
+/// What runs after the two training steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum After {
+    /// Nothing: the training step alone.
+    Nothing,
+    /// Trainer's evaluation loop.
+    Eval,
+    /// peft's `merge_and_unload` on the GPU.
+    Merge,
+}
+
+/// The step after which the job's phases run, as the trace numbers it.
+pub const JOB_STEP: u8 = 3;
+
+/// The settings the evaluation forward computes with: the eval micro-batch, no dropout
+/// (`model.eval()`), and the logits materialised (a fused loss computes them in eval).
+pub fn eval_settings(s: &crate::model::Settings) -> crate::model::Settings {
+    crate::model::Settings {
+        batch: s.job.eval_batch(),
+        lora_dropout: 0.0,
+        fused_ce: false,
+        ..s.clone()
+    }
+}
+
+/// A container of `EvalLoopContainer`: the tensors kept so far on the GPU.
+#[derive(Default)]
+struct Kept {
+    tensors: Option<X>,
+}
+
+impl<'c, 'a> Prog<'c, 'a> {
+    /// `container.add(new)`: the first batch's tensor is kept as is, a later one concatenated
+    /// (a new storage of both; the old one freed). `new` stays the caller's.
+    fn keep(&mut self, c: &mut Kept, new: X, what: What) {
+        match c.tensors.take() {
+            None => {
+                self.tp.keep_local(new.t);
+                c.tensors = Some(new);
+            }
+            Some(old) => {
+                let cat = self.t(old.n + new.n, new.es, what);
+                self.drop(old);
+                c.tensors = Some(cat);
+            }
+        }
+    }
+
+    /// Trainer's evaluation loop over the batches whose outputs are on the GPU together, with
+    /// `eval` the context of the eval batch; the kept outputs move to the host at the end
+    /// (`eval_accumulation_steps`, or `get_arrays`).
+    pub(super) fn eval_loop(&mut self, eval: &'c Ctx<'a>) {
+        let train = std::mem::replace(&mut self.ctx, eval);
+        let js = &eval.s.job;
+        let (b, seq) = (eval.s.batch, eval.s.seq);
+        let keep = !js.prediction_loss_only;
+        let on_gpu = js.eval_batches_on_gpu();
+        let mode = std::mem::replace(&mut self.tp.mode, Mode::NoGrad);
+        self.phase(JOB_STEP, StepPhase::Eval);
+        let (mut losses, mut preds, mut labels) =
+            (Kept::default(), Kept::default(), Kept::default());
+        for k in 1..=on_gpu {
+            let ids = self.t(b * seq, 8, What::Input);
+            let lab = self.t(b * seq, 8, What::Input);
+            // num_items_in_batch: labels[..., 1:].ne(-100) → .sum() → sum(): 0 + it.
+            let ne = self.t(b * seq.saturating_sub(1), 1, What::Loss);
+            let s1 = self.t(1, 8, What::Loss);
+            self.drop(ne);
+            let items = self.t(1, 8, What::Loss);
+            self.drop(s1);
+            // The first batch and the last on the GPU run the forward; those between leave
+            // what it returns (its transients are the same in every batch).
+            let (loss, logits) = if k == 1 || k == on_gpu {
+                self.keep_logits = true;
+                let (_, loss) = self.forward();
+                self.keep_logits = false;
+                let logits = self.kept_logits.take();
+                (loss, logits)
+            } else {
+                let loss = self.t(1, 4, What::Loss);
+                let logits = self.t(
+                    b * seq * eval.arch.vocab_size,
+                    bytes(self.ctx.logits),
+                    What::Logits,
+                );
+                (loss, Some(logits))
+            };
+            // loss.detach().mean(); `del outputs` frees the model's loss and, with the loss
+            // only, its logits.
+            let mean = self.t(1, 4, What::Loss);
+            self.drop(loss);
+            self.drop(items);
+            let logits = match logits {
+                Some(l) if keep => Some(l),
+                Some(l) => {
+                    self.drop(l);
+                    None
+                }
+                None => None,
+            };
+            let rep = self.t(b, 4, What::EvalOutputs);
+            self.keep(&mut losses, rep, What::EvalOutputs);
+            if let Some(l) = logits {
+                self.keep(&mut preds, l, What::EvalOutputs);
+                self.keep(&mut labels, lab, What::EvalOutputs);
+                self.drop(l);
+            }
+            self.drop(mean);
+            self.drop(ids);
+            self.drop(lab);
+            self.drop(rep);
+        }
+        // to_cpu_and_numpy: the kept tensors go to the host and leave the GPU.
+        for c in [losses, preds, labels] {
+            if let Some(x) = c.tensors {
+                self.drop(x);
+            }
+        }
+        self.tp.mode = mode;
+        self.ctx = train;
+    }
+
+    /// peft's `merge_and_unload` on the GPU, adapted Linear by adapted Linear.
+    pub(super) fn merge(&mut self) {
+        self.phase(JOB_STEP, StepPhase::Merge);
+        let s = self.ctx.s;
+        let mode = std::mem::replace(&mut self.tp.mode, Mode::NoGrad);
+        let ad = bytes(s.adapter_dtype);
+        for li in 0..self.layers.len() {
+            self.tp.exec = li as u32;
+            for j in 0..self.layers[li].len() {
+                if self.layers[li][j].lora.is_none() {
+                    continue;
+                }
+                let shape = self.layers[li][j].shape;
+                let n = (shape.in_features * shape.out_features) as u64;
+                if s.quant.is_none() {
+                    // get_delta_weight: B @ A, then * scaling; `weight.data += delta` in place.
+                    let mm = self.t(n, ad, What::MergeTemp);
+                    let delta = self.t(n, ad, What::MergeTemp);
+                    self.drop(mm);
+                    self.drop(delta);
+                } else {
+                    self.merge_4bit(li, j, n, ad);
+                }
+            }
+        }
+        self.tp.exec = crate::model::steptrace::tape::NO_LAYER;
+        self.tp.mode = mode;
+    }
+
+    /// peft's `Linear4bit.merge` of Linear `j` of layer `li` (`n` weights).
+    fn merge_4bit(&mut self, li: usize, j: usize, n: u64, ad: u64) {
+        let s = self.ctx.s;
+        let ce = bytes(s.dtype);
+        let blocks = n.div_ceil(64);
+        // dequantize_4bit: the nested absmax first (double quantization), then the weight.
+        let absmax = s.double_quant.then(|| self.t(blocks, 4, What::MergeTemp));
+        let output = self.t(n, ce, What::MergeTemp);
+        if let Some(a) = absmax {
+            self.drop(a);
+        }
+        let mm = self.t(n, ad, What::MergeTemp);
+        let delta = self.t(n, ad, What::MergeTemp);
+        self.drop(mm);
+        let wes = ce.max(ad);
+        let w_data = self.t(n, wes, What::MergeTemp);
+        // Params4bit(w_data.to("cpu")).to(device): a host copy, the GPU copy quantized.
+        let host = self.tp.new_host_t(n * wes, What::MergeTemp);
+        let w = self.t(n, wes, What::MergeTemp);
+        let packed = self.t(n.div_ceil(2), 1, What::Weight);
+        let absmax32 = self.t(blocks, 4, What::QuantState);
+        let mut state = vec![];
+        if s.double_quant {
+            // offset = absmax.mean(); quantize_blockwise(absmax - offset): uint8 absmax,
+            // nested absmax, nested code; the fp32 absmax and the difference freed.
+            let offset = self.t(1, 4, What::QuantState);
+            let sub = self.t(blocks, 4, What::MergeTemp);
+            let q = self.t(blocks, 1, What::QuantState);
+            let nested = self.t(blocks.div_ceil(256), 4, What::QuantState);
+            let code = self.t(256, 4, What::QuantState);
+            self.drop(sub);
+            self.drop(absmax32);
+            let nf4 = self.t(16, 4, What::QuantState);
+            state.extend([offset, q, nested, code, nf4]);
+        } else {
+            let nf4 = self.t(16, 4, What::QuantState);
+            state.extend([absmax32, nf4]);
+        }
+        self.drop(w);
+        self.tp.drop_t(host);
+        // The old packed weight and its state go when merge() returns, with its locals.
+        let old = std::mem::replace(&mut self.layers[li][j].w.x, packed);
+        self.tp.drop_t(old.t);
+        let name = self.layers[li][j].shape.name;
+        if let Some(q) = self
+            .qstates
+            .get_mut(li)
+            .and_then(|l| l.iter_mut().find(|(nm, _)| *nm == name).map(|(_, v)| v))
+        {
+            let old_state = std::mem::replace(q, state);
+            for x in old_state {
+                self.tp.drop_t(x.t);
+            }
+        }
+        self.drop(output);
+        self.drop(delta);
+        self.drop(w_data);
+    }
+}

@@ -1,0 +1,118 @@
+//! The job's phases after the training step against the measuring harness
+//! (`tests/data/reference/job/cases.jsonl`: `measure_job.py`, one training step then Trainer's
+//! evaluation loop or peft's `merge_and_unload`, every tensor storage counted;
+//! `tests/data/reference/job/METHOD.md`). Target (issue 27): each phase's peak of live bytes
+//! within ±3 % of the harness.
+
+use lorafit::formats::catalog::resolve_model;
+use lorafit::model::job::{plan_job_on, ExportDevice};
+use lorafit::model::plan_simulated_on;
+use lorafit::model::steptrace::Device;
+use serde_json::Value;
+
+/// Cases in the committed file; a change to the data must change this number too.
+const EXPECTED_CASES: usize = 9;
+
+fn cases() -> Vec<Value> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/reference/job/cases.jsonl"
+    );
+    std::fs::read_to_string(path)
+        .expect("job cases")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("case line is JSON"))
+        .collect()
+}
+
+/// The case's settings, its phase's as the settings table names them.
+fn settings(v: &Value) -> lorafit::model::Settings {
+    let mut s = crate::harness_settings(&v["settings"]);
+    let job = &v["job"];
+    match job["phase"].as_str().expect("phase") {
+        "eval" => {
+            let b = job["eval_batch"].as_u64().expect("eval_batch");
+            s.job.eval_batch = Some(b);
+            s.job.eval_samples = Some(b * job["eval_batches"].as_u64().expect("eval_batches"));
+            s.job.prediction_loss_only = job["prediction_loss_only"].as_bool().expect("plo");
+        }
+        "merge" => {
+            s.job.merge = true;
+            s.job.export_device = ExportDevice::Gpu;
+        }
+        other => panic!("unknown phase {other}"),
+    }
+    s
+}
+
+#[test]
+fn job_phases_within_three_percent_of_the_harness() {
+    let cases = cases();
+    assert_eq!(cases.len(), EXPECTED_CASES, "cases in the file");
+    let mut worst = 0f64;
+    for v in &cases {
+        let id = v["id"].as_str().expect("id");
+        let phase = v["job"]["phase"].as_str().expect("phase");
+        let arch = resolve_model(&v["model"]).expect("model resolves").value;
+        let s = settings(v);
+        let train = plan_simulated_on(&arch, &s, Device::Emulated).expect("plans");
+        let job = plan_job_on(&arch, &s, &train, Device::Emulated)
+            .unwrap_or_else(|e| panic!("{id}: the job does not plan: {e}"));
+        let got = job
+            .phase(phase)
+            .unwrap_or_else(|| panic!("{id}: no {phase} phase"));
+        let want = v["result"]["phase_peak"]["peak_bytes"]
+            .as_f64()
+            .expect("peak_bytes");
+        let err = (got.allocated_bytes as f64 - want) / want * 100.0;
+        println!(
+            "{id:<52} {phase:<6} {:>16} {:>16.0} {err:>+7.3} %",
+            got.allocated_bytes, want
+        );
+        assert!(
+            err.abs() <= 3.0,
+            "{id}: {phase} peak {} vs measured {want} ({err:+.2} %)",
+            got.allocated_bytes
+        );
+        // Every GPU figure is explained: the terms add up to the peak.
+        let sum: u128 = got.terms.iter().map(|t| t.bytes).sum();
+        assert_eq!(
+            sum, got.allocated_bytes,
+            "{id}: the terms add up to the peak"
+        );
+        // The phase starts where training left: the weights and optimizer states stay.
+        assert!(got.allocated_bytes > train.steady_state_bytes, "{id}");
+        worst = worst.max(err.abs());
+    }
+    println!("worst {worst:.3} %");
+}
+
+#[test]
+fn kept_logits_grow_with_the_samples_until_accumulation_moves_them() {
+    let v = cases()
+        .into_iter()
+        .find(|v| v["id"] == "llama3-8b_bf16_s1024_b2_eval_b4x3_logits")
+        .expect("case");
+    let arch = resolve_model(&v["model"]).expect("model").value;
+    let mut s = settings(&v);
+    let train = plan_simulated_on(&arch, &s, Device::Emulated).expect("plans");
+    let eval = |s: &lorafit::model::Settings| {
+        plan_job_on(&arch, s, &train, Device::Emulated)
+            .expect("job")
+            .phase("eval")
+            .expect("eval")
+            .allocated_bytes
+    };
+    let three = eval(&s);
+    s.job.eval_samples = Some(4 * 6);
+    let six = eval(&s);
+    // At least three more batches of bf16 logits [4, 1024, vocab] (and int64 labels) on the
+    // GPU: the last concatenation holds the old and the new container at once.
+    let batch_logits = 4 * 1024 * u128::from(arch.vocab_size) * 2 + 4 * 1024 * 8;
+    assert!(six - three >= 3 * batch_logits, "{six} - {three}");
+    s.job.eval_accumulation_steps = Some(3);
+    assert_eq!(eval(&s), three, "moved to the host every three batches");
+    s.job.prediction_loss_only = true;
+    assert!(eval(&s) < three);
+}
