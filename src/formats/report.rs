@@ -164,17 +164,10 @@ pub fn job_text(job: &crate::model::job::Job, verdict: &Verdict) -> String {
         }
         let mut terms: Vec<&crate::model::Term> = p.terms.iter().filter(|t| t.bytes > 0).collect();
         terms.sort_by_key(|t| std::cmp::Reverse(t.bytes));
-        for t in terms.iter().take(6) {
+        let gpu = terms.into_iter().take(6).map(|t| ("GPU ", t));
+        for (on, t) in gpu.chain(p.host_terms.iter().map(|t| ("host", t))) {
             s.push_str(&format!(
-                "         GPU  {:>10}  {} = {}\n",
-                gib(t.bytes),
-                t.label,
-                t.formula()
-            ));
-        }
-        for t in &p.host_terms {
-            s.push_str(&format!(
-                "         host {:>10}  {} = {}\n",
+                "         {on} {:>10}  {} = {}\n",
                 gib(t.bytes),
                 t.label,
                 t.formula()

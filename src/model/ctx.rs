@@ -103,6 +103,16 @@ impl<'a> Ctx<'a> {
         self.adapted_of(LayerKind::Dense)
     }
 
+    /// The adapted Linear layers of every kind of decoder layer the model has (a layer kind's
+    /// once).
+    pub fn adapted_of_every_kind(&self) -> Vec<LinearShape> {
+        self.arch
+            .layer_groups()
+            .iter()
+            .flat_map(|&(k, _)| self.adapted_of(k))
+            .collect()
+    }
+
     /// Linear layers LoRA adapts in a decoder layer of `kind`.
     pub fn adapted_of(&self, kind: LayerKind) -> Vec<LinearShape> {
         if self.s.base_trained() {

@@ -17,7 +17,7 @@ use super::ctx::Ctx;
 use super::error::PlanError;
 use super::plan::Plan;
 use super::settings::Settings;
-use super::steptrace::{self, anatomy, After, Event, JOB_STEP};
+use super::steptrace::{self, anatomy, After, JOB_STEP};
 use super::term::{bytes_of, f, named_bytes, Component, Term};
 
 /// One phase of the job.
@@ -186,30 +186,12 @@ fn on_gpu(
     device: steptrace::Device,
 ) -> Result<JobPhase, PlanError> {
     let trace = steptrace::generate_job(arch, s, device, after)?;
-    let start = trace
-        .phases
-        .iter()
-        .find(|p| p.1 == JOB_STEP)
-        .map_or(trace.events.len(), |p| p.0);
-    let mut size = vec![0u64; trace.labels.len()];
-    let (mut live, mut peak, mut at) = (0u64, 0u64, None);
-    for (i, e) in trace.events.iter().enumerate() {
-        match *e {
-            Event::Alloc { id, bytes } => {
-                size[id as usize] = bytes;
-                live += bytes;
-                if i >= start && (at.is_none() || live > peak) {
-                    peak = live;
-                    at = Some(i);
-                }
-            }
-            Event::Free { id } => live -= size[id as usize],
-        }
-    }
-    let alloc_phase = anatomy::moments(&trace).alloc_phase;
-    let (terms, moment) = match at {
-        Some(i) => {
-            let lives: Vec<anatomy::Live> = anatomy::live_after(&trace, i)
+    let m = anatomy::moments(&trace);
+    let high = m.phases.iter().find(|p| p.step == JOB_STEP);
+    let peak = high.map_or(0, |h| h.bytes);
+    let (terms, moment) = match high {
+        Some(h) => {
+            let lives: Vec<anatomy::Live> = anatomy::live_after(&trace, h.event)
                 .into_iter()
                 .map(|(id, bytes, layer)| anatomy::Live {
                     id,
@@ -218,21 +200,9 @@ fn on_gpu(
                     copies: 1,
                 })
                 .collect();
-            let made = match trace.events[i] {
-                Event::Alloc { id, .. } => trace.labels[id as usize],
-                Event::Free { .. } => unreachable!("the peak is reached by an allocation"),
-            };
-            let words = anatomy::Moment {
-                step: JOB_STEP,
-                phase: alloc_phase[made_id(&trace, i)],
-                event: i,
-                bytes: peak,
-                made,
-            }
-            .words();
             (
-                anatomy::terms_of(ctx, &trace.labels, &alloc_phase, &lives),
-                words,
+                anatomy::terms_of(ctx, &trace.labels, &m.alloc_phase, &lives),
+                h.words(),
             )
         }
         None => (vec![], String::new()),
@@ -259,12 +229,6 @@ fn on_gpu(
         host_terms: vec![],
         notes: vec![],
     })
-}
-
-fn made_id(trace: &steptrace::Trace, i: usize) -> usize {
-    match trace.events[i] {
-        Event::Alloc { id, .. } | Event::Free { id } => id as usize,
-    }
 }
 
 /// Host memory of the evaluation: with the loss only, nothing; with the logits kept, every
@@ -478,9 +442,8 @@ fn largest_trained_tensor(arch: &Architecture, ctx: &Ctx) -> u128 {
         return u128::from(arch.vocab_size) * u128::from(arch.hidden_size);
     }
     let r = u128::from(s.lora_r);
-    arch.layer_groups()
+    ctx.adapted_of_every_kind()
         .iter()
-        .flat_map(|&(k, _)| ctx.adapted_of(k))
         .map(|l| r * l.in_features.max(l.out_features))
         .max()
         .unwrap_or(0)
@@ -503,11 +466,10 @@ fn merge_gpu_host(ctx: &Ctx) -> (u128, Vec<Term>) {
     (t.bytes, vec![t])
 }
 
+/// Elements of the largest adapted Linear weight.
 fn largest_adapted(ctx: &Ctx) -> u128 {
-    ctx.arch
-        .layer_groups()
+    ctx.adapted_of_every_kind()
         .iter()
-        .flat_map(|&(k, _)| ctx.adapted_of(k))
         .map(|l| l.in_features * l.out_features)
         .max()
         .unwrap_or(0)

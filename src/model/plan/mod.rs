@@ -457,10 +457,9 @@ fn lora_variant_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     // The largest adapted weight, whose decomposition at initialisation is the largest (only
     // for the initialisations that decompose: every plan reads these notes).
     let largest = || {
-        let ctx = Ctx::new(arch, s);
-        arch.layer_groups()
+        Ctx::new(arch, s)
+            .adapted_of_every_kind()
             .iter()
-            .flat_map(|&(k, _)| ctx.adapted_of(k))
             .map(|l| (l.out_features, l.in_features))
             .max_by_key(|&(o, i)| o * i)
     };

@@ -157,7 +157,8 @@ pub struct Moments {
     /// The highest live bytes of the whole sequence (the first of equals).
     pub peak: Moment,
     /// The highest of the forward, the reference forward (preference steps), the backward and
-    /// the optimizer step over the training steps, in step order.
+    /// the optimizer step over the training steps, in step order; then of the job's phase after
+    /// them (evaluation or merge), in a job's sequence (`steptrace::generate_job`).
     pub phases: Vec<Moment>,
     /// Live bytes once the whole sequence has run (what stays between steps: weights,
     /// optimizer states, buffers).
@@ -166,8 +167,8 @@ pub struct Moments {
     pub alloc_phase: Vec<StepPhase>,
 }
 
-/// The peak and each training phase's highest moment, kept as the moments of a sequence are
-/// seen in order (the first of equals).
+/// The peak and each reported phase's highest moment (the training phases', the job's phase
+/// after them), kept as the moments of a sequence are seen in order (the first of equals).
 #[derive(Default)]
 pub(super) struct Highs {
     peak: Option<Moment>,
@@ -180,11 +181,16 @@ impl Highs {
         if self.peak.is_none_or(|p| m.bytes > p.bytes) {
             self.peak = Some(m);
         }
-        let training = matches!(
+        let reported = matches!(
             m.phase,
-            StepPhase::Forward | StepPhase::RefForward | StepPhase::Backward | StepPhase::Optimizer
+            StepPhase::Forward
+                | StepPhase::RefForward
+                | StepPhase::Backward
+                | StepPhase::Optimizer
+                | StepPhase::Eval
+                | StepPhase::Merge
         );
-        if m.step > 0 && training {
+        if m.step > 0 && reported {
             match self.phases.iter_mut().find(|p| p.phase == m.phase) {
                 Some(p) if p.bytes >= m.bytes => {}
                 Some(p) => *p = m,

@@ -369,26 +369,7 @@ pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
 
 /// [`generate`] on a chosen device.
 pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<Trace, PlanError> {
-    arch.validate()?;
-    s.validate()?;
-    check_method(arch, s)?;
-    check_size(arch, s)?;
-    let run = s.as_run(arch);
-    // One rank's step: sharded mixed precision computes in low precision while its weight
-    // shards stay fp32.
-    let compute = super::distributed::compute_settings(&run);
-    let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(&run));
-    // FSDP keeps the loaded fp32 shards and gathers them in the compute dtype; DeepSpeed casts
-    // the module itself (`module.bfloat16()` in `DeepSpeedEngine._configure_distributed_model`,
-    // deepspeed/runtime/engine.py), so its shards are in the compute dtype.
-    let stored = if run.parallel.strategy.is_zero() {
-        ctx.aux_weight.bytes()
-    } else {
-        Ctx::new(arch, &run).aux_weight.bytes()
-    };
-    let scale = (stored / ctx.aux_weight.bytes().max(1)).max(1) as u64;
-    let rank = rank::Rank::of(&run.parallel, scale);
-    Ok(program::run(&ctx, device, rank, After::Nothing))
+    generate_job(arch, s, device, After::Nothing)
 }
 
 /// The run of [`generate_on`] with the job's phase `after` the two training steps (the
@@ -407,8 +388,13 @@ pub fn generate_job(
         check_size(arch, &eval_settings(s))?;
     }
     let run = s.as_run(arch);
+    // One rank's step: sharded mixed precision computes in low precision while its weight
+    // shards stay fp32.
     let compute = super::distributed::compute_settings(&run);
     let ctx = Ctx::new(arch, compute.as_ref().unwrap_or(&run));
+    // FSDP keeps the loaded fp32 shards and gathers them in the compute dtype; DeepSpeed casts
+    // the module itself (`module.bfloat16()` in `DeepSpeedEngine._configure_distributed_model`,
+    // deepspeed/runtime/engine.py), so its shards are in the compute dtype.
     let stored = if run.parallel.strategy.is_zero() {
         ctx.aux_weight.bytes()
     } else {

@@ -525,29 +525,34 @@ impl<'c, 'a> Prog<'c, 'a> {
                     )
                 }));
             }
-            let mut layer = vec![];
-            for (name, n) in ns {
-                let blocks = n.div_ceil(64);
-                let state = if ctx.s.double_quant {
-                    // absmax (uint8), code, offset, nested absmax, nested code
-                    vec![
-                        self.t(blocks, 1, What::QuantState),
-                        self.t(16, 4, What::QuantState),
-                        self.t(1, 4, What::QuantState),
-                        self.t(blocks.div_ceil(256), 4, What::QuantState),
-                        self.t(256, 4, What::QuantState),
-                    ]
-                } else {
-                    vec![
-                        self.t(blocks, 4, What::QuantState),
-                        self.t(16, 4, What::QuantState),
-                    ]
-                };
-                layer.push((name, state));
-            }
+            let layer = ns
+                .into_iter()
+                .map(|(name, n)| (name, self.new_quant_state(n)))
+                .collect();
             self.qstates.push(layer);
         }
         self.tp.exec = NO_LAYER;
+    }
+
+    /// The bitsandbytes quantization state of a 4-bit weight of `n` values (one absmax per
+    /// 64-value block).
+    fn new_quant_state(&mut self, n: u64) -> Vec<X> {
+        let blocks = n.div_ceil(64);
+        if self.ctx.s.double_quant {
+            // absmax (uint8), code, offset, nested absmax, nested code
+            vec![
+                self.t(blocks, 1, What::QuantState),
+                self.t(16, 4, What::QuantState),
+                self.t(1, 4, What::QuantState),
+                self.t(blocks.div_ceil(256), 4, What::QuantState),
+                self.t(256, 4, What::QuantState),
+            ]
+        } else {
+            vec![
+                self.t(blocks, 4, What::QuantState),
+                self.t(16, 4, What::QuantState),
+            ]
+        }
     }
 
     /// Input ids, labels and (padded batches) the attention mask, alive through the run; no
@@ -2223,10 +2228,11 @@ pub(super) fn run(
         p.phase(step, StepPhase::ZeroGrad);
         p.zero_grad();
     }
-    match (after, &eval_ctx) {
-        (job::After::Eval, Some(e)) => p.eval_loop(e),
-        (job::After::Merge, _) => p.merge(),
-        _ => {}
+    if let Some(e) = &eval_ctx {
+        p.eval_loop(e);
+    }
+    if after == job::After::Merge {
+        p.merge();
     }
     let peak = p.tp.peak;
     let _ = Event::Free { id: 0 };

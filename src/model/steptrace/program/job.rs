@@ -117,12 +117,11 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(loss);
             self.drop(items);
             let logits = match logits {
-                Some(l) if keep => Some(l),
-                Some(l) => {
+                Some(l) if !keep => {
                     self.drop(l);
                     None
                 }
-                None => None,
+                kept => kept,
             };
             let rep = self.t(b, 4, What::EvalOutputs);
             self.keep(&mut losses, rep, What::EvalOutputs);
@@ -195,23 +194,19 @@ impl<'c, 'a> Prog<'c, 'a> {
         let host = self.tp.new_host_t(n * wes, What::MergeTemp);
         let w = self.t(n, wes, What::MergeTemp);
         let packed = self.t(n.div_ceil(2), 1, What::Weight);
-        let absmax32 = self.t(blocks, 4, What::QuantState);
-        let mut state = vec![];
-        if s.double_quant {
-            // offset = absmax.mean(); quantize_blockwise(absmax - offset): uint8 absmax,
-            // nested absmax, nested code; the fp32 absmax and the difference freed.
-            let offset = self.t(1, 4, What::QuantState);
-            let sub = self.t(blocks, 4, What::MergeTemp);
-            let q = self.t(blocks, 1, What::QuantState);
-            let nested = self.t(blocks.div_ceil(256), 4, What::QuantState);
-            let code = self.t(256, 4, What::QuantState);
-            self.drop(sub);
-            self.drop(absmax32);
-            let nf4 = self.t(16, 4, What::QuantState);
-            state.extend([offset, q, nested, code, nf4]);
+        // quantize_4bit: the fp32 absmax; with double quantization, `absmax - absmax.mean()`
+        // quantized blockwise, both freed once the state is made.
+        let temps: Vec<X> = if s.double_quant {
+            vec![
+                self.t(blocks, 4, What::MergeTemp),
+                self.t(blocks, 4, What::MergeTemp),
+            ]
         } else {
-            let nf4 = self.t(16, 4, What::QuantState);
-            state.extend([absmax32, nf4]);
+            vec![]
+        };
+        let state = self.new_quant_state(n);
+        for x in temps {
+            self.drop(x);
         }
         self.drop(w);
         self.tp.drop_t(host);
