@@ -116,3 +116,30 @@ fn kept_logits_grow_with_the_samples_until_accumulation_moves_them() {
     s.job.prediction_loss_only = true;
     assert!(eval(&s) < three);
 }
+
+#[test]
+fn fsdp_saves_the_full_state_dict_in_the_dtype_its_shards_keep() {
+    use lorafit::model::{plan_simulated, Dtype, Parallel, Settings, Strategy};
+    let arch = lorafit::formats::catalog::find_model("llama3-8b")
+        .expect("catalog")
+        .arch
+        .clone();
+    // Mixed precision over fp32 weights: FSDP keeps fp32 shards and computes in bf16, so rank 0
+    // gathers 4 bytes per parameter to its host.
+    let s = Settings {
+        dtype: Dtype::Fp32,
+        autocast: Some(Dtype::Bf16),
+        parallel: Parallel {
+            gpus_per_node: 2,
+            strategy: Strategy::FsdpFullShard,
+            ..Parallel::default()
+        },
+        ..Settings::default()
+    };
+    let train = plan_simulated(&arch, &s).expect("plans");
+    let job = lorafit::model::job::plan_job(&arch, &s, &train).expect("job");
+    let save = job.phase("save").expect("saves by default");
+    let full = (train.params.base_params + train.params.trainable_params) * 4;
+    let err = (save.host_peak_bytes as f64 - full as f64) / full as f64;
+    assert!(err.abs() < 1e-6, "{} vs {full}", save.host_peak_bytes);
+}

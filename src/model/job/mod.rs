@@ -342,13 +342,28 @@ fn save_phase(arch: &Architecture, ctx: &Ctx, train: &Plan) -> JobPhase {
     let mut gpu_extra = 0u128;
     if par.strategy.is_fsdp() {
         // FULL_STATE_DICT: rank 0 gathers the whole state dict to the CPU
-        // (accelerator.get_state_dict, offload_to_cpu, rank0_only), base weights included.
-        let model_bytes =
-            train.params.base_params * stored_bytes(ctx) + p.trainable_params * trained_es;
+        // (accelerator.get_state_dict, offload_to_cpu, rank0_only), base weights included, in
+        // the dtype FSDP keeps them: each rank's share of the parameters the step holds (its
+        // shards, fp32 under mixed precision), times the ranks they are split over.
+        let held = [
+            Component::FrozenWeights,
+            Component::FrozenExperts,
+            Component::QuantState,
+            Component::TrainableWeights,
+        ];
+        let share: u128 = train
+            .breakdown
+            .iter()
+            .filter(|c| held.iter().any(|h| h.key() == c.key))
+            .map(|c| c.bytes)
+            .sum();
         host_terms.push(Term::product(
             Component::FrozenWeights,
             "the full state dict gathered on rank 0's host (FSDP FULL_STATE_DICT)",
-            &[named_bytes("model", model_bytes)],
+            &[
+                named_bytes("parameters held by one rank", share),
+                f("ranks they are split over", par.param_shards()),
+            ],
         ));
         notes.push(
             "FSDP: rank 0 gathers every parameter to its host to save them (FULL_STATE_DICT)"
@@ -412,15 +427,6 @@ fn save_phase(arch: &Architecture, ctx: &Ctx, train: &Plan) -> JobPhase {
         )],
         host_terms,
         notes,
-    }
-}
-
-/// Bytes per stored base parameter (FSDP keeps fp32 shards of a model it computes in 16 bits).
-fn stored_bytes(ctx: &Ctx) -> u128 {
-    if ctx.s.quant.is_some() {
-        ctx.s.dtype.bytes()
-    } else {
-        ctx.aux_weight.bytes().max(ctx.s.dtype.bytes())
     }
 }
 
