@@ -288,9 +288,12 @@ enum Shape {
 
 fn shape_kind(what: What) -> Shape {
     match what {
-        What::Weight | What::Trainable | What::OptState | What::ParamGrad | What::WeightCopy => {
-            Shape::Parameter
-        }
+        What::Weight
+        | What::Trainable
+        | What::OptState
+        | What::ParamGrad
+        | What::WeightCopy
+        | What::MergeTemp => Shape::Parameter,
         What::Workspace
         | What::Overhead
         | What::Buffer
@@ -298,7 +301,8 @@ fn shape_kind(what: What) -> Shape {
         | What::OptTemp
         | What::GatheredLayer
         | What::GatheredRoot
-        | What::CommBucket => Shape::Bytes,
+        | What::CommBucket
+        | What::EvalOutputs => Shape::Bytes,
         _ => Shape::Activation,
     }
 }
