@@ -111,4 +111,22 @@ fn main() {
             black_box(simulate(black_box(arch), black_box(st), &conf).unwrap());
         });
     }
+    // The job after the training step: evaluation, saving and a merge on the GPU, each phase of
+    // the GPU a run of the training steps continued by the phase, replayed.
+    let mut job = Settings::default();
+    job.job.eval_batch = Some(8);
+    job.job.eval_strategy = lorafit::model::job::EvalStrategy::Steps;
+    let mut merge = Settings::default();
+    merge.job.merge = true;
+    merge.job.export_device = lorafit::model::job::ExportDevice::Gpu;
+    for (name, st) in [
+        ("default", &s),
+        ("eval", &job),
+        ("merge on the GPU", &merge),
+    ] {
+        let p = plan(&a, st).unwrap();
+        time(&format!("job::plan_job {name} (llama2-7b)"), 50, || {
+            black_box(lorafit::model::job::plan_job(black_box(&a), black_box(st), &p).unwrap());
+        });
+    }
 }

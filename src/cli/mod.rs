@@ -9,7 +9,6 @@ use crate::formats::catalog::{self, GpuEntry};
 use crate::formats::fields;
 use crate::formats::report;
 use crate::model::{plan, plan_simulated, Settings};
-use crate::planning::verdict;
 
 const USAGE_HEAD: &str = "lorafit — LoRA/QLoRA fine-tuning GPU-memory planner
 
@@ -354,7 +353,10 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
     let a = parse_for("suggest", &["--gpu", "--gpu-mem-gib", "--json"], args, err)?;
     let (gpu_name, capacity, bf16_ok) = a.gpu();
     let p = plan_simulated(&a.arch, &a.settings).map_err(|e| e.to_string())?;
-    let v = verdict(&p, capacity);
+    let job = crate::model::job::plan_job_within(&a.arch, &a.settings, &p, capacity)
+        .map_err(|e| e.to_string())?;
+    let v = crate::planning::job_verdict(&job, capacity);
+    let deciding = job.deciding();
     // Judged like the verdict above: the caching allocator simulated.
     let how = crate::planning::fit::Fidelity::Simulated;
     let fixes = crate::planning::fixes::suggest_with(&a.arch, &a.settings, capacity, bf16_ok, how);
@@ -367,16 +369,21 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
             out,
             &format!(
                 "{}\n",
-                json!({"gpu": gpu_name, "verdict": v, "peak_allocated_bytes": p.peak_allocated_bytes, "best": best, "fixes": fixes, "allocator": allocator, "myths": myths})
+                json!({"gpu": gpu_name, "verdict": v, "peak_allocated_bytes": deciding.allocated_bytes, "best": best, "fixes": fixes, "allocator": allocator, "myths": myths})
             ),
         );
     }
     let mut t = format!(
-        "{}: {} on {gpu_name} (nvidia-smi {} of {})\n\n",
+        "{}: {} on {gpu_name} (nvidia-smi {} of {}{})\n\n",
         a.title,
         v.status.name(),
-        report::gib(p.nvidia_smi_bytes),
-        report::gib(capacity)
+        report::gib(deciding.gpu_peak_bytes),
+        report::gib(capacity),
+        if deciding.name == "train" {
+            String::new()
+        } else {
+            format!(", in the job's {} phase", deciding.name)
+        }
     );
     if let Some(b) = &best {
         t.push_str(&format!(
@@ -499,11 +506,12 @@ fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result
     ];
     let a = parse_for("plan", &uses, args, err)?;
     let p = plan_simulated(&a.arch, &a.settings).map_err(|e| e.to_string())?;
-    let job = crate::model::job::plan_job(&a.arch, &a.settings, &p).map_err(|e| e.to_string())?;
     let (gpu_name, capacity) = match &a.gpu {
         GpuChoice::Catalog(g) => (g.name.clone(), g.capacity_bytes()),
         GpuChoice::Custom(gib) => (format!("custom {gib} GiB GPU"), (gib * report::GIB) as u128),
     };
+    let job = crate::model::job::plan_job_within(&a.arch, &a.settings, &p, capacity)
+        .map_err(|e| e.to_string())?;
     let v = crate::planning::job_verdict(&job, capacity);
     let time = match &a.gpu {
         GpuChoice::Catalog(g) => crate::planning::time::estimate(

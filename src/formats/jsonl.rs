@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 use super::unused::{path, Parsed};
 use crate::formats::catalog::{self, GpuEntry};
 use crate::formats::fields::settings_from_json;
-use crate::model::job::{plan_job, Job};
+use crate::model::job::{plan_job, plan_job_within, Job};
 use crate::model::{plan_simulated, Architecture, Plan, Settings};
 
 /// The members of a line (or of a `plan()` request) this reader uses; any other is reported in
@@ -191,7 +191,11 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
         None => None,
     };
     let p = plan_simulated(&r.arch, &r.settings).map_err(|e| e.to_string())?;
-    let job = plan_job(&r.arch, &r.settings, &p).map_err(|e| e.to_string())?;
+    let job = match gpu {
+        Some(g) => plan_job_within(&r.arch, &r.settings, &p, g.capacity_bytes()),
+        None => plan_job(&r.arch, &r.settings, &p),
+    }
+    .map_err(|e| e.to_string())?;
     let mut out = serde_json::to_value(&p).map_err(|e| e.to_string())?;
     if let Value::Object(m) = &mut out {
         m.insert(

@@ -142,4 +142,11 @@ impl JobSettings {
     pub fn saves(&self) -> bool {
         self.save_strategy != SaveStrategy::No
     }
+
+    /// Whether a phase after training runs on the GPU (evaluation, a merge on the GPU): its
+    /// figures are a run of the step program continued by the phase, replayed through the
+    /// allocator (milliseconds); the other phases are formulas over the training plan.
+    pub fn runs_on_gpu_after_training(&self) -> bool {
+        self.evaluates() || (self.merge && self.export_device == ExportDevice::Gpu)
+    }
 }

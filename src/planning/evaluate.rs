@@ -2,17 +2,24 @@
 //! and the page only draws it: the plan, the verdict on the chosen GPU, and the fit limits.
 
 use crate::formats::catalog;
+use crate::model::job::{plan_job, plan_job_within, Job};
 use crate::model::{plan, Architecture, Plan, Settings};
 use crate::planning::fit::{self, Fidelity};
-use crate::planning::{verdict, Verdict};
+use crate::planning::{job_verdict, verdict, Verdict};
 
 /// Everything derived from (model, GPU, settings).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Evaluation {
     /// The memory plan.
     pub plan: Plan,
-    /// Verdict on the selected GPU.
+    /// Verdict on the selected GPU: the whole job's when [`Evaluation::job`] is planned (its
+    /// largest phase decides), else the training step's.
     pub verdict: Verdict,
+    /// The job around the training step (evaluation, saving, a merge), when planned: always
+    /// for the simulated evaluation; for the quick one only when no phase after training runs
+    /// on the GPU ([`crate::model::job::JobSettings::runs_on_gpu_after_training`]), since such a
+    /// phase is a run of its own (milliseconds, over a slider move's budget).
+    pub job: Option<Job>,
     /// GPU display name.
     pub gpu_name: String,
     /// Largest micro-batch that fits (None: not even 1).
@@ -42,14 +49,39 @@ pub fn evaluate_arch(
     how: Fidelity,
 ) -> Result<Evaluation, String> {
     let p = how.plan(arch, s).map_err(|e| e.to_string())?;
-    let v = verdict(&p, capacity_bytes);
+    let job = match how {
+        Fidelity::Simulated => {
+            Some(plan_job_within(arch, s, &p, capacity_bytes).map_err(|e| e.to_string())?)
+        }
+        Fidelity::Quick => quick_job(arch, s, &p)?,
+    };
     Ok(Evaluation {
         max_batch: fit::max_batch(arch, s, capacity_bytes, BATCH_SEARCH_MAX, how),
         max_seq: fit::max_seq(arch, s, capacity_bytes, SEQ_SEARCH_MAX, how),
+        verdict: judged(&p, job.as_ref(), capacity_bytes),
         plan: p,
-        verdict: v,
+        job,
         gpu_name: gpu_name.to_string(),
     })
+}
+
+/// The job of a quick evaluation: planned when no phase after training runs on the GPU (its
+/// phases are then formulas over the training plan, microseconds); None otherwise, left to the
+/// simulated evaluation.
+pub fn quick_job(arch: &Architecture, s: &Settings, p: &Plan) -> Result<Option<Job>, String> {
+    if s.job.runs_on_gpu_after_training() {
+        return Ok(None);
+    }
+    plan_job(arch, s, p).map(Some).map_err(|e| e.to_string())
+}
+
+/// The verdict of a plan and its job when planned: the job's (its largest phase decides), else
+/// the training step's.
+pub fn judged(plan: &Plan, job: Option<&Job>, capacity_bytes: u128) -> Verdict {
+    match job {
+        Some(j) => job_verdict(j, capacity_bytes),
+        None => verdict(plan, capacity_bytes),
+    }
 }
 
 /// One point of the memory-vs-length (or vs-batch) curve.

@@ -54,7 +54,8 @@ pub fn job_verdict(job: &crate::model::job::Job, capacity_bytes: u128) -> Verdic
     verdict_of(p.gpu_peak_bytes, capacity_bytes, p.name)
 }
 
-fn verdict_of(need: u128, capacity_bytes: u128, phase: &'static str) -> Verdict {
+/// The verdict of a need of `need` bytes (an nvidia-smi figure) in `phase` against the capacity.
+pub(crate) fn verdict_of(need: u128, capacity_bytes: u128, phase: &'static str) -> Verdict {
     let status = if need as f64 <= capacity_bytes as f64 * TIGHT_FRACTION {
         Status::Fits
     } else if need <= capacity_bytes {

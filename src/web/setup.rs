@@ -12,7 +12,7 @@ use wasm_bindgen::JsValue;
 use crate::formats::{catalog, fields};
 use crate::model::{plan, Settings};
 use crate::planning::evaluate::{Axis, Evaluation, BATCH_SEARCH_MAX, SEQ_SEARCH_MAX};
-use crate::planning::{fit, verdict};
+use crate::planning::fit;
 use crate::web::controls::{flag, read, FieldControl};
 use crate::web::i18n::{tr, Lang};
 use crate::web::layout;
@@ -149,9 +149,11 @@ pub(crate) fn setup((initial, notices): (UiState, Vec<String>), role: Role) -> P
             let a = arch_of(st)?;
             let g = catalog::find_gpu(&st.gpu)?;
             let p = plan(&a, &st.settings).map_err(|e| e.to_string())?;
+            let job = crate::planning::evaluate::quick_job(&a, &st.settings, &p)?;
             Ok(Evaluation {
-                verdict: verdict(&p, g.capacity_bytes()),
+                verdict: crate::planning::evaluate::judged(&p, job.as_ref(), g.capacity_bytes()),
                 plan: p,
+                job,
                 gpu_name: g.name.clone(),
                 max_batch: max_batch.get(),
                 max_seq: max_seq.get(),

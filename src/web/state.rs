@@ -102,8 +102,11 @@ pub fn settle(st: &UiState, quick: &Evaluation) -> Result<Evaluation, String> {
             Fidelity::Simulated,
         )
     };
+    let job = crate::model::job::plan_job_within(&arch, &st.settings, &plan, cap)
+        .map_err(|e| e.to_string())?;
     Ok(Evaluation {
-        verdict: crate::planning::verdict(&plan, cap),
+        verdict: crate::planning::evaluate::judged(&plan, Some(&job), cap),
+        job: Some(job),
         max_batch: limit(true, BATCH_SEARCH_MAX, quick.max_batch),
         max_seq: limit(false, SEQ_SEARCH_MAX, quick.max_seq),
         plan,

@@ -57,7 +57,7 @@ fn job_phases_within_three_percent_of_the_harness() {
         let arch = resolve_model(&v["model"]).expect("model resolves").value;
         let s = settings(v);
         let train = plan_simulated_on(&arch, &s, Device::Emulated).expect("plans");
-        let job = plan_job_on(&arch, &s, &train, Device::Emulated)
+        let job = plan_job_on(&arch, &s, &train, Device::Emulated, None)
             .unwrap_or_else(|e| panic!("{id}: the job does not plan: {e}"));
         let got = job
             .phase(phase)
@@ -98,7 +98,7 @@ fn kept_logits_grow_with_the_samples_until_accumulation_moves_them() {
     let mut s = settings(&v);
     let train = plan_simulated_on(&arch, &s, Device::Emulated).expect("plans");
     let eval = |s: &lorafit::model::Settings| {
-        plan_job_on(&arch, s, &train, Device::Emulated)
+        plan_job_on(&arch, s, &train, Device::Emulated, None)
             .expect("job")
             .phase("eval")
             .expect("eval")
@@ -142,4 +142,103 @@ fn fsdp_saves_the_full_state_dict_in_the_dtype_its_shards_keep() {
     let full = (train.params.base_params + train.params.trainable_params) * 4;
     let err = (save.host_peak_bytes as f64 - full as f64) / full as f64;
     assert!(err.abs() < 1e-6, "{} vs {full}", save.host_peak_bytes);
+}
+
+/// llama2-7b LoRA on an RTX 4090 (24 GiB), micro-batch 1 × 512 tokens: the training step fits;
+/// the evaluation keeps every batch's logits for `compute_metrics` over `samples` samples.
+fn eval_on_a_4090(
+    samples: u64,
+    eval_batch: u64,
+) -> (lorafit::model::Architecture, lorafit::model::Settings, u128) {
+    let arch = lorafit::formats::catalog::find_model("llama2-7b")
+        .expect("model")
+        .arch
+        .clone();
+    let mut s = lorafit::model::Settings {
+        batch: 1,
+        seq: 512,
+        ..Default::default()
+    };
+    s.job.eval_batch = Some(eval_batch);
+    s.job.eval_samples = Some(samples);
+    s.job.prediction_loss_only = false;
+    let cap = lorafit::formats::catalog::find_gpu("rtx4090")
+        .expect("gpu")
+        .capacity_bytes();
+    (arch, s, cap)
+}
+
+/// Issue 27's target: a plan whose training step fits but whose evaluation does not is out of
+/// memory, the evaluation named as the deciding phase, and the first change offered is aimed
+/// at the evaluation, changes only the job's settings, and makes the job fit.
+#[test]
+fn an_evaluation_that_does_not_fit_decides_and_its_fix_comes_first() {
+    use lorafit::planning::fit::Fidelity;
+    use lorafit::planning::{fixes, job_verdict, verdict, Status};
+    // 256 samples × 512 tokens × 32000 × 2 B = 8 GiB of kept logits, and their concatenation.
+    let (arch, s, cap) = eval_on_a_4090(256, 16);
+    let train = lorafit::model::plan_simulated(&arch, &s).expect("plan");
+    assert_ne!(
+        verdict(&train, cap).status,
+        Status::Oom,
+        "the training step fits"
+    );
+    let job = lorafit::model::job::plan_job_within(&arch, &s, &train, cap).expect("job");
+    let v = job_verdict(&job, cap);
+    assert_eq!((v.status, v.phase), (Status::Oom, "eval"));
+    let fixes = fixes::suggest_with(&arch, &s, cap, true, Fidelity::Simulated);
+    let first = fixes.first().expect("a fix");
+    assert!(
+        matches!(
+            first.id.name(),
+            "eval_accumulation" | "prediction_loss_only" | "smaller_eval_batch"
+        ),
+        "first fix {} ({})",
+        first.id,
+        first.title
+    );
+    assert_ne!(first.status, Status::Oom, "{}", first.title);
+    let mut only_job = first.settings.clone();
+    only_job.job = s.job.clone();
+    assert_eq!(only_job, s, "the eval fix changes the job's settings only");
+    // Judged whole: a change to the training step alone does not make this job fit.
+    if let Some(gc) = fixes.iter().find(|f| f.id.name() == "grad_ckpt") {
+        assert_eq!(
+            gc.status,
+            Status::Oom,
+            "checkpointing leaves the evaluation as it is"
+        );
+    }
+}
+
+/// On a GPU without room to spare the allocator gives its cached segments back when the device
+/// is full (PyTorch's `release_cached_blocks` retry): the evaluation's cache of every shorter
+/// concatenation of the kept logits, which a large GPU keeps reserved, is not a need. The same
+/// job on an H200 keeps its figures from the replay with room to spare.
+#[test]
+fn a_full_gpu_gives_its_cache_back_before_it_runs_out() {
+    let (arch, s, cap) = eval_on_a_4090(128, 16);
+    let train = lorafit::model::plan_simulated(&arch, &s).expect("plan");
+    let roomy = lorafit::model::job::plan_job(&arch, &s, &train).expect("job");
+    let full = lorafit::model::job::plan_job_within(&arch, &s, &train, cap).expect("job");
+    let (r, f) = (
+        roomy.phase("eval").expect("eval"),
+        full.phase("eval").expect("eval"),
+    );
+    assert!(
+        r.gpu_peak_bytes > cap,
+        "a large GPU caches past 24 GiB: {}",
+        r.gpu_peak_bytes
+    );
+    assert!(f.gpu_peak_bytes <= cap, "{}", f.gpu_peak_bytes);
+    assert_eq!(r.allocated_bytes, f.allocated_bytes, "the same tensors");
+    assert!(f
+        .notes
+        .iter()
+        .any(|n| n.contains("gives its cached free segments back")));
+    let h200 = lorafit::formats::catalog::find_gpu("h200")
+        .expect("gpu")
+        .capacity_bytes();
+    let big = lorafit::model::job::plan_job_within(&arch, &s, &train, h200).expect("job");
+    assert_eq!(big.phases, roomy.phases, "nothing to give back on an H200");
 }

@@ -113,19 +113,47 @@ pub fn check(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     Ok(())
 }
 
-/// Plans the job around the training step `train` (the plan of `arch` with `s`) on a CUDA GPU.
+/// Plans the job around the training step `train` (the plan of `arch` with `s`) on a CUDA GPU
+/// with room to spare: the phases' reserved figures are what `max_memory_reserved()` shows
+/// when nothing makes the allocator give its cache back.
 pub fn plan_job(arch: &Architecture, s: &Settings, train: &Plan) -> Result<Job, PlanError> {
-    plan_job_on(arch, s, train, steptrace::Device::Cuda)
+    plan_job_on(arch, s, train, steptrace::Device::Cuda, None)
+}
+
+/// [`plan_job`] on a GPU of `capacity_bytes`: the phases after training are replayed on a
+/// device of that size, so an allocator that finds it full gives its cached segments back and
+/// tries again, as PyTorch's does. A phase whose cache would grow past a GPU with room to
+/// spare (an evaluation concatenating its kept logits batch after batch leaves each shorter
+/// concatenation cached) then needs only what it cannot give back, and a phase that does not
+/// fit even so is reported with what it would have needed at the failing allocation.
+pub fn plan_job_within(
+    arch: &Architecture,
+    s: &Settings,
+    train: &Plan,
+    capacity_bytes: u128,
+) -> Result<Job, PlanError> {
+    plan_job_on(
+        arch,
+        s,
+        train,
+        steptrace::Device::Cuda,
+        Some(capacity_bytes),
+    )
 }
 
 /// [`plan_job`] with the GPU phases run on `device` (the measuring harness's emulated device,
-/// to compare with its measurements).
+/// to compare with its measurements), on a GPU of `capacity_bytes` if given.
 pub fn plan_job_on(
     arch: &Architecture,
     s: &Settings,
     train: &Plan,
     device: steptrace::Device,
+    capacity_bytes: Option<u128>,
 ) -> Result<Job, PlanError> {
+    let gpu = GpuRoom {
+        device,
+        capacity_bytes,
+    };
     check(arch, s)?;
     let js = &s.job;
     let run = s.as_run(arch);
@@ -145,12 +173,12 @@ pub fn plan_job_on(
     if js.evaluates() {
         let eval_s = super::steptrace::eval_settings(&step);
         let ctx = Ctx::new(arch, &eval_s);
-        let mut p = on_gpu(arch, s, &ctx, After::Eval, train, device)?;
+        let mut p = on_gpu(arch, s, &ctx, After::Eval, train, gpu)?;
         p.name = "eval";
         let (host, host_terms) = eval_host(&ctx);
         p.host_peak_bytes = host + train.cpu_bytes_per_rank;
         p.host_terms = host_terms;
-        p.notes = eval_notes(&ctx);
+        p.notes.splice(0..0, eval_notes(&ctx));
         phases.push(p);
     }
     if js.saves() {
@@ -160,11 +188,11 @@ pub fn plan_job_on(
         let ctx = Ctx::new(arch, &step);
         let p = match js.export_device {
             ExportDevice::Gpu => {
-                let mut p = on_gpu(arch, s, &ctx, After::Merge, train, device)?;
+                let mut p = on_gpu(arch, s, &ctx, After::Merge, train, gpu)?;
                 let (host, host_terms) = merge_gpu_host(&ctx);
                 p.host_peak_bytes = host + train.cpu_bytes_per_rank;
                 p.host_terms = host_terms;
-                p.notes = vec!["peft's merge_and_unload on the training GPU after training: the optimizer still holds its states and the adapters; each adapted Linear's delta B·A is made and added in turn".into()];
+                p.notes.insert(0, "peft's merge_and_unload on the training GPU after training: the optimizer still holds its states and the adapters; each adapted Linear's delta B·A is made and added in turn".into());
                 p
             }
             ExportDevice::Cpu => merge_on_host(arch, &ctx),
@@ -174,18 +202,27 @@ pub fn plan_job_on(
     Ok(Job { phases })
 }
 
+/// Where the GPU phases run: the device whose address order the replay follows, and the GPU's
+/// capacity when one is given.
+#[derive(Clone, Copy)]
+struct GpuRoom {
+    device: steptrace::Device,
+    capacity_bytes: Option<u128>,
+}
+
 /// A phase that runs on the GPU after the training steps: its highest moment in the run of
 /// the training steps continued by the phase, what is live then, and reserved memory from the
-/// allocator replayed over the whole run.
+/// allocator replayed over the whole run (on the GPU's capacity less what lies outside the
+/// allocator, when given).
 fn on_gpu(
     arch: &Architecture,
     s: &Settings,
     ctx: &Ctx,
     after: After,
     train: &Plan,
-    device: steptrace::Device,
+    gpu: GpuRoom,
 ) -> Result<JobPhase, PlanError> {
-    let trace = steptrace::generate_job(arch, s, device, after)?;
+    let trace = steptrace::generate_job(arch, s, gpu.device, after)?;
     let m = anatomy::moments(&trace);
     let high = m.phases.iter().find(|p| p.step == JOB_STEP);
     let peak = high.map_or(0, |h| h.bytes);
@@ -207,14 +244,25 @@ fn on_gpu(
         }
         None => (vec![], String::new()),
     };
+    let room = gpu.capacity_bytes.map(|c| {
+        u64::try_from(c.saturating_sub(train.outside_allocator_bytes)).unwrap_or(u64::MAX)
+    });
+    let mut notes = vec![];
     let reserved = match ctx.s.allocator_conf() {
-        Ok(conf) => steptrace::replay(&trace, &conf)
-            .phases
-            .iter()
-            .filter(|p| p.step == JOB_STEP)
-            .map(|p| u128::from(p.max_reserved))
-            .max()
-            .unwrap_or(0),
+        Ok(conf) => {
+            let sim = steptrace::replay_within(&trace, &conf, room);
+            if let Some(oom) = &sim.oom {
+                notes.push(format!("on this GPU the run stops with PyTorch's error: {oom}"));
+            } else if sim.alloc_retries > 0 {
+                notes.push(format!("on this GPU the allocator finds the device full {} times and gives its cached free segments back before it can go on (slow: every cudaFree synchronizes)", sim.alloc_retries));
+            }
+            sim.phases
+                .iter()
+                .filter(|p| p.step == JOB_STEP)
+                .map(|p| u128::from(p.max_reserved))
+                .max()
+                .unwrap_or(0)
+        }
         Err(_) => 0,
     }
     .max(u128::from(peak));
@@ -227,7 +275,7 @@ fn on_gpu(
         moment,
         terms,
         host_terms: vec![],
-        notes: vec![],
+        notes,
     })
 }
 

@@ -21,7 +21,9 @@ pub mod surface;
 mod tape;
 
 pub use program::job::{eval_settings, After, JOB_STEP};
-pub use simulate::{replay, simulate, simulate_on, CachedBlock, PhaseFigures, Simulation};
+pub use simulate::{
+    replay, replay_within, simulate, simulate_on, CachedBlock, PhaseFigures, Simulation,
+};
 
 use super::arch::Architecture;
 use super::ctx::Ctx;

@@ -59,6 +59,12 @@ pub struct Simulation {
     pub cached_free: Vec<CachedBlock>,
     /// Events replayed (all simulations together).
     pub events: usize,
+    /// With a device capacity ([`replay_within`]): the first allocation that failed, with what
+    /// the allocator held then (its cache already given back).
+    pub oom: Option<crate::model::allocator::Oom>,
+    /// With a device capacity: allocations that found the device full and succeeded only after
+    /// the allocator gave its cached free segments back (`num_alloc_retries`).
+    pub alloc_retries: u64,
 }
 
 /// Generates the step of `arch` with `s` and replays it through an allocator configured by
@@ -82,16 +88,31 @@ pub fn simulate_on(
     Ok(replay(&t, conf))
 }
 
-/// Replays a trace through a fresh allocator. The cached free blocks are read whenever reserved
-/// memory grows (a new segment: the moment a request fit no cached block) and kept for the
-/// last such moment, the reserved peak.
+/// Replays a trace through a fresh allocator on a device with room to spare. The cached free
+/// blocks are read whenever reserved memory grows (a new segment: the moment a request fit no
+/// cached block) and kept for the last such moment, the reserved peak.
 pub fn replay(trace: &Trace, conf: &AllocConf) -> Simulation {
+    replay_within(trace, conf, None)
+}
+
+/// [`replay`] on a device of `device_capacity_bytes` for the allocator (None: room to spare).
+/// As in PyTorch, a `cudaMalloc` past the capacity makes the allocator give back its cached
+/// free segments and try again (`release_cached_blocks`); an allocation that still fails is
+/// the run's out-of-memory error ([`Simulation::oom`]), and its phase's reserved figure is what
+/// the allocator would have needed then: what it held plus the request.
+pub fn replay_within(
+    trace: &Trace,
+    conf: &AllocConf,
+    device_capacity_bytes: Option<u64>,
+) -> Simulation {
     const NAMED: usize = 8;
     let order = match trace.device {
         super::Device::Cuda => AddressOrder::Falling,
         super::Device::Emulated => AddressOrder::Rising,
     };
-    let mut a = CachingAllocator::new(conf.clone(), None).with_address_order(order);
+    let mut a =
+        CachingAllocator::new(conf.clone(), device_capacity_bytes).with_address_order(order);
+    let mut oom = None;
     let mut live: Vec<BlockId> = vec![BlockId::NULL; trace.labels.len()];
     let mut phases: Vec<PhaseFigures> = Vec::with_capacity(trace.phases.len());
     let mut next_phase = 0usize;
@@ -113,8 +134,16 @@ pub fn replay(trace: &Trace, conf: &AllocConf) -> Simulation {
         }
         match *e {
             Event::Alloc { id, bytes } => {
-                let Ok(b) = a.malloc(bytes.max(1)) else {
-                    continue;
+                let b = match a.malloc(bytes.max(1)) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let needed = e.reserved_bytes.saturating_add(e.alloc_size);
+                        if let Some(p) = phases.last_mut() {
+                            p.max_reserved = p.max_reserved.max(needed);
+                        }
+                        oom.get_or_insert(e);
+                        continue;
+                    }
                 };
                 live[id as usize] = b;
                 let r = a.memory_reserved();
@@ -165,5 +194,7 @@ pub fn replay(trace: &Trace, conf: &AllocConf) -> Simulation {
             })
             .collect(),
         events: trace.events.len(),
+        alloc_retries: a.stats().num_alloc_retries,
+        oom,
     }
 }

@@ -45,6 +45,14 @@ pub enum FixId {
     PrecomputeRef,
     /// TRL's fused log-prob head instead of the full logits.
     FusedLogprobs,
+    /// Evaluation: the kept outputs leave the GPU after every batch (`eval_accumulation_steps=1`).
+    EvalAccumulation,
+    /// Evaluation: only the loss is kept (`prediction_loss_only=True`).
+    LossOnly,
+    /// Evaluation: a smaller `per_device_eval_batch_size`.
+    SmallerEvalBatch,
+    /// The merge in host memory instead of on the GPU (`export_device: cpu`).
+    CpuExport,
     /// The last resort: a shorter sequence.
     ShorterSeq,
     /// Several changes together.
@@ -79,6 +87,12 @@ pub enum ChangeKind {
     Targets,
     /// The training method (DoRA, full fine-tuning).
     Method,
+    /// What the evaluation keeps on the GPU (its outputs moved sooner, or only the loss).
+    EvalOutputs,
+    /// The evaluation's batch.
+    EvalBatch,
+    /// Where the merge after training runs.
+    Export,
     /// A preference step's reference pass.
     Reference,
     /// The sequence length (the last resort) or several kinds at once (a combination).
@@ -106,6 +120,10 @@ impl FixId {
             FixId::Lora => "lora",
             FixId::PrecomputeRef => "precompute_ref",
             FixId::FusedLogprobs => "fused_logprobs",
+            FixId::EvalAccumulation => "eval_accumulation",
+            FixId::LossOnly => "prediction_loss_only",
+            FixId::SmallerEvalBatch => "smaller_eval_batch",
+            FixId::CpuExport => "cpu_export",
             FixId::ShorterSeq => "shorter_seq",
             FixId::Combined => "combined",
         }
@@ -127,6 +145,9 @@ impl FixId {
             FixId::SmallerBatch => ChangeKind::MicroBatch,
             FixId::FewerTargets => ChangeKind::Targets,
             FixId::NoDora | FixId::Lora => ChangeKind::Method,
+            FixId::EvalAccumulation | FixId::LossOnly => ChangeKind::EvalOutputs,
+            FixId::SmallerEvalBatch => ChangeKind::EvalBatch,
+            FixId::CpuExport => ChangeKind::Export,
             FixId::ShorterSeq | FixId::Combined => ChangeKind::Several,
         }
     }
@@ -186,6 +207,14 @@ pub enum Patch {
     PrecomputeRef,
     /// TRL's fused log-prob head.
     FusedLogprobs,
+    /// `eval_accumulation_steps=1`.
+    EvalAccumulation1,
+    /// `prediction_loss_only=True`.
+    LossOnly,
+    /// This `per_device_eval_batch_size`.
+    EvalBatch(u64),
+    /// `export_device: cpu`.
+    CpuExport,
 }
 
 impl Patch {
@@ -227,6 +256,10 @@ impl Patch {
             Patch::Lora => t.finetuning_type = FinetuningType::Lora,
             Patch::PrecomputeRef => t.precompute_ref_log_probs = true,
             Patch::FusedLogprobs => t.pref_logits = Some(crate::model::PrefLogits::Fused),
+            Patch::EvalAccumulation1 => t.job.eval_accumulation_steps = Some(1),
+            Patch::LossOnly => t.job.prediction_loss_only = true,
+            Patch::EvalBatch(b) => t.job.eval_batch = Some(b.max(1)),
+            Patch::CpuExport => t.job.export_device = crate::model::job::ExportDevice::Cpu,
         }
     }
 }
@@ -246,7 +279,9 @@ pub struct Change {
     /// Cost weight, roughly "per cent slower, or a quality risk judged comparable": sdpa 1,
     /// 16-bit weights 1, no dropout 2, 8-bit AdamW 2, fused cross-entropy 3, paged AdamW 4,
     /// micro-batch 4 per halving, plain LoRA instead of DoRA 10, fewer targets 25, checkpointing
-    /// 30, QLoRA 40, LoRA instead of full fine-tuning 40.
+    /// 30, QLoRA 40, LoRA instead of full fine-tuning 40. The job's phases after training: the
+    /// eval outputs moved every batch 1, a smaller eval batch 1 per halving, a merge in host
+    /// memory 3, the loss only (no metrics) 10.
     pub weight: u32,
     /// The edit.
     pub patch: Patch,
@@ -514,6 +549,68 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             cost: "fewer adapted modules: usually slightly lower quality than all-linear".into(),
             weight: 25,
             patch: Patch::QvOnly,
+        });
+    }
+    out.extend(job_changes(s));
+    out
+}
+
+/// The changes aimed at the job's phases after training: what the evaluation keeps on the GPU,
+/// its batch, and where the merge runs. Each applies only to a job that has the phase, so a
+/// plan without evaluation or a merge on the GPU searches exactly what it did before.
+fn job_changes(s: &Settings) -> Vec<Change> {
+    let js = &s.job;
+    let mut out = vec![];
+    if js.evaluates() && !js.prediction_loss_only {
+        if js.eval_batches_on_gpu() > 1 {
+            out.push(Change {
+                id: FixId::EvalAccumulation,
+                title: format!(
+                    "eval_accumulation_steps {} → 1",
+                    js.eval_accumulation_steps
+                        .map_or("unset".to_string(), |n| n.to_string())
+                ),
+                short: "eval outputs off the GPU every batch".into(),
+                cost: format!(
+                    "a device-to-host copy of each batch's logits ({} batches kept on the GPU before); the host then holds them (fp32)",
+                    js.eval_batches_on_gpu()
+                ),
+                weight: 1,
+                patch: Patch::EvalAccumulation1,
+            });
+        }
+        out.push(Change {
+            id: FixId::LossOnly,
+            title: "prediction_loss_only=True (no compute_metrics)".into(),
+            short: "eval loss only".into(),
+            cost: "compute_metrics gets nothing: only the evaluation loss is reported".into(),
+            weight: 10,
+            patch: Patch::LossOnly,
+        });
+    }
+    if js.evaluates() {
+        let from = js.eval_batch();
+        let mut b = from / 2;
+        while b >= 1 {
+            out.push(Change {
+                id: FixId::SmallerEvalBatch,
+                title: format!("per_device_eval_batch_size {from} → {b}"),
+                short: format!("eval batch {b}"),
+                cost: "evaluation takes more, smaller batches (training is unchanged)".into(),
+                weight: halvings(from, b),
+                patch: Patch::EvalBatch(b),
+            });
+            b /= 2;
+        }
+    }
+    if js.merge && js.export_device == crate::model::job::ExportDevice::Gpu {
+        out.push(Change {
+            id: FixId::CpuExport,
+            title: "export_device: cpu (merge in host memory after training)".into(),
+            short: "merge on the CPU".into(),
+            cost: "a slower merge, and the model in host memory while it runs".into(),
+            weight: 3,
+            patch: Patch::CpuExport,
         });
     }
     out

@@ -45,12 +45,15 @@ pub struct Fix {
     pub time_factor: f64,
     /// The settings after the change.
     pub settings: Settings,
-    /// New peak allocated bytes.
+    /// New peak allocated bytes: the training step's, or the whole job's (its deciding phase's)
+    /// when a phase after training runs on the GPU.
     pub peak_allocated_bytes: u128,
-    /// New nvidia-smi estimate.
+    /// New nvidia-smi estimate (of the same phase).
     pub nvidia_smi_bytes: u128,
     /// Memory saved against the current plan (negative: costs memory).
     pub saved_bytes: i128,
+    /// The job's phase the new figures are of (`train`, `eval`, `merge`, …).
+    pub phase: &'static str,
     /// New verdict.
     pub status: Status,
     /// Truncates the sequence length: offered only when nothing else fits.
@@ -73,7 +76,7 @@ pub(crate) fn replan(
     how: Fidelity,
 ) -> Option<Fix> {
     let p = judge(arch, &t, capacity, how)?;
-    let v = verdict(&p, capacity);
+    let v = p.verdict(capacity);
     Some(Fix {
         id,
         title,
@@ -82,9 +85,10 @@ pub(crate) fn replan(
         changes,
         weight,
         time_factor: time::relative_time(arch, s, &t),
-        peak_allocated_bytes: p.peak_allocated_bytes,
-        nvidia_smi_bytes: p.nvidia_smi_bytes,
-        saved_bytes: base_peak as i128 - p.peak_allocated_bytes as i128,
+        peak_allocated_bytes: p.peak_bytes,
+        nvidia_smi_bytes: p.need_bytes,
+        saved_bytes: base_peak as i128 - p.peak_bytes as i128,
+        phase: p.phase,
         status: v.status,
         settings: t,
         last_resort: false,
@@ -124,7 +128,7 @@ fn status_rank(s: Status) -> u8 {
 }
 
 pub(crate) fn fits_in(arch: &Architecture, s: &Settings, capacity: u128, how: Fidelity) -> bool {
-    judge(arch, s, capacity, how).is_some_and(|p| p.nvidia_smi_bytes <= capacity)
+    judge(arch, s, capacity, how).is_some_and(|p| p.need_bytes <= capacity)
 }
 
 /// How far the quick reserve allowance may lie above the simulated allocator. Over every
@@ -132,23 +136,57 @@ pub(crate) fn fits_in(arch: &Architecture, s: &Settings, capacity: u128, how: Fi
 /// above (`tests/it/planning.rs` checks a sample); it is usually below.
 pub const QUICK_ABOVE_SIMULATED_MAX: f64 = 0.05;
 
+/// A candidate as the advice judges it: the figures its verdict is taken from —
+/// the training step's, or, when a phase after training runs on the GPU (evaluation, a merge
+/// on the GPU), the whole job's largest phase, so a change that fits the step but not the
+/// evaluation is not called fitting.
+pub(crate) struct Judged {
+    /// The deciding phase's nvidia-smi figure.
+    pub need_bytes: u128,
+    /// The deciding phase's peak allocated bytes.
+    pub peak_bytes: u128,
+    /// The deciding phase.
+    pub phase: &'static str,
+}
+
+impl Judged {
+    /// Fits / tight / out of memory against `capacity`.
+    pub fn verdict(&self, capacity: u128) -> verdict::Verdict {
+        verdict::verdict_of(self.need_bytes, capacity, self.phase)
+    }
+}
+
 /// Plans `t` at fidelity `how`. A simulated judgement simulates only what could fit: a quick
 /// nvidia-smi figure over the capacity by more than [`QUICK_ABOVE_SIMULATED_MAX`] is out of
 /// memory under the simulation too, and keeps its quick plan (a wrong guess there can only
-/// hide a candidate, never call one fitting).
+/// hide a candidate, never call one fitting). A job with a phase after training on the GPU is
+/// planned whole ([`Judged`]) unless its training step is already out of memory that way.
 pub(crate) fn judge(
     arch: &Architecture,
     t: &Settings,
     capacity: u128,
     how: Fidelity,
-) -> Option<crate::model::Plan> {
+) -> Option<Judged> {
     let quick = plan(arch, t).ok()?;
     let hopeless =
         quick.nvidia_smi_bytes as f64 > capacity as f64 * (1.0 + QUICK_ABOVE_SIMULATED_MAX);
-    if how == Fidelity::Quick || hopeless {
-        return Some(quick);
-    }
-    Fidelity::Simulated.plan(arch, t).ok()
+    let p = if how == Fidelity::Quick || hopeless {
+        quick
+    } else {
+        Fidelity::Simulated.plan(arch, t).ok()?
+    };
+    let (need_bytes, peak_bytes, phase) = if t.job.runs_on_gpu_after_training() && !hopeless {
+        let job = crate::model::job::plan_job_within(arch, t, &p, capacity).ok()?;
+        let d = job.deciding();
+        (d.gpu_peak_bytes, d.allocated_bytes, d.name)
+    } else {
+        (p.nvidia_smi_bytes, p.peak_allocated_bytes, "train")
+    };
+    Some(Judged {
+        need_bytes,
+        peak_bytes,
+        phase,
+    })
 }
 
 /// The last resort: `max_length` cut to the longest that fits with `with` (the current settings
@@ -223,26 +261,27 @@ pub fn suggest_with(
     bf16_ok: bool,
     how: Fidelity,
 ) -> Vec<Fix> {
-    let Ok(base) = plan(arch, s) else {
+    let Some(base) = judge(arch, s, capacity, Fidelity::Quick) else {
         return vec![];
     };
-    let peak = base.peak_allocated_bytes;
+    let peak = base.peak_bytes;
     let all = changes(s, bf16_ok);
     let mut fixes: Vec<Fix> = vec![];
-    // One micro-batch single: the largest that fits, else the smallest.
-    let batches: Vec<&Change> = all
-        .iter()
-        .filter(|c| c.kind() == ChangeKind::MicroBatch)
-        .collect();
-    let batch = batches
-        .iter()
-        .find(|c| fits_in(arch, &c.applied(s), capacity, how))
-        .or(batches.last())
-        .copied();
+    // One single of each batch kind (the training micro-batch, the eval batch): the largest
+    // that fits, else the smallest.
+    let sized = [ChangeKind::MicroBatch, ChangeKind::EvalBatch];
+    let batches = sized.map(|kind| {
+        let of_kind: Vec<&Change> = all.iter().filter(|c| c.kind() == kind).collect();
+        of_kind
+            .iter()
+            .find(|c| fits_in(arch, &c.applied(s), capacity, how))
+            .or(of_kind.last())
+            .copied()
+    });
     for c in all
         .iter()
-        .filter(|c| c.kind() != ChangeKind::MicroBatch)
-        .chain(batch)
+        .filter(|c| !sized.contains(&c.kind()))
+        .chain(batches.into_iter().flatten())
     {
         if let Some(f) = single(arch, s, peak, capacity, c, how) {
             fixes.push(f);

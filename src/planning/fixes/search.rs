@@ -4,7 +4,7 @@
 use super::{changes, fits_in, judge, replan, truncation, Change, ChangeKind, Fix, FixId};
 use crate::model::{Architecture, Settings};
 use crate::planning::fit::{self, Fidelity};
-use crate::planning::{verdict, Status};
+use crate::planning::Status;
 
 /// Every combination of `changes` taking at most one change of each kind (the empty one
 /// excluded), cheapest first: by total weight, then fewer changes, then the order of `changes`.
@@ -71,7 +71,7 @@ pub fn best_combination_with(
     how: Fidelity,
 ) -> Option<Fix> {
     let base = judge(arch, s, capacity, how)?;
-    let status = verdict(&base, capacity).status;
+    let status = base.verdict(capacity).status;
     if status == Status::Fits {
         return None;
     }
@@ -90,7 +90,7 @@ pub fn best_combination_with(
         let Some(p) = judge(arch, &with(combo), capacity, how) else {
             continue;
         };
-        match verdict(&p, capacity).status {
+        match p.verdict(capacity).status {
             Status::Fits => {
                 found = Some(combo);
                 break;
@@ -107,7 +107,7 @@ pub fn best_combination_with(
         let mut f = replan(
             arch,
             s,
-            base.peak_allocated_bytes,
+            base.peak_bytes,
             capacity,
             if pick.len() == 1 {
                 pick[0].id
@@ -154,12 +154,5 @@ pub fn best_combination_with(
         }
     }
     let chosen = best.and_then(|(_, combo)| as_fix(combo, with(combo)));
-    truncation(
-        arch,
-        s,
-        base.peak_allocated_bytes,
-        capacity,
-        chosen.as_ref(),
-        how,
-    )
+    truncation(arch, s, base.peak_bytes, capacity, chosen.as_ref(), how)
 }
