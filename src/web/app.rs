@@ -135,10 +135,11 @@ pub fn App(
 }
 
 /// The sections' titles, in the page's order (ids of their `<section>`s).
-const SECTIONS: [(&str, &str); 14] = [
+const SECTIONS: [(&str, &str); 15] = [
     ("examples", "Forum questions"),
     ("more", "More settings"),
     ("gpus", "Several GPUs"),
+    ("job", "The job"),
     ("fixes", "Changes one by one"),
     ("curve", "Curve"),
     ("compare", "Compare"),
@@ -312,20 +313,25 @@ fn Hero(
         })
     });
     let failed = flag(move || eval.with(|r| r.is_err()));
+    // What the deciding phase of the job needs: the capacity less the headroom.
     let message = shown(eval, |e| {
+        let need = i128::try_from(e.verdict.capacity_bytes).unwrap_or(i128::MAX)
+            - e.verdict.headroom_bytes;
         format!(
             "{}: needs {:.2} of {}",
             e.gpu_name,
-            e.plan.nvidia_smi_bytes as f64 / crate::formats::report::GIB,
+            need as f64 / crate::formats::report::GIB,
             gib(e.verdict.capacity_bytes)
         )
     });
+    let phase = text(move || read(eval, |e| e.verdict.phase.to_string()));
     view! {
         <section class="hero card" aria-label=t("Memory plan")>
             <p class="error" role="alert" data-testid="error" class:hidden=flag(move || !failed.get())>{tx(move || eval.with(|r| r.as_ref().err().cloned().unwrap_or_default()))}</p>
             <div class="verdict-row verdict" class:hidden=failed aria-live="polite">
-                <span class=text(move || format!("big verdict-{}", status.get())) data-testid="verdict" data-status=status>{tx(move || status_words(&status.get()).into())}</span>
+                <span class=text(move || format!("big verdict-{}", status.get())) data-testid="verdict" data-status=status data-phase=phase>{tx(move || status_words(&status.get()).into())}</span>
                 <span class="message">{message}{t(" · headroom ")}<span data-testid="headroom">{shown(eval, |e| gib_signed(e.verdict.headroom_bytes))}</span></span>
+                <a href="#job" class="decided" data-testid="deciding-phase" class:hidden=flag(move || phase.get() == "train")>{tx(move || crate::web::layout::decided_by(&phase.get()))}</a>
             </div>
             <dl class="stats" class:hidden=failed>
                 <div><dt>{t("Peak allocated")}</dt><dd data-testid="peak-allocated">{shown(eval, |e| gib(e.plan.peak_allocated_bytes))}</dd></div>

@@ -3,7 +3,7 @@
 //! ([`crate::formats::fields`]) with the control its kind calls for and writes it through the
 //! table's `set`, so the page, the CLI and links agree on names, ranges and parsing.
 
-use leptos::either::EitherOf5;
+use leptos::either::EitherOf6;
 use leptos::prelude::*;
 
 use crate::formats::fields::{Field, Kind};
@@ -150,6 +150,38 @@ pub fn SelectControl(
     }
 }
 
+/// A labelled number typed in (a setting without a slider: optional counts such as the eval
+/// batch). Empty is unset; text the setting refuses stays in the box with the setting's reason
+/// beside it, and the plan keeps the last value it took.
+#[component]
+pub fn EntryControl(
+    /// Visible label.
+    label: &'static str,
+    /// `data-testid`.
+    #[prop(into)]
+    testid: String,
+    /// Current value (empty: unset).
+    #[prop(into)]
+    value: Signal<String>,
+    /// Called with the typed text; the setting's reason when it refuses it.
+    on_set: Callback<String, Result<(), String>>,
+) -> impl IntoView {
+    let id = format!("ctl-{testid}");
+    let refused: RwSignal<Option<String>> = RwSignal::new(None);
+    let error_testid = format!("{testid}-error");
+    view! {
+        <div class="control">
+            <label for=id.clone()>{crate::web::lang::t(label)}</label>
+            <input type="text" inputmode="numeric" id=id data-testid=testid placeholder=crate::web::lang::t("unset")
+                prop:value=value
+                on:change:target=move |ev| refused.set(on_set.run(ev.target().value()).err()) />
+            <span class="error" role="alert" data-testid=error_testid class:hidden=flag(move || refused.with(Option::is_none))>
+                {crate::web::lang::tx(move || refused.get().unwrap_or_default())}
+            </span>
+        </div>
+    }
+}
+
 /// A labelled checkbox.
 #[component]
 pub fn Toggle(
@@ -190,38 +222,41 @@ pub fn FieldControl(
 ) -> impl IntoView {
     let testid = field.testid.unwrap_or(field.name);
     let write = move |text: String| {
-        state.update(|st| {
-            if (field.set)(&mut st.settings, &text).is_ok() {
-                if let Some(f) = then {
-                    f(&mut st.settings);
-                }
-            }
-        })
+        let mut next = state.with_untracked(|st| st.settings.clone());
+        (field.set)(&mut next, &text)?;
+        if let Some(f) = then {
+            f(&mut next);
+        }
+        state.update(|st| st.settings = next);
+        Ok::<(), String>(())
     };
     let text = Memo::new(move |_| state.with(|st| (field.get)(&st.settings)));
     match (field.kind, field.slider) {
         (Kind::Int { .. } | Kind::Float { .. }, Some(sl)) => {
             let whole = matches!(field.kind, Kind::Int { .. });
             let value = Signal::derive(move || text.get().parse::<f64>().unwrap_or(sl.min));
-            EitherOf5::A(view! {
+            EitherOf6::A(view! {
                 <NumberControl label=field.label testid=testid min=sl.min max=sl.max step=sl.step log=sl.log
                     value=value
-                    on_set=Callback::new(move |v: f64| write(if whole { (v.round() as u64).to_string() } else { v.to_string() })) />
+                    on_set=Callback::new(move |v: f64| { let _ = write(if whole { (v.round() as u64).to_string() } else { v.to_string() }); }) />
             })
         }
         (Kind::Choice(choices), _) => {
             let options: Vec<(String, String)> =
                 choices().into_iter().map(|(v, l)| (v.to_string(), l.to_string())).collect();
-            EitherOf5::B(view! {
+            EitherOf6::B(view! {
                 <SelectControl label=field.label testid=testid options=Signal::derive(move || options.clone())
-                    value=text on_set=Callback::new(move |v: String| write(v)) />
+                    value=text on_set=Callback::new(move |v: String| { let _ = write(v); }) />
             })
         }
-        (Kind::Bool, _) => EitherOf5::C(view! {
+        (Kind::Bool, _) => EitherOf6::C(view! {
             <Toggle label=field.label testid=testid checked=Signal::derive(move || text.get() == "1")
-                on_set=Callback::new(move |on: bool| write(if on { "1".into() } else { "0".into() })) />
+                on_set=Callback::new(move |on: bool| { let _ = write(if on { "1".into() } else { "0".into() }); }) />
         }),
-        (Kind::List { items, .. }, _) => EitherOf5::D(items()
+        (Kind::Int { .. } | Kind::Float { .. }, None) => EitherOf6::F(view! {
+            <EntryControl label=field.label testid=testid value=text on_set=Callback::new(write) />
+        }),
+        (Kind::List { items, .. }, _) => EitherOf6::D(items()
             .into_iter()
             .map(|(item, label)| {
                 let checked = Memo::new(move |_| state.with(|st| field.holds(&st.settings, item)));
@@ -244,7 +279,7 @@ pub fn FieldControl(
                 }
             })
             .collect_view()),
-        _ => EitherOf5::E(()),
+        _ => EitherOf6::E(()),
     }
 }
 

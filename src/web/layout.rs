@@ -38,6 +38,35 @@ pub const TRAINING: &[&str] = &[
 /// The "Several GPUs" section.
 pub const GPUS: &[&str] = &["gpus_per_node", "nodes", "strategy", "offload"];
 
+/// "The whole job": the phases around the training step.
+pub const JOB: &[&str] = &[
+    "eval_strategy",
+    "eval_batch",
+    "eval_samples",
+    "prediction_loss_only",
+    "eval_accumulation_steps",
+    "save_strategy",
+    "save_only_model",
+    "merge",
+    "export_device",
+];
+
+/// A job phase's title on the page (`train`, `eval`, `save`, `merge`, as the JSON names them).
+pub fn phase_title(name: &str) -> &'static str {
+    match name {
+        "train" => "Training step",
+        "eval" => "Evaluation",
+        "save" => "Checkpoint save",
+        "merge" => "Merge of the adapters",
+        _ => "",
+    }
+}
+
+/// The hero's words for the phase that decides the verdict, when it is not the training step.
+pub fn decided_by(name: &str) -> String {
+    format!("decided by the {}", phase_title(name).to_lowercase())
+}
+
 /// The "Mixture of experts" group, shown for MoE models.
 pub const MOE: &[&str] = &[
     "target_parameters",
@@ -63,6 +92,12 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         "experts_implementation" | "target_parameters" => {
             s.experts_layout == crate::model::ExpertsLayout::Fused
         }
+        // The evaluation's own settings once the job evaluates; what it keeps only with the
+        // logits kept; where the merge runs only with a merge.
+        "eval_samples" | "prediction_loss_only" => s.job.evaluates(),
+        "eval_accumulation_steps" => s.job.evaluates() && !s.job.prediction_loss_only,
+        "save_only_model" => s.job.saves(),
+        "export_device" => s.job.merge,
         _ => true,
     }
 }
@@ -94,6 +129,7 @@ mod tests {
             .chain(TRAINING)
             .chain(GPUS)
             .chain(MOE)
+            .chain(JOB)
             .chain(&["target_modules", "modules_to_save"])
         {
             assert!(

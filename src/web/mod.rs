@@ -33,6 +33,8 @@ pub mod evidence;
 #[cfg(target_arch = "wasm32")]
 pub mod fetch;
 #[cfg(target_arch = "wasm32")]
+pub mod job;
+#[cfg(target_arch = "wasm32")]
 pub mod lang;
 #[cfg(target_arch = "wasm32")]
 pub mod measured;

@@ -132,6 +132,7 @@ fn Sections(initial: UiState) -> impl IntoView {
                 <p class="hint">{t("With more than one GPU, every number is per GPU; a strategy and CPU offload appear here.")}</p>
                 <div class="controls-grid">{setting_controls(layout::GPUS, state, Some(layout::after_gpu_count))}</div>
             </section>
+            <super::job::JobSection state=state eval=eval />
             <super::panels::Fixes state=state eval=eval how=advice />
             <CurveChart curve=curve eval=eval state=state />
             <Compare pinned=pinned eval=eval />

@@ -136,7 +136,14 @@ fn collect() -> Texts {
                         }
                     }
                 }
-                for f in fixes::suggest(&m.arch, s, 24 << 30, true) {
+                // The job's own phases and fixes are collected below, on fewer settings: each
+                // change judged by a run of the whole job is too slow for every model.
+                let fixes = if s.job.runs_on_gpu_after_training() {
+                    vec![]
+                } else {
+                    fixes::suggest(&m.arch, s, 24 << 30, true)
+                };
+                for f in fixes {
                     t.add_fix(&f);
                 }
                 for my in fixes::myths(&m.arch, s) {
@@ -153,7 +160,7 @@ fn collect() -> Texts {
     for name in ["qwen2-0.5b", "olmoe-1b-7b"] {
         let a = &catalog::find_model(name).unwrap().arch;
         for s in &vars {
-            if plan(a, s).is_err() {
+            if plan(a, s).is_err() || s.job.runs_on_gpu_after_training() {
                 continue;
             }
             for f in fixes::suggest(a, s, 24 << 30, true) {
@@ -163,6 +170,88 @@ fn collect() -> Texts {
                 t.add("myth", my.claim);
                 t.add("myth", &my.why);
             }
+        }
+    }
+    // The job's phases after training (evaluation with the loss or the logits kept, checkpoint
+    // saving under each strategy, the merge on either device) on a GPU with room to spare and
+    // on a full one, their titles on the page, and the changes aimed at them.
+    for name in ["train", "eval", "save", "merge"] {
+        t.add("job phase", lorafit::web::layout::phase_title(name));
+        if name != "train" {
+            t.add("job phase", &lorafit::web::layout::decided_by(name));
+        }
+    }
+    type Variant = (&'static str, fn(&mut Settings));
+    let job_variants: Vec<Variant> = vec![
+        ("eval, loss only", |s| {
+            s.job.eval_strategy = lorafit::model::job::EvalStrategy::Steps
+        }),
+        ("eval, logits kept", |s| {
+            s.batch = 1;
+            s.seq = 512;
+            s.job.eval_batch = Some(16);
+            s.job.eval_samples = Some(128);
+            s.job.prediction_loss_only = false;
+        }),
+        ("eval, logits moved", |s| {
+            s.job.eval_batch = Some(16);
+            s.job.eval_samples = Some(256);
+            s.job.prediction_loss_only = false;
+            s.job.eval_accumulation_steps = Some(2);
+        }),
+        ("eval past a full GPU", |s| {
+            s.batch = 1;
+            s.seq = 512;
+            s.job.eval_batch = Some(1);
+            s.job.eval_samples = Some(128);
+            s.job.prediction_loss_only = false;
+        }),
+        ("merge on the GPU", |s| {
+            s.job.merge = true;
+            s.job.export_device = lorafit::model::job::ExportDevice::Gpu;
+        }),
+        ("4-bit merge on the GPU", |s| {
+            s.quant = Some(lorafit::model::Quant::Nf4);
+            s.job.merge = true;
+            s.job.export_device = lorafit::model::job::ExportDevice::Gpu;
+        }),
+        ("merge on the host", |s| s.job.merge = true),
+        ("fsdp save", |s| {
+            s.parallel.gpus_per_node = 4;
+            s.parallel.strategy = lorafit::model::Strategy::FsdpFullShard;
+        }),
+        ("zero-3 save", |s| {
+            s.parallel.gpus_per_node = 4;
+            s.parallel.strategy = lorafit::model::Strategy::Zero3;
+        }),
+        ("full fine-tuning, model only", |s| {
+            s.finetuning_type = lorafit::model::FinetuningType::Full;
+            s.job.save_only_model = true;
+        }),
+    ];
+    let a = &catalog::find_model("llama2-7b").unwrap().arch;
+    for (what, set) in job_variants {
+        let mut s = Settings::default();
+        set(&mut s);
+        let p = plan_simulated(a, &s).unwrap_or_else(|e| panic!("{what}: {e}"));
+        for cap in [None, Some(24u128 << 30)] {
+            let job = match cap {
+                Some(c) => lorafit::model::job::plan_job_within(a, &s, &p, c),
+                None => lorafit::model::job::plan_job(a, &s, &p),
+            }
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            for ph in &job.phases {
+                t.add("job moment", &ph.moment);
+                for term in ph.terms.iter().chain(&ph.host_terms) {
+                    t.add("job term", &term.label);
+                }
+                for n in &ph.notes {
+                    t.add("job note", n);
+                }
+            }
+        }
+        for f in fixes::suggest(a, &s, 24 << 30, true) {
+            t.add_fix(&f);
         }
     }
     // What fits first, the length distribution (mid-training OOM) and its errors.

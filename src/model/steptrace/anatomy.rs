@@ -9,7 +9,7 @@
 
 use super::{Block, Event, Label, StepPhase, Trace, What};
 use crate::model::ctx::Ctx;
-use crate::model::term::{bytes_of, f, Component, Factor, Term};
+use crate::model::term::{bytes_of, f, named_bytes, Component, Factor, Term};
 
 /// The component a live storage stacks into, from what it holds, the block that made it and
 /// whether backward made it (the harness files everything backward allocates — recomputed
@@ -387,6 +387,11 @@ fn factorise(n: u128, widths: &[(&'static str, u128)]) -> Option<Vec<(&'static s
 fn shape_factors(bytes: u64, what: What, elem_bytes: u8, ctx: &Ctx) -> Vec<Factor> {
     let bytes = bytes as u128;
     let shape = shape_kind(what);
+    if what == What::EvalOutputs {
+        if let Some(fs) = eval_output_factors(bytes, ctx) {
+            return fs;
+        }
+    }
     if shape == Shape::Bytes || bytes <= 8 || split(ctx, what) {
         return vec![bytes_of(bytes)];
     }
@@ -404,6 +409,39 @@ fn shape_factors(bytes: u64, what: What, elem_bytes: u8, ctx: &Ctx) -> Vec<Facto
         }
     }
     vec![bytes_of(bytes)]
+}
+
+/// A storage the evaluation keeps (Trainer's `nested_concat` of every batch so far): some
+/// number of batches times one batch's logits (tokens × vocab in the logits' dtype), labels
+/// (tokens × int64) or losses (`loss.repeat(batch)`, fp32), in that order of trial. `ctx` is the
+/// evaluation's (its batch is the eval batch).
+fn eval_output_factors(bytes: u128, ctx: &Ctx) -> Option<Vec<Factor>> {
+    let tokens = u128::from(ctx.s.sequences()) * u128::from(ctx.s.seq);
+    let vocab = u128::from(ctx.arch.vocab_size);
+    let batch = u128::from(ctx.s.sequences());
+    let logits = [("tokens", tokens), ("vocab", vocab)];
+    type Kind<'a> = (&'a [(&'static str, u128)], u128, &'static str);
+    let kinds: [Kind; 3] = [
+        (&logits, ctx.logits.bytes(), ""),
+        (&logits[..1], 8, "int64"),
+        (&[("batch", batch)], 4, "fp32"),
+    ];
+    for (dims, es, dtype) in kinds {
+        let one: u128 = dims.iter().map(|d| d.1).product::<u128>() * es;
+        if one == 0 || bytes % one != 0 {
+            continue;
+        }
+        let batches = bytes / one;
+        let mut out = vec![f("batches", batches)];
+        out.extend(dims.iter().map(|&(n, v)| f(n, v)));
+        out.push(if dtype.is_empty() {
+            bytes_of(es)
+        } else {
+            named_bytes(dtype, es)
+        });
+        return Some(out);
+    }
+    None
 }
 
 /// Whether this rank holds a share of each storage of `what` (several GPUs shard it,

@@ -4,7 +4,8 @@
 use serde::Serialize;
 
 use crate::model::{Architecture, Settings};
-use crate::planning::{verdict, Status};
+use crate::planning::fit::Fidelity;
+use crate::planning::Status;
 
 /// `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, measured with PyTorch's caching allocator
 /// simulated over the step before and after: it changes no tensor, only how the allocator
@@ -18,8 +19,11 @@ pub struct AllocatorFix {
     pub reserved_before_bytes: u128,
     /// Simulated peak reserved with it.
     pub reserved_after_bytes: u128,
-    /// nvidia-smi with it.
+    /// nvidia-smi with it: the training step's, or the job's deciding phase's when a phase after
+    /// training runs on the GPU.
     pub nvidia_smi_bytes: u128,
+    /// The job's phase that nvidia-smi figure and the verdict are of.
+    pub phase: &'static str,
     /// Reserved memory saved.
     pub saved_bytes: i128,
     /// Verdict with it.
@@ -55,12 +59,15 @@ pub fn allocator_fix(arch: &Architecture, s: &Settings, capacity: u128) -> Optio
     {
         return None;
     }
+    // Judged as every change is: by the whole job when a phase after training runs on the GPU.
+    let judged = super::judge(arch, &t, capacity, Fidelity::Simulated)?;
     Some(AllocatorFix {
         alloc_conf: conf,
         reserved_before_bytes: before.peak_reserved_bytes,
         reserved_after_bytes: after.peak_reserved_bytes,
-        nvidia_smi_bytes: after.nvidia_smi_bytes,
+        nvidia_smi_bytes: judged.need_bytes,
+        phase: judged.phase,
         saved_bytes: before.peak_reserved_bytes as i128 - after.peak_reserved_bytes as i128,
-        status: verdict(&after, capacity).status,
+        status: judged.verdict(capacity).status,
     })
 }
