@@ -35,7 +35,7 @@ if os.path.basename(os.path.dirname(os.path.abspath(os.environ.get("TRUNK_HTML_F
 
 # The page's Web Worker (src/web/worker.rs): the worker-type rust asset lorafit-analyse (built
 # with wasm-bindgen's no-modules target) wrapped in a worker script with a fixed name that the
-# page starts per job. In: {job: "analyse", file, query} or {job: "validate"}; out: {progress}
+# page starts per job. In: {job: "analyse", file, query}, {job: "job" | "best", query} or {job: "validate"}; out: {progress}
 # texts, then {result} (JSON) or {error} (the reason, an English text the page translates).
 analyser_js = [f for f in os.listdir(staging) if f.startswith("lorafit-analyse") and f.endswith(".js")]
 analyser_wasm = [f for f in os.listdir(staging) if f.startswith("lorafit-analyse") and f.endswith("_bg.wasm")]
@@ -53,6 +53,7 @@ async function input(job) {{
       throw "the browser could not read the file";
     }}
   }}
+  if (job.job === "job" || job.job === "best") return job.query;
   const resp = await fetch("./validation.json").catch(() => null);
   if (!resp || !resp.ok) throw "could not load the measurements (validation.json)";
   return await resp.text();
@@ -68,6 +69,10 @@ self.onmessage = async (e) => {{
     const data = await input(job);
     const result = job.job === "analyse"
       ? wasm_bindgen.analyse(data, job.query, (text) => self.postMessage({{ progress: text }}))
+      : job.job === "job"
+      ? wasm_bindgen.job(data)
+      : job.job === "best"
+      ? wasm_bindgen.best(data)
       : wasm_bindgen.validate(data);
     self.postMessage({{ result }});
   }} catch (err) {{

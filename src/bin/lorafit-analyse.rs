@@ -26,6 +26,21 @@ mod worker {
         serde_json::to_string(&ins).map_err(|e| e.to_string())
     }
 
+    /// The whole job's verdict for the page's link `query` (every phase planned, those after
+    /// training that run on the GPU too), as [`lorafit::web::worker_answers::job_verdict_line`]
+    /// writes it; throws the reason as a string.
+    #[wasm_bindgen]
+    pub fn job(query: &str) -> Result<String, String> {
+        lorafit::web::worker_answers::job_verdict_line(query)
+    }
+
+    /// What fits first for the page's link `query`
+    /// ([`lorafit::web::worker_answers::best_fix_line`]); throws the reason as a string.
+    #[wasm_bindgen]
+    pub fn best(query: &str) -> Result<String, String> {
+        lorafit::web::worker_answers::best_fix_line(query)
+    }
+
     /// Plans every case of `validation.json` (its text) and compares; returns the validation as
     /// JSON (`lorafit validate --json`); throws the reason as a string.
     #[wasm_bindgen]

@@ -2,10 +2,10 @@
 //! and the page only draws it: the plan, the verdict on the chosen GPU, and the fit limits.
 
 use crate::formats::catalog;
-use crate::model::job::{plan_job, plan_job_within, Job};
+use crate::model::job::{plan_job_within, Job};
 use crate::model::{plan, Architecture, Plan, Settings};
 use crate::planning::fit::{self, Fidelity};
-use crate::planning::{job_verdict, verdict, Verdict};
+use crate::planning::{job_verdict, Verdict};
 
 /// Everything derived from (model, GPU, settings).
 #[derive(Clone, Debug, PartialEq)]
@@ -20,6 +20,10 @@ pub struct Evaluation {
     /// on the GPU ([`crate::model::job::JobSettings::runs_on_gpu_after_training`]), since such a
     /// phase is a run of its own (milliseconds, over a slider move's budget).
     pub job: Option<Job>,
+    /// Whether [`Evaluation::verdict`] is the whole job's: false while a phase after training
+    /// that runs on the GPU is not planned yet (the verdict is then the training step's and the
+    /// phases planned by formula).
+    pub whole_job: bool,
     /// GPU display name.
     pub gpu_name: String,
     /// Largest micro-batch that fits (None: not even 1).
@@ -49,39 +53,38 @@ pub fn evaluate_arch(
     how: Fidelity,
 ) -> Result<Evaluation, String> {
     let p = how.plan(arch, s).map_err(|e| e.to_string())?;
-    let job = match how {
+    let (job, verdict) = match how {
         Fidelity::Simulated => {
-            Some(plan_job_within(arch, s, &p, capacity_bytes).map_err(|e| e.to_string())?)
+            let j = plan_job_within(arch, s, &p, capacity_bytes).map_err(|e| e.to_string())?;
+            let v = job_verdict(&j, capacity_bytes);
+            (Some(j), v)
         }
-        Fidelity::Quick => quick_job(arch, s, &p)?,
+        Fidelity::Quick => (None, formula_verdict(arch, s, &p, capacity_bytes)),
     };
+    let whole_job = how == Fidelity::Simulated || !s.job.runs_on_gpu_after_training();
     Ok(Evaluation {
         max_batch: fit::max_batch(arch, s, capacity_bytes, BATCH_SEARCH_MAX, how),
         max_seq: fit::max_seq(arch, s, capacity_bytes, SEQ_SEARCH_MAX, how),
-        verdict: judged(&p, job.as_ref(), capacity_bytes),
+        verdict,
         plan: p,
         job,
+        whole_job,
         gpu_name: gpu_name.to_string(),
     })
 }
 
-/// The job of a quick evaluation: planned when no phase after training runs on the GPU (its
-/// phases are then formulas over the training plan, microseconds); None otherwise, left to the
-/// simulated evaluation.
-pub fn quick_job(arch: &Architecture, s: &Settings, p: &Plan) -> Result<Option<Job>, String> {
-    if s.job.runs_on_gpu_after_training() {
-        return Ok(None);
-    }
-    plan_job(arch, s, p).map(Some).map_err(|e| e.to_string())
-}
-
-/// The verdict of a plan and its job when planned: the job's (its largest phase decides), else
-/// the training step's.
-pub fn judged(plan: &Plan, job: Option<&Job>, capacity_bytes: u128) -> Verdict {
-    match job {
-        Some(j) => job_verdict(j, capacity_bytes),
-        None => verdict(plan, capacity_bytes),
-    }
+/// The verdict of the training step `p` and the phases written as formulas over it
+/// ([`crate::model::job::formula_phases_gpu_peak`]): the whole job's unless a phase after
+/// training runs on the GPU, which is a run of its own (milliseconds, over a slider move's
+/// budget, and not in the planner page's first bundle).
+pub fn formula_verdict(
+    arch: &Architecture,
+    s: &Settings,
+    p: &Plan,
+    capacity_bytes: u128,
+) -> Verdict {
+    let (need, phase) = crate::model::job::formula_phases_gpu_peak(arch, s, p);
+    crate::planning::verdict::verdict_of(need, capacity_bytes, phase)
 }
 
 /// One point of the memory-vs-length (or vs-batch) curve.

@@ -75,7 +75,7 @@ pub fn Embed(
     /// The decoded link: state and notices.
     link: (UiState, Vec<String>),
 ) -> impl IntoView {
-    let (state, notices, eval, _, simulated) = setup(link, Role::Page);
+    let (state, notices, eval, _, simulated) = setup(link, Role::Page, crate::web::state::settle);
     let open = text(move || {
         let st = state.with(|st| UiState {
             embed: false,
@@ -115,7 +115,8 @@ pub fn App(
     /// The decoded link: state and notices.
     link: (UiState, Vec<String>),
 ) -> impl IntoView {
-    let (state, notices, eval, query, simulated) = setup(link, Role::Page);
+    let (state, notices, eval, query, simulated) =
+        setup(link, Role::Page, crate::web::state::settle);
     let advice = crate::web::settle::advice_fidelity(state, eval);
     view! {
         <div class="page">
@@ -325,13 +326,23 @@ fn Hero(
         )
     });
     let phase = text(move || read(eval, |e| e.verdict.phase.to_string()));
+    // The verdict is the training step's until the phases after training on the GPU are in.
+    let whole = text(move || {
+        read(eval, |e| {
+            if e.whole_job { "job" } else { "step" }.to_string()
+        })
+    });
     view! {
         <section class="hero card" aria-label=t("Memory plan")>
             <p class="error" role="alert" data-testid="error" class:hidden=flag(move || !failed.get())>{tx(move || eval.with(|r| r.as_ref().err().cloned().unwrap_or_default()))}</p>
             <div class="verdict-row verdict" class:hidden=failed aria-live="polite">
-                <span class=text(move || format!("big verdict-{}", status.get())) data-testid="verdict" data-status=status data-phase=phase>{tx(move || status_words(&status.get()).into())}</span>
+                <span class=text(move || format!("big verdict-{}", status.get())) data-testid="verdict" data-status=status data-phase=phase data-scope=whole>{tx(move || status_words(&status.get()).into())}</span>
                 <span class="message">{message}{t(" · headroom ")}<span data-testid="headroom">{shown(eval, |e| gib_signed(e.verdict.headroom_bytes))}</span></span>
-                <a href="#job" class="decided" data-testid="deciding-phase" class:hidden=flag(move || phase.get() == "train")>{tx(move || crate::web::layout::decided_by(&phase.get()))}</a>
+                <a href="#job" class="decided" data-testid="deciding-phase" class:hidden=flag(move || whole.get() == "job" && phase.get() == "train")>{tx(move || if whole.get() == "job" {
+                    crate::web::layout::decided_by(&phase.get()).to_string()
+                } else {
+                    "the training step's; the phases after training are being planned…".into()
+                })}</a>
             </div>
             <dl class="stats" class:hidden=failed>
                 <div><dt>{t("Peak allocated")}</dt><dd data-testid="peak-allocated">{shown(eval, |e| gib(e.plan.peak_allocated_bytes))}</dd></div>

@@ -3,7 +3,7 @@
 //! ([`crate::formats::fields`]) with the control its kind calls for and writes it through the
 //! table's `set`, so the page, the CLI and links agree on names, ranges and parsing.
 
-use leptos::either::EitherOf6;
+use leptos::either::EitherOf5;
 use leptos::prelude::*;
 
 use crate::formats::fields::{Field, Kind};
@@ -182,6 +182,44 @@ pub fn EntryControl(
     }
 }
 
+/// Writes `text` to `field` of the state through the settings table, then `then`; the table's
+/// reason when it refuses the text (the state is left as it was).
+pub(crate) fn write_setting(
+    field: &'static Field,
+    state: RwSignal<UiState>,
+    then: Option<fn(&mut Settings)>,
+    text: &str,
+) -> Result<(), String> {
+    let mut next = state.with_untracked(|st| st.settings.clone());
+    (field.set)(&mut next, text)?;
+    if let Some(f) = then {
+        f(&mut next);
+    }
+    state.update(|st| st.settings = next);
+    Ok(())
+}
+
+/// A typed-in setting's control ([`EntryControl`]) for a whole or decimal number without a
+/// slider; None for any other setting. Only the sections hold such settings, so the page's
+/// first bundle does not carry it.
+pub(crate) fn typed_control(
+    field: &'static Field,
+    state: RwSignal<UiState>,
+    then: Option<fn(&mut Settings)>,
+) -> Option<impl IntoView> {
+    if !matches!(
+        (field.kind, field.slider),
+        (Kind::Int { .. } | Kind::Float { .. }, None)
+    ) {
+        return None;
+    }
+    let text = Memo::new(move |_| state.with(|st| (field.get)(&st.settings)));
+    Some(view! {
+        <EntryControl label=field.label testid=field.testid.unwrap_or(field.name) value=text
+            on_set=Callback::new(move |t: String| write_setting(field, state, then, &t)) />
+    })
+}
+
 /// A labelled checkbox.
 #[component]
 pub fn Toggle(
@@ -221,21 +259,13 @@ pub fn FieldControl(
     then: Option<fn(&mut Settings)>,
 ) -> impl IntoView {
     let testid = field.testid.unwrap_or(field.name);
-    let write = move |text: String| {
-        let mut next = state.with_untracked(|st| st.settings.clone());
-        (field.set)(&mut next, &text)?;
-        if let Some(f) = then {
-            f(&mut next);
-        }
-        state.update(|st| st.settings = next);
-        Ok::<(), String>(())
-    };
+    let write = move |text: String| write_setting(field, state, then, &text);
     let text = Memo::new(move |_| state.with(|st| (field.get)(&st.settings)));
     match (field.kind, field.slider) {
         (Kind::Int { .. } | Kind::Float { .. }, Some(sl)) => {
             let whole = matches!(field.kind, Kind::Int { .. });
             let value = Signal::derive(move || text.get().parse::<f64>().unwrap_or(sl.min));
-            EitherOf6::A(view! {
+            EitherOf5::A(view! {
                 <NumberControl label=field.label testid=testid min=sl.min max=sl.max step=sl.step log=sl.log
                     value=value
                     on_set=Callback::new(move |v: f64| { let _ = write(if whole { (v.round() as u64).to_string() } else { v.to_string() }); }) />
@@ -244,19 +274,17 @@ pub fn FieldControl(
         (Kind::Choice(choices), _) => {
             let options: Vec<(String, String)> =
                 choices().into_iter().map(|(v, l)| (v.to_string(), l.to_string())).collect();
-            EitherOf6::B(view! {
+            EitherOf5::B(view! {
                 <SelectControl label=field.label testid=testid options=Signal::derive(move || options.clone())
                     value=text on_set=Callback::new(move |v: String| { let _ = write(v); }) />
             })
         }
-        (Kind::Bool, _) => EitherOf6::C(view! {
+        (Kind::Bool, _) => EitherOf5::C(view! {
             <Toggle label=field.label testid=testid checked=Signal::derive(move || text.get() == "1")
                 on_set=Callback::new(move |on: bool| { let _ = write(if on { "1".into() } else { "0".into() }); }) />
         }),
-        (Kind::Int { .. } | Kind::Float { .. }, None) => EitherOf6::F(view! {
-            <EntryControl label=field.label testid=testid value=text on_set=Callback::new(write) />
-        }),
-        (Kind::List { items, .. }, _) => EitherOf6::D(items()
+
+        (Kind::List { items, .. }, _) => EitherOf5::D(items()
             .into_iter()
             .map(|(item, label)| {
                 let checked = Memo::new(move |_| state.with(|st| field.holds(&st.settings, item)));
@@ -279,7 +307,7 @@ pub fn FieldControl(
                 }
             })
             .collect_view()),
-        _ => EitherOf6::E(()),
+        _ => EitherOf5::E(()),
     }
 }
 

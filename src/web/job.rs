@@ -13,7 +13,7 @@ use crate::planning::evaluate::Evaluation;
 use crate::web::controls::{pct, read, status_words};
 use crate::web::lang::{t, ts, tx};
 use crate::web::layout::{self, phase_title};
-use crate::web::setup::setting_controls;
+use crate::web::setup::setting_controls_typed;
 use crate::web::state::UiState;
 
 /// The job section: its settings, then the timeline (or, while a phase after training is still
@@ -36,7 +36,7 @@ pub fn JobSection(
         <section class="card wide" id="job" aria-labelledby="h-job" data-testid="job">
             <h2 id="h-job">{t("The whole job: evaluation, checkpoints, merge")}</h2>
             <p class="hint">{t("A run whose training step fits can still run out of memory at its first evaluation, while saving a checkpoint, or when the adapters are merged. Each phase with its GPU and host-memory peak; the largest GPU peak decides the verdict.")}</p>
-            <div class="controls-grid">{setting_controls(layout::JOB, state, None)}</div>
+            <div class="controls-grid">{setting_controls_typed(layout::JOB, state, None)}</div>
             {move || match job.get() {
                 None => view! {
                     <p class="hint" data-testid="job-pending">{t("Working out the phases after training (each is a run of its own)…")}</p>

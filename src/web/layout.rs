@@ -62,9 +62,14 @@ pub fn phase_title(name: &str) -> &'static str {
     }
 }
 
-/// The hero's words for the phase that decides the verdict, when it is not the training step.
-pub fn decided_by(name: &str) -> String {
-    format!("decided by the {}", phase_title(name).to_lowercase())
+/// The hero's words for the phase that decides the verdict.
+pub fn decided_by(name: &str) -> &'static str {
+    match name {
+        "eval" => "decided by the evaluation",
+        "save" => "decided by the checkpoint save",
+        "merge" => "decided by the merge of the adapters",
+        _ => "decided by the training step",
+    }
 }
 
 /// The "Mixture of experts" group, shown for MoE models.

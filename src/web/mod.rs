@@ -19,6 +19,7 @@ pub mod i18n;
 pub mod layout;
 pub mod link;
 pub mod state;
+pub mod worker_answers;
 
 #[cfg(target_arch = "wasm32")]
 pub mod app;

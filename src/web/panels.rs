@@ -12,7 +12,7 @@ use wasm_bindgen_futures::JsFuture;
 use crate::formats::catalog;
 use crate::formats::config_json;
 use crate::formats::export;
-use crate::formats::report::{self, gib, gib_signed};
+use crate::formats::report::{gib, gib_signed};
 use crate::model::Architecture;
 use crate::planning::evaluate::Evaluation;
 use crate::planning::fit::Fidelity;
@@ -42,69 +42,92 @@ fn reserve_name(how: Fidelity) -> &'static str {
 }
 
 /// What fits, first: when the plan is out of memory or tight, the cheapest combination of
-/// changes that fits at the same sequence length and effective batch, its peak and its cost, and
-/// one button to apply it ([`fixes::best_combination`]); truncation only as the last resort.
+/// changes that makes the whole job fit at the same sequence length and effective batch, its
+/// peak and its cost, and one button to apply it ([`fixes::best_combination_with`]); truncation
+/// only as the last resort. The search (a few to hundreds of simulated plans) runs in the
+/// page's worker once the state is still ([`crate::web::worker_answers::best_fix_line`]), so
+/// the page's thread and its first bundle carry none of it.
 #[component]
 pub fn BestFix(
     /// Page state.
     state: RwSignal<UiState>,
     /// Current evaluation.
     eval: Memo<Result<Evaluation, String>>,
-    /// How advice is judged ([`crate::web::settle::advice_fidelity`]).
+    /// How advice is judged ([`crate::web::settle::advice_fidelity`]): asked for once it is
+    /// simulated (the state is still).
     how: Memo<Fidelity>,
 ) -> impl IntoView {
+    use crate::web::worker_answers::{read_best_fix, Best};
     let needs = Memo::new(move |_| read(eval, |e| e.verdict.status != Status::Fits));
+    let query = Memo::new(move |_| state.with(crate::web::link::encode));
+    let answered: RwSignal<Option<(String, Best)>> = RwSignal::new(None);
+    Effect::new(move |_| {
+        if !needs.get() || how.get() != Fidelity::Simulated {
+            return;
+        }
+        let q = query.get();
+        if answered.with_untracked(|a| a.as_ref().is_some_and(|(aq, _)| *aq == q)) {
+            return;
+        }
+        spawn_local(async move {
+            let job = crate::web::worker::Job::new("best")
+                .with("query", &wasm_bindgen::JsValue::from_str(&q));
+            match job.run(|_| {}).await {
+                Ok(line) => {
+                    if let Some(b) = read_best_fix(&line) {
+                        answered.set(Some((q, b)));
+                    }
+                }
+                Err(e) => web_sys::console::warn_1(&e.into()),
+            }
+        });
+    });
     let best = Memo::new(move |_| {
         if !needs.get() {
             return None;
         }
-        let ok = bf16_ok(state);
-        let cap = read(eval, |e| e.verdict.capacity_bytes);
-        let how = how.get();
-        state.with(|st| {
-            let a = crate::web::state::arch_of(st).ok()?;
-            Some(
-                match fixes::best_combination_with(&a, &st.settings, cap, ok, how) {
-                    Some(f) => Ok(f),
-                    None => Err(crate::planning::evaluate::smallest_gpu(&a, &st.settings)
-                        .map(|g| (g.id.clone(), g.name.clone()))),
-                },
-            )
+        let q = query.get();
+        answered.with(|a| {
+            a.as_ref()
+                .filter(|(aq, _)| *aq == q)
+                .map(|(_, b)| b.clone())
         })
     });
     move || {
-        best.get().map(|r| match r {
-            Ok(f) => Either::Left({
-                let settings = f.settings.clone();
+        best.get().map(|b| match b {
+            Best::Fix { status, peak_bytes, smi_bytes, speed, last_resort, summary, cost, query: applied } => Either::Left({
                 let (seq, eff) = state.with_untracked(|st| (st.settings.seq, st.settings.batch * st.settings.grad_accum));
                 let cap = read(eval, |e| e.verdict.capacity_bytes);
                 view! {
-                    <section class="bestfix" aria-labelledby="h-best" data-testid="best-fix" data-last-resort=f.last_resort.to_string() data-reserve=move || reserve_name(how.get())>
-                        <h2 id="h-best">{let last = f.last_resort; tx(move || if last {
+                    <section class="bestfix" aria-labelledby="h-best" data-testid="best-fix" data-last-resort=last_resort.to_string() data-reserve="simulated">
+                        <h2 id="h-best">{tx(move || if last_resort {
                             format!("Nothing fits at {seq} tokens: the last resort, a shorter sequence")
                         } else {
                             format!("What fits: the cheapest change at {seq} tokens × effective batch {eff}")
                         })}</h2>
                         <div class="best-body">
                             <div>
-                                <p class="combo" data-testid="best-summary">{ts(f.summary.clone())}</p>
+                                <p class="combo" data-testid="best-summary">{ts(summary)}</p>
                                 <p class="best-numbers">
-                                    <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
-                                    {t(" peak ")}<strong data-testid="best-peak">{gib(f.peak_allocated_bytes)}</strong>
-                                    {t(" · nvidia-smi ")} {gib(f.nvidia_smi_bytes)} {t(" of ")} {gib(cap)}
-                                    {t(" · speed: ")} <strong data-testid="best-speed">{ts(report::speed(f.time_factor))}</strong>
+                                    <span class=format!("pill verdict-{}", status.name())>{t(status.name())}</span>
+                                    {t(" peak ")}<strong data-testid="best-peak">{gib(peak_bytes)}</strong>
+                                    {t(" · nvidia-smi ")} {gib(smi_bytes)} {t(" of ")} {gib(cap)}
+                                    {t(" · speed: ")} <strong data-testid="best-speed">{ts(speed)}</strong>
                                 </p>
-                                <p class="why">{ts(f.cost.clone())}</p>
+                                <p class="why">{ts(cost)}</p>
                             </div>
                             <div class="best-actions">
-                                <button type="button" class="primary" data-testid="apply-best" on:click=move |_| { let t = settings.clone(); state.update(|st| st.settings = t) }>{t("Apply")}</button>
+                                <button type="button" class="primary" data-testid="apply-best" on:click=move |_| {
+                                    let q = applied.clone();
+                                    state.update(|st| st.settings = crate::web::link::decode_shared(&q, st).settings)
+                                }>{t("Apply")}</button>
                                 <a href="#fixes">{t("single changes ↓")}</a>
                             </div>
                         </div>
                     </section>
                 }
             }),
-            Err(gpu) => Either::Right(view! {
+            Best::Gpu(gpu) => Either::Right(view! {
                     <section class="bestfix" aria-labelledby="h-best" data-testid="best-fix">
                         <h2 id="h-best">{t("Nothing fits on this GPU, at any sequence length")}</h2>
                         <p>{let g = gpu.clone(); tx(move || match &g {

@@ -18,8 +18,8 @@ use crate::web::lang::{now, t, ts, tx};
 use crate::web::layout;
 use crate::web::link;
 use crate::web::setup::{
-    copy_to_clipboard, page_url_without_query, reserve_state, setting_controls, setup, without,
-    Role, ZH_URL,
+    copy_to_clipboard, page_url_without_query, reserve_state, setting_controls_typed, setup,
+    without, Role, ZH_URL,
 };
 use crate::web::state::{arch_of, UiState};
 
@@ -90,7 +90,11 @@ fn follow_page(state: RwSignal<UiState>, query: Memo<String>) {
 /// Every section, in the page's order.
 #[component]
 fn Sections(initial: UiState) -> impl IntoView {
-    let (state, _, eval, query, simulated) = setup((initial, Vec::new()), Role::Sections);
+    let (state, _, eval, query, simulated) = setup(
+        (initial, Vec::new()),
+        Role::Sections,
+        crate::web::state::settle_whole_job,
+    );
     follow_page(state, query);
     let advice = crate::web::settle::advice_fidelity(state, eval);
     let pinned: RwSignal<Option<Evaluation>> = RwSignal::new(None);
@@ -108,29 +112,29 @@ fn Sections(initial: UiState) -> impl IntoView {
             <Examples state=state />
             <section class="card" id="more" aria-labelledby="h-more">
                 <h2 id="h-more">{t("More training settings")}</h2>
-                <div class="controls-grid">{setting_controls(layout::TRAINING, state, None)}</div>
+                <div class="controls-grid">{setting_controls_typed(layout::TRAINING, state, None)}</div>
                 // Full fine-tuning has no adapters: no targets, nothing saved beside them.
                 <fieldset class="targets" class:hidden=flag(move || state.with(|st| st.settings.base_trained()))>
                     <legend>{t("LoRA target modules")}</legend>
                     <Toggle label="all-linear" testid="target-all" checked=flag(move || state.with(|st| st.settings.targets.len() == Target::ALL.len()))
                         on_set=Callback::new(move |on: bool| state.update(|st| st.settings.targets = if on { Target::ALL.to_vec() } else { vec![Target::Q, Target::V] })) />
-                    {setting_controls(&["target_modules"], state, None)}
+                    {setting_controls_typed(&["target_modules"], state, None)}
                 </fieldset>
                 <fieldset class="targets" class:hidden=flag(move || state.with(|st| st.settings.base_trained()))>
                     <legend>{t("modules_to_save (trained in full)")}</legend>
-                    {setting_controls(&["modules_to_save"], state, None)}
+                    {setting_controls_typed(&["modules_to_save"], state, None)}
                 </fieldset>
                 <Show when=move || state.with(|st| arch_of(st).is_ok_and(|a| a.is_moe()))>
                     <fieldset class="targets moe" data-testid="moe-settings">
                         <legend>{t("Mixture of experts")}</legend>
-                        {setting_controls(layout::MOE, state, None)}
+                        {setting_controls_typed(layout::MOE, state, None)}
                     </fieldset>
                 </Show>
             </section>
             <section class="card" id="gpus" aria-labelledby="h-gpus">
                 <h2 id="h-gpus">{t("Several GPUs")}</h2>
                 <p class="hint">{t("With more than one GPU, every number is per GPU; a strategy and CPU offload appear here.")}</p>
-                <div class="controls-grid">{setting_controls(layout::GPUS, state, Some(layout::after_gpu_count))}</div>
+                <div class="controls-grid">{setting_controls_typed(layout::GPUS, state, Some(layout::after_gpu_count))}</div>
             </section>
             <super::job::JobSection state=state eval=eval />
             <super::panels::Fixes state=state eval=eval how=advice />

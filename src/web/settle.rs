@@ -13,6 +13,11 @@ use crate::planning::fit::Fidelity;
 use crate::web::controls::read;
 use crate::web::state::{evaluate_state, settle, UiState};
 
+/// How a still state is settled: [`crate::web::state::settle`] (the page: the training step
+/// and the phases planned by formula) or [`crate::web::state::settle_whole_job`] (the
+/// sections: every phase of the job).
+pub type Settle = fn(&UiState, &Evaluation) -> Result<Evaluation, String>;
+
 /// How long the state must stay unchanged before the simulation runs.
 const SETTLE_MS: u64 = 120;
 
@@ -20,13 +25,18 @@ const SETTLE_MS: u64 = 120;
 pub fn settled_evaluation(
     state: RwSignal<UiState>,
 ) -> (Memo<Result<Evaluation, String>>, Memo<bool>) {
-    settle_on(state, Memo::new(move |_| state.with(evaluate_state)))
+    settle_on(
+        state,
+        Memo::new(move |_| state.with(evaluate_state)),
+        settle,
+    )
 }
 
 /// [`settled_evaluation`] over a quick evaluation the caller already derives.
 pub fn settle_on(
     state: RwSignal<UiState>,
     quick: Memo<Result<Evaluation, String>>,
+    settle: Settle,
 ) -> (Memo<Result<Evaluation, String>>, Memo<bool>) {
     let settled: RwSignal<Option<(UiState, Result<Evaluation, String>)>> = RwSignal::new(None);
     Effect::new(move |_| {
@@ -55,6 +65,58 @@ pub fn settle_on(
     let shown = Memo::new(move |_| current().unwrap_or_else(|| quick.get()));
     let simulated = Memo::new(move |_| current().is_some());
     (shown, simulated)
+}
+
+/// The page's evaluation with the whole job's verdict: when the settled evaluation leaves a
+/// phase after training that runs on the GPU unplanned (the page's bundle carries none), the
+/// page's worker plans the job for the state's link ([`crate::web::worker_answers::job_verdict_line`])
+/// and its verdict replaces the training step's for that state. Until it answers, or when it
+/// cannot, the evaluation says its verdict is not the whole job's (`whole_job`).
+pub fn with_job_verdict(
+    query: Memo<String>,
+    eval: Memo<Result<Evaluation, String>>,
+) -> Memo<Result<Evaluation, String>> {
+    let answered: RwSignal<Option<(String, crate::planning::Verdict)>> = RwSignal::new(None);
+    let wanted = Memo::new(move |_| {
+        let settled_step_only = eval.with(|r| {
+            r.as_ref()
+                .is_ok_and(|e| e.plan.reserve_simulated && !e.whole_job)
+        });
+        settled_step_only.then(|| query.get())
+    });
+    Effect::new(move |_| {
+        let Some(q) = wanted.get() else { return };
+        if answered.with_untracked(|a| a.as_ref().is_some_and(|(aq, _)| *aq == q)) {
+            return;
+        }
+        leptos::task::spawn_local(async move {
+            let job = crate::web::worker::Job::new("job")
+                .with("query", &wasm_bindgen::JsValue::from_str(&q));
+            match job.run(|_| {}).await {
+                Ok(line) => {
+                    if let Some(v) = crate::web::worker_answers::read_verdict_line(&line) {
+                        answered.set(Some((q, v)));
+                    }
+                }
+                Err(e) => web_sys::console::warn_1(&e.into()),
+            }
+        });
+    });
+    Memo::new(move |_| {
+        let q = query.get();
+        let mut r = eval.get();
+        if let Ok(e) = &mut r {
+            if !e.whole_job {
+                answered.with(|a| {
+                    if let Some((_, v)) = a.as_ref().filter(|(aq, _)| *aq == q) {
+                        e.verdict = v.clone();
+                        e.whole_job = true;
+                    }
+                })
+            }
+        }
+        r
+    })
 }
 
 /// How advice is judged: quickly while the state moves; with the caching allocator simulated

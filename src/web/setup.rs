@@ -52,6 +52,29 @@ pub(crate) fn setting_controls(
         .collect_view()
 }
 
+/// [`setting_controls`] for the sections, where settings typed in (a number without a slider:
+/// the eval batch, `max_prompt_length`) are listed too ([`crate::web::controls::typed_control`]).
+pub(crate) fn setting_controls_typed(
+    names: &'static [&'static str],
+    state: RwSignal<UiState>,
+    then: Option<fn(&mut Settings)>,
+) -> impl IntoView {
+    names
+        .iter()
+        .filter_map(|n| fields::by_name(n))
+        .map(move |field| {
+            let hidden = flag(move || state.with(|st| !layout::relevant(field.name, &st.settings)));
+            let control = match crate::web::controls::typed_control(field, state, then) {
+                Some(c) => leptos::either::Either::Left(c),
+                None => leptos::either::Either::Right(
+                    view! { <FieldControl field=field state=state then=then /> },
+                ),
+            };
+            view! { <div class="cond" class:hidden=hidden>{control}</div> }
+        })
+        .collect_view()
+}
+
 /// The settings with one swept value fixed, so memos over them skip the work when only that
 /// value moves (the curve vs length does not change when the length does).
 pub(crate) fn without(st: &UiState, axis: Axis) -> UiState {
@@ -85,7 +108,11 @@ pub(crate) enum Role {
 /// the link, the evaluation, and the link of the state. The plan and verdict follow every change;
 /// each fit limit is keyed on the state without the value it sweeps, so a slider move re-plans
 /// once for the plan and once per bisection step of the other limit, not forty times.
-pub(crate) fn setup((initial, notices): (UiState, Vec<String>), role: Role) -> Page {
+pub(crate) fn setup(
+    (initial, notices): (UiState, Vec<String>),
+    role: Role,
+    settle: crate::web::settle::Settle,
+) -> Page {
     let state = RwSignal::new(initial);
     // The language: the views below translate through it, and `<html lang>` follows it. Chinese
     // once its table is in: switching to it fetches the table the first time (English until
@@ -149,11 +176,16 @@ pub(crate) fn setup((initial, notices): (UiState, Vec<String>), role: Role) -> P
             let a = arch_of(st)?;
             let g = catalog::find_gpu(&st.gpu)?;
             let p = plan(&a, &st.settings).map_err(|e| e.to_string())?;
-            let job = crate::planning::evaluate::quick_job(&a, &st.settings, &p)?;
             Ok(Evaluation {
-                verdict: crate::planning::evaluate::judged(&p, job.as_ref(), g.capacity_bytes()),
+                verdict: crate::planning::evaluate::formula_verdict(
+                    &a,
+                    &st.settings,
+                    &p,
+                    g.capacity_bytes(),
+                ),
+                whole_job: !st.settings.job.runs_on_gpu_after_training(),
                 plan: p,
-                job,
+                job: None,
                 gpu_name: g.name.clone(),
                 max_batch: max_batch.get(),
                 max_seq: max_seq.get(),
@@ -162,8 +194,13 @@ pub(crate) fn setup((initial, notices): (UiState, Vec<String>), role: Role) -> P
     });
     // Reserved, nvidia-smi and the verdict settle on the allocator simulation once the state
     // is still (web::settle).
-    let (eval, simulated) = crate::web::settle::settle_on(state, eval);
+    let (eval, simulated) = crate::web::settle::settle_on(state, eval, settle);
     let query = Memo::new(move |_| state.with(link::encode));
+    // The page's bundle plans no phase after training that runs on the GPU: its worker does.
+    let eval = match role {
+        Role::Page => crate::web::settle::with_job_verdict(query, eval),
+        Role::Sections => eval,
+    };
     if role == Role::Page {
         sync_address_bar(query);
     }

@@ -102,16 +102,36 @@ pub fn settle(st: &UiState, quick: &Evaluation) -> Result<Evaluation, String> {
             Fidelity::Simulated,
         )
     };
-    let job = crate::model::job::plan_job_within(&arch, &st.settings, &plan, cap)
-        .map_err(|e| e.to_string())?;
     Ok(Evaluation {
-        verdict: crate::planning::evaluate::judged(&plan, Some(&job), cap),
-        job: Some(job),
+        verdict: crate::planning::evaluate::formula_verdict(&arch, &st.settings, &plan, cap),
+        whole_job: !st.settings.job.runs_on_gpu_after_training(),
+        job: None,
         max_batch: limit(true, BATCH_SEARCH_MAX, quick.max_batch),
         max_seq: limit(false, SEQ_SEARCH_MAX, quick.max_seq),
         plan,
         ..quick.clone()
     })
+}
+
+/// [`settle`] with every phase of the job planned, a phase after training that runs on the
+/// GPU too (the sections bundle: its job section shows them; milliseconds more).
+pub fn settle_whole_job(st: &UiState, quick: &Evaluation) -> Result<Evaluation, String> {
+    let e = settle(st, quick)?;
+    let job = whole_job(st, &e.plan)?;
+    Ok(Evaluation {
+        verdict: crate::planning::job_verdict(&job, e.verdict.capacity_bytes),
+        job: Some(job),
+        whole_job: true,
+        ..e
+    })
+}
+
+/// The job of a state whose training step is planned as `plan`, every phase planned on the
+/// state's GPU.
+fn whole_job(st: &UiState, plan: &crate::model::Plan) -> Result<crate::model::job::Job, String> {
+    let arch = arch_of(st)?;
+    let cap = catalog::find_gpu(&st.gpu)?.capacity_bytes();
+    crate::model::job::plan_job_within(&arch, &st.settings, plan, cap).map_err(|e| e.to_string())
 }
 
 /// The model picker's (id, label) options matching a search (the current model always stays).

@@ -153,6 +153,7 @@ for (const [name, width, height] of [["desktop", 1280, 800], ["phone", 390, 844]
     test(`中文 ${name} ${width}×${height} ${scheme}: no overflow, verdict and bar in the first screen`, async () => {
       const { page, close, errors } = await openView(browser, server.url + OOM + "&lang=zh", { width, height, colorScheme: scheme });
       try {
+        await page.waitForSelector('[data-testid="best-fix"]', { timeout: 30000 });
         const l = await layoutOf(page, ["verdict", "peak-allocated", "breakdown-bar", "best-fix"]);
         await page.screenshot({ path: path.join(artifacts, `i18n-zh-${name}-${scheme}.png`) });
         assert.ok(l.overflow <= 0, `horizontal overflow of ${l.overflow}px`);

@@ -178,7 +178,7 @@ fn collect() -> Texts {
     for name in ["train", "eval", "save", "merge"] {
         t.add("job phase", lorafit::web::layout::phase_title(name));
         if name != "train" {
-            t.add("job phase", &lorafit::web::layout::decided_by(name));
+            t.add("job phase", lorafit::web::layout::decided_by(name));
         }
     }
     type Variant = (&'static str, fn(&mut Settings));

@@ -154,11 +154,51 @@ pub fn plan_job_on(
         device,
         capacity_bytes,
     };
+    let mut job = plan_job_formulas(arch, s, train)?;
+    let js = &s.job;
+    let step = step_settings(arch, s);
+    if js.evaluates() {
+        let eval_s = super::steptrace::eval_settings(&step);
+        let ctx = Ctx::new(arch, &eval_s);
+        let mut p = on_gpu(arch, s, &ctx, After::Eval, train, gpu)?;
+        p.name = "eval";
+        let (host, host_terms) = eval_host(&ctx);
+        p.host_peak_bytes = host + train.cpu_bytes_per_rank;
+        p.host_terms = host_terms;
+        p.notes.splice(0..0, eval_notes(&ctx));
+        job.phases.insert(1, p);
+    }
+    if js.merge && js.export_device == ExportDevice::Gpu {
+        let ctx = Ctx::new(arch, &step);
+        let mut p = on_gpu(arch, s, &ctx, After::Merge, train, gpu)?;
+        let (host, host_terms) = merge_gpu_host(&ctx);
+        p.host_peak_bytes = host + train.cpu_bytes_per_rank;
+        p.host_terms = host_terms;
+        p.notes.insert(0, "peft's merge_and_unload on the training GPU after training: the optimizer still holds its states and the adapters; each adapted Linear's delta B·A is made and added in turn".into());
+        job.phases.push(JobPhase { name: "merge", ..p });
+    }
+    Ok(job)
+}
+
+/// The settings the training step computes with (FSDP's fp32 shards under mixed precision).
+fn step_settings(arch: &Architecture, s: &Settings) -> Settings {
+    let run = s.as_run(arch);
+    super::distributed::compute_settings(&run).unwrap_or_else(|| run.clone().into_owned())
+}
+
+/// The phases written as formulas over the training plan: the training step, checkpoint saving
+/// and a merge on the host; a phase after training that runs on the GPU (evaluation, a merge on
+/// the GPU, [`JobSettings::runs_on_gpu_after_training`]) is left out. Microseconds, and without
+/// the step program's phases after training, so the planner page's first bundle carries only
+/// this; [`plan_job_on`] adds the GPU phases.
+pub fn plan_job_formulas(
+    arch: &Architecture,
+    s: &Settings,
+    train: &Plan,
+) -> Result<Job, PlanError> {
     check(arch, s)?;
     let js = &s.job;
-    let run = s.as_run(arch);
-    let step =
-        super::distributed::compute_settings(&run).unwrap_or_else(|| run.clone().into_owned());
+    let step = step_settings(arch, s);
     let mut phases = vec![JobPhase {
         name: "train",
         gpu_peak_bytes: train.nvidia_smi_bytes,
@@ -170,33 +210,11 @@ pub fn plan_job_on(
         host_terms: train.cpu_terms.clone(),
         notes: vec![],
     }];
-    if js.evaluates() {
-        let eval_s = super::steptrace::eval_settings(&step);
-        let ctx = Ctx::new(arch, &eval_s);
-        let mut p = on_gpu(arch, s, &ctx, After::Eval, train, gpu)?;
-        p.name = "eval";
-        let (host, host_terms) = eval_host(&ctx);
-        p.host_peak_bytes = host + train.cpu_bytes_per_rank;
-        p.host_terms = host_terms;
-        p.notes.splice(0..0, eval_notes(&ctx));
-        phases.push(p);
-    }
     if js.saves() {
         phases.push(save_phase(arch, &Ctx::new(arch, &step), train));
     }
-    if js.merge {
-        let ctx = Ctx::new(arch, &step);
-        let p = match js.export_device {
-            ExportDevice::Gpu => {
-                let mut p = on_gpu(arch, s, &ctx, After::Merge, train, gpu)?;
-                let (host, host_terms) = merge_gpu_host(&ctx);
-                p.host_peak_bytes = host + train.cpu_bytes_per_rank;
-                p.host_terms = host_terms;
-                p.notes.insert(0, "peft's merge_and_unload on the training GPU after training: the optimizer still holds its states and the adapters; each adapted Linear's delta B·A is made and added in turn".into());
-                p
-            }
-            ExportDevice::Cpu => merge_on_host(arch, &ctx),
-        };
+    if js.merge && js.export_device == ExportDevice::Cpu {
+        let p = merge_on_host(arch, &Ctx::new(arch, &step));
         phases.push(JobPhase { name: "merge", ..p });
     }
     Ok(Job { phases })
@@ -426,7 +444,7 @@ fn save_phase(arch: &Architecture, ctx: &Ctx, train: &Plan) -> JobPhase {
             "the 16-bit model gathered on rank 0's host (stage3_gather_16bit_weights_on_model_save)",
             &[named_bytes("model", model_bytes)],
         ));
-        gpu_extra = largest_linear(arch) * ctx.s.dtype.bytes();
+        gpu_extra = save_gpu_extra_bytes(arch, ctx.s);
         notes.push(
             "ZeRO-3: each parameter is gathered whole on the GPU in turn to save the 16-bit model"
                 .into(),
@@ -479,6 +497,34 @@ fn save_phase(arch: &Architecture, ctx: &Ctx, train: &Plan) -> JobPhase {
 }
 
 /// Elements of the largest Linear weight of the decoder.
+/// What saving a checkpoint adds on the GPU to what the training step leaves (`step`: the
+/// settings the step computes with): under ZeRO-3 each parameter is gathered whole in turn to
+/// save the 16-bit model, the largest Linear at most; nothing otherwise.
+fn save_gpu_extra_bytes(arch: &Architecture, step: &Settings) -> u128 {
+    if step.parallel.strategy == super::parallel::Strategy::Zero3 && step.job.saves() {
+        largest_linear(arch) * step.dtype.bytes()
+    } else {
+        0
+    }
+}
+
+/// The highest GPU figure (nvidia-smi) of the phases [`plan_job_formulas`] plans, and its
+/// phase: the training step's, or the checkpoint save's when it gathers more on the GPU (a
+/// merge on the host uses none). Its deciding figures without the terms, for the planner
+/// page's first bundle.
+pub fn formula_phases_gpu_peak(
+    arch: &Architecture,
+    s: &Settings,
+    train: &Plan,
+) -> (u128, &'static str) {
+    let extra = save_gpu_extra_bytes(arch, &step_settings(arch, s));
+    if extra > 0 {
+        (train.nvidia_smi_bytes + extra, "save")
+    } else {
+        (train.nvidia_smi_bytes, "train")
+    }
+}
+
 fn largest_linear(arch: &Architecture) -> u128 {
     arch.layer_groups()
         .iter()

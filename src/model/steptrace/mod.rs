@@ -371,7 +371,7 @@ pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
 
 /// [`generate`] on a chosen device.
 pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<Trace, PlanError> {
-    generate_job(arch, s, device, After::Nothing)
+    generate_after::<{ After::Nothing.code() }>(arch, s, device)
 }
 
 /// The run of [`generate_on`] with the job's phase `after` the two training steps (the
@@ -382,6 +382,21 @@ pub fn generate_job(
     device: Device,
     after: After,
 ) -> Result<Trace, PlanError> {
+    match after {
+        After::Nothing => generate_after::<{ After::Nothing.code() }>(arch, s, device),
+        After::Eval => generate_after::<{ After::Eval.code() }>(arch, s, device),
+        After::Merge => generate_after::<{ After::Merge.code() }>(arch, s, device),
+    }
+}
+
+/// [`generate_job`] for one phase after the steps, as a constant: the run of the training
+/// steps alone ([`generate_on`]) is generated without the phases' ops.
+fn generate_after<const AFTER: u8>(
+    arch: &Architecture,
+    s: &Settings,
+    device: Device,
+) -> Result<Trace, PlanError> {
+    let after = After::of_code(AFTER);
     arch.validate()?;
     s.validate()?;
     check_method(arch, s)?;
@@ -404,7 +419,7 @@ pub fn generate_job(
     };
     let scale = (stored / ctx.aux_weight.bytes().max(1)).max(1) as u64;
     let rank = rank::Rank::of(&run.parallel, scale);
-    Ok(program::run(&ctx, device, rank, after))
+    Ok(program::run::<AFTER>(&ctx, device, rank))
 }
 
 /// Refuses the training methods the program does not run for `arch` (the plan refuses them

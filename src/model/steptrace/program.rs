@@ -2157,13 +2157,14 @@ impl<'c, 'a> Prog<'c, 'a> {
 /// sees the sliding mask even after forward has let it go.
 type CkptIn = (X, X, X, Option<X>);
 
-/// Runs setup, inputs and two training steps, then what runs `after` them.
-pub(super) fn run(
+/// Runs setup, inputs and two training steps, then what runs after them (`AFTER`: an
+/// [`job::After::code`], a constant so that each is generated on its own).
+pub(super) fn run<const AFTER: u8>(
     ctx: &Ctx,
     device: super::Device,
     rank: super::rank::Rank,
-    after: job::After,
 ) -> Trace {
+    let after = job::After::of_code(AFTER);
     let eval_s = (after == job::After::Eval).then(|| job::eval_settings(ctx.s));
     let eval_ctx = eval_s.as_ref().map(|s| Ctx::new(ctx.arch, s));
     let mut p = Prog {

@@ -159,8 +159,9 @@ impl Judged {
 /// Plans `t` at fidelity `how`. A simulated judgement simulates only what could fit: a quick
 /// nvidia-smi figure over the capacity by more than [`QUICK_ABOVE_SIMULATED_MAX`] is out of
 /// memory under the simulation too, and keeps its quick plan (a wrong guess there can only
-/// hide a candidate, never call one fitting). A job with a phase after training on the GPU is
-/// planned whole ([`Judged`]) unless its training step is already out of memory that way.
+/// hide a candidate, never call one fitting). The whole job is planned ([`Judged`]: a phase
+/// after training that runs on the GPU replayed on the GPU's capacity) unless the training step
+/// is already out of memory that way.
 pub(crate) fn judge(
     arch: &Architecture,
     t: &Settings,
@@ -175,12 +176,12 @@ pub(crate) fn judge(
     } else {
         Fidelity::Simulated.plan(arch, t).ok()?
     };
-    let (need_bytes, peak_bytes, phase) = if t.job.runs_on_gpu_after_training() && !hopeless {
+    let (need_bytes, peak_bytes, phase) = if hopeless {
+        (p.nvidia_smi_bytes, p.peak_allocated_bytes, "train")
+    } else {
         let job = crate::model::job::plan_job_within(arch, t, &p, capacity).ok()?;
         let d = job.deciding();
         (d.gpu_peak_bytes, d.allocated_bytes, d.name)
-    } else {
-        (p.nvidia_smi_bytes, p.peak_allocated_bytes, "train")
     };
     Some(Judged {
         need_bytes,

@@ -24,7 +24,9 @@ use crate::model::ctx::Ctx;
 use crate::model::steptrace::tape::Mode;
 use crate::model::steptrace::{StepPhase, What};
 
-/// What runs after the two training steps.
+/// What runs after the two training steps. The program is generated for each as a constant
+/// ([`After::code`]), so a run of the training steps alone carries none of the phases' ops:
+/// the planner page's first bundle plans only that.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum After {
     /// Nothing: the training step alone.
@@ -33,6 +35,26 @@ pub enum After {
     Eval,
     /// peft's `merge_and_unload` on the GPU.
     Merge,
+}
+
+impl After {
+    /// The constant the program is generated with.
+    pub const fn code(self) -> u8 {
+        match self {
+            After::Nothing => 0,
+            After::Eval => 1,
+            After::Merge => 2,
+        }
+    }
+
+    /// The phase of a [`After::code`].
+    pub const fn of_code(code: u8) -> After {
+        match code {
+            1 => After::Eval,
+            2 => After::Merge,
+            _ => After::Nothing,
+        }
+    }
 }
 
 /// The step after which the job's phases run, as the trace numbers it.

@@ -237,8 +237,6 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("compute_metrics: every batch's logits (# GiB a batch) and labels stay on the GPU, concatenated, for # batches (eval_accumulation_steps # moves them to the host)", "compute_metrics：每个批的 logits（每批 # GiB）和 labels 都拼接起来留在 GPU 上，共 # 个批（eval_accumulation_steps # 把它们移到主机内存）"),
     ("export_device cpu: the adapters are merged into a #-bit copy of the base in host memory (LLaMA-Factory's export), in a separate run; the GPU is not used", "export_device cpu：在单独的一次运行中，把适配器合并到主机内存中的 # 位基座副本上（LLaMA-Factory 的导出）；不使用 GPU"),
     ("on this GPU the allocator finds the device full # times and gives its cached free segments back before it can go on (slow: every cudaFree synchronizes)", "在这张 GPU 上，分配器 # 次发现显存已满，先归还缓存的空闲段才能继续（较慢：每次 cudaFree 都会同步）"),
-    ("on this GPU the run stops with PyTorch's error: CUDA out of memory. Tried to allocate # GiB. GPU # has a total capacity of # GiB of which # GiB is free. Of the allocated memory # GiB is allocated by PyTorch, and # GiB is reserved by PyTorch but unallocated.", "在这张 GPU 上运行会以 PyTorch 的错误中止：CUDA out of memory. Tried to allocate # GiB. GPU # has a total capacity of # GiB of which # GiB is free. Of the allocated memory # GiB is allocated by PyTorch, and # GiB is reserved by PyTorch but unallocated."),
-    ("on this GPU the run stops with PyTorch's error: CUDA out of memory. Tried to allocate # MiB. GPU # has a total capacity of # GiB of which # MiB is free. Of the allocated memory # GiB is allocated by PyTorch, and # MiB is reserved by PyTorch but unallocated.", "在这张 GPU 上运行会以 PyTorch 的错误中止：CUDA out of memory. Tried to allocate # MiB. GPU # has a total capacity of # GiB of which # MiB is free. Of the allocated memory # GiB is allocated by PyTorch, and # MiB is reserved by PyTorch but unallocated."),
     ("peft's merge_and_unload on the training GPU after training: the optimizer still holds its states and the adapters; each adapted Linear's delta B·A is made and added in turn", "训练后在训练所用的 GPU 上运行 peft 的 merge_and_unload：优化器仍持有其状态和适配器；依次为每个被适配的 Linear 生成增量 B·A 并加到权重上"),
     ("prediction_loss_only: each batch's logits are freed after its loss (Trainer's choice when no compute_metrics is given)", "prediction_loss_only：每个批的 logits 在算完 loss 后释放（未给出 compute_metrics 时 Trainer 的选择）"),
     ("save_only_model: no optimizer states in the checkpoint", "save_only_model：检查点中不含优化器状态"),
@@ -256,4 +254,5 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("the largest optimizer state copied to the host by torch.save", "torch.save 拷到主机内存的最大一个优化器状态"),
     ("the merged weight's host copy before it is quantized again", "合并后权重在重新量化前的主机副本"),
     ("weights and optimizer states between steps", "两步之间的权重和优化器状态"),
+    ("on this GPU the run stops with PyTorch's error: {=}", "在这张 GPU 上运行会以 PyTorch 的错误中止：{=}"),
 ];

@@ -262,7 +262,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("A run whose training step fits can still run out of memory at its first evaluation, while saving a checkpoint, or when the adapters are merged. Each phase with its GPU and host-memory peak; the largest GPU peak decides the verdict.", "训练步放得下的任务，仍可能在第一次评估、保存检查点或合并适配器时显存不足。下面列出每个阶段的 GPU 与主机内存峰值；GPU 峰值最大的阶段决定结论。"),
     ("Working out the phases after training (each is a run of its own)…", "正在计算训练之后的各阶段（每个阶段都要单独模拟一遍）…"),
     ("decides", "决定结论"),
-    ("GPU ", "GPU "),
+    ("GPU ", "GPU 显存 "),
     (" · host ", " · 主机内存 "),
     ("terms, formulas and notes", "各项、公式与说明"),
     ("The phase's terms (scrolls sideways)", "该阶段的各项（可横向滚动）"),
@@ -280,4 +280,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("decided by the checkpoint save", "由保存检查点阶段决定"),
     ("decided by the merge of the adapters", "由合并适配器阶段决定"),
     ("unset", "未设置"),
+    ("What fits: this job evaluates or merges on the GPU", "能放下的改法：此任务在 GPU 上评估或合并"),
+    ("Each change is judged with the whole job, its phases after training included: ", "每项改动都按整个任务（包括训练之后的阶段）来判断："),
+    ("the changes one by one ↓", "逐项改动 ↓"),
+    ("the training step's; the phases after training are being planned…", "这是训练步的结论；训练之后的阶段正在计算…"),
 ];
