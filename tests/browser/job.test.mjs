@@ -47,7 +47,9 @@ test("an evaluation that does not fit decides the verdict, phase by phase as the
   }
   assert.deepEqual(shown.filter((p) => p.deciding).map((p) => p.name), ["eval"]);
   assert.equal(shown.find((p) => p.name === "train").status === "oom", false, "the training step fits");
-  // The hero: out of memory, decided by the evaluation, with the CLI's headroom.
+  // The hero: out of memory, decided by the evaluation (planned by the page's worker: until it
+  // answers the page says its verdict is the training step's), with the CLI's headroom.
+  await page.waitForSelector('[data-testid="verdict"][data-scope="job"]', { timeout: 30000 });
   assert.equal(await page.getAttribute('[data-testid="verdict"]', "data-status"), "oom");
   assert.equal(await page.getAttribute('[data-testid="verdict"]', "data-phase"), "eval");
   assert.equal(await page.isVisible('[data-testid="deciding-phase"]'), true);
