@@ -42,14 +42,9 @@ pub(crate) fn setting_controls(
     state: RwSignal<UiState>,
     then: Option<fn(&mut Settings)>,
 ) -> impl IntoView {
-    names
-        .iter()
-        .filter_map(|n| fields::by_name(n))
-        .map(move |field| {
-            let hidden = flag(move || state.with(|st| !layout::relevant(field.name, &st.settings)));
-            view! { <div class="cond" class:hidden=hidden><FieldControl field=field state=state then=then /></div> }
-        })
-        .collect_view()
+    controls_of(names, state, move |field| {
+        view! { <FieldControl field=field state=state then=then /> }
+    })
 }
 
 /// [`setting_controls`] for the sections, where settings typed in (a number without a slider:
@@ -59,18 +54,31 @@ pub(crate) fn setting_controls_typed(
     state: RwSignal<UiState>,
     then: Option<fn(&mut Settings)>,
 ) -> impl IntoView {
+    controls_of(
+        names,
+        state,
+        move |field| match crate::web::controls::typed_control(field, state, then) {
+            Some(c) => leptos::either::Either::Left(c),
+            None => leptos::either::Either::Right(
+                view! { <FieldControl field=field state=state then=then /> },
+            ),
+        },
+    )
+}
+
+/// Each named setting's `control`, hidden while it means nothing ([`layout::relevant`]).
+/// Generic, so the page's bundle carries only the controls it draws.
+fn controls_of<V: IntoView + 'static>(
+    names: &'static [&'static str],
+    state: RwSignal<UiState>,
+    control: impl Fn(&'static fields::Field) -> V + 'static,
+) -> impl IntoView {
     names
         .iter()
         .filter_map(|n| fields::by_name(n))
         .map(move |field| {
             let hidden = flag(move || state.with(|st| !layout::relevant(field.name, &st.settings)));
-            let control = match crate::web::controls::typed_control(field, state, then) {
-                Some(c) => leptos::either::Either::Left(c),
-                None => leptos::either::Either::Right(
-                    view! { <FieldControl field=field state=state then=then /> },
-                ),
-            };
-            view! { <div class="cond" class:hidden=hidden>{control}</div> }
+            view! { <div class="cond" class:hidden=hidden>{control(field)}</div> }
         })
         .collect_view()
 }
