@@ -276,7 +276,7 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
 impl PlanArgs {
     fn gpu(&self) -> (String, u128, bool) {
         match &self.gpu {
-            GpuChoice::Catalog(g) => (g.name.clone(), g.capacity_bytes(), g.bf16 != Some(false)),
+            GpuChoice::Catalog(g) => (g.name.clone(), g.capacity_bytes(), g.bf16_ok()),
             GpuChoice::Custom(gib) => (
                 format!("custom {gib} GiB GPU"),
                 (gib * report::GIB) as u128,

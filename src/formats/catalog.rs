@@ -48,6 +48,12 @@ pub struct GpuEntry {
 }
 
 impl GpuEntry {
+    /// Whether the GPU computes in bf16 (unknown counts as yes: the catalog says `false` for
+    /// the cards that do not).
+    pub fn bf16_ok(&self) -> bool {
+        self.bf16 != Some(false)
+    }
+
     /// Memory in bytes (GiB × 2³⁰), if known.
     pub fn memory_bytes(&self) -> Option<u128> {
         self.memory_gib

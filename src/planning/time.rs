@@ -223,7 +223,7 @@ pub fn estimate(
     const FALLBACK: &str = "fp32 (no tensor figure in the catalog: conservative)";
     let fp32 = gpu.fp32_tflops.map(|p| (p, FALLBACK));
     let (peak, kind) = match low {
-        Some(Dtype::Bf16) if gpu.bf16 != Some(false) => gpu
+        Some(Dtype::Bf16) if gpu.bf16_ok() => gpu
             .bf16_tflops_dense
             .or(gpu.fp16_tflops_dense)
             .map(|p| (p, "dense bf16 tensor"))

@@ -127,7 +127,7 @@ pub fn App(
             </header>
             {notice_list(notices)}
             <main data-reserve=move || reserve_state(simulated, eval)>
-                <Hero eval=eval state=state advice=advice />
+                <Hero eval=eval state=state advice=advice query=query />
                 <Essentials state=state />
                 <SectionsLauncher state=state query=query />
             </main>
@@ -302,6 +302,9 @@ fn Hero(
     /// How that advice is judged (with `state`).
     #[prop(optional)]
     advice: Option<Memo<crate::planning::fit::Fidelity>>,
+    /// The link of the state (with `state`): what the advice is asked for.
+    #[prop(optional)]
+    query: Option<Memo<String>>,
 ) -> impl IntoView {
     let focused: RwSignal<Option<&'static str>> = RwSignal::new(None);
     let status = text(move || read(eval, |e| e.verdict.status.name().into()));
@@ -354,7 +357,7 @@ fn Hero(
             <div class="bar-wrap" class:hidden=failed>
                 <BreakdownBar hero=hero focused=Some(focused) eval=eval />
             </div>
-            {state.zip(advice).map(|(state, how)| view! { <super::panels::BestFix state=state eval=eval how=how /> })}
+            {state.zip(advice).zip(query).map(|((state, how), query)| view! { <super::panels::BestFix state=state eval=eval how=how query=query /> })}
             <p class="fineprint" class:hidden=failed>
                 <span data-testid="per-gpu">{shown(eval, |e| if e.plan.world_size > 1 { format!("per GPU · {} GPUs ({} across them) · effective batch {}", e.plan.world_size, gib(e.plan.nvidia_smi_bytes_all_gpus()), e.plan.effective_batch) } else { format!("for one GPU · effective batch {}", e.plan.effective_batch) })}</span>
                 {t(" · peak in ")}<span data-testid="peak-phase">{shown(eval, |e| e.plan.peak_phase.name().into())}" — "{shown(eval, |e| e.plan.peak_moment.clone())}</span>

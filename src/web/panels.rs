@@ -28,7 +28,7 @@ use crate::web::lang::{t, ts, tx};
 fn bf16_ok(state: RwSignal<UiState>) -> bool {
     state.with(|st| {
         catalog::find_gpu(&st.gpu)
-            .map(|g| g.bf16 != Some(false))
+            .map(|g| g.bf16_ok())
             .unwrap_or(true)
     })
 }
@@ -56,42 +56,20 @@ pub fn BestFix(
     /// How advice is judged ([`crate::web::settle::advice_fidelity`]): asked for once it is
     /// simulated (the state is still).
     how: Memo<Fidelity>,
+    /// The link of the state: what the worker is asked for.
+    query: Memo<String>,
 ) -> impl IntoView {
+    use crate::web::worker::{answer_for, answers};
     use crate::web::worker_answers::{read_best_fix, Best};
     let needs = Memo::new(move |_| read(eval, |e| e.verdict.status != Status::Fits));
-    let query = Memo::new(move |_| state.with(crate::web::link::encode));
-    let answered: RwSignal<Option<(String, Best)>> = RwSignal::new(None);
-    Effect::new(move |_| {
-        if !needs.get() || how.get() != Fidelity::Simulated {
-            return;
-        }
-        let q = query.get();
-        if answered.with_untracked(|a| a.as_ref().is_some_and(|(aq, _)| *aq == q)) {
-            return;
-        }
-        spawn_local(async move {
-            let job = crate::web::worker::Job::new("best")
-                .with("query", &wasm_bindgen::JsValue::from_str(&q));
-            match job.run(|_| {}).await {
-                Ok(line) => {
-                    if let Some(b) = read_best_fix(&line) {
-                        answered.set(Some((q, b)));
-                    }
-                }
-                Err(e) => web_sys::console::warn_1(&e.into()),
-            }
-        });
-    });
+    let wanted =
+        Memo::new(move |_| (needs.get() && how.get() == Fidelity::Simulated).then(|| query.get()));
+    let answered = answers("best", wanted, read_best_fix);
     let best = Memo::new(move |_| {
         if !needs.get() {
             return None;
         }
-        let q = query.get();
-        answered.with(|a| {
-            a.as_ref()
-                .filter(|(aq, _)| *aq == q)
-                .map(|(_, b)| b.clone())
-        })
+        answer_for(answered, &query.get())
     });
     move || {
         best.get().map(|b| match b {

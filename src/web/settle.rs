@@ -76,7 +76,7 @@ pub fn with_job_verdict(
     query: Memo<String>,
     eval: Memo<Result<Evaluation, String>>,
 ) -> Memo<Result<Evaluation, String>> {
-    let answered: RwSignal<Option<(String, crate::planning::Verdict)>> = RwSignal::new(None);
+    use crate::web::worker::{answer_for, answers};
     let wanted = Memo::new(move |_| {
         let settled_step_only = eval.with(|r| {
             r.as_ref()
@@ -84,35 +84,15 @@ pub fn with_job_verdict(
         });
         settled_step_only.then(|| query.get())
     });
-    Effect::new(move |_| {
-        let Some(q) = wanted.get() else { return };
-        if answered.with_untracked(|a| a.as_ref().is_some_and(|(aq, _)| *aq == q)) {
-            return;
-        }
-        leptos::task::spawn_local(async move {
-            let job = crate::web::worker::Job::new("job")
-                .with("query", &wasm_bindgen::JsValue::from_str(&q));
-            match job.run(|_| {}).await {
-                Ok(line) => {
-                    if let Some(v) = crate::web::worker_answers::read_verdict_line(&line) {
-                        answered.set(Some((q, v)));
-                    }
-                }
-                Err(e) => web_sys::console::warn_1(&e.into()),
-            }
-        });
-    });
+    let answered = answers("job", wanted, crate::web::worker_answers::read_verdict_line);
     Memo::new(move |_| {
-        let q = query.get();
         let mut r = eval.get();
         if let Ok(e) = &mut r {
             if !e.whole_job {
-                answered.with(|a| {
-                    if let Some((_, v)) = a.as_ref().filter(|(aq, _)| *aq == q) {
-                        e.verdict = v.clone();
-                        e.whole_job = true;
-                    }
-                })
+                if let Some(v) = answer_for(answered, &query.get()) {
+                    e.verdict = v;
+                    e.whole_job = true;
+                }
             }
         }
         r

@@ -117,9 +117,9 @@ pub fn settle(st: &UiState, quick: &Evaluation) -> Result<Evaluation, String> {
 /// GPU too (the sections bundle: its job section shows them; milliseconds more).
 pub fn settle_whole_job(st: &UiState, quick: &Evaluation) -> Result<Evaluation, String> {
     let e = settle(st, quick)?;
-    let job = whole_job(st, &e.plan)?;
+    let (job, cap) = whole_job(st, &e.plan)?;
     Ok(Evaluation {
-        verdict: crate::planning::job_verdict(&job, e.verdict.capacity_bytes),
+        verdict: crate::planning::job_verdict(&job, cap),
         job: Some(job),
         whole_job: true,
         ..e
@@ -127,11 +127,16 @@ pub fn settle_whole_job(st: &UiState, quick: &Evaluation) -> Result<Evaluation, 
 }
 
 /// The job of a state whose training step is planned as `plan`, every phase planned on the
-/// state's GPU.
-fn whole_job(st: &UiState, plan: &crate::model::Plan) -> Result<crate::model::job::Job, String> {
+/// state's GPU, and that GPU's capacity.
+pub fn whole_job(
+    st: &UiState,
+    plan: &crate::model::Plan,
+) -> Result<(crate::model::job::Job, u128), String> {
     let arch = arch_of(st)?;
     let cap = catalog::find_gpu(&st.gpu)?.capacity_bytes();
-    crate::model::job::plan_job_within(&arch, &st.settings, plan, cap).map_err(|e| e.to_string())
+    let job = crate::model::job::plan_job_within(&arch, &st.settings, plan, cap)
+        .map_err(|e| e.to_string())?;
+    Ok((job, cap))
 }
 
 /// The model picker's (id, label) options matching a search (the current model always stays).

@@ -80,3 +80,47 @@ async fn answer(
     out.map(|v| v.as_string().unwrap_or_default())
         .map_err(|e| e.as_string().unwrap_or_else(|| NO_WORKER.to_string()))
 }
+
+/// The worker's answers to `job` for the page's link: each query `wanted` names (None: nothing
+/// asked) is posted once, and its answer, read by `read`, is kept with the query it answers,
+/// so a view shows it only while the state is that query's ([`answer_for`]). A failed job is
+/// reported on the console and leaves nothing.
+pub fn answers<T: Send + Sync + 'static>(
+    job: &'static str,
+    wanted: leptos::prelude::Memo<Option<String>>,
+    read: fn(&str) -> Option<T>,
+) -> leptos::prelude::RwSignal<Option<(String, T)>> {
+    use leptos::prelude::*;
+    let answered: RwSignal<Option<(String, T)>> = RwSignal::new(None);
+    Effect::new(move |_| {
+        let Some(q) = wanted.get() else { return };
+        if answered.with_untracked(|a| a.as_ref().is_some_and(|(aq, _)| *aq == q)) {
+            return;
+        }
+        leptos::task::spawn_local(async move {
+            let posted = Job::new(job).with("query", &JsValue::from_str(&q));
+            match posted.run(|_| {}).await {
+                Ok(line) => {
+                    if let Some(v) = read(&line) {
+                        answered.set(Some((q, v)));
+                    }
+                }
+                Err(e) => web_sys::console::warn_1(&e.into()),
+            }
+        });
+    });
+    answered
+}
+
+/// The answer kept in `answered` if it is the one for `query` (tracked).
+pub fn answer_for<T: Clone + Send + Sync + 'static>(
+    answered: leptos::prelude::RwSignal<Option<(String, T)>>,
+    query: &str,
+) -> Option<T> {
+    use leptos::prelude::*;
+    answered.with(|a| {
+        a.as_ref()
+            .filter(|(aq, _)| aq == query)
+            .map(|(_, v)| v.clone())
+    })
+}

@@ -10,7 +10,7 @@ use crate::formats::catalog;
 use crate::planning::fit::Fidelity;
 use crate::planning::{fixes, Status, Verdict};
 use crate::web::link;
-use crate::web::state::{arch_of, UiState};
+use crate::web::state::{arch_of, whole_job, UiState};
 
 const SEP: char = '\u{1f}';
 
@@ -26,11 +26,9 @@ fn status_of(name: &str) -> Option<Status> {
 /// The whole job's verdict for the page's link `query`: `status phase capacity headroom`.
 pub fn job_verdict_line(query: &str) -> Result<String, String> {
     let st = link::decode(query).0;
-    let arch = arch_of(&st)?;
-    let cap = catalog::find_gpu(&st.gpu)?.capacity_bytes();
-    let plan = crate::model::plan_simulated(&arch, &st.settings).map_err(|e| e.to_string())?;
-    let job = crate::model::job::plan_job_within(&arch, &st.settings, &plan, cap)
-        .map_err(|e| e.to_string())?;
+    let plan =
+        crate::model::plan_simulated(&arch_of(&st)?, &st.settings).map_err(|e| e.to_string())?;
+    let (job, cap) = whole_job(&st, &plan)?;
     let v = crate::planning::job_verdict(&job, cap);
     Ok([
         v.status.name().to_string(),
@@ -92,12 +90,11 @@ pub fn best_fix_line(query: &str) -> Result<String, String> {
     let st = link::decode(query).0;
     let arch = arch_of(&st)?;
     let g = catalog::find_gpu(&st.gpu)?;
-    let bf16_ok = g.bf16 != Some(false);
     let fix = fixes::best_combination_with(
         &arch,
         &st.settings,
         g.capacity_bytes(),
-        bf16_ok,
+        g.bf16_ok(),
         Fidelity::Simulated,
     );
     let fields: Vec<String> = match fix {

@@ -242,3 +242,33 @@ fn a_full_gpu_gives_its_cache_back_before_it_runs_out() {
     let big = lorafit::model::job::plan_job_within(&arch, &s, &train, h200).expect("job");
     assert_eq!(big.phases, roomy.phases, "nothing to give back on an H200");
 }
+
+/// The page's quick figure for the phases written as formulas is what their planned job
+/// decides with: the training step, or a ZeRO-3 save's gather on top of it.
+#[test]
+fn the_formula_phases_peak_is_their_jobs_deciding_phase() {
+    use lorafit::model::job::{formula_phases_gpu_peak, plan_job_formulas};
+    let arch = lorafit::formats::catalog::find_model("llama2-7b")
+        .expect("model")
+        .arch
+        .clone();
+    let mut zero3 = lorafit::model::Settings::default();
+    zero3.parallel.gpus_per_node = 4;
+    zero3.parallel.strategy = lorafit::model::Strategy::Zero3;
+    let mut merge = lorafit::model::Settings::default();
+    merge.job.merge = true;
+    let mut no_save = lorafit::model::Settings::default();
+    no_save.job.save_strategy = lorafit::model::job::SaveStrategy::No;
+    let mut seen = vec![];
+    for s in [lorafit::model::Settings::default(), zero3, merge, no_save] {
+        let train = lorafit::model::plan(&arch, &s).expect("plan");
+        let job = plan_job_formulas(&arch, &s, &train).expect("job");
+        let d = job.deciding();
+        assert_eq!(
+            formula_phases_gpu_peak(&arch, &s, &train),
+            (d.gpu_peak_bytes, d.name)
+        );
+        seen.push(d.name);
+    }
+    assert_eq!(seen, ["train", "save", "train", "train"]);
+}

@@ -194,7 +194,7 @@ pub fn replay_within(
             })
             .collect(),
         events: trace.events.len(),
-        alloc_retries: a.stats().num_alloc_retries,
+        alloc_retries: a.stats.num_alloc_retries,
         oom,
     }
 }

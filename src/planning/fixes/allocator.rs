@@ -4,7 +4,6 @@
 use serde::Serialize;
 
 use crate::model::{Architecture, Settings};
-use crate::planning::fit::Fidelity;
 use crate::planning::Status;
 
 /// `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, measured with PyTorch's caching allocator
@@ -19,8 +18,7 @@ pub struct AllocatorFix {
     pub reserved_before_bytes: u128,
     /// Simulated peak reserved with it.
     pub reserved_after_bytes: u128,
-    /// nvidia-smi with it: the training step's, or the job's deciding phase's when a phase after
-    /// training runs on the GPU.
+    /// nvidia-smi with it, of the job's deciding phase.
     pub nvidia_smi_bytes: u128,
     /// The job's phase that nvidia-smi figure and the verdict are of.
     pub phase: &'static str,
@@ -59,8 +57,8 @@ pub fn allocator_fix(arch: &Architecture, s: &Settings, capacity: u128) -> Optio
     {
         return None;
     }
-    // Judged as every change is: by the whole job when a phase after training runs on the GPU.
-    let judged = super::judge(arch, &t, capacity, Fidelity::Simulated)?;
+    // Judged as every change is: by its whole job, over the simulated step just planned.
+    let judged = super::judged_of(arch, &t, &after, capacity)?;
     Some(AllocatorFix {
         alloc_conf: conf,
         reserved_before_bytes: before.peak_reserved_bytes,

@@ -45,8 +45,8 @@ pub struct Fix {
     pub time_factor: f64,
     /// The settings after the change.
     pub settings: Settings,
-    /// New peak allocated bytes: the training step's, or the whole job's (its deciding phase's)
-    /// when a phase after training runs on the GPU.
+    /// New peak allocated bytes of the job's deciding phase (the training step's unless another
+    /// phase needs more on the GPU).
     pub peak_allocated_bytes: u128,
     /// New nvidia-smi estimate (of the same phase).
     pub nvidia_smi_bytes: u128,
@@ -136,10 +136,9 @@ pub(crate) fn fits_in(arch: &Architecture, s: &Settings, capacity: u128, how: Fi
 /// above (`tests/it/planning.rs` checks a sample); it is usually below.
 pub const QUICK_ABOVE_SIMULATED_MAX: f64 = 0.05;
 
-/// A candidate as the advice judges it: the figures its verdict is taken from —
-/// the training step's, or, when a phase after training runs on the GPU (evaluation, a merge
-/// on the GPU), the whole job's largest phase, so a change that fits the step but not the
-/// evaluation is not called fitting.
+/// A candidate as the advice judges it: the figures of its job's largest phase on the GPU, so a
+/// change that fits the training step but not the evaluation (or a merge on the GPU) is not
+/// called fitting.
 pub(crate) struct Judged {
     /// The deciding phase's nvidia-smi figure.
     pub need_bytes: u128,
@@ -176,17 +175,29 @@ pub(crate) fn judge(
     } else {
         Fidelity::Simulated.plan(arch, t).ok()?
     };
-    let (need_bytes, peak_bytes, phase) = if hopeless {
-        (p.nvidia_smi_bytes, p.peak_allocated_bytes, "train")
-    } else {
-        let job = crate::model::job::plan_job_within(arch, t, &p, capacity).ok()?;
-        let d = job.deciding();
-        (d.gpu_peak_bytes, d.allocated_bytes, d.name)
-    };
+    if hopeless {
+        return Some(Judged {
+            need_bytes: p.nvidia_smi_bytes,
+            peak_bytes: p.peak_allocated_bytes,
+            phase: "train",
+        });
+    }
+    judged_of(arch, t, &p, capacity)
+}
+
+/// `t`, whose training step is planned as `p`, judged by its whole job on a GPU of `capacity`.
+pub(crate) fn judged_of(
+    arch: &Architecture,
+    t: &Settings,
+    p: &crate::model::Plan,
+    capacity: u128,
+) -> Option<Judged> {
+    let job = crate::model::job::plan_job_within(arch, t, p, capacity).ok()?;
+    let d = job.deciding();
     Some(Judged {
-        need_bytes,
-        peak_bytes,
-        phase,
+        need_bytes: d.gpu_peak_bytes,
+        peak_bytes: d.allocated_bytes,
+        phase: d.name,
     })
 }
 
