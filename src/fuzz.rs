@@ -128,6 +128,7 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                     Default::default()
                 },
                 mla: Default::default(),
+                linear: Default::default(),
             };
             let s = Settings {
                 target_parameters: if w[11] & 1024 != 0 {

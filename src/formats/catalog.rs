@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::unused::Parsed;
 use crate::formats::json::{self, Json};
-use crate::model::arch::{Family, MlaConfig, MoeConfig};
+use crate::model::arch::{Family, LayerType, LinearAttnConfig, MlaConfig, MoeConfig};
 use crate::model::Architecture;
 
 /// A catalog model: architecture numbers and where they come from.
@@ -147,6 +147,29 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
             qk_rope_head_dim: u("qk_rope_head_dim"),
             v_head_dim: u("v_head_dim"),
         },
+        linear: LinearAttnConfig {
+            layer_types: match v.field("layer_types") {
+                None => None,
+                Some(a) => Some(
+                    a.as_array()?
+                        .iter()
+                        .map(|t| match t.as_str()? {
+                            "linear_attention" => Some(LayerType::Linear),
+                            "full_attention" => Some(LayerType::Full),
+                            _ => None,
+                        })
+                        .collect::<Option<_>>()?,
+                ),
+            },
+            full_attention_interval: u("full_attention_interval"),
+            linear_num_key_heads: u("linear_num_key_heads"),
+            linear_num_value_heads: u("linear_num_value_heads"),
+            linear_key_head_dim: u("linear_key_head_dim"),
+            linear_value_head_dim: u("linear_value_head_dim"),
+            linear_conv_kernel_dim: u("linear_conv_kernel_dim"),
+            attn_output_gate: b("attn_output_gate"),
+            partial_rotary_factor: f("partial_rotary_factor"),
+        },
     };
     Some(ModelEntry {
         arch,
@@ -248,6 +271,9 @@ pub fn find_gpu(name: &str) -> Result<&'static GpuEntry, String> {
 pub fn resolve_model(v: &Value) -> Result<Parsed<Architecture>, String> {
     match v {
         Value::String(name) => Ok(Parsed::all_used(find_model(name)?.arch.clone())),
+        Value::Object(_) if super::config_json::looks_like_config(v) => {
+            super::config_json::parse_config_value(v)
+        }
         Value::Object(_) => {
             let arch = architecture_numbers(v)?;
             let ignored = super::unused::probe(v, &architecture_numbers);
@@ -261,8 +287,13 @@ pub fn resolve_model(v: &Value) -> Result<Parsed<Architecture>, String> {
 }
 
 fn architecture_numbers(v: &Value) -> Result<Architecture, String> {
-    let arch: Architecture =
+    let mut arch: Architecture =
         serde_json::from_value(v.clone()).map_err(|e| format!("invalid model: {e}"))?;
+    if arch.family.layout().hybrid.is_none() {
+        // Only hybrid families read the linear-attention keys (Gemma's and gpt-oss's
+        // `layer_types` name sliding windows, which the family's row decides).
+        arch.linear = Default::default();
+    }
     arch.validate().map_err(|e| e.to_string())?;
     Ok(arch)
 }

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::unused::Parsed;
-use crate::model::arch::{MlaConfig, MoeConfig};
+use crate::model::arch::{LayerType, LinearAttnConfig, MlaConfig, MoeConfig};
 use crate::model::{Architecture, Family};
 
 /// Largest config accepted (real ones are a few KiB).
@@ -105,6 +105,26 @@ pub fn parse_config(text: &str) -> Result<Parsed<Architecture>, String> {
     })
 }
 
+/// A config.json already parsed as JSON (an estimate line's `model` as the Hub serves it): the
+/// architecture and the keys that shaped nothing.
+pub fn parse_config_value(root: &Value) -> Result<Parsed<Architecture>, String> {
+    let arch = from_config(root)?;
+    Ok(Parsed {
+        value: arch,
+        ignored: super::unused::probe(root, &from_config),
+    })
+}
+
+/// Whether a JSON object reads as a config.json (it names its `model_type`, its
+/// `architectures` or nests a `text_config`) rather than lorafit's own architecture numbers
+/// (which name a `family`).
+pub fn looks_like_config(v: &Value) -> bool {
+    v.get("family").is_none()
+        && (v.get("model_type").is_some()
+            || v.get("architectures").is_some()
+            || v.get("text_config").is_some())
+}
+
 /// The architecture of a parsed config.json.
 fn from_config(root: &Value) -> Result<Architecture, String> {
     if !root.is_object() {
@@ -202,9 +222,53 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
         final_logit_softcapping: optional_f64(cfg, "final_logit_softcapping")?,
         moe: moe_config(cfg, family)?,
         mla: mla_config(cfg, family)?,
+        linear: linear_config(cfg, family)?,
     };
     arch.validate().map_err(|e| e.to_string())?;
     Ok(arch)
+}
+
+/// The linear-attention keys of a hybrid family's config.json (none for other families: Gemma's
+/// `layer_types` name sliding windows, which the family's row decides).
+fn linear_config(cfg: &Value, family: Family) -> Result<LinearAttnConfig, String> {
+    if family.layout().hybrid.is_none() {
+        return Ok(LinearAttnConfig::default());
+    }
+    let layer_types = match cfg.get("layer_types") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .map(|t| match t.as_str() {
+                    Some("linear_attention") => Ok(LayerType::Linear),
+                    Some("full_attention") => Ok(LayerType::Full),
+                    _ => Err(format!(
+                        "\"layer_types\" entries must be \"linear_attention\" or \"full_attention\", got {}",
+                        short(t)
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Some(x) => return Err(format!("\"layer_types\" must be a list, got {}", short(x))),
+    };
+    // transformers 5 keeps the factor in `rope_parameters` (older exports: at the top level).
+    let rope = cfg
+        .get("rope_parameters")
+        .filter(|r| r.get("partial_rotary_factor").is_some());
+    let partial_rotary_factor = match rope {
+        Some(r) => optional_f64(r, "partial_rotary_factor")?,
+        None => optional_f64(cfg, "partial_rotary_factor")?,
+    };
+    Ok(LinearAttnConfig {
+        layer_types,
+        full_attention_interval: optional_positive(cfg, "full_attention_interval")?,
+        linear_num_key_heads: optional_positive(cfg, "linear_num_key_heads")?,
+        linear_num_value_heads: optional_positive(cfg, "linear_num_value_heads")?,
+        linear_key_head_dim: optional_positive(cfg, "linear_key_head_dim")?,
+        linear_value_head_dim: optional_positive(cfg, "linear_value_head_dim")?,
+        linear_conv_kernel_dim: optional_positive(cfg, "linear_conv_kernel_dim")?,
+        attn_output_gate: optional_bool(cfg, "attn_output_gate")?,
+        partial_rotary_factor,
+    })
 }
 
 /// The first of `keys` present (and not null) as a positive integer.

@@ -8,17 +8,98 @@ use super::names::names;
 use super::error::PlanError;
 
 pub use super::family::{
-    AttentionKind, DenseLayers, Family, FamilyLayout, KwargsOrder, MoeLayout, NormKind, QkNorm,
-    Renorm, Sliding,
+    AttentionKind, DenseLayers, Family, FamilyLayout, HybridLayout, KwargsOrder, MoeLayout,
+    NormKind, QkNorm, Renorm, Sliding,
 };
 
-/// Which kind of feed-forward block a decoder layer has.
+/// Which kind of decoder layer: its token mixer and its feed-forward block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LayerKind {
-    /// A dense MLP (gate, up, down Linear layers).
+    /// Full attention and a dense MLP (gate, up, down Linear layers).
     Dense,
-    /// A router and routed experts (plus shared experts where the family has them).
+    /// Full attention, a router and routed experts (plus shared experts where the family has
+    /// them).
     Moe,
+    /// Gated DeltaNet linear attention and a dense MLP (a hybrid family's linear layers).
+    Linear,
+}
+
+/// A hybrid model's token mixer of one layer (config.json's `layer_types` entries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LayerType {
+    /// Softmax attention over the whole sequence.
+    #[serde(rename = "full_attention")]
+    Full,
+    /// Gated DeltaNet linear attention.
+    #[serde(rename = "linear_attention")]
+    Linear,
+}
+
+/// The config.json numbers of a hybrid linear-attention model (Qwen3.5's `text_config`), each
+/// under its config.json key; a missing number takes the config class's default.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinearAttnConfig {
+    /// Each layer's token mixer.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_layer_types"
+    )]
+    pub layer_types: Option<Vec<LayerType>>,
+    /// Without `layer_types`: every `full_attention_interval`-th layer is full attention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_attention_interval: Option<u64>,
+    /// Gated DeltaNet query/key heads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear_num_key_heads: Option<u64>,
+    /// Gated DeltaNet value heads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear_num_value_heads: Option<u64>,
+    /// Gated DeltaNet query/key head width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear_key_head_dim: Option<u64>,
+    /// Gated DeltaNet value head width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear_value_head_dim: Option<u64>,
+    /// The depthwise causal convolution's kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear_conv_kernel_dim: Option<u64>,
+    /// Full attention's sigmoid output gate (q_proj twice as wide).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_output_gate: Option<bool>,
+    /// The part of each head that rotates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_rotary_factor: Option<f64>,
+}
+
+/// Gated DeltaNet widths with the config class's defaults applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gdn {
+    /// Query/key heads.
+    pub key_heads: u64,
+    /// Value heads (a multiple of the key heads).
+    pub value_heads: u64,
+    /// Query/key head width.
+    pub key_dim: u64,
+    /// Value head width.
+    pub value_dim: u64,
+    /// Convolution kernel.
+    pub conv_kernel: u64,
+}
+
+impl Gdn {
+    /// Width of all query (or key) heads.
+    pub fn key_width(&self) -> u64 {
+        self.key_heads * self.key_dim
+    }
+    /// Width of all value heads.
+    pub fn value_width(&self) -> u64 {
+        self.value_heads * self.value_dim
+    }
+    /// Channels of the causal convolution (q, k and v: `in_proj_qkv`'s output).
+    pub fn conv_dim(&self) -> u64 {
+        2 * self.key_width() + self.value_width()
+    }
 }
 
 /// The architecture numbers of one model, as in its config.json.
@@ -63,6 +144,9 @@ pub struct Architecture {
     /// DeepSeek's multi-head latent attention numbers (config.json keys; empty otherwise).
     #[serde(flatten)]
     pub mla: MlaConfig,
+    /// A hybrid model's linear-attention numbers (config.json keys; empty otherwise).
+    #[serde(flatten)]
+    pub linear: LinearAttnConfig,
 }
 
 /// The config.json numbers of a mixture-of-experts model, each under its config.json key
@@ -169,6 +253,21 @@ pub enum Target {
     Up,
     /// down_proj
     Down,
+    /// Gated DeltaNet's in_proj_qkv
+    #[serde(rename = "in_proj_qkv")]
+    InProjQkv,
+    /// Gated DeltaNet's in_proj_z (the output gate)
+    #[serde(rename = "in_proj_z")]
+    InProjZ,
+    /// Gated DeltaNet's in_proj_b (β)
+    #[serde(rename = "in_proj_b")]
+    InProjB,
+    /// Gated DeltaNet's in_proj_a (the decay)
+    #[serde(rename = "in_proj_a")]
+    InProjA,
+    /// Gated DeltaNet's out_proj
+    #[serde(rename = "out_proj")]
+    OutProj,
 }
 
 names!(Target {
@@ -179,9 +278,56 @@ names!(Target {
     Gate => "gate" | "gate_proj",
     Up => "up" | "up_proj",
     Down => "down" | "down_proj",
+    InProjQkv => "in_proj_qkv",
+    InProjZ => "in_proj_z",
+    InProjB => "in_proj_b",
+    InProjA => "in_proj_a",
+    OutProj => "out_proj",
 });
 
-impl Target {}
+impl Target {
+    /// The module name peft matches (`q_proj`, `in_proj_qkv`, …).
+    pub fn module_name(self) -> &'static str {
+        match self {
+            Target::Q => "q_proj",
+            Target::K => "k_proj",
+            Target::V => "v_proj",
+            Target::O => "o_proj",
+            Target::Gate => "gate_proj",
+            Target::Up => "up_proj",
+            Target::Down => "down_proj",
+            Target::InProjQkv => "in_proj_qkv",
+            Target::InProjZ => "in_proj_z",
+            Target::InProjB => "in_proj_b",
+            Target::InProjA => "in_proj_a",
+            Target::OutProj => "out_proj",
+        }
+    }
+}
+
+/// config.json's `layer_types`, read leniently: a list of names (`linear_attention` is a Gated
+/// DeltaNet layer, any other kind — full, sliding, chunked — attends), anything else nothing.
+/// Only hybrid families read it.
+fn lenient_layer_types<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<LayerType>>, D::Error> {
+    let v = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(v.and_then(|v| {
+        v.as_array().and_then(|a| {
+            a.iter()
+                .map(|t| {
+                    t.as_str().map(|s| {
+                        if s == "linear_attention" {
+                            LayerType::Linear
+                        } else {
+                            LayerType::Full
+                        }
+                    })
+                })
+                .collect()
+        })
+    }))
+}
 
 /// Upper bounds that keep every byte count far from overflow (u128 arithmetic).
 const MAX_DIM: u64 = 1 << 20;
@@ -250,6 +396,7 @@ impl Architecture {
             }
         }
         self.validate_moe()?;
+        self.validate_linear()?;
         for (field, v) in [
             ("attn_logit_softcapping", self.attn_logit_softcapping),
             ("final_logit_softcapping", self.final_logit_softcapping),
@@ -328,6 +475,127 @@ impl Architecture {
             return bad("mlp_only_layers", "lists too many layers".into());
         }
         Ok(())
+    }
+
+    /// Range checks of a hybrid model's linear-attention numbers.
+    fn validate_linear(&self) -> Result<(), PlanError> {
+        let bad =
+            |field: &'static str, why: String| Err(PlanError::InvalidArchitecture { field, why });
+        let Some(g) = self.gdn() else {
+            return Ok(());
+        };
+        let l = &self.linear;
+        for (field, v) in [
+            ("linear_num_key_heads", g.key_heads),
+            ("linear_num_value_heads", g.value_heads),
+            ("linear_key_head_dim", g.key_dim),
+            ("linear_value_head_dim", g.value_dim),
+            ("linear_conv_kernel_dim", g.conv_kernel),
+            ("full_attention_interval", l.full_attention_interval.unwrap_or(1)),
+        ] {
+            if v == 0 {
+                return bad(field, "must be at least 1".into());
+            }
+            if v > MAX_DIM {
+                return bad(field, format!("{v} is larger than {MAX_DIM}"));
+            }
+        }
+        if g.value_heads % g.key_heads != 0 {
+            return bad(
+                "linear_num_value_heads",
+                format!(
+                    "{} is not a multiple of linear_num_key_heads ({})",
+                    g.value_heads, g.key_heads
+                ),
+            );
+        }
+        if let Some(t) = &l.layer_types {
+            if t.len() as u64 != self.num_hidden_layers {
+                return bad(
+                    "layer_types",
+                    format!(
+                        "lists {} layers; num_hidden_layers is {}",
+                        t.len(),
+                        self.num_hidden_layers
+                    ),
+                );
+            }
+        }
+        if let Some(f) = l.partial_rotary_factor {
+            if !(f > 0.0 && f <= 1.0) {
+                return bad(
+                    "partial_rotary_factor",
+                    format!("{f} must be above 0 and at most 1"),
+                );
+            }
+        }
+        if self.rotary_dim() % 2 == 1 || self.rotary_dim() == 0 {
+            return bad(
+                "partial_rotary_factor",
+                format!(
+                    "rotates {} of head_dim {}: must be a positive even width",
+                    self.rotary_dim(),
+                    self.head_dim()
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// The Gated DeltaNet widths of a hybrid family, with the config class's defaults.
+    pub fn gdn(&self) -> Option<Gdn> {
+        let h = self.family.layout().hybrid?;
+        let l = &self.linear;
+        Some(Gdn {
+            key_heads: l.linear_num_key_heads.unwrap_or(h.default_key_heads),
+            value_heads: l.linear_num_value_heads.unwrap_or(h.default_value_heads),
+            key_dim: l.linear_key_head_dim.unwrap_or(h.default_key_head_dim),
+            value_dim: l.linear_value_head_dim.unwrap_or(h.default_value_head_dim),
+            conv_kernel: l.linear_conv_kernel_dim.unwrap_or(h.default_conv_kernel),
+        })
+    }
+
+    /// Whether layer `li` (0-based) is a Gated DeltaNet layer of a hybrid model: as
+    /// `layer_types` says, else every layer but each `full_attention_interval`-th.
+    pub fn is_linear_layer(&self, li: u64) -> bool {
+        let Some(h) = self.family.layout().hybrid else {
+            return false;
+        };
+        match &self.linear.layer_types {
+            Some(t) => t.get(li as usize) == Some(&LayerType::Linear),
+            None => {
+                let every = self
+                    .linear
+                    .full_attention_interval
+                    .unwrap_or(h.default_interval)
+                    .max(1);
+                (li + 1) % every != 0
+            }
+        }
+    }
+
+    /// Full attention's q_proj also projects the sigmoid output gate (Qwen3.5).
+    pub fn attn_output_gate(&self) -> bool {
+        self.family
+            .layout()
+            .hybrid
+            .is_some_and(|h| self.linear.attn_output_gate.unwrap_or(h.output_gate))
+    }
+
+    /// The rotating part of each head (`head_dim × partial_rotary_factor` for hybrid
+    /// families, else the whole head).
+    pub fn rotary_dim(&self) -> u64 {
+        match self.family.layout().hybrid {
+            Some(h) => match self.linear.partial_rotary_factor {
+                // transformers: `int(head_dim * partial_rotary_factor)`.
+                Some(f) => (self.head_dim() as f64 * f) as u64,
+                None => {
+                    let (n, d) = h.default_partial_rotary;
+                    self.head_dim() * n / d.max(1)
+                }
+            },
+            None => self.head_dim(),
+        }
     }
 
     /// Key/value heads (defaults to the query heads).
@@ -438,8 +706,11 @@ impl Architecture {
         }
     }
 
-    /// The feed-forward kind of decoder layer `li` (0-based).
+    /// The kind of decoder layer `li` (0-based).
     pub fn layer_kind(&self, li: u64) -> LayerKind {
+        if self.is_linear_layer(li) {
+            return LayerKind::Linear;
+        }
         let Some(m) = self.moe_layout() else {
             return LayerKind::Dense;
         };
@@ -470,9 +741,18 @@ impl Architecture {
             .count() as u128
     }
 
-    /// Decoder layers with a dense MLP.
+    /// Gated DeltaNet layers (hybrid families).
+    pub fn linear_layers(&self) -> u128 {
+        if self.family.layout().hybrid.is_none() {
+            return 0;
+        }
+        let l = self.num_hidden_layers.min(MAX_LAYERS);
+        (0..l).filter(|&i| self.is_linear_layer(i)).count() as u128
+    }
+
+    /// Full-attention decoder layers with a dense MLP.
     pub fn dense_layers(&self) -> u128 {
-        self.num_hidden_layers as u128 - self.moe_layers()
+        self.num_hidden_layers as u128 - self.moe_layers() - self.linear_layers()
     }
 
     /// Each kind of layer present with its count (dense first).
@@ -480,6 +760,7 @@ impl Architecture {
         [
             (LayerKind::Dense, self.dense_layers()),
             (LayerKind::Moe, self.moe_layers()),
+            (LayerKind::Linear, self.linear_layers()),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)
@@ -525,10 +806,12 @@ impl Architecture {
     pub fn block_linears(&self, kind: LayerKind) -> Vec<LinearShape> {
         let h = self.hidden_size as u128;
         let i = match kind {
-            LayerKind::Dense => self.intermediate_size as u128,
+            LayerKind::Dense | LayerKind::Linear => self.intermediate_size as u128,
             LayerKind::Moe => self.shared_width(),
         };
         let (qd, kvd) = (self.q_dim(), self.kv_dim());
+        // Qwen3.5's q_proj also projects the output gate.
+        let q_out = if self.attn_output_gate() { 2 * qd } else { qd };
         let bias = self.has_qkv_bias();
         let o_bias = self.family.layout().o_bias && bias;
         use Target::*;
@@ -617,11 +900,39 @@ impl Architecture {
                 });
                 v
             }
+            None if kind == LayerKind::Linear => {
+                let g = self.gdn().unwrap_or(Gdn {
+                    key_heads: 1,
+                    value_heads: 1,
+                    key_dim: 1,
+                    value_dim: 1,
+                    conv_kernel: 1,
+                });
+                let (conv, vw, vh) = (
+                    g.conv_dim() as u128,
+                    g.value_width() as u128,
+                    g.value_heads as u128,
+                );
+                let lin = |name, in_features, out_features, selected_by| LinearShape {
+                    name,
+                    in_features,
+                    out_features,
+                    selected_by,
+                    bias: false,
+                };
+                vec![
+                    lin("in_proj_qkv", h, conv, &[InProjQkv]),
+                    lin("in_proj_z", h, vw, &[InProjZ]),
+                    lin("in_proj_b", h, vh, &[InProjB]),
+                    lin("in_proj_a", h, vh, &[InProjA]),
+                    lin("out_proj", vw, h, &[OutProj]),
+                ]
+            }
             None => vec![
                 LinearShape {
                     name: "q_proj",
                     in_features: h,
-                    out_features: qd,
+                    out_features: q_out,
                     selected_by: &[Q],
                     bias,
                 },
@@ -713,6 +1024,16 @@ impl Architecture {
             .map(|l| l.out_features)
             .sum();
         let layout = self.family.layout();
+        if kind == LayerKind::Linear {
+            // conv1d's weight [conv_dim, 1, kernel], dt_bias and A_log [value heads], the gated
+            // norm's weight [value head width]; no q/k norms.
+            let g = self.gdn().map_or(0, |g| {
+                g.conv_dim() as u128 * g.conv_kernel as u128
+                    + 2 * g.value_heads as u128
+                    + g.value_dim as u128
+            });
+            return biases + self.family.norms_per_layer() * h + g;
+        }
         let qk_norm = match layout.qk_norm {
             QkNorm::None => 0,
             QkNorm::PerHead | QkNorm::PerHeadAfterProjections => 2 * self.head_dim() as u128,

@@ -38,6 +38,10 @@ pub enum Family {
     /// gpt-oss: eager attention with sinks and biases, clamped SwiGLU experts with biases
     /// (MXFP4 on the Hub, dequantized to bf16 for training).
     GptOss,
+    /// Qwen3.5 (text): hybrid layers — Gated DeltaNet linear attention, with full attention
+    /// (gated q, per-head q/k norms, partial multimodal rotary) every few layers — and
+    /// zero-centred RMSNorms.
+    Qwen35,
 }
 
 names!(Family {
@@ -53,6 +57,7 @@ names!(Family {
     Olmoe => "olmoe",
     DeepseekV2 => "deepseek_v2",
     GptOss => "gpt_oss" | "gptoss",
+    Qwen35 => "qwen3_5" | "qwen3_5_text" | "qwen3.5",
 });
 
 impl TryFrom<String> for Family {
@@ -116,6 +121,38 @@ pub struct FamilyLayout {
     pub sdpa: bool,
     /// The mixture-of-experts block, for MoE families.
     pub moe: Option<MoeLayout>,
+    /// Linear-attention layers between the full-attention ones, for hybrid families.
+    pub hybrid: Option<HybridLayout>,
+}
+
+/// A hybrid family's Gated DeltaNet layers and the full-attention layers between them, as
+/// transformers 5.24 builds them (`modeling_qwen3_5.py`): the config class's defaults where
+/// config.json omits a number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HybridLayout {
+    /// Every `interval`-th layer is full attention when config.json has no `layer_types`
+    /// (`full_attention_interval`, default 4).
+    pub default_interval: u64,
+    /// `linear_num_key_heads`, `linear_num_value_heads`, `linear_key_head_dim`,
+    /// `linear_value_head_dim`, `linear_conv_kernel_dim` defaults.
+    pub default_key_heads: u64,
+    /// See `default_key_heads`.
+    pub default_value_heads: u64,
+    /// See `default_key_heads`.
+    pub default_key_head_dim: u64,
+    /// See `default_key_heads`.
+    pub default_value_head_dim: u64,
+    /// See `default_key_heads`.
+    pub default_conv_kernel: u64,
+    /// Full attention's q_proj also projects a sigmoid output gate (twice the width), unless
+    /// config.json says `attn_output_gate: false`.
+    pub output_gate: bool,
+    /// The rotary tables are multimodal (M-RoPE: three position grids interleaved), computed
+    /// as `[3, batch, seq, rotary/2]` products rather than a GEMM.
+    pub mrope: bool,
+    /// The part of the head dimension that rotates when config.json does not say
+    /// (`partial_rotary_factor`), as a fraction (numerator, denominator).
+    pub default_partial_rotary: (u64, u64),
 }
 
 /// Where a family RMS-normalises q and k.
@@ -277,6 +314,7 @@ impl Family {
             attention: AttentionKind::Standard,
             sdpa: true,
             moe: None,
+            hybrid: None,
         };
         let moe = MoeLayout {
             moe_width: false,
@@ -381,6 +419,25 @@ impl Family {
                     default_experts_per_tok: None,
                     default_moe_width: 1407,
                     ..moe
+                }),
+                ..base
+            },
+            Family::Qwen35 => FamilyLayout {
+                qk_norm: QkNorm::PerHead,
+                norm: NormKind::Gemma,
+                mask_kwargs: true,
+                rotary_cat: true,
+                head_dim_default: Some(256),
+                hybrid: Some(HybridLayout {
+                    default_interval: 4,
+                    default_key_heads: 16,
+                    default_value_heads: 32,
+                    default_key_head_dim: 128,
+                    default_value_head_dim: 128,
+                    default_conv_kernel: 4,
+                    output_gate: true,
+                    mrope: true,
+                    default_partial_rotary: (1, 4),
                 }),
                 ..base
             },

@@ -11,7 +11,10 @@ use crate::web::state::UiState;
 /// `family.hidden.intermediate.layers.heads.kv_heads.head_dim.vocab.tied` of an imported model,
 /// then, for a mixture-of-experts model, its MoE and MLA numbers as prefixed parts (`e64`,
 /// `k8`, `m1408`, `s2`, `f1`, `d1`, `n0`, `o1-3` (mlp_only_layers), `q1536` (q_lora_rank, 0 =
-/// none), `c512`, `p128`, `r64`, `v128`).
+/// none), `c512`, `p128`, `r64`, `v128`); for a hybrid model its linear-attention numbers
+/// (`H16` key heads, `V32` value heads, `D128` key width, `W128` value width, `C4` kernel, `I4`
+/// full-attention interval, `G1` output gate, `R250` rotary factor in thousandths, `Tllf…` the
+/// layer types, one letter per layer).
 pub fn encode_arch(a: &Architecture) -> String {
     let mut s = format!(
         "{}.{}.{}.{}.{}.{}.{}.{}.{}",
@@ -38,10 +41,33 @@ pub fn encode_arch(a: &Architecture) -> String {
         ("p", a.mla.qk_nope_head_dim),
         ("r", a.mla.qk_rope_head_dim),
         ("v", a.mla.v_head_dim),
+        ("H", a.linear.linear_num_key_heads),
+        ("V", a.linear.linear_num_value_heads),
+        ("D", a.linear.linear_key_head_dim),
+        ("W", a.linear.linear_value_head_dim),
+        ("C", a.linear.linear_conv_kernel_dim),
+        ("I", a.linear.full_attention_interval),
+        ("G", a.linear.attn_output_gate.map(u64::from)),
+        (
+            "R",
+            a.linear
+                .partial_rotary_factor
+                .map(|f| (f * 1000.0).round() as u64),
+        ),
     ] {
         if let Some(v) = v {
             s.push_str(&format!(".{p}{v}"));
         }
+    }
+    if let Some(t) = &a.linear.layer_types {
+        let l: String = t
+            .iter()
+            .map(|t| match t {
+                crate::model::arch::LayerType::Linear => 'l',
+                crate::model::arch::LayerType::Full => 'f',
+            })
+            .collect();
+        s.push_str(&format!(".T{l}"));
     }
     if let Some(only) = &m.mlp_only_layers {
         if !only.is_empty() {
@@ -58,7 +84,7 @@ pub fn encode_arch(a: &Architecture) -> String {
 /// Parses [`encode_arch`]'s form; None when malformed or invalid.
 pub fn decode_arch(v: &str) -> Option<Architecture> {
     let parts: Vec<&str> = v.split('.').collect();
-    if parts.len() < 9 || parts.len() > 9 + 16 {
+    if parts.len() < 9 || parts.len() > 9 + 25 {
         return None;
     }
     let n = |i: usize| parts[i].parse::<u64>().ok();
@@ -78,12 +104,26 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
         final_logit_softcapping: None,
         moe: Default::default(),
         mla: Default::default(),
+        linear: Default::default(),
     };
     for part in &parts[9..] {
         let (p, rest) = part.split_at(part.char_indices().nth(1).map_or(part.len(), |(i, _)| i));
         if p == "o" {
             let layers: Option<Vec<u64>> = rest.split('-').map(|x| x.parse().ok()).collect();
             a.moe.mlp_only_layers = Some(layers?);
+            continue;
+        }
+        if p == "T" {
+            use crate::model::arch::LayerType;
+            let types: Option<Vec<LayerType>> = rest
+                .chars()
+                .map(|c| match c {
+                    'l' => Some(LayerType::Linear),
+                    'f' => Some(LayerType::Full),
+                    _ => None,
+                })
+                .collect();
+            a.linear.layer_types = Some(types?);
             continue;
         }
         let x: u64 = rest.parse().ok()?;
@@ -100,6 +140,14 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
             "r" => a.mla.qk_rope_head_dim = Some(x),
             "v" => a.mla.v_head_dim = Some(x),
             "q" => a.mla.q_lora_rank = (x > 0).then_some(x),
+            "H" => a.linear.linear_num_key_heads = Some(x),
+            "V" => a.linear.linear_num_value_heads = Some(x),
+            "D" => a.linear.linear_key_head_dim = Some(x),
+            "W" => a.linear.linear_value_head_dim = Some(x),
+            "C" => a.linear.linear_conv_kernel_dim = Some(x),
+            "I" => a.linear.full_attention_interval = Some(x),
+            "G" => a.linear.attn_output_gate = Some(x == 1),
+            "R" => a.linear.partial_rotary_factor = Some(x as f64 / 1000.0),
             _ => return None,
         }
     }

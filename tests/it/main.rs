@@ -15,6 +15,7 @@ mod i18n;
 mod inspect;
 mod job;
 mod methods;
+mod models26;
 mod moe_layout;
 mod periodic;
 mod planning;

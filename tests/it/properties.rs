@@ -57,7 +57,9 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             1u64..=4096,
             1u64..=1_048_576,
             1u64..=512,
-            prop::sample::subsequence(Target::ALL.to_vec(), 1..=7),
+            // The attention and MLP projections every family has (Gated DeltaNet's exist only
+            // in hybrid models; naming only those elsewhere is refused, as peft does).
+            prop::sample::subsequence(Target::ALL[..7].to_vec(), 1..=7),
             prop::bool::weighted(0.5),
             0usize..8,
         ),
@@ -190,7 +192,7 @@ proptest! {
 
     #[test]
     fn arbitrary_numbers_never_panic(h in 0u64..=u64::MAX, i in 0u64..=u64::MAX, l in 0u64..=u64::MAX, heads in 0u64..=u64::MAX, kv in proptest::option::of(0u64..=u64::MAX), hd in proptest::option::of(0u64..=u64::MAX), v in 0u64..=u64::MAX, b in 0u64..=u64::MAX, t in 0u64..=u64::MAX, r in 0u64..=u64::MAX) {
-        let a = Architecture { name: String::new(), family: lorafit::model::Family::Llama, hidden_size: h, intermediate_size: i, num_hidden_layers: l, num_attention_heads: heads, num_key_value_heads: kv, head_dim: hd, vocab_size: v, tie_word_embeddings: false, qkv_bias: None, attn_logit_softcapping: None, final_logit_softcapping: None, moe: Default::default(), mla: Default::default() };
+        let a = Architecture { name: String::new(), family: lorafit::model::Family::Llama, hidden_size: h, intermediate_size: i, num_hidden_layers: l, num_attention_heads: heads, num_key_value_heads: kv, head_dim: hd, vocab_size: v, tie_word_embeddings: false, qkv_bias: None, attn_logit_softcapping: None, final_logit_softcapping: None, moe: Default::default(), mla: Default::default(), linear: Default::default() };
         let s = Settings { batch: b, seq: t, lora_r: r, ..Settings::default() };
         if let Ok(p) = plan(&a, &s) {
             prop_assert!(p.peak_allocated_bytes > 0);

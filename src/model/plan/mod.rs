@@ -171,13 +171,39 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     }
     steptrace::check_method(arch, s)?;
     if matches_nothing(arch, s) {
+        let model = if arch.name.is_empty() { "this model" } else { &arch.name };
+        let wanted = s
+            .targets
+            .iter()
+            .map(|t| crate::model::arch::Target::module_name(*t))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let why = if arch.is_moe() {
+            format!(
+                "no module of {model} is named {wanted}: its experts are fused 3-D parameters and it has no dense MLP, so gate_proj, up_proj and down_proj do not exist (peft raises \"Target modules … not found in the base model\"); add attention projections (q, k, v, o) or target_parameters"
+            )
+        } else {
+            let mut names: Vec<&str> = arch
+                .layer_groups()
+                .iter()
+                .flat_map(|&(k, _)| arch.block_linears(k))
+                .map(|l| l.name)
+                .collect();
+            names.dedup();
+            let mut seen = vec![];
+            names.retain(|n| {
+                let new = !seen.contains(n);
+                seen.push(*n);
+                new
+            });
+            format!(
+                "no module of {model} is named {wanted} (peft raises \"Target modules … not found in the base model\"); its Linear layers are {}",
+                names.join(", ")
+            )
+        };
         return Err(PlanError::InvalidSetting {
             field: "target_modules",
-            why: format!(
-                "no module of {} is named {}: its experts are fused 3-D parameters and it has no dense MLP, so gate_proj, up_proj and down_proj do not exist (peft raises \"Target modules … not found in the base model\"); add attention projections (q, k, v, o) or target_parameters",
-                if arch.name.is_empty() { "this model" } else { &arch.name },
-                s.targets.iter().map(|t| format!("{}_proj", t.name())).collect::<Vec<_>>().join(" or "),
-            ),
+            why,
         });
     }
     if s.lora_r > arch.hidden_size && !s.base_trained() {
@@ -191,20 +217,17 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
 
 /// Whether LoRA's target modules match nothing in the model: only MLP projections, on a
 /// mixture of experts whose every layer routes to fused experts with no shared MLP.
+/// LoRA whose `target_modules` name no Linear layer of the model (and no expert parameter is
+/// targeted either): peft refuses it.
 fn matches_nothing(arch: &Architecture, s: &Settings) -> bool {
-    use super::arch::Target;
-    let mlp_only = s
-        .targets
+    if s.base_trained() || !s.target_parameters.is_empty() {
+        return false;
+    }
+    !arch
+        .layer_groups()
         .iter()
-        .all(|t| matches!(t, Target::Gate | Target::Up | Target::Down));
-    let dense_mlp = arch.moe_layers()
-        < u128::from(arch.num_hidden_layers.min(super::arch::MAX_LAYERS))
-        || arch.shared_width() > 0;
-    arch.is_moe()
-        && s.experts_layout == super::settings::ExpertsLayout::Fused
-        && s.target_parameters.is_empty()
-        && mlp_only
-        && !dense_mlp
+        .flat_map(|&(k, _)| arch.block_linears(k))
+        .any(|l| l.selected_by.iter().any(|t| s.targets.contains(t)))
 }
 
 /// Plans one configuration, with the quick reserve allowance: the allocated figures are the

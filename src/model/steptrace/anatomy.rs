@@ -41,7 +41,7 @@ pub fn component(label: &Label, made_in_backward: bool) -> Component {
         What::LoraCast | What::Lora | What::Dora => Component::ActLora,
         What::Dropout | What::DropoutMask => Component::ActDropout,
         What::WeightCopy => Component::ActWeightCopies,
-        What::Rope | What::Attention | What::Scores => Component::ActAttention,
+        What::Rope | What::Attention | What::Scores | What::LinearAttn => Component::ActAttention,
         What::Mlp => Component::ActMlp,
         What::Experts => Component::ActExperts,
         What::Logits | What::Loss => Component::LogitsLoss,

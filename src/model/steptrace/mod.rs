@@ -161,6 +161,9 @@ pub enum What {
     Scores,
     /// MLP gate, activation, up and product.
     Mlp,
+    /// Gated DeltaNet linear attention: the convolution, the fp32 q/k/v/β/decay copies padded
+    /// to whole chunks, the chunk systems and their solutions, the scan's states.
+    LinearAttn,
     /// Router logits, probabilities, top-k, and the routed experts' tensors.
     Experts,
     /// Logits (module dtype or fp32 upcast).
@@ -197,7 +200,7 @@ pub enum What {
 
 impl What {
     /// Every kind, in declaration order.
-    pub const ALL: [What; 35] = [
+    pub const ALL: [What; 36] = [
         What::Weight,
         What::QuantState,
         What::Trainable,
@@ -217,6 +220,7 @@ impl What {
         What::Attention,
         What::Scores,
         What::Mlp,
+        What::LinearAttn,
         What::Experts,
         What::Logits,
         What::Loss,
@@ -257,6 +261,7 @@ impl What {
             What::Attention => "attention output",
             What::Scores => "attention scores",
             What::Mlp => "MLP activations",
+            What::LinearAttn => "linear-attention (Gated DeltaNet) activations",
             What::Experts => "router / expert activations",
             What::Logits => "logits",
             What::Loss => "log_softmax / loss",

@@ -120,6 +120,9 @@ struct Prog<'c, 'a> {
     kept_logits: Option<X>,
     /// Each layer's 4-bit quantization states, by Linear name (what a 4-bit merge replaces).
     qstates: Vec<Vec<(&'static str, Vec<X>)>>,
+    /// The Linear layer being run feeds a transpose whose gradient comes back strided across
+    /// sequences: the views of its outputs copy in backward (Gated DeltaNet's in_proj_b).
+    strided_grad: bool,
 }
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
@@ -128,6 +131,7 @@ fn bytes(d: crate::model::dtype::Dtype) -> u64 {
 
 mod dora;
 mod fused_ce;
+mod gdn;
 pub(super) mod job;
 mod moe;
 mod preference;
@@ -225,9 +229,24 @@ impl<'c, 'a> Prog<'c, 'a> {
             if a.family.layout().fused_projections && order.len() > 1 {
                 order.swap(0, 1);
             }
-            let (ffn_later, order): (Vec<LinearShape>, Vec<LinearShape>) = order
+            let (ffn_later, mut order): (Vec<LinearShape>, Vec<LinearShape>) = order
                 .into_iter()
                 .partition(|l| kind == LayerKind::Moe && is_ffn(l));
+            if kind == LayerKind::Linear {
+                // Qwen3_5GatedDeltaNet's own parameters (dt_bias, A_log) come first, then its
+                // modules in registration order: conv1d, the gated norm, out_proj, and the
+                // input projections.
+                if let Some(g) = a.gdn() {
+                    self.weight(g.value_heads, aux, 0);
+                    self.weight(g.value_heads, aux, 0);
+                    self.weight(g.conv_dim() * g.conv_kernel, aux, 0);
+                    self.weight(g.value_dim, aux, 0);
+                }
+                if let Some(i) = order.iter().position(|l| l.name == "out_proj") {
+                    let out = order.remove(i);
+                    self.register_linear(out, &adapted, &mut lins);
+                }
+            }
             for l in order {
                 self.register_linear(l, &adapted, &mut lins);
             }
@@ -270,8 +289,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         if a.family.layout().scaled_embedding {
             self.t(1, aux, What::Buffer);
         }
-        // Rotary inverse frequencies (+ the original copy).
-        let half = a.head_dim() / 2;
+        // Rotary inverse frequencies (+ the original copy), of the rotating part of a head.
+        let half = a.rotary_dim() / 2;
         let rotaries = 1;
         for _ in 0..rotaries * 2 {
             self.t(half, 4, What::Buffer);
@@ -816,7 +835,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         let tokens = x.n / lin.shape.in_features as u64;
         let out_n = tokens * lin.shape.out_features as u64;
         let in_n = x.n;
-        let result = self.base_linear(x, lin, out_n);
+        let mut result = self.base_linear(x, lin, out_n);
+        if self.strided_grad {
+            let c = self.view_clone(result);
+            self.drop(result);
+            result = c;
+        }
         let mod_es = result.es;
         let Some(adapter) = lin.lora.filter(|_| !self.adapters_off) else {
             return result;
@@ -860,8 +884,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         if s.dropout_run() > 0.0 {
             self.drop(d);
         }
-        let b_out = self.matmul(a_out, lb.x, out_n, What::Lora);
+        let mut b_out = self.matmul(a_out, lb.x, out_n, What::Lora);
         self.drop(a_out);
+        if self.strided_grad {
+            let c = self.view_clone(b_out);
+            self.drop(b_out);
+            b_out = c;
+        }
         let mut scaled = self.mul_const(b_out, What::Lora);
         self.drop(b_out);
         if s.quant.is_some() && s.autocast.is_none() && scaled.es != result.es {
@@ -1050,6 +1079,21 @@ impl<'c, 'a> Prog<'c, 'a> {
             Some(f) => self.slice_of(f, tokens_ * qd),
             None => self.lora_linear(x, &lins[0]),
         };
+        // Qwen3.5: `query, gate = chunk(q_proj(x).view(..., head_dim * 2), 2)`; the gate's
+        // reshape copies it; the query view goes to q_norm as it is.
+        let gated = a.attn_output_gate();
+        let (q, gate) = if gated {
+            let (qh, gv) = self.split2(q, tokens_ * qd, tokens_ * qd);
+            self.drop(q);
+            let mut gate = self.t(gv.n, gv.es, What::Attention);
+            gate.g = self
+                .tp
+                .node(Op::Pass, gv.n, gv.es, &[Self::edge(&gv)], &[]);
+            self.drop(gv);
+            (qh, Some(gate))
+        } else {
+            (q, None)
+        };
         let q = if whole_norm {
             let n = self.rmsnorm(q, qd);
             self.drop(q);
@@ -1058,7 +1102,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             q
         };
         // OLMoE views q and k into heads after all three projections.
-        let mut qv = if whole_norm {
+        let mut qv = if whole_norm || gated {
             q
         } else {
             let t = self.view_clone(q);
@@ -1128,8 +1172,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             (qv, kv)
         };
-        let qe = self.rope(qn, cos, sin);
-        let ke = self.rope(kn, cos, sin);
+        let (qe, ke) = if a.rotary_dim() < hd {
+            self.rope_partial(qn, kn, cos, sin)
+        } else {
+            (self.rope(qn, cos, sin), self.rope(kn, cos, sin))
+        };
         self.drop(qn);
         self.drop(kn);
         let tokens = b * sq;
@@ -1213,8 +1260,22 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
         };
         let o_idx = if fused { 1 } else { 3 };
+        let out = match gate {
+            // `attn_output * torch.sigmoid(gate)`
+            Some(gate) => {
+                let sig = self.unary(gate, gate.es, What::Attention, false, true);
+                let y = self.mul(out, sig, out.n, out.es, What::Attention);
+                self.drop(out);
+                self.drop(sig);
+                y
+            }
+            None => out,
+        };
         let o = self.lora_linear(out, &lins[o_idx]);
         self.drop(out);
+        if let Some(g) = gate {
+            self.drop(g);
+        }
         self.drop(qe);
         self.drop(ke);
         self.drop(vv);
@@ -1380,7 +1441,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         let sandwich = self.ctx.arch.family.norms_per_layer() > 2;
         let normed = self.rmsnorm(h, width);
         self.tp.block = Block::Attention;
-        let (mut attn, weights) = self.attention(normed, &lins, cos, sin, mask);
+        let (mut attn, weights) = if self.ctx.arch.is_linear_layer(li as u64) {
+            (self.gated_delta_net(normed, &lins), None)
+        } else {
+            self.attention(normed, &lins, cos, sin, mask)
+        };
         self.tp.block = Block::Other;
         self.drop(normed);
         if sandwich {
@@ -1567,6 +1632,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             AttentionKind::Standard => {}
         }
+        if self.ctx.arch.family.layout().hybrid.is_some_and(|h| h.mrope) {
+            return self.rotary_mrope(es);
+        }
         let pos = self.t(sq, 4, What::Rotary);
         let freqs = self.t(sq * hd / 2, 4, What::Rotary);
         self.tp.gemm(false); // inv_freq @ positions: the forward's first GEMM
@@ -1595,6 +1663,132 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(cs);
         self.drop(ss);
         (cos, sin)
+    }
+
+    /// Qwen3.5's multimodal rotary tables (`Qwen3_5TextRotaryEmbedding.forward`,
+    /// `modeling_qwen3_5.py:177-198`): the positions of three grids in fp32, their products with
+    /// the inverse frequencies (no GEMM), cos and sin scaled, each recomposed by a `cat` into
+    /// `[batch, seq, rotary]`, then cast to the model's dtype.
+    fn rotary_mrope(&mut self, es: u64) -> (X, X) {
+        let s = self.ctx.s;
+        let bs = s.sequences() * s.seq;
+        let rd = self.ctx.arch.rotary_dim();
+        let pos = self.t(3 * bs, 4, What::Rotary);
+        let freqs = self.t(3 * bs * rd / 2, 4, What::Rotary);
+        self.drop(pos);
+        let c = self.t(freqs.n, 4, What::Rotary);
+        let cs = self.t(freqs.n, 4, What::Rotary);
+        self.drop(c);
+        let sn = self.t(freqs.n, 4, What::Rotary);
+        let ss = self.t(freqs.n, 4, What::Rotary);
+        self.drop(sn);
+        let sin_cat = self.t(bs * rd, 4, What::Rotary);
+        self.drop(ss);
+        let cos_cat = self.t(bs * rd, 4, What::Rotary);
+        self.drop(cs);
+        let cos = self.cast(cos_cat, es, What::Rotary);
+        let sin = self.cast(sin_cat, es, What::Rotary);
+        self.drop(freqs);
+        self.drop(cos_cat);
+        self.drop(sin_cat);
+        (cos, sin)
+    }
+
+    /// Partial rotary of q and k (`apply_rotary_pos_emb` of Qwen3.5, `modeling_qwen3_5.py:
+    /// 667-702`): the rotating slice of each rotated (`x·cos + rotate_half(x)·sin`), q's then
+    /// k's, then each concatenated with its pass-through slice into a new tensor.
+    fn rope_partial(&mut self, q: X, k: X, cos: X, sin: X) -> (X, X) {
+        let hd = self.ctx.arch.head_dim();
+        let rd = self.ctx.arch.rotary_dim();
+        // q_rot, q_pass, k_rot, k_pass: views.
+        let mut views = vec![];
+        for x in [q, k] {
+            let nr = x.n / hd * rd;
+            let rot = self.tp.node(Op::Slice, nr, x.es, &[Self::edge(&x)], &[]);
+            let pass = self
+                .tp
+                .node(Op::Slice, x.n - nr, x.es, &[Self::edge(&x)], &[]);
+            views.push((rot, pass));
+        }
+        let mut embs = vec![];
+        for (x, &(rot_g, _)) in [q, k].into_iter().zip(&views) {
+            let nr = x.n / hd * rd;
+            let half = nr / 2;
+            let rot = {
+                self.tp.keep_local(x.t);
+                X {
+                    n: nr,
+                    g: rot_g,
+                    ..x
+                }
+            };
+            let pe = x.es.max(cos.es);
+            let m1 = {
+                let mut y = self.t(nr, pe, What::Rope);
+                y.g = self
+                    .tp
+                    .node(Op::MulConst, nr, pe, &[Self::edge(&rot)], &[cos.t]);
+                y
+            };
+            let slice =
+                |p: &mut Self| -> G { p.tp.node(Op::Slice, half, x.es, &[Self::edge(&rot)], &[]) };
+            let x1g = slice(self);
+            let x2g = slice(self);
+            let neg = {
+                let mut y = self.t(half, x.es, What::Rope);
+                let e = Edge {
+                    to: x2g,
+                    n: half,
+                    es: x.es,
+                    sum_to: 0,
+                };
+                y.g = self.tp.node(Op::Unary, half, x.es, &[e], &[]);
+                y
+            };
+            let cat = {
+                let mut y = self.t(nr, x.es, What::Rope);
+                let e1 = Edge {
+                    to: x1g,
+                    n: half,
+                    es: x.es,
+                    sum_to: 0,
+                };
+                y.g = self
+                    .tp
+                    .node(Op::Split, nr, x.es, &[Self::edge(&neg), e1], &[]);
+                y
+            };
+            self.drop(neg);
+            let m2 = {
+                let mut y = self.t(nr, pe, What::Rope);
+                y.g = self
+                    .tp
+                    .node(Op::MulConst, nr, pe, &[Self::edge(&cat)], &[sin.t]);
+                y
+            };
+            self.drop(cat);
+            let emb = self.add(m1, m2, What::Rope);
+            self.drop(m1);
+            self.drop(m2);
+            self.drop(rot);
+            embs.push(emb);
+        }
+        let mut outs = vec![];
+        for ((x, emb), &(_, pass_g)) in [q, k].into_iter().zip(embs).zip(&views) {
+            let pass = Edge {
+                to: pass_g,
+                n: x.n - emb.n,
+                es: x.es,
+                sum_to: 0,
+            };
+            let mut y = self.t(x.n, emb.es, What::Rope);
+            y.g = self
+                .tp
+                .node(Op::Split, x.n, emb.es, &[Self::edge(&emb), pass], &[]);
+            self.drop(emb);
+            outs.push(y);
+        }
+        (outs[0], outs[1])
     }
 
     /// The decoder stack: the embedding, every layer and the final norm; returns the final
@@ -2196,6 +2390,7 @@ pub(super) fn run<const AFTER: u8>(
         keep_logits: false,
         kept_logits: None,
         qstates: vec![],
+        strided_grad: false,
     };
     p.tp.emulated = device == super::Device::Emulated;
     p.tp.set_rank(rank);

@@ -111,6 +111,12 @@ pub(super) enum Op {
     Add,
     /// Pass-through (adding a scalar, views).
     Pass,
+    /// `a − b`: the incoming gradient goes to `a` as is, `b` gets its negation (a new tensor).
+    Sub,
+    /// `linalg_solve_triangular(A, B)` (inputs A, B): B's gradient, a triangular solve of
+    /// the incoming gradient, then A's, `−(gB · Xᵀ)` made lower-triangular (a product and its
+    /// negation, temporaries, then `tril`).
+    SolveTriangular,
     /// `pow(x, 2)`, `rsqrt`: three full-size temporaries, the last one returned.
     PowLike,
     /// `mean` over the last dimension: `grad.expand(...) / n`.
@@ -152,6 +158,8 @@ pub(super) enum Op {
     /// A `split`/`chunk` whose outputs' gradients arrive separately: the node waits for both
     /// and concatenates them into one tensor of the input's size.
     Join,
+    /// [`Op::Join`] of three outputs.
+    Join3,
     /// A chain of small ops recorded as one node: its backward runs the steps of
     /// [`Tape::scripts`]`[i]` (the last allocation is the gradient of its one input).
     Script(u32),
@@ -201,6 +209,8 @@ pub(super) struct Node {
     buf: Option<T>,
     /// A [`Op::Join`] node's second output gradient.
     buf2: Option<T>,
+    /// A [`Op::Join3`] node's third output gradient.
+    buf3: Option<T>,
     /// Checkpointed layer this node belongs to.
     layer: Option<u32>,
     /// Its output was discarded ([`Tape::forget`]): what a recomputation saves for it lives only
@@ -292,6 +302,9 @@ pub(super) struct Tape {
     host_by: [u64; What::ALL.len()],
     /// Host memory by kind of storage when its total was highest.
     pub host_peak_by: [u64; What::ALL.len()],
+    /// Gradients a running node has summed into an input buffer out of place: freed once the
+    /// node has delivered every output.
+    held: Vec<T>,
 }
 
 impl Tape {
@@ -334,6 +347,7 @@ impl Tape {
             host: vec![],
             host_by: [0; What::ALL.len()],
             host_peak_by: [0; What::ALL.len()],
+            held: vec![],
         }
     }
 
@@ -579,6 +593,7 @@ impl Tape {
             pending: if keep { 0 } else { saved.len() as u8 },
             buf: None,
             buf2: None,
+            buf3: None,
             layer: if keep { None } else { self.layer },
             tag: self.layer.unwrap_or(self.exec),
             forgotten: false,
@@ -743,6 +758,7 @@ impl Tape {
                 pending: 0,
                 buf: None,
                 buf2: None,
+                buf3: None,
                 layer: None,
                 tag: NO_LAYER,
                 forgotten: false,
@@ -779,6 +795,27 @@ impl Tape {
                 let e = edges[0];
                 let n = if e.sum_to > 0 { node.out_n } else { e.n };
                 grads[0] = Some(self.new_t(n * node.out_es, what));
+            }
+            Op::SolveTriangular => {
+                let b = self.new_t(edges[1].n * node.out_es, what);
+                if wants(0) {
+                    let an = edges[0].n * node.out_es;
+                    let prod = self.new_t(an, What::BackwardTemp);
+                    let neg = self.new_t(an, What::BackwardTemp);
+                    self.drop_t(prod);
+                    grads[0] = Some(self.new_t(an, what));
+                    self.drop_t(neg);
+                }
+                grads[1] = Some(b);
+            }
+            Op::Sub => {
+                if wants(0) {
+                    self.keep(g);
+                    grads[0] = Some(g);
+                }
+                if wants(1) {
+                    grads[1] = Some(self.new_t(node.out_n * node.out_es, what));
+                }
             }
             Op::Add | Op::Pass | Op::Split => {
                 for (k, slot) in grads.iter_mut().enumerate() {
@@ -873,11 +910,11 @@ impl Tape {
                     }
                 }
             }
-            Op::Join => {
+            Op::Join | Op::Join3 => {
                 let e = edges[0];
                 grads[0] = Some(self.new_t(e.n * e.es, what));
-                if let Some(b2) = node.buf2 {
-                    self.drop_t(b2);
+                for b in [node.buf2, node.buf3].into_iter().flatten() {
+                    self.drop_t(b);
                 }
             }
             Op::Handed => {
@@ -1017,6 +1054,10 @@ impl Tape {
             let Some(t) = grads[k] else { continue };
             self.deliver(e.to, t);
         }
+        // The node's outputs die with it (an addend of an out-of-place sum too).
+        for t in std::mem::take(&mut self.held) {
+            self.drop_t(t);
+        }
     }
 
     fn deliver(&mut self, to: G, t: T) {
@@ -1060,11 +1101,18 @@ impl Tape {
             }
             G::Node(j) => {
                 let j = j as usize;
-                if matches!(self.nodes[j].op, Op::Join)
+                if matches!(self.nodes[j].op, Op::Join | Op::Join3)
                     && self.nodes[j].buf.is_some()
                     && self.nodes[j].buf2.is_none()
                 {
                     self.nodes[j].buf2 = Some(t);
+                    return;
+                }
+                if matches!(self.nodes[j].op, Op::Join3)
+                    && self.nodes[j].buf2.is_some()
+                    && self.nodes[j].buf3.is_none()
+                {
+                    self.nodes[j].buf3 = Some(t);
                     return;
                 }
                 match self.nodes[j].buf {
@@ -1079,10 +1127,12 @@ impl Tape {
                         self.nodes[j].buf = Some(t);
                     }
                     Some(old) => {
+                        // `buffer[pos] = old + var`: var stays in the node's outputs until the
+                        // node has delivered them all.
                         let b = self.bytes[t as usize].max(self.bytes[old as usize]);
                         let s = self.new_t(b, What::Grad);
                         self.drop_t(old);
-                        self.drop_t(t);
+                        self.held.push(t);
                         self.nodes[j].buf = Some(s);
                     }
                 }
@@ -1106,7 +1156,7 @@ impl Tape {
             if let Some(b) = n.buf {
                 self.drop_t(b);
             }
-            if let Some(b) = n.buf2 {
+            for b in [n.buf2, n.buf3].into_iter().flatten() {
                 self.drop_t(b);
             }
         }

@@ -48,6 +48,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("rotary q/k", "旋转后的 q/k"),
     ("attention scores", "注意力分数"),
     ("MLP activations", "MLP 激活值"),
+    ("linear-attention (Gated DeltaNet) activations", "线性注意力（Gated DeltaNet）激活值"),
     ("router / expert activations", "路由 / 专家激活值"),
     ("logits", "logits 张量"),
     ("log_softmax / loss", "log_softmax / 损失"),

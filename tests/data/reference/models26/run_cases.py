@@ -1,0 +1,62 @@
+#!/usr/bin/env python
+"""Measures the Qwen3.5 cases of cases.jsonl with the harness's measure_vl.py and replays each step's
+allocation sequence through PyTorch's caching allocator (replay.py). Run from the harness folder
+(`../../harness`, a copy of `shared/truth`, with its .venv):
+
+    python ../reference/models26/run_cases.py > raw.jsonl
+    python ../reference/models26/run_cases.py --commit raw.jsonl > ../reference/models26/cases.jsonl
+"""
+import json
+import os
+import subprocess
+import sys
+
+CASES = [
+    ("qwen3.5-4b_bf16_s512_b1_qkvo_nogc", {"seq": 512, "batch": 1, "target_modules": "qkvo"}),
+    ("qwen3.5-4b_bf16_s1024_b1_all_nogc", {"seq": 1024, "batch": 1}),
+    ("qwen3.5-4b_bf16_s2048_b1_all_gc", {"seq": 2048, "batch": 1, "grad_ckpt": True}),
+    ("qwen3.5-4b_bf16_s1000_b2_qkvo_do0_nogc", {"seq": 1000, "batch": 2, "target_modules": "qkvo", "lora_dropout": 0.0}),
+    ("qwen3.5-4b_bf16_s4096_b1_all_gc", {"seq": 4096, "batch": 1, "grad_ckpt": True}),
+    ("qwen3.5-4b_bf16_s1024_b2_qkvo_gc", {"seq": 1024, "batch": 2, "target_modules": "qkvo", "grad_ckpt": True}),
+]
+# measure_vl.py's resolved settings that lorafit's settings table reads; target_modules becomes the
+# list of module names peft adapted (`target_modules_list`).
+KEEP = ["dtype", "batch", "seq", "lora_r", "lora_alpha", "lora_dropout", "grad_ckpt", "attn_impl",
+        "optimizer", "steps", "autocast", "modules_to_save", "attention_mask", "autocast_adapter_dtype",
+        "quant", "double_quant", "prepare_kbit"]
+
+
+def measure():
+    for cid, cfg in CASES:
+        cfg = dict(model="qwen3.5-4b-text", **cfg)
+        ev, out = f"/tmp/{cid}.events.json", f"/tmp/{cid}.json"
+        env = dict(os.environ, TRUTH_EVENTS=ev)
+        subprocess.run([sys.executable, "measure_vl.py", "--json", json.dumps(cfg), "--out", out], check=True,
+                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        rep = subprocess.run([sys.executable, "replay.py", ev], check=True, capture_output=True, text=True).stdout
+        res = json.load(open(out))
+        res["id"] = cid
+        res["replay"] = json.loads(rep.strip().splitlines()[-1])
+        res["measured_with"] = cfg
+        print(json.dumps(res), flush=True)
+
+
+def commit(raw):
+    for line in open(raw):
+        r = json.loads(line)
+        st = {k: r["settings"][k] for k in KEEP}
+        st["target_modules"] = r["target_modules_list"]
+        res = r["result"]
+        slim = {k: res[k] for k in ["peak_bytes", "peak_step", "peak_phase", "peak_op", "at_peak", "per_step",
+                                    "baseline_live_bytes"]}
+        print(json.dumps(dict(id=r["id"], method=r["method"], device=r["device"], model=r["hf_config"],
+                              hf_name=r["hf_name"], settings=st, measured_with=r["measured_with"],
+                              params=r["params"], result=slim, replay=r["replay"], kernel_path=r["kernel_path"],
+                              versions=r["versions"], fake_gpu=r["fake_gpu"])))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--commit":
+        commit(sys.argv[2])
+    else:
+        measure()
