@@ -491,7 +491,10 @@ impl Architecture {
             ("linear_key_head_dim", g.key_dim),
             ("linear_value_head_dim", g.value_dim),
             ("linear_conv_kernel_dim", g.conv_kernel),
-            ("full_attention_interval", l.full_attention_interval.unwrap_or(1)),
+            (
+                "full_attention_interval",
+                l.full_attention_interval.unwrap_or(1),
+            ),
         ] {
             if v == 0 {
                 return bad(field, "must be at least 1".into());

@@ -37,8 +37,13 @@ fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
             .unwrap_or_else(|e| panic!("{id} does not plan: {e}"));
         let quick = plan(&arch, &s).unwrap_or_else(|e| panic!("{id} does not plan: {e}"));
         let p = &v["params"];
-        let base = p["total_params"].as_u64().expect("total") - p["trainable_params"].as_u64().expect("trainable");
-        assert_eq!(arch.total_params(), u128::from(base), "{id}: base parameters");
+        let base = p["total_params"].as_u64().expect("total")
+            - p["trainable_params"].as_u64().expect("trainable");
+        assert_eq!(
+            arch.total_params(),
+            u128::from(base),
+            "{id}: base parameters"
+        );
         assert_eq!(
             sim.params.trainable_params,
             u128::from(p["trainable_params"].as_u64().expect("trainable")),
@@ -56,7 +61,10 @@ fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
             err(quick.peak_allocated_bytes, measured),
         ));
     }
-    println!("{:<44} {:>8} {:>8} {:>8}", "case", "alloc %", "res %", "quick %");
+    println!(
+        "{:<44} {:>8} {:>8} {:>8}",
+        "case", "alloc %", "res %", "quick %"
+    );
     for (id, a, r, q) in &rows {
         println!("{id:<44} {a:>+8.3} {r:>+8.3} {q:>+8.3}");
     }
@@ -64,7 +72,10 @@ fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
     // The target is ±3 %; the step program reproduces these steps to the byte (allocated,
     // and reserved through the allocator port), so any drift is a regression.
     for (id, a, r, q) in &rows {
-        assert!(*a == 0.0 && *q == 0.0, "{id}: allocated {a:+.4} % / quick {q:+.4} % off");
+        assert!(
+            *a == 0.0 && *q == 0.0,
+            "{id}: allocated {a:+.4} % / quick {q:+.4} % off"
+        );
         assert!(*r == 0.0, "{id}: reserved {r:+.4} % off");
     }
 }
@@ -76,98 +87,18 @@ fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
 /// sequences, with checkpointing; every Linear layer, no dropout, a 2-token last chunk.
 #[test]
 fn qwen35_sequences_equal_the_recordings() {
-    use flate2::read::GzDecoder;
-    use lorafit::model::steptrace::{generate_on, Event};
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
     let text = std::fs::read_to_string(dir.join("models26.jsonl")).expect("models26.jsonl");
     let mut checked = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let case: Value = serde_json::from_str(line).expect("JSON");
         let id = case["id"].as_str().expect("id");
-        let f = std::fs::File::open(dir.join(format!("{id}.events.json.gz"))).expect("events");
-        let recorded: Value = serde_json::from_reader(GzDecoder::new(f)).expect("events JSON");
-        let recorded: Vec<(bool, u64, u64)> = recorded
-            .as_array()
-            .expect("list")
-            .iter()
-            .map(|e| (e[0].as_str() == Some("a"), e[1].as_u64().expect("id"), e[2].as_u64().unwrap_or(0)))
-            .collect();
-        let arch = resolve_model(&case["model"]).expect("model").value;
-        let s = crate::harness_settings(&case["settings"]);
-        let t = generate_on(&arch, &s, Device::Emulated).expect("generates");
-        let generated: Vec<(bool, u64, u64)> = t
-            .events
-            .iter()
-            .map(|e| match *e {
-                Event::Alloc { id, bytes } => (true, id as u64, bytes),
-                Event::Free { id } => (false, id as u64, 0),
-            })
-            .collect();
-        let (rs, rg) = canonical(&recorded);
-        let (gs, gg) = canonical(&generated);
-        if let Ok(w) = std::env::var("LORAFIT_DUMP") {
-            // Debugging aid: the generated allocations (index, bytes, label) and frees.
-            if w == id {
-                let mut k = 0usize;
-                let mut idx = std::collections::HashMap::new();
-                for e in &t.events {
-                    match *e {
-                        Event::Alloc { id, bytes } => {
-                            idx.insert(id, k);
-                            eprintln!("{k} A {bytes} {:?}", t.labels[id as usize]);
-                            k += 1;
-                        }
-                        Event::Free { id } => eprintln!("   F {}", idx.get(&id).copied().unwrap_or(usize::MAX)),
-                    }
-                }
-            }
-        }
-        let first = rs
-            .iter()
-            .zip(&gs)
-            .position(|(a, b)| a != b)
-            .or((rs.len() != gs.len()).then_some(rs.len().min(gs.len())));
-        if let Some(i) = first {
-            let lo = i.saturating_sub(3);
-            panic!(
-                "{id}: allocations differ from #{i} of {}/{}: recorded {:?}, generated {:?}",
-                rs.len(),
-                gs.len(),
-                &rs[lo..(i + 8).min(rs.len())],
-                &gs[lo..(i + 8).min(gs.len())]
-            );
-        }
-        let gap = rg.iter().zip(&gg).position(|(a, b)| a != b);
-        let differing = rg.iter().zip(&gg).filter(|(a, b)| a != b).count();
-        if let Some(i) = gap {
-            eprintln!("{id}: {differing} of {} gaps differ", rg.len());
-            panic!(
-                "{id}: frees differ before allocation #{i} (size {}): recorded {:?}, generated {:?}",
-                rs.get(i.saturating_sub(1)).copied().unwrap_or(0),
-                rg[i],
-                gg[i]
-            );
-        }
+        crate::reserved::assert_matches_recording(
+            id,
+            &case,
+            &dir.join(format!("{id}.events.json.gz")),
+        );
         checked += 1;
     }
     assert_eq!(checked, 3, "Qwen3.5 recordings");
-}
-
-/// (allocation sizes, storages freed before each allocation and at the end) with storages
-/// numbered by allocation order.
-type Canonical = (Vec<u64>, Vec<std::collections::BTreeSet<usize>>);
-
-fn canonical(events: &[(bool, u64, u64)]) -> Canonical {
-    let mut index = std::collections::HashMap::new();
-    let (mut sizes, mut gaps) = (vec![], vec![std::collections::BTreeSet::new()]);
-    for &(alloc, id, bytes) in events {
-        if alloc {
-            index.insert(id, sizes.len());
-            sizes.push(bytes);
-            gaps.push(std::collections::BTreeSet::new());
-        } else if let (Some(&k), Some(g)) = (index.get(&id), gaps.last_mut()) {
-            g.insert(k);
-        }
-    }
-    (sizes, gaps)
 }

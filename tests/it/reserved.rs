@@ -378,7 +378,7 @@ fn canonical(events: impl Iterator<Item = (bool, u64, u64)>) -> Canonical {
 /// recording at `path`: the same allocations (sizes, in order) and, between two allocations, the
 /// same storages freed (their order within such a gap can differ where PyTorch iterates a hash
 /// map).
-fn assert_matches_recording(id: &str, case: &Value, path: &std::path::Path) {
+pub(crate) fn assert_matches_recording(id: &str, case: &Value, path: &std::path::Path) {
     use flate2::read::GzDecoder;
     use lorafit::model::steptrace::Event;
     let f = std::fs::File::open(path).expect("open events");

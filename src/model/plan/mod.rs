@@ -171,7 +171,11 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     }
     steptrace::check_method(arch, s)?;
     if matches_nothing(arch, s) {
-        let model = if arch.name.is_empty() { "this model" } else { &arch.name };
+        let model = if arch.name.is_empty() {
+            "this model"
+        } else {
+            &arch.name
+        };
         let wanted = s
             .targets
             .iter()
@@ -183,19 +187,16 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
                 "no module of {model} is named {wanted}: its experts are fused 3-D parameters and it has no dense MLP, so gate_proj, up_proj and down_proj do not exist (peft raises \"Target modules … not found in the base model\"); add attention projections (q, k, v, o) or target_parameters"
             )
         } else {
-            let mut names: Vec<&str> = arch
+            let mut names: Vec<&str> = vec![];
+            for l in arch
                 .layer_groups()
                 .iter()
                 .flat_map(|&(k, _)| arch.block_linears(k))
-                .map(|l| l.name)
-                .collect();
-            names.dedup();
-            let mut seen = vec![];
-            names.retain(|n| {
-                let new = !seen.contains(n);
-                seen.push(*n);
-                new
-            });
+            {
+                if !names.contains(&l.name) {
+                    names.push(l.name);
+                }
+            }
             format!(
                 "no module of {model} is named {wanted} (peft raises \"Target modules … not found in the base model\"); its Linear layers are {}",
                 names.join(", ")

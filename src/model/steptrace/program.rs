@@ -973,8 +973,23 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    /// `q * cos + rotate_half(q) * sin`.
+    /// `q * cos + rotate_half(q) * sin`, with the family's copy of a partial rotary's `cat`.
     fn rope(&mut self, q: X, cos: X, sin: X) -> X {
+        let out = self.rotate(q, cos, sin);
+        if self.ctx.arch.family.layout().rotary_cat {
+            // Partial rotary: cat([rotated, pass-through]) copies even when nothing passes.
+            let mut c = self.t(out.n, out.es, What::Rope);
+            c.g = self
+                .tp
+                .node(Op::Pass, out.n, out.es, &[Self::edge(&out)], &[]);
+            self.drop(out);
+            return c;
+        }
+        out
+    }
+
+    /// `q * cos + rotate_half(q) * sin` into a new tensor (`q` is left to the caller).
+    fn rotate(&mut self, q: X, cos: X, sin: X) -> X {
         let half = q.n / 2;
         let pe = q.es.max(cos.es);
         let m1 = {
@@ -1024,15 +1039,6 @@ impl<'c, 'a> Prog<'c, 'a> {
         let out = self.add(m1, m2, What::Rope);
         self.drop(m1);
         self.drop(m2);
-        if self.ctx.arch.family.layout().rotary_cat {
-            // Partial rotary: cat([rotated, pass-through]) copies even when nothing passes.
-            let mut c = self.t(out.n, out.es, What::Rope);
-            c.g = self
-                .tp
-                .node(Op::Pass, out.n, out.es, &[Self::edge(&out)], &[]);
-            self.drop(out);
-            return c;
-        }
         out
     }
 
@@ -1086,9 +1092,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             let (qh, gv) = self.split2(q, tokens_ * qd, tokens_ * qd);
             self.drop(q);
             let mut gate = self.t(gv.n, gv.es, What::Attention);
-            gate.g = self
-                .tp
-                .node(Op::Pass, gv.n, gv.es, &[Self::edge(&gv)], &[]);
+            gate.g = self.tp.node(Op::Pass, gv.n, gv.es, &[Self::edge(&gv)], &[]);
             self.drop(gv);
             (qh, Some(gate))
         } else {
@@ -1632,7 +1636,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             AttentionKind::Standard => {}
         }
-        if self.ctx.arch.family.layout().hybrid.is_some_and(|h| h.mrope) {
+        if self
+            .ctx
+            .arch
+            .family
+            .layout()
+            .hybrid
+            .is_some_and(|h| h.mrope)
+        {
             return self.rotary_mrope(es);
         }
         let pos = self.t(sq, 4, What::Rotary);
@@ -1712,64 +1723,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         let mut embs = vec![];
         for (x, &(rot_g, _)) in [q, k].into_iter().zip(&views) {
-            let nr = x.n / hd * rd;
-            let half = nr / 2;
-            let rot = {
-                self.tp.keep_local(x.t);
-                X {
-                    n: nr,
-                    g: rot_g,
-                    ..x
-                }
+            self.tp.keep_local(x.t);
+            let rot = X {
+                n: x.n / hd * rd,
+                g: rot_g,
+                ..x
             };
-            let pe = x.es.max(cos.es);
-            let m1 = {
-                let mut y = self.t(nr, pe, What::Rope);
-                y.g = self
-                    .tp
-                    .node(Op::MulConst, nr, pe, &[Self::edge(&rot)], &[cos.t]);
-                y
-            };
-            let slice =
-                |p: &mut Self| -> G { p.tp.node(Op::Slice, half, x.es, &[Self::edge(&rot)], &[]) };
-            let x1g = slice(self);
-            let x2g = slice(self);
-            let neg = {
-                let mut y = self.t(half, x.es, What::Rope);
-                let e = Edge {
-                    to: x2g,
-                    n: half,
-                    es: x.es,
-                    sum_to: 0,
-                };
-                y.g = self.tp.node(Op::Unary, half, x.es, &[e], &[]);
-                y
-            };
-            let cat = {
-                let mut y = self.t(nr, x.es, What::Rope);
-                let e1 = Edge {
-                    to: x1g,
-                    n: half,
-                    es: x.es,
-                    sum_to: 0,
-                };
-                y.g = self
-                    .tp
-                    .node(Op::Split, nr, x.es, &[Self::edge(&neg), e1], &[]);
-                y
-            };
-            self.drop(neg);
-            let m2 = {
-                let mut y = self.t(nr, pe, What::Rope);
-                y.g = self
-                    .tp
-                    .node(Op::MulConst, nr, pe, &[Self::edge(&cat)], &[sin.t]);
-                y
-            };
-            self.drop(cat);
-            let emb = self.add(m1, m2, What::Rope);
-            self.drop(m1);
-            self.drop(m2);
+            let emb = self.rotate(rot, cos, sin);
             self.drop(rot);
             embs.push(emb);
         }

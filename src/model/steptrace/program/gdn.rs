@@ -48,9 +48,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         if b.grad() {
             saved.push(a.t);
         }
-        y.g = self
-            .tp
-            .node(Op::Bmm, out_n, a.es, &[Self::edge(&a), Self::edge(&b)], &saved);
+        y.g = self.tp.node(
+            Op::Bmm,
+            out_n,
+            a.es,
+            &[Self::edge(&a), Self::edge(&b)],
+            &saved,
+        );
         y
     }
 
@@ -58,9 +62,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// makes a gradient of `x`'s size.
     fn copy_to(&mut self, x: X, n: u64) -> X {
         let mut y = self.t(n, x.es, What::LinearAttn);
-        y.g = self
-            .tp
-            .node(Op::Unary, n, x.es, &[Self::edge(&x)], &[]);
+        y.g = self.tp.node(Op::Unary, n, x.es, &[Self::edge(&x)], &[]);
         y
     }
 
@@ -94,17 +96,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         let sq = self.mul(x, x, x.n, x.es, What::LinearAttn);
         let sum = {
             let mut y = self.t(rows, x.es, What::LinearAttn);
-            y.g = self
-                .tp
-                .node(Op::Pass, rows, x.es, &[Self::edge(&sq)], &[]);
+            y.g = self.tp.node(Op::Pass, rows, x.es, &[Self::edge(&sq)], &[]);
             y
         };
         self.drop(sq);
         let eps = {
             let mut y = self.t(rows, x.es, What::LinearAttn);
-            y.g = self
-                .tp
-                .node(Op::Pass, rows, x.es, &[Self::edge(&sum)], &[]);
+            y.g = self.tp.node(Op::Pass, rows, x.es, &[Self::edge(&sum)], &[]);
             y
         };
         self.drop(sum);
@@ -203,9 +201,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let af = self.cast(aa, 4, What::LinearAttn);
         let adt = {
             let mut y = self.t(af.n, 4, What::LinearAttn);
-            y.g = self
-                .tp
-                .node(Op::Pass, af.n, 4, &[Self::edge(&af)], &[]);
+            y.g = self.tp.node(Op::Pass, af.n, 4, &[Self::edge(&af)], &[]);
             y
         };
         self.drop(af);
@@ -492,9 +488,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(p);
         let eps = {
             let mut y = self.t(nrows, 4, What::Norm);
-            y.g = self
-                .tp
-                .node(Op::Pass, nrows, 4, &[Self::edge(&var)], &[]);
+            y.g = self.tp.node(Op::Pass, nrows, 4, &[Self::edge(&var)], &[]);
             y
         };
         let rs = {
