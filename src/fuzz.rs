@@ -129,6 +129,7 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                 },
                 mla: Default::default(),
                 linear: Default::default(),
+                vision: None,
             };
             let s = Settings {
                 target_parameters: if w[11] & 1024 != 0 {

@@ -170,6 +170,24 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
             attn_output_gate: b("attn_output_gate"),
             partial_rotary_factor: f("partial_rotary_factor"),
         },
+        vision: match v.field("vision_config") {
+            None => None,
+            Some(t) => {
+                let n = |k: &str| t.field(k).and_then(Json::as_u64);
+                Some(crate::model::vision::VisionTower {
+                    depth: n("depth")?,
+                    hidden_size: n("hidden_size")?,
+                    intermediate_size: n("intermediate_size")?,
+                    num_heads: n("num_heads")?,
+                    patch_size: n("patch_size")?,
+                    spatial_merge_size: n("spatial_merge_size")?,
+                    temporal_patch_size: n("temporal_patch_size")?,
+                    in_channels: n("in_channels").unwrap_or(3),
+                    out_hidden_size: n("out_hidden_size")?,
+                    num_position_embeddings: n("num_position_embeddings")?,
+                })
+            }
+        },
     };
     Some(ModelEntry {
         arch,

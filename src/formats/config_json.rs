@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::unused::Parsed;
 use crate::model::arch::{LayerType, LinearAttnConfig, MlaConfig, MoeConfig};
+use crate::model::vision::VisionTower;
 use crate::model::{Architecture, Family};
 
 /// Largest config accepted (real ones are a few KiB).
@@ -223,6 +224,11 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
         moe: moe_config(cfg, family)?,
         mla: mla_config(cfg, family)?,
         linear: linear_config(cfg, family)?,
+        vision: if nested {
+            vision_config(root, family)?
+        } else {
+            None
+        },
     };
     arch.validate().map_err(|e| e.to_string())?;
     Ok(arch)
@@ -230,6 +236,43 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
 
 /// The linear-attention keys of a hybrid family's config.json (none for other families: Gemma's
 /// `layer_types` name sliding windows, which the family's row decides).
+/// A vision-language checkpoint's `vision_config`, for a family whose tower lorafit plans: each
+/// missing number takes `Qwen3_5VisionConfig`'s default (`configuration_qwen3_5.py:136-146`).
+fn vision_config(root: &Value, family: Family) -> Result<Option<VisionTower>, String> {
+    let Some(v) = root.get("vision_config").filter(|v| v.is_object()) else {
+        return Ok(None);
+    };
+    if family.layout().vision.is_none() {
+        return Ok(None);
+    }
+    let get = |k: &str, alias: &str, default: u64| -> Result<u64, String> {
+        let key = if v.get(k).is_some() { k } else { alias };
+        Ok(optional_positive(v, key)
+            .map_err(|e| format!("vision_config: {e}"))?
+            .unwrap_or(default))
+    };
+    if v.get("deepstack_visual_indexes")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
+    {
+        return Err(
+            "vision_config.deepstack_visual_indexes: deepstack features are not planned yet".into(),
+        );
+    }
+    Ok(Some(VisionTower {
+        depth: get("depth", "num_hidden_layers", 27)?,
+        hidden_size: get("hidden_size", "hidden_size", 1152)?,
+        intermediate_size: get("intermediate_size", "intermediate_size", 4304)?,
+        num_heads: get("num_heads", "num_attention_heads", 16)?,
+        patch_size: get("patch_size", "patch_size", 16)?,
+        spatial_merge_size: get("spatial_merge_size", "spatial_merge_size", 2)?,
+        temporal_patch_size: get("temporal_patch_size", "temporal_patch_size", 2)?,
+        in_channels: get("in_channels", "in_chans", 3)?,
+        out_hidden_size: get("out_hidden_size", "out_hidden_size", 3584)?,
+        num_position_embeddings: get("num_position_embeddings", "num_position_embeddings", 2304)?,
+    }))
+}
+
 fn linear_config(cfg: &Value, family: Family) -> Result<LinearAttnConfig, String> {
     if family.layout().hybrid.is_none() {
         return Ok(LinearAttnConfig::default());

@@ -147,6 +147,14 @@ pub struct Architecture {
     /// A hybrid model's linear-attention numbers (config.json keys; empty otherwise).
     #[serde(flatten)]
     pub linear: LinearAttnConfig,
+    /// A vision-language checkpoint's vision tower (`vision_config`): its weights load with the
+    /// model whether or not a sample has an image.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        alias = "vision_config"
+    )]
+    pub vision: Option<crate::model::vision::VisionTower>,
 }
 
 /// The config.json numbers of a mixture-of-experts model, each under its config.json key
@@ -355,6 +363,27 @@ impl Architecture {
                 return bad(
                     field,
                     format!("{v} is larger than the supported maximum {max}"),
+                );
+            }
+        }
+        if let Some(t) = &self.vision {
+            if self.family.layout().vision.is_none() {
+                return bad(
+                    "vision_config",
+                    format!("lorafit plans no vision tower for {}", self.family.name()),
+                );
+            }
+            t.validate().map_err(|why| PlanError::InvalidArchitecture {
+                field: "vision_config",
+                why,
+            })?;
+            if t.out_hidden_size != self.hidden_size {
+                return bad(
+                    "vision_config",
+                    format!(
+                        "out_hidden_size {} must equal the language model's hidden_size {}",
+                        t.out_hidden_size, self.hidden_size
+                    ),
                 );
             }
         }
@@ -1118,6 +1147,12 @@ impl Architecture {
             + self.embedding_params()
             + self.lm_head_params()
             + self.hidden_size as u128
+            + self.vision_params()
+    }
+
+    /// Parameters of the vision tower (0 without one).
+    pub fn vision_params(&self) -> u128 {
+        self.vision.as_ref().map_or(0, |t| u128::from(t.params()))
     }
 
     /// Parameters one token runs through: all but the routed experts it is not sent to

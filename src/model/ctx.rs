@@ -39,6 +39,9 @@ pub struct Ctx<'a> {
     pub router_logits: Dtype,
     /// Dtype of the routing weights the expert outputs are multiplied by.
     pub routing: Dtype,
+    /// The images of each sample, as the vision tower sees them (None: a text-only step, or
+    /// settings the plan's checks refuse).
+    pub visual: Option<crate::model::vision::Visual>,
 }
 
 impl<'a> Ctx<'a> {
@@ -90,6 +93,9 @@ impl<'a> Ctx<'a> {
             },
             router_logits,
             routing,
+            visual: crate::model::vision::visual(arch.vision.as_ref(), &s.images, s.seq)
+                .ok()
+                .flatten(),
         }
     }
 

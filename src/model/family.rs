@@ -123,6 +123,17 @@ pub struct FamilyLayout {
     pub moe: Option<MoeLayout>,
     /// Linear-attention layers between the full-attention ones, for hybrid families.
     pub hybrid: Option<HybridLayout>,
+    /// The vision tower a vision-language checkpoint of the family carries, when lorafit plans it.
+    pub vision: Option<VisionKind>,
+}
+
+/// How a family's vision tower runs (what [`crate::model::vision::VisionTower`]'s numbers build).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VisionKind {
+    /// Qwen3.5's ViT (`Qwen3_5VisionModel`): a Conv3d patch embedding, learned position
+    /// embeddings resampled bilinearly to each image, blocks of full attention over each image
+    /// with an axial rotary, LayerNorm and a GELU-tanh MLP, and a 2×2 patch merger.
+    Qwen35,
 }
 
 /// A hybrid family's Gated DeltaNet layers and the full-attention layers between them, as
@@ -315,6 +326,7 @@ impl Family {
             sdpa: true,
             moe: None,
             hybrid: None,
+            vision: None,
         };
         let moe = MoeLayout {
             moe_width: false,
@@ -439,6 +451,7 @@ impl Family {
                     mrope: true,
                     default_partial_rotary: (1, 4),
                 }),
+                vision: Some(VisionKind::Qwen35),
                 ..base
             },
             Family::GptOss => FamilyLayout {

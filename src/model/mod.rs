@@ -18,6 +18,7 @@ pub mod plan;
 pub mod settings;
 pub mod steptrace;
 pub mod term;
+pub mod vision;
 pub mod weights;
 
 pub use arch::{Architecture, Family, Target};

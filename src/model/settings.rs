@@ -446,6 +446,9 @@ pub struct Settings {
     /// How the routed experts are stored (transformers 5 fused, or 4's per-expert Linears).
     #[serde(default = "default_experts_layout")]
     pub experts_layout: ExpertsLayout,
+    /// The images each sample shows a vision-language model.
+    #[serde(default)]
+    pub images: super::vision::ImageSettings,
 }
 
 fn default_finetuning_type() -> FinetuningType {
@@ -536,6 +539,7 @@ impl Default for Settings {
             output_router_logits: false,
             experts_impl: ExpertsImpl::GroupedMm,
             experts_layout: ExpertsLayout::Fused,
+            images: Default::default(),
         }
     }
 }

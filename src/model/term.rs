@@ -14,6 +14,9 @@ pub enum Component {
     FrozenWeights,
     /// Frozen routed-expert weights of MoE models (fused 3-D parameters).
     FrozenExperts,
+    /// A vision-language model's vision tower: its frozen weights, the pixel values and what
+    /// its forward holds.
+    VisionTower,
     /// bitsandbytes absmax / code constants of 4-bit weights.
     QuantState,
     /// LoRA adapters and modules_to_save copies.
@@ -66,9 +69,10 @@ pub enum Component {
 
 impl Component {
     /// Every component, in stacking order (bottom first).
-    pub const ALL: [Component; 22] = [
+    pub const ALL: [Component; 23] = [
         Component::FrozenWeights,
         Component::FrozenExperts,
+        Component::VisionTower,
         Component::QuantState,
         Component::TrainableWeights,
         Component::Gradients,
@@ -100,6 +104,7 @@ impl Component {
         match self {
             Component::FrozenWeights => "frozen_weights",
             Component::FrozenExperts => "frozen_experts",
+            Component::VisionTower => "vision_tower",
             Component::QuantState => "quant_state",
             Component::TrainableWeights => "trainable_weights",
             Component::Gradients => "gradients",
@@ -130,6 +135,7 @@ impl Component {
         match self {
             Component::FrozenWeights => "Frozen weights",
             Component::FrozenExperts => "Frozen expert weights",
+            Component::VisionTower => "Vision tower (frozen weights, pixels, its forward)",
             Component::QuantState => "4-bit quantization state",
             Component::TrainableWeights => "Trainable weights",
             Component::Gradients => "Gradients",
@@ -189,6 +195,7 @@ impl Component {
             | Component::BackwardTemps
             | Component::MergeTemps => Group::Activations,
             Component::LogitsLoss => Group::LogitsLoss,
+            Component::VisionTower => Group::VisionTower,
             Component::AllocatorCache => Group::AllocatorCache,
             Component::CudaContext => Group::CudaContext,
         }
@@ -199,6 +206,7 @@ impl Component {
         match self {
             Component::FrozenWeights => "weights",
             Component::FrozenExperts => "experts",
+            Component::VisionTower => "vision tower",
             Component::ActExperts => "experts (activations)",
             Component::QuantState => "4-bit state",
             Component::CommBuffers => "multi-GPU",
@@ -230,6 +238,8 @@ impl Component {
 pub enum Group {
     /// Frozen base weights, their 4-bit state, multi-GPU gathered weights and buckets.
     Weights,
+    /// A vision-language model's vision tower.
+    VisionTower,
     /// The trained weights (adapters, or every weight in full fine-tuning), their gradients,
     /// optimizer states and step temporaries.
     LoraOptimizer,
@@ -244,9 +254,20 @@ pub enum Group {
 }
 
 impl Group {
-    /// Every group, in bar order.
-    pub const ALL: [Group; 6] = [
+    /// The groups of allocated memory (the allocator cache and the CUDA context excluded), in
+    /// bar order.
+    pub const ALLOCATED: [Group; 5] = [
         Group::Weights,
+        Group::VisionTower,
+        Group::LoraOptimizer,
+        Group::Activations,
+        Group::LogitsLoss,
+    ];
+
+    /// Every group, in bar order.
+    pub const ALL: [Group; 7] = [
+        Group::Weights,
+        Group::VisionTower,
         Group::LoraOptimizer,
         Group::Activations,
         Group::LogitsLoss,
@@ -258,6 +279,7 @@ impl Group {
     pub fn key(self) -> &'static str {
         match self {
             Group::Weights => "weights",
+            Group::VisionTower => "vision",
             Group::LoraOptimizer => "lora",
             Group::Activations => "act",
             Group::LogitsLoss => "logits",
@@ -270,6 +292,7 @@ impl Group {
     pub fn label(self) -> &'static str {
         match self {
             Group::Weights => "Weights",
+            Group::VisionTower => "Vision tower",
             Group::LoraOptimizer => "Trained + optimizer",
             Group::Activations => "Activations",
             Group::LogitsLoss => "Logits & loss",

@@ -83,7 +83,8 @@ pub fn param_counts(ctx: &Ctx) -> ParamCounts {
     ParamCounts {
         base_params: a.total_params(),
         trainable_params: if ctx.s.outside_trained() {
-            a.total_params()
+            // The vision tower stays frozen (LLaMA-Factory's freeze_vision_tower).
+            a.total_params() - a.vision_params()
         } else if ctx.s.base_trained() {
             // Freeze tuning: every parameter of the trained layers.
             ctx.s

@@ -78,6 +78,22 @@ pub fn encode_arch(a: &Architecture) -> String {
     if a.mla().is_some() {
         s.push_str(&format!(".q{}", a.mla.q_lora_rank.unwrap_or(0)));
     }
+    if let Some(t) = &a.vision {
+        // The vision tower's config.json numbers, in `VisionTower`'s field order.
+        s.push_str(&format!(
+            ".Y{}-{}-{}-{}-{}-{}-{}-{}-{}-{}",
+            t.depth,
+            t.hidden_size,
+            t.intermediate_size,
+            t.num_heads,
+            t.patch_size,
+            t.spatial_merge_size,
+            t.temporal_patch_size,
+            t.in_channels,
+            t.out_hidden_size,
+            t.num_position_embeddings
+        ));
+    }
     s
 }
 
@@ -105,12 +121,33 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
         moe: Default::default(),
         mla: Default::default(),
         linear: Default::default(),
+        vision: None,
     };
     for part in &parts[9..] {
         let (p, rest) = part.split_at(part.char_indices().nth(1).map_or(part.len(), |(i, _)| i));
         if p == "o" {
             let layers: Option<Vec<u64>> = rest.split('-').map(|x| x.parse().ok()).collect();
             a.moe.mlp_only_layers = Some(layers?);
+            continue;
+        }
+        if p == "Y" {
+            let n: Option<Vec<u64>> = rest.split('-').map(|x| x.parse().ok()).collect();
+            let n = n?;
+            if n.len() != 10 {
+                return None;
+            }
+            a.vision = Some(crate::model::vision::VisionTower {
+                depth: n[0],
+                hidden_size: n[1],
+                intermediate_size: n[2],
+                num_heads: n[3],
+                patch_size: n[4],
+                spatial_merge_size: n[5],
+                temporal_patch_size: n[6],
+                in_channels: n[7],
+                out_hidden_size: n[8],
+                num_position_embeddings: n[9],
+            });
             continue;
         }
         if p == "T" {
@@ -459,6 +496,33 @@ mod tests {
         assert!(notices.is_empty(), "{notices:?}");
         assert_eq!(back.settings, st.settings);
         assert!(decode_arch("mixtral.4096.14336.32.32.8.128.32000.0.e8.x5").is_none());
+    }
+
+    #[test]
+    fn an_imported_vision_language_model_and_its_images_round_trip() {
+        // Qwen3.5-4B's config.json numbers (the text part and the vision_config).
+        let cfg = r#"{"model_type":"qwen3_5","text_config":{"model_type":"qwen3_5_text","hidden_size":2560,
+            "intermediate_size":9216,"num_hidden_layers":32,"num_attention_heads":16,"num_key_value_heads":4,
+            "head_dim":256,"vocab_size":248320,"tie_word_embeddings":true,"linear_num_value_heads":32},
+            "vision_config":{"depth":24,"hidden_size":1024,"intermediate_size":4096,"num_heads":16,
+            "patch_size":16,"spatial_merge_size":2,"temporal_patch_size":2,"out_hidden_size":2560,
+            "num_position_embeddings":2304}}"#;
+        let a = crate::formats::config_json::parse_config(cfg)
+            .unwrap()
+            .value;
+        assert_eq!(a.vision.as_ref().map(|t| t.depth), Some(24));
+        let back = decode_arch(&encode_arch(&a)).expect("decodes");
+        assert_eq!(back.vision, a.vision);
+        assert_eq!(back.total_params(), a.total_params());
+        let mut st = UiState::default();
+        st.settings.images.images_per_sample = 3;
+        st.settings.images.image_width = 1280;
+        st.settings.images.image_height = 720;
+        st.settings.images.image_max_pixels = 1024 * 1024;
+        let (back, notices) = decode(&encode(&st));
+        assert!(notices.is_empty(), "{notices:?}");
+        assert_eq!(back.settings.images, st.settings.images);
+        assert!(decode_arch(&format!("{}.Y1-2-3", encode_arch(&a))).is_none());
     }
 
     #[test]

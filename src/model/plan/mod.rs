@@ -121,6 +121,36 @@ pub struct Plan {
     /// What the plan assumes beyond the settings as given (how transformers runs this model).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// A vision-language step's images: how each becomes patches and visual tokens, and the
+    /// tower (its share of the peak is the breakdown's `vision_tower`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<VisionPlan>,
+}
+
+/// The visual part of a vision-language plan.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct VisionPlan {
+    /// Images per sample.
+    pub images_per_sample: u64,
+    /// Each image after LLaMA-Factory's resize (`image_max_pixels` / `image_min_pixels`).
+    pub loaded_width: u64,
+    /// See `loaded_width`.
+    pub loaded_height: u64,
+    /// Each image as the tower sees it (the processor's `smart_resize`).
+    pub width: u64,
+    /// See `width`.
+    pub height: u64,
+    /// Patches of one image.
+    pub patches_per_image: u64,
+    /// Visual tokens of one image.
+    pub visual_tokens_per_image: u64,
+    /// Tokens of each sample's `seq` the images take: visual tokens and each image's start and
+    /// end markers.
+    pub image_sequence_tokens: u64,
+    /// The rest of `seq`: text.
+    pub text_tokens: u64,
+    /// Parameters of the vision tower (frozen).
+    pub tower_params: u128,
 }
 
 impl Plan {
@@ -170,6 +200,32 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
         }
     }
     steptrace::check_method(arch, s)?;
+    crate::model::vision::visual(arch.vision.as_ref(), &s.images, s.seq)
+        .map_err(|(field, why)| PlanError::InvalidSetting { field, why })?;
+    if s.images.images_per_sample > 0 && s.base_trained() {
+        return Err(PlanError::InvalidSetting {
+            field: "finetuning_type",
+            why: "full and freeze fine-tuning with images (the embedding's gradient through the scattered visual tokens) are not planned yet: plan LoRA with images, or a text-only step".into(),
+        });
+    }
+    if s.images.images_per_sample > 0 && (s.preference() || s.parallel.world() > 1) {
+        return Err(PlanError::InvalidSetting {
+            field: "images_per_sample",
+            why: "images are planned for supervised fine-tuning on one GPU so far (the preference trainers' and the sharded steps' handling of the vision tower is not measured yet): set 0 images, or plan SFT on one GPU".into(),
+        });
+    }
+    if s.images.images_per_sample > 0 && s.autocast.is_some() {
+        return Err(PlanError::InvalidSetting {
+            field: "autocast",
+            why: "autocast over the vision tower's forward (its weights cast to the autocast dtype for every op) is not planned yet: plan the model in its training dtype without autocast".into(),
+        });
+    }
+    if s.images.images_per_sample > 0 && s.quant.is_some() {
+        return Err(PlanError::InvalidSetting {
+            field: "quant",
+            why: "images through a 4-bit vision tower (bitsandbytes dequantizing its Linear layers for every image) are not planned yet: plan the images in 16 bits, or a text-only step in 4 bits".into(),
+        });
+    }
     if matches_nothing(arch, s) {
         let model = if arch.name.is_empty() {
             "this model"
@@ -352,6 +408,18 @@ fn plan_base(arch: &Architecture, s: &Settings) -> Result<(Plan, Settings), Plan
         cpu_bytes_per_node: 0,
         cpu_terms: vec![],
         notes,
+        vision: ctx.visual.map(|v| VisionPlan {
+            images_per_sample: v.images,
+            loaded_width: v.grid.loaded_width,
+            loaded_height: v.grid.loaded_height,
+            width: v.grid.width,
+            height: v.grid.height,
+            patches_per_image: v.grid.patches,
+            visual_tokens_per_image: v.grid.tokens,
+            image_sequence_tokens: v.sequence_tokens(),
+            text_tokens: step.seq - v.sequence_tokens(),
+            tower_params: arch.vision_params(),
+        }),
     };
     Ok((plan, step))
 }
@@ -573,6 +641,58 @@ fn preference_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     out
 }
 
+/// The code paths a hybrid or vision-language model runs that the settings do not name: the
+/// linear attention's kernels, the images' way to visual tokens, the tower.
+fn model_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
+    let mut out = vec![];
+    if arch.family.layout().hybrid.is_some() {
+        out.push(
+            "linear attention (Gated DeltaNet) is planned as transformers runs it without flash-linear-attention and causal-conv1d installed (its PyTorch fallback: fp32 copies of q, k, v, β and the decay per layer, padded to 64-token chunks); with the fla kernels a GPU keeps less, which lorafit does not plan yet"
+                .into(),
+        );
+    }
+    let Some(tower) = &arch.vision else {
+        return out;
+    };
+    let params = tower.params();
+    if s.quant.is_some() {
+        out.push(
+            "4-bit loading quantizes the vision tower's Linear layers with the language model's (transformers keeps only lm_head in 16 bits); prepare_model_for_kbit_training casts its other parameters to fp32"
+                .into(),
+        );
+    }
+    match crate::model::vision::visual(Some(tower), &s.images, s.seq) {
+        Ok(Some(v)) => {
+            let g = v.grid;
+            out.push(format!(
+                "each image ({} per sample, {}×{}) is scaled to {}×{} (image_max_pixels {}, image_min_pixels {}) and by the processor to {}×{}: {} patches, {} visual tokens; with its start and end markers the images take {} of the {} tokens of each sample, {} are text",
+                v.images,
+                s.images.image_width,
+                s.images.image_height,
+                g.loaded_width,
+                g.loaded_height,
+                s.images.image_max_pixels,
+                s.images.image_min_pixels,
+                g.width,
+                g.height,
+                g.patches,
+                g.tokens,
+                v.sequence_tokens(),
+                s.seq,
+                s.seq - v.sequence_tokens()
+            ));
+            out.push(format!(
+                "the vision tower ({params} parameters, {} blocks) is frozen with no LoRA and runs without a graph: its temporaries are freed during the forward; only the pixel values and its two outputs outlive it until the loss",
+                tower.depth
+            ));
+        }
+        _ => out.push(format!(
+            "this checkpoint carries a vision tower: its {params} parameters load with the model even for text-only samples (set images_per_sample to plan images)"
+        )),
+    }
+    out
+}
+
 /// How transformers 5.24 + peft run a mixture-of-experts model, where it differs from the
 /// settings as given.
 fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
@@ -592,6 +712,7 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         out.extend(preference_notes(arch, s));
     }
     out.extend(lora_variant_notes(arch, s));
+    out.extend(model_notes(arch, s));
     let Some(m) = arch.moe_layout() else {
         if !s.target_parameters.is_empty() {
             out.push("target_parameters ignored: this model has no fused expert parameters".into());

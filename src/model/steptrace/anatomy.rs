@@ -17,6 +17,8 @@ use crate::model::term::{bytes_of, f, named_bytes, Component, Factor, Term};
 pub fn component(label: &Label, made_in_backward: bool) -> Component {
     match label.what {
         What::Weight if label.block == Block::Experts => Component::FrozenExperts,
+        What::Weight | What::Input if label.block == Block::Vision => Component::VisionTower,
+        What::Vision => Component::VisionTower,
         What::Weight => Component::FrozenWeights,
         What::QuantState => Component::QuantState,
         What::Trainable => Component::TrainableWeights,
@@ -36,7 +38,7 @@ pub fn component(label: &Label, made_in_backward: bool) -> Component {
             Block::Attention => Component::ActAttention,
             Block::Mlp => Component::ActMlp,
             Block::Experts => Component::ActExperts,
-            Block::Other | Block::Checkpoint => Component::ActLora,
+            Block::Other | Block::Checkpoint | Block::Vision => Component::ActLora,
         },
         What::LoraCast | What::Lora | What::Dora => Component::ActLora,
         What::Dropout | What::DropoutMask => Component::ActDropout,

@@ -164,6 +164,8 @@ pub enum What {
     /// Gated DeltaNet linear attention: the convolution, the fp32 q/k/v/β/decay copies padded
     /// to whole chunks, the chunk systems and their solutions, the scan's states.
     LinearAttn,
+    /// The vision tower's forward (no graph: temporaries of the forward) and its outputs.
+    Vision,
     /// Router logits, probabilities, top-k, and the routed experts' tensors.
     Experts,
     /// Logits (module dtype or fp32 upcast).
@@ -200,7 +202,7 @@ pub enum What {
 
 impl What {
     /// Every kind, in declaration order.
-    pub const ALL: [What; 36] = [
+    pub const ALL: [What; 37] = [
         What::Weight,
         What::QuantState,
         What::Trainable,
@@ -221,6 +223,7 @@ impl What {
         What::Scores,
         What::Mlp,
         What::LinearAttn,
+        What::Vision,
         What::Experts,
         What::Logits,
         What::Loss,
@@ -262,6 +265,7 @@ impl What {
             What::Scores => "attention scores",
             What::Mlp => "MLP activations",
             What::LinearAttn => "linear-attention (Gated DeltaNet) activations",
+            What::Vision => "vision tower temporaries and outputs",
             What::Experts => "router / expert activations",
             What::Logits => "logits",
             What::Loss => "log_softmax / loss",
@@ -300,16 +304,19 @@ pub enum Block {
     Experts,
     /// A layer input a gradient checkpoint keeps until the layer's backward.
     Checkpoint,
+    /// The vision tower of a vision-language model (its weights, inputs and forward).
+    Vision,
 }
 
 impl Block {
     /// Every block.
-    pub const ALL: [Block; 5] = [
+    pub const ALL: [Block; 6] = [
         Block::Other,
         Block::Attention,
         Block::Mlp,
         Block::Experts,
         Block::Checkpoint,
+        Block::Vision,
     ];
 
     /// The words a term's label adds for the block (empty for [`Block::Other`]).
@@ -320,6 +327,7 @@ impl Block {
             Block::Mlp => " (MLP)",
             Block::Experts => " (experts)",
             Block::Checkpoint => " (kept by the checkpoint)",
+            Block::Vision => " (vision tower)",
         }
     }
 }

@@ -123,6 +123,13 @@ struct Prog<'c, 'a> {
     /// The Linear layer being run feeds a transpose whose gradient comes back strided across
     /// sequences: the views of its outputs copy in backward (Gated DeltaNet's in_proj_b).
     strided_grad: bool,
+    /// The vision step's tensors that outlive it (freed at the model's return, or with its
+    /// output).
+    vision_locals: vision::VisionLocals,
+    /// `Qwen3_5Model.rope_deltas`: kept by the model until the next step's replace them.
+    rope_deltas: Option<X>,
+    /// Sizes of the vision tower's 4-bit Linear weights, whose quantization states come next.
+    vision_quantized: Vec<u64>,
 }
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
@@ -135,6 +142,7 @@ mod gdn;
 pub(super) mod job;
 mod moe;
 mod preference;
+mod vision;
 
 impl<'c, 'a> Prog<'c, 'a> {
     /// Tokens of one forward pass: every sequence it sees (`2 × batch` for preference pairs).
@@ -201,6 +209,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         let aux = bytes(ctx.aux_weight);
         let h = a.hidden_size;
         let v = a.vocab_size;
+        if let Some(t) = &a.vision {
+            self.register_vision(t);
+        }
         let mts_embed = s.modules_to_save.contains(&SavedModule::EmbedTokens);
         let embed_n = v * h;
         let embed = if mts_embed {
@@ -289,13 +300,20 @@ impl<'c, 'a> Prog<'c, 'a> {
         if a.family.layout().scaled_embedding {
             self.t(1, aux, What::Buffer);
         }
-        // Rotary inverse frequencies (+ the original copy), of the rotating part of a head.
+        // Rotary inverse frequencies (+ the original copy): the vision tower's axial ones
+        // (`head_dim / 4` each), then the language model's, of the rotating part of a head.
+        if let Some(t) = &a.vision {
+            for _ in 0..2 {
+                self.t(t.head_dim() / 4, 4, What::Buffer);
+            }
+        }
         let half = a.rotary_dim() / 2;
         let rotaries = 1;
         for _ in 0..rotaries * 2 {
             self.t(half, 4, What::Buffer);
         }
         if s.quant.is_some() {
+            self.vision_quant_state();
             self.quant_state();
         }
         if s.base_trained() && s.reference_pass() {
@@ -578,11 +596,13 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// op reads their values.
     fn inputs(&mut self) {
         let n = self.tokens();
+        self.vision_inputs_before();
         self.t(n, 8, What::Input);
         self.t(n, 8, What::Input);
         if self.ctx.s.padded_mask {
             self.t(n, 8, What::Input);
         }
+        self.vision_inputs_after();
     }
 
     // -------------------------------------------------------------- ops
@@ -1796,10 +1816,17 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.tp.keep_local(emb.t);
             self.emb_leaf = Some(emb);
         }
-        // cache_position / position_ids
-        let ar = self.t(s.seq, 8, What::Input);
-        let pos = self.t(s.seq, 8, What::Input);
-        self.drop(ar);
+        let (emb, locals) = self.vision_forward(emb);
+        self.vision_locals = locals;
+        // cache_position / position_ids (with images: get_rope_index's `[3, batch, seq]`)
+        let pos = if self.ctx.visual.is_some() {
+            self.rope_index()
+        } else {
+            let ar = self.t(s.seq, 8, What::Input);
+            let pos = self.t(s.seq, 8, What::Input);
+            self.drop(ar);
+            pos
+        };
         let eager = s.attn_impl == AttnImpl::Eager;
         if pref && !eager && ctx.sdpa_mask() == SdpaMask::None {
             // The collator's all-ones attention_mask: transformers reads it as booleans
@@ -1865,6 +1892,11 @@ impl<'c, 'a> Prog<'c, 'a> {
                 } else {
                     vec![hcur.t, pos.t, cos.t, sin.t]
                 };
+                if self.ctx.visual.is_some() {
+                    // The multimodal position ids (`[3, batch, seq]`) leave no text position
+                    // ids for the layers (`Qwen3_5TextModel.forward`): nothing to keep.
+                    keeps.retain(|&t| t != pos.t);
+                }
                 let m = self.mask_for(li);
                 if let Some(c) = m {
                     keeps.push(c.t);
@@ -1901,14 +1933,24 @@ impl<'c, 'a> Prog<'c, 'a> {
             if let Some(w) = self.sliding.take() {
                 self.drop(w);
             }
-            self.drop(emb);
-            self.drop(pos);
+            // With images the position ids are the model's own argument, which outlives the
+            // language model's locals.
+            if self.ctx.visual.is_some() {
+                self.drop(pos);
+                self.drop(emb);
+            } else {
+                self.drop(emb);
+                self.drop(pos);
+            }
         } else {
             self.drop(pos);
             self.drop(emb);
             if let Some(c) = causal {
                 self.drop(c);
             }
+        }
+        for x in std::mem::take(&mut self.vision_locals.at_return) {
+            self.drop(x);
         }
         if pref {
             self.drop(sin);
@@ -1966,6 +2008,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
         }
         for x in recorded {
+            self.drop(x);
+        }
+        for x in std::mem::take(&mut self.vision_locals.in_output) {
             self.drop(x);
         }
         (g, loss)
@@ -2351,6 +2396,9 @@ pub(super) fn run<const AFTER: u8>(
         kept_logits: None,
         qstates: vec![],
         strided_grad: false,
+        vision_locals: Default::default(),
+        rope_deltas: None,
+        vision_quantized: vec![],
     };
     p.tp.emulated = device == super::Device::Emulated;
     p.tp.set_rank(rank);

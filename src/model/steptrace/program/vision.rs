@@ -1,0 +1,545 @@
+//! A vision-language step's vision tower, op by op, as transformers 5.24 runs Qwen3.5's
+//! (`Qwen3_5VisionModel.forward`, `modeling_qwen3_5.py:1156-1200`, called from
+//! `Qwen3_5Model.forward:1576-1650`): frozen, and without a graph (no input of it needs a
+//! gradient), so every tensor it makes is a temporary of the forward, apart from its two outputs,
+//! which the model's output holds until it is dropped after the loss. Then the visual tokens
+//! replace the image placeholders of the embedding output (`masked_scatter`).
+
+use super::{bytes, Prog, X};
+use crate::model::steptrace::tape::{Op, NO_LAYER};
+use crate::model::steptrace::What;
+use crate::model::vision::VisionTower;
+
+/// What the vision step leaves for later: tensors freed when the model's forward returns, and
+/// those the output holds until it is dropped.
+#[derive(Default)]
+pub(super) struct VisionLocals {
+    /// Freed when `Qwen3_5Model.forward` returns: the concatenated image embeddings and the
+    /// image and video placeholder masks (the image mask only when no graph saved it).
+    pub at_return: Vec<X>,
+    /// Held by the model output (`image_outputs`): the last block's output and the merger's.
+    pub in_output: Vec<X>,
+}
+
+impl Prog<'_, '_> {
+    /// The tower's parameters, registered before the language model's (`Qwen3_5Model`
+    /// creates `visual` first): frozen, in the model's dtype. A 4-bit load quantizes its Linear
+    /// layers like the language model's (transformers keeps only the output embedding and the
+    /// last module out, `quantizers/base.py:39-63`), and `prepare_model_for_kbit_training`
+    /// casts the rest to fp32 (the auxiliary weights' dtype).
+    pub(super) fn register_vision(&mut self, t: &VisionTower) {
+        let es = bytes(self.ctx.aux_weight);
+        let four_bit = self.ctx.s.quant.is_some();
+        self.tp.exec = NO_LAYER;
+        self.tp.block = crate::model::steptrace::Block::Vision;
+        let mut quantized = vec![];
+        for (n, linear) in t.param_shapes().into_iter().zip(t.linear_weights()) {
+            if four_bit && linear {
+                self.param(n.div_ceil(2), 1, false, What::Weight);
+                quantized.push(n);
+            } else {
+                self.param(n, es, false, What::Weight);
+            }
+        }
+        self.vision_quantized = quantized;
+        self.tp.block = Default::default();
+    }
+
+    /// The quantization states of the tower's 4-bit Linear weights (before the language
+    /// model's).
+    pub(super) fn vision_quant_state(&mut self) {
+        self.tp.block = crate::model::steptrace::Block::Vision;
+        for n in std::mem::take(&mut self.vision_quantized) {
+            self.new_quant_state(n);
+        }
+        self.tp.block = Default::default();
+    }
+
+    /// The image inputs the collator hands over before `input_ids` (`mm_token_type_ids`
+    /// int32, `image_grid_thw` int64).
+    pub(super) fn vision_inputs_before(&mut self) {
+        if let Some(v) = self.ctx.visual {
+            let b = self.ctx.s.sequences();
+            self.t(self.tokens(), 4, What::Input);
+            self.t(b * v.images * 3, 8, What::Input);
+        }
+    }
+
+    /// `pixel_values` (float32, `[patches, C·T·p·p]`), after the labels.
+    pub(super) fn vision_inputs_after(&mut self) {
+        if let (Some(v), Some(t)) = (self.ctx.visual, self.ctx.arch.vision.as_ref()) {
+            let b = self.ctx.s.sequences();
+            self.tp.block = crate::model::steptrace::Block::Vision;
+            self.t(b * v.patches() * t.patch_values(), 4, What::Input);
+            self.tp.block = Default::default();
+        }
+    }
+
+    /// The tower over every image of the batch and the merge of its tokens into the embedding
+    /// output `emb`; returns the language model's `inputs_embeds` and what dies later.
+    pub(super) fn vision_forward(&mut self, emb: X) -> (X, VisionLocals) {
+        let mut locals = VisionLocals::default();
+        let (Some(v), Some(t)) = (self.ctx.visual, self.ctx.arch.vision.as_ref()) else {
+            return (emb, locals);
+        };
+        let s = self.ctx.s;
+        let es = bytes(self.ctx.aux_weight);
+        let images = s.sequences() * v.images;
+        let p = images * v.grid.patches;
+        let hv = t.hidden_size;
+        let hd = t.head_dim();
+        let tok = images * v.grid.tokens;
+        let what = What::Vision;
+        self.tp.block = crate::model::steptrace::Block::Vision;
+        // get_image_features: pixel_values.type(visual.dtype).
+        let pix = self.t(p * t.patch_values(), es, what);
+        let (idx, w4) = self.interpolation_indices(images, p);
+        let pos_ids = self.vision_position_ids(t, v, images);
+        let cu = self.cu_seqlens(images);
+        // Patch embedding (Conv3d) and the resampled position embeddings.
+        let conv = self.t(p * hv, es, what);
+        let pe = self.t(p * 4 * hv, es, what);
+        let pw = self.t(p * 4 * hv, 4, what);
+        self.drop(pe);
+        let pos_sum = self.t(p * hv, 4, what);
+        self.drop(pw);
+        let pos_cast = self.t(p * hv, es, what);
+        let mut h = self.t(p * hv, es, what);
+        self.drop(pos_cast);
+        self.drop(conv);
+        // The axial rotary: (h, w) positions × inverse frequencies, cos and sin recomposed
+        // into `[patches, head_dim]` fp32 tables.
+        let pf = self.t(p * 2, 4, what);
+        let freqs = self.t(p * hd / 2, 4, what);
+        self.drop(pf);
+        let mut tables = vec![];
+        let mut scaled = vec![];
+        for _ in 0..2 {
+            let c = self.t(p * hd / 2, 4, what);
+            let cs = self.t(p * hd / 2, 4, what);
+            self.drop(c);
+            scaled.push(cs);
+        }
+        for cs in scaled {
+            let half = self.t(p * hd / 2, 4, what);
+            let full = self.t(p * hd, 4, what);
+            self.drop(half);
+            self.drop(cs);
+            tables.push(full);
+        }
+        self.drop(freqs);
+        for _ in 0..t.depth {
+            h = self.vision_block(h, t, p, images, v.grid.patches);
+        }
+        // The merger: LayerNorm, then 2×2 patches side by side through fc1, GELU, fc2.
+        let ln = self.vision_layernorm(p, hv, es);
+        let fc1 = self.t(p * hv, es, what);
+        let act = self.t(p * hv, es, what);
+        self.drop(fc1);
+        let merged = self.t(tok * t.out_hidden_size, es, what);
+        self.drop(act);
+        self.drop(ln);
+        for x in [idx, w4, pos_ids, cu, pos_sum] {
+            self.drop(x);
+        }
+        for x in tables.into_iter().rev() {
+            self.drop(x);
+        }
+        // The split sizes (`grid_thw.prod(-1) // merge²`), then get_image_features returns.
+        let prod = self.t(images, 8, what);
+        let sizes = self.t(images, 8, what);
+        self.drop(prod);
+        self.drop(sizes);
+        self.drop(pix);
+        locals.in_output = vec![h, merged];
+        // Qwen3_5Model.forward: torch.cat of the per-image splits, the placeholder masks and
+        // their count check, the scatter into the embedding output.
+        let cat = self.t(tok * t.out_hidden_size, es, What::Hidden);
+        self.tp.block = Default::default();
+        let tokens = self.tokens();
+        let image_mask = self.t(tokens, 1, What::Input);
+        let video_mask = self.t(tokens, 1, What::Input);
+        let n_img = self.t(1, 8, What::Input);
+        let prod = self.t(1, 8, What::Input);
+        let eq = self.t(1, 1, What::Input);
+        self.drop(prod);
+        let all = self.t(1, 1, What::Input);
+        self.drop(all);
+        self.drop(eq);
+        let n_vid = self.t(1, 8, What::Input);
+        self.drop(n_img);
+        self.drop(n_vid);
+        let mut out = self.t(emb.n, emb.es, What::Hidden);
+        if emb.grad() {
+            // MaskedScatterBackward0 keeps the mask; the embedding output's gradient is the
+            // incoming one with the image positions zeroed.
+            out.g = self.tp.node(
+                Op::MulConst,
+                emb.n,
+                emb.es,
+                &[Self::edge(&emb)],
+                &[image_mask.t],
+            );
+            locals.at_return = vec![cat, video_mask, image_mask];
+        } else {
+            locals.at_return = vec![cat, image_mask, video_mask];
+        }
+        // `inputs_embeds` is rebound: the embedding output lives on only where the graph holds
+        // it (the leaf checkpointing's input hook made of it).
+        self.drop(emb);
+        (out, locals)
+    }
+
+    /// `get_vision_interpolation_indices_and_weights` (`modeling_qwen3_5.py`): the bilinear
+    /// resampling of the learned position grid to every patch, vectorised over the images;
+    /// returns the `[patches, 2, 2]` indices (int64) and weights (fp32) the tower keeps.
+    fn interpolation_indices(&mut self, images: u64, p: u64) -> (X, X) {
+        let w = What::Vision;
+        let m1 = self.t(images, 8, w);
+        let per = self.t(images, 8, w);
+        self.drop(m1);
+        let mut keep = vec![per];
+        for _ in 0..2 {
+            let r = self.t(p, 8, w);
+            let i = self.t(p, 8, w);
+            self.drop(r);
+            keep.push(i);
+        }
+        let cs = self.t(images, 8, w);
+        let pad = self.t(images, 8, w);
+        self.drop(cs);
+        let r = self.t(p, 8, w);
+        let i3 = self.t(p, 8, w);
+        self.drop(r);
+        self.drop(pad);
+        keep.push(i3);
+        let sum = self.t(1, 8, w);
+        let ar = self.t(p, 8, w);
+        self.drop(sum);
+        let sub = self.t(p, 8, w);
+        self.drop(ar);
+        let m1 = self.t(p, 8, w);
+        let rm1 = self.t(p, 8, w);
+        self.drop(sub);
+        self.drop(m1);
+        let fd1 = self.t(p, 8, w);
+        let rm2 = self.t(p, 8, w);
+        let fd2 = self.t(p, 8, w);
+        let rm3 = self.t(p, 8, w);
+        self.drop(fd2);
+        let fd3 = self.t(p, 8, w);
+        let rm4 = self.t(p, 8, w);
+        self.drop(fd3);
+        let m = self.t(p, 8, w);
+        let fd4 = self.t(p, 8, w);
+        self.drop(m);
+        keep.extend([rm1, fd1, rm2, rm3, rm4, fd4]);
+        for _ in 0..2 {
+            let m = self.t(p, 8, w);
+            let a = self.t(p, 8, w);
+            self.drop(m);
+            keep.push(a);
+        }
+        // Each axis: the fractional positions, their floor, the two neighbours' indices
+        // (clamped) and weights.
+        for _ in 0..2 {
+            let tc = self.t(p, 4, w);
+            let mu = self.t(p, 4, w);
+            let su = self.t(p, 8, w);
+            let cl = self.t(p, 8, w);
+            self.drop(su);
+            let dv = self.t(p, 4, w);
+            self.drop(mu);
+            self.drop(cl);
+            let fl = self.t(p, 4, w);
+            let ag = self.t(2, 8, w);
+            let tc2 = self.t(p, 8, w);
+            let ad = self.t(2 * p, 8, w);
+            self.drop(tc2);
+            let ci = self.t(2 * p, 8, w);
+            let s1 = self.t(p, 4, w);
+            let s2 = self.t(2 * p, 4, w);
+            self.drop(s1);
+            let ab = self.t(2 * p, 4, w);
+            self.drop(s2);
+            let rs = self.t(2 * p, 4, w);
+            let cw = self.t(2 * p, 4, w);
+            self.drop(rs);
+            for x in [tc, dv, fl, ag, ad, ab] {
+                self.drop(x);
+            }
+            keep.extend([ci, cw]);
+        }
+        let mi = self.t(2 * p, 8, w);
+        let idx = self.t(4 * p, 8, w);
+        self.drop(mi);
+        let wts = self.t(4 * p, 4, w);
+        for x in keep {
+            self.drop(x);
+        }
+        (idx, wts)
+    }
+
+    /// `get_vision_position_ids`: each image's (h, w) patch positions in merge order, stacked
+    /// and repeated per frame, then concatenated (`[patches, 2]` int64).
+    fn vision_position_ids(
+        &mut self,
+        t: &VisionTower,
+        v: crate::model::vision::Visual,
+        images: u64,
+    ) -> X {
+        let w = What::Vision;
+        let (gh, gw) = (v.grid.height / t.patch_size, v.grid.width / t.patch_size);
+        let pi = v.grid.patches;
+        let tc = self.t(1, 8, w);
+        let mut repeats = vec![];
+        let mut clones: Option<(X, X)> = None;
+        for _ in 0..images {
+            let ah = self.t(gh, 8, w);
+            let aw = self.t(gw, 8, w);
+            if let Some((a, b)) = clones.take() {
+                self.drop(a);
+                self.drop(b);
+            }
+            let ch = self.t(pi, 8, w);
+            self.drop(ah);
+            let cw = self.t(pi, 8, w);
+            self.drop(aw);
+            let st = self.t(2 * pi, 8, w);
+            let rp = self.t(2 * pi, 8, w);
+            self.drop(st);
+            repeats.push(rp);
+            clones = Some((ch, cw));
+        }
+        let cat = self.t(2 * images * pi, 8, w);
+        self.drop(tc);
+        for x in repeats.into_iter().rev() {
+            self.drop(x);
+        }
+        if let Some((a, b)) = clones {
+            self.drop(a);
+            self.drop(b);
+        }
+        cat
+    }
+
+    /// `get_vision_attention_seqlens`: each image's patch count, cumulated and padded with a 0
+    /// (`cu_seqlens`, int32).
+    fn cu_seqlens(&mut self, images: u64) -> X {
+        let w = What::Vision;
+        let m = self.t(images, 8, w);
+        let r = self.t(images, 8, w);
+        let i = self.t(images, 8, w);
+        self.drop(r);
+        self.drop(m);
+        let cs = self.t(images, 4, w);
+        let pad = self.t(images + 1, 4, w);
+        self.drop(cs);
+        self.drop(i);
+        pad
+    }
+
+    /// `Qwen3_5Model.get_rope_index` over samples laid out as the harness builds them (each
+    /// image `<|vision_start|>`, its pads, `<|vision_end|>`, the images first, then the text):
+    /// the `[3, batch, seq]` position ids, and the rope deltas the model keeps until the next
+    /// step replaces them. The per-sample lists of position blocks die in Python's order (a
+    /// list's items last first).
+    pub(super) fn rope_index(&mut self) -> X {
+        let (Some(v), Some(t)) = (self.ctx.visual, self.ctx.arch.vision.as_ref()) else {
+            unreachable!("rope_index without images");
+        };
+        let w = What::Input;
+        let s = self.ctx.s;
+        let m = t.spatial_merge_size;
+        let (lh, lw) = (
+            v.grid.height / t.patch_size / m,
+            v.grid.width / t.patch_size / m,
+        );
+        let text_tail = s.seq - v.sequence_tokens() + 1;
+        let pos = self.t(3 * self.tokens(), 8, w);
+        let mut deltas = vec![];
+        let mut current: Option<X> = None;
+        let mut list: Vec<X> = vec![];
+        let mut vpos: Option<(X, bool)> = None;
+        let mut llm_positions: Option<X> = None;
+        for _ in 0..s.sequences() {
+            if let Some(c) = current.take() {
+                self.drop(c);
+            }
+            // The previous sample's list: its items last first, but for the block a variable
+            // still holds.
+            for x in std::mem::take(&mut list).into_iter().rev() {
+                if vpos.is_some_and(|(vp, _)| vp.t == x.t) {
+                    vpos = vpos.map(|(vp, _)| (vp, false));
+                } else {
+                    self.drop(x);
+                }
+            }
+            // The first text group: `<|vision_start|>`.
+            let ar = self.t(1, 8, w);
+            let add = self.t(3, 8, w);
+            self.drop(ar);
+            list.push(add);
+            for i in 0..v.images {
+                let ar = self.t(1, 8, w);
+                let mu = self.t(1, 4, w);
+                self.drop(ar);
+                let tt = self.t(1, 8, w);
+                self.drop(mu);
+                let ah = self.t(lh, 8, w);
+                let hh = self.t(lh, 8, w);
+                self.drop(ah);
+                let aw = self.t(lw, 8, w);
+                let ww = self.t(lw, 8, w);
+                self.drop(aw);
+                let st = self.t(3 * lh * lw, 8, w);
+                self.drop(tt);
+                self.drop(hh);
+                self.drop(ww);
+                // Rebinding `vision_position_ids` frees a block no list holds any more.
+                if let Some((old, in_list)) = vpos.take() {
+                    if !in_list {
+                        self.drop(old);
+                    }
+                }
+                vpos = Some((st, true));
+                list.push(st);
+                let gt = self.t(1, 1, w);
+                self.drop(gt);
+                let fd = self.t(1, 8, w);
+                if current.is_none() {
+                    current = Some(self.t(1, 8, w));
+                }
+                self.drop(fd);
+                if i + 1 < v.images {
+                    // `<|vision_end|><|vision_start|>` between two images.
+                    let ar = self.t(2, 8, w);
+                    let add = self.t(6, 8, w);
+                    self.drop(ar);
+                    list.push(add);
+                }
+            }
+            let ar = self.t(text_tail, 8, w);
+            let add = self.t(3 * text_tail, 8, w);
+            self.drop(ar);
+            list.push(add);
+            let cat = self.t(3 * s.seq, 8, w);
+            if let Some(old) = llm_positions.replace(cat) {
+                self.drop(old);
+            }
+            let mx = self.t(1, 8, w);
+            let ad = self.t(1, 8, w);
+            self.drop(mx);
+            let d = self.t(1, 8, w);
+            self.drop(ad);
+            deltas.push(d);
+        }
+        let new_deltas = self.t(s.sequences(), 8, w);
+        for x in deltas.into_iter().rev() {
+            self.drop(x);
+        }
+        // The function's locals: current_pos, the last list, vision_position_ids, llm_positions.
+        if let Some(c) = current {
+            self.drop(c);
+        }
+        for x in list.into_iter().rev() {
+            if vpos.is_some_and(|(vp, _)| vp.t == x.t) {
+                continue;
+            }
+            self.drop(x);
+        }
+        if let Some((vp, _)) = vpos {
+            self.drop(vp);
+        }
+        if let Some(l) = llm_positions {
+            self.drop(l);
+        }
+        if let Some(old) = self.rope_deltas.replace(new_deltas) {
+            self.drop(old);
+        }
+        pos
+    }
+
+    /// `nn.LayerNorm` without a graph: its output, and the mean and rstd it frees at once.
+    fn vision_layernorm(&mut self, rows: u64, width: u64, es: u64) -> X {
+        let y = self.t(rows * width, es, What::Vision);
+        let m = self.t(rows, 4, What::Vision);
+        let r = self.t(rows, 4, What::Vision);
+        self.drop(m);
+        self.drop(r);
+        y
+    }
+
+    /// One ViT block (`Qwen3_5VisionBlock`): LayerNorm, qkv, the rotary in fp32, attention over
+    /// each image on its own (SDPA per `cu_seqlens` chunk), proj and the residual; LayerNorm,
+    /// fc1, GELU-tanh, fc2 and the residual.
+    fn vision_block(&mut self, x: X, t: &VisionTower, p: u64, images: u64, per_image: u64) -> X {
+        let es = bytes(self.ctx.aux_weight);
+        let hv = t.hidden_size;
+        let what = What::Vision;
+        let n1 = self.vision_layernorm(p, hv, es);
+        let qkv = self.t(p * 3 * hv, es, what);
+        self.tp.gemm(false);
+        // apply_rotary_pos_emb_vision: q and k in fp32, each `q·cos + rotate_half(q)·sin`.
+        let qf = self.t(p * hv, 4, what);
+        let kf = self.t(p * hv, 4, what);
+        let mut rotated = vec![];
+        for _ in 0..2 {
+            let a = self.t(p * hv, 4, what);
+            let neg = self.t(p * hv / 2, 4, what);
+            let cat = self.t(p * hv, 4, what);
+            self.drop(neg);
+            let b = self.t(p * hv, 4, what);
+            self.drop(cat);
+            let sum = self.t(p * hv, 4, what);
+            self.drop(a);
+            self.drop(b);
+            rotated.push(sum);
+        }
+        let q = self.t(p * hv, es, what);
+        self.drop(rotated[0]);
+        let k = self.t(p * hv, es, what);
+        self.drop(rotated[1]);
+        self.drop(qf);
+        self.drop(kf);
+        let lengths = self.t(images, 4, what);
+        // One SDPA per image: its output, and the logsumexp and seeds it frees at once.
+        let mut outs = vec![];
+        for _ in 0..images {
+            let o = self.t(per_image * hv, es, what);
+            let lse = self.t(per_image * t.num_heads, 4, what);
+            let s1 = self.t(1, 8, what);
+            let s2 = self.t(1, 8, what);
+            self.drop(lse);
+            self.drop(s1);
+            self.drop(s2);
+            outs.push(o);
+        }
+        let cat = self.t(p * hv, es, what);
+        let proj = self.t(p * hv, es, what);
+        self.drop(cat);
+        self.drop(qkv);
+        self.drop(k);
+        self.drop(q);
+        // The list of outputs dies last first.
+        for o in outs.into_iter().rev() {
+            self.drop(o);
+        }
+        self.drop(lengths);
+        self.drop(n1);
+        let h1 = self.t(p * hv, es, what);
+        self.drop(proj);
+        let n2 = self.vision_layernorm(p, hv, es);
+        let fc1 = self.t(p * t.intermediate_size, es, what);
+        let act = self.t(p * t.intermediate_size, es, what);
+        self.drop(fc1);
+        let fc2 = self.t(p * hv, es, what);
+        self.drop(act);
+        self.drop(n2);
+        let out = self.t(p * hv, es, what);
+        self.drop(fc2);
+        self.drop(h1);
+        self.drop(x);
+        out
+    }
+}

@@ -1,0 +1,482 @@
+//! A vision-language model's vision tower and the images it sees: the tower's config.json
+//! numbers (`vision_config`), its parameters, and how an image of a given size becomes patches
+//! and visual tokens — LLaMA-Factory's resize (`image_max_pixels` / `image_min_pixels`), then
+//! the Qwen2-VL image processor's `smart_resize` to whole merged patches.
+
+use serde::{Deserialize, Serialize};
+
+/// The vision tower of a Qwen3.5 checkpoint (`Qwen3_5VisionModel`, transformers 5.24
+/// `modeling_qwen3_5.py:941-1200`), under its `vision_config` keys. A missing number takes the
+/// config class's default (`configuration_qwen3_5.py`, `Qwen3_5VisionConfig`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VisionTower {
+    /// ViT blocks.
+    pub depth: u64,
+    /// Width of the ViT.
+    pub hidden_size: u64,
+    /// Width of each block's MLP.
+    pub intermediate_size: u64,
+    /// Attention heads of each block.
+    pub num_heads: u64,
+    /// Side of a square patch, in pixels.
+    pub patch_size: u64,
+    /// Patches merged per side into one visual token.
+    pub spatial_merge_size: u64,
+    /// Frames per temporal patch (a still image is repeated this many times).
+    pub temporal_patch_size: u64,
+    /// Colour channels.
+    #[serde(default = "three")]
+    pub in_channels: u64,
+    /// Width of a visual token (the language model's hidden size).
+    pub out_hidden_size: u64,
+    /// Learned position embeddings (a square grid, resampled to each image).
+    pub num_position_embeddings: u64,
+}
+
+fn three() -> u64 {
+    3
+}
+
+/// Largest accepted tower number: far above any published tower, small enough that every
+/// product below stays inside u64.
+pub const MAX_TOWER_NUMBER: u64 = 1 << 16;
+
+impl VisionTower {
+    /// Checks that every number is positive, bounded, and that the widths divide.
+    pub fn validate(&self) -> Result<(), String> {
+        let fields = [
+            ("depth", self.depth),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_heads", self.num_heads),
+            ("patch_size", self.patch_size),
+            ("spatial_merge_size", self.spatial_merge_size),
+            ("temporal_patch_size", self.temporal_patch_size),
+            ("in_channels", self.in_channels),
+            ("out_hidden_size", self.out_hidden_size),
+            ("num_position_embeddings", self.num_position_embeddings),
+        ];
+        for (k, v) in fields {
+            if v == 0 || v > MAX_TOWER_NUMBER * 4 {
+                return Err(format!(
+                    "vision_config.{k} = {v} must be between 1 and {}",
+                    MAX_TOWER_NUMBER * 4
+                ));
+            }
+        }
+        if self.hidden_size % self.num_heads != 0 || (self.hidden_size / self.num_heads) % 4 != 0 {
+            return Err(format!(
+                "vision_config.hidden_size {} must split into num_heads {} heads of a width divisible by 4 (the axial rotary)",
+                self.hidden_size, self.num_heads
+            ));
+        }
+        Ok(())
+    }
+
+    /// Width of a head.
+    pub fn head_dim(&self) -> u64 {
+        self.hidden_size / self.num_heads
+    }
+
+    /// Side of a merged patch in pixels: the image processor resizes to multiples of it.
+    pub fn factor(&self) -> u64 {
+        self.patch_size * self.spatial_merge_size
+    }
+
+    /// Values of one flattened patch (`C × temporal_patch × p × p`), `pixel_values`' width.
+    pub fn patch_values(&self) -> u64 {
+        self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
+    }
+
+    /// Width of the merger's input: `spatial_merge_size²` patches side by side.
+    pub fn merged_width(&self) -> u64 {
+        self.hidden_size * self.spatial_merge_size * self.spatial_merge_size
+    }
+
+    /// Parameters of the tower, in `named_parameters()` order by module: the patch embedding
+    /// (a Conv3d with bias), the position embeddings, each block (two LayerNorms, qkv and proj
+    /// with biases, the MLP's fc1 and fc2 with biases), the merger (LayerNorm, fc1, fc2).
+    pub fn param_shapes(&self) -> Vec<u64> {
+        let h = self.hidden_size;
+        let i = self.intermediate_size;
+        let m = self.merged_width();
+        let mut v = vec![h * self.patch_values(), h, self.num_position_embeddings * h];
+        for _ in 0..self.depth {
+            v.extend([h, h, h, h, 3 * h * h, 3 * h, h * h, h, i * h, i, h * i, h]);
+        }
+        v.extend([
+            h,
+            h,
+            m * m,
+            m,
+            self.out_hidden_size * m,
+            self.out_hidden_size,
+        ]);
+        v
+    }
+
+    /// Which of [`param_shapes`](Self::param_shapes) are `nn.Linear` weights (what 4-bit
+    /// loading quantizes): each block's qkv, proj, fc1 and fc2, the merger's fc1 and fc2.
+    pub fn linear_weights(&self) -> Vec<bool> {
+        let mut v = vec![false; 3];
+        for _ in 0..self.depth {
+            v.extend([
+                false, false, false, false, true, false, true, false, true, false, true, false,
+            ]);
+        }
+        v.extend([false, false, true, false, true, false]);
+        v
+    }
+
+    /// Parameters of the tower.
+    pub fn params(&self) -> u64 {
+        self.param_shapes().iter().sum()
+    }
+}
+
+/// The Qwen3.5 image processor's pixel limits (`preprocessor_config.json` `size`:
+/// `shortest_edge`, `longest_edge`) as published with the checkpoints (Qwen/Qwen3.5-2B-Base's
+/// file; Qwen3-VL's are the same): at least 64 and at most 16384 visual tokens per image.
+pub const PROCESSOR_MIN_PIXELS: u64 = 65_536;
+/// See [`PROCESSOR_MIN_PIXELS`].
+pub const PROCESSOR_MAX_PIXELS: u64 = 16_777_216;
+
+/// The images of each sample, as LLaMA-Factory's settings name them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ImageSettings {
+    /// Images in each sample (0: a text-only step).
+    pub images_per_sample: u64,
+    /// Each image's width before any resize, in pixels.
+    pub image_width: u64,
+    /// Each image's height before any resize, in pixels.
+    pub image_height: u64,
+    /// LLaMA-Factory's `image_max_pixels` (default 768 × 768).
+    pub image_max_pixels: u64,
+    /// LLaMA-Factory's `image_min_pixels` (default 32 × 32).
+    pub image_min_pixels: u64,
+    /// LLaMA-Factory's `freeze_vision_tower` (ms-swift `freeze_vit`; default on).
+    pub freeze_vision_tower: bool,
+    /// LLaMA-Factory's `freeze_multi_modal_projector` (ms-swift `freeze_aligner`; default on).
+    pub freeze_multi_modal_projector: bool,
+}
+
+impl Default for ImageSettings {
+    fn default() -> Self {
+        ImageSettings {
+            images_per_sample: 0,
+            image_width: 1024,
+            image_height: 1024,
+            image_max_pixels: 768 * 768,
+            image_min_pixels: 32 * 32,
+            freeze_vision_tower: true,
+            freeze_multi_modal_projector: true,
+        }
+    }
+}
+
+/// The visual part of each sample: one image's grid, the images, and the tokens they take in
+/// the language model's sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Visual {
+    /// Each image as the tower sees it.
+    pub grid: ImageGrid,
+    /// Images per sample.
+    pub images: u64,
+}
+
+impl Visual {
+    /// Visual tokens of one sample.
+    pub fn tokens(&self) -> u64 {
+        self.images * self.grid.tokens
+    }
+    /// Tokens the images take in the sequence: their visual tokens and each image's
+    /// `<|vision_start|>` and `<|vision_end|>`.
+    pub fn sequence_tokens(&self) -> u64 {
+        self.images * (self.grid.tokens + 2)
+    }
+    /// Patches of one sample.
+    pub fn patches(&self) -> u64 {
+        self.images * self.grid.patches
+    }
+}
+
+/// The visual part of a sample for these settings, or why it cannot be planned (no tower, a
+/// trained tower, more visual tokens than `seq`). `None`: a text-only step.
+pub fn visual(
+    tower: Option<&VisionTower>,
+    s: &ImageSettings,
+    seq: u64,
+) -> Result<Option<Visual>, (&'static str, String)> {
+    if s.images_per_sample == 0 {
+        return Ok(None);
+    }
+    let Some(tower) = tower else {
+        return Err((
+            "images_per_sample",
+            "this model has no vision tower: pick a vision-language model (a config.json with a vision_config) or set 0 images".into(),
+        ));
+    };
+    if s.images_per_sample > MAX_IMAGES {
+        return Err((
+            "images_per_sample",
+            format!("{} must be at most {MAX_IMAGES}", s.images_per_sample),
+        ));
+    }
+    if !s.freeze_vision_tower {
+        return Err((
+            "freeze_vision_tower",
+            "training the vision tower is not planned yet: lorafit plans it frozen (LLaMA-Factory's and ms-swift's default)".into(),
+        ));
+    }
+    if !s.freeze_multi_modal_projector {
+        return Err((
+            "freeze_multi_modal_projector",
+            "training the projector (the patch merger) is not planned yet: lorafit plans it frozen (LLaMA-Factory's and ms-swift's default)".into(),
+        ));
+    }
+    if s.image_max_pixels == 0 || s.image_min_pixels > s.image_max_pixels {
+        return Err((
+            "image_max_pixels",
+            format!(
+                "image_max_pixels {} must be at least 1 and at least image_min_pixels {}",
+                s.image_max_pixels, s.image_min_pixels
+            ),
+        ));
+    }
+    let grid = image_grid(
+        tower,
+        s.image_width,
+        s.image_height,
+        s.image_max_pixels,
+        s.image_min_pixels,
+    )
+    .map_err(|e| ("image_width", e))?;
+    let v = Visual {
+        grid,
+        images: s.images_per_sample,
+    };
+    if v.sequence_tokens() >= seq {
+        return Err((
+            "seq",
+            format!(
+                "{} images of {} visual tokens each (+2 markers) take {} tokens, leaving no text in a sequence of {seq}: seq counts every token the language model sees, as LLaMA-Factory's cutoff_len does",
+                v.images,
+                grid.tokens,
+                v.sequence_tokens()
+            ),
+        ));
+    }
+    Ok(Some(v))
+}
+
+/// Largest accepted image side, in pixels.
+pub const MAX_IMAGE_SIDE: u64 = 1 << 16;
+/// Most images in one sample.
+pub const MAX_IMAGES: u64 = 1024;
+
+/// One image as the model sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageGrid {
+    /// The image after LLaMA-Factory's resize (`image_max_pixels` / `image_min_pixels`).
+    pub loaded_width: u64,
+    /// See `loaded_width`.
+    pub loaded_height: u64,
+    /// The image after the processor's `smart_resize`.
+    pub width: u64,
+    /// See `width`.
+    pub height: u64,
+    /// Patches (`grid_t × grid_h × grid_w`, one temporal patch for a still image).
+    pub patches: u64,
+    /// Visual tokens: patches / `spatial_merge_size²`.
+    pub tokens: u64,
+}
+
+/// LLaMA-Factory's resize of a dataset image before the processor: above `max_pixels` both
+/// sides are scaled by `sqrt(max_pixels / (w·h))` and truncated, below `min_pixels` by
+/// `sqrt(min_pixels / (w·h))` (`data/mm_plugin.py:218-235`, `MMPluginMixin._preprocess_image`);
+/// then the Qwen2-VL / Qwen3-VL plugins widen a side under 28 pixels to 28 and cut an aspect
+/// ratio above 200 to 180 (`mm_plugin.py:2260-2275`).
+pub fn llamafactory_resize(
+    width: u64,
+    height: u64,
+    max_pixels: u64,
+    min_pixels: u64,
+) -> (u64, u64) {
+    let (mut w, mut h) = (width, height);
+    let scale = |w: u64, h: u64, target: u64| {
+        let f = (target as f64 / (w as f64 * h as f64)).sqrt();
+        (
+            ((w as f64 * f) as u64).max(1),
+            ((h as f64 * f) as u64).max(1),
+        )
+    };
+    if w * h > max_pixels {
+        (w, h) = scale(w, h, max_pixels);
+    }
+    if w * h < min_pixels {
+        (w, h) = scale(w, h, min_pixels);
+    }
+    if w.min(h) < 28 {
+        (w, h) = (w.max(28), h.max(28));
+    }
+    if w > 200 * h {
+        w = h * 180;
+    } else if h > 200 * w {
+        h = w * 180;
+    }
+    (w, h)
+}
+
+/// The Qwen2-VL image processor's `smart_resize` (transformers 5.24
+/// `models/qwen2_vl/image_processing_qwen2_vl.py:63-89`): each side rounded to a multiple of
+/// `factor`, scaled down (floor) above `max_pixels` or up (ceil) below `min_pixels`. Returns
+/// (height, width).
+pub fn smart_resize(
+    height: u64,
+    width: u64,
+    factor: u64,
+    min_pixels: u64,
+    max_pixels: u64,
+) -> Result<(u64, u64), String> {
+    let (hf, wf, ff) = (height as f64, width as f64, factor as f64);
+    if hf.max(wf) / hf.min(wf) > 200.0 {
+        return Err(format!(
+            "an image of {width}×{height} has an aspect ratio above 200, which the image processor refuses"
+        ));
+    }
+    // Python's round() rounds halves to even.
+    let round_even = |x: f64| {
+        let r = x.round();
+        if (x - x.trunc()).abs() == 0.5 && r % 2.0 != 0.0 {
+            r - x.signum()
+        } else {
+            r
+        }
+    };
+    let mut h_bar = round_even(hf / ff) as u64 * factor;
+    let mut w_bar = round_even(wf / ff) as u64 * factor;
+    if h_bar * w_bar > max_pixels {
+        let beta = (hf * wf / max_pixels as f64).sqrt();
+        h_bar = factor.max((hf / beta / ff).floor() as u64 * factor);
+        w_bar = factor.max((wf / beta / ff).floor() as u64 * factor);
+    } else if h_bar * w_bar < min_pixels {
+        let beta = (min_pixels as f64 / (hf * wf)).sqrt();
+        h_bar = (hf * beta / ff).ceil() as u64 * factor;
+        w_bar = (wf * beta / ff).ceil() as u64 * factor;
+    }
+    Ok((h_bar, w_bar))
+}
+
+/// An image of `width × height` through LLaMA-Factory's resize and the processor, as the tower
+/// sees it.
+pub fn image_grid(
+    tower: &VisionTower,
+    width: u64,
+    height: u64,
+    max_pixels: u64,
+    min_pixels: u64,
+) -> Result<ImageGrid, String> {
+    if width == 0 || height == 0 || width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE {
+        return Err(format!(
+            "an image of {width}×{height}: each side must be between 1 and {MAX_IMAGE_SIDE} pixels"
+        ));
+    }
+    let (lw, lh) = llamafactory_resize(width, height, max_pixels, min_pixels);
+    let (rh, rw) = smart_resize(
+        lh,
+        lw,
+        tower.factor(),
+        PROCESSOR_MIN_PIXELS,
+        PROCESSOR_MAX_PIXELS,
+    )?;
+    let patches = (rh / tower.patch_size) * (rw / tower.patch_size);
+    Ok(ImageGrid {
+        loaded_width: lw,
+        loaded_height: lh,
+        width: rw,
+        height: rh,
+        patches,
+        tokens: patches / (tower.spatial_merge_size * tower.spatial_merge_size),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Qwen3.5-4B's `vision_config` (the published config.json, as `measure_vl.py` types it).
+    fn q35_4b() -> VisionTower {
+        VisionTower {
+            depth: 24,
+            hidden_size: 1024,
+            intermediate_size: 4096,
+            num_heads: 16,
+            patch_size: 16,
+            spatial_merge_size: 2,
+            temporal_patch_size: 2,
+            in_channels: 3,
+            out_hidden_size: 2560,
+            num_position_embeddings: 2304,
+        }
+    }
+
+    #[test]
+    fn smart_resize_matches_the_processors_python() {
+        // Values printed by transformers 5.24's smart_resize (its source run by python3).
+        assert_eq!(
+            smart_resize(448, 448, 32, 56 * 56, 28 * 28 * 1280),
+            Ok((448, 448))
+        );
+        assert_eq!(
+            smart_resize(1000, 750, 28, 56 * 56, 28 * 28 * 1280),
+            Ok((1008, 756))
+        );
+        // 16 / 32 = 0.5 rounds to 0 (half to even), then min_pixels scales it up.
+        assert_eq!(smart_resize(16, 16, 32, 32 * 32, 16_777_216), Ok((32, 32)));
+        assert_eq!(
+            smart_resize(4000, 3000, 32, 65_536, 1_048_576),
+            Ok((1152, 864))
+        );
+        assert!(smart_resize(10, 3000, 32, 65_536, 16_777_216).is_err());
+    }
+
+    #[test]
+    fn llamafactory_caps_the_pixels_before_the_processor() {
+        // 1024×1024 > 768×768: scaled by 0.75 exactly.
+        assert_eq!(
+            llamafactory_resize(1024, 1024, 768 * 768, 32 * 32),
+            (768, 768)
+        );
+        assert_eq!(
+            llamafactory_resize(448, 448, 768 * 768, 32 * 32),
+            (448, 448)
+        );
+        let g = image_grid(&q35_4b(), 1024, 1024, 768 * 768, 32 * 32).unwrap();
+        assert_eq!(
+            (g.width, g.height, g.patches, g.tokens),
+            (768, 768, 2304, 576)
+        );
+        // A 12-megapixel photo and a 1080p frame at LLaMA-Factory's defaults (its resize and the
+        // processor's smart_resize run in python3: 886×665 → 896×672, 1024×576 → 1024×576).
+        let g = image_grid(&q35_4b(), 4032, 3024, 768 * 768, 32 * 32).unwrap();
+        assert_eq!((g.loaded_width, g.loaded_height), (886, 665));
+        assert_eq!(
+            (g.width, g.height, g.patches, g.tokens),
+            (896, 672, 2352, 588)
+        );
+        let g = image_grid(&q35_4b(), 1920, 1080, 768 * 768, 32 * 32).unwrap();
+        assert_eq!((g.width, g.height, g.tokens), (1024, 576, 576));
+    }
+
+    #[test]
+    fn the_4b_tower_has_its_published_parameter_count() {
+        // 2-block tower measured by the harness: 56,397,312 parameters (vision_params in
+        // tests/data/steptrace/models26.jsonl's VL recording).
+        let mut t = q35_4b();
+        t.depth = 2;
+        assert_eq!(t.params(), 56_397_312);
+        assert_eq!(t.linear_weights().len(), t.param_shapes().len());
+        assert!(t.validate().is_ok());
+    }
+}
