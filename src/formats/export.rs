@@ -459,6 +459,15 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.fused_ce {
         out.push_str("enable_liger_kernel: true\n");
     }
+    if arch.vision.is_some() {
+        // The images' resize limits and the tower kept frozen (LLaMA-Factory's
+        // ProcessorArguments and FinetuningArguments).
+        let i = &s.images;
+        out.push_str(&format!(
+            "image_max_pixels: {}\nimage_min_pixels: {}\nfreeze_vision_tower: {}\nfreeze_multi_modal_projector: {}\n",
+            i.image_max_pixels, i.image_min_pixels, i.freeze_vision_tower, i.freeze_multi_modal_projector
+        ));
+    }
     out
 }
 

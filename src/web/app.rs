@@ -264,7 +264,10 @@ fn Essentials(state: RwSignal<UiState>) -> impl IntoView {
                 <div class="model-pick">
                     <SelectControl label="Model" testid="select-model" options=model_options
                         value=current_model
-                        on_set=Callback::new(move |v: String| state.update(|st| st.model = v)) />
+                        on_set=Callback::new(move |v: String| state.update(|st| {
+                            st.model = v;
+                            layout::after_model(st);
+                        })) />
                     <input type="search" aria-label=t("Filter the models") data-testid="search-model" placeholder=t("filter: qwen, 70b, gemma…")
                         prop:value=search on:input:target=move |ev| search.set(ev.target().value()) />
                 </div>
@@ -273,6 +276,12 @@ fn Essentials(state: RwSignal<UiState>) -> impl IntoView {
                     on_set=Callback::new(move |v: String| state.update(|st| st.gpu = v)) />
                 {setting_controls(layout::ESSENTIAL, state, None)}
             </div>
+            <Show when=move || state.with(|st| crate::web::state::arch_of(st).is_ok_and(|a| a.vision.is_some()))>
+                <fieldset class="images" data-testid="image-settings">
+                    <legend>{t("Images (vision-language model)")}</legend>
+                    <div class="controls-grid">{setting_controls(layout::IMAGES, state, None)}</div>
+                </fieldset>
+            </Show>
         </section>
     }
 }

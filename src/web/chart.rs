@@ -135,7 +135,7 @@ pub fn hero_on(plan: &crate::model::Plan, capacity_bytes: u128, scale: u128) -> 
 
 /// Sums components by [`Group`] (keys are the group keys), for the curve.
 pub fn by_group(components: &[ComponentBytes]) -> Vec<ComponentBytes> {
-    Group::ALL[..4]
+    Group::ALLOCATED
         .iter()
         .map(|g| ComponentBytes {
             key: g.key(),
@@ -244,7 +244,7 @@ pub fn curve(
         points.iter().map(|p| by_group(&p.components)).collect();
     let mut below = vec![0u128; points.len()];
     let mut areas = vec![];
-    for (k, g) in Group::ALL[..4].iter().enumerate() {
+    for (k, g) in Group::ALLOCATED.iter().enumerate() {
         let above: Vec<u128> = grouped
             .iter()
             .zip(&below)

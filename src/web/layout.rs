@@ -72,6 +72,18 @@ pub fn decided_by(name: &str) -> &'static str {
     }
 }
 
+/// A vision-language model's images, in the first screen once such a model is picked.
+pub const IMAGES: &[&str] = &["images_per_sample", "image_width", "image_height"];
+
+/// The images' resize limits and the tower's training, in the sections (vision-language
+/// models).
+pub const IMAGES_MORE: &[&str] = &[
+    "image_max_pixels",
+    "image_min_pixels",
+    "freeze_vision_tower",
+    "freeze_multi_modal_projector",
+];
+
 /// The "Mixture of experts" group, shown for MoE models.
 pub const MOE: &[&str] = &[
     "target_parameters",
@@ -102,8 +114,20 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         "eval_samples" | "prediction_loss_only" => s.job.evaluates(),
         "eval_accumulation_steps" => s.job.evaluates() && !s.job.prediction_loss_only,
         "save_only_model" => s.job.saves(),
+        // An image's size and resize limits once a sample has images.
+        "image_width" | "image_height" | "image_max_pixels" | "image_min_pixels" => {
+            s.images.images_per_sample > 0
+        }
         "export_device" => s.job.merge,
         _ => true,
+    }
+}
+
+/// After the model changes: a model without a vision tower plans no images (its samples are
+/// text; the image settings are hidden with the tower).
+pub fn after_model(st: &mut crate::web::state::UiState) {
+    if crate::web::state::arch_of(st).map_or(true, |a| a.vision.is_none()) {
+        st.settings.images.images_per_sample = 0;
     }
 }
 
@@ -134,6 +158,8 @@ mod tests {
             .chain(TRAINING)
             .chain(GPUS)
             .chain(MOE)
+            .chain(IMAGES)
+            .chain(IMAGES_MORE)
             .chain(JOB)
             .chain(&["target_modules", "modules_to_save"])
         {
@@ -142,6 +168,20 @@ mod tests {
                 "{name} is not in the table"
             );
         }
+    }
+
+    #[test]
+    fn a_model_without_a_tower_plans_no_images() {
+        let mut st = crate::web::state::UiState {
+            model: "qwen3.5-4b".into(),
+            ..Default::default()
+        };
+        st.settings.images.images_per_sample = 2;
+        after_model(&mut st);
+        assert_eq!(st.settings.images.images_per_sample, 2);
+        st.model = "llama2-7b".into();
+        after_model(&mut st);
+        assert_eq!(st.settings.images.images_per_sample, 0);
     }
 
     #[test]

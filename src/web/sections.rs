@@ -124,6 +124,12 @@ fn Sections(initial: UiState) -> impl IntoView {
                     <legend>{t("modules_to_save (trained in full)")}</legend>
                     {setting_controls_typed(&["modules_to_save"], state, None)}
                 </fieldset>
+                <Show when=move || state.with(|st| arch_of(st).is_ok_and(|a| a.vision.is_some()))>
+                    <fieldset class="targets images" data-testid="image-more-settings">
+                        <legend>{t("Images: resize limits and the vision tower")}</legend>
+                        {setting_controls_typed(layout::IMAGES_MORE, state, None)}
+                    </fieldset>
+                </Show>
                 <Show when=move || state.with(|st| arch_of(st).is_ok_and(|a| a.is_moe()))>
                     <fieldset class="targets moe" data-testid="moe-settings">
                         <legend>{t("Mixture of experts")}</legend>
@@ -367,7 +373,7 @@ fn CurveChart(
                         <text class="tick" x="-5" dy="3" y=y text-anchor="end">{tick(|t| t.1.clone())}</text>
                     }
                 }).collect_view()}
-                {Group::ALL[..4].iter().map(|g| {
+                {Group::ALLOCATED.iter().map(|g| {
                     let key = g.key();
                     view! { <path class=format!("area g-{key}") d=text(move || geom.with(|g| g.as_ref().and_then(|g| g.c.areas.iter().find(|a| a.key == key)).map(|a| a.d.clone()).unwrap_or_default())) /> }
                 }).collect_view()}
@@ -387,7 +393,7 @@ fn CurveChart(
                 <text class="axis-label" x="-38" y="-1">"GiB"</text>
             </svg>
             <ul class="legend curve-legend" aria-label=t("Curve legend")>
-                {Group::ALL[..4].iter().map(|g| view! { <li><span class=format!("sw g-{}", g.key()) aria-hidden="true"></span>{t(g.label())}</li> }).collect_view()}
+                {Group::ALLOCATED.iter().map(|g| view! { <li><span class=format!("sw g-{}", g.key()) aria-hidden="true"></span>{t(g.label())}</li> }).collect_view()}
                 <li><span class="sw line sw-smi" aria-hidden="true"></span>{t("nvidia-smi estimate")}</li>
                 <li><span class="sw line sw-cap" aria-hidden="true"></span>{t("GPU limit")}</li>
                 <li><span class="sw line sw-fit" aria-hidden="true"></span>{t("largest that fits")}</li>

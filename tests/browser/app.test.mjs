@@ -69,6 +69,27 @@ test("a mixture-of-experts model shows its experts, its settings group, and matc
   await page.close();
 });
 
+test("a vision-language model shows its image settings and the tower as its own group, and matches the CLI", async () => {
+  const { page, errors } = await openApp(browser, server.url);
+  assert.equal(await page.locator('[data-testid="image-settings"]').count(), 0);
+  await page.selectOption('[data-testid="select-model"]', "qwen3.5-4b");
+  await page.selectOption('[data-testid="select-gpu"]', "h200");
+  await page.waitForSelector('[data-testid="image-settings"]');
+  await page.fill('[data-testid="input-seq"]', "2048");
+  await page.fill('[data-testid="input-images"]', "2");
+  await page.fill('[data-testid="input-image-width"]', "1280");
+  await page.fill('[data-testid="input-image-height"]', "720");
+  await page.waitForFunction(() => document.querySelector('[data-testid="plan-notes"]')?.textContent.includes("576 visual tokens"));
+  assert.ok(await page.locator('[data-testid="segment-vision_tower"]').count() === 1);
+  assert.match(await page.textContent('[data-testid="plan-notes"]'), /flash-linear-attention/);
+  await expectMatchesCli(page, ["--model", "qwen3.5-4b", "--gpu", "h200", "--seq", "2048", "--images-per-sample", "2", "--image-width", "1280", "--image-height", "720"]);
+  await page.screenshot({ path: path.join(artifacts, "vision.png"), fullPage: true });
+  await page.selectOption('[data-testid="select-model"]', "llama2-7b");
+  assert.equal(await page.locator('[data-testid="image-settings"]').count(), 0);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("changed settings match the CLI", async () => {
   const { page } = await openApp(browser, server.url);
   await page.selectOption('[data-testid="select-model"]', "qwen2-7b");

@@ -59,6 +59,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Loading the sections…", "正在加载各栏目…"),
     ("Memory at the peak (allocated), term by term", "峰值时刻的显存（已分配），逐项列出"),
     ("Memory plan", "显存估算"),
+    ("Images (vision-language model)", "图像（视觉语言模型）"),
+    ("Images: resize limits and the vision tower", "图像：缩放上下限与视觉塔"),
     ("Mixture of experts", "混合专家（MoE）"),
     ("More settings", "更多设置"),
     ("More training settings", "更多训练设置"),
