@@ -53,7 +53,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("MLP activations", "MLP 激活值"),
     ("vision_config.{} = # must be between # and #", "vision_config.{} = # 必须在 # 到 # 之间"),
     ("vision_config.hidden_size # must split into num_heads # heads of a width divisible by # (the axial rotary)", "vision_config.hidden_size # 必须能分成 num_heads # 个头，且每头宽度能被 # 整除（轴向旋转位置编码）"),
-    ("vision_config: {}", "vision_config：{}"),
+    ("vision_config: {}", "视觉配置 vision_config：{}"),
     ("autocast over the vision tower's forward (its weights cast to the autocast dtype for every op) is not planned yet: plan the model in its training dtype without autocast", "尚未支持规划视觉塔前向中的 autocast（每个算子都把权重转换为 autocast dtype）：请按训练 dtype 规划模型，不使用 autocast"),
     ("images are planned for supervised fine-tuning on one GPU so far (the preference trainers' and the sharded steps' handling of the vision tower is not measured yet): set # images, or plan SFT on one GPU", "目前只为单 GPU 的监督微调规划图像（偏好训练器与分片训练步骤如何处理视觉塔尚未测量）：请把图像数设为 #，或按单 GPU 的 SFT 规划"),
     ("#-bit loading quantizes the vision tower's Linear layers with the language model's (transformers keeps only lm_head in # bits); prepare_model_for_kbit_training casts its other parameters to fp32", "# 位加载会把视觉塔的 Linear 层与语言模型的一起量化（transformers 只让 lm_head 保持 # 位）；prepare_model_for_kbit_training 把视觉塔的其他参数转为 fp32"),
