@@ -128,8 +128,6 @@ struct Prog<'c, 'a> {
     vision_locals: vision::VisionLocals,
     /// `Qwen3_5Model.rope_deltas`: kept by the model until the next step's replace them.
     rope_deltas: Option<X>,
-    /// Sizes of the vision tower's 4-bit Linear weights, whose quantization states come next.
-    vision_quantized: Vec<u64>,
 }
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
@@ -2398,7 +2396,6 @@ pub(super) fn run<const AFTER: u8>(
         strided_grad: false,
         vision_locals: Default::default(),
         rope_deltas: None,
-        vision_quantized: vec![],
     };
     p.tp.emulated = device == super::Device::Emulated;
     p.tp.set_rank(rank);

@@ -32,25 +32,27 @@ impl Prog<'_, '_> {
         let four_bit = self.ctx.s.quant.is_some();
         self.tp.exec = NO_LAYER;
         self.tp.block = crate::model::steptrace::Block::Vision;
-        let mut quantized = vec![];
         for (n, linear) in t.param_shapes().into_iter().zip(t.linear_weights()) {
             if four_bit && linear {
                 self.param(n.div_ceil(2), 1, false, What::Weight);
-                quantized.push(n);
             } else {
                 self.param(n, es, false, What::Weight);
             }
         }
-        self.vision_quantized = quantized;
         self.tp.block = Default::default();
     }
 
     /// The quantization states of the tower's 4-bit Linear weights (before the language
     /// model's).
     pub(super) fn vision_quant_state(&mut self) {
+        let Some(t) = self.ctx.arch.vision.as_ref() else {
+            return;
+        };
         self.tp.block = crate::model::steptrace::Block::Vision;
-        for n in std::mem::take(&mut self.vision_quantized) {
-            self.new_quant_state(n);
+        for (n, linear) in t.param_shapes().into_iter().zip(t.linear_weights()) {
+            if linear {
+                self.new_quant_state(n);
+            }
         }
         self.tp.block = Default::default();
     }
