@@ -12,6 +12,8 @@ cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
 cargo clippy --locked --all-targets --features gpu -- -D warnings
 cargo clippy --locked --target wasm32-unknown-unknown -- -D warnings
+# The page's first bundle: the planner without the extended ops (index.html, src/model/extended.rs).
+cargo clippy --locked --target wasm32-unknown-unknown --no-default-features --bin lorafit -- -D warnings
 cargo clippy --locked --target wasm32-unknown-unknown --features gpu --bin gpubench -- -D warnings
 
 echo "== native tests: unit, properties, CLI, reference accuracy, wgpu kernels on Vulkan (lavapipe)"

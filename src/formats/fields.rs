@@ -953,6 +953,7 @@ pub static FIELDS: &[Field] = &[
             s.targets = parse_target_names(items(v)).map_err(|e| match e {
                 crate::model::PlanError::InvalidSetting { why, .. }
                 | crate::model::PlanError::InvalidArchitecture { why, .. } => why,
+                other => other.to_string(),
             })?;
             Ok(())
         },

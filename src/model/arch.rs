@@ -366,7 +366,10 @@ impl Architecture {
                 );
             }
         }
-        if let Some(t) = &self.vision {
+        // A vision tower, experts and linear attention are extended steps' (model::extended:
+        // a build without them refuses those architectures before it reads them).
+        let extended = super::extended::EXTENDED;
+        if let Some(t) = self.vision.as_ref().filter(|_| extended) {
             if self.family.layout().vision.is_none() {
                 return bad(
                     "vision_config",
@@ -424,8 +427,10 @@ impl Architecture {
                 }
             }
         }
-        self.validate_moe()?;
-        self.validate_linear()?;
+        if extended {
+            self.validate_moe()?;
+            self.validate_linear()?;
+        }
         for (field, v) in [
             ("attn_logit_softcapping", self.attn_logit_softcapping),
             ("final_logit_softcapping", self.final_logit_softcapping),

@@ -93,9 +93,14 @@ impl<'a> Ctx<'a> {
             },
             router_logits,
             routing,
-            visual: crate::model::vision::visual(arch.vision.as_ref(), &s.images, s.seq)
-                .ok()
-                .flatten(),
+            // Images are an extended step's (model::extended): none without those ops.
+            visual: if crate::model::extended::EXTENDED {
+                crate::model::vision::visual(arch.vision.as_ref(), &s.images, s.seq)
+                    .ok()
+                    .flatten()
+            } else {
+                None
+            },
         }
     }
 

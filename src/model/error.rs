@@ -19,7 +19,16 @@ pub enum PlanError {
         /// Human-readable reason.
         why: String,
     },
+    /// The step needs ops this build leaves out: the planner page's first bundle is built
+    /// without the `extended-ops` feature, and hands such a step to its full planner.
+    Unbundled {
+        /// What the step needs (the first such op it reached), e.g. "Gated DeltaNet layers".
+        ops: &'static str,
+    },
 }
+
+/// How the message of [`PlanError::Unbundled`] starts (the page recognises it by this).
+pub const UNBUNDLED: &str = "this page's first bundle does not plan ";
 
 impl fmt::Display for PlanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -29,6 +38,9 @@ impl fmt::Display for PlanError {
             }
             PlanError::InvalidSetting { field, why } => {
                 write!(f, "invalid setting: {field}: {why}")
+            }
+            PlanError::Unbundled { ops } => {
+                write!(f, "{UNBUNDLED}{ops}; the full planner plans it")
             }
         }
     }

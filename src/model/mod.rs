@@ -8,6 +8,7 @@ pub mod ctx;
 pub mod distributed;
 pub mod dtype;
 pub mod error;
+pub mod extended;
 pub mod family;
 pub mod job;
 pub mod job_settings;

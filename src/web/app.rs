@@ -95,7 +95,7 @@ pub fn Embed(
     view! {
         <div class="page embed">
             {notice_list(notices)}
-            <main data-reserve=move || reserve_state(simulated, eval)>
+            <main data-reserve=move || reserve_state(simulated, eval) data-planner=crate::web::full::PLANNER>
                 <Hero eval=eval />
                 <div class="embed-controls" role="group" aria-label=t("Settings")>{setting_controls(layout::EMBED, state, None)}</div>
                 <p class="embed-foot">
@@ -126,7 +126,7 @@ pub fn App(
                 <p class="tagline">{t("Will this LoRA / QLoRA fine-tune fit, and where does every GiB go? Planned in your browser.")}</p>
             </header>
             {notice_list(notices)}
-            <main data-reserve=move || reserve_state(simulated, eval)>
+            <main data-reserve=move || reserve_state(simulated, eval) data-planner=crate::web::full::PLANNER>
                 <Hero eval=eval state=state advice=advice query=query />
                 <Essentials state=state />
                 <SectionsLauncher state=state query=query />
@@ -189,6 +189,9 @@ fn SectionsLauncher(state: RwSignal<UiState>, query: Memo<String>) -> impl IntoV
     };
     if let Some(id) = hash_section() {
         open(Some(id));
+    } else if crate::web::full::take_sections_open() {
+        // The first bundle's page had them open when it handed over (web::full).
+        open(None);
     }
     let on_hash = leptos::prelude::window_event_listener(leptos::ev::hashchange, move |_| {
         if let Some(id) = hash_section() {
@@ -258,6 +261,9 @@ fn Essentials(state: RwSignal<UiState>) -> impl IntoView {
     let model_options =
         Memo::new(move |_| crate::web::state::model_options(&search.get(), &current_model.get()));
     let gpu_options = crate::web::state::gpu_options();
+    let has_tower = Memo::new(move |_| {
+        state.with(|st| crate::web::state::arch_of(st).is_ok_and(|a| a.vision.is_some()))
+    });
     view! {
         <section class="card essentials" aria-label=t("Settings")>
             <div class="controls-grid">
@@ -276,12 +282,13 @@ fn Essentials(state: RwSignal<UiState>) -> impl IntoView {
                     on_set=Callback::new(move |v: String| state.update(|st| st.gpu = v)) />
                 {setting_controls(layout::ESSENTIAL, state, None)}
             </div>
-            <Show when=move || state.with(|st| crate::web::state::arch_of(st).is_ok_and(|a| a.vision.is_some()))>
+            // Only a model with a vision tower has them (an Option, not <Show>: see ARCHITECTURE.md).
+            {move || has_tower.get().then(|| view! {
                 <fieldset class="images" data-testid="image-settings">
                     <legend>{t("Images (vision-language model)")}</legend>
                     <div class="controls-grid">{setting_controls(layout::IMAGES, state, None)}</div>
                 </fieldset>
-            </Show>
+            })}
         </section>
     }
 }

@@ -4,7 +4,8 @@
 //! panel's Web Worker runs (its own wasm); these are pure and tested natively. `setup` is what the page, the embed and the sections share (the state
 //! and its `Memo`s); `app` (the page and the embed), `controls` and `panels` are the Leptos
 //! components (wasm only); `sections` is the second wasm holding everything below the first
-//! screen, loaded when a section is opened, and `bridge` keeps it and the page on one state:
+//! screen, loaded when a section is opened, and `bridge` keeps it and the page on one state
+//! (`full` hands a state whose step the page's first bundle leaves out to the full planner):
 //! controls write the state through the
 //! settings table, `Memo`s derive everything through [`crate::planning::evaluate`], views only
 //! format.
@@ -33,6 +34,8 @@ pub mod controls;
 pub mod evidence;
 #[cfg(target_arch = "wasm32")]
 pub mod fetch;
+#[cfg(target_arch = "wasm32")]
+pub mod full;
 #[cfg(target_arch = "wasm32")]
 pub mod job;
 #[cfg(target_arch = "wasm32")]

@@ -204,6 +204,11 @@ pub(crate) fn setup(
     // is still (web::settle).
     let (eval, simulated) = crate::web::settle::settle_on(state, eval, settle);
     let query = Memo::new(move |_| state.with(link::encode));
+    // The first bundle hands a step it leaves out to the full planner (web::full).
+    #[cfg(not(feature = "extended-ops"))]
+    if role == Role::Page {
+        crate::web::full::hand_over(eval, query);
+    }
     // The page's bundle plans no phase after training that runs on the GPU: its worker does.
     let eval = match role {
         Role::Page => crate::web::settle::with_job_verdict(query, eval),

@@ -4,7 +4,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { serve, launch, openApp, openSections, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
+import { serve, launch, openApp, openSections, plannerIs, settled, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
 
 let server, browser;
 before(async () => {
@@ -38,9 +38,33 @@ test("default view matches the CLI and has every output", async () => {
   await page.close();
 });
 
+test("the first bundle plans a dense step alone, and reloads the page as the full planner, state and open sections kept, for a step that needs more", async () => {
+  const { page, errors } = await openApp(browser, server.url + "?model=llama3.2-1b&gpu=l4&s=1024");
+  const fetched = () => page.evaluate(() => performance.getEntriesByType("resource").map((e) => e.name.split("/").pop()));
+  assert.equal(await page.getAttribute("main", "data-planner"), "first");
+  assert.ok(!(await fetched()).some((f) => f.startsWith("lorafit-full")), "a dense step loads no full planner");
+  await expectMatchesCli(page, ["--model", "llama3.2-1b", "--gpu", "l4", "--seq", "1024"]);
+  // Preference training is one of the extended ops: the page hands over, with its state and
+  // its open sections, and the full planner plans it.
+  await page.selectOption('[data-testid="select-stage"]', "dpo");
+  await plannerIs(page, "full");
+  assert.ok((await fetched()).includes("lorafit-full_bg.wasm"));
+  assert.equal(await page.getAttribute('[data-testid="sections"]', "data-state"), "ready", "the sections reopened");
+  assert.match(page.url(), /model=llama3\.2-1b/);
+  await expectMatchesCli(page, ["--model", "llama3.2-1b", "--gpu", "l4", "--seq", "1024", "--stage", "dpo"]);
+  // The tab stays on the full planner: a dense SFT step there is the first bundle's plan.
+  await page.goto(server.url + "?model=llama2-7b&gpu=l4&s=1024");
+  await plannerIs(page, "full");
+  await expectMatchesCli(page, ["--model", "llama2-7b", "--gpu", "l4", "--seq", "1024"]);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("a mixture-of-experts model shows its experts, its settings group, and matches the CLI", async () => {
   const { page, errors } = await openApp(browser, server.url);
   await page.selectOption('[data-testid="select-model"]', "qwen3-30b-a3b");
+  // Experts are the full planner's (src/web/full.rs): the page reloads as it, with its state.
+  await plannerIs(page, "full");
   await page.selectOption('[data-testid="select-gpu"]', "h200");
   await page.fill('[data-testid="input-seq"]', "2048");
   await page.check('[data-testid="toggle-gc"]');
@@ -73,6 +97,7 @@ test("a vision-language model shows its image settings and the tower as its own 
   const { page, errors } = await openApp(browser, server.url);
   assert.equal(await page.locator('[data-testid="image-settings"]').count(), 0);
   await page.selectOption('[data-testid="select-model"]', "qwen3.5-4b");
+  await plannerIs(page, "full");
   await page.selectOption('[data-testid="select-gpu"]', "h200");
   await page.waitForSelector('[data-testid="image-settings"]');
   await page.fill('[data-testid="input-seq"]', "2048");

@@ -41,12 +41,16 @@ await browser.close();
 await server.close();
 
 // What a visit loads (the page; the service worker caches the same files), what a Chinese visit
-// adds, what the sections and the page's worker load when asked for, and the GPU benchmark page.
+// adds, the full planner, what the sections and the page's worker load when asked for, and the GPU benchmark page.
 const worker = (f) => f === "analyse-worker.js" || f.startsWith("lorafit-analyse");
 const sections = (f) => f.startsWith("lorafit-sections") || f === "sections.css";
 const chinese = (f) => f.startsWith("lorafit-zh") || f === "zh.json";
+// The full planner (src/web/full.rs): the page with every op, loaded instead of the first bundle
+// once a state needs a vision tower, Gated DeltaNet, experts, DoRA, preference training…
+const full = (f) => f.startsWith("lorafit-full");
 const parts = [
-  ["planner page, what a visit loads", dist, (f) => !worker(f) && !sections(f) && !chinese(f)],
+  ["planner page, what a visit loads", dist, (f) => !worker(f) && !sections(f) && !chinese(f) && !full(f)],
+  ["full planner (loaded when a state's step needs the extended ops)", dist, full],
   ["Chinese (loaded when the page is shown in Chinese: the table and its wasm)", dist, chinese],
   ["sections (loaded when one is opened)", dist, sections],
   ["page's worker (on demand)", dist, worker],

@@ -53,8 +53,32 @@ export async function openApp(browser, url, { sections = true } = {}) {
   page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
   await page.goto(url);
   await page.waitForSelector('[data-testid="peak-allocated"]', { timeout: 30000 });
+  await handedOver(page);
   if (sections) await openSections(page);
   return { page, errors };
+}
+
+/** Waits until the page runs the planner build `which`: "first" (the page's first bundle) or
+ * "full" (the full planner the first bundle reloads the page as when a state's step needs the
+ * extended ops: src/web/full.rs), and is settled. */
+export async function plannerIs(page, which) {
+  await page.waitForSelector(`main[data-planner="${which}"]`, { timeout: 30000 });
+  await settled(page);
+}
+
+/** Waits out a hand-over: when the page's first bundle reloads itself as the full planner
+ * (its root marked `data-handover`, src/web/full.rs), until the full planner shows its plan. */
+export async function handedOver(page) {
+  for (let tries = 0; ; tries++) {
+    try {
+      await page.waitForFunction(() => document.querySelector("main[data-planner]") && !document.documentElement.dataset.handover, null, { timeout: 30000 });
+      await page.waitForSelector('[data-testid="peak-allocated"]', { timeout: 30000 });
+      return;
+    } catch (e) {
+      // The reload destroyed the context the check ran in: check the new page.
+      if (tries > 3 || !/destroyed|navigat/i.test(String(e))) throw e;
+    }
+  }
 }
 
 /** Opens the page's sections (unless a link already did) and waits until they are mounted. */

@@ -4,7 +4,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { serve, launch, openApp, openSections, settled, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
+import { serve, launch, openApp, openSections, settled, plannerIs, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
 
 const root = path.resolve(import.meta.dirname, "../..");
 
@@ -264,6 +264,8 @@ test("a preference stage is planned as the CLI plans it, and says what it runs",
   const sft = await gibOf(page, "peak-allocated");
   // DPO from the first screen: two sequences per pair and the reference pass.
   await page.selectOption('[data-testid="select-stage"]', "dpo");
+  // Preference training is the full planner's (src/web/full.rs): the page reloads as it.
+  await plannerIs(page, "full");
   const dpo = await gibOf(page, "peak-allocated");
   const want = cliPlan(["--model", "llama3.2-1b", "--stage", "dpo"]).plan;
   assert.ok(Math.abs(dpo - want.peak_allocated_bytes / GIB) <= 0.006, `${dpo} vs CLI`);

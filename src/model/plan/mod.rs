@@ -8,6 +8,7 @@ use super::arch::Architecture;
 use super::ctx::Ctx;
 use super::distributed;
 use super::error::PlanError;
+use super::extended::EXTENDED;
 use super::settings::{AttnImpl, Settings};
 use super::steptrace::{self, anatomy};
 use super::term::{Component, Term};
@@ -168,7 +169,7 @@ fn total(terms: &[Term]) -> u128 {
 fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     arch.validate()?;
     s.validate()?;
-    if arch.is_moe() && !s.target_parameters.is_empty() && s.lora_dropout > 0.0 {
+    if EXTENDED && arch.is_moe() && !s.target_parameters.is_empty() && s.lora_dropout > 0.0 {
         return Err(PlanError::InvalidSetting {
             field: "target_parameters",
             why: format!(
@@ -177,7 +178,7 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             ),
         });
     }
-    if arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert {
+    if EXTENDED && arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert {
         use super::arch::Target;
         let why = if arch.moe_layout().is_some_and(|m| m.mxfp4_checkpoint) {
             Some("gpt-oss's experts are fused 3-D parameters in every transformers release: plan the fused layout".to_string())
@@ -199,28 +200,31 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             });
         }
     }
-    steptrace::check_method(arch, s)?;
-    crate::model::vision::visual(arch.vision.as_ref(), &s.images, s.seq)
-        .map_err(|(field, why)| PlanError::InvalidSetting { field, why })?;
-    if s.images.images_per_sample > 0 && s.base_trained() {
+    if EXTENDED {
+        steptrace::check_method(arch, s)?;
+        crate::model::vision::visual(arch.vision.as_ref(), &s.images, s.seq)
+            .map_err(|(field, why)| PlanError::InvalidSetting { field, why })?;
+    }
+    let images = EXTENDED && s.images.images_per_sample > 0;
+    if images && s.base_trained() {
         return Err(PlanError::InvalidSetting {
             field: "finetuning_type",
             why: "full and freeze fine-tuning with images (the embedding's gradient through the scattered visual tokens) are not planned yet: plan LoRA with images, or a text-only step".into(),
         });
     }
-    if s.images.images_per_sample > 0 && (s.preference() || s.parallel.world() > 1) {
+    if images && (s.preference() || s.parallel.world() > 1) {
         return Err(PlanError::InvalidSetting {
             field: "images_per_sample",
             why: "images are planned for supervised fine-tuning on one GPU so far (the preference trainers' and the sharded steps' handling of the vision tower is not measured yet): set 0 images, or plan SFT on one GPU".into(),
         });
     }
-    if s.images.images_per_sample > 0 && s.autocast.is_some() {
+    if images && s.autocast.is_some() {
         return Err(PlanError::InvalidSetting {
             field: "autocast",
             why: "autocast over the vision tower's forward (its weights cast to the autocast dtype for every op) is not planned yet: plan the model in its training dtype without autocast".into(),
         });
     }
-    if s.images.images_per_sample > 0 && s.quant.is_some() {
+    if images && s.quant.is_some() {
         return Err(PlanError::InvalidSetting {
             field: "quant",
             why: "images through a 4-bit vision tower (bitsandbytes dequantizing its Linear layers for every image) are not planned yet: plan the images in 16 bits, or a text-only step in 4 bits".into(),
@@ -373,6 +377,9 @@ fn requote(p: &mut Plan, ctx: &Ctx) {
 /// computes with (sharded mixed precision computes in low precision while its shards stay
 /// fp32: [`distributed::compute_settings`]).
 fn plan_base(arch: &Architecture, s: &Settings) -> Result<(Plan, Settings), PlanError> {
+    // Past this, a build without the extended ops sees no step that needs them: `EXTENDED &&`
+    // leaves out what only such a step reads.
+    super::extended::check(arch, s)?;
     check_inputs(arch, s)?;
     let notes = notes(arch, s);
     let run = s.as_run(arch);
@@ -708,12 +715,14 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         )),
         super::settings::FinetuningType::Lora => {}
     }
-    if s.preference() {
+    if EXTENDED && s.preference() {
         out.extend(preference_notes(arch, s));
     }
     out.extend(lora_variant_notes(arch, s));
-    out.extend(model_notes(arch, s));
-    let Some(m) = arch.moe_layout() else {
+    if EXTENDED {
+        out.extend(model_notes(arch, s));
+    }
+    let Some(m) = arch.moe_layout().filter(|_| EXTENDED) else {
         if !s.target_parameters.is_empty() {
             out.push("target_parameters ignored: this model has no fused expert parameters".into());
         }

@@ -374,6 +374,8 @@ pub struct Trace {
     pub device: Device,
     /// Host memory (offloaded storages) by kind, when its total was highest.
     pub host: Vec<(What, u64)>,
+    /// The first of the extended ops (`model::extended`) the step ran, if any.
+    pub extended: Option<&'static str>,
 }
 
 /// Generates the allocation sequence of a run on a CUDA GPU: setup, inputs and two training
@@ -410,6 +412,7 @@ fn generate_after<const AFTER: u8>(
     device: Device,
 ) -> Result<Trace, PlanError> {
     let after = After::of_code(AFTER);
+    super::extended::check(arch, s)?;
     arch.validate()?;
     s.validate()?;
     check_method(arch, s)?;
@@ -432,7 +435,7 @@ fn generate_after<const AFTER: u8>(
     };
     let scale = (stored / ctx.aux_weight.bytes().max(1)).max(1) as u64;
     let rank = rank::Rank::of(&run.parallel, scale);
-    Ok(program::run::<AFTER>(&ctx, device, rank))
+    program::run::<AFTER>(&ctx, device, rank)
 }
 
 /// Refuses the training methods the program does not run for `arch` (the plan refuses them

@@ -8,6 +8,7 @@ use crate::model::arch::{
     AttentionKind, KwargsOrder, LayerKind, LinearShape, NormKind, QkNorm, Target,
 };
 use crate::model::ctx::{Ctx, SdpaMask};
+use crate::model::error::PlanError;
 use crate::model::settings::{AttnImpl, ExpertParam, Optimizer, SavedModule};
 
 /// A parameter of the model, in `named_parameters()` order.
@@ -128,18 +129,44 @@ struct Prog<'c, 'a> {
     vision_locals: vision::VisionLocals,
     /// `Qwen3_5Model.rope_deltas`: kept by the model until the next step's replace them.
     rope_deltas: Option<X>,
+    /// The first of the extended ops (`model::extended`) this step ran.
+    extended: Option<&'static str>,
+}
+
+/// An op of the extended set (`model::extended`: a vision tower and images, Gated DeltaNet
+/// layers, mixture-of-experts layers, latent attention, attention sinks, DoRA, preference
+/// training, a fused linear cross-entropy), run as `$op`; the step records `$what`
+/// ([`Trace::extended`]). Built without the `extended-ops` feature (the planner page's first
+/// bundle), the op is not there: the program goes on with `$otherwise` and [`run`] refuses the
+/// step ([`PlanError::Unbundled`]), so no figure of such a step is ever read.
+macro_rules! extended {
+    ($p:ident, $what:expr, $op:expr, $otherwise:expr) => {{
+        $p.extended.get_or_insert($what);
+        #[cfg(feature = "extended-ops")]
+        let r = $op;
+        #[cfg(not(feature = "extended-ops"))]
+        let r = $otherwise;
+        r
+    }};
 }
 
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
     d.bytes() as u64
 }
 
+// The extended ops' modules: without `extended-ops` nothing calls most of their functions.
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod dora;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod fused_ce;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod gdn;
 pub(super) mod job;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod moe;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod preference;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod vision;
 
 impl<'c, 'a> Prog<'c, 'a> {
@@ -208,7 +235,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         let h = a.hidden_size;
         let v = a.vocab_size;
         if let Some(t) = &a.vision {
-            self.register_vision(t);
+            extended!(self, "a vision tower", self.register_vision(t), {
+                let _ = t;
+            });
         }
         let mts_embed = s.modules_to_save.contains(&SavedModule::EmbedTokens);
         let embed_n = v * h;
@@ -311,7 +340,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.t(half, 4, What::Buffer);
         }
         if s.quant.is_some() {
-            self.vision_quant_state();
+            if a.vision.is_some() {
+                extended!(self, "a vision tower", self.vision_quant_state(), ());
+            }
             self.quant_state();
         }
         if s.base_trained() && s.reference_pass() {
@@ -594,13 +625,18 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// op reads their values.
     fn inputs(&mut self) {
         let n = self.tokens();
-        self.vision_inputs_before();
+        let images = self.ctx.visual.is_some();
+        if images {
+            extended!(self, "images", self.vision_inputs_before(), ());
+        }
         self.t(n, 8, What::Input);
         self.t(n, 8, What::Input);
         if self.ctx.s.padded_mask {
             self.t(n, 8, What::Input);
         }
-        self.vision_inputs_after();
+        if images {
+            extended!(self, "images", self.vision_inputs_after(), ());
+        }
     }
 
     // -------------------------------------------------------------- ops
@@ -895,7 +931,15 @@ impl<'c, 'a> Prog<'c, 'a> {
             xc
         };
         if let Some(m) = adapter.magnitude {
-            return self.dora_linear(result, xc, d, lin, (la, lb, m));
+            return extended!(
+                self,
+                "DoRA",
+                self.dora_linear(result, xc, d, lin, (la, lb, m)),
+                {
+                    let _ = m;
+                    result
+                }
+            );
         }
         let r = s.lora_r;
         let a_out = self.matmul(d, la.x, tokens * r, What::Lora);
@@ -1074,8 +1118,22 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// decoder layer keeps in `_` until it returns).
     fn attention(&mut self, x: X, lins: &[Lin], cos: X, sin: X, mask: Option<X>) -> (X, Option<X>) {
         match self.ctx.arch.family.layout().attention {
-            AttentionKind::Latent => return self.latent_attention(x, lins, cos, mask),
-            AttentionKind::Sinks => return self.sink_attention(x, lins, cos, sin, mask),
+            AttentionKind::Latent => {
+                return extended!(
+                    self,
+                    "latent attention",
+                    self.latent_attention(x, lins, cos, mask),
+                    (x, None)
+                )
+            }
+            AttentionKind::Sinks => {
+                return extended!(
+                    self,
+                    "attention sinks",
+                    self.sink_attention(x, lins, cos, sin, mask),
+                    (x, None)
+                )
+            }
             AttentionKind::Standard => {}
         }
         let ctx = self.ctx;
@@ -1464,7 +1522,15 @@ impl<'c, 'a> Prog<'c, 'a> {
         let normed = self.rmsnorm(h, width);
         self.tp.block = Block::Attention;
         let (mut attn, weights) = if self.ctx.arch.is_linear_layer(li as u64) {
-            (self.gated_delta_net(normed, &lins), None)
+            (
+                extended!(
+                    self,
+                    "Gated DeltaNet layers",
+                    self.gated_delta_net(normed, &lins),
+                    normed
+                ),
+                None,
+            )
         } else {
             self.attention(normed, &lins, cos, sin, mask)
         };
@@ -1481,7 +1547,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         let mut weights = weights;
         let mut m = if self.moe.get(li).is_some_and(|m| m.is_some()) {
             self.tp.block = Block::Experts;
-            let (out, scores) = self.moe_block(normed2, li, &lins);
+            let (out, scores) = extended!(
+                self,
+                "mixture-of-experts layers",
+                self.moe_block(normed2, li, &lins),
+                (normed2, None)
+            );
             self.tp.block = Block::Other;
             if let Some(sc) = scores {
                 // gpt-oss: `hidden_states, _ = self.mlp(...)` rebinds `_` from the attention
@@ -1814,7 +1885,16 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.tp.keep_local(emb.t);
             self.emb_leaf = Some(emb);
         }
-        let (emb, locals) = self.vision_forward(emb);
+        let (emb, locals) = if self.ctx.visual.is_some() {
+            extended!(
+                self,
+                "images",
+                self.vision_forward(emb),
+                (emb, Default::default())
+            )
+        } else {
+            (emb, Default::default())
+        };
         self.vision_locals = locals;
         // cache_position / position_ids (with images: get_rope_index's `[3, batch, seq]`)
         let pos = if self.ctx.visual.is_some() {
@@ -1962,7 +2042,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ctx = self.ctx;
         let (fin, cos, sin) = self.body(false);
         let (mut g, loss, logits) = if ctx.s.fused_ce {
-            let (g, loss) = self.fused_ce(fin);
+            let (g, loss) = extended!(
+                self,
+                "a fused linear cross-entropy",
+                self.fused_ce(fin),
+                (G::No, fin)
+            );
             (g, loss, None)
         } else {
             let logits = self.head_logits(fin);
@@ -1972,7 +2057,17 @@ impl<'c, 'a> Prog<'c, 'a> {
         // output_router_logits: the load-balancing loss over every MoE layer's logits, added
         // to the loss in place.
         let recorded = std::mem::take(&mut self.router_logits);
-        if let Some(aux) = self.load_balancing(&recorded) {
+        let aux = if recorded.is_empty() {
+            None
+        } else {
+            extended!(
+                self,
+                "mixture-of-experts layers",
+                self.load_balancing(&recorded),
+                None
+            )
+        };
+        if let Some(aux) = aux {
             let scaled = self.mul_const(aux, What::Loss);
             self.drop(aux);
             g = self.tp.node(
@@ -2360,7 +2455,7 @@ pub(super) fn run<const AFTER: u8>(
     ctx: &Ctx,
     device: super::Device,
     rank: super::rank::Rank,
-) -> Trace {
+) -> Result<Trace, PlanError> {
     let after = job::After::of_code(AFTER);
     let eval_s = (after == job::After::Eval).then(|| job::eval_settings(ctx.s));
     let eval_ctx = eval_s.as_ref().map(|s| Ctx::new(ctx.arch, s));
@@ -2395,6 +2490,7 @@ pub(super) fn run<const AFTER: u8>(
         qstates: vec![],
         strided_grad: false,
         vision_locals: Default::default(),
+        extended: None,
         rope_deltas: None,
     };
     p.tp.emulated = device == super::Device::Emulated;
@@ -2408,9 +2504,9 @@ pub(super) fn run<const AFTER: u8>(
     p.phase(0, StepPhase::Inputs);
     let pref = ctx.s.preference();
     if pref {
-        p.pref_inputs();
+        extended!(p, "preference training", p.pref_inputs(), ());
         if ctx.s.uses_reference() && ctx.s.precompute_ref_log_probs {
-            p.precompute();
+            extended!(p, "preference training", p.precompute(), ());
         }
     } else {
         p.inputs();
@@ -2418,7 +2514,7 @@ pub(super) fn run<const AFTER: u8>(
     for step in 1..=2u8 {
         p.phase(step, StepPhase::Forward);
         let (root, loss) = if pref {
-            p.pref_forward(step)
+            extended!(p, "preference training", p.pref_forward(step), p.forward())
         } else {
             p.forward()
         };
@@ -2435,9 +2531,13 @@ pub(super) fn run<const AFTER: u8>(
     if after == job::After::Merge {
         p.merge();
     }
+    if let Some(ops) = p.extended.filter(|_| !crate::model::extended::EXTENDED) {
+        return Err(PlanError::Unbundled { ops });
+    }
     let peak = p.tp.peak;
     let _ = Event::Free { id: 0 };
-    Trace {
+    Ok(Trace {
+        extended: p.extended,
         events: p.tp.events,
         event_tags: p.tp.event_tags,
         labels: p.tp.labels,
@@ -2449,5 +2549,5 @@ pub(super) fn run<const AFTER: u8>(
             .map(|&w| (w, p.tp.host_peak_by[w as usize]))
             .filter(|h| h.1 > 0)
             .collect(),
-    }
+    })
 }

@@ -153,4 +153,16 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("merge on the CPU", "在 CPU 上合并"),
     ("a slower merge, and the model in host memory while it runs", "合并更慢，合并期间模型占用主机内存"),
     ("only the adapters train: no gradient or optimizer state for the base weights; often close to full fine-tuning for instruction tuning, less so for new knowledge; ≈ # forward per step: about #–# % more compute", "只训练适配器：基座权重没有梯度和优化器状态；指令微调效果常接近全参微调，学习新知识时差一些；每步约多 # 次前向：计算量多约 #–# %"),
+    // The planner page's first bundle hands a step with extended ops to its full planner
+    // (model::error::UNBUNDLED, src/web/full.rs).
+    ("this page's first bundle does not plan {}; the full planner plans it", "本页首个程序包不估算{}；由完整的估算器估算"),
+    ("a vision tower", "视觉塔"),
+    ("images", "图像"),
+    ("Gated DeltaNet layers", "Gated DeltaNet 层"),
+    ("mixture-of-experts layers", "混合专家（MoE）层"),
+    ("latent attention", "潜在注意力（MLA）"),
+    ("attention sinks", "注意力 sink 层"),
+    ("DoRA", "DoRA（权重分解 LoRA）"),
+    ("preference training", "偏好训练"),
+    ("a fused linear cross-entropy", "融合线性交叉熵"),
 ];

@@ -1,0 +1,115 @@
+//! The step program's extended ops, and the builds that leave them out. Every build but the
+//! planner page's first bundle (`index.html`) has the `extended-ops` feature: a vision tower
+//! and images, Gated DeltaNet layers, mixture-of-experts layers, latent attention, attention
+//! sinks, DoRA, preference training, a fused linear cross-entropy. The first bundle plans the
+//! other steps — a dense decoder's LoRA / QLoRA / full or freeze tuning SFT step, the steps a
+//! first visit plans — and refuses these with [`PlanError::Unbundled`], which the page answers
+//! by reloading itself as the full planner (`web::full`).
+//!
+//! Two guards keep a first-bundle plan from ever being a wrong one: [`needed`] refuses such a
+//! step up front (the plan's input checks and notes for those features are then left out of
+//! that build: [`EXTENDED`] is a constant, so `EXTENDED && …` drops a branch only an extended
+//! step takes), and each extended op in the program (`extended!` in `steptrace::program`)
+//! refuses the step it is reached in, should [`needed`] ever miss one.
+
+use super::family::AttentionKind;
+use super::{Architecture, PlanError, Settings};
+
+/// Whether this build plans the extended ops (`extended-ops`).
+pub const EXTENDED: bool = cfg!(feature = "extended-ops");
+
+/// The first extended op a step of `arch` with `s` runs, if any.
+pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
+    let layout = arch.family.layout();
+    if arch.vision.is_some() {
+        Some("a vision tower")
+    } else if s.images.images_per_sample > 0 {
+        Some("images")
+    } else if layout.hybrid.is_some() {
+        Some("Gated DeltaNet layers")
+    } else if layout.moe.is_some() {
+        Some("mixture-of-experts layers")
+    } else if layout.attention == AttentionKind::Latent {
+        Some("latent attention")
+    } else if layout.attention == AttentionKind::Sinks {
+        Some("attention sinks")
+    } else if s.use_dora {
+        Some("DoRA")
+    } else if s.preference() {
+        Some("preference training")
+    } else if s.fused_ce {
+        Some("a fused linear cross-entropy")
+    } else {
+        None
+    }
+}
+
+/// Without the extended ops, refuses a step that needs them ([`needed`]).
+pub fn check(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
+    match needed(arch, s).filter(|_| !EXTENDED) {
+        Some(ops) => Err(PlanError::Unbundled { ops }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::catalog;
+    use crate::model::settings::Stage;
+    use crate::model::steptrace::generate;
+
+    /// [`needed`] names a step exactly when the step program runs one of the extended ops for
+    /// it (`Trace::extended`), over every catalog model (four layers deep, a short sequence)
+    /// with the default settings and each extended setting.
+    #[test]
+    fn needed_is_what_the_program_runs() {
+        let variants = [
+            Settings::default(),
+            Settings {
+                use_dora: true,
+                ..Settings::default()
+            },
+            Settings {
+                fused_ce: true,
+                ..Settings::default()
+            },
+            Settings {
+                stage: Stage::Dpo,
+                ..Settings::default()
+            },
+        ];
+        let mut checked = 0;
+        for m in catalog::models() {
+            let mut arch = m.arch.clone();
+            let shallow = Architecture {
+                num_hidden_layers: arch.num_hidden_layers.min(4),
+                ..arch.clone()
+            };
+            if shallow.validate().is_ok() {
+                arch = shallow;
+            }
+            for base in &variants {
+                let s = Settings {
+                    seq: 256,
+                    ..base.clone()
+                };
+                let Ok(trace) = generate(&arch, &s) else {
+                    continue; // refused for another reason (the plan says why)
+                };
+                assert_eq!(
+                    needed(&arch, &s).is_some(),
+                    trace.extended.is_some(),
+                    "{}: needed {:?}, the program ran {:?}",
+                    arch.name,
+                    needed(&arch, &s),
+                    trace.extended
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 100, "{checked} steps checked");
+        let llama = &catalog::find_model("llama2-7b").unwrap().arch;
+        assert_eq!(needed(llama, &Settings::default()), None);
+    }
+}
