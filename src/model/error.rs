@@ -40,7 +40,7 @@ impl fmt::Display for PlanError {
                 write!(f, "invalid setting: {field}: {why}")
             }
             PlanError::Unbundled { ops } => {
-                write!(f, "{UNBUNDLED}{ops}; the full planner plans it")
+                write!(f, "{UNBUNDLED}{ops}: the full planner does")
             }
         }
     }

@@ -353,7 +353,14 @@ fn Hero(
     });
     view! {
         <section class="hero card" aria-label=t("Memory plan")>
-            <p class="error" role="alert" data-testid="error" class:hidden=flag(move || !failed.get())>{tx(move || eval.with(|r| r.as_ref().err().cloned().unwrap_or_default()))}</p>
+            <p class="error" role="alert" data-testid="error" class:hidden=flag(move || !failed.get())
+                class:handover=flag(move || eval.with(|r| matches!(r, Err(m) if m.starts_with(crate::model::error::UNBUNDLED))))>{tx(move || eval.with(|r| match r {
+                    // The first bundle's refusal, when the full planner could not be loaded.
+                    Err(m) if m.starts_with(crate::model::error::UNBUNDLED) && crate::web::full::failed() => {
+                        format!("{m}; {}", crate::web::full::NOT_LOADED)
+                    }
+                    r => r.as_ref().err().cloned().unwrap_or_default(),
+                }))}</p>
             <div class="verdict-row verdict" class:hidden=failed aria-live="polite">
                 <span class=text(move || format!("big verdict-{}", status.get())) data-testid="verdict" data-status=status data-phase=phase data-scope=whole>{tx(move || status_words(&status.get()).into())}</span>
                 <span class="message">{message}{t(" · headroom ")}<span data-testid="headroom">{shown(eval, |e| gib_signed(e.verdict.headroom_bytes))}</span></span>

@@ -36,6 +36,18 @@ fn storage() -> Option<web_sys::Storage> {
     window().session_storage().ok().flatten()
 }
 
+/// What the first bundle adds to its refusal when the full planner could not be loaded.
+pub const NOT_LOADED: &str =
+    "the full planner could not be loaded (offline?): change these settings, or reload once online";
+
+/// Whether `boot.js` could not start the full planner this session.
+pub fn failed() -> bool {
+    storage()
+        .and_then(|s| s.get_item(KEY).ok().flatten())
+        .as_deref()
+        == Some(FAILED)
+}
+
 /// Whether the page should open its sections on start (the page it replaced had them open);
 /// forgets it.
 pub fn take_sections_open() -> bool {
@@ -60,8 +72,8 @@ pub fn hand_over(
         let Some(store) = storage().filter(|_| unbundled) else {
             return;
         };
-        if store.get_item(KEY).ok().flatten().as_deref() == Some(FAILED) {
-            return; // the refusal stays on screen
+        if failed() {
+            return; // the refusal stays on screen, with NOT_LOADED
         }
         let _ = store.set_item(KEY, FULL);
         // What the browser tests wait out (harness.mjs, openApp).

@@ -60,6 +60,31 @@ test("the first bundle plans a dense step alone, and reloads the page as the ful
   await page.close();
 });
 
+test("offline without the full planner cached, the first bundle says which ops it leaves out, and reloads no more", async () => {
+  // boot.js marks the tab so when lorafit-full cannot be loaded (src/web/full.rs).
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  await context.addInitScript(() => sessionStorage.setItem("lorafit-planner", "full-failed"));
+  const page = await context.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  let loads = 0;
+  page.on("load", () => loads++);
+  await page.goto(server.url + "?model=llama3.2-1b&gpu=l4&dora=1");
+  await page.waitForSelector('[data-testid="error"]:not(.hidden)', { timeout: 30000 });
+  assert.equal(await page.getAttribute("main", "data-planner"), "first");
+  assert.match(await page.textContent('[data-testid="error"]'), /first bundle does not plan DoRA: the full planner does; the full planner could not be loaded \(offline\?\)/);
+  assert.match(await page.getAttribute('[data-testid="error"]', "class"), /handover/, "shown as a hand-over, not as an error");
+  await page.waitForTimeout(1000);
+  assert.equal(loads, 1, "no reload loop");
+  await page.screenshot({ path: path.join(artifacts, "handover-offline.png") });
+  // In Chinese, each part translated.
+  await page.goto(server.url + "?model=llama3.2-1b&gpu=l4&dora=1&lang=zh");
+  await page.waitForFunction(() => /首个程序包不估算DoRA（权重分解 LoRA）：.*；完整的估算器无法加载/.test(document.querySelector('[data-testid="error"]')?.textContent || ""), null, { timeout: 30000 });
+  await page.screenshot({ path: path.join(artifacts, "handover-offline-zh.png") });
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
 test("a mixture-of-experts model shows its experts, its settings group, and matches the CLI", async () => {
   const { page, errors } = await openApp(browser, server.url);
   await page.selectOption('[data-testid="select-model"]', "qwen3-30b-a3b");

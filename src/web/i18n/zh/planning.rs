@@ -155,7 +155,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("only the adapters train: no gradient or optimizer state for the base weights; often close to full fine-tuning for instruction tuning, less so for new knowledge; ≈ # forward per step: about #–# % more compute", "只训练适配器：基座权重没有梯度和优化器状态；指令微调效果常接近全参微调，学习新知识时差一些；每步约多 # 次前向：计算量多约 #–# %"),
     // The planner page's first bundle hands a step with extended ops to its full planner
     // (model::error::UNBUNDLED, src/web/full.rs).
-    ("this page's first bundle does not plan {}; the full planner plans it", "本页首个程序包不估算{}；由完整的估算器估算"),
+    ("this page's first bundle does not plan {}: the full planner does", "本页首个程序包不估算{}：完整的估算器可以估算"),
+    ("the full planner could not be loaded (offline?): change these settings, or reload once online", "完整的估算器无法加载（离线？）：请修改这些设置，或联网后重新加载"),
     ("a vision tower", "视觉塔"),
     ("images", "图像"),
     ("Gated DeltaNet layers", "Gated DeltaNet 层"),
