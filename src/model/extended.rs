@@ -10,7 +10,8 @@
 //! step up front (the plan's input checks and notes for those features are then left out of
 //! that build: [`EXTENDED`] is a constant, so `EXTENDED && …` drops a branch only an extended
 //! step takes), and each extended op in the program (`extended!` in `steptrace::program`)
-//! refuses the step it is reached in, should [`needed`] ever miss one.
+//! refuses the step it is reached in, should [`needed`] ever miss one (`tests/it/extended.rs`
+//! holds the two equal over the catalog).
 
 use super::family::AttentionKind;
 use super::{Architecture, PlanError, Settings};
@@ -49,67 +50,5 @@ pub fn check(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     match needed(arch, s).filter(|_| !EXTENDED) {
         Some(ops) => Err(PlanError::Unbundled { ops }),
         None => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::formats::catalog;
-    use crate::model::settings::Stage;
-    use crate::model::steptrace::generate;
-
-    /// [`needed`] names a step exactly when the step program runs one of the extended ops for
-    /// it (`Trace::extended`), over every catalog model (four layers deep, a short sequence)
-    /// with the default settings and each extended setting.
-    #[test]
-    fn needed_is_what_the_program_runs() {
-        let variants = [
-            Settings::default(),
-            Settings {
-                use_dora: true,
-                ..Settings::default()
-            },
-            Settings {
-                fused_ce: true,
-                ..Settings::default()
-            },
-            Settings {
-                stage: Stage::Dpo,
-                ..Settings::default()
-            },
-        ];
-        let mut checked = 0;
-        for m in catalog::models() {
-            let mut arch = m.arch.clone();
-            let shallow = Architecture {
-                num_hidden_layers: arch.num_hidden_layers.min(4),
-                ..arch.clone()
-            };
-            if shallow.validate().is_ok() {
-                arch = shallow;
-            }
-            for base in &variants {
-                let s = Settings {
-                    seq: 256,
-                    ..base.clone()
-                };
-                let Ok(trace) = generate(&arch, &s) else {
-                    continue; // refused for another reason (the plan says why)
-                };
-                assert_eq!(
-                    needed(&arch, &s).is_some(),
-                    trace.extended.is_some(),
-                    "{}: needed {:?}, the program ran {:?}",
-                    arch.name,
-                    needed(&arch, &s),
-                    trace.extended
-                );
-                checked += 1;
-            }
-        }
-        assert!(checked > 100, "{checked} steps checked");
-        let llama = &catalog::find_model("llama2-7b").unwrap().arch;
-        assert_eq!(needed(llama, &Settings::default()), None);
     }
 }

@@ -8,6 +8,7 @@ mod catalog;
 mod cli;
 mod crosscheck;
 mod distributed;
+mod extended;
 mod fuzz;
 #[cfg(feature = "gpu")]
 mod gpu;
