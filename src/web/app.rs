@@ -354,9 +354,9 @@ fn Hero(
     view! {
         <section class="hero card" aria-label=t("Memory plan")>
             <p class="error" role="alert" data-testid="error" class:hidden=flag(move || !failed.get())
-                class:handover=flag(move || eval.with(|r| matches!(r, Err(m) if m.starts_with(crate::model::error::UNBUNDLED))))>{tx(move || eval.with(|r| match r {
+                class:handover=flag(move || eval.with(crate::web::full::unbundled))>{tx(move || eval.with(|r| match r {
                     // The first bundle's refusal, when the full planner could not be loaded.
-                    Err(m) if m.starts_with(crate::model::error::UNBUNDLED) && crate::web::full::failed() => {
+                    Err(m) if crate::web::full::unbundled(r) && crate::web::full::failed() => {
                         format!("{m}; {}", crate::web::full::NOT_LOADED)
                     }
                     r => r.as_ref().err().cloned().unwrap_or_default(),

@@ -48,6 +48,11 @@ pub fn failed() -> bool {
         == Some(FAILED)
 }
 
+/// Whether the page's evaluation is the first bundle's refusal of a step it leaves out.
+pub fn unbundled(eval: &Result<crate::planning::evaluate::Evaluation, String>) -> bool {
+    matches!(eval, Err(m) if m.starts_with(crate::model::error::UNBUNDLED))
+}
+
 /// Whether the page should open its sections on start (the page it replaced had them open);
 /// forgets it.
 pub fn take_sections_open() -> bool {
@@ -66,13 +71,15 @@ pub fn hand_over(
     eval: Memo<Result<crate::planning::evaluate::Evaluation, String>>,
     query: Memo<String>,
 ) {
-    use crate::model::error::UNBUNDLED;
     Effect::new(move |_| {
-        let unbundled = eval.with(|e| matches!(e, Err(m) if m.starts_with(UNBUNDLED)));
-        let Some(store) = storage().filter(|_| unbundled) else {
+        // Storage is read only for a refusal, not on every change of the evaluation.
+        if !eval.with(unbundled) {
+            return;
+        }
+        let Some(store) = storage() else {
             return;
         };
-        if failed() {
+        if store.get_item(KEY).ok().flatten().as_deref() == Some(FAILED) {
             return; // the refusal stays on screen, with NOT_LOADED
         }
         let _ = store.set_item(KEY, FULL);
