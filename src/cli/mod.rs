@@ -14,6 +14,7 @@ const USAGE_HEAD: &str = "lorafit — LoRA/QLoRA fine-tuning GPU-memory planner
 
 USAGE:
   lorafit plan --model NAME [options]      breakdown, totals and verdict for one config
+  lorafit plan --from FILE [--gpu ID] [--json]   the same for a pasted training config
   lorafit fit --model NAME [options]       largest batch / sequence that fit, smallest GPU, curve
   lorafit suggest --model NAME [options]   ranked changes that make it fit, and forum myths checked
   lorafit export --format F --model NAME [options]   python | accelerate | llama-factory | axolotl
@@ -29,6 +30,9 @@ USAGE:
 
 PLAN OPTIONS:
   --model NAME | --config FILE   catalog model or a config.json-style numbers file
+  --from FILE                     a training config: LLaMA-Factory or axolotl YAML, an ms-swift
+                                  script, TrainingArguments / LoraConfig / adapter_config.json or
+                                  DeepSpeed JSON (plan only; other flags override what it sets)
   --gpu ID | --gpu-mem-gib N     GPU to check against (default a100-80)
   --utilization U --dataset-tokens N   time estimate (share of peak, default 0.40; tokens per epoch)
   --json                          print the full result as JSON
@@ -116,10 +120,13 @@ struct PlanArgs {
     given: Vec<&'static str>,
     /// Keys of a `--config` file that did not shape the model.
     ignored: Vec<String>,
+    /// A training config read with `--from`, and what it said.
+    from: Option<crate::formats::framework::Reading>,
 }
 
 /// Options beyond the training settings, each used by some commands only.
 const OWN_OPTIONS: &[&str] = &[
+    "--from",
     "--gpu",
     "--gpu-mem-gib",
     "--json",
@@ -169,15 +176,71 @@ fn parse_for(
     Ok(a)
 }
 
+/// Reads the training config of `--from PATH`: the DeepSpeed JSON it names is read from beside
+/// it (or from the working directory) when it is there.
+fn read_from(path: &str) -> Result<crate::formats::framework::Reading, String> {
+    use crate::formats::framework;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let mut r = framework::read(&text).map_err(|e| format!("{path}: {e}"))?;
+    if let Some(ds) = r.deepspeed_path.clone() {
+        let beside = std::path::Path::new(path)
+            .parent()
+            .map(|d| d.join(&ds))
+            .filter(|p| p.is_file());
+        // As named from the config's folder, from here, or by its file name beside the config
+        // (LLaMA-Factory's examples name it from the repository's root).
+        let by_name = std::path::Path::new(&ds).file_name().and_then(|n| {
+            let p = std::path::Path::new(path).parent()?.join(n);
+            p.is_file().then_some(p)
+        });
+        let file = beside
+            .or_else(|| Some(std::path::PathBuf::from(&ds)).filter(|p| p.is_file()))
+            .or(by_name);
+        match file.map(std::fs::read_to_string) {
+            Some(Ok(t)) => framework::apply_deepspeed(&mut r, &t)
+                .map_err(|e| format!("{path}: {ds}: {e}"))?,
+            _ => r.notes.push(format!(
+                "{ds} was not found beside the config or here: its ZeRO stage and offload are taken from its name"
+            )),
+        }
+    }
+    Ok(r)
+}
+
 fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
     let mut s = Settings::default();
     let mut given: Vec<&'static str> = vec![];
     let mut ignored = vec![];
     let mut model: Option<crate::model::Architecture> = None;
     let mut title = String::new();
+    let mut model_id = "path/to/your-model".to_string();
+    // `--from FILE` first: the settings it gives, then the other flags over them.
+    let mut from = None;
+    if let Some(at) = args.iter().position(|a| a == "--from") {
+        let path = args
+            .get(at + 1)
+            .ok_or("--from needs a FILE (a training config)")?;
+        let mut r = read_from(path)?;
+        s = r.settings.clone();
+        title = path.clone();
+        if let Some(id) = r.model.clone() {
+            match catalog::find_model_by_id(&id) {
+                Ok((e, note)) => {
+                    title = format!("{path}: {} ({})", e.arch.name, e.hf_id);
+                    model_id = id;
+                    model = Some(e.arch.clone());
+                    r.notes.extend(note);
+                }
+                Err(e) if !args.iter().any(|a| a == "--model" || a == "--config") => {
+                    return Err(format!("{path}: model {id:?}: {e}"))
+                }
+                Err(_) => {}
+            }
+        }
+        from = Some(r);
+    }
     let mut gpu = GpuChoice::Catalog(catalog::find_gpu("a100-80")?);
     let mut json = false;
-    let mut model_id = "path/to/your-model".to_string();
     let mut format = None;
     let mut chars_per_token = crate::planning::lengths::DEFAULT_CHARS_PER_TOKEN;
     let mut file = None;
@@ -190,6 +253,7 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
             given.push(own);
         }
         match flag {
+            "--from" => i += 1,
             "--model" => {
                 let e = catalog::find_model(value(args, &mut i, flag)?)?;
                 title = format!("{} ({})", e.arch.name, e.hf_id);
@@ -255,7 +319,9 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
         }
         i += 1;
     }
-    let arch = model.ok_or("plan needs --model NAME or --config FILE")?;
+    let arch = model.ok_or(
+        "plan needs --model NAME, --config FILE or --from a training config naming its model",
+    )?;
     Ok(PlanArgs {
         arch,
         title,
@@ -270,6 +336,7 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
         dataset_tokens,
         given,
         ignored,
+        from,
     })
 }
 
@@ -498,6 +565,7 @@ fn cmd_lengths(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
 
 fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
     let uses = [
+        "--from",
         "--gpu",
         "--gpu-mem-gib",
         "--json",
@@ -524,9 +592,21 @@ fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result
         GpuChoice::Custom(_) => None,
     };
     if a.json {
-        let doc = json!({"model": a.arch, "settings": a.settings, "gpu": gpu_name, "verdict": v, "plan": p, "job": job, "time": time, "ignored": a.ignored});
+        let doc = match &a.from {
+            // A training config: its settings by the table's names, and what it did not use.
+            Some(r) => {
+                json!({"model": a.arch, "settings": fields::settings_json(&a.settings), "gpu": gpu_name, "verdict": v, "plan": p, "job": job, "time": time,
+                "ignored": r.ignored, "not_modeled": r.not_modeled.iter().map(|n| &n.key).collect::<Vec<_>>(), "config": r.to_json()})
+            }
+            None => {
+                json!({"model": a.arch, "settings": a.settings, "gpu": gpu_name, "verdict": v, "plan": p, "job": job, "time": time, "ignored": a.ignored})
+            }
+        };
         writeln!(out, "{doc}").map_err(|e| e.to_string())?;
     } else {
+        if let Some(r) = &a.from {
+            writeln!(out, "{}", r.text()).map_err(|e| e.to_string())?;
+        }
         write!(out, "{}", report::text(&p, &a.title, Some((&gpu_name, &v))))
             .map_err(|e| e.to_string())?;
         write!(out, "{}", report::job_text(&job, &v)).map_err(|e| e.to_string())?;

@@ -269,6 +269,55 @@ pub fn find_model(name: &str) -> Result<&'static ModelEntry, String> {
         })
 }
 
+/// The part of a Hub id that names an architecture: without the organisation, in lower case,
+/// without the words of published variants of the same weights' shapes (`Instruct`, `Chat`,
+/// `it`, `hf`, `Base`, `2507`, `Thinking`, `fp16`, `bf16`) or the `meta-` of Llama 3's first
+/// names, and without separators: `meta-llama/Meta-Llama-3-8B-Instruct`, `NousResearch/Llama-3-8B`
+/// and `llama3-8b` all give `llama38b`.
+fn architecture_stem(id: &str) -> String {
+    let name = id
+        .trim()
+        .rsplit('/')
+        .next()
+        .unwrap_or(id)
+        .to_ascii_lowercase();
+    let name = name.strip_prefix("meta-").unwrap_or(&name).to_string();
+    name.split(['-', '_'])
+        .filter(|w| {
+            !matches!(
+                *w,
+                "instruct" | "chat" | "it" | "hf" | "base" | "2507" | "thinking" | "fp16" | "bf16"
+            )
+        })
+        .collect()
+}
+
+/// Finds a model by a Hub id or path a training config names: the catalog entry itself, or a
+/// published variant of it (another organisation's copy, an `-Instruct` or `-2507` release of
+/// the same architecture), said in the second member.
+pub fn find_model_by_id(id: &str) -> Result<(&'static ModelEntry, Option<String>), String> {
+    if let Ok(m) = find_model(id) {
+        return Ok((m, None));
+    }
+    let stem = architecture_stem(id);
+    let found = models()
+        .iter()
+        .find(|m| architecture_stem(&m.hf_id) == stem || architecture_stem(&m.arch.name) == stem);
+    match found {
+        Some(m) => Ok((
+            m,
+            Some(format!(
+                "{id} is planned as the catalog's {} ({}): the same architecture",
+                m.arch.name, m.hf_id
+            )),
+        )),
+        None => Err(format!(
+            "{} — give its config.json (--config FILE) or a catalog model (--model NAME)",
+            find_model(id).err().unwrap_or_default()
+        )),
+    }
+}
+
 /// Finds a GPU by id or name.
 pub fn find_gpu(name: &str) -> Result<&'static GpuEntry, String> {
     let q = norm(name);

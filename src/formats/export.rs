@@ -9,16 +9,11 @@ use crate::model::{
 /// Export formats.
 pub const FORMATS: [&str; 4] = ["python", "accelerate", "llama-factory", "axolotl"];
 
-/// peft's `target_modules`: for MoE families the module names of the model (DeepSeek's latent
-/// projections, the dense / shared MLPs), else the canonical `*_proj` names.
+/// peft's `target_modules`: the names of the model's Linear modules the targets select (a dense
+/// decoder's `q_proj` … `down_proj`, Gated DeltaNet's `in_proj_qkv`, DeepSeek's latent
+/// projections, the dense / shared MLPs of an MoE model), so targets the model does not have
+/// are not named.
 fn module_names(arch: &Architecture, s: &Settings) -> Vec<String> {
-    if !arch.is_moe() {
-        return s
-            .targets
-            .iter()
-            .map(|t| format!("{}_proj", t.name()))
-            .collect();
-    }
     let mut out: Vec<String> = vec![];
     for (kind, _) in arch.layer_groups() {
         for l in arch.block_linears(kind) {
@@ -459,6 +454,10 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.fused_ce {
         out.push_str("enable_liger_kernel: true\n");
     }
+    if s.parallel.offload_activations {
+        // Unsloth's offloaded checkpointing: the checkpoints' inputs in host memory.
+        out.push_str("use_unsloth_gc: true\n");
+    }
     if arch.vision.is_some() {
         // The images' resize limits and the tower kept frozen (LLaMA-Factory's
         // ProcessorArguments and FinetuningArguments).
@@ -494,6 +493,16 @@ fn llama_factory_stage(s: &Settings) -> String {
     out
 }
 
+/// axolotl's `bf16`: `true` for autocast (bf16 weights), `full` for bf16 weights without
+/// autocast, else `false` (fp32 weights unless `fp16`).
+fn axolotl_bf16(s: &Settings) -> &'static str {
+    match (s.autocast, s.dtype) {
+        (Some(Dtype::Bf16), _) => "true",
+        (None, Dtype::Bf16) => "full",
+        _ => "false",
+    }
+}
+
 fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     let optimizer = match s.optimizer {
         Optimizer::Adamw8bit => "adamw_bnb_8bit",
@@ -512,13 +521,19 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         head
     } else {
         format!(
-            "base_model: {model_id}\nload_in_4bit: {}\nadapter: {}\nlora_r: {}\nlora_alpha: {}\nlora_dropout: {}\nlora_target_modules:\n{}",
+            "base_model: {model_id}\nload_in_4bit: {}\nadapter: {}\nlora_r: {}\nlora_alpha: {}\nlora_dropout: {}\n{}",
             s.quant == Some(Quant::Nf4) || s.quant == Some(Quant::Fp4),
             if s.quant.is_some() { "qlora" } else { "lora" },
             s.lora_r,
             s.lora_alpha,
             s.lora_dropout,
-            module_names(arch, s).iter().map(|m| format!("  - {m}\n")).collect::<String>(),
+            // Every Linear: axolotl's lora_target_linear (peft's all-linear).
+            if s.targets.len() == Target::ALL.len() {
+                "lora_target_linear: true\n".to_string()
+            } else {
+                "lora_target_modules:\n".to_string()
+                    + &module_names(arch, s).iter().map(|m| format!("  - {m}\n")).collect::<String>()
+            },
         )
     };
     if s.use_dora {
@@ -560,12 +575,15 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         s.seq,
         s.batch,
         s.grad_accum,
-        s.grad_ckpt,
+        if s.parallel.offload_activations { "offload".to_string() } else { s.grad_ckpt.to_string() },
         s.attn_impl == AttnImpl::FlashAttention2,
         s.attn_impl == AttnImpl::Sdpa,
-        s.autocast == Some(Dtype::Bf16),
+        axolotl_bf16(s),
         s.autocast == Some(Dtype::Fp16),
     ));
+    if s.attn_impl == AttnImpl::Eager {
+        out.push_str("eager_attention: true\n");
+    }
     if s.fused_ce {
         out.push_str("plugins:\n  - axolotl.integrations.liger.LigerPlugin\nliger_fused_linear_cross_entropy: true\n");
     }

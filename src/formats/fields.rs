@@ -1594,6 +1594,29 @@ pub fn usage() -> String {
     out
 }
 
+/// Settings as JSON by the table's names and kinds: numbers, booleans, lists of the items held,
+/// texts (the JSONL names and values `estimate --jsonl` reads back).
+pub fn settings_json(s: &Settings) -> serde_json::Value {
+    use serde_json::Value;
+    let mut out = serde_json::Map::new();
+    for f in FIELDS {
+        let text = (f.get)(s);
+        let v = match f.kind {
+            Kind::Int { .. } => text.parse::<u64>().map(Value::from).unwrap_or(Value::Null),
+            Kind::Float { .. } => text.parse::<f64>().map(Value::from).unwrap_or(Value::Null),
+            Kind::Bool => Value::Bool(text == "1" || text == "true"),
+            Kind::List { members, .. } => {
+                Value::Array(members(s).into_iter().map(Value::from).collect())
+            }
+            Kind::Json => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            Kind::Choice(_) | Kind::Text if text.is_empty() => Value::Null,
+            Kind::Choice(_) | Kind::Text => Value::String(text),
+        };
+        out.insert(f.name.to_string(), v);
+    }
+    Value::Object(out)
+}
+
 /// Text form of a JSON value for [`Field::set`]: strings as they are, numbers and booleans
 /// printed, null as `none`, lists joined by commas, objects as JSON.
 pub fn json_text(v: &serde_json::Value) -> Result<String, String> {

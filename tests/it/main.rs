@@ -9,6 +9,7 @@ mod cli;
 mod crosscheck;
 mod distributed;
 mod extended;
+mod framework;
 mod fuzz;
 #[cfg(feature = "gpu")]
 mod gpu;

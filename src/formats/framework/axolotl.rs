@@ -1,0 +1,348 @@
+//! axolotl's YAML, with its defaults (`src/axolotl/utils/schemas/config.py`): no `adapter`
+//! means every parameter is trained, `sequence_len` 2048, `micro_batch_size` 1, gradient
+//! checkpointing off; a 4-bit base is NF4 with double quantization
+//! (`src/axolotl/loaders/model.py`, `BitsAndBytesConfig`).
+
+use super::hf::fsdp;
+use super::{
+    assume, assume_gpus, deepspeed_by_name, flag, read_with, targets, Default, Reader, Reading,
+    Rule, Source, Table,
+};
+use serde_json::{Map, Value};
+
+const DEFAULTS: &[Default] = &[
+    ("batch", "1", "axolotl's micro_batch_size"),
+    (
+        "optimizer",
+        "adamw_torch_fused",
+        "Trainer's optim with torch ≥ 2.8 (transformers/training_args.py)",
+    ),
+    ("lora_dropout", "0", "axolotl's lora_dropout"),
+    (
+        "dtype",
+        "fp32",
+        "axolotl's torch_dtype without bf16 or fp16",
+    ),
+    ("seq", "2048", "axolotl's sequence_len"),
+    ("grad_ckpt", "false", "axolotl's gradient_checkpointing"),
+];
+
+const LIGER_REST: &str = "Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels (what they save for backward): planned as transformers' modules";
+const LORA_KERNELS: &str =
+    "axolotl's fused LoRA kernels (what they save for backward): planned as peft's modules";
+
+const TABLE: Table = &[
+    ("base_model", Rule::Model),
+    ("adapter", Rule::Read(adapter)),
+    ("load_in_4bit", Rule::Read(|rd, v| {
+        if flag(rd.key(), v)? {
+            rd.set("quant", "nf4")
+        } else {
+            rd.confirms("quant");
+            Ok(())
+        }
+    })),
+    ("load_in_8bit", Rule::Read(|rd, v| {
+        if flag(rd.key(), v)? {
+            rd.not_modeled("an 8-bit base (bitsandbytes LLM.int8): not modelled yet; planned with a 16-bit base (an upper bound)");
+        } else {
+            rd.confirms("quant");
+        }
+        Ok(())
+    })),
+    ("lora_r", Rule::To("lora_r")),
+    ("lora_alpha", Rule::To("lora_alpha")),
+    ("lora_dropout", Rule::To("lora_dropout")),
+    ("lora_target_modules", Rule::Read(targets)),
+    ("lora_target_linear", Rule::Read(|rd, v| {
+        if flag(rd.key(), v)? {
+            rd.set("target_modules", "all-linear")
+        } else {
+            rd.confirms("target_modules");
+            Ok(())
+        }
+    })),
+    ("lora_modules_to_save", Rule::To("modules_to_save")),
+    ("peft_use_dora", Rule::To("use_dora")),
+    ("peft_use_rslora", Rule::To("use_rslora")),
+    ("loraplus_lr_ratio", Rule::To("loraplus_lr_ratio")),
+    ("unfrozen_parameters", Rule::Read(unfrozen)),
+    ("rl", Rule::Read(rl)),
+    ("rl_beta", Rule::To("beta")),
+    ("precompute_ref_log_probs", Rule::To("precompute_ref_log_probs")),
+    ("sequence_len", Rule::To("seq")),
+    ("micro_batch_size", Rule::To("batch")),
+    ("gradient_accumulation_steps", Rule::To("grad_accum")),
+    ("sample_packing", Rule::NotModeled("sample packing: planned as rows of sequence_len tokens with padding (the same tokens per row)")),
+    ("pad_to_sequence_len", Rule::NoEffect),
+    ("gradient_checkpointing", Rule::Read(checkpointing)),
+    ("attn_implementation", Rule::To("attn_impl")),
+    ("flash_attention", Rule::Read(|rd, v| attention(rd, v, "flash_attention_2"))),
+    ("sdp_attention", Rule::Read(|rd, v| attention(rd, v, "sdpa"))),
+    ("eager_attention", Rule::Read(|rd, v| attention(rd, v, "eager"))),
+    ("xformers_attention", Rule::NotModeled("xformers attention: planned as sdpa")),
+    ("bf16", Rule::Read(bf16)),
+    ("fp16", Rule::Read(|rd, v| {
+        if flag(rd.key(), v)? {
+            rd.set("dtype", "fp16")?;
+            rd.set("autocast", "fp16")
+        } else {
+            rd.confirms("autocast");
+            Ok(())
+        }
+    })),
+    ("optimizer", Rule::To("optimizer")),
+    ("fsdp", Rule::Read(fsdp)),
+    ("fsdp_config", Rule::Read(|rd, v| rd.section(v, FSDP_CONFIG))),
+    ("deepspeed", Rule::Read(|rd, v| match v.as_str() {
+        Some(p) => deepspeed_by_name(rd, p),
+        None => Err(format!("{}: expected the path of a DeepSpeed JSON", rd.key())),
+    })),
+    ("plugins", Rule::NoEffect),
+    ("liger_fused_linear_cross_entropy", Rule::Read(liger_ce)),
+    ("cut_cross_entropy", Rule::Read(liger_ce)),
+    ("liger_rms_norm", Rule::Read(|rd, v| kernel(rd, v, LIGER_REST))),
+    ("liger_glu_activation", Rule::Read(|rd, v| kernel(rd, v, LIGER_REST))),
+    ("liger_rope", Rule::Read(|rd, v| kernel(rd, v, LIGER_REST))),
+    ("liger_layer_norm", Rule::Read(|rd, v| kernel(rd, v, LIGER_REST))),
+    ("lora_mlp_kernel", Rule::Read(|rd, v| kernel(rd, v, LORA_KERNELS))),
+    ("lora_qkv_kernel", Rule::Read(|rd, v| kernel(rd, v, LORA_KERNELS))),
+    ("lora_o_kernel", Rule::Read(|rd, v| kernel(rd, v, LORA_KERNELS))),
+    ("eval_batch_size", Rule::To("eval_batch")),
+    ("resume_from_checkpoint", Rule::NotModeled("resuming: the optimizer states loaded beside the model are not planned")),
+    ("model_type", Rule::NoEffect),
+    ("tokenizer_type", Rule::NoEffect),
+    ("datasets", Rule::NoEffect),
+    ("dataset_prepared_path", Rule::NoEffect),
+    ("val_set_size", Rule::NoEffect),
+    ("output_dir", Rule::NoEffect),
+    ("num_epochs", Rule::NoEffect),
+    ("lr_scheduler", Rule::NoEffect),
+    ("learning_rate", Rule::NoEffect),
+    ("warmup_ratio", Rule::NoEffect),
+    ("warmup_steps", Rule::NoEffect),
+    ("evals_per_epoch", Rule::NoEffect),
+    ("saves_per_epoch", Rule::NoEffect),
+    ("logging_steps", Rule::NoEffect),
+    ("weight_decay", Rule::NoEffect),
+    ("special_tokens", Rule::NoEffect),
+    ("tf32", Rule::NoEffect),
+    ("gradient_checkpointing_kwargs", Rule::NoEffect),
+    ("train_on_inputs", Rule::NoEffect),
+    ("group_by_length", Rule::NoEffect),
+    ("strict", Rule::NoEffect),
+    ("chat_template", Rule::NoEffect),
+];
+
+const FSDP_CONFIG: Table = &[
+    ("fsdp_offload_params", Rule::Read(fsdp_offload)),
+    ("offload_params", Rule::Read(fsdp_offload)),
+    ("fsdp_sharding_strategy", Rule::Read(sharding)),
+    (
+        "fsdp_version",
+        Rule::Read(|rd, v| {
+            if v.as_u64() == Some(2) || v.as_str() == Some("2") {
+                rd.not_modeled("FSDP2 (fully_shard, per-parameter DTensor shards): planned as FSDP1's flat parameters");
+            } else {
+                rd.confirms("strategy");
+            }
+            Ok(())
+        }),
+    ),
+    ("fsdp_limit_all_gathers", Rule::NoEffect),
+    ("fsdp_sync_module_states", Rule::NoEffect),
+    ("fsdp_use_orig_params", Rule::NoEffect),
+    ("fsdp_cpu_ram_efficient_loading", Rule::NoEffect),
+    ("fsdp_auto_wrap_policy", Rule::NoEffect),
+    ("fsdp_transformer_layer_cls_to_wrap", Rule::NoEffect),
+    ("fsdp_state_dict_type", Rule::NoEffect),
+];
+
+/// `adapter`: lora, qlora (a 4-bit base); none trains every parameter.
+fn adapter(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v.as_str() {
+        Some("lora") => rd.set("finetuning_type", "lora"),
+        Some("qlora") => {
+            rd.set("finetuning_type", "lora")?;
+            rd.set("quant", "nf4")
+        }
+        Some("") => rd.set("finetuning_type", "full"),
+        _ => Err(format!(
+            "{}: {v} adapters are not planned (lora and qlora are)",
+            rd.key()
+        )),
+    }
+}
+
+fn checkpointing(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v {
+        Value::String(s) if s == "offload" => {
+            rd.set("grad_ckpt", "true")?;
+            let p = &rd.r.settings.parallel;
+            let mut parts = vec!["activations"];
+            if p.offload_optimizer {
+                parts.push("optimizer");
+            }
+            if p.offload_params {
+                parts.push("params");
+            }
+            rd.set("offload", &parts.join(","))
+        }
+        Value::String(s) if s == "offload_disk" => {
+            rd.set("grad_ckpt", "true")?;
+            rd.not_modeled("checkpoints offloaded to disk: planned as checkpoints kept on the GPU");
+            Ok(())
+        }
+        _ => {
+            let on = flag(rd.key(), v)?;
+            rd.set("grad_ckpt", if on { "true" } else { "false" })
+        }
+    }
+}
+
+fn attention(rd: &mut Reader, v: &Value, impl_: &str) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        rd.set("attn_impl", impl_)
+    } else {
+        rd.r.ignored.push(rd.key().to_string());
+        Ok(())
+    }
+}
+
+/// `bf16`: true or auto (bf16 weights and autocast to bf16 on a card that has it), `full` (bf16
+/// weights, no autocast); axolotl loads the model in the dtype these name
+/// (`utils/config/__init__.py`, `normalize_config`: `torch_dtype`).
+fn bf16(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v {
+        Value::String(s) if s == "full" => {
+            rd.set("dtype", "bf16")?;
+            rd.set("autocast", "none")
+        }
+        Value::String(s) if s == "auto" => {
+            rd.set("dtype", "bf16")?;
+            rd.set("autocast", "bf16")
+        }
+        _ if flag(rd.key(), v)? => {
+            rd.set("dtype", "bf16")?;
+            rd.set("autocast", "bf16")
+        }
+        _ => {
+            rd.confirms("autocast");
+            Ok(())
+        }
+    }
+}
+
+fn liger_ce(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        rd.set("fused_ce", "true")
+    } else {
+        rd.confirms("fused_ce");
+        Ok(())
+    }
+}
+
+fn kernel(rd: &mut Reader, v: &Value, why: &str) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        rd.not_modeled(why.to_string());
+    } else {
+        rd.r.ignored.push(rd.key().to_string());
+    }
+    Ok(())
+}
+
+fn rl(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v.as_str() {
+        Some("ipo") => {
+            rd.set("stage", "dpo")?;
+            rd.set("pref_loss", "ipo")
+        }
+        Some(s @ ("dpo" | "orpo" | "kto" | "simpo")) => rd.set("stage", s),
+        _ => Err(format!(
+            "{}: {v} is not planned (dpo, ipo, orpo, kto and simpo are)",
+            rd.key()
+        )),
+    }
+}
+
+fn fsdp_offload(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        rd.set("offload", "optimizer,params")
+    } else {
+        rd.confirms("offload");
+        Ok(())
+    }
+}
+
+fn sharding(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let s = v.as_str().unwrap_or_default().to_ascii_lowercase();
+    let strategy = match s.as_str() {
+        "full_shard" | "1" => "fsdp",
+        "shard_grad_op" | "2" => "fsdp_shard_grad_op",
+        "hybrid_shard" | "4" => "fsdp_hybrid",
+        "no_shard" | "3" => "ddp",
+        _ => return Err(format!("{}: unknown sharding strategy {v}", rd.key())),
+    };
+    rd.set("strategy", strategy)
+}
+
+/// `unfrozen_parameters`: `^model.layers.N.*` patterns of the last layers are freeze tuning;
+/// other patterns are not planned.
+fn unfrozen(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let pats: Vec<&str> = v
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let layers: Option<Vec<u64>> = pats
+        .iter()
+        .map(|p| {
+            p.strip_prefix("^model.layers.")
+                .and_then(|r| r.strip_suffix(".*"))
+                .and_then(|n| n.parse().ok())
+        })
+        .collect();
+    match layers {
+        Some(mut l) if !l.is_empty() => {
+            l.sort_unstable();
+            l.dedup();
+            rd.set("finetuning_type", "freeze")?;
+            rd.set("freeze_trainable_layers", &l.len().to_string())?;
+            // Which layers: the plan trains the last N; say so when they are others.
+            let consecutive = l.windows(2).all(|w| w[1] == w[0] + 1);
+            if !consecutive {
+                rd.not_modeled("unfrozen layers that are not the last ones in a row: planned as the last layers, as many");
+            }
+            Ok(())
+        }
+        _ => {
+            rd.not_modeled(
+                "unfrozen parameters by pattern: planned as the config's adapter or full tuning",
+            );
+            Ok(())
+        }
+    }
+}
+
+pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
+    read_with(Source::Axolotl, o, DEFAULTS, TABLE, |rd| {
+        if rd.other("adapter").is_none() && rd.other("unfrozen_parameters").is_none() {
+            assume(
+                rd,
+                "finetuning_type",
+                "full",
+                "axolotl without `adapter` (every parameter trained)",
+            )?;
+        }
+        let st = &rd.r.settings;
+        if st.base_trained() && st.dtype == crate::model::Dtype::Bf16 && st.autocast.is_none() {
+            // `bf16: full` trains the parameters themselves in bf16 (no fp32 copy).
+            assume(
+                rd,
+                "adapter_dtype",
+                "bf16",
+                "axolotl's bf16: full with every parameter trained",
+            )?;
+        }
+        assume_gpus(rd, "several GPUs (axolotl's YAML does not say how many)")
+    })
+}

@@ -1,0 +1,236 @@
+//! A JSON of Trainer's `TrainingArguments` (or TRL's `SFTConfig` / `DPOConfig`) and peft's
+//! `LoraConfig` keys, flat or under `training_args` / `lora_config`, and a saved
+//! `adapter_config.json`. Defaults are those of the dataclasses: `per_device_train_batch_size`
+//! 8, no gradient checkpointing, no mixed precision (`transformers/training_args.py`), and
+//! `LoraConfig` r 8, alpha 8, dropout 0 (`peft/tuners/lora/config.py`).
+
+use super::{
+    assume_gpus, deepspeed_by_name, flag, read_with, targets, Default, Reader, Reading, Rule,
+    Source, Table,
+};
+use serde_json::{Map, Value};
+
+const DEFAULTS: &[Default] = &[
+    (
+        "batch",
+        "8",
+        "TrainingArguments' per_device_train_batch_size",
+    ),
+    (
+        "optimizer",
+        "adamw_torch_fused",
+        "Trainer's optim with torch ≥ 2.8 (transformers/training_args.py)",
+    ),
+    (
+        "grad_ckpt",
+        "false",
+        "TrainingArguments' gradient_checkpointing",
+    ),
+    ("lora_r", "8", "LoraConfig's r"),
+    ("lora_alpha", "8", "LoraConfig's lora_alpha"),
+    ("lora_dropout", "0", "LoraConfig's lora_dropout"),
+    (
+        "target_modules",
+        "q,v",
+        "peft's default target_modules for Llama, Mistral, Qwen and Gemma (q_proj, v_proj)",
+    ),
+];
+
+const TABLE: Table = &[
+    ("training_args", Rule::Read(|rd, v| rd.section(v, TABLE))),
+    ("lora_config", Rule::Read(|rd, v| rd.section(v, TABLE))),
+    ("model", Rule::Model),
+    ("model_name_or_path", Rule::Model),
+    ("base_model_name_or_path", Rule::Model),
+    ("peft_type", Rule::Read(peft_type)),
+    ("r", Rule::To("lora_r")),
+    ("lora_alpha", Rule::To("lora_alpha")),
+    ("lora_dropout", Rule::To("lora_dropout")),
+    ("target_modules", Rule::Read(targets)),
+    ("target_parameters", Rule::To("target_parameters")),
+    ("modules_to_save", Rule::To("modules_to_save")),
+    ("use_dora", Rule::To("use_dora")),
+    ("use_rslora", Rule::To("use_rslora")),
+    ("init_lora_weights", Rule::To("init_lora_weights")),
+    (
+        "layers_to_transform",
+        Rule::NotModeled("adapters on some layers only: planned on every layer"),
+    ),
+    (
+        "rank_pattern",
+        Rule::Read(|rd, v| empty_or(rd, v, "per-module ranks: planned with r everywhere")),
+    ),
+    (
+        "alpha_pattern",
+        Rule::Read(|rd, v| empty_or(rd, v, "per-module alphas: no memory effect")),
+    ),
+    ("bias", Rule::Read(bias)),
+    ("per_device_train_batch_size", Rule::To("batch")),
+    ("gradient_accumulation_steps", Rule::To("grad_accum")),
+    ("max_seq_length", Rule::To("seq")),
+    ("max_length", Rule::To("seq")),
+    ("bf16", Rule::Read(|rd, v| mixed(rd, v, "bf16"))),
+    ("fp16", Rule::Read(|rd, v| mixed(rd, v, "fp16"))),
+    ("gradient_checkpointing", Rule::To("grad_ckpt")),
+    ("optim", Rule::To("optimizer")),
+    ("use_liger_kernel", Rule::Read(liger)),
+    ("deepspeed", Rule::Read(deepspeed)),
+    ("fsdp", Rule::Read(fsdp)),
+    ("beta", Rule::To("beta")),
+    ("loss_type", Rule::To("pref_loss")),
+    (
+        "precompute_ref_log_probs",
+        Rule::To("precompute_ref_log_probs"),
+    ),
+    ("max_prompt_length", Rule::To("max_prompt_length")),
+    ("per_device_eval_batch_size", Rule::To("eval_batch")),
+    ("eval_strategy", Rule::To("eval_strategy")),
+    ("evaluation_strategy", Rule::To("eval_strategy")),
+    (
+        "eval_accumulation_steps",
+        Rule::To("eval_accumulation_steps"),
+    ),
+    ("prediction_loss_only", Rule::To("prediction_loss_only")),
+    ("predict_with_generate", Rule::To("predict_with_generate")),
+    ("save_strategy", Rule::To("save_strategy")),
+    ("save_only_model", Rule::To("save_only_model")),
+    (
+        "packing",
+        Rule::NotModeled("packing: planned as rows of the full sequence length, with padding"),
+    ),
+    (
+        "padding_free",
+        Rule::NotModeled(
+            "padding-free batches: planned as rows of the full sequence length, with padding",
+        ),
+    ),
+    (
+        "torch_compile",
+        Rule::NotModeled("torch.compile's fused kernels and their saved tensors: planned eager"),
+    ),
+    ("task_type", Rule::NoEffect),
+    ("inference_mode", Rule::NoEffect),
+    ("output_dir", Rule::NoEffect),
+    ("learning_rate", Rule::NoEffect),
+    ("num_train_epochs", Rule::NoEffect),
+    ("logging_steps", Rule::NoEffect),
+    ("save_steps", Rule::NoEffect),
+    ("eval_steps", Rule::NoEffect),
+    ("warmup_ratio", Rule::NoEffect),
+    ("lr_scheduler_type", Rule::NoEffect),
+    ("weight_decay", Rule::NoEffect),
+    ("report_to", Rule::NoEffect),
+];
+
+fn peft_type(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v.as_str().map(str::to_ascii_uppercase).as_deref() {
+        Some("LORA") => {
+            rd.set("finetuning_type", "lora")?;
+            Ok(())
+        }
+        _ => Err(format!(
+            "{}: {v} adapters are not planned (LORA is)",
+            rd.key()
+        )),
+    }
+}
+
+fn empty_or(rd: &mut Reader, v: &Value, why: &str) -> Result<(), String> {
+    if v.as_object().is_some_and(Map::is_empty) {
+        rd.r.ignored.push(rd.key().to_string());
+    } else {
+        rd.not_modeled(why.to_string());
+    }
+    Ok(())
+}
+
+fn bias(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if v.as_str() == Some("none") {
+        rd.r.ignored.push(rd.key().to_string());
+    } else {
+        rd.not_modeled(
+            "trained biases: not planned (the families planned have none, or keep them frozen)",
+        );
+    }
+    Ok(())
+}
+
+/// Trainer's `bf16` / `fp16`: mixed precision by autocast over the loaded weights.
+pub(super) fn mixed(rd: &mut Reader, v: &Value, dtype: &str) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        rd.set("autocast", dtype)
+    } else {
+        rd.confirms("autocast");
+        Ok(())
+    }
+}
+
+/// Liger's kernels: the fused linear cross-entropy is planned, the rest is not.
+pub(super) fn liger(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        rd.set("fused_ce", "true")?;
+        rd.not_modeled("Liger's RMSNorm, SwiGLU and RoPE kernels (what they save for backward): planned as transformers' modules; only its fused linear cross-entropy is planned");
+    } else {
+        rd.confirms("fused_ce");
+    }
+    Ok(())
+}
+
+/// `deepspeed`: a path to its JSON (the strategy from the name until the file is read), or the
+/// JSON itself.
+fn deepspeed(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v {
+        Value::String(path) => deepspeed_by_name(rd, path),
+        Value::Object(_) => rd.section(v, super::deepspeed::TABLE),
+        _ => Err(format!("{}: expected a path or a JSON object", rd.key())),
+    }
+}
+
+/// Trainer's `fsdp`: `"full_shard auto_wrap"`, `"shard_grad_op"`, `"hybrid_shard"`, with
+/// `offload`.
+pub(super) fn fsdp(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let words: Vec<String> = match v {
+        Value::String(s) => s.split_whitespace().map(str::to_string).collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
+        Value::Bool(false) => return Ok(()),
+        _ => {
+            return Err(format!(
+                "{}: expected FSDP options (\"full_shard auto_wrap\")",
+                rd.key()
+            ))
+        }
+    };
+    if words.is_empty() {
+        return Ok(());
+    }
+    let strategy = if words.iter().any(|w| w == "shard_grad_op") {
+        "fsdp_shard_grad_op"
+    } else if words
+        .iter()
+        .any(|w| w == "hybrid_shard" || w == "hybrid_shard_zero2")
+    {
+        "fsdp_hybrid"
+    } else {
+        "fsdp"
+    };
+    rd.set("strategy", strategy)?;
+    if words.iter().any(|w| w == "offload") {
+        rd.set("offload", "optimizer,params")?;
+    }
+    Ok(())
+}
+
+pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
+    let source = if o.contains_key("peft_type") && !o.contains_key("per_device_train_batch_size") {
+        Source::AdapterConfig
+    } else {
+        Source::TrainingArguments
+    };
+    read_with(source, o, DEFAULTS, TABLE, |rd| {
+        assume_gpus(rd, "several GPUs (the arguments do not say how many)")
+    })
+}

@@ -1,0 +1,281 @@
+//! LLaMA-Factory's training YAML (`llamafactory-cli train FILE`), with its defaults:
+//! `hparams/finetuning_args.py` (`finetuning_type` lora, `lora_rank` 8, `lora_alpha` 2 × rank,
+//! `lora_dropout` 0, `lora_target` all, `freeze_trainable_layers` 2, `pref_beta` 0.1),
+//! `hparams/data_args.py` (`cutoff_len` 2048), `hparams/model_args.py` (`quantization_type`
+//! nf4, `double_quantization` true, `flash_attn` auto), gradient checkpointing on unless
+//! `disable_gradient_checkpointing` (`model/model_utils/checkpointing.py`), and Trainer's
+//! `per_device_train_batch_size` 8. Trainable parameters are cast to fp32 unless `pure_bf16`
+//! (`model/adapter.py`).
+
+use super::hf::{liger, mixed};
+use super::{
+    assume, assume_gpus, deepspeed_by_name, flag, int_text, read_with, targets, Default, Reader,
+    Reading, Rule, Source, Table,
+};
+use serde_json::{Map, Value};
+
+const DEFAULTS: &[Default] = &[
+    ("batch", "8", "Trainer's per_device_train_batch_size"),
+    (
+        "optimizer",
+        "adamw_torch_fused",
+        "Trainer's optim with torch ≥ 2.8 (transformers/training_args.py)",
+    ),
+    (
+        "dtype",
+        "bf16",
+        "LLaMA-Factory's compute dtype inferred from the checkpoint (bf16)",
+    ),
+    ("seq", "2048", "LLaMA-Factory's cutoff_len"),
+    ("lora_r", "8", "LLaMA-Factory's lora_rank"),
+    ("lora_dropout", "0", "LLaMA-Factory's lora_dropout"),
+    (
+        "target_modules",
+        "all-linear",
+        "LLaMA-Factory's lora_target (all)",
+    ),
+    (
+        "grad_ckpt",
+        "true",
+        "LLaMA-Factory's gradient checkpointing (on unless disable_gradient_checkpointing)",
+    ),
+];
+
+const VIDEO: &str = "video frames: not planned yet (images are)";
+const PACKING: &str =
+    "packing: planned as rows of cutoff_len tokens with padding (the same tokens per row)";
+
+const TABLE: Table = &[
+    ("model_name_or_path", Rule::Model),
+    ("stage", Rule::Read(stage)),
+    ("finetuning_type", Rule::To("finetuning_type")),
+    ("freeze_trainable_layers", Rule::To("freeze_trainable_layers")),
+    ("freeze_trainable_modules", Rule::Read(freeze_modules)),
+    ("freeze_extra_modules", Rule::NotModeled("extra modules trained in freeze tuning: not planned")),
+    ("lora_rank", Rule::To("lora_r")),
+    ("lora_alpha", Rule::To("lora_alpha")),
+    ("lora_dropout", Rule::To("lora_dropout")),
+    ("lora_target", Rule::Read(targets)),
+    ("additional_target", Rule::To("modules_to_save")),
+    ("use_dora", Rule::To("use_dora")),
+    ("use_rslora", Rule::To("use_rslora")),
+    ("pissa_init", Rule::Read(pissa)),
+    ("pissa_iter", Rule::NoEffect),
+    ("loraplus_lr_ratio", Rule::To("loraplus_lr_ratio")),
+    ("pref_loss", Rule::Read(pref_loss)),
+    ("pref_beta", Rule::To("beta")),
+    ("pref_ftx", Rule::NoEffect),
+    ("quantization_type", Rule::NoEffect),
+    ("quantization_bit", Rule::Read(quantization)),
+    ("quantization_method", Rule::Read(method)),
+    ("double_quantization", Rule::To("double_quant")),
+    ("cutoff_len", Rule::To("seq")),
+    ("per_device_train_batch_size", Rule::To("batch")),
+    ("gradient_accumulation_steps", Rule::To("grad_accum")),
+    ("disable_gradient_checkpointing", Rule::Read(|rd, v| {
+        let off = flag(rd.key(), v)?;
+        rd.set("grad_ckpt", if off { "false" } else { "true" })
+    })),
+    ("use_unsloth_gc", Rule::Read(unsloth_gc)),
+    ("flash_attn", Rule::Read(flash_attn)),
+    ("bf16", Rule::Read(|rd, v| mixed(rd, v, "bf16"))),
+    ("fp16", Rule::Read(|rd, v| mixed(rd, v, "fp16"))),
+    ("pure_bf16", Rule::Read(pure_bf16)),
+    ("optim", Rule::To("optimizer")),
+    ("enable_liger_kernel", Rule::Read(liger)),
+    ("use_unsloth", Rule::NotModeled("Unsloth's patched model (its own kernels and checkpointing): planned as transformers + peft")),
+    ("packing", Rule::NotModeled(PACKING)),
+    ("neat_packing", Rule::NotModeled("neat_packing's block-diagonal attention: planned as rows of cutoff_len tokens with the causal mask")),
+    ("deepspeed", Rule::Read(|rd, v| match v.as_str() {
+        Some(p) => deepspeed_by_name(rd, p),
+        None => Err(format!("{}: expected the path of a DeepSpeed JSON", rd.key())),
+    })),
+    ("image_max_pixels", Rule::To("image_max_pixels")),
+    ("image_min_pixels", Rule::To("image_min_pixels")),
+    ("freeze_vision_tower", Rule::To("freeze_vision_tower")),
+    ("freeze_multi_modal_projector", Rule::To("freeze_multi_modal_projector")),
+    ("video_max_pixels", Rule::NotModeled(VIDEO)),
+    ("video_min_pixels", Rule::NotModeled(VIDEO)),
+    ("video_fps", Rule::NotModeled(VIDEO)),
+    ("video_maxlen", Rule::NotModeled(VIDEO)),
+    ("per_device_eval_batch_size", Rule::To("eval_batch")),
+    ("eval_strategy", Rule::To("eval_strategy")),
+    ("eval_accumulation_steps", Rule::To("eval_accumulation_steps")),
+    ("prediction_loss_only", Rule::To("prediction_loss_only")),
+    ("predict_with_generate", Rule::To("predict_with_generate")),
+    ("save_strategy", Rule::To("save_strategy")),
+    ("save_only_model", Rule::To("save_only_model")),
+    ("resume_from_checkpoint", Rule::NotModeled("resuming: the optimizer states loaded beside the model are not planned")),
+    ("trust_remote_code", Rule::NoEffect),
+    ("do_train", Rule::NoEffect),
+    ("dataset", Rule::NoEffect),
+    ("dataset_dir", Rule::NoEffect),
+    ("template", Rule::NoEffect),
+    ("max_samples", Rule::NoEffect),
+    ("overwrite_cache", Rule::NoEffect),
+    ("preprocessing_num_workers", Rule::NoEffect),
+    ("dataloader_num_workers", Rule::NoEffect),
+    ("output_dir", Rule::NoEffect),
+    ("logging_steps", Rule::NoEffect),
+    ("save_steps", Rule::NoEffect),
+    ("plot_loss", Rule::NoEffect),
+    ("overwrite_output_dir", Rule::NoEffect),
+    ("report_to", Rule::NoEffect),
+    ("learning_rate", Rule::NoEffect),
+    ("num_train_epochs", Rule::NoEffect),
+    ("lr_scheduler_type", Rule::NoEffect),
+    ("warmup_ratio", Rule::NoEffect),
+    ("ddp_timeout", Rule::NoEffect),
+    ("val_size", Rule::NoEffect),
+    ("eval_steps", Rule::NoEffect),
+];
+
+fn stage(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v.as_str() {
+        Some("rm" | "ppo") => Err(format!(
+            "{}: {v} (a reward model or PPO) is not planned: sft, pt, dpo and kto are",
+            rd.key()
+        )),
+        Some(s) => rd.set("stage", s),
+        None => Err(format!("{}: expected a stage name", rd.key())),
+    }
+}
+
+/// `pref_loss`: ORPO and SimPO are stages of their own in the plan (no reference pass).
+fn pref_loss(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v.as_str() {
+        Some("orpo") => rd.set("stage", "orpo"),
+        Some("simpo") => rd.set("stage", "simpo"),
+        Some(l) => rd.set("pref_loss", l),
+        None => Err(format!("{}: expected a loss name", rd.key())),
+    }
+}
+
+fn freeze_modules(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if v.as_str() == Some("all") {
+        rd.confirms("finetuning_type");
+    } else {
+        rd.not_modeled("freeze tuning of some modules of the trained layers: planned with every module of those layers");
+    }
+    Ok(())
+}
+
+fn pissa(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if !flag(rd.key(), v)? {
+        rd.confirms("init_lora_weights");
+        return Ok(());
+    }
+    // pissa_iter -1 runs a full SVD; other values the randomized one (default 16).
+    let full = rd
+        .other("pissa_iter")
+        .is_some_and(|i| i.as_i64() == Some(-1));
+    rd.set(
+        "init_lora_weights",
+        if full { "pissa" } else { "pissa_niter" },
+    )
+}
+
+fn quantization(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let bits = int_text(rd.key(), v)?;
+    match bits {
+        4 => {
+            let kind = rd
+                .other("quantization_type")
+                .and_then(Value::as_str)
+                .unwrap_or("nf4")
+                .to_string();
+            rd.set("quant", &kind)
+        }
+        8 | 2 | 3 | 5 | 6 => {
+            rd.not_modeled(format!(
+                "a {bits}-bit base: not modelled yet; planned with a 16-bit base (an upper bound)"
+            ));
+            Ok(())
+        }
+        _ => Err(format!(
+            "{}: {bits} bits is not a quantization LLaMA-Factory offers",
+            rd.key()
+        )),
+    }
+}
+
+fn method(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v.as_str() {
+        Some("bnb" | "bitsandbytes") => {
+            rd.confirms("quant");
+            Ok(())
+        }
+        Some(m) => {
+            rd.not_modeled(format!(
+                "{m} quantization: only bitsandbytes 4-bit is modelled"
+            ));
+            Ok(())
+        }
+        None => Err(format!("{}: expected a method name", rd.key())),
+    }
+}
+
+/// Unsloth's offloaded gradient checkpointing: the checkpoints' inputs go to host memory.
+fn unsloth_gc(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        rd.set("grad_ckpt", "true")?;
+        let mut parts = vec!["activations"];
+        let p = &rd.r.settings.parallel;
+        if p.offload_optimizer {
+            parts.push("optimizer");
+        }
+        if p.offload_params {
+            parts.push("params");
+        }
+        rd.set("offload", &parts.join(","))
+    } else {
+        rd.confirms("offload");
+        Ok(())
+    }
+}
+
+/// `flash_attn`: auto (transformers' default, sdpa), sdpa, fa2, disabled (eager).
+fn flash_attn(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let impl_ = match v.as_str() {
+        Some("auto" | "sdpa") => "sdpa",
+        Some("fa2") => "flash_attention_2",
+        Some("disabled") => "eager",
+        _ => {
+            return Err(format!(
+                "{}: expected auto, sdpa, fa2 or disabled, got {v}",
+                rd.key()
+            ))
+        }
+    };
+    rd.set("attn_impl", impl_)
+}
+
+/// `pure_bf16`: bf16 weights, no autocast, the trainable parameters kept in bf16.
+fn pure_bf16(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        rd.set("dtype", "bf16")?;
+        rd.set("autocast", "none")?;
+        rd.set("adapter_dtype", "bf16")
+    } else {
+        rd.confirms("adapter_dtype");
+        Ok(())
+    }
+}
+
+pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
+    read_with(Source::LlamaFactory, o, DEFAULTS, TABLE, |rd| {
+        if rd.other("lora_alpha").is_none() {
+            let alpha = 2 * rd.r.settings.lora_r;
+            assume(
+                rd,
+                "lora_alpha",
+                &alpha.to_string(),
+                "LLaMA-Factory's lora_alpha (2 × lora_rank)",
+            )?;
+        }
+        assume_gpus(
+            rd,
+            "several GPUs (LLaMA-Factory's YAML does not say how many)",
+        )
+    })
+}

@@ -1,0 +1,542 @@
+//! The training configs users paste: a LLaMA-Factory or axolotl YAML, an ms-swift command line,
+//! a TrainingArguments / LoraConfig JSON (or a saved `adapter_config.json`), a DeepSpeed JSON.
+//! Each is read into [`Settings`] through the settings table ([`super::fields`]), by a table of
+//! the framework's keys ([`Rule`]), so that the answer ([`Reading`]) names every key it used and
+//! the setting it became, every key it ignored, and every key that changes memory but is not
+//! modelled; a value it cannot use is an error naming the key. Settings the config does not give
+//! take the framework's own default, listed as assumed.
+//!
+//! One module per framework holds its table; this one holds the reader they share and the
+//! detection of the format.
+
+mod axolotl;
+mod deepspeed;
+mod hf;
+mod llama_factory;
+mod swift;
+
+use super::fields;
+use crate::model::Settings;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// Where a config comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// A LLaMA-Factory YAML (`llamafactory-cli train FILE`).
+    LlamaFactory,
+    /// An axolotl YAML.
+    Axolotl,
+    /// An ms-swift command line (`swift sft …`, `swift rlhf …`).
+    Swift,
+    /// A JSON of TrainingArguments (or TRL's configs) and peft's LoraConfig keys.
+    TrainingArguments,
+    /// A peft `adapter_config.json`.
+    AdapterConfig,
+    /// A DeepSpeed JSON.
+    DeepSpeed,
+}
+
+impl Source {
+    /// The name users know it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::LlamaFactory => "LLaMA-Factory YAML",
+            Source::Axolotl => "axolotl YAML",
+            Source::Swift => "ms-swift command line",
+            Source::TrainingArguments => "TrainingArguments / LoraConfig JSON",
+            Source::AdapterConfig => "peft adapter_config.json",
+            Source::DeepSpeed => "DeepSpeed JSON",
+        }
+    }
+}
+
+/// A key of the config and the setting it became.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Used {
+    /// The config's key (dotted under a section: `fsdp_config.fsdp_offload_params`).
+    pub key: String,
+    /// The setting (the settings table's name).
+    pub setting: &'static str,
+    /// The setting's value as text.
+    pub value: String,
+}
+
+/// A key that changes memory in the framework but is not modelled, and what the plan does
+/// instead.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NotModeled {
+    /// The config's key.
+    pub key: String,
+    /// What it does and how the plan stands to it.
+    pub why: String,
+}
+
+/// What a config said, read into settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reading {
+    /// The format.
+    pub source: Source,
+    /// The model the config names (a Hub id or a path), if it names one.
+    pub model: Option<String>,
+    /// The settings to plan.
+    pub settings: Settings,
+    /// Keys used, with the setting each became.
+    pub used: Vec<Used>,
+    /// Settings the config does not give, taken at the framework's default (`key` says whose).
+    pub assumed: Vec<Used>,
+    /// Keys given but not used: no effect on GPU memory, or not a key this reader knows.
+    pub ignored: Vec<String>,
+    /// Keys that change memory but are not modelled.
+    pub not_modeled: Vec<NotModeled>,
+    /// A DeepSpeed JSON the config refers to by path (read by the caller when it can, with
+    /// [`apply_deepspeed`]; the strategy is already taken from its name).
+    pub deepspeed_path: Option<String>,
+    /// What else the reader (or its caller) has to say: how the model was found, a DeepSpeed
+    /// file that could not be read.
+    pub notes: Vec<String>,
+}
+
+/// How one key of a framework enters the settings.
+pub(crate) enum Rule {
+    /// Its value is the setting's text.
+    To(&'static str),
+    /// Read by a function (several settings, a conversion, or a dependence on other keys).
+    Read(fn(&mut Reader, &Value) -> Result<(), String>),
+    /// The model's name.
+    Model,
+    /// Changes memory; not modelled (what the plan does instead).
+    NotModeled(&'static str),
+    /// Known to have no effect on GPU memory: listed as ignored.
+    NoEffect,
+}
+
+/// A framework's keys, in the order they are applied (a key that depends on another comes
+/// after it).
+pub(crate) type Table = &'static [(&'static str, Rule)];
+
+/// A framework's default for a setting its config leaves out: (setting, value, whose default).
+pub(crate) type Default = (&'static str, &'static str, &'static str);
+
+/// The reading under way: the answer, the config's object and the key being read.
+pub(crate) struct Reader<'a> {
+    pub(crate) r: Reading,
+    pub(crate) obj: &'a Map<String, Value>,
+    key: String,
+}
+
+impl Reader<'_> {
+    /// Sets `setting` from `text` through the settings table, as the current key.
+    pub(crate) fn set(&mut self, setting: &'static str, text: &str) -> Result<(), String> {
+        let f = fields::by_name(setting)
+            .ok_or_else(|| format!("internal: no setting named {setting}"))?;
+        (f.set)(&mut self.r.settings, text).map_err(|e| format!("{}: {e}", self.key))?;
+        let value = (f.get)(&self.r.settings);
+        self.r
+            .used
+            .retain(|u| !(u.key == self.key && u.setting == setting));
+        self.r.used.push(Used {
+            key: self.key.clone(),
+            setting,
+            value,
+        });
+        Ok(())
+    }
+
+    /// Records the current key as changing memory without being modelled.
+    pub(crate) fn not_modeled(&mut self, why: impl Into<String>) {
+        self.r.not_modeled.push(NotModeled {
+            key: self.key.clone(),
+            why: why.into(),
+        });
+    }
+
+    /// Records the current key as used without changing a setting (it says what the defaults
+    /// already are), naming the setting it confirms.
+    pub(crate) fn confirms(&mut self, setting: &'static str) {
+        if let Some(f) = fields::by_name(setting) {
+            let value = (f.get)(&self.r.settings);
+            self.r.used.push(Used {
+                key: self.key.clone(),
+                setting,
+                value,
+            });
+        }
+    }
+
+    /// Another key of the config (not null).
+    pub(crate) fn other(&self, key: &str) -> Option<&Value> {
+        self.obj.get(key).filter(|v| !v.is_null())
+    }
+
+    /// The current key's name.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Reads a nested section (`fsdp_config`) with `table`, its keys named `section.key`.
+    pub(crate) fn section(&mut self, value: &Value, table: Table) -> Result<(), String> {
+        let Some(obj) = value.as_object() else {
+            return Err(format!("{}: expected a mapping", self.key));
+        };
+        let prefix = self.key.clone();
+        let source = self.r.source;
+        let mut inner = Reader {
+            r: std::mem::replace(&mut self.r, Reading::new(source)),
+            obj,
+            key: String::new(),
+        };
+        inner.run(table, &prefix)?;
+        self.r = inner.r;
+        self.key = prefix;
+        Ok(())
+    }
+
+    /// Applies `table` to the object's keys; the rest is ignored.
+    fn run(&mut self, table: Table, prefix: &str) -> Result<(), String> {
+        let mut handled: Vec<&str> = vec![];
+        for (key, rule) in table {
+            let Some(v) = self.obj.get(*key) else {
+                continue;
+            };
+            handled.push(key);
+            if v.is_null() {
+                continue;
+            }
+            self.key = super::unused::path(prefix, key);
+            match rule {
+                Rule::To(setting) => {
+                    let text = fields::json_text(v).map_err(|e| format!("{}: {e}", self.key))?;
+                    self.set(setting, &text)?;
+                }
+                Rule::Read(f) => f(self, v)?,
+                Rule::Model => match v {
+                    Value::String(m) if !m.trim().is_empty() => {
+                        self.r.model = Some(m.trim().to_string())
+                    }
+                    _ => return Err(format!("{}: expected a model name or path", self.key)),
+                },
+                Rule::NotModeled(why) => self.not_modeled(*why),
+                Rule::NoEffect => self.r.ignored.push(self.key.clone()),
+            }
+        }
+        for (k, v) in self.obj {
+            if !handled.contains(&k.as_str()) && !v.is_null() {
+                self.r.ignored.push(super::unused::path(prefix, k));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Reading {
+    fn new(source: Source) -> Self {
+        Reading {
+            source,
+            model: None,
+            settings: Settings::default(),
+            used: vec![],
+            assumed: vec![],
+            ignored: vec![],
+            not_modeled: vec![],
+            deepspeed_path: None,
+            notes: vec![],
+        }
+    }
+
+    /// A setting's value as text, by the settings table's name.
+    pub fn setting(&self, name: &str) -> Option<String> {
+        fields::by_name(name).map(|f| (f.get)(&self.settings))
+    }
+
+    /// The reading as JSON: the format, the model named, the settings by the table's names, the
+    /// keys used (with their settings), assumed, ignored and not modelled.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "format": self.source,
+            "model": self.model,
+            "settings": fields::settings_json(&self.settings),
+            "used": self.used,
+            "assumed": self.assumed,
+            "ignored": self.ignored,
+            "not_modeled": self.not_modeled,
+            "notes": self.notes,
+        })
+    }
+
+    /// The reading in words, one line per key.
+    pub fn text(&self) -> String {
+        let mut out = format!("Read as a {}", self.source.name());
+        if let Some(m) = &self.model {
+            out.push_str(&format!(" (model {m})"));
+        }
+        out.push('\n');
+        for u in &self.used {
+            out.push_str(&format!(
+                "  used     {} → {} = {}\n",
+                u.key, u.setting, u.value
+            ));
+        }
+        for a in &self.assumed {
+            out.push_str(&format!(
+                "  assumed  {} = {} ({})\n",
+                a.setting, a.value, a.key
+            ));
+        }
+        for n in &self.not_modeled {
+            out.push_str(&format!("  NOT MODELLED {}: {}\n", n.key, n.why));
+        }
+        if !self.ignored.is_empty() {
+            out.push_str(&format!(
+                "  ignored (no effect on GPU memory, or not a key this reader knows): {}\n",
+                self.ignored.join(", ")
+            ));
+        }
+        for n in &self.notes {
+            out.push_str(&format!("  note: {n}\n"));
+        }
+        out
+    }
+}
+
+/// Reads `obj` with a framework's table: its defaults first, then its keys, then `finish`
+/// (defaults that depend on what was read); the settings are validated.
+pub(crate) fn read_with(
+    source: Source,
+    obj: &Map<String, Value>,
+    defaults: &[Default],
+    table: Table,
+    finish: fn(&mut Reader) -> Result<(), String>,
+) -> Result<Reading, String> {
+    let mut rd = Reader {
+        r: Reading::new(source),
+        obj,
+        key: String::new(),
+    };
+    for (setting, text, whose) in defaults {
+        rd.key = (*whose).to_string();
+        rd.set(setting, text)?;
+    }
+    rd.r.assumed = std::mem::take(&mut rd.r.used);
+    rd.run(table, "")?;
+    rd.key.clear();
+    finish(&mut rd)?;
+    let mut r = rd.r;
+    for u in r.used.iter_mut().filter(|u| u.value.is_empty()) {
+        u.value = fields::by_name(u.setting)
+            .map(|f| (f.get)(&r.settings))
+            .unwrap_or_default();
+    }
+    let used: Vec<&str> = r.used.iter().map(|u| u.setting).collect();
+    r.assumed.retain(|a| !used.contains(&a.setting));
+    if r.settings.preference() {
+        // A preference trainer's evaluation is not planned: the plan leaves it out and says so.
+        for name in ["eval_batch", "eval_strategy"] {
+            let Some(f) = fields::by_name(name) else {
+                continue;
+            };
+            if f.differs(&r.settings) {
+                let text = (f.get)(&Settings::default());
+                (f.set)(&mut r.settings, &text)?;
+                for u in r.used.iter().filter(|u| u.setting == name) {
+                    r.not_modeled.push(NotModeled {
+                        key: u.key.clone(),
+                        why: "a preference trainer's evaluation (its chosen and rejected sequences, the reference pass): not planned yet; the job is planned without it".into(),
+                    });
+                }
+                r.used.retain(|u| u.setting != name);
+            }
+        }
+    }
+    r.settings.validate().map_err(|e| e.to_string())?;
+    Ok(r)
+}
+
+/// Records a default that depends on what was read (LLaMA-Factory's `lora_alpha` = 2 × rank)
+/// as assumed.
+pub(crate) fn assume(
+    rd: &mut Reader,
+    setting: &'static str,
+    text: &str,
+    whose: &str,
+) -> Result<(), String> {
+    let key = std::mem::replace(&mut rd.key, whose.to_string());
+    let before = rd.r.used.len();
+    rd.set(setting, text)?;
+    let u = rd.r.used.remove(before);
+    rd.r.assumed.retain(|a| a.setting != setting);
+    rd.r.assumed.push(u);
+    rd.key = key;
+    Ok(())
+}
+
+/// Which format `text` is: JSON by its keys, a command line by `swift`, YAML by its keys.
+pub fn detect(text: &str) -> Result<Source, String> {
+    let t = text.trim_start();
+    if t.starts_with('{') {
+        let v: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+        return Ok(json_source(&v));
+    }
+    if swift::is_command(text) {
+        return Ok(Source::Swift);
+    }
+    let v = super::yaml::parse(text)?;
+    let o = v
+        .as_object()
+        .ok_or("a config is a mapping of keys to values")?;
+    if o.contains_key("base_model")
+        || o.contains_key("micro_batch_size")
+        || o.contains_key("sequence_len")
+    {
+        Ok(Source::Axolotl)
+    } else if o.contains_key("model_name_or_path")
+        || o.contains_key("finetuning_type")
+        || o.contains_key("cutoff_len")
+        || o.contains_key("stage")
+    {
+        Ok(Source::LlamaFactory)
+    } else {
+        Err("not a config this reader knows: a LLaMA-Factory YAML names model_name_or_path, an axolotl YAML base_model, an ms-swift command starts with `swift sft` or `swift rlhf`".into())
+    }
+}
+
+fn json_source(v: &Value) -> Source {
+    if v.get("zero_optimization").is_some() || v.get("train_micro_batch_size_per_gpu").is_some() {
+        Source::DeepSpeed
+    } else if v.get("peft_type").is_some() && v.get("per_device_train_batch_size").is_none() {
+        Source::AdapterConfig
+    } else {
+        Source::TrainingArguments
+    }
+}
+
+/// Reads a pasted config of any format [`detect`] knows.
+pub fn read(text: &str) -> Result<Reading, String> {
+    match detect(text)? {
+        Source::Swift => swift::read(text),
+        Source::DeepSpeed | Source::AdapterConfig | Source::TrainingArguments => {
+            let v: Value =
+                serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+            let o = v.as_object().ok_or("expected a JSON object")?;
+            match json_source(&v) {
+                Source::DeepSpeed => deepspeed::read(o),
+                _ => hf::read(o),
+            }
+        }
+        source => {
+            let v = super::yaml::parse(text)?;
+            let o = v
+                .as_object()
+                .ok_or("a config is a mapping of keys to values")?;
+            if source == Source::Axolotl {
+                axolotl::read(o)
+            } else {
+                llama_factory::read(o)
+            }
+        }
+    }
+}
+
+/// Applies the DeepSpeed JSON a config refers to (`text`, read from its path): its ZeRO stage,
+/// offload and the numbers it fixes replace what the name said; its keys join the reading as
+/// `deepspeed.KEY`.
+pub fn apply_deepspeed(r: &mut Reading, text: &str) -> Result<(), String> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| format!("deepspeed: not valid JSON: {e}"))?;
+    let o = v.as_object().ok_or("deepspeed: expected a JSON object")?;
+    let mut rd = Reader {
+        r: std::mem::replace(r, Reading::new(Source::DeepSpeed)),
+        obj: o,
+        key: String::new(),
+    };
+    rd.run(deepspeed::TABLE, "deepspeed")?;
+    assume_gpus(
+        &mut rd,
+        "several GPUs (the DeepSpeed JSON does not say how many)",
+    )?;
+    *r = rd.r;
+    r.settings.validate().map_err(|e| e.to_string())
+}
+
+/// A whole-number text from a JSON value (a YAML or JSON number, or its text).
+pub(crate) fn int_text(key: &str, v: &Value) -> Result<u64, String> {
+    match v {
+        Value::Number(n) if n.as_u64().is_some() => Ok(n.as_u64().unwrap_or(0)),
+        Value::String(s) if s.trim().parse::<u64>().is_ok() => Ok(s.trim().parse().unwrap_or(0)),
+        other => Err(format!("{key}: expected a whole number, got {other}")),
+    }
+}
+
+/// A boolean from a JSON value (`true`, or its text as the CLI reads it).
+pub(crate) fn flag(key: &str, v: &Value) -> Result<bool, String> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        Value::String(s) => fields::boolean(s).map_err(|e| format!("{key}: {e}")),
+        Value::Number(n) if n.as_u64() == Some(0) || n.as_u64() == Some(1) => {
+            Ok(n.as_u64() == Some(1))
+        }
+        other => Err(format!("{key}: expected true or false, got {other}")),
+    }
+}
+
+/// The ZeRO stage and offload a DeepSpeed file's name says, in LLaMA-Factory's
+/// (`ds_z3_offload_config.json`), axolotl's (`zero3_bf16_cpuoffload_all.json`) and ms-swift's
+/// (`zero2_offload`) spellings.
+pub(crate) fn deepspeed_by_name(rd: &mut Reader, name: &str) -> Result<(), String> {
+    let base = name
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(name)
+        .to_ascii_lowercase();
+    let stage = base
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .find_map(|w| match w {
+            "z0" | "zero0" => Some(0),
+            "z1" | "zero1" => Some(1),
+            "z2" | "zero2" => Some(2),
+            "z3" | "zero3" => Some(3usize),
+            _ => None,
+        });
+    let Some(stage) = stage else {
+        return Err(format!(
+            "{}: {name:?} names no ZeRO stage (z0 … z3): give the DeepSpeed JSON itself",
+            rd.key()
+        ));
+    };
+    let strategy = ["ddp", "zero1", "zero2", "zero3"][stage];
+    rd.set("strategy", strategy)?;
+    if base.contains("offload") {
+        let what = if stage == 3 {
+            "optimizer,params"
+        } else {
+            "optimizer"
+        };
+        rd.set("offload", what)?;
+    }
+    if base.ends_with(".json") {
+        rd.r.deepspeed_path = Some(name.to_string());
+    }
+    Ok(())
+}
+
+/// Several GPUs: the config does not say how many (a launch option), so 2 are assumed unless
+/// set already.
+pub(crate) fn assume_gpus(rd: &mut Reader, whose: &str) -> Result<(), String> {
+    let p = &rd.r.settings.parallel;
+    if p.strategy != crate::model::Strategy::Single && p.world() == 1 {
+        assume(rd, "gpus_per_node", "2", whose)?;
+    }
+    Ok(())
+}
+
+/// `target_modules` from a list or a comma-separated text (`all` / `all-linear` for every
+/// Linear).
+pub(crate) fn targets(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let text = fields::json_text(v).map_err(|e| format!("{}: {e}", rd.key()))?;
+    let text = match text.trim() {
+        "all" | "all-linear" | "all_linear" => "all-linear".to_string(),
+        t => t.to_string(),
+    };
+    rd.set("target_modules", &text)
+}

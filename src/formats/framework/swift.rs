@@ -1,0 +1,413 @@
+//! An ms-swift command line (`swift sft …`, `swift rlhf --rlhf_type dpo …`) as its shell scripts
+//! write it: environment assignments before it (`CUDA_VISIBLE_DEVICES`, `NPROC_PER_NODE`,
+//! `MAX_PIXELS`), `\` line continuations, quoted values, flags with one value or several. Its
+//! defaults (`swift/llm/argument/tuner_args.py`, `train_args.py`): `lora_rank` 8, `lora_alpha`
+//! 32, `lora_dropout` 0.05, `target_modules` all-linear, gradient checkpointing on. Both the
+//! current `--tuner_type` and v3's `--train_type` are read.
+
+use super::hf::{liger, mixed};
+use super::{
+    deepspeed_by_name, int_text, read_with, targets, Default, Reader, Reading, Rule, Source, Table,
+};
+use serde_json::{Map, Value};
+
+const DEFAULTS: &[Default] = &[
+    ("batch", "1", "ms-swift's per_device_train_batch_size"),
+    (
+        "optimizer",
+        "adamw_torch_fused",
+        "Trainer's optim with torch ≥ 2.8 (transformers/training_args.py)",
+    ),
+    ("lora_r", "8", "ms-swift's lora_rank"),
+    ("lora_alpha", "32", "ms-swift's lora_alpha"),
+    ("lora_dropout", "0.05", "ms-swift's lora_dropout"),
+    ("target_modules", "all-linear", "ms-swift's target_modules"),
+    ("grad_ckpt", "true", "ms-swift's gradient_checkpointing"),
+];
+
+const TABLE: Table = &[
+    ("model", Rule::Model),
+    (
+        "NPROC_PER_NODE",
+        Rule::Read(|rd, v| {
+            let n = int_text(rd.key(), v)?;
+            if n > 1 && rd.r.settings.parallel.strategy == crate::model::Strategy::Single {
+                rd.set("strategy", "ddp")?;
+            }
+            rd.set("gpus_per_node", &n.to_string())
+        }),
+    ),
+    ("NNODES", Rule::To("nodes")),
+    ("CUDA_VISIBLE_DEVICES", Rule::Read(visible)),
+    ("MAX_PIXELS", Rule::To("image_max_pixels")),
+    ("rlhf_type", Rule::Read(rlhf)),
+    ("tuner_type", Rule::Read(tuner)),
+    ("train_type", Rule::Read(tuner)),
+    ("torch_dtype", Rule::Read(dtype)),
+    ("bf16", Rule::Read(|rd, v| mixed(rd, v, "bf16"))),
+    ("fp16", Rule::Read(|rd, v| mixed(rd, v, "fp16"))),
+    ("per_device_train_batch_size", Rule::To("batch")),
+    ("gradient_accumulation_steps", Rule::To("grad_accum")),
+    ("max_length", Rule::To("seq")),
+    ("lora_rank", Rule::To("lora_r")),
+    ("lora_alpha", Rule::To("lora_alpha")),
+    ("lora_dropout", Rule::To("lora_dropout")),
+    ("target_modules", Rule::Read(targets)),
+    ("modules_to_save", Rule::To("modules_to_save")),
+    ("use_dora", Rule::To("use_dora")),
+    ("use_rslora", Rule::To("use_rslora")),
+    ("init_weights", Rule::To("init_lora_weights")),
+    (
+        "quant_method",
+        Rule::Read(|rd, v| match v.as_str() {
+            Some("bnb") => {
+                rd.confirms("quant");
+                Ok(())
+            }
+            Some(m) => {
+                rd.not_modeled(format!(
+                    "{m} quantization: only bitsandbytes 4-bit is modelled"
+                ));
+                Ok(())
+            }
+            None => Err(format!("{}: expected a method name", rd.key())),
+        }),
+    ),
+    ("quant_bits", Rule::Read(quant_bits)),
+    ("bnb_4bit_quant_type", Rule::NoEffect),
+    ("bnb_4bit_use_double_quant", Rule::To("double_quant")),
+    ("bnb_4bit_compute_dtype", Rule::NoEffect),
+    ("gradient_checkpointing", Rule::To("grad_ckpt")),
+    (
+        "attn_impl",
+        Rule::Read(|rd, v| {
+            let a = match v.as_str() {
+                Some("flash_attn" | "flash_attention_2") => "flash_attention_2",
+                Some(other) => other,
+                None => return Err(format!("{}: expected an attention name", rd.key())),
+            };
+            rd.set("attn_impl", a)
+        }),
+    ),
+    (
+        "deepspeed",
+        Rule::Read(|rd, v| match v.as_str() {
+            Some(p) => deepspeed_by_name(rd, p),
+            None => Err(format!(
+                "{}: expected zero0 … zero3[_offload] or a DeepSpeed JSON",
+                rd.key()
+            )),
+        }),
+    ),
+    ("optim", Rule::To("optimizer")),
+    ("use_liger_kernel", Rule::Read(liger)),
+    (
+        "packing",
+        Rule::NotModeled("packing: planned as rows of max_length tokens with padding"),
+    ),
+    (
+        "padding_free",
+        Rule::NotModeled("padding-free batches: planned as rows of max_length tokens with padding"),
+    ),
+    ("beta", Rule::To("beta")),
+    ("loss_type", Rule::To("pref_loss")),
+    ("rpo_alpha", Rule::NoEffect),
+    ("freeze_vit", Rule::To("freeze_vision_tower")),
+    ("freeze_aligner", Rule::To("freeze_multi_modal_projector")),
+    ("max_pixels", Rule::To("image_max_pixels")),
+    ("per_device_eval_batch_size", Rule::To("eval_batch")),
+    ("eval_strategy", Rule::To("eval_strategy")),
+    ("save_only_model", Rule::To("save_only_model")),
+    ("dataset", Rule::NoEffect),
+    ("num_train_epochs", Rule::NoEffect),
+    ("learning_rate", Rule::NoEffect),
+    ("eval_steps", Rule::NoEffect),
+    ("save_steps", Rule::NoEffect),
+    ("save_total_limit", Rule::NoEffect),
+    ("logging_steps", Rule::NoEffect),
+    ("output_dir", Rule::NoEffect),
+    ("system", Rule::NoEffect),
+    ("warmup_ratio", Rule::NoEffect),
+    ("dataloader_num_workers", Rule::NoEffect),
+    ("dataset_num_proc", Rule::NoEffect),
+    ("model_author", Rule::NoEffect),
+    ("model_name", Rule::NoEffect),
+    ("load_from_cache_file", Rule::NoEffect),
+    ("split_dataset_ratio", Rule::NoEffect),
+];
+
+/// Whether `text` is a `swift` command line.
+pub(super) fn is_command(text: &str) -> bool {
+    words(text).iter().any(|w| w == "swift")
+}
+
+/// The shell words of a script (comments dropped, `\` continuations joined, quotes removed).
+fn words(text: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut started = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                started = true;
+            }
+            (None, '\\') => match chars.next() {
+                Some('\n') | None => {}
+                Some(n) => {
+                    cur.push(n);
+                    started = true;
+                }
+            },
+            (None, '$') if chars.peek() == Some(&'(') => {
+                // A command substitution stays one word: `$(expr 16 / $n)`.
+                let mut depth = 0;
+                cur.push(c);
+                for n in chars.by_ref() {
+                    cur.push(n);
+                    match n {
+                        '(' => depth += 1,
+                        ')' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                started = true;
+            }
+            (None, '#') if !started => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        break;
+                    }
+                }
+            }
+            (None, c) if c.is_whitespace() => {
+                if started {
+                    out.push(std::mem::take(&mut cur));
+                    started = false;
+                }
+            }
+            (None, c) => {
+                cur.push(c);
+                started = true;
+            }
+        }
+    }
+    if started {
+        out.push(cur);
+    }
+    out
+}
+
+/// A word's value: true / false, a number, or text.
+fn typed(w: &str) -> Value {
+    match w {
+        "true" | "True" => Value::Bool(true),
+        "false" | "False" => Value::Bool(false),
+        _ => w
+            .parse::<i64>()
+            .map(Value::from)
+            .or_else(|_| w.parse::<f64>().map(Value::from))
+            .unwrap_or_else(|_| Value::String(w.to_string())),
+    }
+}
+
+/// The command's environment and flags as an object (a flag with several values as a list),
+/// with the subcommand under `_command`.
+fn object(text: &str) -> Result<Map<String, Value>, String> {
+    let mut w = words(text);
+    let at = w
+        .iter()
+        .position(|x| x == "swift")
+        .ok_or("no `swift` command")?;
+    // Shell variables set before the command (`nproc_per_node=2`), then used in it.
+    let mut vars: Vec<(String, String)> = vec![];
+    for (i, word) in w.iter_mut().enumerate() {
+        *word = expand(word, &vars)?;
+        if i < at {
+            if let Some((k, v)) = word.split_once('=') {
+                vars.push((k.to_string(), v.to_string()));
+            }
+        }
+    }
+    let mut o = Map::new();
+    for (k, v) in vars
+        .iter()
+        .filter(|(k, _)| k.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+    {
+        o.insert(k.clone(), typed(v));
+    }
+    let sub = w.get(at + 1).cloned().unwrap_or_default();
+    if !matches!(sub.as_str(), "sft" | "pt" | "rlhf") {
+        return Err(format!(
+            "`swift {sub}` is not a training command (sft, pt and rlhf are)"
+        ));
+    }
+    let mut i = at + 2;
+    while i < w.len() {
+        let Some(key) = w[i].strip_prefix("--") else {
+            return Err(format!("{:?}: expected a --flag", w[i]));
+        };
+        let (key, inline) = match key.split_once('=') {
+            Some((k, v)) => (k.to_string(), Some(v.to_string())),
+            None => (key.to_string(), None),
+        };
+        i += 1;
+        let mut vals: Vec<String> = inline.into_iter().collect();
+        while i < w.len() && !w[i].starts_with("--") {
+            vals.push(w[i].clone());
+            i += 1;
+        }
+        let v = match vals.len() {
+            0 => Value::Bool(true),
+            1 => typed(&vals[0]),
+            _ => Value::Array(vals.into_iter().map(Value::String).collect()),
+        };
+        o.insert(key, v);
+    }
+    Ok(o)
+}
+
+/// `$name`, `${name}` and `$(expr A op B)` of a word, from the variables set before it.
+fn expand(word: &str, vars: &[(String, String)]) -> Result<String, String> {
+    let lookup = |name: &str| {
+        vars.iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("${name} is not set before the command"))
+    };
+    if let Some(inner) = word.strip_prefix("$(").and_then(|x| x.strip_suffix(')')) {
+        let parts: Vec<String> = inner
+            .split_whitespace()
+            .map(|p| expand(p, vars))
+            .collect::<Result<_, _>>()?;
+        let num = |p: &str| {
+            p.parse::<i64>()
+                .map_err(|_| format!("$({inner}): {p:?} is not a number"))
+        };
+        return match parts.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["expr", a, op, b] => {
+                let (a, b) = (num(a)?, num(b)?);
+                match op {
+                    "+" => Ok(a + b),
+                    "-" => Ok(a - b),
+                    "*" | "\\*" => Ok(a * b),
+                    "/" if b != 0 => Ok(a / b),
+                    _ => Err(format!("$({inner}) is not read")),
+                }
+                .map(|x| x.to_string())
+            }
+            _ => Err(format!("$({inner}): only `expr A op B` is read")),
+        };
+    }
+    match word.find('$') {
+        None => Ok(word.to_string()),
+        Some(at) => {
+            let rest = &word[at + 1..];
+            let (name, tail) = if let Some(r) = rest.strip_prefix('{') {
+                let end = r.find('}').ok_or_else(|| format!("{word}: unclosed ${{"))?;
+                (&r[..end], &r[end + 1..])
+            } else {
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                (&rest[..end], &rest[end..])
+            };
+            Ok(format!(
+                "{}{}{}",
+                &word[..at],
+                lookup(name)?,
+                expand(tail, vars)?
+            ))
+        }
+    }
+}
+
+fn visible(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let n = match v {
+        Value::String(s) => s.split(',').filter(|x| !x.trim().is_empty()).count(),
+        Value::Number(_) => 1,
+        _ => 0,
+    };
+    if n > 1 && rd.other("NPROC_PER_NODE").is_none() {
+        rd.not_modeled("several visible GPUs without NPROC_PER_NODE: ms-swift splits the model's layers over them (device_map); planned on one GPU");
+    } else {
+        rd.r.ignored.push(rd.key().to_string());
+    }
+    Ok(())
+}
+
+fn rlhf(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v.as_str() {
+        Some(s @ ("dpo" | "orpo" | "simpo" | "kto" | "cpo")) => rd.set("stage", s),
+        _ => Err(format!(
+            "{}: {v} is not planned (dpo, orpo, simpo, cpo and kto are; GRPO, PPO and reward models are not yet)",
+            rd.key()
+        )),
+    }
+}
+
+fn tuner(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v.as_str() {
+        Some("lora") => rd.set("finetuning_type", "lora"),
+        Some("full") => rd.set("finetuning_type", "full"),
+        _ => Err(format!(
+            "{}: {v} is not planned (lora and full are)",
+            rd.key()
+        )),
+    }
+}
+
+/// `torch_dtype`: the weights' dtype, and mixed precision in it (ms-swift sets bf16 / fp16
+/// training from it).
+fn dtype(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let (d, auto) = match v.as_str() {
+        Some("bfloat16" | "bf16") => ("bf16", "bf16"),
+        Some("float16" | "fp16") => ("fp16", "fp16"),
+        Some("float32" | "fp32") => ("fp32", "none"),
+        _ => {
+            return Err(format!(
+                "{}: expected bfloat16, float16 or float32, got {v}",
+                rd.key()
+            ))
+        }
+    };
+    rd.set("dtype", d)?;
+    rd.set("autocast", auto)
+}
+
+fn quant_bits(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match int_text(rd.key(), v)? {
+        4 => {
+            let kind = rd
+                .other("bnb_4bit_quant_type")
+                .and_then(Value::as_str)
+                .unwrap_or("nf4")
+                .to_string();
+            rd.set("quant", &kind)
+        }
+        bits => {
+            rd.not_modeled(format!(
+                "a {bits}-bit base: not modelled yet; planned with a 16-bit base (an upper bound)"
+            ));
+            Ok(())
+        }
+    }
+}
+
+pub(super) fn read(text: &str) -> Result<Reading, String> {
+    let o = object(text)?;
+    let rd = read_with(Source::Swift, &o, DEFAULTS, TABLE, |rd| {
+        super::assume_gpus(rd, "several GPUs (NPROC_PER_NODE not given)")
+    })?;
+    Ok(rd)
+}

@@ -1,0 +1,404 @@
+//! The training configs users paste (`lorafit::formats::framework`), read from real examples
+//! of LLaMA-Factory, axolotl, ms-swift and peft (`tests/data/configs`, sources in its
+//! SOURCES.md): every key accounted for, the settings each file states, round trips through
+//! the exports, refusals that name the key, and `plan --from` planning what the flags plan.
+
+use lorafit::formats::export::export;
+use lorafit::formats::fields::settings_json;
+use lorafit::formats::framework::{self, Reading, Source};
+use lorafit::formats::{catalog, yaml};
+use lorafit::model::{
+    Dtype, FinetuningType, LoraInit, Optimizer, PrefLoss, Quant, Settings, Stage, Strategy,
+};
+use std::path::{Path, PathBuf};
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/configs")
+}
+
+fn examples() -> Vec<PathBuf> {
+    let mut out = vec![];
+    for fw in ["llama-factory", "axolotl", "ms-swift", "peft"] {
+        for e in std::fs::read_dir(dir().join(fw)).unwrap() {
+            out.push(e.unwrap().path());
+        }
+    }
+    out.sort();
+    out
+}
+
+fn read(rel: &str) -> Reading {
+    let text = std::fs::read_to_string(dir().join(rel)).unwrap();
+    framework::read(&text).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn has(list: &[String], key: &str) -> bool {
+    list.iter()
+        .any(|k| k == key || k.starts_with(&format!("{key}.")))
+}
+
+/// The top-level keys a file gives (not null), as its own format spells them.
+fn keys_of(path: &Path, text: &str) -> Vec<String> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or_default();
+    let obj = match ext {
+        "yaml" | "yml" => serde_yaml::from_str::<serde_json::Value>(text).unwrap(),
+        "json" => serde_json::from_str::<serde_json::Value>(text).unwrap(),
+        _ => {
+            // A shell script: the flags after `swift`, and upper-case variables before it.
+            let after = &text[text.find("swift ").unwrap()..];
+            let mut k: Vec<String> = after
+                .split_whitespace()
+                .filter_map(|w| w.strip_prefix("--"))
+                .map(str::to_string)
+                .collect();
+            for w in text[..text.find("swift ").unwrap()].split_whitespace() {
+                if let Some((name, _)) = w.split_once('=') {
+                    if name.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+                        k.push(name.to_string());
+                    }
+                }
+            }
+            return k;
+        }
+    };
+    obj.as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// Nothing dropped silently: every key of every example is used, ignored, not modelled or the
+/// model's name.
+#[test]
+fn every_key_of_every_example_is_accounted_for() {
+    let files = examples();
+    assert!(files.len() >= 20, "{} examples", files.len());
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let r = framework::read(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let used: Vec<String> = r.used.iter().map(|u| u.key.clone()).collect();
+        let not_modeled: Vec<String> = r.not_modeled.iter().map(|n| n.key.clone()).collect();
+        for k in keys_of(&path, &text) {
+            let model = [
+                "model_name_or_path",
+                "base_model",
+                "model",
+                "base_model_name_or_path",
+            ]
+            .contains(&k.as_str())
+                && r.model.is_some();
+            assert!(
+                model || has(&used, &k) || has(&r.ignored, &k) || has(&not_modeled, &k),
+                "{}: {k} is neither used, ignored nor listed as not modelled",
+                path.display()
+            );
+        }
+    }
+}
+
+/// The YAML reader reads the examples as serde_yaml does.
+#[test]
+fn yaml_reader_agrees_with_serde_yaml_on_the_examples() {
+    for path in examples() {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or_default();
+        if ext != "yaml" && ext != "yml" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mine = yaml::parse(&text).unwrap();
+        let theirs: serde_json::Value = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(mine, theirs, "{}", path.display());
+    }
+}
+
+/// What each file says, as its text states it (values read off the files).
+#[test]
+fn examples_are_read_as_their_files_state() {
+    // LLaMA-Factory: llama3_lora_sft.yaml (rank 8, all targets, 2048, batch 1, accumulation 8,
+    // bf16), with LLaMA-Factory's gradient checkpointing and alpha 2 × rank.
+    let r = read("llama-factory/llama3_lora_sft.yaml");
+    assert_eq!(r.source, Source::LlamaFactory);
+    assert_eq!(
+        r.model.as_deref(),
+        Some("meta-llama/Meta-Llama-3-8B-Instruct")
+    );
+    let s = &r.settings;
+    assert_eq!(
+        (s.lora_r, s.lora_alpha, s.seq, s.batch, s.grad_accum),
+        (8, 16.0, 2048, 1, 8)
+    );
+    assert_eq!(s.autocast, Some(Dtype::Bf16));
+    assert!(s.grad_ckpt);
+    assert_eq!(s.targets.len(), lorafit::model::Target::ALL.len());
+    assert!(r.assumed.iter().any(|a| a.setting == "lora_alpha"));
+    assert!(r.ignored.contains(&"learning_rate".to_string()));
+    // The 4-bit example: bitsandbytes NF4.
+    let r = read("llama-factory/llama3_lora_sft_otfq.yaml");
+    assert_eq!(r.settings.quant, Some(Quant::Nf4));
+    // DPO with the sigmoid loss and beta 0.1.
+    let r = read("llama-factory/llama3_lora_dpo.yaml");
+    assert_eq!(
+        (r.settings.stage, r.settings.pref_loss, r.settings.beta),
+        (Stage::Dpo, PrefLoss::Sigmoid, 0.1)
+    );
+    // Full tuning with the ZeRO-3 file it names (its name, then its text).
+    let mut r = read("llama-factory/llama3_full_sft.yaml");
+    assert_eq!(r.settings.finetuning_type, FinetuningType::Full);
+    assert_eq!(r.settings.parallel.strategy, Strategy::Zero3);
+    assert_eq!(
+        r.deepspeed_path.as_deref(),
+        Some("examples/deepspeed/ds_z3_config.json")
+    );
+    let ds = std::fs::read_to_string(dir().join("llama-factory/ds_z3_config.json")).unwrap();
+    framework::apply_deepspeed(&mut r, &ds).unwrap();
+    assert_eq!(r.settings.parallel.strategy, Strategy::Zero3);
+    assert!(r
+        .not_modeled
+        .iter()
+        .any(|n| n.key == "deepspeed.zero_optimization.stage3_prefetch_bucket_size"));
+    // ZeRO-3 with CPU offload of the optimizer and the parameters.
+    let r = read("llama-factory/ds_z3_offload_config.json");
+    assert_eq!(r.source, Source::DeepSpeed);
+    let p = &r.settings.parallel;
+    assert!(p.strategy == Strategy::Zero3 && p.offload_optimizer && p.offload_params);
+    assert!(r
+        .ignored
+        .contains(&"train_micro_batch_size_per_gpu".to_string()));
+
+    // axolotl: QLoRA over FSDP with parameter offload, packing not modelled.
+    let r = read("axolotl/qlora-fsdp-70b.yaml");
+    assert_eq!(r.source, Source::Axolotl);
+    let s = &r.settings;
+    assert_eq!(
+        (s.quant, s.lora_r, s.lora_alpha, s.seq, s.grad_accum),
+        (Some(Quant::Nf4), 8, 16.0, 512, 4)
+    );
+    assert_eq!(s.parallel.strategy, Strategy::FsdpFullShard);
+    assert!(s.parallel.offload_params && s.grad_ckpt);
+    assert!(r.not_modeled.iter().any(|n| n.key == "sample_packing"));
+    assert!(r.assumed.iter().any(|a| a.setting == "gpus_per_node"));
+    // An 8-bit base is named as not modelled, not planned as something else in silence.
+    let r = read("axolotl/lora.yml");
+    assert!(r.not_modeled.iter().any(|n| n.key == "load_in_8bit"));
+
+    // ms-swift: 4-bit NF4 with double quantization, accumulation 16, alpha 32.
+    let r = read("ms-swift/train.sh");
+    assert_eq!(r.source, Source::Swift);
+    let s = &r.settings;
+    assert_eq!(
+        (s.quant, s.double_quant, s.grad_accum, s.lora_alpha, s.seq),
+        (Some(Quant::Nf4), true, 16, 32.0, 2048)
+    );
+    assert_eq!((s.dtype, s.autocast), (Dtype::Bf16, Some(Dtype::Bf16)));
+    // Two processes, ZeRO-3, accumulation `$(expr 16 / $nproc_per_node)` = 8.
+    let r = read("ms-swift/train_zero3.sh");
+    let p = &r.settings.parallel;
+    assert_eq!(
+        (p.strategy, p.gpus_per_node, r.settings.grad_accum),
+        (Strategy::Zero3, 2, 8)
+    );
+    // DPO: its evaluation is not planned, and says so.
+    let r = read("ms-swift/lora.sh");
+    assert_eq!(r.settings.stage, Stage::Dpo);
+    assert!(r
+        .not_modeled
+        .iter()
+        .any(|n| n.key == "per_device_eval_batch_size"));
+
+    // peft's saved adapter: r 32, alpha 64, no dropout, peft's default targets.
+    let r = read("peft/adapter_config.json");
+    assert_eq!(r.source, Source::AdapterConfig);
+    let s = &r.settings;
+    assert_eq!(
+        (s.lora_r, s.lora_alpha, s.lora_dropout, s.init_lora_weights),
+        (32, 64.0, 0.0, LoraInit::Default)
+    );
+    assert!(r.ignored.contains(&"task_type".to_string()));
+}
+
+/// Config → settings → export → config gives the same settings, for LLaMA-Factory and axolotl.
+#[test]
+fn exports_read_back_to_the_same_settings() {
+    let arch = catalog::find_model("llama3-8b").unwrap().arch.clone();
+    let lora = Settings {
+        batch: 2,
+        seq: 4096,
+        grad_accum: 4,
+        lora_r: 32,
+        lora_alpha: 64.0,
+        lora_dropout: 0.1,
+        ..Settings::default()
+    };
+    let variants = [
+        ("lora, bf16 weights", lora.clone()),
+        (
+            "qlora, autocast, checkpointing, flash",
+            Settings {
+                quant: Some(Quant::Nf4),
+                autocast: Some(Dtype::Bf16),
+                grad_ckpt: true,
+                attn_impl: lorafit::model::AttnImpl::FlashAttention2,
+                optimizer: Optimizer::PagedAdamw8bit,
+                ..lora.clone()
+            },
+        ),
+        (
+            "dora, fused loss",
+            Settings {
+                use_dora: true,
+                fused_ce: true,
+                grad_ckpt: true,
+                ..lora.clone()
+            },
+        ),
+        (
+            "offloaded checkpoints",
+            Settings {
+                grad_ckpt: true,
+                parallel: lorafit::model::parallel::Parallel {
+                    offload_activations: true,
+                    ..Default::default()
+                },
+                ..lora.clone()
+            },
+        ),
+        (
+            "dpo",
+            Settings {
+                stage: Stage::Dpo,
+                beta: 0.2,
+                grad_ckpt: true,
+                autocast: Some(Dtype::Bf16),
+                ..lora.clone()
+            },
+        ),
+        (
+            "full, pure bf16",
+            Settings {
+                finetuning_type: FinetuningType::Full,
+                grad_ckpt: true,
+                adapter_dtype: Dtype::Bf16,
+                ..lora.clone()
+            },
+        ),
+    ];
+    for (what, s) in variants {
+        for format in ["llama-factory", "axolotl"] {
+            if format == "axolotl" && s.preference() {
+                continue; // axolotl's `rl` has no beta of DPO's sigmoid pref_loss apart
+            }
+            let text = export(format, "meta-llama/Meta-Llama-3-8B", &arch, &s).unwrap();
+            let back = framework::read(&text)
+                .unwrap_or_else(|e| panic!("{what} via {format}: {e}\n{text}"));
+            let (a, b) = (settings_json(&s), settings_json(&back.settings));
+            for (k, v) in a.as_object().unwrap() {
+                // Full tuning: the LoRA numbers are not in the export and do not apply.
+                if s.base_trained() && k.starts_with("lora_") {
+                    continue;
+                }
+                // LLaMA-Factory keeps adapters in fp32 unless pure_bf16 (which the export writes
+                // only for full tuning).
+                assert_eq!(&b[k], v, "{what} via {format}: {k}\n{text}");
+            }
+        }
+    }
+}
+
+/// A value the reader cannot use is an error naming its key; what it does not know is listed.
+#[test]
+fn refusals_name_the_key_and_unknown_keys_are_listed() {
+    for (text, needle) in [
+        ("model_name_or_path: m\nlora_rank: abc\n", "lora_rank"),
+        ("model_name_or_path: m\nstage: ppo\n", "stage"),
+        (
+            "model_name_or_path: m\nflash_attn: sometimes\n",
+            "flash_attn",
+        ),
+        ("base_model: m\nadapter: ia3\n", "adapter"),
+        ("base_model: m\nrl: grpo\n", "rl"),
+        ("swift rlhf --model m --rlhf_type grpo\n", "rlhf_type"),
+        ("swift infer --model m\n", "not a training command"),
+        ("{\"peft_type\": \"IA3\", \"r\": 8}", "peft_type"),
+        (
+            "{\"zero_optimization\": {\"stage\": 5}}",
+            "zero_optimization.stage",
+        ),
+        ("nothing: here\n", "not a config this reader knows"),
+        ("model_name_or_path: m\n\tcutoff_len: 8\n", "tab"),
+    ] {
+        let e = framework::read(text).unwrap_err();
+        assert!(e.contains(needle), "{text:?}: {e}");
+    }
+    let r = framework::read(
+        "model_name_or_path: m\nfoo_bar: 1\nquantization_bit: 8\nvideo_max_pixels: 100\n",
+    )
+    .unwrap();
+    assert!(r.ignored.contains(&"foo_bar".to_string()));
+    let nm: Vec<&str> = r.not_modeled.iter().map(|n| n.key.as_str()).collect();
+    assert_eq!(nm, ["quantization_bit", "video_max_pixels"]);
+    assert_eq!(r.settings.quant, None);
+}
+
+/// `plan --from` plans what the same settings given as flags plan, and its JSON names the
+/// settings by the table's names with what it ignored and did not model.
+#[test]
+fn plan_from_a_config_is_the_plan_of_its_settings() {
+    let file = dir().join("llama-factory/llama3_lora_sft.yaml");
+    let run = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = lorafit::cli::run(&args, &mut out, &mut err);
+        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+        serde_json::from_slice::<serde_json::Value>(&out).unwrap()
+    };
+    let from = run(&[
+        "plan",
+        "--from",
+        file.to_str().unwrap(),
+        "--gpu",
+        "rtx4090",
+        "--json",
+    ]);
+    let flags = run(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "rtx4090",
+        "--json",
+        "--rank",
+        "8",
+        "--alpha",
+        "16",
+        "--dropout",
+        "0",
+        "--seq",
+        "2048",
+        "--batch",
+        "1",
+        "--grad-accum",
+        "8",
+        "--autocast",
+        "bf16",
+        "--gc",
+    ]);
+    assert_eq!(from["plan"], flags["plan"]);
+    assert_eq!(from["verdict"], flags["verdict"]);
+    assert_eq!(from["settings"]["lora_r"], 8);
+    assert_eq!(from["settings"]["seq"], 2048);
+    assert!(from["ignored"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|k| k == "dataset"));
+    assert_eq!(from["not_modeled"], serde_json::json!([]));
+    assert_eq!(from["config"]["format"], "llama-factory");
+}
