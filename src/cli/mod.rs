@@ -14,10 +14,11 @@ const USAGE_HEAD: &str = "lorafit — LoRA/QLoRA fine-tuning GPU-memory planner
 
 USAGE:
   lorafit plan --model NAME [options]      breakdown, totals and verdict for one config
-  lorafit plan --from FILE [--gpu ID] [--json]   the same for a pasted training config
+  lorafit plan --from FILE [--gpu ID] [--json]   the same for a training config (fit and
+                                           suggest take --from too)
   lorafit fit --model NAME [options]       largest batch / sequence that fit, smallest GPU, curve
   lorafit suggest --model NAME [options]   ranked changes that make it fit, and forum myths checked
-  lorafit export --format F --model NAME [options]   python | accelerate | llama-factory | axolotl
+  lorafit export --format F --model NAME [options]   python | accelerate | llama-factory | axolotl | deepspeed | ms-swift
   lorafit lengths FILE --model NAME [options]        peak at typical vs longest batch (mid-training OOM)
   lorafit estimate --jsonl FILE|-          one JSON result per input line (reference schema)
   lorafit validate [--json]                the model against every measured case it carries
@@ -32,7 +33,7 @@ PLAN OPTIONS:
   --model NAME | --config FILE   catalog model or a config.json-style numbers file
   --from FILE                     a training config: LLaMA-Factory or axolotl YAML, an ms-swift
                                   script, TrainingArguments / LoraConfig / adapter_config.json or
-                                  DeepSpeed JSON (plan only; other flags override what it sets)
+                                  DeepSpeed JSON (plan, fit, suggest; other flags override it)
   --gpu ID | --gpu-mem-gib N     GPU to check against (default a100-80)
   --utilization U --dataset-tokens N   time estimate (share of peak, default 0.40; tokens per epoch)
   --json                          print the full result as JSON
@@ -358,7 +359,12 @@ fn emit(out: &mut dyn Write, text: &str) -> Result<(), String> {
 }
 
 fn cmd_fit(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
-    let a = parse_for("fit", &["--gpu", "--gpu-mem-gib", "--json"], args, err)?;
+    let a = parse_for(
+        "fit",
+        &["--from", "--gpu", "--gpu-mem-gib", "--json"],
+        args,
+        err,
+    )?;
     let (gpu_name, capacity, _) = a.gpu();
     let e = crate::planning::evaluate::evaluate_arch(
         &a.arch,
@@ -417,7 +423,12 @@ fn cmd_fit(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<
 }
 
 fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
-    let a = parse_for("suggest", &["--gpu", "--gpu-mem-gib", "--json"], args, err)?;
+    let a = parse_for(
+        "suggest",
+        &["--from", "--gpu", "--gpu-mem-gib", "--json"],
+        args,
+        err,
+    )?;
     let (gpu_name, capacity, bf16_ok) = a.gpu();
     let p = plan_simulated(&a.arch, &a.settings).map_err(|e| e.to_string())?;
     let job = crate::model::job::plan_job_within(&a.arch, &a.settings, &p, capacity)
@@ -504,11 +515,13 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
 }
 
 fn cmd_export(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
-    let a = parse_for("export", &["--format"], args, err)?;
-    let f = a
-        .format
-        .clone()
-        .ok_or("export needs --format python|accelerate|llama-factory|axolotl")?;
+    let a = parse_for("export", &["--from", "--format"], args, err)?;
+    let f = a.format.clone().ok_or_else(|| {
+        format!(
+            "export needs --format {}",
+            crate::formats::export::FORMATS.join("|")
+        )
+    })?;
     plan(&a.arch, &a.settings).map_err(|e| e.to_string())?;
     emit(
         out,

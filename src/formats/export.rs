@@ -1,5 +1,7 @@
 //! Copy-paste configs that reproduce a planned run: peft + transformers (Python), accelerate,
-//! LLaMA-Factory and axolotl (YAML). Every value comes from the plan's settings.
+//! LLaMA-Factory and axolotl (YAML), a DeepSpeed JSON and an ms-swift command line. Every value
+//! comes from the plan's settings; the config readers (`formats::framework`) read the YAML, the
+//! DeepSpeed JSON and the ms-swift command back to the same settings.
 
 use crate::model::{
     Architecture, AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, Optimizer, Quant, SavedModule,
@@ -7,7 +9,14 @@ use crate::model::{
 };
 
 /// Export formats.
-pub const FORMATS: [&str; 4] = ["python", "accelerate", "llama-factory", "axolotl"];
+pub const FORMATS: [&str; 6] = [
+    "python",
+    "accelerate",
+    "llama-factory",
+    "axolotl",
+    "deepspeed",
+    "ms-swift",
+];
 
 /// peft's `target_modules`: the names of the model's Linear modules the targets select (a dense
 /// decoder's `q_proj` … `down_proj`, Gated DeltaNet's `in_proj_qkv`, DeepSeek's latent
@@ -135,6 +144,8 @@ pub fn export(
             Ok(llama_factory(model_id, arch, s) + &moe_comments(arch, s))
         }
         "axolotl" => Ok(axolotl(model_id, arch, s) + &moe_comments(arch, s)),
+        "deepspeed" => deepspeed(s),
+        "ms-swift" | "swift" => Ok(swift(model_id, arch, s) + &moe_comments(arch, s)),
         other => Err(format!(
             "unknown export format {other:?} (expected {})",
             FORMATS.join(", ")
@@ -586,6 +597,136 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     }
     if s.fused_ce {
         out.push_str("plugins:\n  - axolotl.integrations.liger.LigerPlugin\nliger_fused_linear_cross_entropy: true\n");
+    }
+    out
+}
+
+/// The ZeRO stage of a DeepSpeed strategy (DDP as stage 0), None for the others.
+fn zero_stage(s: &Settings) -> Option<u8> {
+    use crate::model::Strategy;
+    match s.parallel.strategy {
+        Strategy::Ddp => Some(0),
+        Strategy::Zero1 => Some(1),
+        Strategy::Zero2 => Some(2),
+        Strategy::Zero3 => Some(3),
+        _ => None,
+    }
+}
+
+/// A DeepSpeed JSON for Trainer (`deepspeed=` / `--deepspeed`): the ZeRO stage, CPU offload,
+/// the mixed precision and the batch numbers of the plan.
+fn deepspeed(s: &Settings) -> Result<String, String> {
+    let stage = zero_stage(s).ok_or_else(|| {
+        format!(
+            "a DeepSpeed JSON needs a DeepSpeed strategy (zero1, zero2, zero3 or ddp as stage 0); this plan's is {}",
+            s.parallel.strategy.name()
+        )
+    })?;
+    let p = &s.parallel;
+    let device = |on: bool| if on { "cpu" } else { "none" };
+    let mut zero = serde_json::json!({
+        "stage": stage,
+        "offload_optimizer": {"device": device(p.offload_optimizer), "pin_memory": true},
+    });
+    if stage == 3 {
+        zero["offload_param"] =
+            serde_json::json!({"device": device(p.offload_params), "pin_memory": true});
+    }
+    let doc = serde_json::json!({
+        "train_micro_batch_size_per_gpu": s.batch,
+        "gradient_accumulation_steps": s.grad_accum,
+        "bf16": {"enabled": s.autocast == Some(Dtype::Bf16)},
+        "fp16": {"enabled": s.autocast == Some(Dtype::Fp16)},
+        "zero_optimization": zero,
+    });
+    serde_json::to_string_pretty(&doc)
+        .map(|t| t + "\n")
+        .map_err(|e| e.to_string())
+}
+
+/// An ms-swift command line (`swift sft`, or `swift rlhf --rlhf_type …`), with the processes per
+/// node before it.
+fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
+    let p = &s.parallel;
+    let mut out = String::new();
+    if p.world() > 1 {
+        out.push_str(&format!("NPROC_PER_NODE={} \\\n", p.gpus_per_node));
+        if p.nodes > 1 {
+            out.push_str(&format!("NNODES={} \\\n", p.nodes));
+        }
+    }
+    let mut args: Vec<(String, String)> = vec![];
+    let mut arg = |k: &str, v: String| args.push((k.to_string(), v));
+    if s.preference() {
+        out.push_str("swift rlhf \\\n");
+        arg("rlhf_type", s.stage.name().to_string());
+        arg("beta", s.beta.to_string());
+    } else {
+        out.push_str("swift sft \\\n");
+    }
+    arg("model", model_id.to_string());
+    arg(
+        "tuner_type",
+        if s.base_trained() { "full" } else { "lora" }.to_string(),
+    );
+    let dtype = match s.dtype {
+        Dtype::Bf16 => "bfloat16",
+        Dtype::Fp16 => "float16",
+        Dtype::Fp32 => "float32",
+    };
+    arg("torch_dtype", dtype.to_string());
+    arg("per_device_train_batch_size", s.batch.to_string());
+    arg("gradient_accumulation_steps", s.grad_accum.to_string());
+    arg("max_length", s.seq.to_string());
+    if !s.base_trained() {
+        arg("lora_rank", s.lora_r.to_string());
+        arg("lora_alpha", s.lora_alpha.to_string());
+        arg("lora_dropout", s.lora_dropout.to_string());
+        let targets = if s.targets.len() == Target::ALL.len() {
+            "all-linear".to_string()
+        } else {
+            module_names(arch, s).join(" ")
+        };
+        arg("target_modules", targets);
+        if s.use_dora {
+            arg("use_dora", "true".into());
+        }
+        if s.use_rslora {
+            arg("use_rslora", "true".into());
+        }
+    }
+    if let Some(q) = s.quant {
+        arg("quant_method", "bnb".into());
+        arg("quant_bits", "4".into());
+        arg("bnb_4bit_quant_type", q.name().into());
+        arg("bnb_4bit_use_double_quant", s.double_quant.to_string());
+    }
+    arg("gradient_checkpointing", s.grad_ckpt.to_string());
+    let attn = match s.attn_impl {
+        AttnImpl::Eager => "eager",
+        AttnImpl::Sdpa => "sdpa",
+        AttnImpl::FlashAttention2 => "flash_attn",
+    };
+    arg("attn_impl", attn.into());
+    arg("optim", s.optimizer.name().into());
+    if s.fused_ce {
+        arg("use_liger_kernel", "true".into());
+    }
+    if let Some(stage) = zero_stage(s).filter(|_| p.strategy != crate::model::Strategy::Ddp) {
+        let offload = if p.offload_optimizer || p.offload_params {
+            "_offload"
+        } else {
+            ""
+        };
+        arg("deepspeed", format!("zero{stage}{offload}"));
+    }
+    let lines: Vec<String> = args.iter().map(|(k, v)| format!("    --{k} {v}")).collect();
+    out.push_str(&lines.join(" \\\n"));
+    out.push('\n');
+    if s.autocast.is_none() && s.dtype != Dtype::Fp32 {
+        out.push_str(
+            "# planned without autocast; ms-swift trains a 16-bit torch_dtype in mixed precision\n",
+        );
     }
     out
 }

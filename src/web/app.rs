@@ -136,7 +136,7 @@ pub fn App(
 }
 
 /// The sections' titles, in the page's order (ids of their `<section>`s).
-const SECTIONS: [(&str, &str); 15] = [
+const SECTIONS: [(&str, &str); 16] = [
     ("examples", "Forum questions"),
     ("more", "More settings"),
     ("gpus", "Several GPUs"),
@@ -147,6 +147,7 @@ const SECTIONS: [(&str, &str); 15] = [
     ("terms", "Every term"),
     ("lengths", "Lengths"),
     ("measured", "A real run"),
+    ("config", "Your config"),
     ("import", "Your model"),
     ("export", "Export"),
     ("evidence", "Accuracy"),

@@ -51,4 +51,6 @@ pub mod settle;
 #[cfg(target_arch = "wasm32")]
 pub mod setup;
 #[cfg(target_arch = "wasm32")]
+pub mod training_config;
+#[cfg(target_arch = "wasm32")]
 pub mod worker;

@@ -258,7 +258,7 @@ async fn file_text(input: &web_sys::HtmlInputElement, limit: usize) -> Result<St
 }
 
 /// Reads the file chosen in an `<input type=file>` (size-checked first) and hands over its text.
-fn read_chosen_file(
+pub(crate) fn read_chosen_file(
     ev: leptos::ev::Event,
     limit: usize,
     done: impl FnOnce(Result<String, String>) + 'static,

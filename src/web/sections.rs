@@ -149,6 +149,7 @@ fn Sections(initial: UiState) -> impl IntoView {
             <Tables eval=eval />
             <super::panels::Lengths state=state eval=eval />
             <super::measured::MeasuredRun state=state />
+            <super::training_config::TrainingConfig state=state />
             <super::panels::Import state=state />
             <super::panels::Export state=state />
             <super::evidence::Evidence />

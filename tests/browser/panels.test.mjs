@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { serve, launch, openApp, cliPlan, gibOf, GIB } from "./harness.mjs";
+import { serve, launch, openApp, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
 
 const MISTRAL = JSON.stringify({ model_type: "mistral", hidden_size: 4096, intermediate_size: 14336, num_hidden_layers: 32, num_attention_heads: 32, num_key_value_heads: 8, vocab_size: 32000 });
 let server, browser, cfgFile;
@@ -123,5 +123,42 @@ test("exports follow the plan", async () => {
   assert.match(ax, /gradient_checkpointing: true/);
   await page.fill('[data-testid="input-batch"]', "5");
   assert.match(await page.inputValue('[data-testid="export-output"]'), /micro_batch_size: 5/);
+  await page.close();
+});
+
+// A training config pasted as users write it: read as `lorafit plan --from` reads it, its model
+// and settings planned, every key it did not use named (tests/data/configs: real examples).
+test("a pasted LLaMA-Factory, axolotl or ms-swift config plans as plan --from", async () => {
+  const configs = path.resolve(import.meta.dirname, "../data/configs");
+  fs.mkdirSync(artifacts, { recursive: true });
+  const { page, errors } = await openApp(browser, server.url);
+  const lf = path.join(configs, "llama-factory/llama3_lora_sft.yaml");
+  await page.fill('[data-testid="training-config-input"]', fs.readFileSync(lf, "utf8"));
+  await page.click('[data-testid="training-config-apply"]');
+  assert.match(await page.textContent('[data-testid="training-config-status"]'), /LLaMA-Factory YAML · meta-llama\/Meta-Llama-3-8B-Instruct/);
+  assert.match(await page.textContent('[data-testid="training-config-used"]'), /lora_rank → lora_r = 8/);
+  assert.match(await page.textContent('[data-testid="training-config-assumed"]'), /lora_alpha = 16/);
+  assert.match(await page.textContent('[data-testid="training-config-ignored"]'), /learning_rate/);
+  await page.waitForFunction(() => location.search.includes("model=llama3-8b"), null, { timeout: 5000 });
+  const want = cliPlan(["--from", lf]);
+  assert.ok(near(await gibOf(page, "peak-allocated"), want.plan.peak_allocated_bytes / GIB));
+  assert.ok(near(await gibOf(page, "peak-reserved"), want.plan.peak_reserved_bytes / GIB));
+  const shown = await gibOf(page, "peak-allocated");
+  await page.locator("#config").screenshot({ path: path.join(artifacts, "training-config.png") });
+  // An 8-bit base is named as not modelled; the file input reads the same as a paste.
+  await page.setInputFiles('[data-testid="training-config-file"]', path.join(configs, "axolotl/lora.yml"));
+  await page.waitForSelector('[data-testid="training-config-not-modeled"]');
+  assert.match(await page.textContent('[data-testid="training-config-not-modeled"]'), /load_in_8bit/);
+  const ax = cliPlan(["--from", path.join(configs, "axolotl/lora.yml")]);
+  assert.ok(near(await gibOf(page, "peak-allocated"), ax.plan.peak_allocated_bytes / GIB));
+  // A value it cannot use is an error naming the key, and the plan stays.
+  await page.fill('[data-testid="training-config-input"]', fs.readFileSync(lf, "utf8"));
+  await page.click('[data-testid="training-config-apply"]');
+  assert.ok(near(await gibOf(page, "peak-allocated"), shown));
+  await page.fill('[data-testid="training-config-input"]', "model_name_or_path: meta-llama/Meta-Llama-3-8B\nlora_rank: many\n");
+  await page.click('[data-testid="training-config-apply"]');
+  assert.match(await page.textContent('[data-testid="training-config-status"].error'), /lora_rank/);
+  assert.equal(await gibOf(page, "peak-allocated"), shown, "a bad paste keeps the current plan");
+  assert.deepEqual(errors, []);
   await page.close();
 });

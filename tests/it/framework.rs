@@ -402,3 +402,104 @@ fn plan_from_a_config_is_the_plan_of_its_settings() {
     assert_eq!(from["not_modeled"], serde_json::json!([]));
     assert_eq!(from["config"]["format"], "llama-factory");
 }
+
+/// The DeepSpeed JSON and the ms-swift command read back to the settings they were written
+/// from (config → plan → export → config).
+#[test]
+fn deepspeed_and_swift_exports_read_back() {
+    use lorafit::model::Parallel;
+    let arch = catalog::find_model("qwen2.5-7b").unwrap().arch.clone();
+    let zero3 = Settings {
+        batch: 4,
+        grad_accum: 2,
+        autocast: Some(Dtype::Bf16),
+        grad_ckpt: true,
+        parallel: Parallel {
+            strategy: Strategy::Zero3,
+            gpus_per_node: 2,
+            offload_optimizer: true,
+            offload_params: true,
+            ..Default::default()
+        },
+        ..Settings::default()
+    };
+    let ds = export("deepspeed", "x", &arch, &zero3).unwrap();
+    let back = framework::read(&ds).unwrap();
+    assert_eq!(back.source, Source::DeepSpeed);
+    let (a, b) = (&zero3, &back.settings);
+    assert_eq!(
+        (
+            a.parallel.strategy,
+            a.parallel.offload_optimizer,
+            a.parallel.offload_params,
+            a.batch,
+            a.grad_accum,
+            a.autocast
+        ),
+        (
+            b.parallel.strategy,
+            b.parallel.offload_optimizer,
+            b.parallel.offload_params,
+            b.batch,
+            b.grad_accum,
+            b.autocast
+        )
+    );
+    assert!(export("deepspeed", "x", &arch, &Settings::default())
+        .unwrap_err()
+        .contains("DeepSpeed strategy"));
+
+    let lora = Settings {
+        autocast: Some(Dtype::Bf16),
+        grad_ckpt: true,
+        seq: 4096,
+        lora_r: 16,
+        ..Settings::default()
+    };
+    let variants = [
+        ("lora", lora.clone()),
+        (
+            "qlora",
+            Settings {
+                quant: Some(Quant::Nf4),
+                optimizer: Optimizer::PagedAdamw8bit,
+                ..lora.clone()
+            },
+        ),
+        (
+            "dora, liger",
+            Settings {
+                use_dora: true,
+                fused_ce: true,
+                ..lora.clone()
+            },
+        ),
+        (
+            "dpo",
+            Settings {
+                stage: Stage::Dpo,
+                beta: 0.2,
+                ..lora.clone()
+            },
+        ),
+        (
+            "full over zero3 with offload",
+            Settings {
+                finetuning_type: FinetuningType::Full,
+                ..zero3.clone()
+            },
+        ),
+    ];
+    for (what, s) in variants {
+        let text = export("ms-swift", "Qwen/Qwen2.5-7B-Instruct", &arch, &s).unwrap();
+        let back = framework::read(&text).unwrap_or_else(|e| panic!("{what}: {e}\n{text}"));
+        assert_eq!(back.source, Source::Swift);
+        let (a, b) = (settings_json(&s), settings_json(&back.settings));
+        for (k, v) in a.as_object().unwrap() {
+            if s.base_trained() && k.starts_with("lora_") {
+                continue;
+            }
+            assert_eq!(&b[k], v, "{what}: {k}\n{text}");
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! The paste box for a training config (a LLaMA-Factory or axolotl YAML, an ms-swift command, a
+//! TrainingArguments / LoraConfig / `adapter_config.json` or DeepSpeed JSON): read by
+//! [`crate::formats::framework`] as `lorafit plan --from` reads it, its settings and model put
+//! in the page's state, and what it used, assumed, ignored and did not model listed under it.
+//! A DeepSpeed JSON pasted after a config that names one completes that config.
+
+use leptos::either::Either;
+use leptos::prelude::*;
+
+use crate::formats::catalog;
+use crate::formats::framework::{self, Reading, Source};
+use crate::web::lang::{t, ts};
+use crate::web::state::UiState;
+
+/// Largest config read (a config is a few KB; a pasted log is not one).
+const MAX_CONFIG_BYTES: usize = 256 * 1024;
+
+/// Reads `text` on top of the last reading: a DeepSpeed JSON completes a config that named one;
+/// anything else is a config of its own. The model it names is found in the catalog.
+fn read(text: &str, last: Option<Reading>) -> Result<(Reading, Option<String>), String> {
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "a training config is at most {} KB",
+            MAX_CONFIG_BYTES / 1024
+        ));
+    }
+    let mut r = match (framework::detect(text)?, last) {
+        (Source::DeepSpeed, Some(mut last)) if last.deepspeed_path.is_some() => {
+            framework::apply_deepspeed(&mut last, text)?;
+            last.deepspeed_path = None;
+            last.notes.retain(|n| !n.contains("taken from its name"));
+            last
+        }
+        _ => framework::read(text)?,
+    };
+    let model = match r.model.clone() {
+        Some(id) => {
+            let (e, note) = catalog::find_model_by_id(&id)?;
+            r.notes.extend(note);
+            Some(e.arch.name.clone())
+        }
+        None => None,
+    };
+    if let Some(ds) = &r.deepspeed_path {
+        r.notes.push(format!(
+            "{ds}: its ZeRO stage and offload are taken from its name; paste the JSON itself to use what it says"
+        ));
+    }
+    Ok((r, model))
+}
+
+/// One list of the reading, shown when not empty.
+fn list(label: &'static str, testid: &'static str, items: Vec<String>) -> impl IntoView {
+    (!items.is_empty()).then(|| {
+        view! {
+            <dt>{t(label)}</dt>
+            <dd data-testid=testid><ul>{items.into_iter().map(|i| view! { <li>{ts(i)}</li> }).collect_view()}</ul></dd>
+        }
+    })
+}
+
+/// The paste box and what the last config said.
+#[component]
+pub fn TrainingConfig(
+    /// Page state.
+    state: RwSignal<UiState>,
+) -> impl IntoView {
+    let text = RwSignal::new(String::new());
+    let reading: RwSignal<Option<Result<Reading, String>>> = RwSignal::new(None);
+    let apply = move |t: &str| {
+        let last = reading.get_untracked().and_then(Result::ok);
+        match read(t, last) {
+            Ok((r, model)) => {
+                let settings = r.settings.clone();
+                state.update(|st| {
+                    st.settings = settings;
+                    if let Some(m) = model {
+                        st.model = m;
+                        st.custom = None;
+                    }
+                });
+                reading.set(Some(Ok(r)));
+            }
+            Err(e) => reading.set(Some(Err(e))),
+        }
+    };
+    let on_file = move |ev: leptos::ev::Event| {
+        super::panels::read_chosen_file(ev, MAX_CONFIG_BYTES, move |r| match r {
+            Ok(t) => {
+                text.set(t.clone());
+                apply(&t);
+            }
+            Err(e) => reading.set(Some(Err(e))),
+        })
+    };
+    view! {
+        <section class="card config-in" id="config" aria-labelledby="h-config">
+            <h2 id="h-config">{t("Your training config")}</h2>
+            <p class="hint">{t("Paste a LLaMA-Factory or axolotl YAML, an ms-swift command, a TrainingArguments / LoraConfig JSON or a DeepSpeed JSON: its settings are planned, and every key it did not use is named.")}</p>
+            <textarea rows="6" aria-label=t("training config") data-testid="training-config-input" prop:value=text on:input:target=move |ev| text.set(ev.target().value())></textarea>
+            <div class="share-row">
+                <button type="button" data-testid="training-config-apply" on:click=move |_| apply(&text.get_untracked())>{t("Plan this config")}</button>
+                <input type="file" accept=".yaml,.yml,.json,.sh,.txt" aria-label=t("training config file") data-testid="training-config-file" on:change=on_file />
+            </div>
+            {move || reading.get().map(|r| match r {
+                Err(e) => Either::Left(view! { <p class="error" role="alert" data-testid="training-config-status">{ts(e)}</p> }),
+                Ok(r) => Either::Right(view! {
+                    <p class="ok" data-testid="training-config-status">{t("Read as:")}" "{ts(r.source.name().to_string())}{r.model.clone().map(|m| format!(" · {m}"))}</p>
+                    <dl class="config-reading">
+                        {list("used", "training-config-used", r.used.iter().map(|u| format!("{} → {} = {}", u.key, u.setting, u.value)).collect())}
+                        {list("assumed (the framework's defaults)", "training-config-assumed", r.assumed.iter().map(|a| format!("{} = {} ({})", a.setting, a.value, a.key)).collect())}
+                        {list("changes memory, not modelled", "training-config-not-modeled", r.not_modeled.iter().map(|n| format!("{}: {}", n.key, n.why)).collect())}
+                        {list("ignored (no effect on GPU memory, or unknown)", "training-config-ignored", vec![r.ignored.join(", ")].into_iter().filter(|s| !s.is_empty()).collect())}
+                        {list("notes", "training-config-notes", r.notes.clone())}
+                    </dl>
+                }),
+            })}
+        </section>
+    }
+}
