@@ -109,22 +109,15 @@ const TABLE: Table = &[
     ("lora_qkv_kernel", Rule::Read(|rd, v| kernel(rd, v, LORA_KERNELS))),
     ("lora_o_kernel", Rule::Read(|rd, v| kernel(rd, v, LORA_KERNELS))),
     ("eval_batch_size", Rule::To("eval_batch")),
-    ("resume_from_checkpoint", Rule::NotModeled("resuming: the optimizer states loaded beside the model are not planned")),
     ("model_type", Rule::NoEffect),
     ("tokenizer_type", Rule::NoEffect),
     ("datasets", Rule::NoEffect),
     ("dataset_prepared_path", Rule::NoEffect),
     ("val_set_size", Rule::NoEffect),
-    ("output_dir", Rule::NoEffect),
     ("num_epochs", Rule::NoEffect),
     ("lr_scheduler", Rule::NoEffect),
-    ("learning_rate", Rule::NoEffect),
-    ("warmup_ratio", Rule::NoEffect),
-    ("warmup_steps", Rule::NoEffect),
     ("evals_per_epoch", Rule::NoEffect),
     ("saves_per_epoch", Rule::NoEffect),
-    ("logging_steps", Rule::NoEffect),
-    ("weight_decay", Rule::NoEffect),
     ("special_tokens", Rule::NoEffect),
     ("tf32", Rule::NoEffect),
     ("gradient_checkpointing_kwargs", Rule::NoEffect),
@@ -324,25 +317,31 @@ fn unfrozen(rd: &mut Reader, v: &Value) -> Result<(), String> {
 }
 
 pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
-    read_with(Source::Axolotl, o, DEFAULTS, TABLE, |rd| {
-        if rd.other("adapter").is_none() && rd.other("unfrozen_parameters").is_none() {
-            assume(
-                rd,
-                "finetuning_type",
-                "full",
-                "axolotl without `adapter` (every parameter trained)",
-            )?;
-        }
-        let st = &rd.r.settings;
-        if st.base_trained() && st.dtype == crate::model::Dtype::Bf16 && st.autocast.is_none() {
-            // `bf16: full` trains the parameters themselves in bf16 (no fp32 copy).
-            assume(
-                rd,
-                "adapter_dtype",
-                "bf16",
-                "axolotl's bf16: full with every parameter trained",
-            )?;
-        }
-        assume_gpus(rd, "several GPUs (axolotl's YAML does not say how many)")
-    })
+    read_with(
+        Source::Axolotl,
+        o,
+        DEFAULTS,
+        &[TABLE, super::hf::TRAINER],
+        |rd| {
+            if rd.other("adapter").is_none() && rd.other("unfrozen_parameters").is_none() {
+                assume(
+                    rd,
+                    "finetuning_type",
+                    "full",
+                    "axolotl without `adapter` (every parameter trained)",
+                )?;
+            }
+            let st = &rd.r.settings;
+            if st.base_trained() && st.dtype == crate::model::Dtype::Bf16 && st.autocast.is_none() {
+                // `bf16: full` trains the parameters themselves in bf16 (no fp32 copy).
+                assume(
+                    rd,
+                    "adapter_dtype",
+                    "bf16",
+                    "axolotl's bf16: full with every parameter trained",
+                )?;
+            }
+            assume_gpus(rd, "several GPUs (axolotl's YAML does not say how many)")
+        },
+    )
 }

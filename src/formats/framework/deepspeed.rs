@@ -139,7 +139,7 @@ fn gather_on_save(rd: &mut Reader, v: &Value) -> Result<(), String> {
 
 /// Reads a DeepSpeed JSON on its own.
 pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
-    read_with(Source::DeepSpeed, o, &[], TABLE, |rd| {
+    read_with(Source::DeepSpeed, o, &[], &[TABLE], |rd| {
         assume_gpus(
             rd,
             "several GPUs (the DeepSpeed JSON does not say how many)",

@@ -36,6 +36,7 @@ const DEFAULTS: &[Default] = &[
     ),
 ];
 
+/// peft's LoraConfig keys, TRL's, and the sections of a combined JSON.
 const TABLE: Table = &[
     ("training_args", Rule::Read(|rd, v| rd.section(v, TABLE))),
     ("lora_config", Rule::Read(|rd, v| rd.section(v, TABLE))),
@@ -65,17 +66,8 @@ const TABLE: Table = &[
         Rule::Read(|rd, v| empty_or(rd, v, "per-module alphas: no memory effect")),
     ),
     ("bias", Rule::Read(bias)),
-    ("per_device_train_batch_size", Rule::To("batch")),
-    ("gradient_accumulation_steps", Rule::To("grad_accum")),
     ("max_seq_length", Rule::To("seq")),
     ("max_length", Rule::To("seq")),
-    ("bf16", Rule::Read(|rd, v| mixed(rd, v, "bf16"))),
-    ("fp16", Rule::Read(|rd, v| mixed(rd, v, "fp16"))),
-    ("gradient_checkpointing", Rule::To("grad_ckpt")),
-    ("optim", Rule::To("optimizer")),
-    ("use_liger_kernel", Rule::Read(liger)),
-    ("deepspeed", Rule::Read(deepspeed)),
-    ("fsdp", Rule::Read(fsdp)),
     ("beta", Rule::To("beta")),
     ("loss_type", Rule::To("pref_loss")),
     (
@@ -83,17 +75,10 @@ const TABLE: Table = &[
         Rule::To("precompute_ref_log_probs"),
     ),
     ("max_prompt_length", Rule::To("max_prompt_length")),
-    ("per_device_eval_batch_size", Rule::To("eval_batch")),
-    ("eval_strategy", Rule::To("eval_strategy")),
-    ("evaluation_strategy", Rule::To("eval_strategy")),
     (
         "eval_accumulation_steps",
         Rule::To("eval_accumulation_steps"),
     ),
-    ("prediction_loss_only", Rule::To("prediction_loss_only")),
-    ("predict_with_generate", Rule::To("predict_with_generate")),
-    ("save_strategy", Rule::To("save_strategy")),
-    ("save_only_model", Rule::To("save_only_model")),
     (
         "packing",
         Rule::NotModeled("packing: planned as rows of the full sequence length, with padding"),
@@ -110,6 +95,28 @@ const TABLE: Table = &[
     ),
     ("task_type", Rule::NoEffect),
     ("inference_mode", Rule::NoEffect),
+];
+
+/// Trainer's `TrainingArguments` keys, which LLaMA-Factory and ms-swift pass on under the same
+/// names: the batch, precision, checkpointing, optimizer, strategy, evaluation and saving, and
+/// the ones with no effect on GPU memory.
+pub(super) const TRAINER: Table = &[
+    ("per_device_train_batch_size", Rule::To("batch")),
+    ("gradient_accumulation_steps", Rule::To("grad_accum")),
+    ("bf16", Rule::Read(|rd, v| mixed(rd, v, "bf16"))),
+    ("fp16", Rule::Read(|rd, v| mixed(rd, v, "fp16"))),
+    ("gradient_checkpointing", Rule::To("grad_ckpt")),
+    ("optim", Rule::To("optimizer")),
+    ("use_liger_kernel", Rule::Read(liger)),
+    ("deepspeed", Rule::Read(deepspeed)),
+    ("fsdp", Rule::Read(fsdp)),
+    ("per_device_eval_batch_size", Rule::To("eval_batch")),
+    ("eval_strategy", Rule::To("eval_strategy")),
+    ("evaluation_strategy", Rule::To("eval_strategy")),
+    ("prediction_loss_only", Rule::To("prediction_loss_only")),
+    ("predict_with_generate", Rule::To("predict_with_generate")),
+    ("save_strategy", Rule::To("save_strategy")),
+    ("save_only_model", Rule::To("save_only_model")),
     ("output_dir", Rule::NoEffect),
     ("learning_rate", Rule::NoEffect),
     ("num_train_epochs", Rule::NoEffect),
@@ -120,6 +127,24 @@ const TABLE: Table = &[
     ("lr_scheduler_type", Rule::NoEffect),
     ("weight_decay", Rule::NoEffect),
     ("report_to", Rule::NoEffect),
+    (
+        "resume_from_checkpoint",
+        Rule::NotModeled("resuming: the optimizer states loaded beside the model are not planned"),
+    ),
+    ("overwrite_output_dir", Rule::NoEffect),
+    ("max_steps", Rule::NoEffect),
+    ("save_total_limit", Rule::NoEffect),
+    ("warmup_steps", Rule::NoEffect),
+    ("max_grad_norm", Rule::NoEffect),
+    ("seed", Rule::NoEffect),
+    ("dataloader_num_workers", Rule::NoEffect),
+    ("ddp_timeout", Rule::NoEffect),
+    ("run_name", Rule::NoEffect),
+    ("logging_dir", Rule::NoEffect),
+    ("do_train", Rule::NoEffect),
+    ("do_eval", Rule::NoEffect),
+    ("push_to_hub", Rule::NoEffect),
+    ("hub_model_id", Rule::NoEffect),
 ];
 
 fn peft_type(rd: &mut Reader, v: &Value) -> Result<(), String> {
@@ -230,7 +255,7 @@ pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
     } else {
         Source::TrainingArguments
     };
-    read_with(source, o, DEFAULTS, TABLE, |rd| {
+    read_with(source, o, DEFAULTS, &[TABLE, TRAINER], |rd| {
         assume_gpus(rd, "several GPUs (the arguments do not say how many)")
     })
 }

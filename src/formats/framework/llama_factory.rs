@@ -9,8 +9,8 @@
 
 use super::hf::{liger, mixed};
 use super::{
-    assume, assume_gpus, deepspeed_by_name, flag, int_text, read_with, targets, Default, Reader,
-    Reading, Rule, Source, Table,
+    assume, assume_gpus, flag, int_text, read_with, targets, Default, Reader, Reading, Rule,
+    Source, Table,
 };
 use serde_json::{Map, Value};
 
@@ -70,8 +70,6 @@ const TABLE: Table = &[
     ("quantization_method", Rule::Read(method)),
     ("double_quantization", Rule::To("double_quant")),
     ("cutoff_len", Rule::To("seq")),
-    ("per_device_train_batch_size", Rule::To("batch")),
-    ("gradient_accumulation_steps", Rule::To("grad_accum")),
     ("disable_gradient_checkpointing", Rule::Read(|rd, v| {
         let off = flag(rd.key(), v)?;
         rd.set("grad_ckpt", if off { "false" } else { "true" })
@@ -81,15 +79,10 @@ const TABLE: Table = &[
     ("bf16", Rule::Read(|rd, v| mixed(rd, v, "bf16"))),
     ("fp16", Rule::Read(|rd, v| mixed(rd, v, "fp16"))),
     ("pure_bf16", Rule::Read(pure_bf16)),
-    ("optim", Rule::To("optimizer")),
     ("enable_liger_kernel", Rule::Read(liger)),
     ("use_unsloth", Rule::NotModeled("Unsloth's patched model (its own kernels and checkpointing): planned as transformers + peft")),
     ("packing", Rule::NotModeled(PACKING)),
     ("neat_packing", Rule::NotModeled("neat_packing's block-diagonal attention: planned as rows of cutoff_len tokens with the causal mask")),
-    ("deepspeed", Rule::Read(|rd, v| match v.as_str() {
-        Some(p) => deepspeed_by_name(rd, p),
-        None => Err(format!("{}: expected the path of a DeepSpeed JSON", rd.key())),
-    })),
     ("image_max_pixels", Rule::To("image_max_pixels")),
     ("image_min_pixels", Rule::To("image_min_pixels")),
     ("freeze_vision_tower", Rule::To("freeze_vision_tower")),
@@ -98,36 +91,15 @@ const TABLE: Table = &[
     ("video_min_pixels", Rule::NotModeled(VIDEO)),
     ("video_fps", Rule::NotModeled(VIDEO)),
     ("video_maxlen", Rule::NotModeled(VIDEO)),
-    ("per_device_eval_batch_size", Rule::To("eval_batch")),
-    ("eval_strategy", Rule::To("eval_strategy")),
-    ("eval_accumulation_steps", Rule::To("eval_accumulation_steps")),
-    ("prediction_loss_only", Rule::To("prediction_loss_only")),
-    ("predict_with_generate", Rule::To("predict_with_generate")),
-    ("save_strategy", Rule::To("save_strategy")),
-    ("save_only_model", Rule::To("save_only_model")),
-    ("resume_from_checkpoint", Rule::NotModeled("resuming: the optimizer states loaded beside the model are not planned")),
     ("trust_remote_code", Rule::NoEffect),
-    ("do_train", Rule::NoEffect),
     ("dataset", Rule::NoEffect),
     ("dataset_dir", Rule::NoEffect),
     ("template", Rule::NoEffect),
     ("max_samples", Rule::NoEffect),
     ("overwrite_cache", Rule::NoEffect),
     ("preprocessing_num_workers", Rule::NoEffect),
-    ("dataloader_num_workers", Rule::NoEffect),
-    ("output_dir", Rule::NoEffect),
-    ("logging_steps", Rule::NoEffect),
-    ("save_steps", Rule::NoEffect),
     ("plot_loss", Rule::NoEffect),
-    ("overwrite_output_dir", Rule::NoEffect),
-    ("report_to", Rule::NoEffect),
-    ("learning_rate", Rule::NoEffect),
-    ("num_train_epochs", Rule::NoEffect),
-    ("lr_scheduler_type", Rule::NoEffect),
-    ("warmup_ratio", Rule::NoEffect),
-    ("ddp_timeout", Rule::NoEffect),
     ("val_size", Rule::NoEffect),
-    ("eval_steps", Rule::NoEffect),
 ];
 
 fn stage(rd: &mut Reader, v: &Value) -> Result<(), String> {
@@ -263,19 +235,25 @@ fn pure_bf16(rd: &mut Reader, v: &Value) -> Result<(), String> {
 }
 
 pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
-    read_with(Source::LlamaFactory, o, DEFAULTS, TABLE, |rd| {
-        if rd.other("lora_alpha").is_none() {
-            let alpha = 2 * rd.r.settings.lora_r;
-            assume(
+    read_with(
+        Source::LlamaFactory,
+        o,
+        DEFAULTS,
+        &[TABLE, super::hf::TRAINER],
+        |rd| {
+            if rd.other("lora_alpha").is_none() {
+                let alpha = 2 * rd.r.settings.lora_r;
+                assume(
+                    rd,
+                    "lora_alpha",
+                    &alpha.to_string(),
+                    "LLaMA-Factory's lora_alpha (2 × lora_rank)",
+                )?;
+            }
+            assume_gpus(
                 rd,
-                "lora_alpha",
-                &alpha.to_string(),
-                "LLaMA-Factory's lora_alpha (2 × lora_rank)",
-            )?;
-        }
-        assume_gpus(
-            rd,
-            "several GPUs (LLaMA-Factory's YAML does not say how many)",
-        )
-    })
+                "several GPUs (LLaMA-Factory's YAML does not say how many)",
+            )
+        },
+    )
 }

@@ -187,16 +187,20 @@ impl Reader<'_> {
             obj,
             key: String::new(),
         };
-        inner.run(table, &prefix)?;
+        inner.run(&[table], &prefix)?;
         self.r = inner.r;
         self.key = prefix;
         Ok(())
     }
 
-    /// Applies `table` to the object's keys; the rest is ignored.
-    fn run(&mut self, table: Table, prefix: &str) -> Result<(), String> {
+    /// Applies `tables` to the object's keys, a key by the first table that has it (a
+    /// framework's own table, then Trainer's keys it passes on); the rest is ignored.
+    fn run(&mut self, tables: &[Table], prefix: &str) -> Result<(), String> {
         let mut handled: Vec<&str> = vec![];
-        for (key, rule) in table {
+        for (key, rule) in tables.iter().flat_map(|t| t.iter()) {
+            if handled.contains(key) {
+                continue;
+            }
             let Some(v) = self.obj.get(*key) else {
                 continue;
             };
@@ -300,13 +304,13 @@ impl Reading {
     }
 }
 
-/// Reads `obj` with a framework's table: its defaults first, then its keys, then `finish`
+/// Reads `obj` with a framework's tables: its defaults first, then its keys, then `finish`
 /// (defaults that depend on what was read); the settings are validated.
 pub(crate) fn read_with(
     source: Source,
     obj: &Map<String, Value>,
     defaults: &[Default],
-    table: Table,
+    tables: &[Table],
     finish: fn(&mut Reader) -> Result<(), String>,
 ) -> Result<Reading, String> {
     let mut rd = Reader {
@@ -319,7 +323,7 @@ pub(crate) fn read_with(
         rd.set(setting, text)?;
     }
     rd.r.assumed = std::mem::take(&mut rd.r.used);
-    rd.run(table, "")?;
+    rd.run(tables, "")?;
     rd.key.clear();
     finish(&mut rd)?;
     let mut r = rd.r;
@@ -450,7 +454,7 @@ pub fn apply_deepspeed(r: &mut Reading, text: &str) -> Result<(), String> {
         obj: o,
         key: String::new(),
     };
-    rd.run(deepspeed::TABLE, "deepspeed")?;
+    rd.run(&[deepspeed::TABLE], "deepspeed")?;
     assume_gpus(
         &mut rd,
         "several GPUs (the DeepSpeed JSON does not say how many)",

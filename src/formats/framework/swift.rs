@@ -5,7 +5,7 @@
 //! 32, `lora_dropout` 0.05, `target_modules` all-linear, gradient checkpointing on. Both the
 //! current `--tuner_type` and v3's `--train_type` are read.
 
-use super::hf::{liger, mixed};
+use super::hf::liger;
 use super::{
     deepspeed_by_name, int_text, read_with, targets, Default, Reader, Reading, Rule, Source, Table,
 };
@@ -44,10 +44,6 @@ const TABLE: Table = &[
     ("tuner_type", Rule::Read(tuner)),
     ("train_type", Rule::Read(tuner)),
     ("torch_dtype", Rule::Read(dtype)),
-    ("bf16", Rule::Read(|rd, v| mixed(rd, v, "bf16"))),
-    ("fp16", Rule::Read(|rd, v| mixed(rd, v, "fp16"))),
-    ("per_device_train_batch_size", Rule::To("batch")),
-    ("gradient_accumulation_steps", Rule::To("grad_accum")),
     ("max_length", Rule::To("seq")),
     ("lora_rank", Rule::To("lora_r")),
     ("lora_alpha", Rule::To("lora_alpha")),
@@ -77,7 +73,6 @@ const TABLE: Table = &[
     ("bnb_4bit_quant_type", Rule::NoEffect),
     ("bnb_4bit_use_double_quant", Rule::To("double_quant")),
     ("bnb_4bit_compute_dtype", Rule::NoEffect),
-    ("gradient_checkpointing", Rule::To("grad_ckpt")),
     (
         "attn_impl",
         Rule::Read(|rd, v| {
@@ -99,7 +94,6 @@ const TABLE: Table = &[
             )),
         }),
     ),
-    ("optim", Rule::To("optimizer")),
     ("use_liger_kernel", Rule::Read(liger)),
     (
         "packing",
@@ -115,20 +109,8 @@ const TABLE: Table = &[
     ("freeze_vit", Rule::To("freeze_vision_tower")),
     ("freeze_aligner", Rule::To("freeze_multi_modal_projector")),
     ("max_pixels", Rule::To("image_max_pixels")),
-    ("per_device_eval_batch_size", Rule::To("eval_batch")),
-    ("eval_strategy", Rule::To("eval_strategy")),
-    ("save_only_model", Rule::To("save_only_model")),
     ("dataset", Rule::NoEffect),
-    ("num_train_epochs", Rule::NoEffect),
-    ("learning_rate", Rule::NoEffect),
-    ("eval_steps", Rule::NoEffect),
-    ("save_steps", Rule::NoEffect),
-    ("save_total_limit", Rule::NoEffect),
-    ("logging_steps", Rule::NoEffect),
-    ("output_dir", Rule::NoEffect),
     ("system", Rule::NoEffect),
-    ("warmup_ratio", Rule::NoEffect),
-    ("dataloader_num_workers", Rule::NoEffect),
     ("dataset_num_proc", Rule::NoEffect),
     ("model_author", Rule::NoEffect),
     ("model_name", Rule::NoEffect),
@@ -406,8 +388,12 @@ fn quant_bits(rd: &mut Reader, v: &Value) -> Result<(), String> {
 
 pub(super) fn read(text: &str) -> Result<Reading, String> {
     let o = object(text)?;
-    let rd = read_with(Source::Swift, &o, DEFAULTS, TABLE, |rd| {
-        super::assume_gpus(rd, "several GPUs (NPROC_PER_NODE not given)")
-    })?;
+    let rd = read_with(
+        Source::Swift,
+        &o,
+        DEFAULTS,
+        &[TABLE, super::hf::TRAINER],
+        |rd| super::assume_gpus(rd, "several GPUs (NPROC_PER_NODE not given)"),
+    )?;
     Ok(rd)
 }
