@@ -224,19 +224,20 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
         let mut r = read_from(path)?;
         s = r.settings.clone();
         title = path.clone();
-        if let Some(id) = r.model.clone() {
-            match catalog::find_model_by_id(&id) {
-                Ok((e, note)) => {
-                    title = format!("{path}: {} ({})", e.arch.name, e.hf_id);
-                    model_id = id;
-                    model = Some(e.arch.clone());
-                    r.notes.extend(note);
-                }
-                Err(e) if !args.iter().any(|a| a == "--model" || a == "--config") => {
-                    return Err(format!("{path}: model {id:?}: {e}"))
-                }
-                Err(_) => {}
+        match r.catalog_model() {
+            Ok(Some(e)) => {
+                title = format!("{path}: {} ({})", e.arch.name, e.hf_id);
+                model_id = r.model.clone().unwrap_or_default();
+                model = Some(e.arch.clone());
             }
+            Ok(None) => {}
+            Err(e) if !args.iter().any(|a| a == "--model" || a == "--config") => {
+                return Err(format!(
+                    "{path}: model {:?}: {e}",
+                    r.model.as_deref().unwrap_or_default()
+                ))
+            }
+            Err(_) => {}
         }
         from = Some(r);
     }

@@ -7,7 +7,6 @@
 use leptos::either::Either;
 use leptos::prelude::*;
 
-use crate::formats::catalog;
 use crate::formats::framework::{self, Reading, Source};
 use crate::web::lang::{t, ts};
 use crate::web::state::UiState;
@@ -33,14 +32,7 @@ fn read(text: &str, last: Option<Reading>) -> Result<(Reading, Option<String>), 
         }
         _ => framework::read(text)?,
     };
-    let model = match r.model.clone() {
-        Some(id) => {
-            let (e, note) = catalog::find_model_by_id(&id)?;
-            r.notes.extend(note);
-            Some(e.arch.name.clone())
-        }
-        None => None,
-    };
+    let model = r.catalog_model()?.map(|e| e.arch.name.clone());
     if let Some(ds) = &r.deepspeed_path {
         r.notes.push(format!(
             "{ds}: its ZeRO stage and offload are taken from its name; paste the JSON itself to use what it says"
@@ -107,9 +99,9 @@ pub fn TrainingConfig(
                 Ok(r) => Either::Right(view! {
                     <p class="ok" data-testid="training-config-status">{t("Read as:")}" "{ts(r.source.name().to_string())}{r.model.clone().map(|m| format!(" · {m}"))}</p>
                     <dl class="config-reading">
-                        {list("used", "training-config-used", r.used.iter().map(|u| format!("{} → {} = {}", u.key, u.setting, u.value)).collect())}
-                        {list("assumed (the framework's defaults)", "training-config-assumed", r.assumed.iter().map(|a| format!("{} = {} ({})", a.setting, a.value, a.key)).collect())}
-                        {list("changes memory, not modelled", "training-config-not-modeled", r.not_modeled.iter().map(|n| format!("{}: {}", n.key, n.why)).collect())}
+                        {list("used", "training-config-used", r.used.iter().map(|u| u.as_used()).collect())}
+                        {list("assumed (the framework's defaults)", "training-config-assumed", r.assumed.iter().map(|a| a.as_assumed()).collect())}
+                        {list("changes memory, not modelled", "training-config-not-modeled", r.not_modeled.iter().map(|n| n.line()).collect())}
                         {list("ignored (no effect on GPU memory, or unknown)", "training-config-ignored", vec![r.ignored.join(", ")].into_iter().filter(|s| !s.is_empty()).collect())}
                         {list("notes", "training-config-notes", r.notes.clone())}
                     </dl>

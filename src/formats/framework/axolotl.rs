@@ -5,8 +5,8 @@
 
 use super::hf::fsdp;
 use super::{
-    assume, assume_gpus, deepspeed_by_name, flag, read_with, targets, Default, Reader, Reading,
-    Rule, Source, Table,
+    add_offload, assume, assume_gpus, deepspeed_by_name, flag, read_with, targets, Default, Reader,
+    Reading, Rule, Source, Table,
 };
 use serde_json::{Map, Value};
 
@@ -171,15 +171,7 @@ fn checkpointing(rd: &mut Reader, v: &Value) -> Result<(), String> {
     match v {
         Value::String(s) if s == "offload" => {
             rd.set("grad_ckpt", "true")?;
-            let p = &rd.r.settings.parallel;
-            let mut parts = vec!["activations"];
-            if p.offload_optimizer {
-                parts.push("optimizer");
-            }
-            if p.offload_params {
-                parts.push("params");
-            }
-            rd.set("offload", &parts.join(","))
+            add_offload(rd, &["activations"])
         }
         Value::String(s) if s == "offload_disk" => {
             rd.set("grad_ckpt", "true")?;

@@ -3,7 +3,9 @@
 //! (Trainer fills those from its own arguments, `transformers/integrations/deepspeed.py`,
 //! `HfTrainerDeepSpeedConfig.trainer_config_process`).
 
-use super::{assume_gpus, flag, int_text, read_with, Reader, Reading, Rule, Source, Table};
+use super::{
+    add_offload, assume_gpus, flag, int_text, read_with, Reader, Reading, Rule, Source, Table,
+};
 use serde_json::{Map, Value};
 
 /// The DeepSpeed keys, also read under `deepspeed.` when a config refers to the file.
@@ -66,20 +68,7 @@ fn offload(rd: &mut Reader, v: &Value, what: &str) -> Result<(), String> {
         .unwrap_or("none")
         .to_ascii_lowercase();
     match device.as_str() {
-        "cpu" => {
-            let mut parts: Vec<&str> = vec![];
-            let p = &rd.r.settings.parallel;
-            if p.offload_optimizer || what == "optimizer" {
-                parts.push("optimizer");
-            }
-            if p.offload_params || what == "params" {
-                parts.push("params");
-            }
-            if p.offload_activations {
-                parts.push("activations");
-            }
-            rd.set("offload", &parts.join(","))
-        }
+        "cpu" => add_offload(rd, &[what]),
         "none" => {
             rd.confirms("offload");
             Ok(())

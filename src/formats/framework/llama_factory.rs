@@ -9,8 +9,8 @@
 
 use super::hf::{liger, mixed};
 use super::{
-    assume, assume_gpus, flag, int_text, read_with, targets, Default, Reader, Reading, Rule,
-    Source, Table,
+    add_offload, assume, assume_gpus, flag, int_text, quant_bits, quant_method, read_with, targets,
+    Default, Reader, Reading, Rule, Source, Table,
 };
 use serde_json::{Map, Value};
 
@@ -67,7 +67,7 @@ const TABLE: Table = &[
     ("pref_ftx", Rule::NoEffect),
     ("quantization_type", Rule::NoEffect),
     ("quantization_bit", Rule::Read(quantization)),
-    ("quantization_method", Rule::Read(method)),
+    ("quantization_method", Rule::Read(|rd, v| quant_method(rd, v, &["bnb", "bitsandbytes"]))),
     ("double_quantization", Rule::To("double_quant")),
     ("cutoff_len", Rule::To("seq")),
     ("disable_gradient_checkpointing", Rule::Read(|rd, v| {
@@ -148,42 +148,12 @@ fn pissa(rd: &mut Reader, v: &Value) -> Result<(), String> {
 }
 
 fn quantization(rd: &mut Reader, v: &Value) -> Result<(), String> {
-    let bits = int_text(rd.key(), v)?;
-    match bits {
-        4 => {
-            let kind = rd
-                .other("quantization_type")
-                .and_then(Value::as_str)
-                .unwrap_or("nf4")
-                .to_string();
-            rd.set("quant", &kind)
-        }
-        8 | 2 | 3 | 5 | 6 => {
-            rd.not_modeled(format!(
-                "a {bits}-bit base: not modelled yet; planned with a 16-bit base (an upper bound)"
-            ));
-            Ok(())
-        }
-        _ => Err(format!(
+    match int_text(rd.key(), v)? {
+        bits @ (2..=6 | 8) => quant_bits(rd, bits, "quantization_type"),
+        bits => Err(format!(
             "{}: {bits} bits is not a quantization LLaMA-Factory offers",
             rd.key()
         )),
-    }
-}
-
-fn method(rd: &mut Reader, v: &Value) -> Result<(), String> {
-    match v.as_str() {
-        Some("bnb" | "bitsandbytes") => {
-            rd.confirms("quant");
-            Ok(())
-        }
-        Some(m) => {
-            rd.not_modeled(format!(
-                "{m} quantization: only bitsandbytes 4-bit is modelled"
-            ));
-            Ok(())
-        }
-        None => Err(format!("{}: expected a method name", rd.key())),
     }
 }
 
@@ -191,15 +161,7 @@ fn method(rd: &mut Reader, v: &Value) -> Result<(), String> {
 fn unsloth_gc(rd: &mut Reader, v: &Value) -> Result<(), String> {
     if flag(rd.key(), v)? {
         rd.set("grad_ckpt", "true")?;
-        let mut parts = vec!["activations"];
-        let p = &rd.r.settings.parallel;
-        if p.offload_optimizer {
-            parts.push("optimizer");
-        }
-        if p.offload_params {
-            parts.push("params");
-        }
-        rd.set("offload", &parts.join(","))
+        add_offload(rd, &["activations"])
     } else {
         rd.confirms("offload");
         Ok(())

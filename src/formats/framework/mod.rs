@@ -63,6 +63,18 @@ pub struct Used {
     pub value: String,
 }
 
+impl Used {
+    /// As a key used: `key → setting = value`.
+    pub fn as_used(&self) -> String {
+        format!("{} → {} = {}", self.key, self.setting, self.value)
+    }
+
+    /// As a default assumed (`key` is whose default): `setting = value (whose)`.
+    pub fn as_assumed(&self) -> String {
+        format!("{} = {} ({})", self.setting, self.value, self.key)
+    }
+}
+
 /// A key that changes memory in the framework but is not modelled, and what the plan does
 /// instead.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -234,7 +246,25 @@ impl Reader<'_> {
     }
 }
 
+impl NotModeled {
+    /// `key: why`.
+    pub fn line(&self) -> String {
+        format!("{}: {}", self.key, self.why)
+    }
+}
+
 impl Reading {
+    /// The catalog model the config names (by Hub id, or a published variant of it, which a note
+    /// then says), None when it names none.
+    pub fn catalog_model(&mut self) -> Result<Option<&'static super::catalog::ModelEntry>, String> {
+        let Some(id) = self.model.clone() else {
+            return Ok(None);
+        };
+        let (e, note) = super::catalog::find_model_by_id(&id)?;
+        self.notes.extend(note);
+        Ok(Some(e))
+    }
+
     fn new(source: Source) -> Self {
         Reading {
             source,
@@ -277,19 +307,13 @@ impl Reading {
         }
         out.push('\n');
         for u in &self.used {
-            out.push_str(&format!(
-                "  used     {} → {} = {}\n",
-                u.key, u.setting, u.value
-            ));
+            out.push_str(&format!("  used     {}\n", u.as_used()));
         }
         for a in &self.assumed {
-            out.push_str(&format!(
-                "  assumed  {} = {} ({})\n",
-                a.setting, a.value, a.key
-            ));
+            out.push_str(&format!("  assumed  {}\n", a.as_assumed()));
         }
         for n in &self.not_modeled {
-            out.push_str(&format!("  NOT MODELLED {}: {}\n", n.key, n.why));
+            out.push_str(&format!("  NOT MODELLED {}\n", n.line()));
         }
         if !self.ignored.is_empty() {
             out.push_str(&format!(
@@ -522,6 +546,51 @@ pub(crate) fn deepspeed_by_name(rd: &mut Reader, name: &str) -> Result<(), Strin
         rd.r.deepspeed_path = Some(name.to_string());
     }
     Ok(())
+}
+
+/// Adds `what` (`optimizer`, `params`, `activations`) to what is offloaded already, through the
+/// settings table's own text of the offload.
+pub(crate) fn add_offload(rd: &mut Reader, what: &[&str]) -> Result<(), String> {
+    let mut text = rd.r.setting("offload").unwrap_or_default();
+    for w in what {
+        text = format!("{text},{w}");
+    }
+    rd.set("offload", &text)
+}
+
+/// A 4-bit bitsandbytes base of the type another key names (`nf4` unless it says `fp4`), or a
+/// base of other bits named as not modelled.
+pub(crate) fn quant_bits(rd: &mut Reader, bits: u64, type_key: &str) -> Result<(), String> {
+    if bits == 4 {
+        let kind = rd
+            .other(type_key)
+            .and_then(Value::as_str)
+            .unwrap_or("nf4")
+            .to_string();
+        return rd.set("quant", &kind);
+    }
+    rd.not_modeled(format!(
+        "a {bits}-bit base: not modelled yet; planned with a 16-bit base (an upper bound)"
+    ));
+    Ok(())
+}
+
+/// A quantization method: one of `bnb` (bitsandbytes, as the framework spells it) confirms the
+/// 4-bit base; another is named as not modelled.
+pub(crate) fn quant_method(rd: &mut Reader, v: &Value, bnb: &[&str]) -> Result<(), String> {
+    match v.as_str() {
+        Some(m) if bnb.contains(&m) => {
+            rd.confirms("quant");
+            Ok(())
+        }
+        Some(m) => {
+            rd.not_modeled(format!(
+                "{m} quantization: only bitsandbytes 4-bit is modelled"
+            ));
+            Ok(())
+        }
+        None => Err(format!("{}: expected a method name", rd.key())),
+    }
 }
 
 /// Several GPUs: the config does not say how many (a launch option), so 2 are assumed unless

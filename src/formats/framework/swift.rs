@@ -7,7 +7,8 @@
 
 use super::hf::liger;
 use super::{
-    deepspeed_by_name, int_text, read_with, targets, Default, Reader, Reading, Rule, Source, Table,
+    deepspeed_by_name, int_text, quant_bits, quant_method, read_with, targets, Default, Reader,
+    Reading, Rule, Source, Table,
 };
 use serde_json::{Map, Value};
 
@@ -55,21 +56,15 @@ const TABLE: Table = &[
     ("init_weights", Rule::To("init_lora_weights")),
     (
         "quant_method",
-        Rule::Read(|rd, v| match v.as_str() {
-            Some("bnb") => {
-                rd.confirms("quant");
-                Ok(())
-            }
-            Some(m) => {
-                rd.not_modeled(format!(
-                    "{m} quantization: only bitsandbytes 4-bit is modelled"
-                ));
-                Ok(())
-            }
-            None => Err(format!("{}: expected a method name", rd.key())),
+        Rule::Read(|rd, v| quant_method(rd, v, &["bnb"])),
+    ),
+    (
+        "quant_bits",
+        Rule::Read(|rd, v| {
+            let bits = int_text(rd.key(), v)?;
+            quant_bits(rd, bits, "bnb_4bit_quant_type")
         }),
     ),
-    ("quant_bits", Rule::Read(quant_bits)),
     ("bnb_4bit_quant_type", Rule::NoEffect),
     ("bnb_4bit_use_double_quant", Rule::To("double_quant")),
     ("bnb_4bit_compute_dtype", Rule::NoEffect),
@@ -365,25 +360,6 @@ fn dtype(rd: &mut Reader, v: &Value) -> Result<(), String> {
     };
     rd.set("dtype", d)?;
     rd.set("autocast", auto)
-}
-
-fn quant_bits(rd: &mut Reader, v: &Value) -> Result<(), String> {
-    match int_text(rd.key(), v)? {
-        4 => {
-            let kind = rd
-                .other("bnb_4bit_quant_type")
-                .and_then(Value::as_str)
-                .unwrap_or("nf4")
-                .to_string();
-            rd.set("quant", &kind)
-        }
-        bits => {
-            rd.not_modeled(format!(
-                "a {bits}-bit base: not modelled yet; planned with a 16-bit base (an upper bound)"
-            ));
-            Ok(())
-        }
-    }
 }
 
 pub(super) fn read(text: &str) -> Result<Reading, String> {
