@@ -35,7 +35,8 @@ PLAN OPTIONS:
                                   script, TrainingArguments / LoraConfig / adapter_config.json or
                                   DeepSpeed JSON (plan, fit, suggest; other flags override it)
   --gpu ID | --gpu-mem-gib N     GPU to check against (default a100-80)
-  --utilization U --dataset-tokens N   time estimate (share of peak, default 0.40; tokens per epoch)
+  --utilization U --dataset-tokens N   time estimate (GEMM share of the tensor peak, default the
+                                  card generation's calibrated figure; tokens per epoch)
   --json                          print the full result as JSON
 
 TRAINING SETTINGS:
@@ -115,7 +116,7 @@ struct PlanArgs {
     format: Option<String>,
     chars_per_token: f64,
     file: Option<String>,
-    utilization: f64,
+    utilization: Option<f64>,
     dataset_tokens: f64,
     /// The command's own options given (`--gpu`, `FILE`, …), checked against what it uses.
     given: Vec<&'static str>,
@@ -246,8 +247,8 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
     let mut format = None;
     let mut chars_per_token = crate::planning::lengths::DEFAULT_CHARS_PER_TOKEN;
     let mut file = None;
-    let mut utilization = crate::planning::time::DEFAULT_UTILIZATION;
-    let mut dataset_tokens: f64 = 1e8;
+    let mut utilization = None;
+    let mut dataset_tokens: f64 = crate::formats::jsonl::DEFAULT_DATASET_TOKENS;
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
@@ -294,12 +295,11 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
             "--format" => format = Some(value(args, &mut i, flag)?.to_string()),
             "--chars-per-token" => chars_per_token = number(value(args, &mut i, flag)?, flag)?,
             "--utilization" => {
-                utilization = number(value(args, &mut i, flag)?, flag)?;
-                if !(utilization > 0.0 && utilization <= 1.0) {
-                    return Err(format!(
-                        "--utilization must be in (0, 1], got {utilization}"
-                    ));
+                let u = number(value(args, &mut i, flag)?, flag)?;
+                if !(u > 0.0 && u <= 1.0) {
+                    return Err(format!("--utilization must be in (0, 1], got {u}"));
                 }
+                utilization = Some(u);
             }
             "--dataset-tokens" => {
                 dataset_tokens = number(value(args, &mut i, flag)?, flag)?;
@@ -438,17 +438,40 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
     let deciding = job.deciding();
     // Judged like the verdict above: the caching allocator simulated.
     let how = crate::planning::fit::Fidelity::Simulated;
-    let fixes = crate::planning::fixes::suggest_with(&a.arch, &a.settings, capacity, bf16_ok, how);
-    let best =
-        crate::planning::fixes::best_combination_with(&a.arch, &a.settings, capacity, bf16_ok, how);
+    let card = match &a.gpu {
+        GpuChoice::Catalog(g) => Some(*g),
+        GpuChoice::Custom(_) => None,
+    };
+    let fixes =
+        crate::planning::fixes::suggest_with(&a.arch, &a.settings, capacity, bf16_ok, card, how);
+    let best = crate::planning::fixes::best_combination_with(
+        &a.arch,
+        &a.settings,
+        capacity,
+        bf16_ok,
+        card,
+        how,
+    );
     let myths = crate::planning::fixes::myths(&a.arch, &a.settings);
     let allocator = crate::planning::fixes::allocator_fix(&a.arch, &a.settings, capacity);
+    // The current step's time on the card: each change's time and cost scale from it.
+    let time = card.and_then(|g| {
+        crate::planning::time::estimate(
+            &a.arch,
+            &a.settings,
+            &p,
+            g,
+            None,
+            crate::formats::jsonl::DEFAULT_DATASET_TOKENS,
+        )
+    });
+    let speed = |f: &crate::planning::fixes::Fix| report::fix_speed(f.time_factor, time.as_ref());
     if a.json {
         return emit(
             out,
             &format!(
                 "{}\n",
-                json!({"gpu": gpu_name, "verdict": v, "peak_allocated_bytes": deciding.allocated_bytes, "best": best, "fixes": fixes, "allocator": allocator, "myths": myths})
+                json!({"gpu": gpu_name, "verdict": v, "peak_allocated_bytes": deciding.allocated_bytes, "time": time, "best": best, "fixes": fixes, "allocator": allocator, "myths": myths})
             ),
         );
     }
@@ -476,7 +499,7 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
             report::gib(b.peak_allocated_bytes),
             report::gib(b.nvidia_smi_bytes),
             b.status.name(),
-            report::speed(b.time_factor),
+            speed(b),
             b.cost
         ));
     }
@@ -495,12 +518,13 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
     let shown = |f: &&crate::planning::fixes::Fix| best.is_none() || f.id != "combined";
     for (n, f) in fixes.iter().filter(shown).enumerate() {
         t.push_str(&format!(
-            "  {}. {}\n     saves {} → peak {}, {} | cost: {}\n",
+            "  {}. {}\n     saves {} → peak {}, {} | {} | cost: {}\n",
             n + 1,
             f.title,
             report::gib(f.saved_bytes.max(0) as u128),
             report::gib(f.peak_allocated_bytes),
             f.status.name(),
+            speed(f),
             f.cost
         ));
     }
@@ -599,6 +623,7 @@ fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result
         GpuChoice::Catalog(g) => crate::planning::time::estimate(
             &a.arch,
             &a.settings,
+            &p,
             g,
             a.utilization,
             a.dataset_tokens,
@@ -625,7 +650,11 @@ fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result
             .map_err(|e| e.to_string())?;
         write!(out, "{}", report::job_text(&job, &v)).map_err(|e| e.to_string())?;
         if let Some(t) = time {
-            writeln!(out, "\nTime (estimate)\n  {:.2} s per optimizer step, {:.0} tokens/s, {:.1} h per epoch of {} tokens\n  {}", t.seconds_per_step, t.tokens_per_second, t.seconds_per_epoch / 3600.0, a.dataset_tokens, t.explanation).map_err(|e| e.to_string())?;
+            let cost = match (t.usd_per_epoch, t.usd_per_gpu_hour) {
+                (Some(c), Some(h)) => format!(", ≈ ${c:.2} per epoch on {} GPU(s) at ${h}/GPU-hour (the catalog's cited rate)", a.settings.parallel.world()),
+                _ => String::new(),
+            };
+            writeln!(out, "\nTime (estimate)\n  {:.2} s per optimizer step, {:.0} tokens/s, {:.1} h per epoch of {} tokens{cost}\n  {}", t.seconds_per_step, t.tokens_per_second, t.seconds_per_epoch / 3600.0, a.dataset_tokens, t.explanation).map_err(|e| e.to_string())?;
         }
     }
     Ok(())

@@ -30,6 +30,9 @@ pub struct GpuEntry {
     pub id: String,
     /// Full name.
     pub name: String,
+    /// Other names the card goes by (as nvidia-smi prints it, as published tables write it).
+    #[serde(default)]
+    pub aliases: Vec<String>,
     /// Memory in GiB (unified memory for Apple parts, shared with the CPU).
     pub memory_gib: Option<f64>,
     /// bf16 support (`None` = not published).
@@ -45,6 +48,73 @@ pub struct GpuEntry {
     /// Apple-style unified memory.
     #[serde(default)]
     pub unified_memory: bool,
+    /// The chip's generation (`ampere`, `hopper`, …): which calibration of the step-time model
+    /// applies, and the PCIe generation of its host link.
+    #[serde(default)]
+    pub generation: Option<Generation>,
+    /// A typical rental price per GPU-hour in US dollars, where the catalog cites one (its
+    /// `source` says whose and when).
+    #[serde(default)]
+    pub usd_per_gpu_hour: Option<f64>,
+    /// NVLink bandwidth between two GPUs of a node, per direction, GB/s (the SXM / HGX parts;
+    /// `None`: GPUs of a node talk over PCIe).
+    #[serde(default)]
+    pub nvlink_gbs_per_direction: Option<f64>,
+}
+
+/// A GPU's chip generation, as the catalog names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Generation {
+    /// NVIDIA Volta (V100).
+    Volta,
+    /// NVIDIA Turing (T4, RTX 20).
+    Turing,
+    /// NVIDIA Ampere (A100, A10, RTX 30, RTX A6000).
+    Ampere,
+    /// NVIDIA Ada Lovelace (L4, L40, RTX 40, RTX 6000 Ada).
+    Ada,
+    /// NVIDIA Hopper (H100, H200, H20, H800).
+    Hopper,
+    /// NVIDIA Blackwell (B200, B300, RTX 50, RTX PRO 6000).
+    Blackwell,
+    /// AMD CDNA 3 (Instinct MI300X, MI325X).
+    Cdna3,
+    /// Apple silicon.
+    Apple,
+}
+
+impl Generation {
+    /// Every generation.
+    pub const ALL: [Generation; 8] = [
+        Generation::Volta,
+        Generation::Turing,
+        Generation::Ampere,
+        Generation::Ada,
+        Generation::Hopper,
+        Generation::Blackwell,
+        Generation::Cdna3,
+        Generation::Apple,
+    ];
+
+    /// The catalog's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Generation::Volta => "volta",
+            Generation::Turing => "turing",
+            Generation::Ampere => "ampere",
+            Generation::Ada => "ada",
+            Generation::Hopper => "hopper",
+            Generation::Blackwell => "blackwell",
+            Generation::Cdna3 => "cdna3",
+            Generation::Apple => "apple",
+        }
+    }
+
+    /// The generation the catalog calls `name`.
+    pub fn of_name(name: &str) -> Option<Generation> {
+        Generation::ALL.into_iter().find(|g| g.name() == name)
+    }
 }
 
 impl GpuEntry {
@@ -201,6 +271,16 @@ fn gpu_entry(v: &Json) -> Option<GpuEntry> {
     Some(GpuEntry {
         id: v.field("id")?.as_str()?.into(),
         name: v.field("name")?.as_str()?.into(),
+        aliases: v
+            .field("aliases")
+            .and_then(Json::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Json::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default(),
         memory_gib: f("memory_gib"),
         bf16: v.field("bf16").and_then(Json::as_bool),
         bf16_tflops_dense: f("bf16_tflops_dense"),
@@ -211,6 +291,12 @@ fn gpu_entry(v: &Json) -> Option<GpuEntry> {
             .field("unified_memory")
             .and_then(Json::as_bool)
             .unwrap_or(false),
+        generation: v
+            .field("generation")
+            .and_then(Json::as_str)
+            .and_then(Generation::of_name),
+        nvlink_gbs_per_direction: f("nvlink_gbs_per_direction"),
+        usd_per_gpu_hour: f("usd_per_gpu_hour"),
     })
 }
 
@@ -323,7 +409,7 @@ pub fn find_gpu(name: &str) -> Result<&'static GpuEntry, String> {
     let q = norm(name);
     gpus()
         .iter()
-        .find(|g| norm(&g.id) == q || norm(&g.name) == q)
+        .find(|g| norm(&g.id) == q || norm(&g.name) == q || g.aliases.iter().any(|a| norm(a) == q))
         .ok_or_else(|| {
             let s = suggest(name, gpus().iter().map(|g| g.id.as_str()));
             format!(

@@ -151,6 +151,22 @@ fn prefixed(a: Parsed<Architecture>, at: &str, ignored: &mut Vec<String>) -> Arc
     a.value
 }
 
+/// One input line read: its id, the model, the settings, and the members it did not use.
+pub type Line = (Value, Architecture, Settings, Vec<String>);
+
+/// What one input line asks to plan; `Err` carries the line's id and a message.
+pub fn read_line(line: &str) -> Result<Line, (Value, String)> {
+    let v: Value = serde_json::from_str(line)
+        .map_err(|e| (Value::Null, format!("not a valid input line: {e}")))?;
+    let obj = v.as_object().ok_or((
+        Value::Null,
+        "not a valid input line: expected a JSON object".to_string(),
+    ))?;
+    let id = obj.get("id").cloned().unwrap_or(Value::Null);
+    let r = read_request(obj, &[]).map_err(|e| (id.clone(), e))?;
+    Ok((r.id, r.arch, r.settings, r.ignored))
+}
+
 /// Plans one input line; `Err` carries the line's id and a message.
 pub fn estimate_line(line: &str) -> Result<Estimate, (Value, String)> {
     let v: Value = serde_json::from_str(line)
@@ -169,11 +185,13 @@ pub fn estimate_line(line: &str) -> Result<Estimate, (Value, String)> {
 /// One line's answer: its id, the step's plan, the job's phases and the members it did not use.
 pub type Estimate = (Value, Plan, Job, Vec<String>);
 
-/// The planner for other pages (`plan()` of the release build's `lib/lorafit-js.js`): one request
-/// object as an `estimate --jsonl` line takes it (`{"model": name or config numbers, "settings":
-/// {…}}`), plus an optional `"gpu"` (catalog id) that adds `"verdict"` and `"gpu"`; answers the plan
-/// as the CLI prints it, with `"ignored"`: the members of the request it did not use. A string is
-/// read as the JSON text of such an object.
+/// The planner for other pages (`plan()` of the release build's `lib/lorafit-js.js`) and each
+/// `estimate --jsonl` line: one request object (`{"model": name or config numbers, "settings":
+/// {…}}`), plus an optional `"gpu"` (a catalog id, name or alias) that adds `"gpu"`, `"verdict"`
+/// and `"time"` (the step-time estimate, as `plan --json` gives it, with an optional
+/// `"dataset_tokens"` per epoch, 10⁸ by default); answers the plan as the CLI prints it, with
+/// `"ignored"`: the members of the request it did not use. A string is read as the JSON text of
+/// such an object.
 pub fn plan_request(v: &Value) -> Result<Value, String> {
     if let Value::String(text) = v {
         let parsed: Value =
@@ -183,13 +201,23 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
     let obj = v
         .as_object()
         .ok_or(r#"expected {"model": "llama2-7b", "settings": {...}}"#)?;
-    let r = read_request(obj, &["gpu"])?;
+    let r = read_request(obj, &["gpu", "dataset_tokens"])?;
     let gpu: Option<&GpuEntry> = match obj.get("gpu") {
         Some(g) => Some(catalog::find_gpu(
             g.as_str().ok_or("\"gpu\" must be a catalog id")?,
         )?),
         None => None,
     };
+    let dataset_tokens = match obj.get("dataset_tokens") {
+        None => DEFAULT_DATASET_TOKENS,
+        Some(d) => d
+            .as_f64()
+            .filter(|d| d.is_finite() && *d >= 0.0)
+            .ok_or("\"dataset_tokens\" must be a number of tokens, 0 or more")?,
+    };
+    if gpu.is_none() && obj.contains_key("dataset_tokens") {
+        return Err("\"dataset_tokens\" times an epoch on a GPU: name the \"gpu\" too".into());
+    }
     let p = plan_simulated(&r.arch, &r.settings).map_err(|e| e.to_string())?;
     let job = match gpu {
         Some(g) => plan_job_within(&r.arch, &r.settings, &p, g.capacity_bytes()),
@@ -204,10 +232,16 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
         );
         if let Some(g) = gpu {
             let v = crate::planning::job_verdict(&job, g.capacity_bytes());
+            let time =
+                crate::planning::time::estimate(&r.arch, &r.settings, &p, g, None, dataset_tokens);
             m.insert("gpu".into(), json!(g.name));
             m.insert(
                 "verdict".into(),
                 serde_json::to_value(v).map_err(|e| e.to_string())?,
+            );
+            m.insert(
+                "time".into(),
+                serde_json::to_value(time).map_err(|e| e.to_string())?,
             );
         }
         if !r.id.is_null() {
@@ -218,22 +252,38 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
     Ok(out)
 }
 
-/// The output object for one line.
+/// Tokens per epoch a time estimate assumes when none are given (as `lorafit plan`).
+pub const DEFAULT_DATASET_TOKENS: f64 = 1e8;
+
+/// The output object for one line: [`plan_request`]'s answer, or `{"id", "error"}`.
 pub fn output_line(line: &str) -> (bool, String) {
-    match estimate_line(line) {
-        Ok((id, p, job, ignored)) => {
-            let mut v = serde_json::to_value(&p).unwrap_or(Value::Null);
-            if let Value::Object(m) = &mut v {
-                m.insert(
-                    "job".into(),
-                    serde_json::to_value(&job).unwrap_or(Value::Null),
-                );
-                m.insert("id".into(), id);
-                m.insert("ignored".into(), json!(ignored));
-            }
-            (true, v.to_string())
+    let v: Value = match serde_json::from_str(line) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return (
+            false,
+            json!({"id": Value::Null, "error": "not a valid input line: expected a JSON object"})
+                .to_string(),
+        ),
+        Err(e) => {
+            return (
+                false,
+                json!({"id": Value::Null, "error": format!("not a valid input line: {e}")})
+                    .to_string(),
+            )
         }
-        Err((id, e)) => (false, json!({"id": id, "error": e}).to_string()),
+    };
+    match plan_request(&v) {
+        Ok(mut out) => {
+            // A line answers with its id, null when it has none.
+            if let Value::Object(m) = &mut out {
+                m.entry("id").or_insert(Value::Null);
+            }
+            (true, out.to_string())
+        }
+        Err(e) => (
+            false,
+            json!({"id": v.get("id").cloned().unwrap_or(Value::Null), "error": e}).to_string(),
+        ),
     }
 }
 
@@ -297,5 +347,39 @@ mod tests {
                 "settings.max_steps"
             ]
         );
+    }
+
+    #[test]
+    fn a_line_naming_a_gpu_answers_its_verdict_and_time() {
+        // A catalog id, or a name the card goes by (published tables, nvidia-smi).
+        for gpu in ["a100-80", "A100-80GB", "NVIDIA A100-SXM4-80GB"] {
+            let line = json!({"id": "x", "model": "mistral-7b-v0.1", "gpu": gpu,
+                "settings": {"batch": 4, "seq": 4096, "grad_ckpt": true, "attn_impl": "flash_attention_2"}});
+            let (ok, out) = output_line(&line.to_string());
+            assert!(ok, "{out}");
+            let out: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(out["gpu"], "NVIDIA A100 80GB SXM4");
+            assert_eq!(out["verdict"]["status"], "fits");
+            let t = &out["time"];
+            let (sps, tps) = (
+                t["seconds_per_step"].as_f64().unwrap(),
+                t["tokens_per_second"].as_f64().unwrap(),
+            );
+            assert!((sps * tps - 4.0 * 4096.0).abs() < 1e-6 * tps, "{sps} {tps}");
+            assert_eq!(out["ignored"], json!([]), "the gpu is used");
+        }
+        // Without a gpu: no verdict, no time; a dataset size needs a gpu.
+        let (_, plain) = output_line(r#"{"model": "llama2-7b"}"#);
+        let plain: Value = serde_json::from_str(&plain).unwrap();
+        assert!(plain.get("time").is_none() && plain.get("verdict").is_none());
+        let (ok, e) = output_line(r#"{"id": 3, "model": "llama2-7b", "dataset_tokens": 1e6}"#);
+        assert!(
+            !ok && e.contains("name the") && e.contains("\"id\":3"),
+            "{e}"
+        );
+        let (ok, e) = output_line(r#"{"model": "llama2-7b", "gpu": "h200", "dataset_tokens": -1}"#);
+        assert!(!ok && e.contains("dataset_tokens"), "{e}");
+        let (ok, e) = output_line(r#"{"model": "llama2-7b", "gpu": "nope"}"#);
+        assert!(!ok && e.contains("unknown GPU"), "{e}");
     }
 }

@@ -17,15 +17,26 @@ pub fn gib_signed(bytes: i128) -> String {
     format!("{:+.2} GiB", bytes as f64 / GIB)
 }
 
-/// A compute-time ratio in words: `≈ 47 % more compute per token`, `≈ 5 % less …`, `no more compute`.
+/// A time-per-token ratio in words: `≈ 47 % more time per token`, `≈ 5 % less …`, `no more time per token`.
 pub fn speed(factor: f64) -> String {
     let pct = ((factor - 1.0) * 100.0).round();
     if !pct.is_finite() || pct == 0.0 {
-        "no more compute per token".into()
+        "no more time per token".into()
     } else if pct > 0.0 {
-        format!("≈ {pct:.0} % more compute per token")
+        format!("≈ {pct:.0} % more time per token")
     } else {
-        format!("≈ {:.0} % less compute per token", -pct)
+        format!("≈ {:.0} % less time per token", -pct)
+    }
+}
+
+/// [`speed`], and with the current step's time on a priced card, the epoch's cost after the
+/// change (the same tokens at `factor` the time per token).
+pub fn fix_speed(factor: f64, now: Option<&crate::planning::time::TimeEstimate>) -> String {
+    match now.and_then(|t| t.usd_per_epoch) {
+        Some(c) if factor.is_finite() => {
+            format!("{}, ≈ ${:.2} per epoch", speed(factor), c * factor)
+        }
+        _ => speed(factor),
     }
 }
 

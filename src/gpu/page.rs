@@ -11,6 +11,7 @@ use leptos::task::spawn_local;
 use crate::formats::catalog;
 use crate::gpu::kernels::{Kernel, Precision};
 use crate::gpu::runtime::{self as gpu, Measurement};
+use crate::model::{Architecture, Plan, Settings};
 use crate::planning::time;
 use crate::web::lang::{t as tl, ts, tx};
 use crate::web::link;
@@ -73,7 +74,12 @@ pub fn GpuApp() -> impl IntoView {
     let status = RwSignal::new(Status::Idle);
     let detail = RwSignal::new(String::new());
     let cancel = Rc::new(Cell::new(false));
-    let utilization = RwSignal::new(time::DEFAULT_UTILIZATION);
+    // The GEMM share of the tensor peak: the card generation's calibrated figure until changed.
+    let utilization = RwSignal::new(
+        gpu_entry.map_or(time::calibration::UNCALIBRATED_GEMM_EFFICIENCY, |g| {
+            time::calibration::gemm_efficiency(g).value
+        }),
+    );
     let dataset = RwSignal::new(100_000_000f64);
     // The shape of one adapted Linear of the selected model: tokens × hidden → intermediate.
     let (m, k, n) = match &arch {
@@ -85,7 +91,6 @@ pub fn GpuApp() -> impl IntoView {
         None => (512, 4096, 11008),
     };
     let settings = st.settings.clone();
-    let flops_step = arch.as_ref().map(|a| time::step_flops(a, &settings).total);
     let run = {
         let cancel = cancel.clone();
         move |_| {
@@ -151,14 +156,35 @@ pub fn GpuApp() -> impl IntoView {
             .or(g.fp32_tflops)
     });
     let gpu_name = gpu_entry.map(|g| g.name.clone()).unwrap_or_default();
+    // The step's plan (its program's work), made once: only the time's inputs change here.
+    let planned: std::sync::Arc<Option<(Architecture, Settings, Plan)>> =
+        std::sync::Arc::new(arch.clone().and_then(|a| {
+            let p = crate::model::plan(&a, &settings).ok()?;
+            Some((a, settings.clone(), p))
+        }));
+    let for_estimate = planned.clone();
     let estimate = Memo::new(move |_| {
-        let (a, g) = (arch.clone()?, gpu_entry?);
-        time::estimate(&a, &settings, g, utilization.get(), dataset.get())
+        let (a, settings, p) = for_estimate.as_ref().as_ref()?;
+        let g = gpu_entry?;
+        // The calibrated figure stays the calibration (with its basis) until the box changes it.
+        let e = utilization.get();
+        let given = (e != time::calibration::gemm_efficiency(g).value).then_some(e);
+        time::estimate(a, settings, p, g, given, dataset.get())
     });
     let title = tx({
         let g = gpu_name.clone();
         move || format!("Time on {g}")
     });
+    // Three significant digits below 100 (a software adapter times a step in hours).
+    let fmt_rate = |r: f64| {
+        if r >= 100.0 {
+            format!("{r:.0}")
+        } else if r >= 1.0 {
+            format!("{r:.1}")
+        } else {
+            format!("{r:.3}")
+        }
+    };
     let fmt_time = |s: f64| {
         if s < 120.0 {
             format!("{s:.2} s")
@@ -192,7 +218,14 @@ pub fn GpuApp() -> impl IntoView {
                         if share < 0.01 { format!("{:.2} % of the {} peak ({p} TFLOP/s): an integrated, software or different GPU than the one selected, or a browser-limited adapter", share * 100.0, gpu_name) }
                         else { format!("{:.1} % of the {} peak ({p} TFLOP/s)", share * 100.0, gpu_name) }
                     }).unwrap_or_default();
-                    let measured_step = flops_step.map(|f| f / (best * 1e9));
+                    // The planned step with its GEMMs at the rate measured here (WGSL has no
+                    // tensor cores: a lower bound of what the card does in PyTorch), beside the
+                    // catalog figure.
+                    let measured = match (planned.as_ref(), gpu_entry) {
+                        (Some((a, settings, p)), Some(g)) => time::estimate_measured(a, settings, p, g, best / 1000.0, 0.0),
+                        _ => None,
+                    };
+                    let catalog_step = estimate.get_untracked().map(|t| t.seconds_per_step);
                     view! {
                         <table class="breakdown">
                             <thead><tr><th>{tl("kernel")}</th><th>{tl("precision")}</th><th>{tl("median GFLOP/s")}</th><th>{tl("spread")}</th><th>"GB/s"</th><th>{tl("timing")}</th></tr></thead>
@@ -206,7 +239,11 @@ pub fn GpuApp() -> impl IntoView {
                         </table>
                         <p data-testid="gpu-speedup">{format!("tiled / naive: {:.2}×", if naive > 0.0 { tiled / naive } else { 0.0 })}</p>
                         <p data-testid="gpu-vs-catalog">{ts(note)}</p>
-                        <p data-testid="gpu-measured-step">{ts(measured_step.map(|s| format!("at the measured rate, one micro-batch of the planned run would take {}", fmt_time(s))).unwrap_or_default())}</p>
+                        <p data-testid="gpu-measured-step">{ts(match (measured, catalog_step) {
+                            (Some(m), Some(c)) => format!("measured on your GPU: {} per optimizer step, {} tokens/s — {:.1} × the catalog figure for {}", fmt_time(m.seconds_per_step), fmt_rate(m.tokens_per_second), m.seconds_per_step / c, gpu_name),
+                            (Some(m), None) => format!("measured on your GPU: {} per optimizer step, {} tokens/s", fmt_time(m.seconds_per_step), fmt_rate(m.tokens_per_second)),
+                            _ => String::new(),
+                        })}</p>
                     }.into_any()
                 }
                 _ => ().into_any(),
@@ -214,7 +251,7 @@ pub fn GpuApp() -> impl IntoView {
             <section class="time" aria-label=tl("Time estimate")>
                 <h2>{title}</h2>
                 <div class="share-row">
-                    <label for="util">{tl("utilisation")}</label>
+                    <label for="util">{tl("GEMM efficiency")}</label>
                     <input type="number" id="util" min="0.05" max="1" step="0.05" data-testid="input-utilization" prop:value=move || utilization.get().to_string()
                         on:input:target=move |ev| { if let Ok(v) = ev.target().value().parse::<f64>() { if v.is_finite() && v > 0.0 && v <= 1.0 { utilization.set(v) } } } />
                     <label for="ds">{tl("dataset tokens")}</label>
@@ -228,6 +265,12 @@ pub fn GpuApp() -> impl IntoView {
                             <dt>{tl("seconds per optimizer step")}</dt><dd data-testid="step-time">{fmt_time(t.seconds_per_step)}</dd>
                             <dt>{tl("tokens per second")}</dt><dd data-testid="tokens-per-second">{format!("{:.0}", t.tokens_per_second)}</dd>
                             <dt>{tl("one epoch")}</dt><dd data-testid="epoch-time">{fmt_time(t.seconds_per_epoch)}</dd>
+                            {match (t.usd_per_epoch, t.usd_per_gpu_hour) {
+                                (Some(c), Some(h)) => view! {
+                                    <dt>{tl("cost of one epoch")}</dt><dd data-testid="epoch-cost">{ts(format!("${c:.2} at ${h}/GPU-hour (the catalog's cited rental rate)"))}</dd>
+                                }.into_any(),
+                                _ => ().into_any(),
+                            }}
                         </dl>
                         <p class="why">{ts(t.explanation.clone())}</p>
                     }.into_any(),

@@ -140,7 +140,10 @@ pub fn Fixes(
         let how = how.get();
         state.with(|st| {
             crate::web::state::arch_of(st)
-                .map(|a| fixes::suggest_with(&a, &st.settings, cap, ok, how))
+                .map(|a| {
+                    let card = crate::formats::catalog::find_gpu(&st.gpu).ok();
+                    fixes::suggest_with(&a, &st.settings, cap, ok, card, how)
+                })
                 .unwrap_or_default()
                 .into_iter()
                 .filter(|f| f.id != "combined")

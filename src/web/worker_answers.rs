@@ -69,7 +69,8 @@ pub enum Best {
         peak_bytes: u128,
         /// Its nvidia-smi figure.
         smi_bytes: u128,
-        /// Its cost in compute, in words ([`crate::formats::report::speed`]).
+        /// Its cost in time per token, and on a priced card in money per epoch, in words
+        /// ([`crate::formats::report::fix_speed`]).
         speed: String,
         /// Whether it truncates the sequence.
         last_resort: bool,
@@ -95,8 +96,20 @@ pub fn best_fix_line(query: &str) -> Result<String, String> {
         &st.settings,
         g.capacity_bytes(),
         g.bf16_ok(),
+        Some(g),
         Fidelity::Simulated,
     );
+    // The current step's time on the card, which the change's time and cost scale from.
+    let now = crate::model::plan(&arch, &st.settings).ok().and_then(|p| {
+        crate::planning::time::estimate(
+            &arch,
+            &st.settings,
+            &p,
+            g,
+            None,
+            crate::formats::jsonl::DEFAULT_DATASET_TOKENS,
+        )
+    });
     let fields: Vec<String> = match fix {
         Some(f) => {
             let applied = UiState {
@@ -108,7 +121,7 @@ pub fn best_fix_line(query: &str) -> Result<String, String> {
                 f.status.name().into(),
                 f.peak_allocated_bytes.to_string(),
                 f.nvidia_smi_bytes.to_string(),
-                crate::formats::report::speed(f.time_factor),
+                crate::formats::report::fix_speed(f.time_factor, now.as_ref()),
                 u8::from(f.last_resort).to_string(),
                 f.summary,
                 f.cost,
@@ -161,9 +174,15 @@ mod tests {
         let st = link::decode(q).0;
         let arch = arch_of(&st).unwrap();
         let cap = catalog::find_gpu("rtx4090").unwrap().capacity_bytes();
-        let want =
-            fixes::best_combination_with(&arch, &st.settings, cap, true, Fidelity::Simulated)
-                .expect("a fix");
+        let want = fixes::best_combination_with(
+            &arch,
+            &st.settings,
+            cap,
+            true,
+            catalog::find_gpu("rtx4090").ok(),
+            Fidelity::Simulated,
+        )
+        .expect("a fix");
         match read_best_fix(&best_fix_line(q).unwrap()) {
             Some(Best::Fix {
                 status,

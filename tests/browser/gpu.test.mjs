@@ -23,6 +23,10 @@ test("the panel loads on demand and its time estimate matches the CLI", async ()
   await frame.locator('[data-testid="tokens-per-second"]').waitFor({ timeout: 30000 });
   const want = cliPlan(["--model", "qwen2-7b", "--gpu", "h100-80", "--autocast", "bf16", "--batch", "2"]).time;
   assert.equal(Number(await frame.locator('[data-testid="tokens-per-second"]').textContent()), Math.round(want.tokens_per_second));
+  // The H100 has a cited rental rate: the epoch's cost, as the CLI computes it.
+  const cost = await frame.locator('[data-testid="epoch-cost"]').textContent();
+  assert.ok(want.usd_per_epoch > 0, JSON.stringify(want));
+  assert.ok(cost.startsWith(`$${want.usd_per_epoch.toFixed(2)} at $${want.usd_per_gpu_hour}/GPU-hour`), cost);
   // No WebGPU in this browser (--disable-gpu, no unsafe flag): one clear message, page keeps working.
   await frame.locator('[data-testid="gpu-measure"]').click();
   await frame.locator('[data-testid="gpu-status"]').filter({ hasText: /WebGPU|adapter|GPU/ }).waitFor({ timeout: 15000 });
@@ -46,6 +50,11 @@ test("WebGPU benchmark on SwiftShader: tiled and naive kernels measured, cancell
   assert.match(await page.textContent('[data-testid="gpu-status"]'), /done on/);
   assert.match(await page.textContent('[data-testid="gpu-speedup"]'), /tiled \/ naive: [0-9.]+×/);
   assert.match(await page.textContent('[data-testid="gpu-vs-catalog"]'), /% of the NVIDIA GeForce RTX 4090 peak/);
+  // The planned step timed at the measured rate, beside the catalog card's estimate.
+  const measured = await page.textContent('[data-testid="gpu-measured-step"]');
+  const m = measured.match(/measured on your GPU: [0-9.]+ (s|min|h) per optimizer step, ([0-9.]+) tokens\/s — ([0-9.]+) × the catalog figure for NVIDIA GeForce RTX 4090/);
+  assert.ok(m, measured);
+  assert.ok(Number(m[2]) > 0 && Number(m[3]) > 0, measured);
   console.log("# swiftshader:", (await page.textContent('[data-testid="gpu-speedup"]')).trim(), "|", (await page.textContent('[data-testid="gpu-vs-catalog"]')).trim());
   // Cancel: a second run stops early with a message.
   await page.click('[data-testid="gpu-measure"]');

@@ -142,7 +142,7 @@ test("what fits first: the cheapest combination, applied in one click", async ()
     assert.match(await page.textContent('[data-testid="best-fix"] .pill'), /fits/);
     assert.ok(want.changes.length > 1 && !want.changes.includes("shorter_seq"));
     assert.ok(Math.abs((await gibOf(page, "best-peak")) - want.peak_allocated_bytes / GIB) <= 0.006);
-    assert.match(await page.textContent('[data-testid="best-speed"]'), /compute per token/);
+    assert.match(await page.textContent('[data-testid="best-speed"]'), /time per token/);
     // Truncation is offered last, and said to be the last resort.
     const last = page.locator('[data-testid="fixes"] li').last();
     assert.equal(await last.getAttribute("data-testid"), "fix-shorter_seq");

@@ -316,8 +316,11 @@ fn collect() -> Texts {
         let s = lorafit::web::link::decode(q).0.settings;
         for gpu in ["a100-80", "rtx4090", "t4"] {
             let g = catalog::find_gpu(gpu).unwrap();
-            if let Some(e) = lorafit::planning::time::estimate(a, &s, g, 0.4, 1e8) {
-                t.add("time", &e.explanation);
+            let p = lorafit::model::plan(a, &s).unwrap();
+            for given in [None, Some(0.4)] {
+                if let Some(e) = lorafit::planning::time::estimate(a, &s, &p, g, given, 1e8) {
+                    t.add("time", &e.explanation);
+                }
             }
         }
     }

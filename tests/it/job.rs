@@ -186,7 +186,7 @@ fn an_evaluation_that_does_not_fit_decides_and_its_fix_comes_first() {
     let job = lorafit::model::job::plan_job_within(&arch, &s, &train, cap).expect("job");
     let v = job_verdict(&job, cap);
     assert_eq!((v.status, v.phase), (Status::Oom, "eval"));
-    let fixes = fixes::suggest_with(&arch, &s, cap, true, Fidelity::Simulated);
+    let fixes = fixes::suggest_with(&arch, &s, cap, true, None, Fidelity::Simulated);
     let first = fixes.first().expect("a fix");
     assert!(
         matches!(

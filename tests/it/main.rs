@@ -26,6 +26,7 @@ mod real_gpu;
 mod reference;
 mod reserved;
 mod snapshot;
+mod step_time;
 mod surface;
 mod validation;
 mod weights;

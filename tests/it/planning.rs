@@ -143,7 +143,7 @@ fn assert_cheapest_with(
     cap: u128,
     how: Fidelity,
 ) -> lorafit::planning::fixes::Fix {
-    let best = best_combination_with(a, s, cap, true, how).expect("a combination");
+    let best = best_combination_with(a, s, cap, true, None, how).expect("a combination");
     let all = changes(s, true);
     let mut kinds: Vec<_> = vec![];
     for c in &all {
@@ -218,7 +218,7 @@ fn settled_advice_is_judged_by_the_simulated_allocator() {
     assert_eq!(lorafit::planning::verdict(&base, cap).status, Status::Oom);
     let best = assert_cheapest_with(&a, &s, cap, Fidelity::Simulated);
     assert!(!best.changes.is_empty());
-    let singles = suggest_with(&a, &s, cap, true, Fidelity::Simulated);
+    let singles = suggest_with(&a, &s, cap, true, None, Fidelity::Simulated);
     assert!(!singles.is_empty());
     for f in &singles {
         let sim = Fidelity::Simulated.plan(&a, &f.settings).unwrap();

@@ -122,6 +122,10 @@ pub struct Plan {
     /// What the plan assumes beyond the settings as given (how transformers runs this model).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// What the warm training step's ops create (bytes by kind, storages): the step-time
+    /// model's memory traffic and op count (`planning::time`).
+    #[serde(skip)]
+    pub work: steptrace::StepWork,
     /// A vision-language step's images: how each becomes patches and visual tokens, and the
     /// tower (its share of the peak is the breakdown's `vision_tower`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -415,6 +419,7 @@ fn plan_base(arch: &Architecture, s: &Settings) -> Result<(Plan, Settings), Plan
         cpu_bytes_per_node: 0,
         cpu_terms: vec![],
         notes,
+        work: Default::default(),
         vision: ctx.visual.map(|v| VisionPlan {
             images_per_sample: v.images,
             loaded_width: v.grid.loaded_width,
@@ -509,6 +514,7 @@ fn from_program(
     p.terms = peak.terms;
     p.phases = phases;
     p.steady_state_bytes = u128::from(m.end_bytes);
+    p.work = short.work.clone();
     p.cpu_terms = short
         .host
         .iter()

@@ -19,11 +19,13 @@ pub mod rank;
 mod simulate;
 pub mod surface;
 mod tape;
+mod work;
 
 pub use program::job::{eval_settings, After, JOB_STEP};
 pub use simulate::{
     replay, replay_within, simulate, simulate_on, CachedBlock, PhaseFigures, Simulation,
 };
+pub use work::{step_work, StepWork, WARM_STEP};
 
 use super::arch::Architecture;
 use super::ctx::Ctx;

@@ -21,7 +21,7 @@
 
 use super::anatomy::{self, Live, Moment, Moments};
 use super::tape::NO_LAYER;
-use super::{generate_on, Device, Event, StepPhase, Trace, What};
+use super::{generate_on, step_work, Device, Event, StepPhase, StepWork, Trace, What};
 use crate::model::arch::{Architecture, LayerKind};
 use crate::model::error::PlanError;
 use crate::model::settings::Settings;
@@ -199,6 +199,9 @@ pub struct Short {
     pub moments: Moments,
     /// Whether it comes from two short runs or the full run.
     pub how: How,
+    /// What the warm step's ops create ([`super::step_work`]), extrapolated to the model's
+    /// depth like the live bytes.
+    pub work: StepWork,
     /// Periods of the model's depth past the shorter run's (`(L − L₁)/p`).
     periods: u64,
     /// The last layers of the runs and of the model line up: `L − L₂`.
@@ -238,7 +241,8 @@ impl Short {
         let l = a.num_hidden_layers;
         let pass = kept(&trace, l, l, 0);
         let host = trace.host.clone();
-        Short::assemble(trace, None, pass, &host, (0, 0, l, l, 0))
+        let work = step_work(&trace);
+        Short::assemble(trace, None, pass, &host, &work, (0, 0, l, l, 0))
             .unwrap_or_else(|_| unreachable!("a full run's live bytes are u64"))
     }
 
@@ -262,11 +266,13 @@ impl Short {
         }
         let periods = (a.num_hidden_layers - l1) / p;
         let shift = (a.num_hidden_layers - l2) as u32;
+        let work1 = step_work(&t1);
         let mut short = Short::assemble(
             t2,
             Some(&p1),
             p2,
             &t1.host,
+            &work1,
             (periods, shift, l2, head, tail),
         )?;
         short.how = How::Extrapolated;
@@ -280,6 +286,7 @@ impl Short {
         p1: Option<&Pass>,
         p2: Pass,
         host1: &[(What, u64)],
+        work1: &StepWork,
         (periods, shift, depth, head, tail): (u64, u32, u64, u64, u64),
     ) -> Result<Short, PlanError> {
         // Extrapolated live bytes past u64 are a step too large to plan, as for a full run.
@@ -310,7 +317,15 @@ impl Short {
             });
         }
         let end = grow(p1.map_or(p2.end, |p| p.end), p2.end);
-        let host = What::ALL
+        let work2 = step_work(&t2);
+        let work = StepWork {
+            bytes_by_what: (work1.bytes_by_what.iter().zip(&work2.bytes_by_what))
+                .map(|(&x, &y)| grow(x, y))
+                .collect(),
+            allocations: grow(work1.allocations, work2.allocations),
+            host: vec![],
+        };
+        let host: Vec<(What, u64)> = What::ALL
             .iter()
             .filter_map(|&w| {
                 let of = |h: &[(What, u64)]| h.iter().find(|x| x.0 == w).map_or(0, |x| x.1);
@@ -321,12 +336,17 @@ impl Short {
         if too_large {
             return Err(super::too_large());
         }
+        let work = StepWork {
+            host: host.clone(),
+            ..work
+        };
         Ok(Short {
             trace: t2,
             host,
             values,
             moments: highs.done(end, p2.alloc_phase),
             how: How::Full,
+            work,
             periods,
             shift,
             depth,

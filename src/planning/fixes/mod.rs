@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::planning::fit::{self, Fidelity};
 use crate::planning::{time, verdict, Status};
 
+use crate::formats::catalog::GpuEntry;
 use crate::model::{plan, Architecture, Settings};
 
 pub mod allocator;
@@ -64,7 +65,8 @@ pub struct Fix {
 pub(crate) fn replan(
     arch: &Architecture,
     s: &Settings,
-    base_peak: u128,
+    base: &Judged,
+    gpu: Option<&GpuEntry>,
     capacity: u128,
     id: FixId,
     title: String,
@@ -84,10 +86,10 @@ pub(crate) fn replan(
         cost,
         changes,
         weight,
-        time_factor: time::relative_time(arch, s, &t),
+        time_factor: time::relative_time(arch, s, &base.work, &t, &p.work, gpu),
         peak_allocated_bytes: p.peak_bytes,
         nvidia_smi_bytes: p.need_bytes,
-        saved_bytes: base_peak as i128 - p.peak_bytes as i128,
+        saved_bytes: base.peak_bytes as i128 - p.peak_bytes as i128,
         phase: p.phase,
         status: v.status,
         settings: t,
@@ -98,7 +100,8 @@ pub(crate) fn replan(
 fn single(
     arch: &Architecture,
     s: &Settings,
-    base_peak: u128,
+    base: &Judged,
+    gpu: Option<&GpuEntry>,
     cap: u128,
     c: &Change,
     how: Fidelity,
@@ -106,7 +109,8 @@ fn single(
     replan(
         arch,
         s,
-        base_peak,
+        base,
+        gpu,
         cap,
         c.id,
         c.title.clone(),
@@ -146,6 +150,8 @@ pub(crate) struct Judged {
     pub peak_bytes: u128,
     /// The deciding phase.
     pub phase: &'static str,
+    /// What the training step's ops do (for its time).
+    pub work: crate::model::steptrace::StepWork,
 }
 
 impl Judged {
@@ -180,6 +186,7 @@ pub(crate) fn judge(
             need_bytes: p.nvidia_smi_bytes,
             peak_bytes: p.peak_allocated_bytes,
             phase: "train",
+            work: p.work,
         });
     }
     judged_of(arch, t, &p, capacity)
@@ -198,15 +205,18 @@ pub(crate) fn judged_of(
         need_bytes: d.gpu_peak_bytes,
         peak_bytes: d.allocated_bytes,
         phase: d.name,
+        work: p.work.clone(),
     })
 }
 
 /// The last resort: `max_length` cut to the longest that fits with `with` (the current settings
 /// or a combination), said so in its title.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn truncation(
     arch: &Architecture,
     s: &Settings,
-    base_peak: u128,
+    base: &Judged,
+    gpu: Option<&GpuEntry>,
     capacity: u128,
     with: Option<&Fix>,
     how: Fidelity,
@@ -241,7 +251,8 @@ pub(crate) fn truncation(
     let mut f = replan(
         arch,
         s,
-        base_peak,
+        base,
+        gpu,
         capacity,
         FixId::ShorterSeq,
         title,
@@ -261,22 +272,23 @@ pub(crate) fn truncation(
 /// combination follows ([`best_combination`], id `combined`). Truncating the sequence comes last,
 /// always, marked as the last resort.
 pub fn suggest(arch: &Architecture, s: &Settings, capacity: u128, bf16_ok: bool) -> Vec<Fix> {
-    suggest_with(arch, s, capacity, bf16_ok, Fidelity::Quick)
+    suggest_with(arch, s, capacity, bf16_ok, None, Fidelity::Quick)
 }
 
 /// [`suggest`] with each change judged at fidelity `how` ([`Fidelity::Simulated`]: verdicts
-/// from PyTorch's caching allocator simulated, for the changes that could fit).
+/// from PyTorch's caching allocator simulated, for the changes that could fit), and its speed
+/// cost timed on `gpu` (`None`: on the reference card of [`time::relative_time`]).
 pub fn suggest_with(
     arch: &Architecture,
     s: &Settings,
     capacity: u128,
     bf16_ok: bool,
+    gpu: Option<&GpuEntry>,
     how: Fidelity,
 ) -> Vec<Fix> {
     let Some(base) = judge(arch, s, capacity, Fidelity::Quick) else {
         return vec![];
     };
-    let peak = base.peak_bytes;
     let all = changes(s, bf16_ok);
     let mut fixes: Vec<Fix> = vec![];
     // One single of each batch kind (the training micro-batch, the eval batch): the largest
@@ -295,7 +307,7 @@ pub fn suggest_with(
         .filter(|c| !sized.contains(&c.kind()))
         .chain(batches.into_iter().flatten())
     {
-        if let Some(f) = single(arch, s, peak, capacity, c, how) {
+        if let Some(f) = single(arch, s, &base, gpu, capacity, c, how) {
             fixes.push(f);
         }
     }
@@ -305,12 +317,14 @@ pub fn suggest_with(
     });
     if !fixes.iter().any(|f| f.status != Status::Oom) {
         if let Some(c) =
-            best_combination_with(arch, s, capacity, bf16_ok, how).filter(|c| !c.last_resort)
+            best_combination_with(arch, s, capacity, bf16_ok, gpu, how).filter(|c| !c.last_resort)
         {
             fixes.push(c);
         }
     }
-    if let Some(t) = truncation(arch, s, peak, capacity, None, how).filter(|t| t.saved_bytes > 0) {
+    if let Some(t) =
+        truncation(arch, s, &base, gpu, capacity, None, how).filter(|t| t.saved_bytes > 0)
+    {
         fixes.push(t);
     }
     fixes

@@ -2,6 +2,7 @@
 //! one change of each kind, planned in cost order.
 
 use super::{changes, fits_in, judge, replan, truncation, Change, ChangeKind, Fix, FixId};
+use crate::formats::catalog::GpuEntry;
 use crate::model::{Architecture, Settings};
 use crate::planning::fit::{self, Fidelity};
 use crate::planning::Status;
@@ -56,7 +57,7 @@ pub fn best_combination(
     capacity: u128,
     bf16_ok: bool,
 ) -> Option<Fix> {
-    best_combination_with(arch, s, capacity, bf16_ok, Fidelity::Quick)
+    best_combination_with(arch, s, capacity, bf16_ok, None, Fidelity::Quick)
 }
 
 /// [`best_combination`] with each combination judged at fidelity `how`. Simulated, only the
@@ -68,6 +69,7 @@ pub fn best_combination_with(
     s: &Settings,
     capacity: u128,
     bf16_ok: bool,
+    gpu: Option<&GpuEntry>,
     how: Fidelity,
 ) -> Option<Fix> {
     let base = judge(arch, s, capacity, how)?;
@@ -107,7 +109,8 @@ pub fn best_combination_with(
         let mut f = replan(
             arch,
             s,
-            base.peak_bytes,
+            &base,
+            gpu,
             capacity,
             if pick.len() == 1 {
                 pick[0].id
@@ -154,5 +157,5 @@ pub fn best_combination_with(
         }
     }
     let chosen = best.and_then(|(_, combo)| as_fix(combo, with(combo)));
-    truncation(arch, s, base.peak_bytes, capacity, chosen.as_ref(), how)
+    truncation(arch, s, &base, gpu, capacity, chosen.as_ref(), how)
 }

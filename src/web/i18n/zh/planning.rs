@@ -108,9 +108,10 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("With DDP, GPU # using more memory than the others is normal", "DDP 时卡 # 多占显存是正常的"),
     ("under DDP every rank holds the same replica, gradient buckets and activations, so the plan is the same on every GPU; extra memory on GPU # is other ranks' CUDA contexts (about #–# GiB each) created on device # when a process touches CUDA before torch.cuda.set_device(local_rank), or evaluation and saving gathered on rank #: set the device first", "DDP 下每个 rank 持有同样的模型副本、梯度桶和激活值，所以每张卡的显存计划都一样；卡 # 多出来的显存是其他 rank 的 CUDA 上下文（每个约 #–# GiB）：进程在 torch.cuda.set_device(local_rank) 之前就访问了 CUDA，上下文建在了设备 # 上；或者评估、保存都汇总到了 rank #：先设置设备"),
     // The speed of a fix (formats::report::speed).
-    ("no more compute per token", "每 token 计算量不变"),
-    ("≈ # % more compute per token", "每 token 计算量多 ≈ # %"),
-    ("≈ # % less compute per token", "每 token 计算量少 ≈ # %"),
+    ("no more time per token", "每 token 耗时不变"),
+    ("≈ # % more time per token", "每 token 耗时多 ≈ # %"),
+    ("≈ # % less time per token", "每 token 耗时少 ≈ # %"),
+    ("{}, ≈ $# per epoch", "{}，每个 epoch ≈ $#"),
     // Preference steps (plan notes and fixes)
     ("DPO: batch # counts preference pairs: the model sees # sequences (chosen, then rejected) of # tokens (# prompt, # completion)", "DPO：batch # 指偏好对的数量：模型看到 # 条序列（先 chosen，后 rejected），每条 # 个 token（提示词 #，回答 #）"),
     ("ORPO: batch # counts preference pairs: the model sees # sequences (chosen, then rejected) of # tokens (# prompt, # completion)", "ORPO：batch # 指偏好对的数量：模型看到 # 条序列（先 chosen，后 rejected），每条 # 个 token（提示词 #，回答 #）"),

@@ -1,14 +1,14 @@
-//! Compute of one LoRA training step and the time it takes: matmul FLOPs from the shapes
-//! (forward; backward = activation gradients through frozen weights + both gradients of the small
-//! LoRA matrices; the recomputed forward under gradient checkpointing; attention scores), over a
-//! GPU's peak rate × an explained utilisation.
+//! The matrix products of one training step, in FLOPs from the shapes: forward; backward =
+//! activation gradients through frozen weights + both gradients of the small LoRA matrices; the
+//! recomputed forward under gradient checkpointing; attention's scores and weighted sums; a
+//! preference step's no-grad reference forward. The step-time model ([`super`]) prices them at
+//! the card's tensor rate × its generation's GEMM efficiency.
 
 use serde::Serialize;
 
-use crate::formats::catalog::GpuEntry;
 use crate::model::arch::LayerKind;
 use crate::model::Architecture;
-use crate::model::{AttnImpl, Dtype, Settings};
+use crate::model::{AttnImpl, Settings};
 
 /// FLOPs of one micro-batch, split the way the explanation shows them.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -19,7 +19,8 @@ pub struct StepFlops {
     pub forward_lora: f64,
     /// Attention scores and weighted sums, forward.
     pub forward_attention: f64,
-    /// Backward: activation gradients through frozen weights (no weight gradients).
+    /// Backward: activation gradients through the base weights, and the weight gradients of
+    /// those full or freeze tuning trains.
     pub backward_frozen: f64,
     /// Backward of the LoRA paths (input and weight gradients).
     pub backward_lora: f64,
@@ -122,7 +123,18 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
         .sum::<f64>()
         * a.moe_layers() as f64;
     let forward_lora = forward_lora + expert_lora_fixed;
-    let backward_frozen = forward_frozen;
+    // Activation gradients through every base weight; full and freeze tuning also compute the
+    // trained layers' weight gradients (another 2 × tokens × their weights), and full tuning
+    // lm_head's.
+    let trained_layers = (0..a.num_hidden_layers)
+        .filter(|&li| s.layer_trained(li, a.num_hidden_layers))
+        .count() as f64;
+    let head_trained = if s.finetuning_type == crate::model::settings::FinetuningType::Full {
+        head
+    } else {
+        0.0
+    };
+    let backward_frozen = forward_frozen + 2.0 * t * (lin * trained_layers + head_trained);
     let backward_lora = 2.0 * forward_lora + expert_lora_grad;
     let backward_attention = 2.0 * forward_attention;
     let recompute = if s.grad_ckpt {
@@ -158,131 +170,6 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
         reference,
         total,
     }
-}
-
-/// Default share of the peak rate a HF Trainer LoRA step achieves on tensor cores (matmuls of
-/// a few thousand tokens reach 40–60 %, elementwise ops, norms and launches pull it down).
-pub const DEFAULT_UTILIZATION: f64 = 0.40;
-/// Slowdown of 4-bit layers (dequantise each weight before its matmul).
-pub const QUANT_SLOWDOWN: f64 = 1.3;
-
-/// Compute time per trained token of `after` relative to `before` (same model and GPU): FLOPs per
-/// token × the 4-bit dequantisation slowdown, so the GPU's rate cancels. 1.3 means 30 % slower.
-/// Not modelled: the lower efficiency of smaller matmuls, paging, a different tensor-core rate.
-pub fn relative_time(a: &Architecture, before: &Settings, after: &Settings) -> f64 {
-    let per_token = |s: &Settings| {
-        let slowdown = if s.quant.is_some() {
-            QUANT_SLOWDOWN
-        } else {
-            1.0
-        };
-        step_flops(a, s).total / ((s.batch as f64) * (s.seq as f64)).max(1.0) * slowdown
-    };
-    let b = per_token(before);
-    if b > 0.0 && b.is_finite() {
-        per_token(after) / b
-    } else {
-        1.0
-    }
-}
-
-/// Time estimate of a planned run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TimeEstimate {
-    /// FLOPs of one micro-batch.
-    pub flops: StepFlops,
-    /// Peak rate used (TFLOP/s) and what it is.
-    pub peak_tflops: f64,
-    /// Which figure of the datasheet (or the fallback used).
-    pub peak_kind: &'static str,
-    /// Utilisation assumed.
-    pub utilization: f64,
-    /// Seconds per optimizer step (all micro-batches of the accumulation).
-    pub seconds_per_step: f64,
-    /// Training tokens per second over all GPUs.
-    pub tokens_per_second: f64,
-    /// Seconds per epoch for `dataset_tokens`.
-    pub seconds_per_epoch: f64,
-    /// How the numbers were made.
-    pub explanation: String,
-}
-
-/// Time of one epoch of `dataset_tokens` (padded tokens) on `gpu`, or None without a peak figure.
-pub fn estimate(
-    a: &Architecture,
-    s: &Settings,
-    gpu: &GpuEntry,
-    utilization: f64,
-    dataset_tokens: f64,
-) -> Option<TimeEstimate> {
-    let low = s.autocast.or(match s.dtype {
-        Dtype::Fp32 if s.quant.is_none() => None,
-        d => Some(d),
-    });
-    // Without a tensor-core figure in the catalog, fall back to the fp32 rate (conservative).
-    const FALLBACK: &str = "fp32 (no tensor figure in the catalog: conservative)";
-    let fp32 = gpu.fp32_tflops.map(|p| (p, FALLBACK));
-    let (peak, kind) = match low {
-        Some(Dtype::Bf16) if gpu.bf16_ok() => gpu
-            .bf16_tflops_dense
-            .or(gpu.fp16_tflops_dense)
-            .map(|p| (p, "dense bf16 tensor"))
-            .or(fp32)?,
-        Some(Dtype::Bf16) | Some(Dtype::Fp16) => gpu
-            .fp16_tflops_dense
-            .map(|p| (p, "dense fp16 tensor"))
-            .or(fp32)?,
-        _ => (gpu.fp32_tflops?, "fp32"),
-    };
-    let util_ok = utilization.is_finite() && utilization > 0.0 && utilization <= 1.0;
-    let data_ok = dataset_tokens.is_finite() && dataset_tokens >= 0.0;
-    if !util_ok || !data_ok {
-        return None;
-    }
-    let flops = step_flops(a, s);
-    let slowdown = if s.quant.is_some() {
-        QUANT_SLOWDOWN
-    } else {
-        1.0
-    };
-    let micro = flops.total / (peak * 1e12 * utilization) * slowdown;
-    let accum = s.grad_accum as f64;
-    let world = s.parallel.world() as f64;
-    let seconds_per_step = micro * accum;
-    let tokens_per_step = (s.sequences() as f64) * (s.seq as f64) * accum * world;
-    let tokens_per_second = tokens_per_step / seconds_per_step;
-    let seconds_per_epoch = (dataset_tokens / tokens_per_step).ceil() * seconds_per_step;
-    let active = if a.is_moe() {
-        format!(
-            ", from the {:.2} B active of {:.2} B parameters ({} of {} experts per token)",
-            a.active_params() as f64 / 1e9,
-            a.total_params() as f64 / 1e9,
-            a.experts_per_tok(),
-            a.num_experts()
-        )
-    } else {
-        String::new()
-    };
-    let explanation = format!(
-        "{:.3} PFLOP per micro-batch ({} GC recompute{}{active}) ÷ ({peak} TFLOP/s {kind} × {:.0} % utilisation){}; × {} accumulation steps; {} GPU(s) in parallel",
-        flops.total / 1e15,
-        if s.grad_ckpt { "with" } else { "no" },
-        if flops.reference > 0.0 { ", with the reference's no-grad forward" } else { "" },
-        utilization * 100.0,
-        if slowdown > 1.0 { format!(" × {slowdown} for 4-bit dequantisation") } else { String::new() },
-        s.grad_accum,
-        s.parallel.world()
-    );
-    Some(TimeEstimate {
-        flops,
-        peak_tflops: peak,
-        peak_kind: kind,
-        utilization,
-        seconds_per_step,
-        tokens_per_second,
-        seconds_per_epoch,
-        explanation,
-    })
 }
 
 #[cfg(test)]
@@ -390,46 +277,5 @@ mod tests {
             },
         );
         assert!(with.forward_lora > f.forward_lora && with.backward_lora > f.backward_lora);
-    }
-
-    #[test]
-    fn time_follows_peak_and_accumulation() {
-        let a = llama();
-        let h100 = crate::formats::catalog::find_gpu("h100-80").unwrap();
-        let a100 = crate::formats::catalog::find_gpu("a100-80").unwrap();
-        let s = Settings {
-            autocast: Some(Dtype::Bf16),
-            ..Settings::default()
-        };
-        let fast = estimate(&a, &s, h100, 0.4, 1e6).unwrap();
-        let slow = estimate(&a, &s, a100, 0.4, 1e6).unwrap();
-        assert!(slow.seconds_per_step > fast.seconds_per_step);
-        let acc = estimate(
-            &a,
-            &Settings {
-                grad_accum: 4,
-                ..s.clone()
-            },
-            h100,
-            0.4,
-            1e6,
-        )
-        .unwrap();
-        assert!((acc.seconds_per_step / fast.seconds_per_step - 4.0).abs() < 1e-9);
-        assert!(
-            (acc.tokens_per_second - fast.tokens_per_second).abs() / fast.tokens_per_second < 1e-9
-        );
-        assert!(estimate(&a, &s, h100, 0.0, 1e6).is_none());
-        // A GPU the catalog gives no tensor figure for (the A10G): its fp32 rate, labelled.
-        let a10g = crate::formats::catalog::find_gpu("a10g").unwrap();
-        assert!(a10g.bf16_tflops_dense.is_none() && a10g.fp16_tflops_dense.is_none());
-        let fallback = estimate(&a, &s, a10g, 0.4, 1e6).unwrap();
-        assert_eq!(Some(fallback.peak_tflops), a10g.fp32_tflops);
-        assert!(fallback.peak_kind.contains("no tensor figure"));
-        // The RTX 4090 now has its datasheet tensor figure.
-        let rtx = crate::formats::catalog::find_gpu("rtx4090").unwrap();
-        let with_tensor = estimate(&a, &s, rtx, 0.4, 1e6).unwrap();
-        assert_eq!(Some(with_tensor.peak_tflops), rtx.bf16_tflops_dense);
-        assert!(estimate(&a, &s, h100, f64::NAN, 1e6).is_none());
     }
 }
