@@ -503,3 +503,21 @@ fn deepspeed_and_swift_exports_read_back() {
         }
     }
 }
+
+#[test]
+fn offloading_the_optimizer_keeps_offloaded_checkpoints() {
+    // Offloaded checkpoints, then FSDP's (axolotl), Trainer's or a DeepSpeed file's offload of the
+    // optimizer and parameters: all three offloaded, whatever the order.
+    for text in [
+        "base_model: meta-llama/Llama-2-7b-hf\nadapter: lora\ngradient_checkpointing: offload\nfsdp:\n  - full_shard\nfsdp_config:\n  fsdp_offload_params: true\n",
+        "base_model: meta-llama/Llama-2-7b-hf\nadapter: lora\nfsdp:\n  - full_shard\nfsdp_config:\n  fsdp_offload_params: true\ngradient_checkpointing: offload\n",
+        "model_name_or_path: meta-llama/Llama-2-7b-hf\nstage: sft\nfinetuning_type: lora\nuse_unsloth_gc: true\ndeepspeed: examples/deepspeed/ds_z3_offload_config.json\n",
+    ] {
+        let r = framework::read(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let p = &r.settings.parallel;
+        assert!(
+            p.offload_activations && p.offload_optimizer && p.offload_params,
+            "{text}: {p:?}"
+        );
+    }
+}

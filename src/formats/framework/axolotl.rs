@@ -252,7 +252,7 @@ fn rl(rd: &mut Reader, v: &Value) -> Result<(), String> {
 
 fn fsdp_offload(rd: &mut Reader, v: &Value) -> Result<(), String> {
     if flag(rd.key(), v)? {
-        rd.set("offload", "optimizer,params")
+        add_offload(rd, &["optimizer", "params"])
     } else {
         rd.confirms("offload");
         Ok(())

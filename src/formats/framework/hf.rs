@@ -244,7 +244,7 @@ pub(super) fn fsdp(rd: &mut Reader, v: &Value) -> Result<(), String> {
     };
     rd.set("strategy", strategy)?;
     if words.iter().any(|w| w == "offload") {
-        rd.set("offload", "optimizer,params")?;
+        super::add_offload(rd, &["optimizer", "params"])?;
     }
     Ok(())
 }

@@ -535,12 +535,12 @@ pub(crate) fn deepspeed_by_name(rd: &mut Reader, name: &str) -> Result<(), Strin
     let strategy = ["ddp", "zero1", "zero2", "zero3"][stage];
     rd.set("strategy", strategy)?;
     if base.contains("offload") {
-        let what = if stage == 3 {
-            "optimizer,params"
+        let what: &[&str] = if stage == 3 {
+            &["optimizer", "params"]
         } else {
-            "optimizer"
+            &["optimizer"]
         };
-        rd.set("offload", what)?;
+        add_offload(rd, what)?;
     }
     if base.ends_with(".json") {
         rd.r.deepspeed_path = Some(name.to_string());
