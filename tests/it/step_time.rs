@@ -279,6 +279,23 @@ fn several_gpus_and_offloading_add_their_transfers() {
     // FSDP gathers every layer twice per micro-batch; DDP only reduces the LoRA gradients.
     let (f, d) = (on(&fsdp, "a100-80"), on(&ddp, "a100-80"));
     assert!(part(&f, "communication").unwrap() > 20.0 * part(&d, "communication").unwrap());
+    // A ring all-reduce moves 2(n−1)/n of the gradients per GPU: 8 GPUs move 1.75 × what 2 do.
+    let ddp_on = |n: u64| {
+        on(
+            &Settings {
+                parallel: Parallel {
+                    gpus_per_node: n,
+                    strategy: Strategy::Ddp,
+                    ..Parallel::default()
+                },
+                ..base.clone()
+            },
+            "a100-80",
+        )
+    };
+    let ratio =
+        part(&ddp_on(8), "communication").unwrap() / part(&ddp_on(2), "communication").unwrap();
+    assert!((ratio - 1.75).abs() < 1e-9, "{ratio}");
     // Over PCIe (an L40S has no NVLink) the same gathers take longer than over NVLink.
     let pcie = on(&fsdp, "l40s");
     assert!(part(&pcie, "communication").unwrap() > part(&f, "communication").unwrap());

@@ -322,7 +322,8 @@ fn estimate_at(
         let layer = crate::model::distributed::gathered_layer_bytes(&step_ctx) as f64;
         let root =
             ((a.embedding_params() + a.lm_head_params()) * step_ctx.aux_weight.bytes()) as f64;
-        parts.push(communication(s, a, layer, root, gpu, trainable));
+        let all_trainable = plan.params.trainable_params as f64;
+        parts.push(communication(s, a, layer, root, gpu, all_trainable));
     }
     if par.offload_optimizer || par.offload_params || par.offload_activations {
         parts.push(offload(s, w, gpu, trainable));
@@ -392,7 +393,7 @@ fn communication(
     layer: f64,
     root: f64,
     gpu: &GpuEntry,
-    trainable: f64,
+    all_trainable: f64,
 ) -> TimePart {
     let par = &s.parallel;
     let n = par.world() as f64;
@@ -417,8 +418,9 @@ fn communication(
     } else {
         0.0
     };
-    // Gradients in fp32 (peft's adapters; FSDP reduces in the parameters' dtype).
-    let grads = trainable * n * 4.0;
+    // Every trainable parameter's gradient, in fp32 (peft's adapters; FSDP reduces in the
+    // parameters' dtype).
+    let grads = all_trainable * 4.0;
     let accum = s.grad_accum as f64;
     let (sync, how) = match par.strategy {
         Strategy::Ddp | Strategy::Zero1 | Strategy::Zero2 => {

@@ -42,7 +42,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("measured on your GPU: # h per optimizer step, # tokens/s", "在你的 GPU 上实测：每个优化步 # h，# tokens/s"),
     // planning::time's explanation, part by part (joined with "; "): each part is
     // "label # s: formula".
-    ("{} # s: {}", "{}：# s，{}"),
+    ("{} # s: {}", "{}：# 秒，{}"),
     ("GEMMs and attention", "矩阵乘与注意力"),
     ("memory traffic", "显存读写"),
     ("launch and dispatch", "内核启动与调度"),
