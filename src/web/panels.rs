@@ -183,16 +183,39 @@ pub fn Fixes(
         })
         }
     };
+    // The current step's time on the card (its epoch's cost where the catalog cites a rate):
+    // each change's time per token and cost scale from it.
+    let now = Memo::new(move |_| {
+        if !needs.get() {
+            return None;
+        }
+        state.with(|st| {
+            let a = crate::web::state::arch_of(st).ok()?;
+            let g = crate::formats::catalog::find_gpu(&st.gpu).ok()?;
+            eval.with(|e| {
+                let p = &e.as_ref().ok()?.plan;
+                crate::planning::time::estimate(
+                    &a,
+                    &st.settings,
+                    p,
+                    g,
+                    None,
+                    crate::formats::jsonl::DEFAULT_DATASET_TOKENS,
+                )
+            })
+        })
+    });
     // One fix as a list item.
     let fix_item = move |f: fixes::Fix| {
         let settings = f.settings.clone();
+        let speed = crate::formats::report::fix_speed(f.time_factor, now.get_untracked().as_ref());
         view! {
             <li data-testid=format!("fix-{}", f.id)>
                 <strong>{ts(f.title.clone())}</strong>
                 <span class=format!("pill verdict-{}", f.status.name())>{t(f.status.name())}</span>
                 {f.last_resort.then(|| view! { <span class="pill last-resort">{t("last resort")}</span> })}
                 <br/>
-                <span>{let (saved, peak) = (gib(f.saved_bytes.max(0) as u128), gib(f.peak_allocated_bytes)); tx(move || format!("saves {saved} → peak {peak}"))}" · "{ts(f.cost.clone())}</span>
+                <span>{let (saved, peak) = (gib(f.saved_bytes.max(0) as u128), gib(f.peak_allocated_bytes)); tx(move || format!("saves {saved} → peak {peak}"))}" · "<span data-testid=format!("fix-speed-{}", f.id)>{ts(speed)}</span>" · "{ts(f.cost.clone())}</span>
                 " "
                 <button type="button" data-testid=format!("apply-{}", f.id) on:click=move |_| { let t = settings.clone(); state.update(|st| st.settings = t) }>{t("apply")}</button>
             </li>
