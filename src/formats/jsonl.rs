@@ -169,17 +169,10 @@ pub fn read_line(line: &str) -> Result<Line, (Value, String)> {
 
 /// Plans one input line; `Err` carries the line's id and a message.
 pub fn estimate_line(line: &str) -> Result<Estimate, (Value, String)> {
-    let v: Value = serde_json::from_str(line)
-        .map_err(|e| (Value::Null, format!("not a valid input line: {e}")))?;
-    let obj = v.as_object().ok_or((
-        Value::Null,
-        "not a valid input line: expected a JSON object".to_string(),
-    ))?;
-    let id = obj.get("id").cloned().unwrap_or(Value::Null);
-    let r = read_request(obj, &[]).map_err(|e| (id.clone(), e))?;
-    let p = plan_simulated(&r.arch, &r.settings).map_err(|e| (id.clone(), e.to_string()))?;
-    let job = plan_job(&r.arch, &r.settings, &p).map_err(|e| (id.clone(), e.to_string()))?;
-    Ok((r.id, p, job, r.ignored))
+    let (id, arch, settings, ignored) = read_line(line)?;
+    let p = plan_simulated(&arch, &settings).map_err(|e| (id.clone(), e.to_string()))?;
+    let job = plan_job(&arch, &settings, &p).map_err(|e| (id.clone(), e.to_string()))?;
+    Ok((id, p, job, ignored))
 }
 
 /// One line's answer: its id, the step's plan, the job's phases and the members it did not use.
