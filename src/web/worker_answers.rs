@@ -69,8 +69,8 @@ pub enum Best {
         peak_bytes: u128,
         /// Its nvidia-smi figure.
         smi_bytes: u128,
-        /// Its cost in time per token, and on a priced card in money per epoch, in words
-        /// ([`crate::formats::report::fix_speed`]).
+        /// Its cost in time per token, in words ([`crate::formats::report::speed`]; the list
+        /// of single changes adds the epoch's cost on a priced card).
         speed: String,
         /// Whether it truncates the sequence.
         last_resort: bool,
@@ -99,17 +99,6 @@ pub fn best_fix_line(query: &str) -> Result<String, String> {
         Some(g),
         Fidelity::Simulated,
     );
-    // The current step's time on the card, which the change's time and cost scale from.
-    let now = crate::model::plan(&arch, &st.settings).ok().and_then(|p| {
-        crate::planning::time::estimate(
-            &arch,
-            &st.settings,
-            &p,
-            g,
-            None,
-            crate::formats::jsonl::DEFAULT_DATASET_TOKENS,
-        )
-    });
     let fields: Vec<String> = match fix {
         Some(f) => {
             let applied = UiState {
@@ -121,7 +110,7 @@ pub fn best_fix_line(query: &str) -> Result<String, String> {
                 f.status.name().into(),
                 f.peak_allocated_bytes.to_string(),
                 f.nvidia_smi_bytes.to_string(),
-                crate::formats::report::fix_speed(f.time_factor, now.as_ref()),
+                crate::formats::report::speed(f.time_factor),
                 u8::from(f.last_resort).to_string(),
                 f.summary,
                 f.cost,
