@@ -514,13 +514,14 @@ fn from_program(
     p.terms = peak.terms;
     p.phases = phases;
     p.steady_state_bytes = u128::from(m.end_bytes);
-    p.work = short.work.clone();
     p.cpu_terms = short
+        .work
         .host
         .iter()
         .map(|&(what, bytes)| anatomy::host_term(what, bytes))
         .collect();
     p.cpu_bytes_per_rank = total(&p.cpu_terms);
+    p.work = short.work.clone();
     p.cpu_bytes_per_node = p.cpu_bytes_per_rank * u128::from(ctx.s.parallel.gpus_per_node);
     requote(p, ctx);
     short.trace

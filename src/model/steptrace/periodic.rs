@@ -188,9 +188,6 @@ pub fn live_peak(a: &Architecture, s: &Settings, device: Device) -> Result<(u64,
 pub struct Short {
     /// The longer run (`L₂` layers); the moments' events index its sequence.
     pub trace: Trace,
-    /// The model's host memory (offloaded storages) by kind at its highest, extrapolated like
-    /// the live bytes.
-    pub host: Vec<(What, u64)>,
     /// What each allocation outside the middle layers makes, and the model's live bytes right
     /// after it, in order.
     pub values: Vec<(What, u64)>,
@@ -199,8 +196,8 @@ pub struct Short {
     pub moments: Moments,
     /// Whether it comes from two short runs or the full run.
     pub how: How,
-    /// What the warm step's ops create ([`super::step_work`]), extrapolated to the model's
-    /// depth like the live bytes.
+    /// What the warm step's ops create and the host memory (offloaded storages) by kind at its
+    /// highest ([`super::step_work`]), extrapolated to the model's depth like the live bytes.
     pub work: StepWork,
     /// Periods of the model's depth past the shorter run's (`(L − L₁)/p`).
     periods: u64,
@@ -240,9 +237,8 @@ impl Short {
     pub fn full(a: &Architecture, trace: Trace) -> Short {
         let l = a.num_hidden_layers;
         let pass = kept(&trace, l, l, 0);
-        let host = trace.host.clone();
         let work = step_work(&trace);
-        Short::assemble(trace, None, pass, &host, &work, (0, 0, l, l, 0))
+        Short::assemble(trace, None, pass, (&work, &work), (0, 0, l, l, 0))
             .unwrap_or_else(|_| unreachable!("a full run's live bytes are u64"))
     }
 
@@ -266,13 +262,12 @@ impl Short {
         }
         let periods = (a.num_hidden_layers - l1) / p;
         let shift = (a.num_hidden_layers - l2) as u32;
-        let work1 = step_work(&t1);
+        let (w1, w2) = (step_work(&t1), step_work(&t2));
         let mut short = Short::assemble(
             t2,
             Some(&p1),
             p2,
-            &t1.host,
-            &work1,
+            (&w1, &w2),
             (periods, shift, l2, head, tail),
         )?;
         short.how = How::Extrapolated;
@@ -280,13 +275,12 @@ impl Short {
     }
 
     /// The model's values from the passes over the shorter run (`p1`; none: the same run) and
-    /// the longer (`p2`, whose trace is `t2`).
+    /// the longer (`p2`, whose trace is `t2`), and the work of each (`works`).
     fn assemble(
         t2: Trace,
         p1: Option<&Pass>,
         p2: Pass,
-        host1: &[(What, u64)],
-        work1: &StepWork,
+        (work1, work2): (&StepWork, &StepWork),
         (periods, shift, depth, head, tail): (u64, u32, u64, u64, u64),
     ) -> Result<Short, PlanError> {
         // Extrapolated live bytes past u64 are a step too large to plan, as for a full run.
@@ -317,32 +311,25 @@ impl Short {
             });
         }
         let end = grow(p1.map_or(p2.end, |p| p.end), p2.end);
-        let work2 = step_work(&t2);
         let work = StepWork {
             bytes_by_what: (work1.bytes_by_what.iter().zip(&work2.bytes_by_what))
                 .map(|(&x, &y)| grow(x, y))
                 .collect(),
             allocations: grow(work1.allocations, work2.allocations),
-            host: vec![],
+            host: What::ALL
+                .iter()
+                .filter_map(|&w| {
+                    let of = |h: &[(What, u64)]| h.iter().find(|x| x.0 == w).map_or(0, |x| x.1);
+                    let b = grow(of(&work1.host), of(&work2.host));
+                    (b > 0).then_some((w, b))
+                })
+                .collect(),
         };
-        let host: Vec<(What, u64)> = What::ALL
-            .iter()
-            .filter_map(|&w| {
-                let of = |h: &[(What, u64)]| h.iter().find(|x| x.0 == w).map_or(0, |x| x.1);
-                let b = grow(of(host1), of(&t2.host));
-                (b > 0).then_some((w, b))
-            })
-            .collect();
         if too_large {
             return Err(super::too_large());
         }
-        let work = StepWork {
-            host: host.clone(),
-            ..work
-        };
         Ok(Short {
             trace: t2,
-            host,
             values,
             moments: highs.done(end, p2.alloc_phase),
             how: How::Full,
