@@ -80,7 +80,7 @@ pub fn GpuApp() -> impl IntoView {
             time::calibration::gemm_efficiency(g).value
         }),
     );
-    let dataset = RwSignal::new(100_000_000f64);
+    let dataset = RwSignal::new(time::DEFAULT_DATASET_TOKENS);
     // The shape of one adapted Linear of the selected model: tokens × hidden → intermediate.
     let (m, k, n) = match &arch {
         Some(a) => (

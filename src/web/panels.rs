@@ -200,7 +200,7 @@ pub fn Fixes(
                     p,
                     g,
                     None,
-                    crate::formats::jsonl::DEFAULT_DATASET_TOKENS,
+                    crate::planning::time::DEFAULT_DATASET_TOKENS,
                 )
             })
         })

@@ -260,39 +260,24 @@ fn several_gpus_and_offloading_add_their_transfers() {
     let one = on(&base, "a100-80");
     assert_eq!(part(&one, "communication"), None);
     assert_eq!(part(&one, "offload"), None);
-    let fsdp = Settings {
+    // `n` GPUs of one node under `strategy`.
+    let layout = |n: u64, strategy: Strategy| Settings {
         parallel: Parallel {
-            gpus_per_node: 4,
-            strategy: Strategy::FsdpFullShard,
+            gpus_per_node: n,
+            strategy,
             ..Parallel::default()
         },
         ..base.clone()
     };
-    let ddp = Settings {
-        parallel: Parallel {
-            gpus_per_node: 4,
-            strategy: Strategy::Ddp,
-            ..Parallel::default()
-        },
-        ..base.clone()
-    };
+    let fsdp = layout(4, Strategy::FsdpFullShard);
     // FSDP gathers every layer twice per micro-batch; DDP only reduces the LoRA gradients.
-    let (f, d) = (on(&fsdp, "a100-80"), on(&ddp, "a100-80"));
+    let (f, d) = (
+        on(&fsdp, "a100-80"),
+        on(&layout(4, Strategy::Ddp), "a100-80"),
+    );
     assert!(part(&f, "communication").unwrap() > 20.0 * part(&d, "communication").unwrap());
     // A ring all-reduce moves 2(n−1)/n of the gradients per GPU: 8 GPUs move 1.75 × what 2 do.
-    let ddp_on = |n: u64| {
-        on(
-            &Settings {
-                parallel: Parallel {
-                    gpus_per_node: n,
-                    strategy: Strategy::Ddp,
-                    ..Parallel::default()
-                },
-                ..base.clone()
-            },
-            "a100-80",
-        )
-    };
+    let ddp_on = |n: u64| on(&layout(n, Strategy::Ddp), "a100-80");
     let ratio =
         part(&ddp_on(8), "communication").unwrap() / part(&ddp_on(2), "communication").unwrap();
     assert!((ratio - 1.75).abs() < 1e-9, "{ratio}");

@@ -173,10 +173,11 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn llama() -> Architecture {
+    /// Llama-2-7B from the catalog.
+    pub(in crate::planning::time) fn llama() -> Architecture {
         crate::formats::catalog::find_model("llama2-7b")
             .unwrap()
             .arch

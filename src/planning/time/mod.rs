@@ -114,13 +114,17 @@ pub struct TimeEstimate {
     pub explanation: String,
 }
 
-/// The card a time ratio is computed on when no card is named ([`relative_time`]): the A100
-/// 80 GB, whose efficiency a published run calibrates.
-const REFERENCE: Card = Card {
-    peak_tflops: 312.0,
-    efficiency: cal::AMPERE_GEMM_EFFICIENCY,
-    bandwidth_gbs: Some(2039.0),
-};
+/// The catalog card a time ratio is computed on when no card is named ([`relative_time`]):
+/// the A100 80 GB, whose efficiency a published run calibrates.
+pub const REFERENCE_GPU: &str = "a100-80";
+
+/// Tokens per epoch a time estimate assumes when none are given.
+pub const DEFAULT_DATASET_TOKENS: f64 = 1e8;
+
+/// A card's memory bandwidth from the catalog, GB/s, when it gives a usable one.
+fn bandwidth_gbs(gpu: &GpuEntry) -> Option<f64> {
+    gpu.mem_bandwidth_gbs.filter(|b| b.is_finite() && *b > 0.0)
+}
 
 /// What the model needs of a card.
 #[derive(Clone, Copy, Debug)]
@@ -128,6 +132,18 @@ struct Card {
     peak_tflops: f64,
     efficiency: f64,
     bandwidth_gbs: Option<f64>,
+}
+
+impl Card {
+    /// `gpu` running the step `s` at its calibrated GEMM efficiency, or None without a peak.
+    fn calibrated(s: &Settings, gpu: &GpuEntry) -> Option<Card> {
+        let (peak, _) = peak_rate(s, gpu)?;
+        Some(Card {
+            peak_tflops: peak,
+            efficiency: cal::gemm_efficiency(gpu).value,
+            bandwidth_gbs: bandwidth_gbs(gpu),
+        })
+    }
 }
 
 /// The seconds of one micro-batch's compute, memory traffic and launches.
@@ -159,27 +175,25 @@ pub fn relative_time(
     after_work: &StepWork,
     gpu: Option<&GpuEntry>,
 ) -> f64 {
-    let card = |s: &Settings| -> Card {
-        gpu.and_then(|g| {
-            let (peak, _) = peak_rate(s, g)?;
+    // The reference card at its dense bf16 rate, whatever the step's dtype (a ratio on it
+    // compares the steps' work, not their precisions).
+    let reference = crate::formats::catalog::find_gpu(REFERENCE_GPU)
+        .ok()
+        .and_then(|g| {
             Some(Card {
-                peak_tflops: peak,
+                peak_tflops: g.bf16_tflops_dense?,
                 efficiency: cal::gemm_efficiency(g).value,
-                bandwidth_gbs: g.mem_bandwidth_gbs.filter(|b| b.is_finite() && *b > 0.0),
+                bandwidth_gbs: bandwidth_gbs(g),
             })
-        })
-        .unwrap_or(REFERENCE)
-    };
+        });
+    let card = |s: &Settings| gpu.and_then(|g| Card::calibrated(s, g)).or(reference);
     let per_token = |s: &Settings, w: &StepWork| {
-        let (_, g, m, o) = micro_parts(a, s, w, card(s));
-        (g + m + o) / ((s.sequences() as f64) * (s.seq as f64)).max(1.0)
+        let (_, g, m, o) = micro_parts(a, s, w, card(s)?);
+        Some((g + m + o) / ((s.sequences() as f64) * (s.seq as f64)).max(1.0))
     };
-    let b = per_token(before, before_work);
-    let r = per_token(after, after_work) / b;
-    if b > 0.0 && r.is_finite() {
-        r
-    } else {
-        1.0
+    match (per_token(before, before_work), per_token(after, after_work)) {
+        (Some(b), Some(x)) if b > 0.0 && (x / b).is_finite() => x / b,
+        _ => 1.0,
     }
 }
 
@@ -243,7 +257,7 @@ fn estimate_at(
         return None;
     }
     let basis = basis.to_string();
-    let bw = gpu.mem_bandwidth_gbs.filter(|b| b.is_finite() && *b > 0.0);
+    let bw = bandwidth_gbs(gpu);
     let card = Card {
         peak_tflops: peak,
         efficiency: eff,
@@ -497,16 +511,10 @@ fn offload(s: &Settings, w: &StepWork, gpu: &GpuEntry, trainable: f64) -> TimePa
 
 #[cfg(test)]
 mod tests {
+    use super::flops::tests::llama;
     use super::*;
     use crate::formats::catalog::find_gpu;
     use crate::model::plan;
-
-    fn llama() -> Architecture {
-        crate::formats::catalog::find_model("llama2-7b")
-            .unwrap()
-            .arch
-            .clone()
-    }
 
     #[test]
     fn time_follows_peak_and_accumulation() {
