@@ -248,7 +248,7 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
     let mut chars_per_token = crate::planning::lengths::DEFAULT_CHARS_PER_TOKEN;
     let mut file = None;
     let mut utilization = None;
-    let mut dataset_tokens: f64 = crate::formats::jsonl::DEFAULT_DATASET_TOKENS;
+    let mut dataset_tokens: f64 = crate::planning::time::DEFAULT_DATASET_TOKENS;
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
@@ -343,6 +343,14 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
 }
 
 impl PlanArgs {
+    /// The catalog card chosen, if the GPU is one (not a custom memory size).
+    fn card(&self) -> Option<&'static GpuEntry> {
+        match self.gpu {
+            GpuChoice::Catalog(g) => Some(g),
+            GpuChoice::Custom(_) => None,
+        }
+    }
+
     fn gpu(&self) -> (String, u128, bool) {
         match &self.gpu {
             GpuChoice::Catalog(g) => (g.name.clone(), g.capacity_bytes(), g.bf16_ok()),
@@ -438,10 +446,7 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
     let deciding = job.deciding();
     // Judged like the verdict above: the caching allocator simulated.
     let how = crate::planning::fit::Fidelity::Simulated;
-    let card = match &a.gpu {
-        GpuChoice::Catalog(g) => Some(*g),
-        GpuChoice::Custom(_) => None,
-    };
+    let card = a.card();
     let fixes =
         crate::planning::fixes::suggest_with(&a.arch, &a.settings, capacity, bf16_ok, card, how);
     let best = crate::planning::fixes::best_combination_with(
@@ -462,7 +467,7 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
             &p,
             g,
             None,
-            crate::formats::jsonl::DEFAULT_DATASET_TOKENS,
+            crate::planning::time::DEFAULT_DATASET_TOKENS,
         )
     });
     let speed = |f: &crate::planning::fixes::Fix| report::fix_speed(f.time_factor, time.as_ref());
@@ -612,24 +617,20 @@ fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result
     ];
     let a = parse_for("plan", &uses, args, err)?;
     let p = plan_simulated(&a.arch, &a.settings).map_err(|e| e.to_string())?;
-    let (gpu_name, capacity) = match &a.gpu {
-        GpuChoice::Catalog(g) => (g.name.clone(), g.capacity_bytes()),
-        GpuChoice::Custom(gib) => (format!("custom {gib} GiB GPU"), (gib * report::GIB) as u128),
-    };
+    let (gpu_name, capacity, _) = a.gpu();
     let job = crate::model::job::plan_job_within(&a.arch, &a.settings, &p, capacity)
         .map_err(|e| e.to_string())?;
     let v = crate::planning::job_verdict(&job, capacity);
-    let time = match &a.gpu {
-        GpuChoice::Catalog(g) => crate::planning::time::estimate(
+    let time = a.card().and_then(|g| {
+        crate::planning::time::estimate(
             &a.arch,
             &a.settings,
             &p,
             g,
             a.utilization,
             a.dataset_tokens,
-        ),
-        GpuChoice::Custom(_) => None,
-    };
+        )
+    });
     if a.json {
         let doc = match &a.from {
             // A training config: its settings by the table's names, and what it did not use.

@@ -154,16 +154,20 @@ fn prefixed(a: Parsed<Architecture>, at: &str, ignored: &mut Vec<String>) -> Arc
 /// One input line read: its id, the model, the settings, and the members it did not use.
 pub type Line = (Value, Architecture, Settings, Vec<String>);
 
+/// An input line's JSON object, or why it is not one.
+fn line_object(line: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str(line) {
+        Ok(Value::Object(obj)) => Ok(obj),
+        Ok(_) => Err("not a valid input line: expected a JSON object".into()),
+        Err(e) => Err(format!("not a valid input line: {e}")),
+    }
+}
+
 /// What one input line asks to plan; `Err` carries the line's id and a message.
 pub fn read_line(line: &str) -> Result<Line, (Value, String)> {
-    let v: Value = serde_json::from_str(line)
-        .map_err(|e| (Value::Null, format!("not a valid input line: {e}")))?;
-    let obj = v.as_object().ok_or((
-        Value::Null,
-        "not a valid input line: expected a JSON object".to_string(),
-    ))?;
+    let obj = line_object(line).map_err(|e| (Value::Null, e))?;
     let id = obj.get("id").cloned().unwrap_or(Value::Null);
-    let r = read_request(obj, &[]).map_err(|e| (id.clone(), e))?;
+    let r = read_request(&obj, &[]).map_err(|e| (id.clone(), e))?;
     Ok((r.id, r.arch, r.settings, r.ignored))
 }
 
@@ -202,7 +206,7 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
         None => None,
     };
     let dataset_tokens = match obj.get("dataset_tokens") {
-        None => DEFAULT_DATASET_TOKENS,
+        None => crate::planning::time::DEFAULT_DATASET_TOKENS,
         Some(d) => d
             .as_f64()
             .filter(|d| d.is_finite() && *d >= 0.0)
@@ -245,25 +249,11 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
     Ok(out)
 }
 
-/// Tokens per epoch a time estimate assumes when none are given (as `lorafit plan`).
-pub const DEFAULT_DATASET_TOKENS: f64 = 1e8;
-
 /// The output object for one line: [`plan_request`]'s answer, or `{"id", "error"}`.
 pub fn output_line(line: &str) -> (bool, String) {
-    let v: Value = match serde_json::from_str(line) {
-        Ok(v @ Value::Object(_)) => v,
-        Ok(_) => return (
-            false,
-            json!({"id": Value::Null, "error": "not a valid input line: expected a JSON object"})
-                .to_string(),
-        ),
-        Err(e) => {
-            return (
-                false,
-                json!({"id": Value::Null, "error": format!("not a valid input line: {e}")})
-                    .to_string(),
-            )
-        }
+    let v = match line_object(line) {
+        Ok(obj) => Value::Object(obj),
+        Err(e) => return (false, json!({"id": Value::Null, "error": e}).to_string()),
     };
     match plan_request(&v) {
         Ok(mut out) => {
