@@ -52,6 +52,9 @@ for line in open(os.path.join(ref, "published_gpu.jsonl")):
     # transformers 4 stored Mixtral's experts as an nn.Linear per expert projection.
     if d["model_config"].get("num_local_experts") and int(d["software"]["transformers"].split(".")[0]) < 5:
         st["experts_layout"] = "per_expert"
+    # Before 4.49 the causal-LM loss copied the shifted fp32 logits (tests/data/reference/transformers4).
+    if tuple(int(x) for x in d["software"]["transformers"].split(".")[:2]) < (4, 49):
+        st["loss_shift"] = "logits"
     if s.get("lora_param_dtype") == "bf16":
         st["adapter_dtype"] = "bf16"
     if s.get("num_gpus", 1) > 1:

@@ -144,6 +144,7 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                 output_router_logits: w[11] & 2048 != 0,
                 experts_impl: crate::model::ExpertsImpl::ALL[((w[11] >> 12) % 3) as usize],
                 experts_layout: crate::model::ExpertsLayout::ALL[((w[11] >> 14) % 2) as usize],
+                loss_shift: crate::model::LossShift::ALL[((w[11] >> 15) % 2) as usize],
                 batch: pick(w[8], 1, 4096),
                 seq: pick(w[9], 1, 1 << 20),
                 lora_r: pick(w[10], 1, 512),

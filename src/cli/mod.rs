@@ -823,15 +823,26 @@ fn cmd_validate(args: &[String], out: &mut dyn Write) -> Result<(), String> {
         "reserved (PyTorch's allocator replayed)",
         &v.reserved,
     ));
-    t.push_str("\npublished runs on real GPUs (nvidia-smi):\n");
+    t.push_str("\npublished runs on real GPUs (nvidia-smi; allocated where the run recorded it and finished):\n");
     for r in &v.published {
         let planned = match &r.planned {
-            Ok(p) => format!(
-                "planned {:.2} GiB ({:+.1} %){}",
-                gib(p.smi_bytes),
-                p.smi_error_pct,
-                if p.oom { ", out of memory" } else { "" }
-            ),
+            Ok(p) => {
+                let allocated = match r.measured_allocated_bytes {
+                    Some(m) if !r.measured_oom && m > 0 => format!(
+                        "; allocated {:.2} GiB planned {:.2} GiB ({:+.1} %)",
+                        gib(m),
+                        gib(p.allocated_bytes),
+                        (p.allocated_bytes as f64 - m as f64) / m as f64 * 100.0
+                    ),
+                    _ => String::new(),
+                };
+                format!(
+                    "planned {:.2} GiB ({:+.1} %){}{allocated}",
+                    gib(p.smi_bytes),
+                    p.smi_error_pct,
+                    if p.oom { ", out of memory" } else { "" }
+                )
+            }
             Err(e) => format!("not planned: {e}"),
         };
         t.push_str(&format!(

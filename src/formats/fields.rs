@@ -11,8 +11,8 @@ use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, LoraInit, Optimizer, PrefLogits,
-    PrefLoss, Quant, SavedModule, Settings, Stage, Strategy, Target,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, LoraInit, LossShift, Optimizer,
+    PrefLogits, PrefLoss, Quant, SavedModule, Settings, Stage, Strategy, Target,
 };
 
 /// What values a setting takes (decides the page control and the CLI's argument).
@@ -1034,6 +1034,21 @@ pub static FIELDS: &[Field] = &[
         slider: None,
         get: |s| s.experts_layout.name().to_string(),
         set: |s, v| named(ExpertsLayout::parse, v, ExpertsLayout::choices()).map(|x| s.experts_layout = x),
+    },
+    Field {
+        name: "loss_shift",
+        json_aliases: &[],
+        url: Some("ls"),
+        flag: Some("--loss-shift"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Loss shift (transformers version)",
+        help: "labels (transformers 4.49 and later: the labels are shifted) or logits (before 4.49: the loss copies the fp32 logits without their last position)",
+        testid: Some("select-loss-shift"),
+        kind: Kind::Choice(|| names_of(LossShift::ALL, LossShift::name)),
+        slider: None,
+        get: |s| s.loss_shift.name().to_string(),
+        set: |s, v| named(LossShift::parse, v, LossShift::choices()).map(|x| s.loss_shift = x),
     },
     Field {
         name: "images_per_sample",

@@ -53,22 +53,32 @@ fn published_names(settings: &mut Value) -> Vec<String> {
     used
 }
 
-/// A run on transformers 4 stored a mixture-of-experts model's experts as per-expert
-/// `nn.Linear` layers: a line that names its transformers version and does not choose an
-/// `experts_layout` is planned with the layout of that version. Answers whether it read the
-/// version (`software.transformers`).
+/// What a line's transformers version (`software.transformers`) decides when the line does not
+/// choose it: transformers 4 stored a mixture-of-experts model's experts as per-expert
+/// `nn.Linear` layers (`experts_layout`), and before 4.49 the causal-LM loss copied the shifted
+/// fp32 logits (`loss_shift`, [`crate::model::LossShift`]). Answers whether it read the version.
 fn layout_from_software(settings: &mut Value, software: Option<&Value>) -> bool {
-    let major = software
+    let version: Option<(u32, u32)> = software
         .and_then(|s| s.get("transformers"))
         .and_then(Value::as_str)
-        .and_then(|v| v.split('.').next())
-        .and_then(|m| m.trim().parse::<u32>().ok());
-    if let (Some(major), Some(obj)) = (major, settings.as_object_mut()) {
-        if major < 5 && !obj.contains_key("experts_layout") {
+        .and_then(|v| {
+            let mut parts = v.trim().split('.');
+            let major = parts.next()?.parse().ok()?;
+            let minor = parts
+                .next()
+                .and_then(|m| m.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+                .unwrap_or(0);
+            Some((major, minor))
+        });
+    if let (Some(version), Some(obj)) = (version, settings.as_object_mut()) {
+        if version.0 < 5 && !obj.contains_key("experts_layout") {
             obj.insert("experts_layout".into(), json!("per_expert"));
         }
+        if version < (4, 49) && !obj.contains_key("loss_shift") {
+            obj.insert("loss_shift".into(), json!("logits"));
+        }
     }
-    major.is_some()
+    version.is_some()
 }
 
 /// One request read: what to plan, and every member of it that was not used.

@@ -286,6 +286,27 @@ names!(ExpertsLayout {
     PerExpert => "per_expert" | "linear" | "transformers4",
 });
 
+/// How transformers' causal-LM loss lines up the logits with the next tokens
+/// (`ForCausalLMLoss`, `transformers/loss/loss_utils.py`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossShift {
+    /// transformers ≥ 4.49: the labels are padded by one and shifted
+    /// (`labels = nn.functional.pad(labels, (0, 1), value=ignore_index)`); the fp32 logits are
+    /// used whole.
+    Labels,
+    /// transformers < 4.49 (4.46–4.48: `loss_utils.py:36-39`, `shift_logits =
+    /// logits[..., :-1, :].contiguous()` after `logits.float()`; earlier versions did the same in
+    /// the model's forward): an fp32 copy of the logits without their last position, whose
+    /// gradient comes back as a zero-filled tensor of the full size.
+    Logits,
+}
+
+names!(LossShift {
+    Labels => "labels" | "transformers5",
+    Logits => "logits" | "transformers4",
+});
+
 /// A fused expert parameter that peft's `target_parameters` adapts (`ParamWrapper`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -446,6 +467,9 @@ pub struct Settings {
     /// How the routed experts are stored (transformers 5 fused, or 4's per-expert Linears).
     #[serde(default = "default_experts_layout")]
     pub experts_layout: ExpertsLayout,
+    /// How the loss shifts logits and labels (the transformers version).
+    #[serde(default = "default_loss_shift")]
+    pub loss_shift: LossShift,
     /// The images each sample shows a vision-language model.
     #[serde(default)]
     pub images: super::vision::ImageSettings,
@@ -481,6 +505,10 @@ fn default_freeze_layers() -> i64 {
 
 fn default_experts_layout() -> ExpertsLayout {
     ExpertsLayout::Fused
+}
+
+fn default_loss_shift() -> LossShift {
+    LossShift::Labels
 }
 
 fn default_experts_impl() -> ExpertsImpl {
@@ -539,6 +567,7 @@ impl Default for Settings {
             output_router_logits: false,
             experts_impl: ExpertsImpl::GroupedMm,
             experts_layout: ExpertsLayout::Fused,
+            loss_shift: LossShift::Labels,
             images: Default::default(),
         }
     }

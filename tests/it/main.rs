@@ -28,6 +28,7 @@ mod reserved;
 mod snapshot;
 mod step_time;
 mod surface;
+mod transformers4;
 mod validation;
 mod weights;
 

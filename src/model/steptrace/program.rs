@@ -9,7 +9,7 @@ use crate::model::arch::{
 };
 use crate::model::ctx::{Ctx, SdpaMask};
 use crate::model::error::PlanError;
-use crate::model::settings::{AttnImpl, ExpertParam, Optimizer, SavedModule};
+use crate::model::settings::{AttnImpl, ExpertParam, LossShift, Optimizer, SavedModule};
 
 /// A parameter of the model, in `named_parameters()` order.
 #[derive(Clone, Copy, Debug)]
@@ -2137,37 +2137,73 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
+    /// transformers' `ForCausalLMLoss` over the logits: their fp32 upcast, the shift
+    /// ([`LossShift`]), `log_softmax` and `nll_loss`.
     fn loss(&mut self, logits: X) -> (G, X) {
         let s = self.ctx.s;
         let f = self.cast(logits, 4, What::Logits);
-        let pad = self.t(s.sequences() * (s.seq + 1), 8, What::Loss);
-        // labels[..., 1:].contiguous() copies unless the batch is a single row.
-        let shift = if s.sequences() > 1 {
-            self.t(s.sequences() * s.seq, 8, What::Loss)
-        } else {
-            self.tp.keep_local(pad.t);
-            pad
+        let rows = s.sequences();
+        // What the log-softmax reads (`input`, with whether it holds a reference of its own) and
+        // the labels tensors the loss makes (the one it reads last).
+        // `labels[..., 1:].contiguous()` copies unless the batch is a single row.
+        let (input, own, labels) = match s.loss_shift {
+            // ≥ 4.49: the labels are padded and shifted, the logits used whole.
+            LossShift::Labels => {
+                let pad = self.t(rows * (s.seq + 1), 8, What::Loss);
+                let shift = if rows > 1 {
+                    vec![pad, self.t(rows * s.seq, 8, What::Loss)]
+                } else {
+                    vec![pad]
+                };
+                (f, false, shift)
+            }
+            // Before: `logits[..., :-1, :]` is two slices (of the positions, then the whole last
+            // dimension), each a view whose gradient is a zero-filled tensor of its input's
+            // size; `.contiguous()` copies them unless the batch is a single row.
+            LossShift::Logits => {
+                let n = rows * s.seq.saturating_sub(1) * self.ctx.arch.vocab_size;
+                let g1 = self.tp.node(Op::Slice, n, 4, &[Self::edge(&f)], &[]);
+                self.tp.keep_local(f.t);
+                let v1 = X { n, g: g1, ..f };
+                let g2 = self.tp.node(Op::Slice, n, 4, &[Self::edge(&v1)], &[]);
+                let v2 = X { g: g2, ..v1 };
+                let input = if rows > 1 {
+                    let mut c = self.t(n, 4, What::Loss);
+                    c.g = self.tp.node(Op::Pass, n, 4, &[Self::edge(&v2)], &[]);
+                    self.drop(v2);
+                    c
+                } else {
+                    v2
+                };
+                let shift = if rows > 1 {
+                    vec![self.t(rows * s.seq.saturating_sub(1), 8, What::Loss)]
+                } else {
+                    vec![]
+                };
+                (input, true, shift)
+            }
         };
         let ls = {
-            let mut y = self.t(f.n, 4, What::Loss);
+            let mut y = self.t(input.n, 4, What::Loss);
             y.g = self
                 .tp
-                .node(Op::LogSoftmax, f.n, 4, &[Self::edge(&f)], &[y.t]);
+                .node(Op::LogSoftmax, input.n, 4, &[Self::edge(&input)], &[y.t]);
             y
         };
         let mut loss = self.t(1, 4, What::Loss);
         let tw = self.t(1, 4, What::Loss);
-        loss.g = self.tp.node(
-            Op::NllLoss,
-            1,
-            4,
-            &[Self::edge(&ls)],
-            &[ls.t, shift.t, tw.t],
-        );
+        let mut saved = vec![ls.t];
+        saved.extend(labels.last().map(|x| x.t));
+        saved.push(tw.t);
+        loss.g = self.tp.node(Op::NllLoss, 1, 4, &[Self::edge(&ls)], &saved);
         self.drop(tw);
         self.drop(f);
-        self.drop(pad);
-        self.drop(shift);
+        if own {
+            self.drop(input);
+        }
+        for x in labels {
+            self.drop(x);
+        }
         self.drop(ls);
         (loss.g, loss)
     }
