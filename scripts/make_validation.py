@@ -39,39 +39,25 @@ for line in lines:
         row["replayed_max_reserved_bytes"] = reserved[c["id"]]["max_reserved"]
     cases.append(row)
 
-# Published real-GPU runs (A100-80GB, torch 2.4.1, transformers 4.48.1): their settings mapped to
-# lorafit's settings object; every mapping decision is the row's own `assumptions`.
+# Published real-GPU runs (A100-80GB, torch 2.4.1, transformers 4.48.1): their settings as the
+# published schema gives them, with the software versions; lorafit reads them as `estimate
+# --jsonl` reads such a line (formats/jsonl.rs: num_gpus and FSDP's sharding, lora_param_dtype, and
+# what the transformers and TRL versions decide). Every other mapping decision is the row's own
+# `assumptions`.
 published = []
 for line in open(os.path.join(ref, "published_gpu.jsonl")):
     d = json.loads(line)
-    s = d["settings"]
-    st = {k: s[k] for k in ["dtype", "autocast", "batch", "seq", "lora_r", "lora_alpha",
-                            "lora_dropout", "grad_ckpt", "attn_impl", "quant", "double_quant"]}
-    st["target_modules"] = s["target_modules"]
-    st["optimizer"] = s["optimizer"]
-    # transformers 4 stored Mixtral's experts as an nn.Linear per expert projection.
-    if d["model_config"].get("num_local_experts") and int(d["software"]["transformers"].split(".")[0]) < 5:
-        st["experts_layout"] = "per_expert"
-    # Before 4.49 the causal-LM loss copied the shifted fp32 logits (tests/data/reference/transformers4).
-    if tuple(int(x) for x in d["software"]["transformers"].split(".")[:2]) < (4, 49):
-        st["loss_shift"] = "logits"
-    if s.get("lora_param_dtype") == "bf16":
-        st["adapter_dtype"] = "bf16"
-    if s.get("num_gpus", 1) > 1:
-        st["parallel"] = {"gpus_per_node": s["num_gpus"], "nodes": 1,
-                          "strategy": {"fsdp": "fsdp_full_shard"}.get(s["strategy"], s["strategy"]),
-                          "offload_optimizer": False, "offload_params": False,
-                          "offload_activations": False}
     meas = d["measured"]
     published.append({
         "id": d["id"],
         "gpu_mem_gib": d["gpu_mem_gib"],
         "model": d["model_config"],
-        "settings": st,
+        "settings": d["settings"],
         "max_allocated_bytes": meas["max_allocated_bytes"],
         "nvidia_smi_bytes": meas["nvidia_smi_mib"] * 2**20,
         "oom": meas["oom"],
         "software": "torch {torch}, transformers {transformers}, peft {peft}, bitsandbytes {bitsandbytes}, flash-attn {flash-attn}".format(**d["software"]),
+        "versions": d["software"],
     })
 
 # Runs on a real H200 (the harness's gpu_probe.py, torch 2.11): the settings are lorafit's

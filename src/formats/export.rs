@@ -451,6 +451,9 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
             q.name(),
             s.double_quant
         ));
+        if s.prepare_kbit {
+            out.push_str("# prepare_model_for_kbit_training: LLaMA-Factory does not run it (embeddings, norms and lm_head stay in the compute dtype): plan with --no-prepare-kbit to match\n");
+        }
     }
     out.push_str(&format!(
         "cutoff_len: {}\nper_device_train_batch_size: {}\ngradient_accumulation_steps: {}\ndisable_gradient_checkpointing: {}\nflash_attn: {attn}\nbf16: {}\nfp16: {}\noptim: {}\noutput_dir: out\n",

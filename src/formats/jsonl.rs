@@ -53,24 +53,34 @@ fn published_names(settings: &mut Value) -> Vec<String> {
     used
 }
 
-/// What a line's transformers version (`software.transformers`) decides when the line does not
-/// choose it: transformers 4 stored a mixture-of-experts model's experts as per-expert
-/// `nn.Linear` layers (`experts_layout`), and before 4.49 the causal-LM loss copied the shifted
-/// fp32 logits (`loss_shift`, [`crate::model::LossShift`]). Answers whether it read the version.
-fn layout_from_software(settings: &mut Value, software: Option<&Value>) -> bool {
-    let version: Option<(u32, u32)> = software
-        .and_then(|s| s.get("transformers"))
-        .and_then(Value::as_str)
-        .and_then(|v| {
-            let mut parts = v.trim().split('.');
-            let major = parts.next()?.parse().ok()?;
-            let minor = parts
-                .next()
-                .and_then(|m| m.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
-                .unwrap_or(0);
-            Some((major, minor))
-        });
-    if let (Some(version), Some(obj)) = (version, settings.as_object_mut()) {
+/// A `major.minor` version from a line's `software` member `name`.
+fn version_of(software: Option<&Value>, name: &str) -> Option<(u32, u32)> {
+    let v = software?.get(name)?.as_str()?;
+    let mut parts = v.trim().split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts
+        .next()
+        .and_then(|m| m.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .unwrap_or(0);
+    Some((major, minor))
+}
+
+/// What a line's software versions decide when the line does not choose it, and which of its
+/// `software` members were read:
+/// - `transformers` 4 stored a mixture-of-experts model's experts as per-expert `nn.Linear`
+///   layers (`experts_layout`), and before 4.49 the causal-LM loss copied the shifted fp32
+///   logits (`loss_shift`, [`crate::model::LossShift`]);
+/// - `trl`: TRL's SFTTrainer up to 0.21 runs peft's `prepare_model_for_kbit_training` on a 4-bit
+///   model unless its `Params4bit` sit on the CPU or the meta device, as FSDP and ZeRO-3 load
+///   them ("sharded QLoRA", `trl/trainer/sft_trainer.py:182-201` in 0.13.0, the same in 0.21.0);
+///   from 0.22 it prepares none (`prepare_kbit`).
+fn from_software(settings: &mut Value, software: Option<&Value>) -> Vec<&'static str> {
+    let mut read = vec![];
+    let Some(obj) = settings.as_object_mut() else {
+        return read;
+    };
+    if let Some(version) = version_of(software, "transformers") {
+        read.push("transformers");
         if version.0 < 5 && !obj.contains_key("experts_layout") {
             obj.insert("experts_layout".into(), json!("per_expert"));
         }
@@ -78,7 +88,19 @@ fn layout_from_software(settings: &mut Value, software: Option<&Value>) -> bool 
             obj.insert("loss_shift".into(), json!("logits"));
         }
     }
-    version.is_some()
+    if let Some(version) = version_of(software, "trl") {
+        read.push("trl");
+        let quant = obj.get("quant").is_some_and(|q| !q.is_null());
+        let sharded = obj
+            .get("strategy")
+            .and_then(Value::as_str)
+            .and_then(crate::model::Strategy::parse)
+            .is_some_and(|s| s.is_fsdp() || s == crate::model::Strategy::Zero3);
+        if quant && (version >= (0, 22) || sharded) && !obj.contains_key("prepare_kbit") {
+            obj.insert("prepare_kbit".into(), json!(false));
+        }
+    }
+    read
 }
 
 /// One request read: what to plan, and every member of it that was not used.
@@ -120,10 +142,13 @@ fn read_request(obj: &Map<String, Value>, extra: &[&str]) -> Result<Request, Str
     };
     let software = obj.get("software");
     let used = published_names(&mut given);
-    let read_version = layout_from_software(&mut given, software);
+    let read = from_software(&mut given, software);
     if let Some(Value::Object(sw)) = software {
-        let read = |k: &str| read_version && k == "transformers";
-        ignored.extend(sw.keys().filter(|k| !read(k)).map(|k| path("software", k)));
+        ignored.extend(
+            sw.keys()
+                .filter(|k| !read.contains(&k.as_str()))
+                .map(|k| path("software", k)),
+        );
     }
     let settings = settings_from_json(&given).map_err(|e| e.to_string())?;
     // What the table did not read, less what the published schema's rules read above: a key

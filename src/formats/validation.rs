@@ -40,6 +40,10 @@ struct Published {
     nvidia_smi_bytes: u64,
     oom: bool,
     software: String,
+    /// The software versions, for a run whose settings are in the published schema: it is read
+    /// as `estimate --jsonl` reads such a line ([`super::jsonl::read_line`]).
+    #[serde(default)]
+    versions: Option<Value>,
 }
 
 /// One measured case against the plan.
@@ -194,7 +198,19 @@ fn case_row(c: &Case) -> Result<CaseRow, String> {
 
 fn published_row(r: &Published) -> PublishedRow {
     let capacity = (r.gpu_mem_gib * (1u64 << 30) as f64) as u64;
-    let planned = plan_of(&r.model, &r.settings, Device::Cuda).map(|p| {
+    let planned = match &r.versions {
+        Some(versions) => {
+            let line =
+                serde_json::json!({"model": r.model, "settings": r.settings, "software": versions});
+            super::jsonl::read_line(&line.to_string())
+                .map_err(|(_, e)| e)
+                .and_then(|(_, arch, s, _)| {
+                    plan_simulated_on(&arch, &s, Device::Cuda).map_err(|e| e.to_string())
+                })
+        }
+        None => plan_of(&r.model, &r.settings, Device::Cuda),
+    };
+    let planned = planned.map(|p| {
         let smi = u64::try_from(p.nvidia_smi_bytes).unwrap_or(u64::MAX);
         PublishedPlan {
             allocated_bytes: u64::try_from(p.peak_allocated_bytes).unwrap_or(u64::MAX),

@@ -304,6 +304,17 @@ fn exports_read_back_to_the_same_settings() {
                 if s.base_trained() && k.starts_with("lora_") {
                     continue;
                 }
+                // LLaMA-Factory never runs prepare_model_for_kbit_training (its export says so
+                // in a comment when the plan did).
+                if format == "llama-factory" && k == "prepare_kbit" {
+                    assert_eq!(b[k], false, "{what} via {format}: {k}");
+                    assert_eq!(
+                        text.contains("# prepare_model_for_kbit_training"),
+                        s.quant.is_some() && s.prepare_kbit,
+                        "{what}: the export's note"
+                    );
+                    continue;
+                }
                 // LLaMA-Factory keeps adapters in fp32 unless pure_bf16 (which the export writes
                 // only for full tuning).
                 assert_eq!(&b[k], v, "{what} via {format}: {k}\n{text}");

@@ -5,7 +5,8 @@
 //! nf4, `double_quantization` true, `flash_attn` auto), gradient checkpointing on unless
 //! `disable_gradient_checkpointing` (`model/model_utils/checkpointing.py`), and Trainer's
 //! `per_device_train_batch_size` 8. Trainable parameters are cast to fp32 unless `pure_bf16`
-//! (`model/adapter.py`).
+//! (`model/adapter.py`). A 4-bit model is not prepared by peft's `prepare_model_for_kbit_training`
+//! (LLaMA-Factory never calls it): embeddings, norms and lm_head stay in the compute dtype.
 
 use super::hf::{liger, mixed};
 use super::{
@@ -38,6 +39,11 @@ const DEFAULTS: &[Default] = &[
         "grad_ckpt",
         "true",
         "LLaMA-Factory's gradient checkpointing (on unless disable_gradient_checkpointing)",
+    ),
+    (
+        "prepare_kbit",
+        "false",
+        "LLaMA-Factory never calls peft's prepare_model_for_kbit_training: its own prepare_model_for_training (model/model_utils/checkpointing.py) keeps embeddings, norms and lm_head in the compute dtype unless upcast_layernorm",
     ),
 ];
 
@@ -79,6 +85,14 @@ const TABLE: Table = &[
     ("bf16", Rule::Read(|rd, v| mixed(rd, v, "bf16"))),
     ("fp16", Rule::Read(|rd, v| mixed(rd, v, "fp16"))),
     ("pure_bf16", Rule::Read(pure_bf16)),
+    (
+        "upcast_layernorm",
+        Rule::NotModeled("norm weights upcast to fp32: planned in the compute dtype"),
+    ),
+    (
+        "upcast_lmhead_output",
+        Rule::NotModeled("lm_head's output cast to fp32 by a forward hook: the logits are planned in the compute dtype until the loss upcasts them"),
+    ),
     ("enable_liger_kernel", Rule::Read(liger)),
     ("use_unsloth", Rule::NotModeled("Unsloth's patched model (its own kernels and checkpointing): planned as transformers + peft")),
     ("packing", Rule::NotModeled(PACKING)),
