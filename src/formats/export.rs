@@ -452,7 +452,7 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
             s.double_quant
         ));
         if s.prepare_kbit {
-            out.push_str("# prepare_model_for_kbit_training: LLaMA-Factory does not run it (embeddings, norms and lm_head stay in the compute dtype): plan with --no-prepare-kbit to match\n");
+            out.push_str(&unprepared_note("LLaMA-Factory"));
         }
     }
     out.push_str(&format!(
@@ -550,6 +550,9 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
             },
         )
     };
+    if s.quant.is_some() && s.prepare_kbit {
+        out.push_str(&unprepared_note("axolotl"));
+    }
     if s.use_dora {
         out.push_str("peft_use_dora: true\n");
     }
@@ -731,5 +734,15 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
             "# planned without autocast; ms-swift trains a 16-bit torch_dtype in mixed precision\n",
         );
     }
+    if s.quant.is_some() && s.prepare_kbit {
+        out.push_str(&unprepared_note("ms-swift"));
+    }
     out
+}
+
+/// The comment of a framework export whose plan ran peft's `prepare_model_for_kbit_training` on
+/// a 4-bit base, which the framework does not (its embeddings, norms and lm_head stay in the
+/// compute dtype).
+fn unprepared_note(framework: &str) -> String {
+    format!("# prepare_model_for_kbit_training: {framework} does not run it (embeddings, norms and lm_head stay in the compute dtype): plan with --no-prepare-kbit to match\n")
 }

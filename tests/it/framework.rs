@@ -143,6 +143,26 @@ fn examples_are_read_as_their_files_state() {
     // The 4-bit example: bitsandbytes NF4.
     let r = read("llama-factory/llama3_lora_sft_otfq.yaml");
     assert_eq!(r.settings.quant, Some(Quant::Nf4));
+    // LLaMA-Factory, axolotl and ms-swift leave a 4-bit model's embeddings, norms and lm_head in
+    // the compute dtype (no prepare_model_for_kbit_training), and say it is assumed.
+    for example in [
+        "llama-factory/llama3_lora_sft_otfq.yaml",
+        "axolotl/qlora.yml",
+        "ms-swift/train.sh",
+    ] {
+        let r = read(example);
+        assert!(r.settings.quant.is_some(), "{example}");
+        assert!(!r.settings.prepare_kbit, "{example}");
+        assert!(
+            r.assumed.iter().any(|a| a.setting == "prepare_kbit"),
+            "{example}"
+        );
+    }
+    // ms-swift quantizes only with a quant_method: its bits alone are named, not planned.
+    let text = std::fs::read_to_string(dir().join("ms-swift/train.sh")).unwrap();
+    let r = framework::read(&text.replace("    --quant_method bnb \\\n", "")).unwrap();
+    assert_eq!(r.settings.quant, None);
+    assert!(r.not_modeled.iter().any(|n| n.key == "quant_bits"));
     // DPO with the sigmoid loss and beta 0.1.
     let r = read("llama-factory/llama3_lora_dpo.yaml");
     assert_eq!(
@@ -304,9 +324,9 @@ fn exports_read_back_to_the_same_settings() {
                 if s.base_trained() && k.starts_with("lora_") {
                     continue;
                 }
-                // LLaMA-Factory never runs prepare_model_for_kbit_training (its export says so
-                // in a comment when the plan did).
-                if format == "llama-factory" && k == "prepare_kbit" {
+                // Neither framework runs prepare_model_for_kbit_training as peft's own scripts
+                // do (its export says so in a comment when the plan did).
+                if k == "prepare_kbit" {
                     assert_eq!(b[k], false, "{what} via {format}: {k}");
                     assert_eq!(
                         text.contains("# prepare_model_for_kbit_training"),
@@ -508,6 +528,16 @@ fn deepspeed_and_swift_exports_read_back() {
         let (a, b) = (settings_json(&s), settings_json(&back.settings));
         for (k, v) in a.as_object().unwrap() {
             if s.base_trained() && k.starts_with("lora_") {
+                continue;
+            }
+            // ms-swift never runs prepare_model_for_kbit_training (the export's comment).
+            if k == "prepare_kbit" {
+                assert_eq!(b[k], false, "{what}: {k}");
+                assert_eq!(
+                    text.contains("# prepare_model_for_kbit_training"),
+                    s.quant.is_some() && s.prepare_kbit,
+                    "{what}: the export's note"
+                );
                 continue;
             }
             assert_eq!(&b[k], v, "{what}: {k}\n{text}");

@@ -25,6 +25,11 @@ const DEFAULTS: &[Default] = &[
     ),
     ("seq", "2048", "axolotl's sequence_len"),
     ("grad_ckpt", "false", "axolotl's gradient_checkpointing"),
+    (
+        "prepare_kbit",
+        "false",
+        "axolotl casts norms, embed_tokens and lm_head back to the load dtype after prepare_model_for_kbit_training, and skips it under FSDP and ZeRO-3 (axolotl 0.19 loaders/model.py:460-490, 1116-1175)",
+    ),
 ];
 
 const LIGER_REST: &str = "Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels (what they save for backward): planned as transformers' modules";

@@ -24,6 +24,11 @@ const DEFAULTS: &[Default] = &[
     ("lora_dropout", "0.05", "ms-swift's lora_dropout"),
     ("target_modules", "all-linear", "ms-swift's target_modules"),
     ("grad_ckpt", "true", "ms-swift's gradient_checkpointing"),
+    (
+        "prepare_kbit",
+        "false",
+        "ms-swift does not run prepare_model_for_kbit_training: only trainable fp16 parameters go to fp32 (swift/pipelines/train/tuner.py:402-407 in 4.6.0)",
+    ),
 ];
 
 const TABLE: Table = &[
@@ -62,6 +67,14 @@ const TABLE: Table = &[
         "quant_bits",
         Rule::Read(|rd, v| {
             let bits = int_text(rd.key(), v)?;
+            // Without a method ms-swift quantizes nothing (get_quantization_config returns
+            // None: swift/arguments/base_args/quant_args.py:46-47 in 4.6.0).
+            if rd.other("quant_method").is_none() {
+                rd.not_modeled(format!(
+                    "{bits} bits without quant_method: ms-swift does not quantize, so neither does the plan (add --quant_method bnb for a {bits}-bit base)"
+                ));
+                return Ok(());
+            }
             quant_bits(rd, bits, "bnb_4bit_quant_type")
         }),
     ),
