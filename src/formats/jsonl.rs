@@ -73,7 +73,9 @@ fn version_of(software: Option<&Value>, name: &str) -> Option<(u32, u32)> {
 /// - `trl`: TRL's SFTTrainer up to 0.21 runs peft's `prepare_model_for_kbit_training` on a 4-bit
 ///   model unless its `Params4bit` sit on the CPU or the meta device, as FSDP and ZeRO-3 load
 ///   them ("sharded QLoRA", `trl/trainer/sft_trainer.py:182-201` in 0.13.0, the same in 0.21.0);
-///   from 0.22 it prepares none (`prepare_kbit`).
+///   from 0.22 it prepares none (`prepare_kbit`). With `bf16` the older versions then cast
+///   embed_tokens and lm_head back to bf16 (`peft_module_casting_to_bf16`, `trl/trainer/utils.py:872-879`
+///   in 0.13.0), which the plan does not model: it keeps them in fp32 with the norms.
 fn from_software(settings: &mut Value, software: Option<&Value>) -> Vec<&'static str> {
     let mut read = vec![];
     let Some(obj) = settings.as_object_mut() else {
@@ -96,8 +98,8 @@ fn from_software(settings: &mut Value, software: Option<&Value>) -> Vec<&'static
             .and_then(Value::as_str)
             .and_then(crate::model::Strategy::parse)
             .is_some_and(|s| s.is_fsdp() || s == crate::model::Strategy::Zero3);
-        if quant && (version >= (0, 22) || sharded) && !obj.contains_key("prepare_kbit") {
-            obj.insert("prepare_kbit".into(), json!(false));
+        if quant && !obj.contains_key("prepare_kbit") {
+            obj.insert("prepare_kbit".into(), json!(version < (0, 22) && !sharded));
         }
     }
     read

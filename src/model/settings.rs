@@ -528,7 +528,7 @@ impl Default for Settings {
             dtype: Dtype::Bf16,
             quant: None,
             double_quant: true,
-            prepare_kbit: true,
+            prepare_kbit: false,
             autocast: None,
             adapter_dtype: Dtype::Fp32,
             batch: 1,

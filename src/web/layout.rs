@@ -26,6 +26,7 @@ pub const TRAINING: &[&str] = &[
     "attn_impl",
     "lora_dropout",
     "use_dora",
+    "prepare_kbit",
     "freeze_trainable_layers",
     "pref_loss",
     "max_prompt_length",
@@ -97,6 +98,8 @@ pub const MOE: &[&str] = &[
 pub fn relevant(name: &str, s: &Settings) -> bool {
     match name {
         "strategy" | "offload" => s.parallel.world() > 1,
+        // Only a 4-bit base is prepared.
+        "prepare_kbit" => s.quant.is_some(),
         // Full fine-tuning has no adapters.
         "lora_r" | "lora_dropout" | "use_dora" => !s.base_trained(),
         "freeze_trainable_layers" => s.finetuning_type == crate::model::FinetuningType::Freeze,

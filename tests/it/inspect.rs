@@ -31,8 +31,10 @@ fn qwen_settings() -> Settings {
 #[test]
 fn snapshots_give_pytorchs_own_peaks_and_nothing_unplanned() {
     let exp = expected("reference/snapshots/expected.json");
+    // The harness's 4-bit steps run prepare_model_for_kbit_training.
     let llama = Settings {
         quant: Some(Quant::Nf4),
+        prepare_kbit: true,
         autocast: Some(lorafit::model::Dtype::Bf16),
         ..qwen_settings()
     };

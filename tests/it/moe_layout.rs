@@ -17,6 +17,8 @@ fn mixtral_qlora(layout: ExpertsLayout) -> Settings {
     };
     s.set_base_weights("nf4");
     s.double_quant = true;
+    // peft's own QLoRA recipe: prepare_model_for_kbit_training upcasts what stays unquantized.
+    s.prepare_kbit = true;
     s
 }
 

@@ -28,6 +28,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Trainable weights", "可训练权重"),
     // Notes.
     ("bitsandbytes quantizes only nn.Linear layers: the fused experts and routers stay unquantized, and prepare_model_for_kbit_training casts them to fp32 (# GiB of experts)", "bitsandbytes 只量化 nn.Linear 层：融合的专家和路由器不会被量化，且 prepare_model_for_kbit_training 会把它们转为 fp32（专家占 # GiB）"),
+    ("bitsandbytes quantizes only nn.Linear layers: the fused experts and routers stay unquantized (# GiB of experts)", "bitsandbytes 只量化 nn.Linear 层：融合的专家和路由器不会被量化（专家占 # GiB）"),
     ("experts_implementation=batched_mm copies its experts' weights for every token–expert pair and keeps them for backward; grouped_mm (the default) does not", "experts_implementation=batched_mm 会为每个 token–专家对复制一份专家权重，并一直保留到反向；grouped_mm（默认）不会"),
     ("experts_implementation=eager: what is saved does not depend on the routing; the experts' backward is planned with its worst case, one expert receiving every token", "experts_implementation=eager：保存的张量与路由无关；专家的反向按最坏情况规划，即单个专家接收全部 token"),
     ("gpt-oss has no sdpa support in transformers # (_supports_sdpa = False): its eager attention with sinks is planned", "gpt-oss 在 transformers # 中不支持 sdpa（_supports_sdpa = False）：按其带 sink 的 eager 注意力规划"),
