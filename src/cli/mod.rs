@@ -37,6 +37,8 @@ PLAN OPTIONS:
   --gpu ID | --gpu-mem-gib N     GPU to check against (default a100-80)
   --utilization U --dataset-tokens N   time estimate (GEMM share of the tensor peak, default the
                                   card generation's calibrated figure; tokens per epoch)
+  --usd-per-gpu-hour R            the rate an epoch is costed at (plan, suggest; default the
+                                  catalog's cited rate for the card)
   --json                          print the full result as JSON
 
 TRAINING SETTINGS:
@@ -118,6 +120,8 @@ struct PlanArgs {
     file: Option<String>,
     utilization: Option<f64>,
     dataset_tokens: f64,
+    /// `--usd-per-gpu-hour`: the rental rate to cost an epoch at, instead of the catalog's.
+    usd_per_gpu_hour: Option<f64>,
     /// The command's own options given (`--gpu`, `FILE`, …), checked against what it uses.
     given: Vec<&'static str>,
     /// Keys of a `--config` file that did not shape the model.
@@ -136,6 +140,7 @@ const OWN_OPTIONS: &[&str] = &[
     "--chars-per-token",
     "--utilization",
     "--dataset-tokens",
+    "--usd-per-gpu-hour",
     "FILE",
 ];
 
@@ -249,6 +254,7 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
     let mut file = None;
     let mut utilization = None;
     let mut dataset_tokens: f64 = crate::planning::time::DEFAULT_DATASET_TOKENS;
+    let mut usd_per_gpu_hour: Option<f64> = None;
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
@@ -307,6 +313,15 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
                     return Err("--dataset-tokens must be a non-negative number".into());
                 }
             }
+            "--usd-per-gpu-hour" => {
+                let rate: f64 = number(value(args, &mut i, flag)?, flag)?;
+                if !(rate.is_finite() && rate >= 0.0) {
+                    return Err(format!(
+                        "--usd-per-gpu-hour must be a non-negative number of dollars, got {rate}"
+                    ));
+                }
+                usd_per_gpu_hour = Some(rate);
+            }
             other if !other.starts_with('-') && file.is_none() => {
                 given.push("FILE");
                 file = Some(other.to_string())
@@ -336,6 +351,7 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
         file,
         utilization,
         dataset_tokens,
+        usd_per_gpu_hour,
         given,
         ignored,
         from,
@@ -344,10 +360,23 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
 
 impl PlanArgs {
     /// The catalog card chosen, if the GPU is one (not a custom memory size).
-    fn card(&self) -> Option<&'static GpuEntry> {
+    /// The catalog card, at the `--usd-per-gpu-hour` rate when one is given.
+    fn card(&self) -> Option<GpuEntry> {
         match self.gpu {
-            GpuChoice::Catalog(g) => Some(g),
+            GpuChoice::Catalog(g) => Some(GpuEntry {
+                usd_per_gpu_hour: self.usd_per_gpu_hour.or(g.usd_per_gpu_hour),
+                ..g.clone()
+            }),
             GpuChoice::Custom(_) => None,
+        }
+    }
+
+    /// Whose hourly rate an epoch's cost is at.
+    fn rate_source(&self) -> &'static str {
+        if self.usd_per_gpu_hour.is_some() {
+            "--usd-per-gpu-hour"
+        } else {
+            "the catalog's cited rate"
         }
     }
 
@@ -434,7 +463,13 @@ fn cmd_fit(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<
 fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<(), String> {
     let a = parse_for(
         "suggest",
-        &["--from", "--gpu", "--gpu-mem-gib", "--json"],
+        &[
+            "--from",
+            "--gpu",
+            "--gpu-mem-gib",
+            "--json",
+            "--usd-per-gpu-hour",
+        ],
         args,
         err,
     )?;
@@ -447,6 +482,7 @@ fn cmd_suggest(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
     // Judged like the verdict above: the caching allocator simulated.
     let how = crate::planning::fit::Fidelity::Simulated;
     let card = a.card();
+    let card = card.as_ref();
     let fixes =
         crate::planning::fixes::suggest_with(&a.arch, &a.settings, capacity, bf16_ok, card, how);
     let best = crate::planning::fixes::best_combination_with(
@@ -614,6 +650,7 @@ fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result
         "--json",
         "--utilization",
         "--dataset-tokens",
+        "--usd-per-gpu-hour",
     ];
     let a = parse_for("plan", &uses, args, err)?;
     let p = plan_simulated(&a.arch, &a.settings).map_err(|e| e.to_string())?;
@@ -621,7 +658,8 @@ fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result
     let job = crate::model::job::plan_job_within(&a.arch, &a.settings, &p, capacity)
         .map_err(|e| e.to_string())?;
     let v = crate::planning::job_verdict(&job, capacity);
-    let time = a.card().and_then(|g| {
+    let card = a.card();
+    let time = card.as_ref().and_then(|g| {
         crate::planning::time::estimate(
             &a.arch,
             &a.settings,
@@ -652,7 +690,11 @@ fn cmd_plan(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result
         write!(out, "{}", report::job_text(&job, &v)).map_err(|e| e.to_string())?;
         if let Some(t) = time {
             let cost = match (t.usd_per_epoch, t.usd_per_gpu_hour) {
-                (Some(c), Some(h)) => format!(", ≈ ${c:.2} per epoch on {} GPU(s) at ${h}/GPU-hour (the catalog's cited rate)", a.settings.parallel.world()),
+                (Some(c), Some(h)) => format!(
+                    ", ≈ ${c:.2} per epoch on {} GPU(s) at ${h}/GPU-hour ({})",
+                    a.settings.parallel.world(),
+                    a.rate_source()
+                ),
                 _ => String::new(),
             };
             writeln!(out, "\nTime (estimate)\n  {:.2} s per optimizer step, {:.0} tokens/s, {:.1} h per epoch of {} tokens{cost}\n  {}", t.seconds_per_step, t.tokens_per_second, t.seconds_per_epoch / 3600.0, a.dataset_tokens, t.explanation).map_err(|e| e.to_string())?;

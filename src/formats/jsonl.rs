@@ -223,7 +223,8 @@ pub type Estimate = (Value, Plan, Job, Vec<String>);
 /// `estimate --jsonl` line: one request object (`{"model": name or config numbers, "settings":
 /// {…}}`), plus an optional `"gpu"` (a catalog id, name or alias) that adds `"gpu"`, `"verdict"`
 /// and `"time"` (the step-time estimate, as `plan --json` gives it, with an optional
-/// `"dataset_tokens"` per epoch, 10⁸ by default); answers the plan as the CLI prints it, with
+/// `"dataset_tokens"` per epoch, 10⁸ by default, and `"usd_per_gpu_hour"` to cost it at
+/// instead of the catalog's rate); answers the plan as the CLI prints it, with
 /// `"ignored"`: the members of the request it did not use. A string is read as the JSON text of
 /// such an object.
 pub fn plan_request(v: &Value) -> Result<Value, String> {
@@ -235,13 +236,27 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
     let obj = v
         .as_object()
         .ok_or(r#"expected {"model": "llama2-7b", "settings": {...}}"#)?;
-    let r = read_request(obj, &["gpu", "dataset_tokens"])?;
-    let gpu: Option<&GpuEntry> = match obj.get("gpu") {
-        Some(g) => Some(catalog::find_gpu(
-            g.as_str().ok_or("\"gpu\" must be a catalog id")?,
-        )?),
+    let r = read_request(obj, &["gpu", "dataset_tokens", "usd_per_gpu_hour"])?;
+    let rate = match obj.get("usd_per_gpu_hour") {
+        None => None,
+        Some(d) => Some(
+            d.as_f64()
+                .filter(|d| d.is_finite() && *d >= 0.0)
+                .ok_or("\"usd_per_gpu_hour\" must be a number of dollars, 0 or more")?,
+        ),
+    };
+    // The catalog card, at the line's rate when it gives one.
+    let gpu: Option<GpuEntry> = match obj.get("gpu") {
+        Some(g) => {
+            let card = catalog::find_gpu(g.as_str().ok_or("\"gpu\" must be a catalog id")?)?;
+            Some(GpuEntry {
+                usd_per_gpu_hour: rate.or(card.usd_per_gpu_hour),
+                ..card.clone()
+            })
+        }
         None => None,
     };
+    let gpu = gpu.as_ref();
     let dataset_tokens = match obj.get("dataset_tokens") {
         None => crate::planning::time::DEFAULT_DATASET_TOKENS,
         Some(d) => d
@@ -251,6 +266,9 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
     };
     if gpu.is_none() && obj.contains_key("dataset_tokens") {
         return Err("\"dataset_tokens\" times an epoch on a GPU: name the \"gpu\" too".into());
+    }
+    if gpu.is_none() && rate.is_some() {
+        return Err("\"usd_per_gpu_hour\" costs an epoch on a GPU: name the \"gpu\" too".into());
     }
     let p = plan_simulated(&r.arch, &r.settings).map_err(|e| e.to_string())?;
     let job = match gpu {
@@ -401,5 +419,39 @@ mod tests {
         assert!(!ok && e.contains("dataset_tokens"), "{e}");
         let (ok, e) = output_line(r#"{"model": "llama2-7b", "gpu": "nope"}"#);
         assert!(!ok && e.contains("unknown GPU"), "{e}");
+    }
+
+    #[test]
+    fn a_line_can_cost_its_epoch_at_its_own_rate() {
+        let at = |rate: Option<f64>| {
+            let mut line = json!({"model": "llama2-7b", "gpu": "h200", "dataset_tokens": 1e7});
+            if let Some(r) = rate {
+                line["usd_per_gpu_hour"] = json!(r);
+            }
+            let (ok, out) = output_line(&line.to_string());
+            assert!(ok, "{out}");
+            let out: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(out["ignored"], json!([]));
+            let t = out["time"].clone();
+            (
+                t["usd_per_gpu_hour"].as_f64().unwrap(),
+                t["usd_per_epoch"].as_f64().unwrap(),
+                t["seconds_per_epoch"].as_f64().unwrap(),
+            )
+        };
+        let catalog = at(None);
+        let own = at(Some(1.25));
+        assert_ne!(catalog.0, 1.25);
+        assert_eq!(own.0, 1.25);
+        assert_eq!(own.2, catalog.2, "the rate changes the cost, not the time");
+        assert!((own.1 - own.2 / 3600.0 * 1.25).abs() < 1e-9, "{own:?}");
+        for bad in [
+            r#"{"model": "llama2-7b", "gpu": "h200", "usd_per_gpu_hour": -1}"#,
+            r#"{"model": "llama2-7b", "gpu": "h200", "usd_per_gpu_hour": "cheap"}"#,
+            r#"{"model": "llama2-7b", "usd_per_gpu_hour": 2}"#,
+        ] {
+            let (ok, e) = output_line(bad);
+            assert!(!ok && e.contains("usd_per_gpu_hour"), "{e}");
+        }
     }
 }

@@ -497,3 +497,64 @@ fn the_lengths_command_states_when_the_first_oom_comes() {
         "{out}"
     );
 }
+
+/// `--usd-per-gpu-hour` costs the epoch at the user's rate (plan and suggest), says so, and is
+/// refused where nothing is costed or when it is no rate.
+#[test]
+fn an_epoch_is_costed_at_the_given_rate() {
+    let base = ["plan", "--model", "llama3-8b", "--gpu", "h100-80", "--json"];
+    let time = |extra: &[&str]| {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let (code, out, err) = cli(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["time"].clone()
+    };
+    let catalog = time(&[]);
+    let own = time(&["--usd-per-gpu-hour", "2.5"]);
+    assert_eq!(own["usd_per_gpu_hour"], 2.5);
+    assert_ne!(catalog["usd_per_gpu_hour"], 2.5);
+    assert_eq!(own["seconds_per_epoch"], catalog["seconds_per_epoch"]);
+    let hours = own["seconds_per_epoch"].as_f64().unwrap() / 3600.0;
+    assert!((own["usd_per_epoch"].as_f64().unwrap() - hours * 2.5).abs() < 1e-9);
+    let (code, out, _) = cli(&[
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-80",
+        "--usd-per-gpu-hour",
+        "2.5",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("at $2.5/GPU-hour (--usd-per-gpu-hour)"),
+        "{out}"
+    );
+    let (code, out, _) = cli(&[
+        "suggest",
+        "--model",
+        "llama3-70b",
+        "--gpu",
+        "h100-80",
+        "--usd-per-gpu-hour",
+        "0",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("≈ $0.00 per epoch"), "{out}");
+    for bad in [
+        vec!["plan", "--model", "llama3-8b", "--usd-per-gpu-hour", "-1"],
+        vec![
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--usd-per-gpu-hour",
+            "cheap",
+        ],
+        vec!["fit", "--model", "llama3-8b", "--usd-per-gpu-hour", "2"],
+    ] {
+        let (code, _, err) = cli(&bad);
+        assert_ne!(code, 0);
+        assert!(err.contains("--usd-per-gpu-hour"), "{err}");
+    }
+}

@@ -501,7 +501,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             FixId::GradCkpt,
             "gradient_checkpointing=True".into(),
             "gradient checkpointing",
-            "≈ +1 forward per step: about 30–35 % more compute",
+            "recomputes each layer's forward during the backward (one more forward per step)",
             30,
             Patch::GradCkpt,
         );
@@ -531,7 +531,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
                 low.name()
             ),
             short: "QLoRA (4-bit nf4)".into(),
-            cost: "≈ 20–40 % slower steps (dequantisation); small quality cost reported for nf4"
+            cost: "dequantises the 4-bit weights in every forward and backward; small quality cost reported for nf4"
                 .into(),
             weight: 40,
             patch: Patch::Qlora(low),

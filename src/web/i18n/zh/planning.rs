@@ -61,8 +61,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("states in # bits: indistinguishable loss curves in most LoRA runs", "优化器状态用 # 位存储：大多数 LoRA 训练的 loss 曲线看不出差别"),
     ("states in unified memory, evicted to CPU under pressure (slower when it pages)", "优化器状态放在统一内存中，显存紧张时换出到 CPU（发生换页时会变慢）"),
     ("the [tokens × vocab] logits are never materialised", "[tokens × vocab] 的 logits 永远不会完整生成"),
-    ("≈ #–# % slower steps (dequantisation)", "每步慢 ≈ #–# %（反量化开销）"),
-    ("≈ # forward per step: about #–# % more compute", "每步 ≈ # 次前向：计算量增加约 #–# %"),
+    ("dequantises the #-bit weights in every forward and backward", "每次前向和反向都要反量化 # 位权重"),
+    ("recomputes each layer's forward during the backward (one more forward per step)", "反向传播时重算每层的前向（每步多一次前向）"),
     ("# of # samples (# %) are longer than fits: in a shuffled epoch the first OOM comes at micro-batch # of # on average (# % within the first #), and certainly within the first epoch", "# / # 个样本（# %）超出可容纳的长度：打乱顺序的一个 epoch 中，首次 OOM 平均出现在第 # 个微批（共 # 个；# % 的概率在前 # 个内），且必定出现在第一个 epoch 内"),
     ("# of # samples (# %) are longer than fits: in a shuffled epoch the first OOM comes at micro-batch # of # on average (# % within the first #, # % within the first #), and certainly within the first epoch", "# / # 个样本（# %）超出可容纳的长度：打乱顺序的一个 epoch 中，首次 OOM 平均出现在第 # 个微批（共 # 个；# % 的概率在前 # 个内，# % 的概率在前 # 个内），且必定出现在第一个 epoch 内"),
     ("# of # samples (# %) are longer than fits: in a shuffled epoch the first OOM comes at micro-batch # of # on average (# % within the first #, # % within the first #, # % within the first #), and certainly within the first epoch", "# / # 个样本（# %）超出可容纳的长度：打乱顺序的一个 epoch 中，首次 OOM 平均出现在第 # 个微批（共 # 个；# % 的概率在前 # 个内，# % 的概率在前 # 个内，# % 的概率在前 # 个内），且必定出现在第一个 epoch 内"),
@@ -153,7 +153,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("export_device: cpu (merge in host memory after training)", "export_device：cpu（训练后在主机内存中合并）"),
     ("merge on the CPU", "在 CPU 上合并"),
     ("a slower merge, and the model in host memory while it runs", "合并更慢，合并期间模型占用主机内存"),
-    ("only the adapters train: no gradient or optimizer state for the base weights; often close to full fine-tuning for instruction tuning, less so for new knowledge; ≈ # forward per step: about #–# % more compute", "只训练适配器：基座权重没有梯度和优化器状态；指令微调效果常接近全参微调，学习新知识时差一些；每步约多 # 次前向：计算量多约 #–# %"),
+    ("only the adapters train: no gradient or optimizer state for the base weights; often close to full fine-tuning for instruction tuning, less so for new knowledge; recomputes each layer's forward during the backward (one more forward per step)", "只训练适配器：基座权重没有梯度和优化器状态；指令微调效果常接近全参微调，学习新知识时差一些；反向传播时重算每层的前向（每步多一次前向）"),
     // The planner page's first bundle hands a step with extended ops to its full planner
     // (model::error::UNBUNDLED, src/web/full.rs).
     ("this page's first bundle does not plan {}: the full planner does", "本页首个程序包不估算{}：完整的估算器可以估算"),
