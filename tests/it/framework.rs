@@ -244,6 +244,17 @@ fn examples_are_read_as_their_files_state() {
     assert!(r.ignored.contains(&"task_type".to_string()));
 }
 
+/// No framework export runs prepare_model_for_kbit_training as peft's own recipe does: the
+/// config reads back without it, and the export says so in a comment when the plan ran it.
+fn reads_back_unprepared(what: &str, s: &Settings, text: &str, back: &serde_json::Value) {
+    assert_eq!(back, false, "{what}: prepare_kbit");
+    assert_eq!(
+        text.contains("# prepare_model_for_kbit_training"),
+        s.quant.is_some() && s.prepare_kbit,
+        "{what}: the export's note"
+    );
+}
+
 /// Config → settings → export → config gives the same settings, for LLaMA-Factory and axolotl.
 #[test]
 fn exports_read_back_to_the_same_settings() {
@@ -267,6 +278,15 @@ fn exports_read_back_to_the_same_settings() {
                 grad_ckpt: true,
                 attn_impl: lorafit::model::AttnImpl::FlashAttention2,
                 optimizer: Optimizer::PagedAdamw8bit,
+                ..lora.clone()
+            },
+        ),
+        (
+            "qlora prepared as peft's recipe does",
+            Settings {
+                quant: Some(Quant::Nf4),
+                prepare_kbit: true,
+                autocast: Some(Dtype::Bf16),
                 ..lora.clone()
             },
         ),
@@ -324,15 +344,8 @@ fn exports_read_back_to_the_same_settings() {
                 if s.base_trained() && k.starts_with("lora_") {
                     continue;
                 }
-                // Neither framework runs prepare_model_for_kbit_training as peft's own scripts
-                // do (its export says so in a comment when the plan did).
                 if k == "prepare_kbit" {
-                    assert_eq!(b[k], false, "{what} via {format}: {k}");
-                    assert_eq!(
-                        text.contains("# prepare_model_for_kbit_training"),
-                        s.quant.is_some() && s.prepare_kbit,
-                        "{what}: the export's note"
-                    );
+                    reads_back_unprepared(&format!("{what} via {format}"), &s, &text, &b[k]);
                     continue;
                 }
                 // LLaMA-Factory keeps adapters in fp32 unless pure_bf16 (which the export writes
@@ -498,6 +511,14 @@ fn deepspeed_and_swift_exports_read_back() {
             },
         ),
         (
+            "qlora prepared as peft's recipe does",
+            Settings {
+                quant: Some(Quant::Nf4),
+                prepare_kbit: true,
+                ..lora.clone()
+            },
+        ),
+        (
             "dora, liger",
             Settings {
                 use_dora: true,
@@ -530,14 +551,8 @@ fn deepspeed_and_swift_exports_read_back() {
             if s.base_trained() && k.starts_with("lora_") {
                 continue;
             }
-            // ms-swift never runs prepare_model_for_kbit_training (the export's comment).
             if k == "prepare_kbit" {
-                assert_eq!(b[k], false, "{what}: {k}");
-                assert_eq!(
-                    text.contains("# prepare_model_for_kbit_training"),
-                    s.quant.is_some() && s.prepare_kbit,
-                    "{what}: the export's note"
-                );
+                reads_back_unprepared(what, &s, &text, &b[k]);
                 continue;
             }
             assert_eq!(&b[k], v, "{what}: {k}\n{text}");

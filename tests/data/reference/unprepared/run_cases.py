@@ -1,0 +1,37 @@
+"""Measures cases.jsonl: full-size QLoRA steps whose 4-bit model is NOT passed through peft's
+prepare_model_for_kbit_training (what LLaMA-Factory, axolotl, ms-swift and TRL >= 0.22 run), with
+the harness (../../harness, transformers 5.24 + peft 0.21.2 + bitsandbytes 0.50.2 + PyTorch 2.15,
+emulated sm_90 device), each also replayed through PyTorch's caching allocator.
+Run from the harness folder: .venv/bin/python PATH/run_cases.py > cases.jsonl"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BASE = {"quant": "nf4", "double_quant": True, "prepare_kbit": False, "dtype": "bf16",
+        "autocast": "bf16", "attn_impl": "sdpa", "lora_r": 16, "lora_alpha": 32,
+        "lora_dropout": 0.05, "optimizer": "adamw_torch_fused"}
+CASES = {
+    "llama2-7b_gc_s2048": {"model": "llama2-7b", "seq": 2048, "batch": 1, "grad_ckpt": True, "target_modules": "all-linear"},
+    "llama2-7b_qv_b2_s1024": {"model": "llama2-7b", "seq": 1024, "batch": 2, "grad_ckpt": False, "target_modules": "qv"},
+    "mistral-7b_noac_gc_b2": {"model": "mistral-7b", "seq": 2048, "batch": 2, "grad_ckpt": True, "target_modules": "qkvo", "autocast": None},
+    "qwen2.5-7b_gc_s4096": {"model": "qwen2.5-7b", "seq": 4096, "batch": 1, "grad_ckpt": True, "target_modules": "all-linear"},
+    "llama3-8b_gc_b2": {"model": "llama3-8b", "seq": 2048, "batch": 2, "grad_ckpt": True, "target_modules": "all-linear"},
+    "gemma2-2b_eager_gc_b2": {"model": "gemma2-2b", "seq": 1024, "batch": 2, "grad_ckpt": True, "target_modules": "all-linear", "attn_impl": "eager"},
+    "qwen3-4b_nogc": {"model": "qwen3-4b", "seq": 2048, "batch": 1, "grad_ckpt": False, "target_modules": "all-linear"},
+    "phi3-mini_gc": {"model": "phi3-mini-4k", "seq": 2048, "batch": 1, "grad_ckpt": True, "target_modules": "all-linear"},
+}
+here = os.getcwd()
+for cid, change in CASES.items():
+    c = dict(BASE, **change)
+    with tempfile.TemporaryDirectory() as tmp:
+        ev = os.path.join(tmp, "ev.json")
+        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
+                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev), check=True)
+        d = json.loads(out.stdout)
+        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
+        r = json.loads(rep.stdout)
+    d["id"] = cid
+    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
+    print(json.dumps(d), flush=True)
