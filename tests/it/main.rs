@@ -29,6 +29,7 @@ mod snapshot;
 mod step_time;
 mod surface;
 mod transformers4;
+mod unprepared;
 mod validation;
 mod weights;
 

@@ -889,7 +889,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         let tokens = x.n / lin.shape.in_features as u64;
         let out_n = tokens * lin.shape.out_features as u64;
         let in_n = x.n;
-        let mut result = self.base_linear(x, lin, out_n);
+        // A Linear no adapter wraps is bitsandbytes' own layer: no peft clone of its output.
+        let mut result = if lin.lora.is_some() {
+            self.base_linear(x, lin, out_n)
+        } else {
+            self.plain_linear(x, lin, out_n, What::LinearOut)
+        };
         if self.strided_grad {
             let c = self.view_clone(result);
             self.drop(result);
@@ -1604,7 +1609,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         let s = self.ctx.s;
         let (b, sq) = (s.sequences(), s.seq);
         let tc = padded.then(|| self.t(b * sq, 1, What::Input));
-        let t1 = self.t(1, 8, What::Input);
+        // masking_utils' batch_arange (one int64 per sequence), then its head_arange (one).
+        let t1 = self.t(b, 8, What::Input);
         let t2 = self.t(1, 8, What::Input);
         let a1 = self.t(sq, 8, What::Input);
         let b1 = self.t(sq, 8, What::Input);
@@ -1650,9 +1656,12 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// additive mask.
     fn sliding_mask(&mut self) -> X {
         let s = self.ctx.s;
+        // The boolean window broadcasts over the batch unless a padding mask is folded in; the
+        // additive mask is expanded to every sequence.
+        let bool_ss = s.seq * s.seq * if s.padded_mask { s.sequences() } else { 1 };
         let ss = s.sequences() * s.seq * s.seq;
         let es = bytes(self.ctx.attn);
-        let t1 = self.t(1, 8, What::Input);
+        let t1 = self.t(s.sequences(), 8, What::Input);
         let t2 = self.t(1, 8, What::Input);
         let a1 = self.t(s.seq, 8, What::Input);
         let b1 = self.t(s.seq, 8, What::Input);
@@ -1662,13 +1671,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(a2);
         let one = self.t(1, 1, What::Input);
         let sub = self.t(s.seq, 8, What::Input);
-        let gt = self.t(ss, 1, What::Scores);
+        let gt = self.t(bool_ss, 1, What::Scores);
         self.drop(sub);
-        let and1 = self.t(ss, 1, What::Scores);
+        let and1 = self.t(bool_ss, 1, What::Scores);
         self.drop(gt);
         self.drop(one);
-        let le = self.t(ss, 1, What::Scores);
-        let and2 = self.t(ss, 1, What::Scores);
+        let le = self.t(bool_ss, 1, What::Scores);
+        let and2 = self.t(bool_ss, 1, What::Scores);
         self.drop(le);
         self.drop(and1);
         self.drop(t1);
@@ -1923,7 +1932,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 SdpaMask::None => None,
             }
         } else if eager {
-            let t1 = self.t(1, 8, What::Input);
+            let t1 = self.t(s.sequences(), 8, What::Input);
             let t2 = self.t(1, 8, What::Input);
             let a1 = self.t(s.seq, 8, What::Input);
             let b1 = self.t(s.seq, 8, What::Input);
@@ -1931,7 +1940,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             let a2 = self.t(s.seq, 8, What::Input);
             let b2 = self.t(s.seq, 8, What::Input);
             self.drop(a2);
-            let le = self.t(s.sequences() * s.seq * s.seq, 1, What::Scores);
+            // The boolean causal mask broadcasts over the batch unless a padding mask is
+            // folded in; the additive mask is expanded to every sequence.
+            let rows = if s.padded_mask { s.sequences() } else { 1 };
+            let le = self.t(rows * s.seq * s.seq, 1, What::Scores);
             self.drop(t1);
             self.drop(t2);
             self.drop(b1);
