@@ -39,6 +39,22 @@ for line in lines:
         row["replayed_max_reserved_bytes"] = reserved[c["id"]]["max_reserved"]
     cases.append(row)
 
+# QLoRA steps without prepare_model_for_kbit_training (measure.py's own output, with the replay
+# inline; the harness's target shorthands written out as the modules they adapted).
+for line in open(os.path.join(ref, "unprepared/cases.jsonl")):
+    c = json.loads(line)
+    r = c["result"]
+    cases.append({
+        "id": c["id"] + "_no-prepare-kbit",
+        "model": c["model"],
+        "settings": dict(c["settings"], cublas_workspace_config=":0:0",
+                         target_modules=c["target_modules_list"]),
+        "peak_allocated_bytes": r["peak_bytes"],
+        "peak_phase": r["peak_phase"],
+        "replayed_max_allocated_bytes": c["replay"]["max_allocated"],
+        "replayed_max_reserved_bytes": c["replay"]["max_reserved"],
+    })
+
 # Published real-GPU runs (A100-80GB, torch 2.4.1, transformers 4.48.1): their settings as the
 # published schema gives them, with the software versions; lorafit reads them as `estimate
 # --jsonl` reads such a line (formats/jsonl.rs: num_gpus and FSDP's sharding, lora_param_dtype, and
@@ -78,7 +94,7 @@ for line in open(os.path.join(ref, "gpu_probe_h200.jsonl")):
     })
 
 out = {
-    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
+    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, unprepared/cases.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
     "cases": cases,
     "published": published,
 }
