@@ -178,6 +178,18 @@ impl<'a> Ctx<'a> {
         let rep = heads / self.arch.kv_heads().max(1);
         rep == 1 && self.s.batch > 1 && heads > 1
     }
+
+    /// Whether eager attention's `matmul(q, kᵀ)` copies its operands: with more than one
+    /// sequence, q after the rotary embedding keeps the (batch, seq, heads, dim) layout of its
+    /// projection, which `matmul` cannot view as (batch·heads, seq, dim), so it clones q — and kᵀ
+    /// too when k is a view of its projection (no grouped-query `repeat_kv` copy). The bmm saves
+    /// the clones instead of the originals. Returns (q copied, k copied).
+    pub fn eager_matmul_copies_qk(&self) -> (bool, bool) {
+        let heads = self.arch.num_attention_heads;
+        let rep = heads / self.arch.kv_heads().max(1);
+        let copies = self.s.batch > 1 && heads > 1;
+        (copies, copies && rep == 1)
+    }
 }
 
 /// Which 4-D mask sdpa is given ([`Ctx::sdpa_mask`]).

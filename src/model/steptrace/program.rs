@@ -1403,14 +1403,30 @@ impl<'c, 'a> Prog<'c, 'a> {
             (k, v)
         };
         let sn = b * heads * sq * sq;
+        // matmul's copies of its operands where it cannot view them (saved in their place).
+        let (copy_q, copy_k) = ctx.eager_matmul_copies_qk();
+        let operand = |p: &mut Self, x: X, copy: bool| {
+            if copy {
+                let mut c = p.t(x.n, x.es, What::Attention);
+                c.g = p.tp.node(Op::Pass, x.n, x.es, &[Self::edge(&x)], &[]);
+                c
+            } else {
+                p.tp.keep_local(x.t);
+                x
+            }
+        };
+        let qb = operand(self, q, copy_q);
+        let kb = operand(self, kk, copy_k);
         let mut sc = self.t(sn, es, What::Scores);
         sc.g = self.tp.node(
             Op::Bmm,
             sn,
             es,
-            &[Self::edge(&q), Self::edge(&kk)],
-            &[kk.t, q.t],
+            &[Self::edge(&qb), Self::edge(&kb)],
+            &[kb.t, qb.t],
         );
+        self.drop(qb);
+        self.drop(kb);
         let scaled = self.mul_const(sc, What::Scores);
         self.drop(sc);
         let mut cur = scaled;
@@ -1459,9 +1475,11 @@ impl<'c, 'a> Prog<'c, 'a> {
             &[vb.t, p.t],
         );
         self.drop(vb);
-        // transpose(1, 2).contiguous()
+        // transpose(1, 2).contiguous(): its gradient is a transposed view, which the bmm's
+        // backward copies where it cannot view it (more than one sequence).
         let mut c = self.t(on, es, What::Attention);
-        c.g = self.tp.node(Op::Pass, on, es, &[Self::edge(&o)], &[]);
+        let back = if copy_q { Op::ViewClone } else { Op::Pass };
+        c.g = self.tp.node(back, on, es, &[Self::edge(&o)], &[]);
         self.drop(o);
         self.drop(kk);
         self.drop(vv);
