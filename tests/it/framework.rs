@@ -158,6 +158,10 @@ fn examples_are_read_as_their_files_state() {
             "{example}"
         );
     }
+    // A 16-bit base: nothing is said about preparing a 4-bit one.
+    let r = read("llama-factory/llama3_lora_sft.yaml");
+    assert!(r.settings.quant.is_none());
+    assert!(!r.assumed.iter().any(|a| a.setting == "prepare_kbit"));
     // ms-swift quantizes only with a quant_method: its bits alone are named, not planned.
     let text = std::fs::read_to_string(dir().join("ms-swift/train.sh")).unwrap();
     let r = framework::read(&text.replace("    --quant_method bnb \\\n", "")).unwrap();

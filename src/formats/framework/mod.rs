@@ -358,6 +358,10 @@ pub(crate) fn read_with(
     }
     let used: Vec<&str> = r.used.iter().map(|u| u.setting).collect();
     r.assumed.retain(|a| !used.contains(&a.setting));
+    // How a framework prepares a 4-bit base says nothing about a 16-bit one.
+    if r.settings.quant.is_none() {
+        r.assumed.retain(|a| a.setting != "prepare_kbit");
+    }
     if r.settings.preference() {
         // A preference trainer's evaluation is not planned: the plan leaves it out and says so.
         for name in ["eval_batch", "eval_strategy"] {
