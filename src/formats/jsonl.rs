@@ -90,15 +90,16 @@ fn from_software(settings: &mut Value, software: Option<&Value>) -> Vec<&'static
             obj.insert("loss_shift".into(), json!("logits"));
         }
     }
-    if let Some(version) = version_of(software, "trl") {
+    let quant = obj.get("quant").is_some_and(|q| !q.is_null());
+    // TRL's version decides only how a 4-bit base is prepared.
+    if let Some(version) = version_of(software, "trl").filter(|_| quant) {
         read.push("trl");
-        let quant = obj.get("quant").is_some_and(|q| !q.is_null());
         let sharded = obj
             .get("strategy")
             .and_then(Value::as_str)
             .and_then(crate::model::Strategy::parse)
             .is_some_and(|s| s.is_fsdp() || s == crate::model::Strategy::Zero3);
-        if quant && !obj.contains_key("prepare_kbit") {
+        if !obj.contains_key("prepare_kbit") {
             obj.insert("prepare_kbit".into(), json!(version < (0, 22) && !sharded));
         }
     }
