@@ -154,7 +154,22 @@ proptest! {
         // can be inside a recomputed layer, as the harness measured: Phi-3-mini's shapes, 2
         // layers, nf4, DPO of 1 pair of 35588 tokens, rank 1, checkpointing: 26.89 GB adapting
         // o_proj and gate_up_proj, 26.31 GB all-linear.
-        prop_assert!(s.use_dora || (s.preference() && s.grad_ckpt) || all >= base, "targets");
+        // Nor for a 4-bit base with checkpointing and down_proj not adapted: a checkpointed layer
+        // is recomputed when the first node of its backward unpacks a saved tensor, and
+        // bitsandbytes' MatMul4Bit keeps its weight on `ctx`, not through save_for_backward
+        // (bitsandbytes 0.50.2 autograd/_functions.py:357-360), so an unadapted 4-bit down_proj
+        // computes its input gradient (tokens × intermediate) before the recomputation and that
+        // gradient lives through it; an adapted one's lora_B unpacks first. CodeLlama-34B's shapes,
+        // 2 layers, nf4 without prepare_model_for_kbit_training, bf16 autocast, checkpointing, 4 ×
+        // 8192 tokens, rank 1, no dropout: the harness measured 17.01 GB adapting v_proj and
+        // up_proj, 16.51 GB all-linear, and the planner plans both to the byte
+        // (tests/data/reference/unprepared, tests/it/unprepared.rs).
+        let recompute_after_down =
+            s.grad_ckpt && s.quant.is_some() && !s.targets.contains(&Target::Down);
+        prop_assert!(
+            s.use_dora || (s.preference() && s.grad_ckpt) || recompute_after_down || all >= base,
+            "targets"
+        );
     }
 
     /// Checkpointing never raises the peak once the step has activations worth keeping (256

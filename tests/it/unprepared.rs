@@ -47,5 +47,5 @@ fn unprepared_qlora_steps_are_planned_to_the_byte() {
         );
         n += 1;
     }
-    assert_eq!(n, 8);
+    assert_eq!(n, 10);
 }
