@@ -4,6 +4,7 @@
 
 pub mod allocator;
 pub mod arch;
+pub mod bnb_adamw;
 pub mod ctx;
 pub mod distributed;
 pub mod dtype;

@@ -40,11 +40,11 @@ pub enum Optimizer {
     AdamwTorchForeach,
     /// torch.optim.AdamW for-loop implementation.
     AdamwTorch,
-    /// bitsandbytes AdamW8bit: 2 × 1 byte + block constants.
+    /// bitsandbytes AdamW with 8-bit states (`crate::model::bnb_adamw`).
     Adamw8bit,
-    /// bitsandbytes paged AdamW 8-bit (states in unified memory).
+    /// bitsandbytes AdamW, 8-bit, its states of 1e5 values or more in CUDA managed memory.
     PagedAdamw8bit,
-    /// bitsandbytes paged AdamW 32-bit.
+    /// bitsandbytes AdamW, fp32 states, those of 1e5 values or more in CUDA managed memory.
     PagedAdamw32bit,
     /// Adafactor: factored second moment, no first moment.
     Adafactor,

@@ -166,8 +166,10 @@ fn saved_name(m: SavedModule) -> &'static str {
     }
 }
 
-/// Optimizer states, and whether they live in paged (unified) memory outside PyTorch's allocator.
-pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
+/// Optimizer states in total, for the step time's optimizer traffic. What the allocator and
+/// managed memory hold, tensor by tensor, is the step program's (bitsandbytes:
+/// [`crate::model::bnb_adamw`]).
+pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
     let n = p.trainable_params;
     let a = ctx.arch;
     let expert_tensors = if a.is_moe() {
@@ -192,10 +194,7 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
     // torch optimizers create states with zeros_like(param): same dtype as each parameter.
     let trainable_bytes: u128 = trainable_terms(ctx, p).iter().map(|t| t.bytes).sum();
     let terms = match opt {
-        Optimizer::AdamwTorchFused
-        | Optimizer::AdamwTorchForeach
-        | Optimizer::AdamwTorch
-        | Optimizer::PagedAdamw32bit => vec![
+        Optimizer::AdamwTorchFused | Optimizer::AdamwTorchForeach | Optimizer::AdamwTorch => vec![
             Term::product(
                 Component::OptimizerStates,
                 "AdamW exp_avg + exp_avg_sq (zeros_like each parameter)",
@@ -206,6 +205,12 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
             ),
             step,
         ],
+        // bitsandbytes keeps fp32 states whatever the parameter's dtype.
+        Optimizer::PagedAdamw32bit => vec![Term::product(
+            Component::OptimizerStates,
+            "32-bit AdamW: two fp32 states",
+            &[f("2", 2), params.clone(), bytes_of(4)],
+        )],
         Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => vec![Term::sum(
             Component::OptimizerStates,
             "8-bit AdamW: two uint8 states + fp32 absmax per 256 values",
@@ -259,6 +264,5 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> (Vec<Term>, bool) {
             &[named_bytes("trainable weight bytes", trainable_bytes)],
         )],
     };
-    let paged = matches!(opt, Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit);
-    (terms, paged)
+    terms
 }

@@ -4,6 +4,7 @@
 mod allocator;
 mod anatomy;
 mod architecture;
+mod bnb_optim;
 mod catalog;
 mod cli;
 mod crosscheck;

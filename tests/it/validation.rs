@@ -20,14 +20,15 @@ fn the_compacted_measurements_match_tests_data() {
 #[test]
 fn every_measured_case_is_compared() {
     let v = lorafit::formats::validation::validate().expect("validates");
-    // 68 dense + 28 mixture-of-experts cases + 8 QLoRA steps without prepare_model_for_kbit_training.
-    assert_eq!(v.cases.len(), 104);
+    // 68 dense + 28 mixture-of-experts cases + 10 QLoRA steps without
+    // prepare_model_for_kbit_training + 5 steps with bitsandbytes' AdamW.
+    assert_eq!(v.cases.len(), 111);
     assert_eq!(
         v.cases
             .iter()
             .filter(|c| c.replayed_reserved_bytes.is_some())
             .count(),
-        68
+        75
     );
     // 9 published A100 runs + 20 runs on an H200.
     assert_eq!(v.published.len(), 29);
@@ -43,7 +44,10 @@ fn every_measured_case_is_compared() {
 fn reserved_and_nvidia_smi_meet_their_targets() {
     let v = lorafit::formats::validation::validate().expect("validates");
     let r = &v.reserved;
-    assert_eq!(r.n, 68, "56 dense + 4 MoE + 8 unprepared QLoRA replays");
+    assert_eq!(
+        r.n, 75,
+        "56 dense + 4 MoE + 10 unprepared QLoRA + 5 bitsandbytes AdamW replays"
+    );
     assert!(
         r.max_abs_pct <= 3.0 && r.median_abs_pct <= 1.5 && r.worst_under_pct >= -3.0,
         "{r:?}"

@@ -327,7 +327,9 @@ impl QuickSurface {
             seq: 1024,
             ..s.clone()
         };
-        let (base, _) = plan_base(arch, &probe).ok()?;
+        // The whole plan, for what lies outside the allocator: the program decides which
+        // optimizer states are managed memory.
+        let base = plan(arch, &probe).ok()?;
         Some(QuickSurface {
             surface: steptrace::surface::Surface::build(arch, &probe)?,
             layers: arch.num_hidden_layers,
@@ -391,10 +393,8 @@ fn plan_base(arch: &Architecture, s: &Settings) -> Result<(Plan, Settings), Plan
     let step = distributed::compute_settings(s).unwrap_or_else(|| s.clone());
     let ctx = Ctx::new(arch, &step);
     let params = weights::param_counts(&ctx);
-    // Paged optimizer states live in CUDA unified memory, outside torch's allocator statistics.
-    let (opt_states, paged) = weights::optimizer_terms(&ctx, &params);
-    let paged_bytes = if paged { total(&opt_states) } else { 0 };
-    let outside_terms = reserve::outside_terms(s, paged_bytes);
+    // Paged optimizer states (CUDA managed memory) are the program's: added by `from_program`.
+    let outside_terms = reserve::outside_terms(s);
     let outside = total(&outside_terms);
     let par = &s.parallel;
     let plan = Plan {
@@ -523,6 +523,12 @@ fn from_program(
     p.cpu_bytes_per_rank = total(&p.cpu_terms);
     p.work = short.work.clone();
     p.cpu_bytes_per_node = p.cpu_bytes_per_rank * u128::from(ctx.s.parallel.gpus_per_node);
+    if short.work.paged_bytes > 0 {
+        // On the GPU but outside the allocator's statistics: beside the CUDA context.
+        let paged = reserve::paged_term(u128::from(short.work.paged_bytes));
+        p.outside_allocator_bytes += paged.bytes;
+        p.outside_terms.insert(1.min(p.outside_terms.len()), paged);
+    }
     requote(p, ctx);
     short.trace
 }

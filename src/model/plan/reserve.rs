@@ -142,20 +142,25 @@ pub fn simulate(trace: &steptrace::Trace, ctx: &Ctx, plan: &Plan) -> Option<Rese
     })
 }
 
+/// A paged optimizer's states of 1e5 values or more (`bitsandbytes` `get_state_buffer`): CUDA
+/// managed memory, resident on the GPU, outside the allocator ([`crate::model::bnb_adamw`]).
+pub fn paged_term(paged_bytes: u128) -> Term {
+    Term::product(
+        Component::CudaContext,
+        "paged optimizer states of 100000 values or more (CUDA managed memory, resident on the GPU)",
+        &[bytes_of(paged_bytes)],
+    )
+}
+
 /// Memory nvidia-smi shows outside PyTorch's allocator statistics.
-pub fn outside_terms(s: &Settings, paged_bytes: u128) -> Vec<Term> {
+/// The step program's CUDA managed memory (a paged optimizer's large states) is added by the
+/// plan ([`paged_term`]).
+pub fn outside_terms(s: &Settings) -> Vec<Term> {
     let mut out = vec![Term::product(
         Component::CudaContext,
         "CUDA context, kernel images, library handles, cuDNN / attention scratch",
         &[bytes_of(CUDA_CONTEXT_BYTES)],
     )];
-    if paged_bytes > 0 {
-        out.push(Term::product(
-            Component::CudaContext,
-            "paged optimizer states (CUDA unified memory, resident on the GPU)",
-            &[bytes_of(paged_bytes)],
-        ));
-    }
     if s.parallel.world() > 1 {
         out.push(Term::product(
             Component::CudaContext,

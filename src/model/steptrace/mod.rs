@@ -376,6 +376,9 @@ pub struct Trace {
     pub device: Device,
     /// Host memory (offloaded storages) by kind, when its total was highest.
     pub host: Vec<(What, u64)>,
+    /// CUDA managed memory held at the end (a paged optimizer's large states): on the GPU,
+    /// outside the caching allocator.
+    pub paged_bytes: u64,
     /// The first of the extended ops (`model::extended`) the step ran, if any.
     pub extended: Option<&'static str>,
 }

@@ -324,6 +324,7 @@ impl Short {
                     (b > 0).then_some((w, b))
                 })
                 .collect(),
+            paged_bytes: grow(work1.paged_bytes, work2.paged_bytes),
         };
         if too_large {
             return Err(super::too_large());

@@ -7,6 +7,7 @@ use super::{Block, Event, StepPhase, Trace, What};
 use crate::model::arch::{
     AttentionKind, KwargsOrder, LayerKind, LinearShape, NormKind, QkNorm, Target,
 };
+use crate::model::bnb_adamw;
 use crate::model::ctx::{Ctx, SdpaMask};
 use crate::model::error::PlanError;
 use crate::model::settings::{AttnImpl, ExpertParam, LossShift, Optimizer, SavedModule};
@@ -2384,23 +2385,43 @@ impl<'c, 'a> Prog<'c, 'a> {
                     }
                 }
             }
-            Optimizer::Adamw8bit => {
+            Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit => {
                 if first {
-                    for x in &tr {
-                        self.tp.on_behalf_of(x.t);
-                        let n = x.n;
-                        for (k, es) in [(n, 1), (n.div_ceil(256), 4), (n, 1), (n.div_ceil(256), 4)]
-                        {
-                            let t = self.t(k, es, What::OptState);
-                            self.states.push(t.t);
-                        }
-                    }
+                    self.bnb_adamw_states(&tr);
                 }
             }
             Optimizer::Adafactor => self.adafactor(&tr, first),
-            Optimizer::Sgd | Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit => {}
+            Optimizer::Sgd => {}
         }
         self.tp.exec = NO_LAYER;
+    }
+
+    /// bitsandbytes' AdamW creating each parameter's states at the first step
+    /// ([`crate::model::bnb_adamw`]): the quantization maps with the first 8-bit one, managed
+    /// memory (outside the allocator) for a paged optimizer's large states.
+    fn bnb_adamw_states(&mut self, tr: &[X]) {
+        let opt = self.ctx.s.optimizer;
+        let embedding = self.embed_trained.map(|p| p.x.t);
+        let mut maps = false;
+        for x in tr {
+            self.tp.on_behalf_of(x.t);
+            let is_embedding = embedding == Some(x.t);
+            if !maps && bnb_adamw::eight_bit(opt, x.n, is_embedding) {
+                maps = true;
+                for _ in 0..2 {
+                    let m = self.t(bnb_adamw::QMAP_BYTES / 4, 4, What::OptState);
+                    self.states.push(m.t);
+                }
+            }
+            for b in bnb_adamw::states(opt, x.n, is_embedding) {
+                if b.paged {
+                    self.tp.paged(b.bytes());
+                } else {
+                    let t = self.t(b.values, b.bytes_per_value, What::OptState);
+                    self.states.push(t.t);
+                }
+            }
+        }
     }
 
     /// transformers' Adafactor (no first moment), parameter by parameter
@@ -2615,5 +2636,6 @@ pub(super) fn run<const AFTER: u8>(
             .map(|&w| (w, p.tp.host_peak_by[w as usize]))
             .filter(|h| h.1 > 0)
             .collect(),
+        paged_bytes: p.tp.paged_bytes,
     })
 }

@@ -302,6 +302,9 @@ pub(super) struct Tape {
     host_by: [u64; What::ALL.len()],
     /// Host memory by kind of storage when its total was highest.
     pub host_peak_by: [u64; What::ALL.len()],
+    /// CUDA managed memory the run holds (a paged optimizer's large states): on the GPU,
+    /// outside the caching allocator, never freed.
+    pub paged_bytes: u64,
     /// Gradients a running node has summed into an input buffer out of place: freed once the
     /// node has delivered every output.
     held: Vec<T>,
@@ -347,6 +350,7 @@ impl Tape {
             host: vec![],
             host_by: [0; What::ALL.len()],
             host_peak_by: [0; What::ALL.len()],
+            paged_bytes: 0,
             held: vec![],
         }
     }
@@ -355,6 +359,14 @@ impl Tape {
     pub fn set_rank(&mut self, rank: Rank) {
         self.rank = rank;
         self.ranked = rank != Rank::ONE;
+    }
+
+    /// `bytes` of CUDA managed memory (`cudaMallocManaged`), which the caching allocator never
+    /// sees: no event.
+    pub fn paged(&mut self, bytes: u64) {
+        if !self.stopped {
+            self.paged_bytes = self.paged_bytes.saturating_add(bytes);
+        }
     }
 
     /// A new storage of `bytes` of `what` in host memory (offloaded), held once: no event.

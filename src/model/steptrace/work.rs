@@ -18,6 +18,8 @@ pub struct StepWork {
     /// Host memory (offloaded storages) by kind, when its total was highest: what offloading
     /// moves over the host link.
     pub host: Vec<(What, u64)>,
+    /// CUDA managed memory the run holds ([`Trace::paged_bytes`]).
+    pub paged_bytes: u64,
 }
 
 impl Default for StepWork {
@@ -26,6 +28,7 @@ impl Default for StepWork {
             bytes_by_what: vec![0; What::ALL.len()],
             allocations: 0,
             host: vec![],
+            paged_bytes: 0,
         }
     }
 }
@@ -92,5 +95,6 @@ pub fn step_work(trace: &Trace) -> StepWork {
         bytes_by_what,
         allocations,
         host: trace.host.clone(),
+        paged_bytes: trace.paged_bytes,
     }
 }

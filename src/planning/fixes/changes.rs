@@ -481,7 +481,7 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             FixId::Paged,
             format!("optim {} → paged_adamw_8bit", s.optimizer.name()),
             "paged 8-bit AdamW",
-            "states in unified memory, evicted to CPU under pressure (slower when it pages)",
+            "states of 100000 values or more in CUDA managed memory, evicted to CPU under pressure (slower when it pages); smaller ones stay in PyTorch's allocator",
             4,
             Patch::Optimizer(Optimizer::PagedAdamw8bit),
         );

@@ -310,7 +310,7 @@ fn estimate_at(
     // rank read and written with its gradient, its states read and written.
     let run = s.as_run(a);
     let ctx = Ctx::new(a, &run);
-    let (state_terms, _) = crate::model::weights::optimizer_terms(&ctx, &plan.params);
+    let state_terms = crate::model::weights::optimizer_terms(&ctx, &plan.params);
     let sharded = par.strategy.is_zero() || par.strategy.is_fsdp();
     let share = if sharded { world } else { 1.0 };
     let trainable = plan.params.trainable_params as f64 / share;

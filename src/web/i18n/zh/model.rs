@@ -203,7 +203,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("momentum buffer (zeros_like each parameter)", "动量缓冲区（每个参数一份 zeros_like）"),
     ("nf4 Linear layers packed # per byte; embeddings, norms, biases, lm_head in fp32", "nf4 Linear 层每字节打包 # 个；嵌入、归一化层、偏置、lm_head 为 fp32"),
     ("other RMSNorms (post-attn, pre/post-FFN): fp32 input copy + rsqrt", "其他 RMSNorm（post-attn、pre/post-FFN）：fp32 输入副本 + rsqrt"),
-    ("paged optimizer states (CUDA unified memory, resident on the GPU)", "分页优化器状态（CUDA 统一内存，驻留在 GPU 上）"),
+    ("paged optimizer states of # values or more (CUDA managed memory, resident on the GPU)", "不少于 # 个值的分页优化器状态（CUDA 托管内存，驻留在 GPU 上）"),
     ("post-attention RMSNorm: fp32 input copy + rsqrt", "注意力后 RMSNorm：fp32 输入副本 + rsqrt"),
     ("q (after RoPE), k (after RoPE), v", "q（RoPE 后）、k（RoPE 后）、v"),
     ("q after RoPE, k and v repeated to all heads (repeat_kv)", "RoPE 后的 q，以及复制到所有头的 k、v（repeat_kv）"),

@@ -59,7 +59,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("small quality cost reported for nf4", "据报告 nf4 会带来轻微的效果损失"),
     ("smaller matmuls use the GPU less efficiently", "矩阵乘更小，GPU 利用率更低"),
     ("states in # bits: indistinguishable loss curves in most LoRA runs", "优化器状态用 # 位存储：大多数 LoRA 训练的 loss 曲线看不出差别"),
-    ("states in unified memory, evicted to CPU under pressure (slower when it pages)", "优化器状态放在统一内存中，显存紧张时换出到 CPU（发生换页时会变慢）"),
+    ("states of # values or more in CUDA managed memory, evicted to CPU under pressure (slower when it pages); smaller ones stay in PyTorch's allocator", "不少于 # 个值的优化器状态放在 CUDA 托管内存中，显存紧张时换出到 CPU（发生换页时会变慢）；更小的仍在 PyTorch 的分配器中"),
     ("the [tokens × vocab] logits are never materialised", "[tokens × vocab] 的 logits 永远不会完整生成"),
     ("dequantises the #-bit weights in every forward and backward", "每次前向和反向都要反量化 # 位权重"),
     ("recomputes each layer's forward during the backward (one more forward per step)", "反向传播时重算每层的前向（每步多一次前向）"),
