@@ -1905,10 +1905,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         // torch.no_grad() passes (a reference or KL pass) run without checkpointing: TRL turns
         // it off around them (`disable_gradient_checkpointing`).
         let ckpt = s.grad_ckpt && self.tp.mode != Mode::NoGrad;
-        if ckpt && !s.outside_trained() {
+        if ckpt && !emb.grad() {
             // enable_input_require_grads: the embedding output becomes a leaf needing a gradient;
             // its AccumulateGrad node keeps it until the graph is freed (a trained embedding's
-            // output already needs one, and requires_grad_ changes nothing).
+            // output — trained in full, or peft's modules_to_save copy — already needs one, and
+            // requires_grad_ changes nothing: its gradient goes on to the embedding's backward).
             emb.g = G::Param(u32::MAX);
             self.tp.keep_local(emb.t);
             self.emb_leaf = Some(emb);
