@@ -4,9 +4,7 @@
 //! PyTorch's caching allocator replayed over the measured step, and a paged optimizer's managed
 //! memory (outside the allocator) against what bitsandbytes asked `get_paged` for.
 
-use lorafit::formats::catalog::resolve_model;
-use lorafit::model::steptrace::Device;
-use lorafit::model::{plan, plan_simulated, plan_simulated_on};
+use lorafit::model::plan;
 use serde_json::Value;
 
 fn cases() -> Vec<Value> {
@@ -26,21 +24,9 @@ fn bitsandbytes_adamw_steps_are_planned_to_the_byte() {
     let mut n = 0;
     for v in cases() {
         let id = v["id"].as_str().expect("id");
-        let a = resolve_model(&v["model"]).expect("model").value;
-        let mut settings = v["settings"].clone();
-        settings["target_modules"] = v["target_modules_list"].clone();
-        let s = crate::harness_settings(&settings);
-        let measured = v["result"]["peak_bytes"].as_u64().expect("peak") as f64;
-        let replayed = v["replay"]["max_reserved"].as_u64().expect("replay") as f64;
-        let pct = |x: u128, of: f64| (x as f64 - of) / of * 100.0;
-        let quick = plan(&a, &s).expect("plans");
-        let settled = plan_simulated_on(&a, &s, Device::Emulated).expect("plans");
-        let (q, st, r) = (
-            pct(quick.peak_allocated_bytes, measured),
-            pct(settled.peak_allocated_bytes, measured),
-            pct(settled.peak_reserved_bytes, replayed),
-        );
-        println!("{id:<26} allocated: quick {q:+.3} %, settled {st:+.3} %; reserved {r:+.3} %");
+        let m = crate::plan_measured_line(&v);
+        let (q, st, r) = (m.quick_pct, m.settled_pct, m.reserved_pct);
+        let (a, s, quick, settled) = (m.arch, m.settings, m.quick, m.settled);
         // The quick plan is a CUDA GPU's: a trained tied embedding takes two gradients (the
         // lookup's and lm_head's), which a GPU adds in place and the harness's emulated device
         // out of place (a third [vocab × hidden] buffer at the end of backward, its peak).
@@ -89,11 +75,7 @@ fn paged_states_leave_the_allocator_only_when_large() {
             .expect("states")
     };
     assert!(states(&paged) > 0 && states(&paged) < states(&unpaged));
-    let a = resolve_model(&paged["model"]).expect("model").value;
-    let mut settings = paged["settings"].clone();
-    settings["target_modules"] = paged["target_modules_list"].clone();
-    let s = crate::harness_settings(&settings);
-    let p = plan_simulated(&a, &s).expect("plans");
+    let p = crate::plan_measured_line(&paged).settled;
     let planned: u128 = p
         .terms
         .iter()

@@ -70,3 +70,52 @@ pub fn harness_line(line: &str) -> String {
     v["settings"]["cublas_workspace_config"] = HARNESS_CUBLAS.into();
     v.to_string()
 }
+
+/// One line of the harness's own output with its allocator replay (`measure.py` + `replay.py`,
+/// as the `run_cases.py` of `tests/data/reference/unprepared` and `bnb_optim` write it), planned:
+/// the architecture, the settings (the harness's target shorthands written out as the modules it
+/// adapted), the quick plan (a CUDA GPU's) and the settled plan on the emulated device, and
+/// their errors in percent: quick and settled allocated against the measured peak, settled
+/// reserved against the replay. Prints them under the case's id.
+pub struct MeasuredLine {
+    pub arch: lorafit::model::Architecture,
+    pub settings: lorafit::model::Settings,
+    pub quick: lorafit::model::Plan,
+    pub settled: lorafit::model::Plan,
+    pub quick_pct: f64,
+    pub settled_pct: f64,
+    pub reserved_pct: f64,
+}
+
+pub fn plan_measured_line(v: &serde_json::Value) -> MeasuredLine {
+    use lorafit::model::{plan, plan_simulated_on, steptrace::Device};
+    let id = v["id"].as_str().expect("id");
+    let arch = lorafit::formats::catalog::resolve_model(&v["model"])
+        .expect("model")
+        .value;
+    let mut settings = v["settings"].clone();
+    settings["target_modules"] = v["target_modules_list"].clone();
+    let settings = harness_settings(&settings);
+    let measured = v["result"]["peak_bytes"].as_u64().expect("peak") as f64;
+    let replayed = v["replay"]["max_reserved"].as_u64().expect("replay") as f64;
+    let pct = |x: u128, of: f64| (x as f64 - of) / of * 100.0;
+    let quick = plan(&arch, &settings).expect("plans");
+    let settled = plan_simulated_on(&arch, &settings, Device::Emulated).expect("plans");
+    let (quick_pct, settled_pct, reserved_pct) = (
+        pct(quick.peak_allocated_bytes, measured),
+        pct(settled.peak_allocated_bytes, measured),
+        pct(settled.peak_reserved_bytes, replayed),
+    );
+    println!(
+        "{id:<26} allocated: quick {quick_pct:+.3} %, settled {settled_pct:+.3} %; reserved {reserved_pct:+.3} %"
+    );
+    MeasuredLine {
+        arch,
+        settings,
+        quick,
+        settled,
+        quick_pct,
+        settled_pct,
+        reserved_pct,
+    }
+}

@@ -4,9 +4,6 @@
 //! the settled plan against each measured peak, and the settled plan's reserved against
 //! PyTorch's caching allocator replayed over the measured step.
 
-use lorafit::formats::catalog::resolve_model;
-use lorafit::model::steptrace::Device;
-use lorafit::model::{plan, plan_simulated_on};
 use serde_json::Value;
 
 #[test]
@@ -21,22 +18,9 @@ fn unprepared_qlora_steps_are_planned_to_the_byte() {
         let v: Value = serde_json::from_str(line).expect("JSON");
         let id = v["id"].as_str().expect("id");
         assert_eq!(v["settings"]["prepare_kbit"], false, "{id}");
-        let a = resolve_model(&v["model"]).expect("model").value;
-        // The harness's shorthands (`qv`, `qkvo`) written out as the modules it adapted.
-        let mut settings = v["settings"].clone();
-        settings["target_modules"] = v["target_modules_list"].clone();
-        let s = crate::harness_settings(&settings);
-        let measured = v["result"]["peak_bytes"].as_u64().expect("peak") as f64;
-        let replayed = v["replay"]["max_reserved"].as_u64().expect("replay") as f64;
-        let pct = |x: u128, of: f64| (x as f64 - of) / of * 100.0;
-        let quick = plan(&a, &s).expect("plans");
-        let settled = plan_simulated_on(&a, &s, Device::Emulated).expect("plans");
-        let (q, st, r) = (
-            pct(quick.peak_allocated_bytes, measured),
-            pct(settled.peak_allocated_bytes, measured),
-            pct(settled.peak_reserved_bytes, replayed),
-        );
-        println!("{id:<26} allocated: quick {q:+.3} %, settled {st:+.3} %; reserved {r:+.3} %");
+        let m = crate::plan_measured_line(&v);
+        let (q, st, r) = (m.quick_pct, m.settled_pct, m.reserved_pct);
+        let settled = m.settled;
         assert!(q.abs() <= 0.01, "{id}: quick {q:+.3} %");
         assert!(st.abs() <= 0.01, "{id}: settled {st:+.3} %");
         assert!(r.abs() <= 0.01, "{id}: reserved {r:+.3} %");
