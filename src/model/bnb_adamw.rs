@@ -57,6 +57,11 @@ pub fn is_bnb(opt: Optimizer) -> bool {
     )
 }
 
+/// Whether `opt` puts large states in CUDA managed memory.
+pub fn pages(opt: Optimizer) -> bool {
+    matches!(opt, Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit)
+}
+
 /// Whether the tensor's states are 8-bit.
 pub fn eight_bit(opt: Optimizer, values: u64, embedding: bool) -> bool {
     matches!(opt, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit)
@@ -71,7 +76,7 @@ pub fn states(opt: Optimizer, values: u64, embedding: bool) -> Vec<StateBuffer> 
     if !is_bnb(opt) {
         return vec![];
     }
-    let paged = opt != Optimizer::Adamw8bit && values >= MIN_PAGED_VALUES;
+    let paged = pages(opt) && values >= MIN_PAGED_VALUES;
     let state = |bytes_per_value| StateBuffer {
         values,
         bytes_per_value,

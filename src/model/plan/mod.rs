@@ -327,13 +327,17 @@ impl QuickSurface {
             seq: 1024,
             ..s.clone()
         };
-        // The whole plan, for what lies outside the allocator: the program decides which
-        // optimizer states are managed memory.
-        let base = plan(arch, &probe).ok()?;
+        // What lies outside the allocator: with a paged optimizer the whole plan's (the program
+        // decides which states are managed memory), else the base's (no step run).
+        let outside_bytes = if crate::model::bnb_adamw::pages(s.optimizer) {
+            plan(arch, &probe).ok()?.outside_allocator_bytes
+        } else {
+            plan_base(arch, &probe).ok()?.0.outside_allocator_bytes
+        };
         Some(QuickSurface {
             surface: steptrace::surface::Surface::build(arch, &probe)?,
             layers: arch.num_hidden_layers,
-            outside_bytes: base.outside_allocator_bytes,
+            outside_bytes,
             settings: s.clone(),
         })
     }
