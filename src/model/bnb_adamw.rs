@@ -29,7 +29,7 @@ pub const BLOCK_VALUES: u64 = 256;
 /// A paged optimizer's state of at least this many values is managed memory.
 pub const MIN_PAGED_VALUES: u64 = 100_000;
 /// Each quantization map: 256 fp32 values (`create_dynamic_map`).
-pub const QMAP_BYTES: u64 = 256 * 4;
+pub const QMAP_VALUES: u64 = 256;
 
 /// One buffer of a tensor's optimizer state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,15 +8,7 @@ use lorafit::model::plan;
 use serde_json::Value;
 
 fn cases() -> Vec<Value> {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/reference/bnb_optim/cases.jsonl"
-    ))
-    .expect("bitsandbytes optimizer cases");
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("JSON"))
-        .collect()
+    crate::jsonl("tests/data/reference/bnb_optim/cases.jsonl")
 }
 
 #[test]

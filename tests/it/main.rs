@@ -64,6 +64,17 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
     s
 }
 
+/// The JSON objects of a JSONL file of the repository, one per non-empty line.
+pub fn jsonl(path: &str) -> Vec<serde_json::Value> {
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
 /// A harness case's JSON line for `estimate_line`, with [`HARNESS_CUBLAS`] in its settings.
 pub fn harness_line(line: &str) -> String {
     let mut v: serde_json::Value = serde_json::from_str(line).expect("case line is JSON");

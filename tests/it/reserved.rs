@@ -24,14 +24,7 @@ fn data(path: &str) -> String {
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
 }
 
-/// The JSON objects of a JSONL file of the repository, one per non-empty line.
-fn jsonl(path: &str) -> Vec<Value> {
-    data(path)
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
-}
+use crate::jsonl;
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

@@ -4,18 +4,10 @@
 //! the settled plan against each measured peak, and the settled plan's reserved against
 //! PyTorch's caching allocator replayed over the measured step.
 
-use serde_json::Value;
-
 #[test]
 fn unprepared_qlora_steps_are_planned_to_the_byte() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/reference/unprepared/cases.jsonl"
-    ))
-    .expect("unprepared cases");
     let mut n = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: Value = serde_json::from_str(line).expect("JSON");
+    for v in crate::jsonl("tests/data/reference/unprepared/cases.jsonl") {
         let id = v["id"].as_str().expect("id");
         assert_eq!(v["settings"]["prepare_kbit"], false, "{id}");
         let m = crate::plan_measured_line(&v);

@@ -2410,7 +2410,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             if !maps && bnb_adamw::eight_bit(opt, x.n, is_embedding) {
                 maps = true;
                 for _ in 0..2 {
-                    let m = self.t(bnb_adamw::QMAP_BYTES / 4, 4, What::OptState);
+                    let m = self.t(bnb_adamw::QMAP_VALUES, 4, What::OptState);
                     self.states.push(m.t);
                 }
             }
