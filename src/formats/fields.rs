@@ -11,7 +11,7 @@ use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, LoraInit, LossShift, Optimizer,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Liger, LoraInit, LossShift, Optimizer,
     PrefLogits, PrefLoss, Quant, SavedModule, Settings, Stage, Strategy, Target,
 };
 
@@ -260,6 +260,35 @@ fn set_offload(s: &mut Settings, v: &str) -> Result<(), String> {
     s.parallel.offload_optimizer = o;
     s.parallel.offload_params = p;
     s.parallel.offload_activations = a;
+    Ok(())
+}
+
+fn liger_parts(l: Liger) -> Vec<&'static str> {
+    [(l.rms_norm, "rms_norm"), (l.swiglu, "swiglu"), (l.rope, "rope")]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, n)| n)
+        .collect()
+}
+
+/// `true` / `all`: the three kernels; `false` / `none`: none; else a list of them.
+fn set_liger(s: &mut Settings, v: &str) -> Result<(), String> {
+    let mut l = Liger::NONE;
+    for part in items(v) {
+        match part.to_ascii_lowercase().as_str() {
+            "rms_norm" | "rmsnorm" => l.rms_norm = true,
+            "swiglu" | "glu_activation" => l.swiglu = true,
+            "rope" => l.rope = true,
+            "true" | "all" | "1" | "yes" | "on" => l = Liger::ALL,
+            "none" | "false" | "0" | "no" | "off" => {}
+            other => {
+                return Err(format!(
+                    "unknown {other:?} (rms_norm, swiglu, rope; true for all three)"
+                ))
+            }
+        }
+    }
+    s.liger = l;
     Ok(())
 }
 
@@ -545,6 +574,30 @@ pub static FIELDS: &[Field] = &[
         slider: None,
         get: |s| bool_text(s.fused_ce),
         set: |s, v| boolean(v).map(|x| s.fused_ce = x),
+    },
+    Field {
+        name: "liger_kernel",
+        json_aliases: &[],
+        url: Some("lk"),
+        flag: Some("--liger-kernel"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Liger kernels",
+        help: "Liger-Kernel's RMSNorm, SwiGLU and RoPE in the decoder layers (true: all three, as enable_liger_kernel / use_liger_kernel install them; its fused cross-entropy is the fused_ce setting)",
+        testid: None,
+        kind: Kind::List {
+            items: || {
+                vec![
+                    ("rms_norm", "Liger RMSNorm"),
+                    ("swiglu", "Liger SwiGLU"),
+                    ("rope", "Liger RoPE"),
+                ]
+            },
+            members: |s| liger_parts(s.liger),
+        },
+        slider: None,
+        get: |s| liger_parts(s.liger).join(","),
+        set: set_liger,
     },
     Field {
         name: "finetuning_type",

@@ -125,6 +125,12 @@ pub struct FamilyLayout {
     pub hybrid: Option<HybridLayout>,
     /// The vision tower a vision-language checkpoint of the family carries, when lorafit plans it.
     pub vision: Option<VisionKind>,
+    /// Liger-Kernel replaces the family's RMSNorm (llama casting, in place), MLP
+    /// (`LigerSwiGLUMLP`) and `apply_rotary_pos_emb` as `apply_liger_kernel_to_llama` does
+    /// (liger-kernel 0.8.5 `transformers/monkey_patch.py`: llama :259-323, mistral :723-784,
+    /// qwen2 :1750-1814, qwen3 :1817-1873, whose q/k norms are `Qwen3RMSNorm`s too). Other
+    /// families' Liger modules differ (Gemma's casting and offset, Phi-3's fused MLP, experts).
+    pub liger: bool,
 }
 
 /// How a family's vision tower runs (what [`crate::model::vision::VisionTower`]'s numbers build).
@@ -327,6 +333,7 @@ impl Family {
             moe: None,
             hybrid: None,
             vision: None,
+            liger: false,
         };
         let moe = MoeLayout {
             moe_width: false,
@@ -354,15 +361,20 @@ impl Family {
             ..base
         };
         match self {
-            Family::Llama | Family::Mistral => base,
+            Family::Llama | Family::Mistral => FamilyLayout {
+                liger: true,
+                ..base
+            },
             Family::Qwen2 => FamilyLayout {
                 qkv_bias: true,
                 mask_kwargs: true,
+                liger: true,
                 ..base
             },
             Family::Qwen3 => FamilyLayout {
                 qk_norm: QkNorm::PerHead,
                 mask_kwargs: true,
+                liger: true,
                 ..base
             },
             Family::Gemma2 => FamilyLayout {

@@ -344,6 +344,42 @@ pub fn parse_expert_params<'a>(
     Ok(out)
 }
 
+/// Which of Liger-Kernel's decoder kernels replace transformers' modules, as
+/// `apply_liger_kernel_to_<model_type>(rms_norm=…, swiglu=…, rope=…)` installs them
+/// (liger-kernel 0.8.5 `transformers/monkey_patch.py`; LLaMA-Factory's `enable_liger_kernel` and
+/// Trainer's `use_liger_kernel` turn on all three with the fused linear cross-entropy).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Liger {
+    /// `LigerRMSNorm`: saves its input and an fp32 inverse RMS per row; its backward writes the
+    /// input's gradient into the incoming one.
+    pub rms_norm: bool,
+    /// `LigerSwiGLUMLP`: `silu(gate) * up` in one kernel that saves gate and up only; its
+    /// backward writes their gradients into them.
+    pub swiglu: bool,
+    /// `liger_rotary_pos_emb`: q and k rotated in place, cos and sin saved.
+    pub rope: bool,
+}
+
+impl Liger {
+    /// None of the kernels.
+    pub const NONE: Liger = Liger {
+        rms_norm: false,
+        swiglu: false,
+        rope: false,
+    };
+    /// All three, as `enable_liger_kernel` / `use_liger_kernel` install them.
+    pub const ALL: Liger = Liger {
+        rms_norm: true,
+        swiglu: true,
+        rope: true,
+    };
+
+    /// Whether any kernel is on.
+    pub fn any(self) -> bool {
+        self.rms_norm || self.swiglu || self.rope
+    }
+}
+
 /// A validated training configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -388,6 +424,10 @@ pub struct Settings {
     /// [tokens × vocab] logits.
     #[serde(default)]
     pub fused_ce: bool,
+    /// Liger-Kernel's kernels in the decoder layers (its fused linear cross-entropy is
+    /// `fused_ce`).
+    #[serde(default)]
+    pub liger: Liger,
     /// peft's DoRA (`use_dora=True`): a magnitude vector per adapted Linear, the weight norm of
     /// `W + B·A` in every forward (planned by the step program only).
     #[serde(default)]
@@ -544,6 +584,7 @@ impl Default for Settings {
             padded_mask: false,
             optimizer: Optimizer::AdamwTorchFused,
             fused_ce: false,
+            liger: Liger::NONE,
             use_dora: false,
             use_rslora: false,
             init_lora_weights: LoraInit::Default,

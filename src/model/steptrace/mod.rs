@@ -452,6 +452,18 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: "a fused linear cross-entropy replaces the SFT loss; a preference trainer scores its sequences through its own head (pref_logits: TRL's fused log-prob head or the full logits)".into(),
         });
     }
+    if s.liger.any() && !arch.family.layout().liger {
+        return Err(PlanError::InvalidSetting {
+            field: "liger_kernel",
+            why: format!("Liger-Kernel's RMSNorm, SwiGLU and RoPE are planned for Llama, Mistral, Qwen2 and Qwen3 layers; its modules for {} differ (Gemma's casting and offset, a fused MLP, experts) and are not planned yet: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name()),
+        });
+    }
+    if s.liger.rms_norm && s.base_trained() {
+        return Err(PlanError::InvalidSetting {
+            field: "liger_kernel",
+            why: "Liger's RMSNorm with trained norm weights (full or freeze tuning) sums its weight gradient from a [streaming multiprocessors × width] fp32 buffer sized by the GPU; not planned yet: plan with liger_kernel swiglu,rope".into(),
+        });
+    }
     if s.preference() && arch.is_moe() {
         return Err(PlanError::InvalidSetting {
             field: "stage",

@@ -164,6 +164,8 @@ mod fused_ce;
 mod gdn;
 pub(super) mod job;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+mod liger;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod moe;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod preference;
@@ -789,6 +791,14 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// RMSNorm over rows of `width`: llama's (`hidden.to(fp32)`, variance, rsqrt, cast back,
     /// times the weight) or Gemma's (`x * rsqrt(mean(x²) + eps)` in fp32, times `1 + weight`).
     fn rmsnorm(&mut self, x: X, width: u64) -> X {
+        if self.ctx.s.liger.rms_norm {
+            return extended!(
+                self,
+                "Liger-Kernel's kernels",
+                self.liger_rmsnorm(x, width),
+                x
+            );
+        }
         let rows = x.n / width;
         let gemma = self.ctx.arch.family.layout().norm == NormKind::Gemma;
         let hs = self.cast(x, 4, What::Norm);
@@ -1156,6 +1166,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         let whole_norm = qk == QkNorm::Whole;
         let qk_norm = qk == QkNorm::PerHead;
         let late_norm = qk == QkNorm::PerHeadAfterProjections;
+        // Liger's RoPE hands on gradients laid out like q and k: the head views' backward
+        // reshapes them without a copy.
+        let liger_rope = s.liger.rope;
         // q_proj(x).view(...) [→ q_norm] .transpose(1, 2): the view's backward copies the
         // transposed gradient.
         // Phi-3 projects q, k, v at once and slices the fused output (views).
@@ -1190,6 +1203,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         // OLMoE views q and k into heads after all three projections.
         let mut qv = if whole_norm || gated {
             q
+        } else if liger_rope {
+            q
         } else {
             let t = self.view_clone(q);
             self.drop(q);
@@ -1212,6 +1227,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             k
         };
         let mut kv = if whole_norm {
+            k
+        } else if liger_rope {
             k
         } else {
             let t = self.view_clone(k);
@@ -1258,7 +1275,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             (qv, kv)
         };
-        let (qe, ke) = if a.rotary_dim() < hd {
+        let (qe, ke) = if liger_rope {
+            extended!(
+                self,
+                "Liger-Kernel's kernels",
+                self.liger_rope(qn, kn, cos, sin),
+                (qn, kn)
+            )
+        } else if a.rotary_dim() < hd {
             self.rope_partial(qn, kn, cos, sin)
         } else {
             (self.rope(qn, cos, sin), self.rope(kn, cos, sin))
@@ -1524,6 +1548,23 @@ impl<'c, 'a> Prog<'c, 'a> {
         else {
             return x;
         };
+        if self.ctx.s.liger.swiglu {
+            return extended!(
+                self,
+                "Liger-Kernel's kernels",
+                {
+                    let gate = self.lora_linear(x, &g);
+                    let up = self.lora_linear(x, &u);
+                    let prod = self.liger_swiglu(gate, up);
+                    self.drop(gate);
+                    self.drop(up);
+                    let down = self.lora_linear(prod, &d);
+                    self.drop(prod);
+                    down
+                },
+                x
+            );
+        }
         let gate = self.lora_linear(x, &g);
         let act = self.unary(gate, gate.es, What::Mlp, true, false);
         self.drop(gate);

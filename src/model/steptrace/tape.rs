@@ -160,6 +160,12 @@ pub(super) enum Op {
     Join,
     /// [`Op::Join`] of three outputs.
     Join3,
+    /// The gradients are written into the saved inputs' storages (`saved[k]` is input `k`'s:
+    /// Liger's SwiGLU backward stores `da`, `db` into `a`, `b`).
+    InPlace,
+    /// Liger's RoPE: two outputs (q, k) whose gradients arrive separately (the second in
+    /// `buf2`) and are rotated in place, each handed on to its input.
+    RopeInPlace,
     /// A chain of small ops recorded as one node: its backward runs the steps of
     /// [`Tape::scripts`]`[i]` (the last allocation is the gradient of its one input).
     Script(u32),
@@ -929,6 +935,27 @@ impl Tape {
                     self.drop_t(b);
                 }
             }
+            Op::InPlace => {
+                for (k, slot) in grads.iter_mut().enumerate() {
+                    if let Some(&t) = node.saved.as_slice().get(k).filter(|_| wants(k)) {
+                        self.keep(t);
+                        *slot = Some(t);
+                    }
+                }
+            }
+            Op::RopeInPlace => {
+                if wants(0) {
+                    self.keep(g);
+                    grads[0] = Some(g);
+                }
+                if let Some(b2) = node.buf2 {
+                    if wants(1) {
+                        grads[1] = Some(b2);
+                    } else {
+                        self.drop_t(b2);
+                    }
+                }
+            }
             Op::Handed => {
                 let one = self.new_t(4, What::BackwardTemp);
                 self.drop_t(one);
@@ -1035,6 +1062,8 @@ impl Tape {
                         | Op::Attention
                         | Op::Script(_)
                         | Op::Handed
+                        | Op::InPlace
+                        | Op::RopeInPlace
                         | Op::ChunkedLogprob { .. }
                 ) {
                 e.es
@@ -1113,7 +1142,7 @@ impl Tape {
             }
             G::Node(j) => {
                 let j = j as usize;
-                if matches!(self.nodes[j].op, Op::Join | Op::Join3)
+                if matches!(self.nodes[j].op, Op::Join | Op::Join3 | Op::RopeInPlace)
                     && self.nodes[j].buf.is_some()
                     && self.nodes[j].buf2.is_none()
                 {
