@@ -73,6 +73,21 @@ for line in open(os.path.join(ref, "bnb_optim/cases.jsonl")):
         "replayed_max_reserved_bytes": c["replay"]["max_reserved"],
     })
 
+# Steps with Liger-Kernel's RMSNorm, SwiGLU and RoPE beside the same steps without them (the same
+# output format; the harness's `liger_kernel` list is the settings table's).
+for line in open(os.path.join(ref, "liger/cases.jsonl")):
+    c = json.loads(line)
+    r = c["result"]
+    cases.append({
+        "id": c["id"],
+        "model": c["model"],
+        "settings": dict(c["settings"], cublas_workspace_config=":0:0", target_modules=c["target_modules_list"]),
+        "peak_allocated_bytes": r["peak_bytes"],
+        "peak_phase": r["peak_phase"],
+        "replayed_max_allocated_bytes": c["replay"]["max_allocated"],
+        "replayed_max_reserved_bytes": c["replay"]["max_reserved"],
+    })
+
 # Published real-GPU runs (A100-80GB, torch 2.4.1, transformers 4.48.1): their settings as the
 # published schema gives them, with the software versions; lorafit reads them as `estimate
 # --jsonl` reads such a line (formats/jsonl.rs: num_gpus and FSDP's sharding, lora_param_dtype, and
@@ -112,7 +127,7 @@ for line in open(os.path.join(ref, "gpu_probe_h200.jsonl")):
     })
 
 out = {
-    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, unprepared/cases.jsonl, bnb_optim/cases.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
+    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, unprepared/cases.jsonl, bnb_optim/cases.jsonl, liger/cases.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
     "cases": cases,
     "published": published,
 }

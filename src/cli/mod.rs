@@ -228,9 +228,12 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
             .get(at + 1)
             .ok_or("--from needs a FILE (a training config)")?;
         let mut r = read_from(path)?;
-        s = r.settings.clone();
         title = path.clone();
-        match r.catalog_model() {
+        // (the catalog model can change what the reading keeps: Liger's kernels where they
+        // are not planned for its family)
+        let found = r.catalog_model();
+        s = r.settings.clone();
+        match found {
             Ok(Some(e)) => {
                 title = format!("{path}: {} ({})", e.arch.name, e.hf_id);
                 model_id = r.model.clone().unwrap_or_default();

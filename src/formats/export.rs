@@ -249,10 +249,31 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         "# max sequence length (truncate / pack to): {}\n",
         s.seq
     ));
-    if s.fused_ce {
-        out.push_str("# fused cross-entropy: from liger_kernel.transformers import apply_liger_kernel_to_llama (per family)\n");
+    if s.fused_ce || s.liger.any() {
+        let l = s.liger;
+        out.push_str(&format!(
+            "# Liger-Kernel, before the model is loaded: from liger_kernel.transformers import apply_liger_kernel_to_{f}\n# apply_liger_kernel_to_{f}(rope={}, rms_norm={}, swiglu={}, fused_linear_cross_entropy={})\n",
+            py_bool(l.rope),
+            py_bool(l.rms_norm),
+            py_bool(l.swiglu),
+            py_bool(s.fused_ce),
+            f = arch.family.name(),
+        ));
     }
     out
+}
+
+/// The frameworks' one Liger switch (`enable_liger_kernel`, `use_liger_kernel`): on for any of
+/// its kernels, with a comment when the plan had only some of what the switch installs.
+fn liger_switch(s: &Settings, key: &str) -> Option<(String, Option<String>)> {
+    if !s.fused_ce && !s.liger.any() {
+        return None;
+    }
+    let all = s.fused_ce && s.liger == crate::model::Liger::ALL;
+    let note = (!all).then(|| {
+        format!("# {key} installs Liger's RMSNorm, SwiGLU, RoPE and fused linear cross-entropy together; the plan had only some of them (liger_kernel: {}, fused_ce: {})", crate::formats::fields::by_name("liger_kernel").map(|f| (f.get)(s)).unwrap_or_default(), s.fused_ce)
+    });
+    Some((format!("{key}: true"), note))
 }
 
 /// LoraConfig's arguments for the LoRA variants: DoRA, rsLoRA, the initialisation.
@@ -465,8 +486,13 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         s.autocast == Some(Dtype::Fp16),
         s.optimizer.name(),
     ));
-    if s.fused_ce {
-        out.push_str("enable_liger_kernel: true\n");
+    if let Some((line, note)) = liger_switch(s, "enable_liger_kernel") {
+        if let Some(n) = note {
+            out.push_str(&n);
+            out.push('\n');
+        }
+        out.push_str(&line);
+        out.push('\n');
     }
     if s.parallel.offload_activations {
         // Unsloth's offloaded checkpointing: the checkpoints' inputs in host memory.
@@ -601,8 +627,19 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.attn_impl == AttnImpl::Eager {
         out.push_str("eager_attention: true\n");
     }
-    if s.fused_ce {
-        out.push_str("plugins:\n  - axolotl.integrations.liger.LigerPlugin\nliger_fused_linear_cross_entropy: true\n");
+    if s.fused_ce || s.liger.any() {
+        // axolotl's LigerPlugin takes each kernel on its own.
+        out.push_str("plugins:\n  - axolotl.integrations.liger.LigerPlugin\n");
+        for (on, key) in [
+            (s.liger.rope, "liger_rope"),
+            (s.liger.rms_norm, "liger_rms_norm"),
+            (s.liger.swiglu, "liger_glu_activation"),
+            (s.fused_ce, "liger_fused_linear_cross_entropy"),
+        ] {
+            if on {
+                out.push_str(&format!("{key}: true\n"));
+            }
+        }
     }
     out
 }
@@ -715,9 +752,10 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     };
     arg("attn_impl", attn.into());
     arg("optim", s.optimizer.name().into());
-    if s.fused_ce {
+    let liger_note = liger_switch(s, "use_liger_kernel").and_then(|(_, note)| {
         arg("use_liger_kernel", "true".into());
-    }
+        note
+    });
     if let Some(stage) = zero_stage(s).filter(|_| p.strategy != crate::model::Strategy::Ddp) {
         let offload = if p.offload_optimizer || p.offload_params {
             "_offload"
@@ -736,6 +774,10 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     }
     if s.quant.is_some() && s.prepare_kbit {
         out.push_str(&unprepared_note("ms-swift"));
+    }
+    if let Some(n) = liger_note {
+        out.push_str(&n.replace("use_liger_kernel", "--use_liger_kernel"));
+        out.push('\n');
     }
     out
 }

@@ -11,8 +11,8 @@ use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Liger, LoraInit, LossShift, Optimizer,
-    PrefLogits, PrefLoss, Quant, SavedModule, Settings, Stage, Strategy, Target,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Liger, LoraInit, LossShift,
+    Optimizer, PrefLogits, PrefLoss, Quant, SavedModule, Settings, Stage, Strategy, Target,
 };
 
 /// What values a setting takes (decides the page control and the CLI's argument).
@@ -264,11 +264,15 @@ fn set_offload(s: &mut Settings, v: &str) -> Result<(), String> {
 }
 
 fn liger_parts(l: Liger) -> Vec<&'static str> {
-    [(l.rms_norm, "rms_norm"), (l.swiglu, "swiglu"), (l.rope, "rope")]
-        .into_iter()
-        .filter(|(on, _)| *on)
-        .map(|(_, n)| n)
-        .collect()
+    [
+        (l.rms_norm, "rms_norm"),
+        (l.swiglu, "swiglu"),
+        (l.rope, "rope"),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, n)| n)
+    .collect()
 }
 
 /// `true` / `all`: the three kernels; `false` / `none`: none; else a list of them.
@@ -584,7 +588,7 @@ pub static FIELDS: &[Field] = &[
         no_flag: None,
         label: "Liger kernels",
         help: "Liger-Kernel's RMSNorm, SwiGLU and RoPE in the decoder layers (true: all three, as enable_liger_kernel / use_liger_kernel install them; its fused cross-entropy is the fused_ce setting)",
-        testid: None,
+        testid: Some("toggle-liger"),
         kind: Kind::List {
             items: || {
                 vec![

@@ -24,6 +24,7 @@ pub const TRAINING: &[&str] = &[
     "optimizer",
     "autocast",
     "attn_impl",
+    "liger_kernel",
     "lora_dropout",
     "use_dora",
     "prepare_kbit",

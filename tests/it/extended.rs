@@ -26,6 +26,10 @@ fn needed_is_what_the_program_runs() {
             stage: Stage::Dpo,
             ..Settings::default()
         },
+        Settings {
+            liger: lorafit::model::Liger::ALL,
+            ..Settings::default()
+        },
     ];
     let mut checked = 0;
     for m in catalog::models() {

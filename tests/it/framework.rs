@@ -295,10 +295,21 @@ fn exports_read_back_to_the_same_settings() {
             },
         ),
         (
-            "dora, fused loss",
+            "Liger's SwiGLU and RoPE only",
+            Settings {
+                liger: lorafit::model::Liger {
+                    rms_norm: false,
+                    ..lorafit::model::Liger::ALL
+                },
+                ..lora.clone()
+            },
+        ),
+        (
+            "dora, Liger's kernels and fused loss",
             Settings {
                 use_dora: true,
                 fused_ce: true,
+                liger: lorafit::model::Liger::ALL,
                 grad_ckpt: true,
                 ..lora.clone()
             },
@@ -340,6 +351,15 @@ fn exports_read_back_to_the_same_settings() {
                 continue; // axolotl's `rl` has no beta of DPO's sigmoid pref_loss apart
             }
             let text = export(format, "meta-llama/Meta-Llama-3-8B", &arch, &s).unwrap();
+            if format == "llama-factory" && s.liger.any() && !s.fused_ce {
+                // One switch installs all four of Liger's kernels: the export says what the
+                // plan had instead of reading back as it.
+                assert!(
+                    text.contains("enable_liger_kernel installs Liger's RMSNorm, SwiGLU, RoPE and fused linear cross-entropy together"),
+                    "{what}: {text}"
+                );
+                continue;
+            }
             let back = framework::read(&text)
                 .unwrap_or_else(|e| panic!("{what} via {format}: {e}\n{text}"));
             let (a, b) = (settings_json(&s), settings_json(&back.settings));
@@ -527,6 +547,7 @@ fn deepspeed_and_swift_exports_read_back() {
             Settings {
                 use_dora: true,
                 fused_ce: true,
+                liger: lorafit::model::Liger::ALL,
                 ..lora.clone()
             },
         ),
@@ -580,4 +601,40 @@ fn offloading_the_optimizer_keeps_offloaded_checkpoints() {
             "{text}: {p:?}"
         );
     }
+}
+
+/// Liger's switches: LLaMA-Factory's `enable_liger_kernel` is its three decoder kernels and the
+/// fused loss; axolotl's LigerPlugin keys each turn on one kernel; for a family whose Liger
+/// modules are not planned, the decoder kernels move to "not modelled" once the model is known
+/// (the fused loss stays).
+#[test]
+fn liger_switches_read_as_the_kernels_they_install() {
+    use lorafit::model::Liger;
+    let lf = |model: &str| {
+        format!("model_name_or_path: {model}\nstage: sft\nfinetuning_type: lora\nenable_liger_kernel: true\n")
+    };
+    let mut r = framework::read(&lf("meta-llama/Meta-Llama-3-8B")).unwrap();
+    assert!(r.catalog_model().unwrap().is_some());
+    assert_eq!((r.settings.liger, r.settings.fused_ce), (Liger::ALL, true));
+    assert!(r.not_modeled.is_empty(), "{:?}", r.not_modeled);
+
+    let mut r = framework::read(&lf("google/gemma-2-2b")).unwrap();
+    assert_eq!(r.settings.liger, Liger::ALL);
+    assert!(r.catalog_model().unwrap().is_some());
+    assert_eq!((r.settings.liger, r.settings.fused_ce), (Liger::NONE, true));
+    assert!(r.not_modeled.iter().any(|n| n.key == "enable_liger_kernel"));
+    assert!(!r.used.iter().any(|u| u.setting == "liger_kernel"));
+
+    let ax = "base_model: meta-llama/Llama-2-7b-hf\nadapter: lora\nplugins:\n  - axolotl.integrations.liger.LigerPlugin\nliger_rope: true\nliger_glu_activation: true\nliger_rms_norm: false\n";
+    let r = framework::read(ax).unwrap();
+    assert_eq!(
+        (r.settings.liger, r.settings.fused_ce),
+        (
+            Liger {
+                rms_norm: false,
+                ..Liger::ALL
+            },
+            false
+        )
+    );
 }

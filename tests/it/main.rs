@@ -17,6 +17,7 @@ mod gpu;
 mod i18n;
 mod inspect;
 mod job;
+mod liger;
 mod methods;
 mod models26;
 mod moe_layout;

@@ -144,7 +144,7 @@ fn assert_cheapest_with(
     how: Fidelity,
 ) -> lorafit::planning::fixes::Fix {
     let best = best_combination_with(a, s, cap, true, None, how).expect("a combination");
-    let all = changes(s, true);
+    let all = changes(a, s, true);
     let mut kinds: Vec<_> = vec![];
     for c in &all {
         if !kinds.contains(&c.kind()) {

@@ -8,8 +8,8 @@
 
 use lorafit::formats::catalog;
 use lorafit::model::{
-    plan, Architecture, AttnImpl, Dtype, FinetuningType, Optimizer, PrefLogits, Quant, Settings,
-    Stage, Target,
+    plan, Architecture, AttnImpl, Dtype, FinetuningType, Liger, Optimizer, PrefLogits, Quant,
+    Settings, Stage, Target,
 };
 use proptest::prelude::*;
 
@@ -52,6 +52,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
             0usize..9,
             any::<bool>(),
             0usize..12,
+            0usize..6,
         ),
         (
             1u64..=4096,
@@ -65,7 +66,10 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
         ),
     )
         .prop_map(
-            |((dt, ac, at, opt, gc, stage), (batch, seq, rank, targets, dropout, method))| {
+            |(
+                (dt, ac, at, opt, gc, stage, liger),
+                (batch, seq, rank, targets, dropout, method),
+            )| {
                 let (dtype, quant) = [
                     (Dtype::Bf16, None),
                     (Dtype::Fp16, None),
@@ -105,6 +109,16 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
                     },
                     precompute_ref_log_probs: stage == 7,
                     pref_logits: (stage == 8).then_some(PrefLogits::Full),
+                    // Mostly without Liger's kernels; all three, or SwiGLU alone (refused for
+                    // the families they are not planned for).
+                    liger: match liger {
+                        4 => Liger::ALL,
+                        5 => Liger {
+                            swiglu: true,
+                            ..Liger::NONE
+                        },
+                        _ => Liger::NONE,
+                    },
                     ..Settings::default()
                 }
             },

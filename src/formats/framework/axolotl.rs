@@ -32,7 +32,8 @@ const DEFAULTS: &[Default] = &[
     ),
 ];
 
-const LIGER_REST: &str = "Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels (what they save for backward): planned as transformers' modules";
+const LAYER_NORM: &str =
+    "Liger's LayerNorm: the planned families have RMSNorms, so it replaces nothing in them";
 const LORA_KERNELS: &str =
     "axolotl's fused LoRA kernels (what they save for backward): planned as peft's modules";
 
@@ -106,10 +107,10 @@ const TABLE: Table = &[
     ("plugins", Rule::NoEffect),
     ("liger_fused_linear_cross_entropy", Rule::Read(liger_ce)),
     ("cut_cross_entropy", Rule::Read(liger_ce)),
-    ("liger_rms_norm", Rule::Read(|rd, v| kernel(rd, v, LIGER_REST))),
-    ("liger_glu_activation", Rule::Read(|rd, v| kernel(rd, v, LIGER_REST))),
-    ("liger_rope", Rule::Read(|rd, v| kernel(rd, v, LIGER_REST))),
-    ("liger_layer_norm", Rule::Read(|rd, v| kernel(rd, v, LIGER_REST))),
+    ("liger_rms_norm", Rule::Read(|rd, v| liger_part(rd, v, "rms_norm"))),
+    ("liger_glu_activation", Rule::Read(|rd, v| liger_part(rd, v, "swiglu"))),
+    ("liger_rope", Rule::Read(|rd, v| liger_part(rd, v, "rope"))),
+    ("liger_layer_norm", Rule::Read(|rd, v| kernel(rd, v, LAYER_NORM))),
     ("lora_mlp_kernel", Rule::Read(|rd, v| kernel(rd, v, LORA_KERNELS))),
     ("lora_qkv_kernel", Rule::Read(|rd, v| kernel(rd, v, LORA_KERNELS))),
     ("lora_o_kernel", Rule::Read(|rd, v| kernel(rd, v, LORA_KERNELS))),
@@ -228,6 +229,23 @@ fn liger_ce(rd: &mut Reader, v: &Value) -> Result<(), String> {
         rd.set("fused_ce", "true")
     } else {
         rd.confirms("fused_ce");
+        Ok(())
+    }
+}
+
+/// One of Liger's decoder kernels (axolotl's LigerPlugin: `liger_rms_norm`,
+/// `liger_glu_activation`, `liger_rope`), added to those already on.
+fn liger_part(rd: &mut Reader, v: &Value, part: &str) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        let on = rd.r.setting("liger_kernel").unwrap_or_default();
+        let parts = if on.is_empty() {
+            part.to_string()
+        } else {
+            format!("{on},{part}")
+        };
+        rd.set("liger_kernel", &parts)
+    } else {
+        rd.confirms("liger_kernel");
         Ok(())
     }
 }

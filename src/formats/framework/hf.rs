@@ -190,12 +190,14 @@ pub(super) fn mixed(rd: &mut Reader, v: &Value, dtype: &str) -> Result<(), Strin
     }
 }
 
-/// Liger's kernels: the fused linear cross-entropy is planned, the rest is not.
+/// Liger's kernels as `use_liger_kernel` / `enable_liger_kernel` install them: RMSNorm, SwiGLU
+/// and RoPE in the decoder layers and the fused linear cross-entropy.
 pub(super) fn liger(rd: &mut Reader, v: &Value) -> Result<(), String> {
     if flag(rd.key(), v)? {
+        rd.set("liger_kernel", "true")?;
         rd.set("fused_ce", "true")?;
-        rd.not_modeled("Liger's RMSNorm, SwiGLU and RoPE kernels (what they save for backward): planned as transformers' modules; only its fused linear cross-entropy is planned");
     } else {
+        rd.confirms("liger_kernel");
         rd.confirms("fused_ce");
     }
     Ok(())

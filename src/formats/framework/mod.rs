@@ -262,6 +262,24 @@ impl Reading {
         };
         let (e, note) = super::catalog::find_model_by_id(&id)?;
         self.notes.extend(note);
+        if self.settings.liger.any() && !e.arch.family.layout().liger {
+            // Liger's decoder kernels are planned for the families that share Llama's modules;
+            // for this one the plan keeps transformers' modules and says so.
+            self.settings.liger = crate::model::Liger::NONE;
+            let keys: Vec<String> = self
+                .used
+                .iter()
+                .filter(|u| u.setting == "liger_kernel")
+                .map(|u| u.key.clone())
+                .collect();
+            self.used.retain(|u| u.setting != "liger_kernel");
+            for key in keys {
+                self.not_modeled.push(NotModeled {
+                    key,
+                    why: format!("Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels for {}: not planned yet (planned for Llama, Mistral, Qwen2 and Qwen3); planned as transformers' modules", e.arch.family.name()),
+                });
+            }
+        }
         Ok(Some(e))
     }
 

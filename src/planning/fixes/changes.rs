@@ -4,7 +4,8 @@
 use serde::Serialize;
 
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Optimizer, Quant, Settings, Target,
+    Architecture, AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Liger, Optimizer,
+    Quant, Settings, Target,
 };
 
 /// The stable id of a change, of a combination (`combined`) and of the last resort
@@ -29,6 +30,8 @@ pub enum FixId {
     Paged,
     /// A fused cross-entropy.
     FusedCe,
+    /// Liger-Kernel's RMSNorm, SwiGLU and RoPE.
+    Liger,
     /// Gradient checkpointing.
     GradCkpt,
     /// A smaller micro-batch, more accumulation.
@@ -79,6 +82,8 @@ pub enum ChangeKind {
     Optimizer,
     /// The loss.
     Loss,
+    /// The decoder layers' norm, MLP and rotary kernels.
+    Kernels,
     /// Gradient checkpointing.
     Checkpointing,
     /// The micro-batch.
@@ -112,6 +117,7 @@ impl FixId {
             FixId::Adamw8bit => "adamw8bit",
             FixId::Paged => "paged",
             FixId::FusedCe => "fused_ce",
+            FixId::Liger => "liger_kernel",
             FixId::GradCkpt => "grad_ckpt",
             FixId::SmallerBatch => "smaller_batch",
             FixId::Qlora => "qlora",
@@ -140,6 +146,7 @@ impl FixId {
             FixId::Dropout0 => ChangeKind::Dropout,
             FixId::Adamw8bit | FixId::Paged => ChangeKind::Optimizer,
             FixId::FusedCe | FixId::FusedLogprobs => ChangeKind::Loss,
+            FixId::Liger => ChangeKind::Kernels,
             FixId::PrecomputeRef => ChangeKind::Reference,
             FixId::GradCkpt => ChangeKind::Checkpointing,
             FixId::SmallerBatch => ChangeKind::MicroBatch,
@@ -184,6 +191,8 @@ pub enum Patch {
     Optimizer(Optimizer),
     /// Fused / chunked cross-entropy.
     FusedCe,
+    /// These Liger-Kernel kernels on.
+    Liger(Liger),
     /// Gradient checkpointing on.
     GradCkpt,
     /// This micro-batch (a divisor of the current one), accumulating more so the effective batch
@@ -231,6 +240,7 @@ impl Patch {
             Patch::Dropout0 => t.lora_dropout = 0.0,
             Patch::Optimizer(o) => t.optimizer = o,
             Patch::FusedCe => t.fused_ce = true,
+            Patch::Liger(l) => t.liger = l,
             Patch::GradCkpt => t.grad_ckpt = true,
             Patch::MicroBatch(b) => {
                 let b = b.clamp(1, t.batch);
@@ -329,7 +339,7 @@ fn halvings(from: u64, to: u64) -> u32 {
 
 /// Every change the search may use for `s` (each applicable to `s`, none touching the sequence
 /// length), in cost order within each kind.
-pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
+pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> {
     let mut out = vec![];
     let low = if bf16_ok { Dtype::Bf16 } else { Dtype::Fp16 };
     let mut push = |id, title: String, short: &str, cost: &str, weight, patch| {
@@ -494,6 +504,26 @@ pub fn changes(s: &Settings, bf16_ok: bool) -> Vec<Change> {
             "an extra dependency; the [tokens × vocab] logits are never materialised",
             3,
             Patch::FusedCe,
+        );
+    }
+    // Liger's RMSNorm with trained norm weights is not planned (its weight gradient's buffer is
+    // sized by the GPU): full and freeze tuning get the other two.
+    let liger = if s.base_trained() {
+        Liger {
+            rms_norm: false,
+            ..Liger::ALL
+        }
+    } else {
+        Liger::ALL
+    };
+    if arch.family.layout().liger && s.liger != liger {
+        push(
+            FixId::Liger,
+            "use_liger_kernel=True (Liger's RMSNorm, SwiGLU and RoPE)".into(),
+            "Liger kernels",
+            "an extra dependency (liger-kernel, Triton); each layer saves fewer activations for backward",
+            3,
+            Patch::Liger(liger),
         );
     }
     if !s.grad_ckpt {

@@ -289,7 +289,7 @@ pub fn suggest_with(
     let Some(base) = judge(arch, s, capacity, Fidelity::Quick) else {
         return vec![];
     };
-    let all = changes(s, bf16_ok);
+    let all = changes(arch, s, bf16_ok);
     let mut fixes: Vec<Fix> = vec![];
     // One single of each batch kind (the training micro-batch, the eval batch): the largest
     // that fits, else the smallest.

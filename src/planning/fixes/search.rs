@@ -77,7 +77,7 @@ pub fn best_combination_with(
     if status == Status::Fits {
         return None;
     }
-    let all = changes(s, bf16_ok);
+    let all = changes(arch, s, bf16_ok);
     let combos = combinations(&all);
     let with = |combo: &[usize]| {
         let mut t = s.clone();

@@ -1,0 +1,46 @@
+"""Measures cases.jsonl: training steps with Liger-Kernel's RMSNorm, SwiGLU and RoPE (liger-kernel
+0.8.5, applied as apply_liger_kernel_to_<model_type> does before the model is built, as LLaMA-Factory's
+enable_liger_kernel and Trainer's use_liger_kernel do; its Triton kernels stubbed: on the emulated
+device only their Python wrappers' allocations run) beside the same steps without them, with the
+harness (../../harness, transformers 5.24 + peft 0.21.2 + bitsandbytes 0.50.2 + PyTorch 2.15, emulated
+sm_90 device), each also replayed through PyTorch's caching allocator.
+Run from the harness folder: .venv/bin/python PATH/run_cases.py [ID ...] > cases.jsonl"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ALL = ["rms_norm", "swiglu", "rope"]
+LORA = {"quant": None, "dtype": "bf16", "autocast": None, "attn_impl": "sdpa", "lora_r": 16,
+        "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear"}
+# LLaMA-Factory's QLoRA: a 4-bit base without prepare_model_for_kbit_training, bf16 autocast
+# (Trainer's bf16), checkpointing.
+QLORA = dict(LORA, quant="nf4", double_quant=True, prepare_kbit=False, autocast="bf16", grad_ckpt=True)
+CASES = {}
+for cid, c in {
+    "llama2-7b_lora_s2048": dict(LORA, model="llama2-7b", seq=2048, batch=1, grad_ckpt=False),
+    "qwen2.5-7b_qlora_s4096": dict(QLORA, model="qwen2.5-7b", seq=4096, batch=1),
+    "qwen3-8b_lora_gc_b2_s2048": dict(LORA, model="qwen3-8b", seq=2048, batch=2, grad_ckpt=True),
+    "mistral-7b_lora_s1024_b4": dict(LORA, model="mistral-7b", seq=1024, batch=4, grad_ckpt=False),
+}.items():
+    CASES[cid] = dict(c, liger_kernel=[])
+    CASES[cid + "_liger"] = dict(c, liger_kernel=ALL)
+# One kernel at a time, at full depth.
+CASES["llama2-7b_lora_s2048_swiglu"] = dict(CASES["llama2-7b_lora_s2048"], liger_kernel=["swiglu"])
+CASES["llama2-7b_lora_s2048_rms_norm"] = dict(CASES["llama2-7b_lora_s2048"], liger_kernel=["rms_norm"])
+CASES["llama2-7b_lora_s2048_rope"] = dict(CASES["llama2-7b_lora_s2048"], liger_kernel=["rope"])
+only = sys.argv[1:]
+for cid, c in CASES.items():
+    if only and cid not in only:
+        continue
+    with tempfile.TemporaryDirectory() as tmp:
+        ev = os.path.join(tmp, "ev.json")
+        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
+                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev), check=True)
+        d = json.loads(out.stdout)
+        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
+        r = json.loads(rep.stdout)
+    d["id"] = cid
+    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
+    print(json.dumps(d), flush=True)
