@@ -53,6 +53,15 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
             "full".into()
         };
     }
+    // The harness lists Liger's fused loss among its Liger parts; the settings table calls it
+    // fused_ce.
+    if let Some(parts) = v["liger_kernel"].as_array().cloned() {
+        let fused = serde_json::Value::from("fused_linear_cross_entropy");
+        if parts.contains(&fused) {
+            v["fused_ce"] = true.into();
+        }
+        v["liger_kernel"] = parts.into_iter().filter(|p| *p != fused).collect();
+    }
     if v["freeze_trainable_layers"].is_null() {
         if let Some(o) = v.as_object_mut() {
             o.remove("freeze_trainable_layers");

@@ -16,7 +16,8 @@ use proptest::prelude::*;
 /// The plan's peak, or `None` where it is refused for a reason settings of a catalog model drawn
 /// here may have: a step past what an allocation sequence holds (a generous bound of its bytes
 /// passes 2^60, an exbibyte); only MLP targets on a mixture of experts without a dense MLP,
-/// which match no module; full fine-tuning or preference training of a mixture of experts. (The
+/// which match no module; full fine-tuning or preference training of a mixture of experts; Liger's
+/// kernels for a family they are not planned for. (The
 /// `bool` is kept for the callers that compare two plans of one model: every plan is the step
 /// program's.)
 fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
@@ -25,11 +26,17 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
         Err(e) if e == lorafit::model::steptrace::too_large() => None,
         Err(e) => {
             let e = e.to_string();
+            let liger_refused = s.liger.any()
+                && !a.family.layout().liger
+                && e.contains(
+                    "liger_kernel: Liger-Kernel's RMSNorm, SwiGLU and RoPE are planned for",
+                );
             assert!(
-                a.is_moe()
-                    && (e.contains("target_modules") && e.contains("is named")
-                        || s.base_trained() && e.contains("finetuning_type")
-                        || s.preference() && e.contains("stage")),
+                liger_refused
+                    || a.is_moe()
+                        && (e.contains("target_modules") && e.contains("is named")
+                            || s.base_trained() && e.contains("finetuning_type")
+                            || s.preference() && e.contains("stage")),
                 "{}: {e}",
                 a.name
             );
@@ -77,6 +84,11 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
                     (Dtype::Bf16, Some(Quant::Nf4)),
                     (Dtype::Bf16, Some(Quant::Fp4)),
                 ][dt];
+                let ft = match (method, quant) {
+                    (5, None) => FinetuningType::Full,
+                    (6, None) => FinetuningType::Freeze,
+                    _ => FinetuningType::Lora,
+                };
                 Settings {
                     dtype,
                     quant,
@@ -92,11 +104,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
                     // LoRA mostly; DoRA, full and freeze tuning (of an unquantized base), LoRA-FA.
                     use_dora: method == 4,
                     lora_fa: method == 7,
-                    finetuning_type: match (method, quant) {
-                        (5, None) => FinetuningType::Full,
-                        (6, None) => FinetuningType::Freeze,
-                        _ => FinetuningType::Lora,
-                    },
+                    finetuning_type: ft,
                     // SFT mostly; DPO with its reference each step, precomputed, or from the
                     // full logits; ORPO, SimPO, KTO (a prompt needs two tokens or more).
                     stage: match stage {
@@ -111,7 +119,12 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
                     pref_logits: (stage == 8).then_some(PrefLogits::Full),
                     // Mostly without Liger's kernels; all three, or SwiGLU alone (refused for
                     // the families they are not planned for).
+                    // (Liger's RMSNorm with trained norm weights is refused: SwiGLU and RoPE then.)
                     liger: match liger {
+                        4 if ft != FinetuningType::Lora => Liger {
+                            rms_norm: false,
+                            ..Liger::ALL
+                        },
                         4 => Liger::ALL,
                         5 => Liger {
                             swiglu: true,
