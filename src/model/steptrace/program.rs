@@ -1201,9 +1201,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             q
         };
         // OLMoE views q and k into heads after all three projections.
-        let mut qv = if whole_norm || gated {
-            q
-        } else if liger_rope {
+        let mut qv = if whole_norm || gated || liger_rope {
             q
         } else {
             let t = self.view_clone(q);
@@ -1226,9 +1224,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             k
         };
-        let mut kv = if whole_norm {
-            k
-        } else if liger_rope {
+        let mut kv = if whole_norm || liger_rope {
             k
         } else {
             let t = self.view_clone(k);
