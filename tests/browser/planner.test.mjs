@@ -259,6 +259,28 @@ test("full fine-tuning and DoRA are planned as the CLI plans them, each visibly"
   await dora.page.close();
 });
 
+test("Liger's kernels are switched on in the training settings and planned as the CLI plans them", async () => {
+  const { page, errors } = await openApp(browser, server.url + "?model=llama2-7b&s=2048");
+  const plain = await gibOf(page, "peak-allocated");
+  // The three toggles sit with the training settings; Liger's kernels are the full planner's
+  // (src/web/full.rs): the page reloads as it after the first one.
+  await page.check('[data-testid="toggle-liger-rms_norm"]');
+  await plannerIs(page, "full");
+  await openSections(page);
+  await page.check('[data-testid="toggle-liger-swiglu"]');
+  await page.check('[data-testid="toggle-liger-rope"]');
+  await page.waitForFunction(() => /lk=rms_norm(%2C|,)swiglu(%2C|,)rope/.test(location.search), null, { timeout: 5000 });
+  await settled(page);
+  const liger = await gibOf(page, "peak-allocated");
+  const want = cliPlan(["--model", "llama2-7b", "--seq", "2048", "--liger-kernel", "true"]).plan;
+  assert.ok(Math.abs(liger - want.peak_allocated_bytes / GIB) <= 0.006, `${liger} vs CLI`);
+  assert.ok(liger < plain - 1, `Liger ${liger} GiB vs without ${plain} GiB`);
+  await page.locator('[data-testid="toggle-liger-rope"]').scrollIntoViewIfNeeded();
+  await page.screenshot({ path: path.join(artifacts, "liger-kernels.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("a preference stage is planned as the CLI plans it, and says what it runs", async () => {
   const { page, errors } = await openApp(browser, server.url + "?model=llama3.2-1b");
   const sft = await gibOf(page, "peak-allocated");
