@@ -587,7 +587,7 @@ pub static FIELDS: &[Field] = &[
         flag_aliases: &[],
         no_flag: None,
         label: "Liger kernels",
-        help: "Liger-Kernel's RMSNorm, SwiGLU and RoPE in the decoder layers (true: all three, as enable_liger_kernel / use_liger_kernel install them; its fused cross-entropy is the fused_ce setting)",
+        help: "Liger-Kernel's RMSNorm, SwiGLU (GeGLU for Gemma) and RoPE in the decoder layers (true: all three, as enable_liger_kernel / use_liger_kernel install them; its fused cross-entropy is the fused_ce setting)",
         testid: Some("toggle-liger"),
         kind: Kind::List {
             items: || {

@@ -125,12 +125,26 @@ pub struct FamilyLayout {
     pub hybrid: Option<HybridLayout>,
     /// The vision tower a vision-language checkpoint of the family carries, when lorafit plans it.
     pub vision: Option<VisionKind>,
-    /// Liger-Kernel replaces the family's RMSNorm (llama casting, in place), MLP
-    /// (`LigerSwiGLUMLP`) and `apply_rotary_pos_emb` as `apply_liger_kernel_to_llama` does
-    /// (liger-kernel 0.8.5 `transformers/monkey_patch.py`: llama :259-323, mistral :723-784,
-    /// qwen2 :1750-1814, qwen3 :1817-1873, whose q/k norms are `Qwen3RMSNorm`s too). Other
-    /// families' Liger modules differ (Gemma's casting and offset, Phi-3's fused MLP, experts).
-    pub liger: bool,
+    /// One rotary embedding per layer type (Gemma 3: the sliding layers' `rope_local_base_freq`
+    /// and the global layers' `rope_theta`), each with its inverse frequencies, and its tables
+    /// computed in every forward, when the model has both kinds of layer.
+    pub rotary_per_layer_type: bool,
+    /// Liger-Kernel's modules for the family, where lorafit plans them: its RMSNorm, its SwiGLU
+    /// or GeGLU MLP and `apply_rotary_pos_emb`, as `apply_liger_kernel_to_<model_type>` installs
+    /// them (liger-kernel 0.8.5 `transformers/monkey_patch.py`: llama :259-323, mistral
+    /// :723-784, qwen2 :1750-1814, qwen3 :1817-1873 — q/k norms included — gemma2 :1142-1213,
+    /// gemma3_text :1216-1297). Other families' Liger modules differ (Phi-3's fused MLP,
+    /// experts, gpt-oss's norm).
+    pub liger: Option<LigerLayout>,
+}
+
+/// How Liger-Kernel's modules run for a family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LigerLayout {
+    /// `LigerRMSNorm`'s backward writes the input's gradient into the incoming one
+    /// (`in_place=True`, Llama's casting); Gemma's norms (`in_place=False`, Gemma's casting and
+    /// offset) make it a new tensor.
+    pub norm_in_place: bool,
 }
 
 /// How a family's vision tower runs (what [`crate::model::vision::VisionTower`]'s numbers build).
@@ -333,7 +347,8 @@ impl Family {
             moe: None,
             hybrid: None,
             vision: None,
-            liger: false,
+            rotary_per_layer_type: false,
+            liger: None,
         };
         let moe = MoeLayout {
             moe_width: false,
@@ -352,6 +367,9 @@ impl Family {
             mxfp4_checkpoint: false,
         };
         let gemma = FamilyLayout {
+            liger: Some(LigerLayout {
+                norm_in_place: false,
+            }),
             norms_per_layer: 4,
             norm: NormKind::Gemma,
             scaled_embedding: true,
@@ -362,19 +380,25 @@ impl Family {
         };
         match self {
             Family::Llama | Family::Mistral => FamilyLayout {
-                liger: true,
+                liger: Some(LigerLayout {
+                    norm_in_place: true,
+                }),
                 ..base
             },
             Family::Qwen2 => FamilyLayout {
                 qkv_bias: true,
                 mask_kwargs: true,
-                liger: true,
+                liger: Some(LigerLayout {
+                    norm_in_place: true,
+                }),
                 ..base
             },
             Family::Qwen3 => FamilyLayout {
                 qk_norm: QkNorm::PerHead,
                 mask_kwargs: true,
-                liger: true,
+                liger: Some(LigerLayout {
+                    norm_in_place: true,
+                }),
                 ..base
             },
             Family::Gemma2 => FamilyLayout {
@@ -386,6 +410,7 @@ impl Family {
                 ..gemma
             },
             Family::Gemma3 => FamilyLayout {
+                rotary_per_layer_type: true,
                 qk_norm: QkNorm::PerHeadAfterProjections,
                 bias_before_repeat_kv: true,
                 head_dim_default: Some(256), // Gemma3TextConfig's default

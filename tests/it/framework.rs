@@ -606,7 +606,7 @@ fn offloading_the_optimizer_keeps_offloaded_checkpoints() {
 /// Liger's switches: LLaMA-Factory's `enable_liger_kernel` is its three decoder kernels and the
 /// fused loss; axolotl's LigerPlugin keys each turn on one kernel; for a family whose Liger
 /// modules are not planned, the decoder kernels move to "not modelled" once the model is known
-/// (the fused loss stays).
+/// (Phi-3's fused MLP; the fused loss stays).
 #[test]
 fn liger_switches_read_as_the_kernels_they_install() {
     use lorafit::model::Liger;
@@ -618,7 +618,12 @@ fn liger_switches_read_as_the_kernels_they_install() {
     assert_eq!((r.settings.liger, r.settings.fused_ce), (Liger::ALL, true));
     assert!(r.not_modeled.is_empty(), "{:?}", r.not_modeled);
 
+    // Gemma 2's Liger modules (GeGLU, Gemma's norms) are planned too.
     let mut r = framework::read(&lf("google/gemma-2-2b")).unwrap();
+    assert!(r.catalog_model().unwrap().is_some());
+    assert_eq!(r.settings.liger, Liger::ALL);
+
+    let mut r = framework::read(&lf("microsoft/Phi-3-mini-4k-instruct")).unwrap();
     assert_eq!(r.settings.liger, Liger::ALL);
     assert!(r.catalog_model().unwrap().is_some());
     assert_eq!((r.settings.liger, r.settings.fused_ce), (Liger::NONE, true));

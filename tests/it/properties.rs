@@ -27,9 +27,9 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
         Err(e) => {
             let e = e.to_string();
             let liger_refused = s.liger.any()
-                && !a.family.layout().liger
+                && a.family.layout().liger.is_none()
                 && e.contains(
-                    "liger_kernel: Liger-Kernel's RMSNorm, SwiGLU and RoPE are planned for",
+                    "liger_kernel: Liger-Kernel's RMSNorm, SwiGLU / GeGLU and RoPE are planned for",
                 );
             assert!(
                 liger_refused

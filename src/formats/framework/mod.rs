@@ -262,7 +262,7 @@ impl Reading {
         };
         let (e, note) = super::catalog::find_model_by_id(&id)?;
         self.notes.extend(note);
-        if self.settings.liger.any() && !e.arch.family.layout().liger {
+        if self.settings.liger.any() && e.arch.family.layout().liger.is_none() {
             // Liger's decoder kernels are planned for the families that share Llama's modules;
             // for this one the plan keeps transformers' modules and says so.
             self.settings.liger = crate::model::Liger::NONE;
@@ -276,7 +276,7 @@ impl Reading {
             for key in keys {
                 self.not_modeled.push(NotModeled {
                     key,
-                    why: format!("Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels for {}: not planned yet (planned for Llama, Mistral, Qwen2 and Qwen3); planned as transformers' modules", e.arch.family.name()),
+                    why: format!("Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels for {}: not planned yet (planned for Llama, Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3); planned as transformers' modules", e.arch.family.name()),
                 });
             }
         }

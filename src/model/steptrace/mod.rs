@@ -452,10 +452,10 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: "a fused linear cross-entropy replaces the SFT loss; a preference trainer scores its sequences through its own head (pref_logits: TRL's fused log-prob head or the full logits)".into(),
         });
     }
-    if s.liger.any() && !arch.family.layout().liger {
+    if s.liger.any() && arch.family.layout().liger.is_none() {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
-            why: format!("Liger-Kernel's RMSNorm, SwiGLU and RoPE are planned for Llama, Mistral, Qwen2 and Qwen3 layers; its modules for {} differ (Gemma's casting and offset, a fused MLP, experts) and are not planned yet: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name()),
+            why: format!("Liger-Kernel's RMSNorm, SwiGLU / GeGLU and RoPE are planned for Llama, Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 layers; its modules for {} differ (a fused MLP, experts, another norm) and are not planned yet: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name()),
         });
     }
     if s.liger.rms_norm && s.base_trained() {

@@ -94,6 +94,9 @@ struct Prog<'c, 'a> {
     param_cols: Vec<u64>,
     /// The sliding-window mask of the current step (Gemma, eager).
     sliding: Option<X>,
+    /// The global layers' rotary tables (cos, sin) of the current forward, when the family
+    /// computes one set per layer type (Gemma 3).
+    rotary_global: Option<(X, X)>,
     /// Autocast's cached casts of trainable weights (freed when the context exits), with the
     /// storage each was cast from.
     ac_cache: Vec<(T, X)>,
@@ -338,7 +341,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
         }
         let half = a.rotary_dim() / 2;
-        let rotaries = 1;
+        let rotaries = if self.two_rotaries() { 2 } else { 1 };
         for _ in 0..rotaries * 2 {
             self.t(half, 4, What::Buffer);
         }
@@ -1167,8 +1170,15 @@ impl<'c, 'a> Prog<'c, 'a> {
         let qk_norm = qk == QkNorm::PerHead;
         let late_norm = qk == QkNorm::PerHeadAfterProjections;
         // Liger's RoPE hands on gradients laid out like q and k: the head views' backward
-        // reshapes them without a copy.
+        // reshapes them without a copy. Gemma 3 norms q and k after their transpose: Liger's
+        // norm copies such an input (when it has more than one head) into a (batch, heads, seq,
+        // dim) output, which Liger's RoPE copies back, and whose gradient the norm's backward
+        // copies before the head view's reshape copies it again.
         let liger_rope = s.liger.rope;
+        let liger_late = late_norm && s.liger.rms_norm;
+        let multi = (a.num_attention_heads > 1, a.kv_heads() > 1);
+        // (A single head's tensor is contiguous in either layout: its view never copies.)
+        let view_copies = |many: bool| many && (!liger_rope || liger_late);
         // q_proj(x).view(...) [→ q_norm] .transpose(1, 2): the view's backward copies the
         // transposed gradient.
         // Phi-3 projects q, k, v at once and slices the fused output (views).
@@ -1201,7 +1211,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             q
         };
         // OLMoE views q and k into heads after all three projections.
-        let mut qv = if whole_norm || gated || liger_rope {
+        let mut qv = if whole_norm || gated || !view_copies(multi.0) {
             q
         } else {
             let t = self.view_clone(q);
@@ -1224,7 +1234,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             k
         };
-        let mut kv = if whole_norm || liger_rope {
+        let mut kv = if whole_norm || !view_copies(multi.1) {
             k
         } else {
             let t = self.view_clone(k);
@@ -1255,14 +1265,28 @@ impl<'c, 'a> Prog<'c, 'a> {
         // v's view also copies its gradient back when it arrives contiguous in (b, h, s, d):
         // from eager matmuls or from repeat_kv's reduction (a masked sdpa with GQA).
         let rep = heads / a.kv_heads().max(1);
-        let vv = if eager || (mask.is_some() && rep > 1) {
+        // (A single kv head's tensor is contiguous in either layout: nothing to copy.)
+        let vv = if (eager || (mask.is_some() && rep > 1)) && multi.1 {
             let t = self.view_clone(v);
             self.drop(v);
             t
         } else {
             v
         };
-        let (qn, kn) = if late_norm {
+        let (qn, kn) = if liger_late {
+            extended!(
+                self,
+                "Liger-Kernel's kernels",
+                {
+                    let qn = self.liger_rmsnorm_strided(qv, hd, multi.0, liger_rope && multi.0);
+                    self.drop(qv);
+                    let kn = self.liger_rmsnorm_strided(kv, hd, multi.1, liger_rope && multi.1);
+                    self.drop(kv);
+                    (qn, kn)
+                },
+                (qv, kv)
+            )
+        } else if late_norm {
             let qn = self.rmsnorm(qv, hd);
             self.drop(qv);
             let kn = self.rmsnorm(kv, hd);
@@ -1275,7 +1299,16 @@ impl<'c, 'a> Prog<'c, 'a> {
             extended!(
                 self,
                 "Liger-Kernel's kernels",
-                self.liger_rope(qn, kn, cos, sin),
+                self.liger_rope(
+                    (qn, kn),
+                    (cos, sin),
+                    (liger_late && multi.0, liger_late && multi.1),
+                    // (a single head's tensor is contiguous in either layout)
+                    (
+                        eager && multi.0,
+                        (eager || mask.is_some() && rep > 1) && multi.1
+                    )
+                ),
                 (qn, kn)
             )
         } else if a.rotary_dim() < hd {
@@ -1301,11 +1334,13 @@ impl<'c, 'a> Prog<'c, 'a> {
             // A boolean mask becomes an additive bias in the attention dtype (Gemma 3 converts
             // it before repeating k, v; the others after).
             let mut bias = None;
+            // The boolean mask broadcasts over the batch (an expanded view); its bias is made for
+            // every sequence (`zeros_like` of an expanded tensor is dense).
             let make_bias = |p: &mut Self| {
                 mask.map(|m| {
                     let s1 = p.t(1, ad, What::Attention);
                     let s2 = p.t(1, ad, What::Attention);
-                    let w = p.t(m.n, ad, What::Attention);
+                    let w = p.t(m.n.max(b * sq * sq), ad, What::Attention);
                     p.drop(s2);
                     p.drop(s1);
                     w
@@ -1749,6 +1784,26 @@ impl<'c, 'a> Prog<'c, 'a> {
         w
     }
 
+    /// Whether the model computes a second set of rotary tables for its global layers
+    /// (`FamilyLayout::rotary_per_layer_type` with both kinds of layer present).
+    fn two_rotaries(&self) -> bool {
+        let a = self.ctx.arch;
+        let l = a.family.layout();
+        let layers = a.num_hidden_layers as u64;
+        l.rotary_per_layer_type
+            && l.sliding.is_some_and(|w| {
+                (0..layers).any(|i| w.local(i)) && (0..layers).any(|i| !w.local(i))
+            })
+    }
+
+    /// Releases the global layers' rotary tables with the sliding layers'.
+    fn drop_global_rotary(&mut self) {
+        if let Some((c, s)) = self.rotary_global.take() {
+            self.drop(c);
+            self.drop(s);
+        }
+    }
+
     fn rotary(&mut self, es: u64) -> (X, X) {
         let sq = self.ctx.s.seq;
         let hd = self.ctx.arch.head_dim();
@@ -2021,12 +2076,26 @@ impl<'c, 'a> Prog<'c, 'a> {
             None
         };
         let (cos, sin) = self.rotary(bytes(ctx.resid));
+        // Gemma 3 with both kinds of layer: the global layers' tables too (the first pair is
+        // the sliding layers').
+        let global = self.two_rotaries().then(|| self.rotary(bytes(ctx.resid)));
+        self.rotary_global = global;
+        let local = |li: usize| {
+            a.family
+                .layout()
+                .sliding
+                .is_some_and(|w| w.local(li as u64))
+        };
         self.causal = causal;
         self.tp.keep_local(emb.t);
         let mut hcur = emb;
         let saved_mode = self.tp.mode;
         for li in 0..self.layers.len() {
             self.tp.exec = li as u32;
+            let (cos, sin) = match global {
+                Some(g) if !local(li) => g,
+                _ => (cos, sin),
+            };
             if ckpt {
                 self.tp.mode = Mode::Discard;
                 self.tp.layer = Some(li as u32);
@@ -2102,6 +2171,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         if pref {
             self.drop(sin);
             self.drop(cos);
+            self.drop_global_rotary();
         }
         (fin, cos, sin)
     }
@@ -2159,6 +2229,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(fin);
         self.drop(cos);
         self.drop(sin);
+        self.drop_global_rotary();
         // Leaving `with autocast:` clears its cache; `del out` then frees the logits (and the
         // router logits it holds).
         self.clear_autocast_cache();
@@ -2600,6 +2671,7 @@ pub(super) fn run<const AFTER: u8>(
         emb_leaf: None,
         ac_cache: vec![],
         sliding: None,
+        rotary_global: None,
         router_logits: vec![],
         norms: vec![],
         final_norm: None,

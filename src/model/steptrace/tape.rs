@@ -160,12 +160,18 @@ pub(super) enum Op {
     Join,
     /// [`Op::Join`] of three outputs.
     Join3,
+    /// Liger's RMSNorm: the input's gradient is the incoming one (`in_place`) or a new
+    /// `zeros_like` of it, after a `contiguous()` copy of it when it arrives strided
+    /// (`copy_grad`).
+    LigerNorm { in_place: bool, copy_grad: bool },
     /// The gradients are written into the saved inputs' storages (`saved[k]` is input `k`'s:
     /// Liger's SwiGLU backward stores `da`, `db` into `a`, `b`).
     InPlace,
     /// Liger's RoPE: two outputs (q, k) whose gradients arrive separately (the second in
-    /// `buf2`) and are rotated in place, each handed on to its input.
-    RopeInPlace,
+    /// `buf2`) and are rotated in place, each handed on to its input; `contiguous()` first copies
+    /// one that arrives contiguous in (batch, heads, seq, dim) (`copy_q`, `copy_k`: from eager
+    /// attention's matmuls or repeat_kv's reduction) rather than laid out like q and k.
+    RopeInPlace { copy_q: bool, copy_k: bool },
     /// A chain of small ops recorded as one node: its backward runs the steps of
     /// [`Tape::scripts`]`[i]` (the last allocation is the gradient of its one input).
     Script(u32),
@@ -935,6 +941,28 @@ impl Tape {
                     self.drop_t(b);
                 }
             }
+            Op::LigerNorm {
+                in_place,
+                copy_grad,
+            } => {
+                let b = edges[0].n * node.out_es;
+                let dy = if copy_grad {
+                    Some(self.new_t(b, What::BackwardTemp))
+                } else {
+                    None
+                };
+                grads[0] = Some(match (in_place, dy) {
+                    (true, Some(c)) => c,
+                    (true, None) => {
+                        self.keep(g);
+                        g
+                    }
+                    (false, _) => self.new_t(b, what),
+                });
+                if let (false, Some(c)) = (in_place, dy) {
+                    self.drop_t(c);
+                }
+            }
             Op::InPlace => {
                 for (k, slot) in grads.iter_mut().enumerate() {
                     if let Some(&t) = node.saved.as_slice().get(k).filter(|_| wants(k)) {
@@ -943,15 +971,22 @@ impl Tape {
                     }
                 }
             }
-            Op::RopeInPlace => {
+            Op::RopeInPlace { copy_q, copy_k } => {
                 if wants(0) {
-                    self.keep(g);
-                    grads[0] = Some(g);
+                    grads[0] = Some(if copy_q {
+                        self.new_t(edges[0].n * node.out_es, what)
+                    } else {
+                        self.keep(g);
+                        g
+                    });
                 }
                 if let Some(b2) = node.buf2 {
-                    if wants(1) {
+                    if wants(1) && !copy_k {
                         grads[1] = Some(b2);
                     } else {
+                        if wants(1) {
+                            grads[1] = Some(self.new_t(edges[1].n * node.out_es, what));
+                        }
                         self.drop_t(b2);
                     }
                 }
@@ -1063,7 +1098,8 @@ impl Tape {
                         | Op::Script(_)
                         | Op::Handed
                         | Op::InPlace
-                        | Op::RopeInPlace
+                        | Op::RopeInPlace { .. }
+                        | Op::LigerNorm { .. }
                         | Op::ChunkedLogprob { .. }
                 ) {
                 e.es
@@ -1142,8 +1178,10 @@ impl Tape {
             }
             G::Node(j) => {
                 let j = j as usize;
-                if matches!(self.nodes[j].op, Op::Join | Op::Join3 | Op::RopeInPlace)
-                    && self.nodes[j].buf.is_some()
+                if matches!(
+                    self.nodes[j].op,
+                    Op::Join | Op::Join3 | Op::RopeInPlace { .. }
+                ) && self.nodes[j].buf.is_some()
                     && self.nodes[j].buf2.is_none()
                 {
                     self.nodes[j].buf2 = Some(t);

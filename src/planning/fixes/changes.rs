@@ -516,10 +516,10 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
     } else {
         Liger::ALL
     };
-    if arch.family.layout().liger && s.liger != liger {
+    if arch.family.layout().liger.is_some() && s.liger != liger {
         push(
             FixId::Liger,
-            "use_liger_kernel=True (Liger's RMSNorm, SwiGLU and RoPE)".into(),
+            "use_liger_kernel=True (Liger's RMSNorm, SwiGLU / GeGLU and RoPE)".into(),
             "Liger kernels",
             "an extra dependency (liger-kernel, Triton); each layer saves fewer activations for backward",
             3,

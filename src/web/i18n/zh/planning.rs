@@ -44,7 +44,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("target_modules: only q_proj, v_proj", "target_modules：仅 q_proj、v_proj"),
     ("use a fused / chunked cross-entropy (e.g. Liger's FusedLinearCrossEntropy)", "使用融合 / 分块交叉熵（如 Liger 的 FusedLinearCrossEntropy）"),
     ("an extra dependency", "多一个依赖"),
-    ("use_liger_kernel=True (Liger's RMSNorm, SwiGLU and RoPE)", "use_liger_kernel=True（Liger 的 RMSNorm、SwiGLU 和 RoPE）"),
+    ("use_liger_kernel=True (Liger's RMSNorm, SwiGLU / GeGLU and RoPE)", "use_liger_kernel=True（Liger 的 RMSNorm、SwiGLU / GeGLU 和 RoPE）"),
     ("an extra dependency (liger-kernel, Triton)", "多一个依赖（liger-kernel、Triton）"),
     ("each layer saves fewer activations for backward", "每层为反向传播保存的激活更少"),
     ("LoRA adapters", "LoRA 适配器"),

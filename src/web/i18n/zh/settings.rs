@@ -17,7 +17,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Padded batch with explicit attention mask", "带显式注意力掩码的填充批"),
     ("Fused / chunked cross-entropy (e.g. Liger)", "融合 / 分块交叉熵（如 Liger）"),
     ("Liger kernels", "Liger 内核"),
-    ("Liger-Kernel's RMSNorm, SwiGLU and RoPE in the decoder layers (true: all three, as enable_liger_kernel / use_liger_kernel install them; its fused cross-entropy is the fused_ce setting)", "解码层使用 Liger-Kernel 的 RMSNorm、SwiGLU 和 RoPE（true：三者全开，与 enable_liger_kernel / use_liger_kernel 的安装一致；其融合交叉熵是 fused_ce 设置）"),
+    ("Liger-Kernel's RMSNorm, SwiGLU (GeGLU for Gemma) and RoPE in the decoder layers (true: all three, as enable_liger_kernel / use_liger_kernel install them; its fused cross-entropy is the fused_ce setting)", "解码层使用 Liger-Kernel 的 RMSNorm、SwiGLU（Gemma 为 GeGLU）和 RoPE（true：三者全开，与 enable_liger_kernel / use_liger_kernel 的安装一致；其融合交叉熵是 fused_ce 设置）"),
     ("Liger RMSNorm", "Liger RMSNorm"),
     ("Liger SwiGLU", "Liger SwiGLU"),
     ("Liger RoPE", "Liger RoPE"),

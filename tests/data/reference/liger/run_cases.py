@@ -23,6 +23,11 @@ for cid, c in {
     "qwen2.5-7b_qlora_s4096": dict(QLORA, model="qwen2.5-7b", seq=4096, batch=1),
     "qwen3-8b_lora_gc_b2_s2048": dict(LORA, model="qwen3-8b", seq=2048, batch=2, grad_ckpt=True),
     "mistral-7b_lora_s1024_b4": dict(LORA, model="mistral-7b", seq=1024, batch=4, grad_ckpt=False),
+    # Gemma: GeGLU, Gemma's norms (a new input gradient, not in place), eager attention for
+    # Gemma 2; Gemma 3 norms q and k after their transpose (copies on the way in and out).
+    "gemma2-2b_lora_eager_s2048": dict(LORA, model="gemma2-2b", seq=2048, batch=1, grad_ckpt=False,
+                                       attn_impl="eager"),
+    "gemma3-1b_lora_gc_b2_s1024": dict(LORA, model="gemma3-1b", seq=1024, batch=2, grad_ckpt=True),
 }.items():
     CASES[cid] = dict(c, liger_kernel=[])
     CASES[cid + "_liger"] = dict(c, liger_kernel=ALL)
@@ -36,8 +41,11 @@ for cid, c in CASES.items():
         continue
     with tempfile.TemporaryDirectory() as tmp:
         ev = os.path.join(tmp, "ev.json")
+        # PYTHONHASHSEED=1: Gemma 3 computes its rotary tables per layer type in the order of
+        # `set(config.layer_types)` (modeling_gemma3.py:533), a string set whose order follows
+        # the process's hash seed; with 1 the sliding layers' come first, every run alike.
         out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
-                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev), check=True)
+                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev, PYTHONHASHSEED="1"), check=True)
         d = json.loads(out.stdout)
         rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
         r = json.loads(rep.stdout)
