@@ -1789,7 +1789,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn two_rotaries(&self) -> bool {
         let a = self.ctx.arch;
         let l = a.family.layout();
-        let layers = a.num_hidden_layers as u64;
+        let layers = a.num_hidden_layers;
         l.rotary_per_layer_type
             && l.sliding.is_some_and(|w| {
                 (0..layers).any(|i| w.local(i)) && (0..layers).any(|i| !w.local(i))
