@@ -39,54 +39,33 @@ for line in lines:
         row["replayed_max_reserved_bytes"] = reserved[c["id"]]["max_reserved"]
     cases.append(row)
 
-# QLoRA steps without prepare_model_for_kbit_training (measure.py's own output, with the replay
-# inline; the harness's target shorthands written out as the modules they adapted).
-for line in open(os.path.join(ref, "unprepared/cases.jsonl")):
-    c = json.loads(line)
-    r = c["result"]
-    cases.append({
-        "id": c["id"] + "_no-prepare-kbit",
-        "model": c["model"],
-        "settings": dict(c["settings"], cublas_workspace_config=":0:0",
-                         target_modules=c["target_modules_list"]),
-        "peak_allocated_bytes": r["peak_bytes"],
-        "peak_phase": r["peak_phase"],
-        "replayed_max_allocated_bytes": c["replay"]["max_allocated"],
-        "replayed_max_reserved_bytes": c["replay"]["max_reserved"],
-    })
+def harness_lines(folder, suffix=""):
+    """A data folder of the harness's own output lines (measure.py's, with the replay inline): the
+    harness's target shorthands written out as the modules they adapted, its `full_ft` as the
+    settings table's finetuning_type full."""
+    for line in open(os.path.join(ref, folder, "cases.jsonl")):
+        c = json.loads(line)
+        r = c["result"]
+        settings = dict(c["settings"], cublas_workspace_config=":0:0", target_modules=c["target_modules_list"])
+        if settings.pop("full_ft", False):
+            settings["finetuning_type"] = "full"
+        cases.append({
+            "id": c["id"] + suffix,
+            "model": c["model"],
+            "settings": settings,
+            "peak_allocated_bytes": r["peak_bytes"],
+            "peak_phase": r["peak_phase"],
+            "replayed_max_allocated_bytes": c["replay"]["max_allocated"],
+            "replayed_max_reserved_bytes": c["replay"]["max_reserved"],
+        })
 
-# Steps with bitsandbytes' AdamW as Trainer builds it (the same output format; the harness's
-# `full_ft` is the settings table's finetuning_type full).
-for line in open(os.path.join(ref, "bnb_optim/cases.jsonl")):
-    c = json.loads(line)
-    r = c["result"]
-    settings = dict(c["settings"], cublas_workspace_config=":0:0", target_modules=c["target_modules_list"])
-    if settings.pop("full_ft", False):
-        settings["finetuning_type"] = "full"
-    cases.append({
-        "id": c["id"],
-        "model": c["model"],
-        "settings": settings,
-        "peak_allocated_bytes": r["peak_bytes"],
-        "peak_phase": r["peak_phase"],
-        "replayed_max_allocated_bytes": c["replay"]["max_allocated"],
-        "replayed_max_reserved_bytes": c["replay"]["max_reserved"],
-    })
 
-# Steps with Liger-Kernel's RMSNorm, SwiGLU and RoPE beside the same steps without them (the same
-# output format; the harness's `liger_kernel` list is the settings table's).
-for line in open(os.path.join(ref, "liger/cases.jsonl")):
-    c = json.loads(line)
-    r = c["result"]
-    cases.append({
-        "id": c["id"],
-        "model": c["model"],
-        "settings": dict(c["settings"], cublas_workspace_config=":0:0", target_modules=c["target_modules_list"]),
-        "peak_allocated_bytes": r["peak_bytes"],
-        "peak_phase": r["peak_phase"],
-        "replayed_max_allocated_bytes": c["replay"]["max_allocated"],
-        "replayed_max_reserved_bytes": c["replay"]["max_reserved"],
-    })
+# QLoRA steps without prepare_model_for_kbit_training; steps with bitsandbytes' AdamW as Trainer
+# builds it; steps with Liger-Kernel's RMSNorm, SwiGLU / GeGLU and RoPE beside the same steps
+# without them (the harness's `liger_kernel` list is the settings table's).
+harness_lines("unprepared", "_no-prepare-kbit")
+harness_lines("bnb_optim")
+harness_lines("liger")
 
 # Published real-GPU runs (A100-80GB, torch 2.4.1, transformers 4.48.1): their settings as the
 # published schema gives them, with the software versions; lorafit reads them as `estimate
