@@ -452,13 +452,15 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: "a fused linear cross-entropy replaces the SFT loss; a preference trainer scores its sequences through its own head (pref_logits: TRL's fused log-prob head or the full logits)".into(),
         });
     }
-    if s.liger.any() && arch.family.layout().liger.is_none() {
+    // (Without the extended ops Liger's kernels are refused before this: `extended::check`.)
+    let extended = super::extended::EXTENDED;
+    if extended && s.liger.any() && arch.family.layout().liger.is_none() {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
             why: format!("Liger-Kernel's RMSNorm, SwiGLU / GeGLU and RoPE are planned for Llama, Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 layers; its modules for {} differ (a fused MLP, experts, another norm) and are not planned yet: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name()),
         });
     }
-    if s.liger.rms_norm && s.base_trained() {
+    if extended && s.liger.rms_norm && s.base_trained() {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
             why: "Liger's RMSNorm with trained norm weights (full or freeze tuning) sums its weight gradient from a [streaming multiprocessors × width] fp32 buffer sized by the GPU; not planned yet: plan with liger_kernel swiglu,rope".into(),

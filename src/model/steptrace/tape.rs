@@ -163,6 +163,7 @@ pub(super) enum Op {
     /// Liger's RMSNorm: the input's gradient is the incoming one (`in_place`) or a new
     /// `zeros_like` of it, after a `contiguous()` copy of it when it arrives strided
     /// (`copy_grad`).
+    #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
     LigerNorm { in_place: bool, copy_grad: bool },
     /// The gradients are written into the saved inputs' storages (`saved[k]` is input `k`'s:
     /// Liger's SwiGLU backward stores `da`, `db` into `a`, `b`).
@@ -171,9 +172,11 @@ pub(super) enum Op {
     /// `buf2`) and are rotated in place, each handed on to its input; `contiguous()` first copies
     /// one that arrives contiguous in (batch, heads, seq, dim) (`copy_q`, `copy_k`: from eager
     /// attention's matmuls or repeat_kv's reduction) rather than laid out like q and k.
+    #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
     RopeInPlace { copy_q: bool, copy_k: bool },
     /// A chain of small ops recorded as one node: its backward runs the steps of
     /// [`Tape::scripts`]`[i]` (the last allocation is the gradient of its one input).
+    #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
     Script(u32),
     /// A gradient the forward computed and saved (a fused linear cross-entropy's): backward
     /// compares the incoming gradient with a new `tensor(1.0)` and hands the saved gradients
@@ -185,6 +188,7 @@ pub(super) enum Op {
     /// compute-dtype copies of a chunk of the hidden states and of the weight when their dtype
     /// differs (`hidden_chunk_bytes`, `weight_chunk_bytes`, 0 if none), then the results in the
     /// inputs' dtypes.
+    #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
     ChunkedLogprob {
         hidden_n: u64,
         tile_bytes: u64,
@@ -197,6 +201,7 @@ pub(super) enum Op {
 
 /// One step of a [`Op::Script`] backward.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 pub(super) enum Step {
     /// A new tensor of this many bytes (the script's next local).
     Alloc(u64),
@@ -820,6 +825,7 @@ impl Tape {
                 let n = if e.sum_to > 0 { node.out_n } else { e.n };
                 grads[0] = Some(self.new_t(n * node.out_es, what));
             }
+            #[cfg(feature = "extended-ops")]
             Op::SolveTriangular => {
                 let b = self.new_t(edges[1].n * node.out_es, what);
                 if wants(0) {
@@ -941,6 +947,7 @@ impl Tape {
                     self.drop_t(b);
                 }
             }
+            #[cfg(feature = "extended-ops")]
             Op::LigerNorm {
                 in_place,
                 copy_grad,
@@ -963,6 +970,7 @@ impl Tape {
                     self.drop_t(c);
                 }
             }
+            #[cfg(feature = "extended-ops")]
             Op::InPlace => {
                 for (k, slot) in grads.iter_mut().enumerate() {
                     if let Some(&t) = node.saved.as_slice().get(k).filter(|_| wants(k)) {
@@ -971,6 +979,7 @@ impl Tape {
                     }
                 }
             }
+            #[cfg(feature = "extended-ops")]
             Op::RopeInPlace { copy_q, copy_k } => {
                 if wants(0) {
                     grads[0] = Some(if copy_q {
@@ -991,6 +1000,7 @@ impl Tape {
                     }
                 }
             }
+            #[cfg(feature = "extended-ops")]
             Op::Handed => {
                 let one = self.new_t(4, What::BackwardTemp);
                 self.drop_t(one);
@@ -1001,6 +1011,7 @@ impl Tape {
                     }
                 }
             }
+            #[cfg(feature = "extended-ops")]
             Op::Script(k) => {
                 let steps = std::mem::take(&mut self.scripts[k as usize]);
                 let mut locals: Vec<T> = vec![];
@@ -1013,6 +1024,7 @@ impl Tape {
                 }
                 grads[0] = locals.last().copied();
             }
+            #[cfg(feature = "extended-ops")]
             Op::ChunkedLogprob {
                 hidden_n,
                 tile_bytes,
@@ -1067,6 +1079,9 @@ impl Tape {
                 }
                 self.drop_t(tile);
             }
+            // A build without the extended ops never records them (`model::extended`).
+            #[cfg(not(feature = "extended-ops"))]
+            _ => debug_assert!(false, "an extended op in a build without them"),
         }
         // Outputs of the formula no input needs die with its result.
         for (k, slot) in grads.iter_mut().enumerate() {

@@ -516,7 +516,9 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
     } else {
         Liger::ALL
     };
-    if arch.family.layout().liger.is_some() && s.liger != liger {
+    // (A build without the extended ops cannot plan Liger's kernels: it offers no such fix.)
+    if crate::model::extended::EXTENDED && arch.family.layout().liger.is_some() && s.liger != liger
+    {
         push(
             FixId::Liger,
             "use_liger_kernel=True (Liger's RMSNorm, SwiGLU / GeGLU and RoPE)".into(),
