@@ -229,17 +229,26 @@ pub fn target_list(t: &[Target]) -> String {
     }
 }
 
-fn offload_text(p: &Parallel) -> String {
-    [
+/// The names of the switches that are on, in the table's order.
+fn names_on<const N: usize>(switches: [(bool, &'static str); N]) -> Vec<&'static str> {
+    switches
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, n)| n)
+        .collect()
+}
+
+/// What is offloaded, as the `offload` list names it.
+fn offload_parts(p: &Parallel) -> Vec<&'static str> {
+    names_on([
         (p.offload_optimizer, "optimizer"),
         (p.offload_params, "params"),
         (p.offload_activations, "activations"),
-    ]
-    .iter()
-    .filter(|(on, _)| *on)
-    .map(|(_, n)| *n)
-    .collect::<Vec<_>>()
-    .join(",")
+    ])
+}
+
+fn offload_text(p: &Parallel) -> String {
+    offload_parts(p).join(",")
 }
 
 fn set_offload(s: &mut Settings, v: &str) -> Result<(), String> {
@@ -264,18 +273,15 @@ fn set_offload(s: &mut Settings, v: &str) -> Result<(), String> {
 }
 
 fn liger_parts(l: Liger) -> Vec<&'static str> {
-    [
+    names_on([
         (l.rms_norm, "rms_norm"),
         (l.swiglu, "swiglu"),
         (l.rope, "rope"),
-    ]
-    .into_iter()
-    .filter(|(on, _)| *on)
-    .map(|(_, n)| n)
-    .collect()
+    ])
 }
 
-/// `true` / `all`: the three kernels; `false` / `none`: none; else a list of them.
+/// `true` / `all`: the three kernels; `false` / `none`: none (any on/off word); else a list
+/// of them.
 fn set_liger(s: &mut Settings, v: &str) -> Result<(), String> {
     let mut l = Liger::NONE;
     for part in items(v) {
@@ -283,13 +289,17 @@ fn set_liger(s: &mut Settings, v: &str) -> Result<(), String> {
             "rms_norm" | "rmsnorm" => l.rms_norm = true,
             "swiglu" | "glu_activation" => l.swiglu = true,
             "rope" => l.rope = true,
-            "true" | "all" | "1" | "yes" | "on" => l = Liger::ALL,
-            "none" | "false" | "0" | "no" | "off" => {}
-            other => {
-                return Err(format!(
-                    "unknown {other:?} (rms_norm, swiglu, rope; true for all three)"
-                ))
-            }
+            "all" => l = Liger::ALL,
+            "none" => {}
+            other => match boolean(other) {
+                Ok(true) => l = Liger::ALL,
+                Ok(false) => {}
+                Err(_) => {
+                    return Err(format!(
+                        "unknown {other:?} (rms_norm, swiglu, rope; true for all three)"
+                    ))
+                }
+            },
         }
     }
     s.liger = l;
@@ -948,18 +958,7 @@ pub static FIELDS: &[Field] = &[
                     ("activations", "offload checkpoints to CPU"),
                 ]
             },
-            members: |s| {
-                let p = &s.parallel;
-                [
-                    (p.offload_optimizer, "optimizer"),
-                    (p.offload_params, "params"),
-                    (p.offload_activations, "activations"),
-                ]
-                .into_iter()
-                .filter(|(on, _)| *on)
-                .map(|(_, n)| n)
-                .collect()
-            },
+            members: |s| offload_parts(&s.parallel),
         },
         slider: None,
         get: |s| offload_text(&s.parallel),

@@ -366,6 +366,10 @@ impl Family {
             default_moe_width: 768,
             mxfp4_checkpoint: false,
         };
+        // Liger's modules for the families that share Llama's (its llama casting, in place).
+        let liger_llama = Some(LigerLayout {
+            norm_in_place: true,
+        });
         let gemma = FamilyLayout {
             liger: Some(LigerLayout {
                 norm_in_place: false,
@@ -380,25 +384,19 @@ impl Family {
         };
         match self {
             Family::Llama | Family::Mistral => FamilyLayout {
-                liger: Some(LigerLayout {
-                    norm_in_place: true,
-                }),
+                liger: liger_llama,
                 ..base
             },
             Family::Qwen2 => FamilyLayout {
                 qkv_bias: true,
                 mask_kwargs: true,
-                liger: Some(LigerLayout {
-                    norm_in_place: true,
-                }),
+                liger: liger_llama,
                 ..base
             },
             Family::Qwen3 => FamilyLayout {
                 qk_norm: QkNorm::PerHead,
                 mask_kwargs: true,
-                liger: Some(LigerLayout {
-                    norm_in_place: true,
-                }),
+                liger: liger_llama,
                 ..base
             },
             Family::Gemma2 => FamilyLayout {

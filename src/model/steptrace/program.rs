@@ -888,6 +888,23 @@ impl<'c, 'a> Prog<'c, 'a> {
         out
     }
 
+    /// Gemma 3's q or k norm, run on the transposed head view `x` (`many`: more than one head,
+    /// so the view is strided): Liger's norm copies such an input, and its incoming gradient
+    /// when Liger's RoPE hands it back (`liger_rope`); transformers' norm is [`Self::rmsnorm`].
+    #[cfg_attr(not(feature = "extended-ops"), allow(unused_variables))]
+    fn head_norm_after_transpose(&mut self, x: X, hd: u64, many: bool, liger_rope: bool) -> X {
+        if self.ctx.s.liger.rms_norm {
+            extended!(
+                self,
+                "Liger-Kernel's kernels",
+                self.liger_rmsnorm_strided(x, hd, many, liger_rope && many),
+                x
+            )
+        } else {
+            self.rmsnorm(x, hd)
+        }
+    }
+
     /// Under full fine-tuning, the trainable weight of the norm the forward runs next (of
     /// `width` values).
     fn norm_weight(&mut self, width: u64) -> Option<X> {
@@ -1273,23 +1290,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             v
         };
-        let (qn, kn) = if liger_late {
-            extended!(
-                self,
-                "Liger-Kernel's kernels",
-                {
-                    let qn = self.liger_rmsnorm_strided(qv, hd, multi.0, liger_rope && multi.0);
-                    self.drop(qv);
-                    let kn = self.liger_rmsnorm_strided(kv, hd, multi.1, liger_rope && multi.1);
-                    self.drop(kv);
-                    (qn, kn)
-                },
-                (qv, kv)
-            )
-        } else if late_norm {
-            let qn = self.rmsnorm(qv, hd);
+        let (qn, kn) = if late_norm {
+            let qn = self.head_norm_after_transpose(qv, hd, multi.0, liger_rope);
             self.drop(qv);
-            let kn = self.rmsnorm(kv, hd);
+            let kn = self.head_norm_after_transpose(kv, hd, multi.1, liger_rope);
             self.drop(kv);
             (qn, kn)
         } else {
@@ -1681,15 +1685,18 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// The mask layer `li` attends with: Gemma's local (sliding-window) layers use the sliding
     /// mask (Gemma 2: every other layer from the first; Gemma 3: five of every six).
-    fn mask_for(&self, li: usize) -> Option<X> {
-        let local = self
-            .ctx
+    /// Whether layer `li` attends through a sliding window (the family's `Sliding` pattern).
+    fn is_local(&self, li: usize) -> bool {
+        self.ctx
             .arch
             .family
             .layout()
             .sliding
-            .is_some_and(|w| w.local(li as u64));
-        match (local, self.sliding) {
+            .is_some_and(|w| w.local(li as u64))
+    }
+
+    fn mask_for(&self, li: usize) -> Option<X> {
+        match (self.is_local(li), self.sliding) {
             (true, Some(w)) => Some(w),
             _ => self.causal,
         }
@@ -2080,12 +2087,6 @@ impl<'c, 'a> Prog<'c, 'a> {
         // the sliding layers').
         let global = self.two_rotaries().then(|| self.rotary(bytes(ctx.resid)));
         self.rotary_global = global;
-        let local = |li: usize| {
-            a.family
-                .layout()
-                .sliding
-                .is_some_and(|w| w.local(li as u64))
-        };
         self.causal = causal;
         self.tp.keep_local(emb.t);
         let mut hcur = emb;
@@ -2093,7 +2094,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         for li in 0..self.layers.len() {
             self.tp.exec = li as u32;
             let (cos, sin) = match global {
-                Some(g) if !local(li) => g,
+                Some(g) if !self.is_local(li) => g,
                 _ => (cos, sin),
             };
             if ckpt {

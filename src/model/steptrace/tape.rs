@@ -971,15 +971,6 @@ impl Tape {
                 }
             }
             #[cfg(feature = "extended-ops")]
-            Op::InPlace => {
-                for (k, slot) in grads.iter_mut().enumerate() {
-                    if let Some(&t) = node.saved.as_slice().get(k).filter(|_| wants(k)) {
-                        self.keep(t);
-                        *slot = Some(t);
-                    }
-                }
-            }
-            #[cfg(feature = "extended-ops")]
             Op::RopeInPlace { copy_q, copy_k } => {
                 if wants(0) {
                     grads[0] = Some(if copy_q {
@@ -1001,9 +992,11 @@ impl Tape {
                 }
             }
             #[cfg(feature = "extended-ops")]
-            Op::Handed => {
-                let one = self.new_t(4, What::BackwardTemp);
-                self.drop_t(one);
+            Op::Handed | Op::InPlace => {
+                if matches!(node.op, Op::Handed) {
+                    let one = self.new_t(4, What::BackwardTemp);
+                    self.drop_t(one);
+                }
                 for (k, slot) in grads.iter_mut().enumerate() {
                     if let Some(&t) = node.saved.as_slice().get(k).filter(|_| wants(k)) {
                         self.keep(t);
