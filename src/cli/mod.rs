@@ -18,7 +18,7 @@ USAGE:
                                            suggest take --from too)
   lorafit fit --model NAME [options]       largest batch / sequence that fit, smallest GPU, curve
   lorafit suggest --model NAME [options]   ranked changes that make it fit, and forum myths checked
-  lorafit export --format F --model NAME [options]   python | accelerate | llama-factory | axolotl | deepspeed | ms-swift
+  lorafit export --format F --model NAME [options]   python | trl | accelerate | llama-factory | axolotl | deepspeed | ms-swift
   lorafit lengths FILE --model NAME [options]        peak at typical vs longest batch (mid-training OOM)
   lorafit estimate --jsonl FILE|-          one JSON result per input line (reference schema)
   lorafit validate [--json]                the model against every measured case it carries
@@ -32,8 +32,10 @@ USAGE:
 PLAN OPTIONS:
   --model NAME | --config FILE   catalog model or a config.json-style numbers file
   --from FILE                     a training config: LLaMA-Factory or axolotl YAML, an ms-swift
-                                  script, TrainingArguments / LoraConfig / adapter_config.json or
-                                  DeepSpeed JSON (plan, fit, suggest; other flags override it)
+                                  script, a Python script (Trainer or TRL), TrainingArguments /
+                                  LoraConfig / adapter_config.json or DeepSpeed JSON (plan, fit,
+                                  suggest; other flags override it); a second --from FILE is its
+                                  launch config (accelerate's YAML / JSON, or a DeepSpeed JSON)
   --gpu ID | --gpu-mem-gib N     GPU to check against (default a100-80)
   --utilization U --dataset-tokens N   time estimate (GEMM share of the tensor peak, default the
                                   card generation's calibrated figure; tokens per epoch)
@@ -183,13 +185,29 @@ fn parse_for(
     Ok(a)
 }
 
-/// Reads the training config of `--from PATH`: the DeepSpeed JSON it names is read from beside
-/// it (or from the working directory) when it is there.
-fn read_from(path: &str) -> Result<crate::formats::framework::Reading, String> {
+/// Reads the training config of `--from PATH`, then each launch config of a later `--from`
+/// (accelerate's config, a DeepSpeed JSON) over it; a DeepSpeed JSON one of them names is read
+/// from beside it (or from the working directory) when it is there.
+fn read_from(paths: &[&String]) -> Result<crate::formats::framework::Reading, String> {
     use crate::formats::framework;
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let mut r = framework::read(&text).map_err(|e| format!("{path}: {e}"))?;
-    if let Some(ds) = r.deepspeed_path.clone() {
+    let read =
+        |path: &str| std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"));
+    let Some((first, launch)) = paths.split_first() else {
+        return Err("--from needs a FILE (a training config)".into());
+    };
+    let mut r = framework::read(&read(first)?).map_err(|e| format!("{first}: {e}"))?;
+    deepspeed_beside(&mut r, first)?;
+    for path in launch {
+        framework::apply_launch(&mut r, &read(path)?).map_err(|e| format!("{path}: {e}"))?;
+        deepspeed_beside(&mut r, path)?;
+    }
+    Ok(r)
+}
+
+/// Reads the DeepSpeed JSON the config at `path` names, when it is found.
+fn deepspeed_beside(r: &mut crate::formats::framework::Reading, path: &str) -> Result<(), String> {
+    use crate::formats::framework;
+    if let Some(ds) = r.deepspeed_path.take() {
         let beside = std::path::Path::new(path)
             .parent()
             .map(|d| d.join(&ds))
@@ -204,14 +222,18 @@ fn read_from(path: &str) -> Result<crate::formats::framework::Reading, String> {
             .or_else(|| Some(std::path::PathBuf::from(&ds)).filter(|p| p.is_file()))
             .or(by_name);
         match file.map(std::fs::read_to_string) {
-            Some(Ok(t)) => framework::apply_deepspeed(&mut r, &t)
-                .map_err(|e| format!("{path}: {ds}: {e}"))?,
-            _ => r.notes.push(format!(
-                "{ds} was not found beside the config or here: its ZeRO stage and offload are taken from its name"
-            )),
+            Some(Ok(t)) => {
+                framework::apply_deepspeed(r, &t).map_err(|e| format!("{path}: {ds}: {e}"))?
+            }
+            _ => {
+                r.notes.push(format!(
+                    "{ds} was not found beside the config or here: its ZeRO stage and offload are taken from its name"
+                ));
+                r.deepspeed_path = Some(ds);
+            }
         }
     }
-    Ok(r)
+    Ok(())
 }
 
 fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
@@ -223,11 +245,17 @@ fn parse_plan(args: &[String]) -> Result<PlanArgs, String> {
     let mut model_id = "path/to/your-model".to_string();
     // `--from FILE` first: the settings it gives, then the other flags over them.
     let mut from = None;
-    if let Some(at) = args.iter().position(|a| a == "--from") {
-        let path = args
-            .get(at + 1)
-            .ok_or("--from needs a FILE (a training config)")?;
-        let mut r = read_from(path)?;
+    let from_paths: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| *a == "--from")
+        .map(|(at, _)| {
+            args.get(at + 1)
+                .ok_or("--from needs a FILE (a training config)")
+        })
+        .collect::<Result<_, _>>()?;
+    if let Some(path) = from_paths.first().copied() {
+        let mut r = read_from(&from_paths)?;
         title = path.clone();
         // (the catalog model can change what the reading keeps: Liger's kernels where they
         // are not planned for its family)

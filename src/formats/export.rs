@@ -1,7 +1,8 @@
-//! Copy-paste configs that reproduce a planned run: peft + transformers (Python), accelerate,
-//! LLaMA-Factory and axolotl (YAML), a DeepSpeed JSON and an ms-swift command line. Every value
-//! comes from the plan's settings; the config readers (`formats::framework`) read the YAML, the
-//! DeepSpeed JSON and the ms-swift command back to the same settings.
+//! Copy-paste configs that reproduce a planned run: peft + transformers' Trainer and TRL's
+//! trainers (Python scripts), accelerate, LLaMA-Factory and axolotl (YAML), a DeepSpeed JSON and
+//! an ms-swift command line. Every value comes from the plan's settings; the config readers
+//! (`formats::framework`) read each of them back to the same settings (the accelerate config
+//! and the DeepSpeed JSON over the training config they launch).
 
 use crate::model::{
     Architecture, AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, Optimizer, Quant, SavedModule,
@@ -9,8 +10,9 @@ use crate::model::{
 };
 
 /// Export formats.
-pub const FORMATS: [&str; 6] = [
+pub const FORMATS: [&str; 7] = [
     "python",
+    "trl",
     "accelerate",
     "llama-factory",
     "axolotl",
@@ -138,7 +140,8 @@ pub fn export(
     s: &Settings,
 ) -> Result<String, String> {
     match format {
-        "python" => Ok(python(model_id, arch, s)),
+        "python" => Ok(python(model_id, arch, s, false)),
+        "trl" => Ok(python(model_id, arch, s, true)),
         "accelerate" => Ok(accelerate(s)),
         "llama-factory" | "llamafactory" => {
             Ok(llama_factory(model_id, arch, s) + &moe_comments(arch, s))
@@ -153,10 +156,12 @@ pub fn export(
     }
 }
 
-fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
+/// A Python script: peft + transformers' Trainer (`trl`: TRL's trainer of the stage, SFTTrainer
+/// for SFT).
+fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> String {
     let gpt_oss = arch.moe_layout().is_some_and(|m| m.mxfp4_checkpoint);
     let mut out = String::from("import torch\nfrom peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n");
-    let (import, config, pref_args) = trl_config(s);
+    let (import, config, pref_args) = trl_config(s, trl);
     if !import.is_empty() {
         out.push_str(import);
         out.push('\n');
@@ -164,15 +169,39 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if gpt_oss {
         out.push_str("from transformers import Mxfp4Config\n");
     }
+    if s.quant.is_some() && s.prepare_kbit {
+        out.push_str("from peft import prepare_model_for_kbit_training\n");
+    }
+    let liger = s.fused_ce || s.liger.any();
+    if liger {
+        out.push_str(&format!(
+            "from liger_kernel.transformers import apply_liger_kernel_to_{}\n",
+            arch.family.name()
+        ));
+    }
     if per_expert(arch, s) {
         out.push_str(PER_EXPERT_NOTE);
     }
     out.push('\n');
-    let load_dtype = if s.quant.is_some() {
-        s.autocast.unwrap_or(Dtype::Bf16)
-    } else {
-        s.dtype
-    };
+    if !trl && s.stage == crate::model::Stage::Sft {
+        out.push_str(&format!(
+            "max_length = {}  # tokenize with truncation=True, max_length=max_length (or pack to it)\n",
+            s.seq
+        ));
+    }
+    if liger {
+        // Before the model is loaded: Liger patches the modelling module's classes.
+        let l = s.liger;
+        out.push_str(&format!(
+            "apply_liger_kernel_to_{f}(rope={}, rms_norm={}, swiglu={}, fused_linear_cross_entropy={})\n",
+            py_bool(l.rope),
+            py_bool(l.rms_norm),
+            py_bool(l.swiglu),
+            py_bool(s.fused_ce),
+            f = arch.family.name(),
+        ));
+    }
+    let load_dtype = s.dtype;
     if let Some(q) = s.quant {
         out.push_str(&format!(
             "bnb_config = BitsAndBytesConfig(\n    load_in_4bit=True,\n    bnb_4bit_quant_type={:?},\n    bnb_4bit_use_double_quant={},\n    bnb_4bit_compute_dtype={},\n)\n",
@@ -204,8 +233,13 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         torch_dtype(load_dtype),
         attn_name(attn),
     ));
-    if s.quant.is_some() {
-        out.push_str("# from peft import prepare_model_for_kbit_training; model = prepare_model_for_kbit_training(model)\n");
+    if s.quant.is_some() && s.prepare_kbit {
+        out.push_str(&format!(
+            "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing={})\n",
+            py_bool(s.grad_ckpt)
+        ));
+    } else if s.quant.is_some() {
+        out.push_str("# not prepare_model_for_kbit_training (as LLaMA-Factory, axolotl, ms-swift and TRL ≥ 0.22 run QLoRA): embeddings, norms and lm_head stay in the loaded dtype\n");
     }
     let tp = expert_params(arch, s);
     let target_parameters = if tp.is_empty() {
@@ -231,7 +265,12 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         s.lora_alpha,
         s.lora_dropout,
         lora_config_variants(s),
-        py_list(&module_names(arch, s)),
+        if s.targets.len() == Target::ALL.len() {
+            // peft's own spelling of every Linear but the output layer.
+            "\"all-linear\"".to_string()
+        } else {
+            py_list(&module_names(arch, s))
+        },
         if s.modules_to_save.is_empty() { "None".to_string() } else { py_list(&mts(s).iter().map(|m| m.to_string()).collect::<Vec<_>>()) },
     ));
     }
@@ -245,19 +284,15 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         s.optimizer.name(),
     ));
     out.push_str(&optimizer_comments(s));
-    out.push_str(&format!(
-        "# max sequence length (truncate / pack to): {}\n",
-        s.seq
-    ));
-    if s.fused_ce || s.liger.any() {
-        let l = s.liger;
+    if trl {
+        let trainer = config.replace("Config", "Trainer");
+        let peft = if s.base_trained() {
+            ""
+        } else {
+            ", peft_config=lora_config"
+        };
         out.push_str(&format!(
-            "# Liger-Kernel, before the model is loaded: from liger_kernel.transformers import apply_liger_kernel_to_{f}\n# apply_liger_kernel_to_{f}(rope={}, rms_norm={}, swiglu={}, fused_linear_cross_entropy={})\n",
-            py_bool(l.rope),
-            py_bool(l.rms_norm),
-            py_bool(l.swiglu),
-            py_bool(s.fused_ce),
-            f = arch.family.name(),
+            "\ntrain_dataset = ...  # your dataset\ntrainer = {trainer}(model=model, args=training_args, train_dataset=train_dataset{peft})\ntrainer.train()\n"
         ));
     }
     out
@@ -309,10 +344,17 @@ fn optimizer_comments(s: &Settings) -> String {
 }
 
 /// The TRL import, config class and the arguments that set the preference method of the stage
-/// (TrainingArguments, nothing to import, for SFT).
-fn trl_config(s: &Settings) -> (&'static str, &'static str, String) {
+/// (for SFT: TrainingArguments, nothing to import, or with `trl` TRL's SFTConfig).
+fn trl_config(s: &Settings, trl: bool) -> (&'static str, &'static str, String) {
     use crate::model::Stage;
     let (import, class) = match s.stage {
+        Stage::Sft if trl => {
+            return (
+                "from trl import SFTConfig, SFTTrainer",
+                "SFTConfig",
+                format!("    max_length={},\n", s.seq),
+            )
+        }
         Stage::Sft => return ("", "TrainingArguments", String::new()),
         Stage::Dpo => ("from trl import DPOConfig, DPOTrainer", "DPOConfig"),
         Stage::Kto => ("from trl import KTOConfig, KTOTrainer", "KTOConfig"),

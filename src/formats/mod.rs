@@ -16,6 +16,7 @@ pub mod fields;
 pub mod framework;
 pub mod json;
 pub mod jsonl;
+pub mod pyscript;
 pub mod report;
 pub mod snapshot;
 pub mod unused;

@@ -2,7 +2,8 @@
 //! TrainingArguments / LoraConfig / `adapter_config.json` or DeepSpeed JSON): read by
 //! [`crate::formats::framework`] as `lorafit plan --from` reads it, its settings and model put
 //! in the page's state, and what it used, assumed, ignored and did not model listed under it.
-//! A DeepSpeed JSON pasted after a config that names one completes that config.
+//! A DeepSpeed JSON pasted after a config that names one completes that config, and so does an
+//! accelerate config (its launch: GPUs, strategy, mixed precision) pasted after any config.
 
 use leptos::either::Either;
 use leptos::prelude::*;
@@ -14,8 +15,8 @@ use crate::web::state::UiState;
 /// Largest config read (a config is a few KB; a pasted log is not one).
 const MAX_CONFIG_BYTES: usize = 256 * 1024;
 
-/// Reads `text` on top of the last reading: a DeepSpeed JSON completes a config that named one;
-/// anything else is a config of its own. The model it names is found in the catalog.
+/// Reads `text` on top of the last reading: a DeepSpeed JSON completes a config that named one,
+/// an accelerate config any config; anything else is a config of its own. The model it names is found in the catalog.
 fn read(text: &str, last: Option<Reading>) -> Result<(Reading, Option<String>), String> {
     if text.len() > MAX_CONFIG_BYTES {
         return Err(format!(
@@ -28,6 +29,10 @@ fn read(text: &str, last: Option<Reading>) -> Result<(Reading, Option<String>), 
             framework::apply_deepspeed(&mut last, text)?;
             last.deepspeed_path = None;
             last.notes.retain(|n| !n.contains("taken from its name"));
+            last
+        }
+        (Source::Accelerate, Some(mut last)) => {
+            framework::apply_launch(&mut last, text)?;
             last
         }
         _ => framework::read(text)?,
@@ -88,7 +93,7 @@ pub fn TrainingConfig(
     view! {
         <section class="card config-in" id="config" aria-labelledby="h-config">
             <h2 id="h-config">{t("Your training config")}</h2>
-            <p class="hint">{t("Paste a LLaMA-Factory or axolotl YAML, an ms-swift command, a TrainingArguments / LoraConfig JSON or a DeepSpeed JSON: its settings are planned, and every key it did not use is named.")}</p>
+            <p class="hint">{t("Paste a LLaMA-Factory or axolotl YAML, an ms-swift command, a Python script (Trainer or TRL), a TrainingArguments / LoraConfig JSON or a DeepSpeed JSON: its settings are planned, and every key it did not use is named. Paste an accelerate config after it for its GPUs and strategy.")}</p>
             <textarea rows="6" aria-label=t("training config") data-testid="training-config-input" prop:value=text on:input:target=move |ev| text.set(ev.target().value())></textarea>
             <div class="share-row">
                 <button type="button" data-testid="training-config-apply" on:click=move |_| apply(&text.get_untracked())>{t("Plan this config")}</button>

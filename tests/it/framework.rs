@@ -259,7 +259,8 @@ fn reads_back_unprepared(what: &str, s: &Settings, text: &str, back: &serde_json
     );
 }
 
-/// Config → settings → export → config gives the same settings, for LLaMA-Factory and axolotl.
+/// Config → settings → export → config gives the same settings, for LLaMA-Factory, axolotl and
+/// the two Python scripts (Trainer, TRL).
 #[test]
 fn exports_read_back_to_the_same_settings() {
     let arch = catalog::find_model("llama3-8b").unwrap().arch.clone();
@@ -346,9 +347,15 @@ fn exports_read_back_to_the_same_settings() {
         ),
     ];
     for (what, s) in variants {
-        for format in ["llama-factory", "axolotl"] {
+        for format in ["llama-factory", "axolotl", "python", "trl"] {
             if format == "axolotl" && s.preference() {
                 continue; // axolotl's `rl` has no beta of DPO's sigmoid pref_loss apart
+            }
+            let script = format == "python" || format == "trl";
+            if script && s.parallel.offload_activations {
+                // Offloaded checkpoints are a framework's switch (axolotl, Unsloth), not a
+                // Trainer or TRL argument: a script cannot say it.
+                continue;
             }
             let text = export(format, "meta-llama/Meta-Llama-3-8B", &arch, &s).unwrap();
             if format == "llama-factory" && s.liger.any() && !s.fused_ce {
@@ -362,13 +369,21 @@ fn exports_read_back_to_the_same_settings() {
             }
             let back = framework::read(&text)
                 .unwrap_or_else(|e| panic!("{what} via {format}: {e}\n{text}"));
+            if script {
+                assert_eq!(back.source, Source::Python, "{what} via {format}");
+                assert_eq!(
+                    back.model.as_deref(),
+                    Some("meta-llama/Meta-Llama-3-8B"),
+                    "{what} via {format}"
+                );
+            }
             let (a, b) = (settings_json(&s), settings_json(&back.settings));
             for (k, v) in a.as_object().unwrap() {
                 // Full tuning: the LoRA numbers are not in the export and do not apply.
                 if s.base_trained() && k.starts_with("lora_") {
                     continue;
                 }
-                if k == "prepare_kbit" {
+                if k == "prepare_kbit" && !script {
                     reads_back_unprepared(&format!("{what} via {format}"), &s, &text, &b[k]);
                     continue;
                 }
@@ -377,6 +392,166 @@ fn exports_read_back_to_the_same_settings() {
                 assert_eq!(&b[k], v, "{what} via {format}: {k}\n{text}");
             }
         }
+    }
+}
+
+/// A Python script with several GPUs: the script, then accelerate's config of its launch (YAML,
+/// or the same keys as JSON as ms-swift's examples write it), read back to the settings both
+/// were exported from.
+#[test]
+fn python_and_accelerate_exports_read_back_for_several_gpus() {
+    use lorafit::model::parallel::Parallel;
+    let arch = catalog::find_model("llama3-8b").unwrap().arch.clone();
+    let base = Settings {
+        batch: 2,
+        seq: 2048,
+        grad_ckpt: true,
+        autocast: Some(Dtype::Bf16),
+        ..Settings::default()
+    };
+    let on = |strategy, gpus, offload: bool| Settings {
+        parallel: Parallel {
+            strategy,
+            gpus_per_node: gpus,
+            offload_optimizer: offload,
+            offload_params: offload,
+            ..Default::default()
+        },
+        ..base.clone()
+    };
+    for (what, s) in [
+        ("ddp ×2", on(Strategy::Ddp, 2, false)),
+        ("fsdp ×4, offload", on(Strategy::FsdpFullShard, 4, true)),
+        (
+            "fsdp shard_grad_op ×2",
+            on(Strategy::FsdpShardGradOp, 2, false),
+        ),
+        ("zero3 ×8", on(Strategy::Zero3, 8, false)),
+        ("zero3 ×2, offload", on(Strategy::Zero3, 2, true)),
+        ("one GPU", base.clone()),
+    ] {
+        for format in ["python", "trl"] {
+            let script = export(format, "meta-llama/Meta-Llama-3-8B", &arch, &s).unwrap();
+            let launch = export("accelerate", "meta-llama/Meta-Llama-3-8B", &arch, &s).unwrap();
+            let mut r = framework::read(&script).unwrap();
+            framework::apply_launch(&mut r, &launch)
+                .unwrap_or_else(|e| panic!("{what}: {e}\n{launch}"));
+            let (a, b) = (settings_json(&s), settings_json(&r.settings));
+            for k in [
+                "strategy",
+                "gpus_per_node",
+                "nodes",
+                "offload",
+                "grad_ckpt",
+                "autocast",
+                "batch",
+                "seq",
+                "lora_r",
+            ] {
+                assert_eq!(
+                    b[k], a[k],
+                    "{what} via {format} + accelerate: {k}\n{launch}"
+                );
+            }
+            assert!(
+                !r.assumed.iter().any(|u| u.setting == "gpus_per_node"),
+                "{what}: the GPUs are the launch config's, not assumed"
+            );
+            // The same keys as JSON (ms-swift's `accelerate launch --config_file x.json`).
+            let yaml = lorafit::formats::yaml::parse(&launch).unwrap();
+            let mut j = framework::read(&script).unwrap();
+            framework::apply_launch(&mut j, &yaml.to_string()).unwrap();
+            assert_eq!(
+                settings_json(&j.settings),
+                settings_json(&r.settings),
+                "{what}: JSON"
+            );
+        }
+    }
+    // Alone, a launch config is refused with what to do; after a config, a training config is
+    // not a launch config.
+    let launch = export("accelerate", "m", &arch, &on(Strategy::Ddp, 2, false)).unwrap();
+    assert!(framework::read(&launch)
+        .unwrap_err()
+        .contains("give it after the training config"));
+    let mut r = framework::read(&export("trl", "m", &arch, &base).unwrap()).unwrap();
+    let e = framework::apply_launch(&mut r, "model_name_or_path: m\nstage: sft\n").unwrap_err();
+    assert!(e.contains("only a launch config"), "{e}");
+}
+
+/// A script written by hand: literals and names assigned once are read, TRL's defaults
+/// assumed, the rest named; what cannot be read is an error naming the call and key.
+#[test]
+fn hand_written_scripts_are_read_or_refused_by_key() {
+    let script = r#"
+import torch
+from datasets import load_dataset
+from peft import LoraConfig, prepare_model_for_kbit_training
+from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+from trl import SFTConfig, SFTTrainer
+
+MODEL = "Qwen/Qwen2.5-7B-Instruct"
+RANK = 64
+tokenizer = AutoTokenizer.from_pretrained(MODEL)
+bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                         bnb_4bit_compute_dtype=torch.bfloat16)
+model = AutoModelForCausalLM.from_pretrained(MODEL, quantization_config=bnb,
+                                             torch_dtype=torch.bfloat16, device_map="auto")
+peft_config = LoraConfig(r=RANK, lora_alpha=RANK * 2, lora_dropout=0.05,
+                         target_modules="all-linear", task_type="CAUSAL_LM")
+args = SFTConfig(output_dir=f"runs/{RANK}", per_device_train_batch_size=4,
+                 gradient_accumulation_steps=4, learning_rate=2e-4, logging_steps=10)
+trainer = SFTTrainer(model=model, args=args, train_dataset=load_dataset("x")["train"],
+                     peft_config=peft_config, processing_class=tokenizer)
+trainer.train()
+"#;
+    let e = framework::read(script).unwrap_err();
+    assert!(e.contains("LoraConfig.lora_alpha = RANK * 2"), "{e}");
+    let r = framework::read(&script.replace("RANK * 2", "128")).unwrap();
+    assert_eq!(r.source, Source::Python);
+    assert_eq!(r.model.as_deref(), Some("Qwen/Qwen2.5-7B-Instruct"));
+    let s = &r.settings;
+    assert_eq!(
+        (s.lora_r, s.lora_alpha, s.batch, s.grad_accum),
+        (64, 128.0, 4, 4)
+    );
+    assert_eq!(s.quant, Some(Quant::Nf4));
+    assert!(!s.prepare_kbit, "imported, never called");
+    // SFTConfig's defaults (TRL 1.16): checkpointing on, bf16 autocast, 1024 tokens.
+    assert!(s.grad_ckpt);
+    assert_eq!(s.autocast, Some(Dtype::Bf16));
+    assert_eq!(s.seq, 1024);
+    for setting in ["grad_ckpt", "autocast", "seq"] {
+        assert!(
+            r.assumed
+                .iter()
+                .any(|a| a.setting == setting && a.key.contains("SFTConfig")),
+            "{setting}: {:?}",
+            r.assumed
+        );
+    }
+    assert!(
+        r.ignored.contains(&"SFTConfig.output_dir".to_string()),
+        "an f-string has no effect here: {:?}",
+        r.ignored
+    );
+    assert!(r
+        .ignored
+        .contains(&"from_pretrained.device_map".to_string()));
+    assert!(r
+        .not_modeled
+        .iter()
+        .any(|n| n.key == "SFTConfig" && n.why.contains("fused LM head")));
+    for (text, needle) in [
+        ("from trl import GRPOConfig\nargs = GRPOConfig(num_generations=8)\n", "GRPO"),
+        ("from trl import CPOConfig\nargs = CPOConfig(loss_type=\"sigmoid\")\n", "CPO is not planned"),
+        ("import torch\nargs = TrainingArguments(per_device_train_batch_size=bs)\n", "TrainingArguments.per_device_train_batch_size = bs"),
+        ("import torch\nlora = LoraConfig(r=8)\n", "no TrainingArguments"),
+        ("import torch\na = TrainingArguments(per_device_train_batch_size=1)\nb = TrainingArguments(per_device_train_batch_size=2)\n", "called twice"),
+        ("import torch\nm = AutoModelForCausalLM.from_pretrained(path)\nTrainingArguments()\n", "not a literal name"),
+    ] {
+        let e = framework::read(text).unwrap_err();
+        assert!(e.contains(needle), "{text:?}: {e}");
     }
 }
 

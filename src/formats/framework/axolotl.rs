@@ -99,7 +99,7 @@ const TABLE: Table = &[
     })),
     ("optimizer", Rule::To("optimizer")),
     ("fsdp", Rule::Read(fsdp)),
-    ("fsdp_config", Rule::Read(|rd, v| rd.section(v, FSDP_CONFIG))),
+    ("fsdp_config", Rule::Read(|rd, v| rd.section(v, &[FSDP_CONFIG]))),
     ("deepspeed", Rule::Read(|rd, v| match v.as_str() {
         Some(p) => deepspeed_by_name(rd, p),
         None => Err(format!("{}: expected the path of a DeepSpeed JSON", rd.key())),
@@ -133,7 +133,7 @@ const TABLE: Table = &[
     ("chat_template", Rule::NoEffect),
 ];
 
-const FSDP_CONFIG: Table = &[
+pub(super) const FSDP_CONFIG: Table = &[
     ("fsdp_offload_params", Rule::Read(fsdp_offload)),
     ("offload_params", Rule::Read(fsdp_offload)),
     ("fsdp_sharding_strategy", Rule::Read(sharding)),
@@ -148,6 +148,31 @@ const FSDP_CONFIG: Table = &[
             Ok(())
         }),
     ),
+    (
+        "fsdp_activation_checkpointing",
+        Rule::Read(|rd, v| {
+            if flag(rd.key(), v)? {
+                rd.set("grad_ckpt", "true")
+            } else {
+                rd.confirms("grad_ckpt");
+                Ok(())
+            }
+        }),
+    ),
+    (
+        "fsdp_reshard_after_forward",
+        Rule::Read(|rd, v| match v {
+            // accelerate's FSDP1 spelling: the sharding strategy's name.
+            Value::String(s) if crate::formats::fields::boolean(s).is_err() => sharding(rd, v),
+            _ if flag(rd.key(), v)? => {
+                rd.confirms("strategy");
+                Ok(())
+            }
+            _ => rd.set("strategy", "fsdp_shard_grad_op"),
+        }),
+    ),
+    ("fsdp_backward_prefetch", Rule::NoEffect),
+    ("fsdp_forward_prefetch", Rule::NoEffect),
     ("fsdp_limit_all_gathers", Rule::NoEffect),
     ("fsdp_sync_module_states", Rule::NoEffect),
     ("fsdp_use_orig_params", Rule::NoEffect),

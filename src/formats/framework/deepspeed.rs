@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 /// The DeepSpeed keys, also read under `deepspeed.` when a config refers to the file.
 pub(super) const TABLE: Table = &[
-    ("zero_optimization", Rule::Read(|rd, v| rd.section(v, ZERO))),
+    ("zero_optimization", Rule::Read(|rd, v| rd.section(v, &[ZERO]))),
     ("bf16", Rule::Read(|rd, v| precision(rd, v, "bf16"))),
     ("fp16", Rule::Read(|rd, v| precision(rd, v, "fp16"))),
     ("train_micro_batch_size_per_gpu", Rule::Read(|rd, v| unless_auto(rd, v, "batch"))),

@@ -10,7 +10,7 @@ use super::{
 };
 use serde_json::{Map, Value};
 
-const DEFAULTS: &[Default] = &[
+pub(super) const DEFAULTS: &[Default] = &[
     (
         "batch",
         "8",
@@ -37,9 +37,15 @@ const DEFAULTS: &[Default] = &[
 ];
 
 /// peft's LoraConfig keys, TRL's, and the sections of a combined JSON.
-const TABLE: Table = &[
-    ("training_args", Rule::Read(|rd, v| rd.section(v, TABLE))),
-    ("lora_config", Rule::Read(|rd, v| rd.section(v, TABLE))),
+pub(super) const TABLE: Table = &[
+    (
+        "training_args",
+        Rule::Read(|rd, v| rd.section(v, &[TABLE, TRAINER])),
+    ),
+    (
+        "lora_config",
+        Rule::Read(|rd, v| rd.section(v, &[TABLE, TRAINER])),
+    ),
     ("model", Rule::Model),
     ("model_name_or_path", Rule::Model),
     ("base_model_name_or_path", Rule::Model),
@@ -208,7 +214,7 @@ pub(super) fn liger(rd: &mut Reader, v: &Value) -> Result<(), String> {
 fn deepspeed(rd: &mut Reader, v: &Value) -> Result<(), String> {
     match v {
         Value::String(path) => deepspeed_by_name(rd, path),
-        Value::Object(_) => rd.section(v, super::deepspeed::TABLE),
+        Value::Object(_) => rd.section(v, &[super::deepspeed::TABLE]),
         _ => Err(format!("{}: expected a path or a JSON object", rd.key())),
     }
 }

@@ -9,10 +9,12 @@
 //! One module per framework holds its table; this one holds the reader they share and the
 //! detection of the format.
 
+mod accelerate;
 mod axolotl;
 mod deepspeed;
 mod hf;
 mod llama_factory;
+mod python;
 mod swift;
 
 use super::fields;
@@ -36,6 +38,10 @@ pub enum Source {
     AdapterConfig,
     /// A DeepSpeed JSON.
     DeepSpeed,
+    /// A Python script (peft + Trainer, or TRL's trainers).
+    Python,
+    /// accelerate's launch config (YAML or JSON).
+    Accelerate,
 }
 
 impl Source {
@@ -48,6 +54,8 @@ impl Source {
             Source::TrainingArguments => "TrainingArguments / LoraConfig JSON",
             Source::AdapterConfig => "peft adapter_config.json",
             Source::DeepSpeed => "DeepSpeed JSON",
+            Source::Python => "Python training script",
+            Source::Accelerate => "accelerate config",
         }
     }
 }
@@ -187,8 +195,8 @@ impl Reader<'_> {
         &self.key
     }
 
-    /// Reads a nested section (`fsdp_config`) with `table`, its keys named `section.key`.
-    pub(crate) fn section(&mut self, value: &Value, table: Table) -> Result<(), String> {
+    /// Reads a nested section (`fsdp_config`) with `tables`, its keys named `section.key`.
+    pub(crate) fn section(&mut self, value: &Value, tables: &[Table]) -> Result<(), String> {
         let Some(obj) = value.as_object() else {
             return Err(format!("{}: expected a mapping", self.key));
         };
@@ -199,7 +207,7 @@ impl Reader<'_> {
             obj,
             key: String::new(),
         };
-        inner.run(&[table], &prefix)?;
+        inner.run(tables, &prefix)?;
         self.r = inner.r;
         self.key = prefix;
         Ok(())
@@ -431,11 +439,16 @@ pub fn detect(text: &str) -> Result<Source, String> {
     if swift::is_command(text) {
         return Ok(Source::Swift);
     }
+    if python::is_script(text) {
+        return Ok(Source::Python);
+    }
     let v = super::yaml::parse(text)?;
     let o = v
         .as_object()
         .ok_or("a config is a mapping of keys to values")?;
-    if o.contains_key("base_model")
+    if is_launch(o) {
+        Ok(Source::Accelerate)
+    } else if o.contains_key("base_model")
         || o.contains_key("micro_batch_size")
         || o.contains_key("sequence_len")
     {
@@ -447,12 +460,21 @@ pub fn detect(text: &str) -> Result<Source, String> {
     {
         Ok(Source::LlamaFactory)
     } else {
-        Err("not a config this reader knows: a LLaMA-Factory YAML names model_name_or_path, an axolotl YAML base_model, an ms-swift command starts with `swift sft` or `swift rlhf`".into())
+        Err("not a config this reader knows: a LLaMA-Factory YAML names model_name_or_path, an axolotl YAML base_model, an ms-swift command starts with `swift sft` or `swift rlhf`, a Python script imports what it calls".into())
     }
 }
 
+/// Whether a mapping is accelerate's launch config.
+fn is_launch(o: &Map<String, Value>) -> bool {
+    o.contains_key("distributed_type") || o.contains_key("compute_environment")
+}
+
 fn json_source(v: &Value) -> Source {
-    if v.get("zero_optimization").is_some() || v.get("train_micro_batch_size_per_gpu").is_some() {
+    if v.as_object().is_some_and(is_launch) {
+        Source::Accelerate
+    } else if v.get("zero_optimization").is_some()
+        || v.get("train_micro_batch_size_per_gpu").is_some()
+    {
         Source::DeepSpeed
     } else if v.get("peft_type").is_some() && v.get("per_device_train_batch_size").is_none() {
         Source::AdapterConfig
@@ -464,7 +486,9 @@ fn json_source(v: &Value) -> Source {
 /// Reads a pasted config of any format [`detect`] knows.
 pub fn read(text: &str) -> Result<Reading, String> {
     match detect(text)? {
+        Source::Accelerate => Err(LAUNCH_ALONE.into()),
         Source::Swift => swift::read(text),
+        Source::Python => python::read(text),
         Source::DeepSpeed | Source::AdapterConfig | Source::TrainingArguments => {
             let v: Value =
                 serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
@@ -486,6 +510,44 @@ pub fn read(text: &str) -> Result<Reading, String> {
             }
         }
     }
+}
+
+/// Why an accelerate config is not read alone.
+const LAUNCH_ALONE: &str = "an accelerate config says how a run is launched (GPUs, DDP / FSDP / DeepSpeed, mixed precision), not what it trains: give it after the training config (lorafit plan --from train.yaml --from accelerate.yaml, or paste it after the config)";
+
+/// Applies a launch config given after a training config: accelerate's (YAML or JSON; its
+/// keys join the reading as `accelerate.KEY`, over what the training config said) or a
+/// DeepSpeed JSON ([`apply_deepspeed`]).
+pub fn apply_launch(r: &mut Reading, text: &str) -> Result<(), String> {
+    let source = detect(text)?;
+    match source {
+        Source::DeepSpeed => return apply_deepspeed(r, text),
+        Source::Accelerate => {}
+        other => {
+            return Err(format!(
+                "a {} after the training config: only a launch config (accelerate's, or a DeepSpeed JSON) completes it",
+                other.name()
+            ))
+        }
+    }
+    let v: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?
+    } else {
+        super::yaml::parse(text)?
+    };
+    let o = v
+        .as_object()
+        .ok_or("a config is a mapping of keys to values")?;
+    let mut rd = Reader {
+        r: std::mem::replace(r, Reading::new(Source::Accelerate)),
+        obj: o,
+        key: String::new(),
+    };
+    rd.run(&[accelerate::TABLE], "accelerate")?;
+    *r = rd.r;
+    let used: Vec<&str> = r.used.iter().map(|u| u.setting).collect();
+    r.assumed.retain(|a| !used.contains(&a.setting));
+    r.settings.validate().map_err(|e| e.to_string())
 }
 
 /// Applies the DeepSpeed JSON a config refers to (`text`, read from its path): its ZeRO stage,

@@ -288,7 +288,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("the training step's; the phases after training are being planned…", "这是训练步的结论；训练之后的阶段正在计算…"),
     ("Your config", "你的训练配置"),
     ("Your training config", "你的训练配置"),
-    ("Paste a LLaMA-Factory or axolotl YAML, an ms-swift command, a TrainingArguments / LoraConfig JSON or a DeepSpeed JSON: its settings are planned, and every key it did not use is named.", "粘贴 LLaMA-Factory 或 axolotl 的 YAML、ms-swift 命令、TrainingArguments / LoraConfig JSON 或 DeepSpeed JSON：按其中的设置估算，并列出每个未使用的键。"),
+    ("Paste a LLaMA-Factory or axolotl YAML, an ms-swift command, a Python script (Trainer or TRL), a TrainingArguments / LoraConfig JSON or a DeepSpeed JSON: its settings are planned, and every key it did not use is named. Paste an accelerate config after it for its GPUs and strategy.", "粘贴 LLaMA-Factory 或 axolotl 的 YAML、ms-swift 命令、Python 脚本（Trainer 或 TRL）、TrainingArguments / LoraConfig JSON 或 DeepSpeed JSON：按其中的设置估算，并列出每个未使用的键。之后再粘贴 accelerate 配置，即按其 GPU 数量与并行策略估算。"),
     ("training config", "训练配置"),
     ("training config file", "训练配置文件"),
     ("Plan this config", "估算此配置"),
