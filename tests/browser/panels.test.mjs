@@ -162,3 +162,32 @@ test("a pasted LLaMA-Factory, axolotl or ms-swift config plans as plan --from", 
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+// A TRL script as lorafit exports it, then accelerate's config of its launch pasted after it:
+// the page plans what `plan --from script.py --from accelerate.yaml` plans.
+test("a pasted TRL script and its accelerate config plan as plan --from both", async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "lorafit-"));
+  const bin = process.env.LORAFIT_BIN || path.resolve(import.meta.dirname, "../../target/debug/lorafit");
+  const exported = (format) => execFileSync(bin, ["export", "--format", format, "--model", "llama3-8b", "--quant", "nf4",
+    "--gc", "--strategy", "fsdp", "--gpus", "4", "--batch", "2"], { encoding: "utf8" });
+  const script = path.join(dir, "train.py");
+  const launch = path.join(dir, "accelerate.yaml");
+  fs.writeFileSync(script, exported("trl"));
+  fs.writeFileSync(launch, exported("accelerate"));
+  const { page, errors } = await openApp(browser, server.url);
+  await page.fill('[data-testid="training-config-input"]', fs.readFileSync(script, "utf8"));
+  await page.click('[data-testid="training-config-apply"]');
+  assert.match(await page.textContent('[data-testid="training-config-status"]'), /Python training script · meta-llama\/Meta-Llama-3-8B/);
+  assert.match(await page.textContent('[data-testid="training-config-used"]'), /SFTConfig\.per_device_train_batch_size → batch = 2/);
+  assert.match(await page.textContent('[data-testid="training-config-not-modeled"]'), /fused LM head/);
+  await page.fill('[data-testid="training-config-input"]', fs.readFileSync(launch, "utf8"));
+  await page.click('[data-testid="training-config-apply"]');
+  assert.match(await page.textContent('[data-testid="training-config-used"]'), /accelerate\.num_processes → gpus_per_node = 4/);
+  await page.waitForFunction(() => location.search.includes("model=llama3-8b"), null, { timeout: 5000 });
+  const want = cliPlan(["--from", script, "--from", launch]);
+  assert.equal(want.settings.strategy, "fsdp");
+  assert.ok(near(await gibOf(page, "peak-allocated"), want.plan.peak_allocated_bytes / GIB));
+  assert.ok(near(await gibOf(page, "peak-reserved"), want.plan.peak_reserved_bytes / GIB));
+  assert.deepEqual(errors, []);
+  await page.close();
+});
