@@ -196,18 +196,19 @@ fn read_from(paths: &[&String]) -> Result<crate::formats::framework::Reading, St
         return Err("--from needs a FILE (a training config)".into());
     };
     let mut r = framework::read(&read(first)?).map_err(|e| format!("{first}: {e}"))?;
-    deepspeed_beside(&mut r, first)?;
+    launch_beside(&mut r, first)?;
     for path in launch {
         framework::apply_launch(&mut r, &read(path)?).map_err(|e| format!("{path}: {e}"))?;
-        deepspeed_beside(&mut r, path)?;
+        launch_beside(&mut r, path)?;
     }
     Ok(r)
 }
 
-/// Reads the DeepSpeed JSON the config at `path` names, when it is found.
-fn deepspeed_beside(r: &mut crate::formats::framework::Reading, path: &str) -> Result<(), String> {
+/// Reads the launch file (a DeepSpeed JSON, ms-swift's FSDP JSON) the config at `path` names,
+/// when it is found.
+fn launch_beside(r: &mut crate::formats::framework::Reading, path: &str) -> Result<(), String> {
     use crate::formats::framework;
-    if let Some(ds) = r.deepspeed_path.take() {
+    if let Some(ds) = r.launch_path.take() {
         let beside = std::path::Path::new(path)
             .parent()
             .map(|d| d.join(&ds))
@@ -223,13 +224,13 @@ fn deepspeed_beside(r: &mut crate::formats::framework::Reading, path: &str) -> R
             .or(by_name);
         match file.map(std::fs::read_to_string) {
             Some(Ok(t)) => {
-                framework::apply_deepspeed(r, &t).map_err(|e| format!("{path}: {ds}: {e}"))?
+                framework::apply_launch(r, &t).map_err(|e| format!("{path}: {ds}: {e}"))?
             }
             _ => {
                 r.notes.push(format!(
-                    "{ds} was not found beside the config or here: its ZeRO stage and offload are taken from its name"
+                    "{ds} was not found beside the config or here: its strategy and offload are taken from its name"
                 ));
-                r.deepspeed_path = Some(ds);
+                r.launch_path = Some(ds);
             }
         }
     }

@@ -786,7 +786,12 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         arg("bnb_4bit_quant_type", q.name().into());
         arg("bnb_4bit_use_double_quant", s.double_quant.to_string());
     }
-    arg("gradient_checkpointing", s.grad_ckpt.to_string());
+    let fsdp = swift_fsdp(s);
+    // Under FSDP, checkpointing is FSDP's own (ms-swift turns Trainer's off beside it).
+    arg(
+        "gradient_checkpointing",
+        (s.grad_ckpt && fsdp.is_none()).to_string(),
+    );
     let attn = match s.attn_impl {
         AttnImpl::Eager => "eager",
         AttnImpl::Sdpa => "sdpa",
@@ -806,6 +811,9 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         };
         arg("deepspeed", format!("zero{stage}{offload}"));
     }
+    if let Some(j) = fsdp {
+        arg("fsdp", format!("'{j}'"));
+    }
     let lines: Vec<String> = args.iter().map(|(k, v)| format!("    --{k} {v}")).collect();
     out.push_str(&lines.join(" \\\n"));
     out.push('\n');
@@ -822,6 +830,37 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         out.push('\n');
     }
     out
+}
+
+/// ms-swift's `--fsdp` JSON (Trainer's `fsdp` options and `fsdp_config`, FSDP2 as ms-swift runs
+/// it) for an FSDP plan.
+fn swift_fsdp(s: &Settings) -> Option<String> {
+    use crate::model::Strategy;
+    let p = &s.parallel;
+    let sharding = match p.strategy {
+        Strategy::FsdpFullShard => "full_shard",
+        Strategy::FsdpShardGradOp => "shard_grad_op",
+        Strategy::FsdpHybridShard => "hybrid_shard",
+        _ => return None,
+    };
+    let offload = if p.offload_params || p.offload_optimizer {
+        " offload"
+    } else {
+        ""
+    };
+    let j = serde_json::json!({
+        "fsdp": format!("{sharding} auto_wrap{offload}"),
+        "fsdp_config": {
+            "fsdp_version": 2,
+            "reshard_after_forward": p.strategy != Strategy::FsdpShardGradOp,
+            "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "cpu_ram_efficient_loading": true,
+            "state_dict_type": "SHARDED_STATE_DICT",
+            "activation_checkpointing": s.grad_ckpt,
+            "activation_cpu_offload": s.grad_ckpt && p.offload_activations,
+        }
+    });
+    Some(j.to_string())
 }
 
 /// The comment of a framework export whose plan ran peft's `prepare_model_for_kbit_training` on

@@ -25,22 +25,24 @@ fn read(text: &str, last: Option<Reading>) -> Result<(Reading, Option<String>), 
         ));
     }
     let mut r = match (framework::detect(text)?, last) {
-        (Source::DeepSpeed, Some(mut last)) if last.deepspeed_path.is_some() => {
-            framework::apply_deepspeed(&mut last, text)?;
-            last.deepspeed_path = None;
+        (Source::DeepSpeed, Some(mut last)) if last.launch_path.is_some() => {
+            framework::apply_launch(&mut last, text)?;
+            last.launch_path = None;
             last.notes.retain(|n| !n.contains("taken from its name"));
             last
         }
         (Source::Accelerate, Some(mut last)) => {
             framework::apply_launch(&mut last, text)?;
+            last.launch_path = None;
+            last.notes.retain(|n| !n.contains("taken from its name"));
             last
         }
         _ => framework::read(text)?,
     };
     let model = r.catalog_model()?.map(|e| e.arch.name.clone());
-    if let Some(ds) = &r.deepspeed_path {
+    if let Some(ds) = &r.launch_path {
         r.notes.push(format!(
-            "{ds}: its ZeRO stage and offload are taken from its name; paste the JSON itself to use what it says"
+            "{ds}: its strategy and offload are taken from its name; paste the JSON itself to use what it says"
         ));
     }
     Ok((r, model))

@@ -178,7 +178,7 @@ fn examples_are_read_as_their_files_state() {
     assert_eq!(r.settings.finetuning_type, FinetuningType::Full);
     assert_eq!(r.settings.parallel.strategy, Strategy::Zero3);
     assert_eq!(
-        r.deepspeed_path.as_deref(),
+        r.launch_path.as_deref(),
         Some("examples/deepspeed/ds_z3_config.json")
     );
     let ds = std::fs::read_to_string(dir().join("llama-factory/ds_z3_config.json")).unwrap();
@@ -479,6 +479,69 @@ fn python_and_accelerate_exports_read_back_for_several_gpus() {
     assert!(e.contains("only a launch config"), "{e}");
 }
 
+/// ms-swift's FSDP as its examples write it: the `fsdp2` preset, a JSON file given by path and
+/// read after the command (`--from cmd.sh --from fsdp.json`, or pasted after it), and
+/// `accelerate launch --config_file C swift/cli/sft.py …` with accelerate's config after it.
+#[test]
+fn swift_fsdp_presets_files_and_accelerate_launches() {
+    let preset = framework::read(
+        "NPROC_PER_NODE=2 swift sft --model Qwen/Qwen2.5-7B-Instruct --gradient_checkpointing false --fsdp fsdp2\n",
+    )
+    .unwrap();
+    let p = &preset.settings.parallel;
+    assert_eq!((p.strategy, p.gpus_per_node), (Strategy::FsdpFullShard, 2));
+    assert!(
+        preset.settings.grad_ckpt,
+        "the preset's activation_checkpointing"
+    );
+    assert!(preset.not_modeled.iter().any(|n| n.why.contains("FSDP2")));
+
+    // ms-swift's examples/train/activation_cpu_offload (fsdp2.json, comments included).
+    let mut by_path = framework::read(
+        "CUDA_VISIBLE_DEVICES=0,1 NPROC_PER_NODE=2 swift sft --model Qwen/Qwen3-0.6B --fsdp ./fsdp2.json\n",
+    )
+    .unwrap();
+    assert_eq!(by_path.launch_path.as_deref(), Some("./fsdp2.json"));
+    assert_eq!(by_path.settings.parallel.strategy, Strategy::FsdpFullShard);
+    let file = r#"{"_description": "FSDP2", "fsdp": "shard_grad_op auto_wrap",
+        "fsdp_config": {"fsdp_version": 2, "reshard_after_forward": false, "activation_checkpointing": true,
+        "activation_cpu_offload": true, "state_dict_type": "SHARDED_STATE_DICT"}}"#;
+    framework::apply_launch(&mut by_path, file).unwrap();
+    let p = &by_path.settings.parallel;
+    assert_eq!(p.strategy, Strategy::FsdpShardGradOp);
+    assert!(!p.offload_params && p.offload_activations);
+    assert!(
+        by_path
+            .ignored
+            .contains(&"accelerate._description".to_string()),
+        "{:?}",
+        by_path.ignored
+    );
+
+    // ms-swift's examples/train/multi-gpu/fsdp2_lora: accelerate launches swift/cli/sft.py.
+    let cmd = "nproc_per_node=2\n\nCUDA_VISIBLE_DEVICES=0,1 \\\naccelerate launch --config_file \"./examples/train/multi-gpu/fsdp2_lora/fsdp2.json\" \\\n    swift/cli/sft.py \\\n    --model Qwen/Qwen2.5-7B-Instruct \\\n    --train_type lora \\\n    --torch_dtype bfloat16 \\\n    --per_device_train_batch_size 1 \\\n    --gradient_checkpointing false \\\n    --max_length 2048\n";
+    let mut r = framework::read(cmd).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.source, Source::Swift);
+    assert_eq!(
+        r.launch_path.as_deref(),
+        Some("./examples/train/multi-gpu/fsdp2_lora/fsdp2.json")
+    );
+    assert!(!r.settings.grad_ckpt);
+    let accelerate = r#"{"compute_environment": "LOCAL_MACHINE", "distributed_type": "FSDP", "fsdp_config": {
+        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "fsdp_cpu_ram_efficient_loading": true,
+        "fsdp_offload_params": true, "fsdp_reshard_after_forward": true, "fsdp_state_dict_type": "FULL_STATE_DICT",
+        "fsdp_activation_checkpointing": true, "fsdp_version": 2}, "machine_rank": 0, "mixed_precision": "bf16",
+        "num_machines": 1, "num_processes": 2, "use_cpu": false}"#;
+    framework::apply_launch(&mut r, accelerate).unwrap();
+    let s = &r.settings;
+    assert_eq!(
+        (s.parallel.strategy, s.parallel.gpus_per_node),
+        (Strategy::FsdpFullShard, 2)
+    );
+    assert!(s.parallel.offload_params && s.grad_ckpt);
+    assert_eq!(s.autocast, Some(Dtype::Bf16));
+}
+
 /// A script written by hand: literals and names assigned once are read, TRL's defaults
 /// assumed, the rest named; what cannot be read is an error naming the call and key.
 #[test]
@@ -739,6 +802,43 @@ fn deepspeed_and_swift_exports_read_back() {
             Settings {
                 finetuning_type: FinetuningType::Full,
                 ..zero3.clone()
+            },
+        ),
+        (
+            "fsdp ×4 with offload and checkpointing",
+            Settings {
+                parallel: Parallel {
+                    strategy: Strategy::FsdpFullShard,
+                    gpus_per_node: 4,
+                    offload_optimizer: true,
+                    offload_params: true,
+                    ..Default::default()
+                },
+                ..lora.clone()
+            },
+        ),
+        (
+            "fsdp shard_grad_op ×2, no checkpointing",
+            Settings {
+                grad_ckpt: false,
+                parallel: Parallel {
+                    strategy: Strategy::FsdpShardGradOp,
+                    gpus_per_node: 2,
+                    ..Default::default()
+                },
+                ..lora.clone()
+            },
+        ),
+        (
+            "fsdp ×2 with offloaded checkpoints",
+            Settings {
+                parallel: Parallel {
+                    strategy: Strategy::FsdpFullShard,
+                    gpus_per_node: 2,
+                    offload_activations: true,
+                    ..Default::default()
+                },
+                ..lora.clone()
             },
         ),
     ];

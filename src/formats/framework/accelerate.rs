@@ -1,5 +1,6 @@
 //! accelerate's launch config (`accelerate config`'s YAML, or the same keys as JSON, as
-//! ms-swift's examples pass it to `accelerate launch --config_file`): how many processes on how
+//! ms-swift's examples pass it to `accelerate launch --config_file`), and ms-swift's own FSDP
+//! JSON (`--fsdp file.json`: Trainer's `fsdp` options and `fsdp_config`): how many processes on how
 //! many machines, DDP, FSDP (`fsdp_config`) or DeepSpeed (`deepspeed_config`, or its JSON by
 //! path) with their offload, and mixed precision. It says how a run is launched, not what it
 //! trains, so it completes a training config ([`super::apply_launch`]) and is refused alone.
@@ -24,6 +25,8 @@ pub(super) const TABLE: Table = &[
     ("num_processes", Rule::Read(processes)),
     ("distributed_type", Rule::Read(distributed)),
     ("mixed_precision", Rule::Read(mixed_precision)),
+    // ms-swift's FSDP JSON carries Trainer's `fsdp` options beside `fsdp_config`.
+    ("fsdp", Rule::Read(super::hf::fsdp)),
     (
         "fsdp_config",
         Rule::Read(|rd, v| rd.section(v, &[super::axolotl::FSDP_CONFIG])),
@@ -75,19 +78,7 @@ const DEEPSPEED: Table = &[
             )),
         }),
     ),
-    (
-        "zero_stage",
-        Rule::Read(|rd, v| {
-            let strategy = match int_text(rd.key(), v)? {
-                0 => "ddp",
-                1 => "zero1",
-                2 => "zero2",
-                3 => "zero3",
-                s => return Err(format!("{}: ZeRO stages are 0 to 3, got {s}", rd.key())),
-            };
-            rd.set("strategy", strategy)
-        }),
-    ),
+    ("zero_stage", Rule::Read(super::deepspeed::stage)),
     (
         "offload_optimizer_device",
         Rule::Read(|rd, v| device(rd, v, "optimizer")),

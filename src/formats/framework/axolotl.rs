@@ -133,54 +133,103 @@ const TABLE: Table = &[
     ("chat_template", Rule::NoEffect),
 ];
 
+/// FSDP's options, with accelerate's `fsdp_` prefix (accelerate configs, axolotl's older
+/// spelling) or without it (Trainer's `fsdp_config`, ms-swift's FSDP JSON, axolotl's newer one).
 pub(super) const FSDP_CONFIG: Table = &[
     ("fsdp_offload_params", Rule::Read(fsdp_offload)),
     ("offload_params", Rule::Read(fsdp_offload)),
     ("fsdp_sharding_strategy", Rule::Read(sharding)),
-    (
-        "fsdp_version",
-        Rule::Read(|rd, v| {
-            if v.as_u64() == Some(2) || v.as_str() == Some("2") {
-                rd.not_modeled("FSDP2 (fully_shard, per-parameter DTensor shards): planned as FSDP1's flat parameters");
-            } else {
-                rd.confirms("strategy");
-            }
-            Ok(())
-        }),
-    ),
+    ("sharding_strategy", Rule::Read(sharding)),
+    ("fsdp_version", Rule::Read(fsdp_version)),
+    ("version", Rule::Read(fsdp_version)),
     (
         "fsdp_activation_checkpointing",
-        Rule::Read(|rd, v| {
-            if flag(rd.key(), v)? {
-                rd.set("grad_ckpt", "true")
-            } else {
-                rd.confirms("grad_ckpt");
-                Ok(())
-            }
-        }),
+        Rule::Read(activation_checkpointing),
+    ),
+    (
+        "activation_checkpointing",
+        Rule::Read(activation_checkpointing),
     ),
     (
         "fsdp_reshard_after_forward",
-        Rule::Read(|rd, v| match v {
-            // accelerate's FSDP1 spelling: the sharding strategy's name.
-            Value::String(s) if crate::formats::fields::boolean(s).is_err() => sharding(rd, v),
-            _ if flag(rd.key(), v)? => {
-                rd.confirms("strategy");
-                Ok(())
-            }
-            _ => rd.set("strategy", "fsdp_shard_grad_op"),
-        }),
+        Rule::Read(reshard_after_forward),
     ),
+    ("reshard_after_forward", Rule::Read(reshard_after_forward)),
+    ("activation_cpu_offload", Rule::Read(activation_cpu_offload)),
     ("fsdp_backward_prefetch", Rule::NoEffect),
+    ("backward_prefetch", Rule::NoEffect),
     ("fsdp_forward_prefetch", Rule::NoEffect),
+    ("forward_prefetch", Rule::NoEffect),
     ("fsdp_limit_all_gathers", Rule::NoEffect),
+    ("limit_all_gathers", Rule::NoEffect),
     ("fsdp_sync_module_states", Rule::NoEffect),
+    ("sync_module_states", Rule::NoEffect),
     ("fsdp_use_orig_params", Rule::NoEffect),
+    ("use_orig_params", Rule::NoEffect),
     ("fsdp_cpu_ram_efficient_loading", Rule::NoEffect),
+    ("cpu_ram_efficient_loading", Rule::NoEffect),
     ("fsdp_auto_wrap_policy", Rule::NoEffect),
+    ("auto_wrap_policy", Rule::NoEffect),
     ("fsdp_transformer_layer_cls_to_wrap", Rule::NoEffect),
+    ("transformer_layer_cls_to_wrap", Rule::NoEffect),
     ("fsdp_state_dict_type", Rule::NoEffect),
+    ("state_dict_type", Rule::NoEffect),
 ];
+
+/// `fsdp_version`: 2 is FSDP2's `fully_shard`, planned as FSDP1.
+pub(super) fn fsdp_version(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if v.as_u64() == Some(2) || v.as_str() == Some("2") {
+        rd.not_modeled(
+            "FSDP2 (fully_shard, per-parameter DTensor shards): planned as FSDP1's flat parameters",
+        );
+    } else {
+        rd.confirms("strategy");
+    }
+    Ok(())
+}
+
+/// FSDP's own activation checkpointing: checkpointing of every wrapped layer.
+fn activation_checkpointing(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        rd.set("grad_ckpt", "true")
+    } else {
+        rd.confirms("grad_ckpt");
+        Ok(())
+    }
+}
+
+/// `reshard_after_forward`: false keeps the gathered parameters from the forward to the
+/// backward (SHARD_GRAD_OP); accelerate's FSDP1 spelling names the sharding strategy.
+fn reshard_after_forward(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    match v {
+        Value::String(s) if crate::formats::fields::boolean(s).is_err() => sharding(rd, v),
+        _ if flag(rd.key(), v)? => {
+            rd.confirms("strategy");
+            Ok(())
+        }
+        _ => rd.set("strategy", "fsdp_shard_grad_op"),
+    }
+}
+
+/// ms-swift's `activation_cpu_offload`: with FSDP's checkpointing, the checkpoints go to the
+/// host (swift/callbacks/activation_cpu_offload.py); without it every saved activation would.
+fn activation_cpu_offload(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if !flag(rd.key(), v)? {
+        rd.r.ignored.push(rd.key().to_string());
+        return Ok(());
+    }
+    let ckpt = ["activation_checkpointing", "fsdp_activation_checkpointing"]
+        .iter()
+        .any(|k| rd.other(k).and_then(Value::as_bool) == Some(true));
+    if ckpt {
+        add_offload(rd, &["activations"])
+    } else {
+        rd.not_modeled(
+            "every saved activation offloaded to the host (no checkpointing): planned on the GPU",
+        );
+        Ok(())
+    }
+}
 
 /// `adapter`: lora, qlora (a 4-bit base); none trains every parameter.
 fn adapter(rd: &mut Reader, v: &Value) -> Result<(), String> {

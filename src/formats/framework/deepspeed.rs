@@ -48,7 +48,8 @@ const ZERO: Table = &[
     ("round_robin_gradients", Rule::NoEffect),
 ];
 
-fn stage(rd: &mut Reader, v: &Value) -> Result<(), String> {
+/// The ZeRO stage (0 is DDP), as DeepSpeed and accelerate's `zero_stage` spell it.
+pub(super) fn stage(rd: &mut Reader, v: &Value) -> Result<(), String> {
     let s = int_text(rd.key(), v)?;
     let strategy = match s {
         0 => "ddp",

@@ -110,9 +110,10 @@ pub struct Reading {
     pub ignored: Vec<String>,
     /// Keys that change memory but are not modelled.
     pub not_modeled: Vec<NotModeled>,
-    /// A DeepSpeed JSON the config refers to by path (read by the caller when it can, with
-    /// [`apply_deepspeed`]; the strategy is already taken from its name).
-    pub deepspeed_path: Option<String>,
+    /// A launch file the config refers to by path — a DeepSpeed JSON, or ms-swift's FSDP JSON
+    /// (`--fsdp path.json`) — read by the caller when it can, with [`apply_launch`]; until then
+    /// the strategy is taken from its name (ZeRO's stage) or the framework's default.
+    pub launch_path: Option<String>,
     /// What else the reader (or its caller) has to say: how the model was found, a DeepSpeed
     /// file that could not be read.
     pub notes: Vec<String>,
@@ -300,7 +301,7 @@ impl Reading {
             assumed: vec![],
             ignored: vec![],
             not_modeled: vec![],
-            deepspeed_path: None,
+            launch_path: None,
             notes: vec![],
         }
     }
@@ -464,9 +465,14 @@ pub fn detect(text: &str) -> Result<Source, String> {
     }
 }
 
-/// Whether a mapping is accelerate's launch config.
+/// Whether a mapping is a launch config: accelerate's, or ms-swift's FSDP JSON (`fsdp` and
+/// `fsdp_config`, with `_`-prefixed comments).
 fn is_launch(o: &Map<String, Value>) -> bool {
-    o.contains_key("distributed_type") || o.contains_key("compute_environment")
+    o.contains_key("distributed_type")
+        || o.contains_key("compute_environment")
+        || (o.contains_key("fsdp_config")
+            && o.keys()
+                .all(|k| k == "fsdp" || k == "fsdp_config" || k.starts_with('_')))
 }
 
 fn json_source(v: &Value) -> Source {
@@ -627,7 +633,7 @@ pub(crate) fn deepspeed_by_name(rd: &mut Reader, name: &str) -> Result<(), Strin
         add_offload(rd, what)?;
     }
     if base.ends_with(".json") {
-        rd.r.deepspeed_path = Some(name.to_string());
+        rd.r.launch_path = Some(name.to_string());
     }
     Ok(())
 }

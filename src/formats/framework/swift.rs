@@ -3,7 +3,9 @@
 //! `MAX_PIXELS`), `\` line continuations, quoted values, flags with one value or several. Its
 //! defaults (`swift/llm/argument/tuner_args.py`, `train_args.py`): `lora_rank` 8, `lora_alpha`
 //! 32, `lora_dropout` 0.05, `target_modules` all-linear, gradient checkpointing on. Both the
-//! current `--tuner_type` and v3's `--train_type` are read.
+//! current `--tuner_type` and v3's `--train_type` are read. Several GPUs: `NPROC_PER_NODE`,
+//! `--deepspeed`, `--fsdp` (the `fsdp2` preset, a JSON, or its path), or
+//! `accelerate launch --config_file C swift/cli/sft.py …` with accelerate's config read after it.
 
 use super::hf::liger;
 use super::{
@@ -102,6 +104,19 @@ const TABLE: Table = &[
             )),
         }),
     ),
+    // Before `fsdp`, whose FSDP checkpointing turns it on again.
+    ("gradient_checkpointing", Rule::To("grad_ckpt")),
+    ("fsdp", Rule::Read(fsdp)),
+    (
+        "_accelerate_config",
+        Rule::Read(|rd, v| {
+            rd.r.launch_path = v.as_str().map(str::to_string);
+            rd.r.notes.push(format!(
+                "launched by accelerate with {v}: its GPUs and strategy are read when the config is given after the command"
+            ));
+            Ok(())
+        }),
+    ),
     ("use_liger_kernel", Rule::Read(liger)),
     (
         "packing",
@@ -126,9 +141,53 @@ const TABLE: Table = &[
     ("split_dataset_ratio", Rule::NoEffect),
 ];
 
-/// Whether `text` is a `swift` command line.
+/// Whether `text` is a `swift` command line, or `accelerate launch … swift/cli/sft.py …`.
 pub(super) fn is_command(text: &str) -> bool {
-    words(text).iter().any(|w| w == "swift")
+    words(text)
+        .iter()
+        .any(|w| w == "swift" || script_command(w).is_some())
+}
+
+/// The subcommand a script of ms-swift's CLI runs (`swift/cli/sft.py` → `sft`).
+fn script_command(word: &str) -> Option<&str> {
+    let rest = word.rsplit_once("swift/cli/")?.1;
+    rest.strip_suffix(".py")
+}
+
+/// ms-swift's `fsdp2` preset (swift/config/fsdp2.json in ms-swift 4.6, without its comments).
+const FSDP2_PRESET: &str = r#"{"fsdp": "full_shard auto_wrap", "fsdp_config": {"fsdp_version": 2, "reshard_after_forward": true, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "cpu_ram_efficient_loading": true, "state_dict_type": "SHARDED_STATE_DICT", "activation_checkpointing": true}}"#;
+
+/// `--fsdp`: the `fsdp2` preset, a JSON of Trainer's `fsdp` options and `fsdp_config`, or that
+/// JSON's path (read by the caller when it can: `launch_path`), as ms-swift's `_init_fsdp`
+/// takes it (swift/arguments/sft_args.py:284-329 in 4.6: `json_parse_to_dict`, FSDP version 2
+/// unless `fsdp_config` says otherwise).
+fn fsdp(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let Some(text) = v.as_str() else {
+        return Err(format!("{}: expected fsdp2, a JSON or its path", rd.key()));
+    };
+    let json = if text == "fsdp2" {
+        FSDP2_PRESET
+    } else if text.trim_start().starts_with('{') {
+        text
+    } else {
+        // A path: FULL_SHARD, ms-swift's default options, until the file is read.
+        rd.set("strategy", "fsdp")?;
+        rd.r.launch_path = Some(text.to_string());
+        return Ok(());
+    };
+    let j: Value =
+        serde_json::from_str(json).map_err(|e| format!("{}: not valid JSON: {e}", rd.key()))?;
+    let versioned = j
+        .get("fsdp_config")
+        .is_some_and(|c| c.get("fsdp_version").is_some() || c.get("version").is_some());
+    if j.get("fsdp").is_none() {
+        rd.set("strategy", "fsdp")?;
+    }
+    rd.section(&j, &[super::accelerate::TABLE])?;
+    if !versioned {
+        rd.not_modeled("FSDP2 (ms-swift's default fsdp_version 2: fully_shard, per-parameter DTensor shards): planned as FSDP1's flat parameters");
+    }
+    Ok(())
 }
 
 /// The shell words of a script (comments dropped, `\` continuations joined, quotes removed).
@@ -214,6 +273,21 @@ fn typed(w: &str) -> Value {
 /// with the subcommand under `_command`.
 fn object(text: &str) -> Result<Map<String, Value>, String> {
     let mut w = words(text);
+    // `accelerate launch --config_file C swift/cli/sft.py …` runs what `swift sft …` runs.
+    let mut launch = None;
+    if let Some(at) = w.iter().position(|x| script_command(x).is_some()) {
+        let sub = script_command(&w[at]).unwrap_or_default().to_string();
+        launch = w[..at]
+            .iter()
+            .position(|x| x == "--config_file")
+            .and_then(|i| w.get(i + 1).cloned());
+        w[at] = sub;
+        w.insert(at, "swift".into());
+        // The launcher's own words are not ms-swift's flags.
+        if let Some(acc) = w[..at].iter().position(|x| x == "accelerate") {
+            w.drain(acc..at);
+        }
+    }
     let at = w
         .iter()
         .position(|x| x == "swift")
@@ -229,6 +303,9 @@ fn object(text: &str) -> Result<Map<String, Value>, String> {
         }
     }
     let mut o = Map::new();
+    if let Some(c) = launch {
+        o.insert("_accelerate_config".into(), Value::String(c));
+    }
     for (k, v) in vars
         .iter()
         .filter(|(k, _)| k.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
