@@ -224,7 +224,9 @@ fn launch_beside(r: &mut crate::formats::framework::Reading, path: &str) -> Resu
             .or(by_name);
         match file.map(std::fs::read_to_string) {
             Some(Ok(t)) => {
-                framework::apply_launch(r, &t).map_err(|e| format!("{path}: {ds}: {e}"))?
+                r.launch_path = Some(ds.clone());
+                framework::apply_launch(r, &t).map_err(|e| format!("{path}: {ds}: {e}"))?;
+                framework::launch_applied(r);
             }
             _ => {
                 r.notes.push(format!(

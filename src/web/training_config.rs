@@ -27,14 +27,12 @@ fn read(text: &str, last: Option<Reading>) -> Result<(Reading, Option<String>), 
     let mut r = match (framework::detect(text)?, last) {
         (Source::DeepSpeed, Some(mut last)) if last.launch_path.is_some() => {
             framework::apply_launch(&mut last, text)?;
-            last.launch_path = None;
-            last.notes.retain(|n| !n.contains("taken from its name"));
+            framework::launch_applied(&mut last);
             last
         }
         (Source::Accelerate, Some(mut last)) => {
             framework::apply_launch(&mut last, text)?;
-            last.launch_path = None;
-            last.notes.retain(|n| !n.contains("taken from its name"));
+            framework::launch_applied(&mut last);
             last
         }
         _ => framework::read(text)?,

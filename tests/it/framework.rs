@@ -47,14 +47,19 @@ fn keys_of(path: &Path, text: &str) -> Vec<String> {
         "yaml" | "yml" => serde_yaml::from_str::<serde_json::Value>(text).unwrap(),
         "json" => serde_json::from_str::<serde_json::Value>(text).unwrap(),
         _ => {
-            // A shell script: the flags after `swift`, and upper-case variables before it.
-            let after = &text[text.find("swift ").unwrap()..];
+            // A shell script: the flags after `swift` (or ms-swift's `swift/cli/sft.py` that
+            // accelerate launches), and upper-case variables before it.
+            let at = text
+                .find("swift ")
+                .or_else(|| text.find("swift/cli/"))
+                .unwrap();
+            let after = &text[at..];
             let mut k: Vec<String> = after
                 .split_whitespace()
                 .filter_map(|w| w.strip_prefix("--"))
                 .map(str::to_string)
                 .collect();
-            for w in text[..text.find("swift ").unwrap()].split_whitespace() {
+            for w in text[..at].split_whitespace() {
                 if let Some((name, _)) = w.split_once('=') {
                     if name.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
                         k.push(name.to_string());
@@ -80,10 +85,20 @@ fn every_key_of_every_example_is_accounted_for() {
     assert!(files.len() >= 20, "{} examples", files.len());
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
-        let r = framework::read(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        // A launch config completes a training config: read over one, its keys `accelerate.KEY`.
+        let launch = framework::detect(&text).unwrap() == Source::Accelerate;
+        let r = if launch {
+            let mut r = framework::read("swift sft --model m\n").unwrap();
+            framework::apply_launch(&mut r, &text)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            r
+        } else {
+            framework::read(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
         let used: Vec<String> = r.used.iter().map(|u| u.key.clone()).collect();
         let not_modeled: Vec<String> = r.not_modeled.iter().map(|n| n.key.clone()).collect();
         for k in keys_of(&path, &text) {
+            let k = if launch { format!("accelerate.{k}") } else { k };
             let model = [
                 "model_name_or_path",
                 "base_model",
@@ -540,6 +555,44 @@ fn swift_fsdp_presets_files_and_accelerate_launches() {
     );
     assert!(s.parallel.offload_params && s.grad_ckpt);
     assert_eq!(s.autocast, Some(Dtype::Bf16));
+}
+
+/// ms-swift's FSDP QLoRA example as it stands: accelerate launches `swift/cli/sft.py` with its
+/// config beside it; `--quant_bits 4` without `--quant_method` quantizes nothing in ms-swift
+/// 4.6, so the plan does not either and says so. The `fsdp2` preset file reads as `--fsdp fsdp2`.
+#[test]
+fn swift_fsdp_examples_are_read_as_they_state() {
+    let mut r = read("ms-swift/fsdp_qlora.sh");
+    assert_eq!(r.model.as_deref(), Some("Qwen/Qwen2.5-72B-Instruct"));
+    assert_eq!(
+        r.launch_path.as_deref(),
+        Some("./examples/train/multi-gpu/fsdp_qlora/fsdp_offload.json")
+    );
+    assert_eq!(r.settings.quant, None);
+    assert!(r.not_modeled.iter().any(|n| n.key == "quant_bits"));
+    assert_eq!(
+        (r.settings.grad_accum, r.settings.seq, r.settings.lora_r),
+        (8, 2048, 8)
+    );
+    let launch = std::fs::read_to_string(dir().join("ms-swift/fsdp_offload.json")).unwrap();
+    framework::apply_launch(&mut r, &launch).unwrap();
+    let p = &r.settings.parallel;
+    assert_eq!(
+        (p.strategy, p.gpus_per_node, p.nodes),
+        (Strategy::FsdpFullShard, 2, 1)
+    );
+    assert!(p.offload_params && p.offload_optimizer);
+    assert!(r.settings.grad_ckpt, "--gradient_checkpointing true");
+
+    let preset = framework::read("NPROC_PER_NODE=2 swift sft --model m --fsdp fsdp2\n").unwrap();
+    let mut by_file =
+        framework::read("NPROC_PER_NODE=2 swift sft --model m --fsdp x.json\n").unwrap();
+    let file = std::fs::read_to_string(dir().join("ms-swift/fsdp2.json")).unwrap();
+    framework::apply_launch(&mut by_file, &file).unwrap();
+    assert_eq!(
+        settings_json(&by_file.settings),
+        settings_json(&preset.settings)
+    );
 }
 
 /// A script written by hand: literals and names assigned once are read, TRL's defaults

@@ -518,6 +518,14 @@ pub fn read(text: &str) -> Result<Reading, String> {
     }
 }
 
+/// The launch file the config named has been applied: it is no longer pending, and the notes
+/// that said what stood in for it go.
+pub fn launch_applied(r: &mut Reading) {
+    if let Some(path) = r.launch_path.take() {
+        r.notes.retain(|n| !n.contains(&path));
+    }
+}
+
 /// Why an accelerate config is not read alone.
 const LAUNCH_ALONE: &str = "an accelerate config says how a run is launched (GPUs, DDP / FSDP / DeepSpeed, mixed precision), not what it trains: give it after the training config (lorafit plan --from train.yaml --from accelerate.yaml, or paste it after the config)";
 

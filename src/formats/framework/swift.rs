@@ -405,7 +405,8 @@ fn visible(rd: &mut Reader, v: &Value) -> Result<(), String> {
         Value::Number(_) => 1,
         _ => 0,
     };
-    if n > 1 && rd.other("NPROC_PER_NODE").is_none() {
+    // Under accelerate launch its config sets the processes, one GPU each.
+    if n > 1 && rd.other("NPROC_PER_NODE").is_none() && rd.other("_accelerate_config").is_none() {
         rd.not_modeled("several visible GPUs without NPROC_PER_NODE: ms-swift splits the model's layers over them (device_map); planned on one GPU");
     } else {
         rd.r.ignored.push(rd.key().to_string());
