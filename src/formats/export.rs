@@ -540,6 +540,25 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         // Unsloth's offloaded checkpointing: the checkpoints' inputs in host memory.
         out.push_str("use_unsloth_gc: true\n");
     }
+    // Several GPUs: ZeRO through LLaMA-Factory's own DeepSpeed files (examples/deepspeed);
+    // DDP and FSDP through the launcher.
+    if let Some(stage) =
+        zero_stage(s).filter(|_| s.parallel.strategy != crate::model::Strategy::Ddp)
+    {
+        let offload = if s.parallel.offload_optimizer || s.parallel.offload_params {
+            "_offload"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "deepspeed: examples/deepspeed/ds_z{stage}{offload}_config.json\n"
+        ));
+    }
+    out.push_str(&launch_comment(
+        s,
+        "llamafactory-cli train this.yaml",
+        "src/train.py this.yaml",
+    ));
     if arch.vision.is_some() {
         // The images' resize limits and the tower kept frozen (LLaMA-Factory's
         // ProcessorArguments and FinetuningArguments).
@@ -669,6 +688,34 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.attn_impl == AttnImpl::Eager {
         out.push_str("eager_attention: true\n");
     }
+    // Several GPUs: axolotl's deepspeed_configs/ files by stage, or FSDP in the YAML itself.
+    let p = &s.parallel;
+    let offload = p.offload_optimizer || p.offload_params;
+    if let Some(stage) = zero_stage(s).filter(|_| p.strategy != crate::model::Strategy::Ddp) {
+        let file = match (stage, offload) {
+            (3, true) => "zero3_bf16_cpuoffload_all".to_string(),
+            (3, false) => "zero3_bf16".to_string(),
+            (st, true) => format!("zero{st}_cpuoffload"),
+            (st, false) => format!("zero{st}"),
+        };
+        out.push_str(&format!("deepspeed: deepspeed_configs/{file}.json\n"));
+    }
+    if p.strategy.is_fsdp() {
+        let sharding = match p.strategy {
+            crate::model::Strategy::FsdpShardGradOp => "shard_grad_op",
+            crate::model::Strategy::FsdpHybridShard => "hybrid_shard",
+            _ => "full_shard",
+        };
+        out.push_str(&format!(
+            "fsdp:\n  - {sharding}\n  - auto_wrap\n{}fsdp_config:\n  fsdp_offload_params: {offload}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_state_dict_type: SHARDED_STATE_DICT\n",
+            if offload { "  - offload\n" } else { "" }
+        ));
+    }
+    out.push_str(&launch_comment(
+        s,
+        "axolotl train this.yml",
+        "-m axolotl.cli.train this.yml",
+    ));
     if s.fused_ce || s.liger.any() {
         // axolotl's LigerPlugin takes each kernel on its own.
         out.push_str("plugins:\n  - axolotl.integrations.liger.LigerPlugin\n");
@@ -684,6 +731,19 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         }
     }
     out
+}
+
+/// How a YAML export of several GPUs is launched (its number of GPUs is the launcher's, not the
+/// YAML's), as a comment; nothing on one GPU.
+fn launch_comment(s: &Settings, cli: &str, script: &str) -> String {
+    let world = s.parallel.world();
+    if world <= 1 {
+        return String::new();
+    }
+    format!(
+        "# launch on {world} GPUs: accelerate launch --config_file accelerate.yaml {script} (lorafit export --format accelerate), or {cli} with {} processes per node\n",
+        s.parallel.gpus_per_node
+    )
 }
 
 /// The ZeRO stage of a DeepSpeed strategy (DDP as stage 0), None for the others.

@@ -550,7 +550,15 @@ pub static FIELDS: &[Field] = &[
         kind: Kind::Bool,
         slider: None,
         get: |s| bool_text(s.grad_ckpt),
-        set: |s, v| boolean(v).map(|x| s.grad_ckpt = x),
+        set: |s, v| {
+            // "offload": checkpointing with its checkpoints in host memory (axolotl's spelling).
+            if v.trim().eq_ignore_ascii_case("offload") {
+                s.grad_ckpt = true;
+                s.parallel.offload_activations = true;
+                return Ok(());
+            }
+            boolean(v).map(|x| s.grad_ckpt = x)
+        },
     },
     Field {
         name: "padded_mask",

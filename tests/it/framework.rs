@@ -410,7 +410,8 @@ fn exports_read_back_to_the_same_settings() {
     }
 }
 
-/// A Python script with several GPUs: the script, then accelerate's config of its launch (YAML,
+/// Several GPUs: a Python script, a LLaMA-Factory or an axolotl YAML (ZeRO through their own
+/// DeepSpeed files, axolotl's FSDP in the YAML), then accelerate's config of the launch (YAML,
 /// or the same keys as JSON as ms-swift's examples write it), read back to the settings both
 /// were exported from.
 #[test]
@@ -443,11 +444,19 @@ fn python_and_accelerate_exports_read_back_for_several_gpus() {
         ),
         ("zero3 ×8", on(Strategy::Zero3, 8, false)),
         ("zero3 ×2, offload", on(Strategy::Zero3, 2, true)),
+        ("zero2 ×2", on(Strategy::Zero2, 2, false)),
         ("one GPU", base.clone()),
     ] {
-        for format in ["python", "trl"] {
+        for format in ["python", "trl", "llama-factory", "axolotl"] {
             let script = export(format, "meta-llama/Meta-Llama-3-8B", &arch, &s).unwrap();
             let launch = export("accelerate", "meta-llama/Meta-Llama-3-8B", &arch, &s).unwrap();
+            if format == "llama-factory" || format == "axolotl" {
+                assert_eq!(
+                    script.contains("# launch on"),
+                    s.parallel.world() > 1,
+                    "{what} via {format}: the launch comment\n{script}"
+                );
+            }
             let mut r = framework::read(&script).unwrap();
             framework::apply_launch(&mut r, &launch)
                 .unwrap_or_else(|e| panic!("{what}: {e}\n{launch}"));
@@ -970,4 +979,20 @@ fn liger_switches_read_as_the_kernels_they_install() {
             false
         )
     );
+}
+
+/// `grad_ckpt: "offload"` (the readers' and JSONL's spelling of axolotl's
+/// `gradient_checkpointing: offload`) is checkpointing with the checkpoints offloaded, the same
+/// settings as `grad_ckpt: true` with `offload: activations`.
+#[test]
+fn grad_ckpt_offload_is_checkpointing_with_offloaded_checkpoints() {
+    let f = |name: &str| lorafit::formats::fields::by_name(name).unwrap();
+    let mut a = Settings::default();
+    (f("grad_ckpt").set)(&mut a, "offload").unwrap();
+    let mut b = Settings::default();
+    (f("grad_ckpt").set)(&mut b, "true").unwrap();
+    (f("offload").set)(&mut b, "activations").unwrap();
+    assert_eq!(settings_json(&a), settings_json(&b));
+    assert!(a.grad_ckpt && a.parallel.offload_activations);
+    assert!((f("grad_ckpt").set)(&mut a, "sometimes").is_err());
 }
