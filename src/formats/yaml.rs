@@ -48,6 +48,7 @@ pub fn parse(text: &str) -> Result<Value, String> {
     if lines.is_empty() {
         return Ok(Value::Object(Map::new()));
     }
+    join_open_flows(&mut lines)?;
     let mut i = 0;
     let indent = lines[0].indent;
     let v = block(&mut lines, &mut i, indent, text)?;
@@ -55,6 +56,47 @@ pub fn parse(text: &str) -> Result<Value, String> {
         return Err(format!("line {}: unexpected indentation", l.no));
     }
     Ok(v)
+}
+
+/// The depth of `[` / `{` a line leaves open, outside quotes.
+fn open_depth(text: &str) -> i64 {
+    let (mut single, mut double, mut depth) = (false, false, 0i64);
+    for c in text.chars() {
+        match c {
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            '[' | '{' if !single && !double => depth += 1,
+            ']' | '}' if !single && !double => depth -= 1,
+            _ => {}
+        }
+    }
+    depth
+}
+
+/// A flow list or map that goes on over several lines is joined into its first line, as
+/// PyYAML reads it.
+fn join_open_flows(lines: &mut Vec<Line>) -> Result<(), String> {
+    let mut i = 0;
+    while i < lines.len() {
+        let no = lines[i].no;
+        // Only a value that opens a flow collection (`key: [`, `- {`) goes on.
+        let t = lines[i].text.trim_start_matches("- ");
+        let value = key_split(t).map_or_else(|| t.to_string(), |(_, v)| v);
+        if !value.trim_start().starts_with(['[', '{']) {
+            i += 1;
+            continue;
+        }
+        while open_depth(&lines[i].text) > 0 {
+            if i + 1 >= lines.len() {
+                return Err(format!("line {no}: a flow list or map that is not closed"));
+            }
+            let next = lines.remove(i + 1);
+            lines[i].text.push(' ');
+            lines[i].text.push_str(&next.text);
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
 /// A line without its comment: `#` at the start or after a blank, outside quotes.

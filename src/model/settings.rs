@@ -893,6 +893,11 @@ pub fn parse_target_names<'a>(
         if n.is_empty() {
             continue;
         }
+        // peft matches a name by its end: `self_attn.q_proj` is every q_proj under self_attn.
+        let n = match n.rsplit_once('.') {
+            Some((_, last)) if !n.contains(['(', '[', '*', '|', '\\', '^', '$', '+']) => last,
+            _ => n,
+        };
         match n.to_ascii_lowercase().as_str() {
             "all-linear" | "all_linear" | "all" => out.extend(Target::ALL),
             "qkv" | "qkv_proj" => out.extend([Target::Q, Target::K, Target::V]),

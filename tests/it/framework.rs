@@ -996,3 +996,84 @@ fn grad_ckpt_offload_is_checkpointing_with_offloaded_checkpoints() {
     assert!(a.grad_ckpt && a.parallel.offload_activations);
     assert!((f("grad_ckpt").set)(&mut a, "sometimes").is_err());
 }
+
+/// What the projects' own example folders write (LLaMA-Factory, axolotl and ms-swift at the
+/// commits in SOURCES.md, read by hand): a value lorafit plans another way is planned that way
+/// and named; one it cannot plan at all is an error that says what it is.
+#[test]
+fn example_folder_spellings_are_planned_or_named() {
+    let read = |t: &str| framework::read(t).unwrap_or_else(|e| panic!("{t}: {e}"));
+    let nm = |r: &Reading, key: &str| r.not_modeled.iter().any(|n| n.key == key);
+    // torchao's low-bit AdamW (axolotl's examples): planned as adamw_torch, named.
+    let r = read(
+        "base_model: meta-llama/Meta-Llama-3-8B\nadapter: lora\noptimizer: adamw_torch_8bit\n",
+    );
+    assert_eq!(r.settings.optimizer, Optimizer::AdamwTorch);
+    assert!(nm(&r, "optimizer"), "{:?}", r.not_modeled);
+    assert!(
+        framework::read("base_model: m\noptimizer: adamw_nonsense\n")
+            .unwrap_err()
+            .contains("optimizer")
+    );
+    // FlashAttention 3 as FlashAttention 2, flex attention / xformers as sdpa; unknown refused.
+    for (name, planned) in [
+        (
+            "flash_attention_3",
+            lorafit::model::AttnImpl::FlashAttention2,
+        ),
+        (
+            "kernels-community/vllm-flash-attn3",
+            lorafit::model::AttnImpl::FlashAttention2,
+        ),
+        ("xformers", lorafit::model::AttnImpl::Sdpa),
+        ("flex_attention", lorafit::model::AttnImpl::Sdpa),
+    ] {
+        let r = read(&format!(
+            "base_model: m\nadapter: lora\nattn_implementation: {name}\n"
+        ));
+        assert_eq!(r.settings.attn_impl, planned, "{name}");
+        assert!(nm(&r, "attn_implementation"), "{name}");
+    }
+    assert!(framework::read("base_model: m\nattn_implementation: telepathy\n").is_err());
+    // Liger's RMSNorm with trained norms: its other kernels planned, the RMSNorm named.
+    let r = read("base_model: m\nliger_rms_norm: true\nliger_glu_activation: true\n");
+    assert!(r.settings.base_trained());
+    assert!(!r.settings.liger.rms_norm && r.settings.liger.swiglu);
+    assert!(r
+        .not_modeled
+        .iter()
+        .any(|n| n.why.contains("Liger's RMSNorm with trained norm weights")));
+    // axolotl's newer FSDP: fsdp_config alone, activation offloading with checkpointing.
+    let r = read("base_model: m\nadapter: lora\ngradient_checkpointing: true\nactivation_offloading: true\nfsdp_version: 2\nfsdp_config:\n  offload_params: true\n  reshard_after_forward: true\n");
+    let p = &r.settings.parallel;
+    assert_eq!(p.strategy, Strategy::FsdpFullShard);
+    assert!(p.offload_params && p.offload_activations);
+    // peft's suffix names and a flow list over several lines (PyYAML joins it).
+    let r = read("base_model: m\nadapter: lora\nlora_target_modules: [\n  'self_attn.q_proj',\n  \"self_attn.v_proj\"\n]\n");
+    assert_eq!(
+        settings_json(&r.settings)["target_modules"],
+        serde_json::json!(["q", "v"])
+    );
+    // LLaMA-Factory's v1 config and Megatron-SWIFT are refused for what they are.
+    assert!(
+        framework::read("model: Qwen/Qwen3-4B\npeft_config:\n  name: lora\n")
+            .unwrap_err()
+            .contains("LLaMA-Factory v1")
+    );
+    assert!(framework::read(
+        "NPROC_PER_NODE=4 \\\nmegatron sft \\\n    --model Qwen/Qwen3-30B-A3B-Base\n"
+    )
+    .unwrap_err()
+    .contains("Megatron-SWIFT"));
+    // ms-swift: the allocator's environment, expr over several operators, the losses.
+    let r = read("PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True' \\\nnproc_per_node=4\nnnodes=2\nNPROC_PER_NODE=$nproc_per_node \\\nswift sft --model m --gradient_accumulation_steps $(expr 32 / $nproc_per_node / $nnodes) --loss_type infonce\n");
+    assert_eq!(r.settings.grad_accum, 4);
+    assert!(r
+        .used
+        .iter()
+        .any(|u| u.key == "PYTORCH_CUDA_ALLOC_CONF" && u.setting == "alloc_conf"));
+    assert!(nm(&r, "loss_type"));
+    let r = read("swift rlhf --rlhf_type dpo --model m --loss_type sigmoid bco_pair sft\n");
+    assert_eq!(r.settings.pref_loss, PrefLoss::Sigmoid);
+    assert!(nm(&r, "loss_type"));
+}

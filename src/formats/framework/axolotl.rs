@@ -82,7 +82,10 @@ const TABLE: Table = &[
     ("sample_packing", Rule::NotModeled("sample packing: planned as rows of sequence_len tokens with padding (the same tokens per row)")),
     ("pad_to_sequence_len", Rule::NoEffect),
     ("gradient_checkpointing", Rule::Read(checkpointing)),
-    ("attn_implementation", Rule::To("attn_impl")),
+    (
+        "attn_implementation",
+        Rule::Read(|rd, v| super::attention(rd, v.as_str().unwrap_or_default())),
+    ),
     ("flash_attention", Rule::Read(|rd, v| attention(rd, v, "flash_attention_2"))),
     ("sdp_attention", Rule::Read(|rd, v| attention(rd, v, "sdpa"))),
     ("eager_attention", Rule::Read(|rd, v| attention(rd, v, "eager"))),
@@ -97,9 +100,20 @@ const TABLE: Table = &[
             Ok(())
         }
     })),
-    ("optimizer", Rule::To("optimizer")),
+    ("optimizer", Rule::Read(super::optimizer)),
     ("fsdp", Rule::Read(fsdp)),
-    ("fsdp_config", Rule::Read(|rd, v| rd.section(v, &[FSDP_CONFIG]))),
+    (
+        "fsdp_config",
+        Rule::Read(|rd, v| {
+            // axolotl's newer spelling enables FSDP by its fsdp_config alone (FULL_SHARD
+            // unless reshard_after_forward says otherwise).
+            if rd.other("fsdp").is_none() && v.as_object().is_some_and(|o| !o.is_empty()) {
+                rd.set("strategy", "fsdp")?;
+            }
+            rd.section(v, &[FSDP_CONFIG])
+        }),
+    ),
+    ("fsdp_version", Rule::Read(fsdp_version)),
     ("deepspeed", Rule::Read(|rd, v| match v.as_str() {
         Some(p) => deepspeed_by_name(rd, p),
         None => Err(format!("{}: expected the path of a DeepSpeed JSON", rd.key())),
@@ -131,6 +145,21 @@ const TABLE: Table = &[
     ("group_by_length", Rule::NoEffect),
     ("strict", Rule::NoEffect),
     ("chat_template", Rule::NoEffect),
+    // After gradient_checkpointing: with it, the checkpoints are what is offloaded.
+    (
+        "activation_offloading",
+        Rule::Read(|rd, v| {
+            if !flag(rd.key(), v)? {
+                rd.r.ignored.push(rd.key().to_string());
+                Ok(())
+            } else if rd.r.settings.grad_ckpt {
+                add_offload(rd, &["activations"])
+            } else {
+                rd.not_modeled("every saved activation offloaded to the host (no checkpointing): planned on the GPU");
+                Ok(())
+            }
+        }),
+    ),
 ];
 
 /// FSDP's options, with accelerate's `fsdp_` prefix (accelerate configs, axolotl's older

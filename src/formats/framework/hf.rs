@@ -112,7 +112,7 @@ pub(super) const TRAINER: Table = &[
     ("bf16", Rule::Read(|rd, v| mixed(rd, v, "bf16"))),
     ("fp16", Rule::Read(|rd, v| mixed(rd, v, "fp16"))),
     ("gradient_checkpointing", Rule::To("grad_ckpt")),
-    ("optim", Rule::To("optimizer")),
+    ("optim", Rule::Read(super::optimizer)),
     ("use_liger_kernel", Rule::Read(liger)),
     ("deepspeed", Rule::Read(deepspeed)),
     ("fsdp", Rule::Read(fsdp)),

@@ -408,6 +408,17 @@ pub(crate) fn read_with(
             }
         }
     }
+    if r.settings.liger.rms_norm && r.settings.base_trained() {
+        // Liger's RMSNorm with trained norm weights is not planned: transformers' RMSNorm is,
+        // with Liger's other kernels.
+        r.settings.liger.rms_norm = false;
+        for u in r.used.iter().filter(|u| u.setting == "liger_kernel") {
+            r.not_modeled.push(NotModeled {
+                key: u.key.clone(),
+                why: "Liger's RMSNorm with trained norm weights (full or freeze tuning): not planned; planned with transformers' RMSNorm (Liger's other kernels kept)".into(),
+            });
+        }
+    }
     r.settings.validate().map_err(|e| e.to_string())?;
     Ok(r)
 }
@@ -447,6 +458,12 @@ pub fn detect(text: &str) -> Result<Source, String> {
     let o = v
         .as_object()
         .ok_or("a config is a mapping of keys to values")?;
+    if ["peft_config", "dist_config", "model_class"]
+        .iter()
+        .any(|k| o.contains_key(*k))
+    {
+        return Err("a LLaMA-Factory v1 config (model, peft_config, dist_config): its v1 trainer is not planned yet; LLaMA-Factory's YAML for llamafactory-cli train (model_name_or_path, finetuning_type, …) is".into());
+    }
     if is_launch(o) {
         Ok(Source::Accelerate)
     } else if o.contains_key("base_model")
@@ -689,6 +706,77 @@ pub(crate) fn quant_method(rd: &mut Reader, v: &Value, bnb: &[&str]) -> Result<(
         }
         None => Err(format!("{}: expected a method name", rd.key())),
     }
+}
+
+/// Trainer's optimizers (and axolotl's, ms-swift's) that change memory but are not modelled:
+/// each is planned as `adamw_torch` (two fp32 states per trained parameter; these keep as
+/// many or fewer, so the plan is an upper bound).
+const UNMODELLED_OPTIMIZERS: &[(&str, &str)] = &[
+    ("adamw_torch_4bit", "torchao's 4-bit AdamW"),
+    ("adamw_torch_8bit", "torchao's 8-bit AdamW"),
+    ("muon", "Muon"),
+    ("adafactor", "Adafactor"),
+    ("sgd", "SGD"),
+    ("adagrad", "Adagrad"),
+    ("rmsprop", "RMSprop"),
+    ("lion_32bit", "Lion"),
+    ("lion_8bit", "8-bit Lion"),
+    ("paged_lion_32bit", "paged Lion"),
+    ("paged_lion_8bit", "paged 8-bit Lion"),
+    ("ademamix", "AdEMAMix"),
+    ("ademamix_8bit", "8-bit AdEMAMix"),
+    ("schedule_free_adamw", "schedule-free AdamW"),
+    ("schedule_free_sgd", "schedule-free SGD"),
+    ("galore_adamw", "GaLore AdamW"),
+    ("galore_adamw_8bit", "8-bit GaLore AdamW"),
+    ("apollo_adamw", "APOLLO AdamW"),
+    ("lomo", "LOMO"),
+    ("adalomo", "AdaLomo"),
+    ("grokadamw", "GrokAdamW"),
+    ("stable_adamw", "StableAdamW"),
+    ("adamw_apex_fused", "apex's fused AdamW"),
+    ("adamw_anyprecision", "AnyPrecision AdamW"),
+];
+
+/// The optimizer by Trainer's `optim` name; one lorafit does not model is named as such and
+/// planned as `adamw_torch`; an unknown name is an error.
+pub(crate) fn optimizer(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let name = v.as_str().unwrap_or_default().trim().to_ascii_lowercase();
+    if let Some((_, what)) = UNMODELLED_OPTIMIZERS.iter().find(|(n, _)| *n == name) {
+        rd.set("optimizer", "adamw_torch")?;
+        rd.r.used.pop();
+        rd.not_modeled(format!("{what}: not modelled; planned as adamw_torch (two fp32 states per trained parameter: an upper bound)"));
+        return Ok(());
+    }
+    let text = fields::json_text(v).map_err(|e| format!("{}: {e}", rd.key()))?;
+    rd.set("optimizer", &text)
+}
+
+/// An attention implementation by transformers' name: FlashAttention 3 and the Hub's flash
+/// kernels are planned as FlashAttention 2 (no S×S scores either), flex attention and xformers
+/// as sdpa, each named as not modelled; an unknown name is an error.
+pub(crate) fn attention(rd: &mut Reader, name: &str) -> Result<(), String> {
+    let n = name.trim().to_ascii_lowercase();
+    if crate::model::AttnImpl::parse(&n).is_some() {
+        return rd.set("attn_impl", &n);
+    }
+    let (plan, what) = if n.contains("flash") {
+        (
+            "flash_attention_2",
+            "a FlashAttention kernel other than transformers' flash_attention_2",
+        )
+    } else if n == "flex_attention" || n == "xformers" || n == "sdpa_paged" {
+        ("sdpa", "flex attention / xformers")
+    } else {
+        return Err(format!(
+            "{}: unknown attention {name:?} (eager, sdpa, flash_attention_2, flash_attention_3, flex_attention, xformers)",
+            rd.key()
+        ));
+    };
+    rd.set("attn_impl", plan)?;
+    rd.r.used.pop();
+    rd.not_modeled(format!("{what} ({name}): planned as {plan}"));
+    Ok(())
 }
 
 /// Several GPUs: the config does not say how many (a launch option), so 2 are assumed unless

@@ -107,7 +107,10 @@ const FROM_PRETRAINED: Table = &[
     ("pretrained_model_name_or_path", Rule::Model),
     ("torch_dtype", Rule::Read(load_dtype)),
     ("dtype", Rule::Read(load_dtype)),
-    ("attn_implementation", Rule::To("attn_impl")),
+    (
+        "attn_implementation",
+        Rule::Read(|rd, v| super::attention(rd, v.as_str().unwrap_or_default())),
+    ),
     (
         "quantization_config",
         Rule::Read(|rd, _| {

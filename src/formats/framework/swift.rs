@@ -85,13 +85,10 @@ const TABLE: Table = &[
     ("bnb_4bit_compute_dtype", Rule::NoEffect),
     (
         "attn_impl",
-        Rule::Read(|rd, v| {
-            let a = match v.as_str() {
-                Some("flash_attn" | "flash_attention_2") => "flash_attention_2",
-                Some(other) => other,
-                None => return Err(format!("{}: expected an attention name", rd.key())),
-            };
-            rd.set("attn_impl", a)
+        Rule::Read(|rd, v| match v.as_str() {
+            Some("flash_attn") => rd.set("attn_impl", "flash_attention_2"),
+            Some(other) => super::attention(rd, other),
+            None => Err(format!("{}: expected an attention name", rd.key())),
         }),
     ),
     (
@@ -127,7 +124,9 @@ const TABLE: Table = &[
         Rule::NotModeled("padding-free batches: planned as rows of max_length tokens with padding"),
     ),
     ("beta", Rule::To("beta")),
-    ("loss_type", Rule::To("pref_loss")),
+    ("loss_type", Rule::Read(loss_type)),
+    ("PYTORCH_CUDA_ALLOC_CONF", Rule::To("alloc_conf")),
+    ("PYTORCH_ALLOC_CONF", Rule::To("alloc_conf")),
     ("rpo_alpha", Rule::NoEffect),
     ("freeze_vit", Rule::To("freeze_vision_tower")),
     ("freeze_aligner", Rule::To("freeze_multi_modal_projector")),
@@ -141,11 +140,50 @@ const TABLE: Table = &[
     ("split_dataset_ratio", Rule::NoEffect),
 ];
 
-/// Whether `text` is a `swift` command line, or `accelerate launch … swift/cli/sft.py …`.
+/// Whether `text` is a `swift` command line, or `accelerate launch … swift/cli/sft.py …`, or
+/// Megatron-SWIFT's `megatron sft …` (refused by the reader).
 pub(super) fn is_command(text: &str) -> bool {
-    words(text)
-        .iter()
+    let w = words(text);
+    w.iter()
         .any(|w| w == "swift" || script_command(w).is_some())
+        || w.windows(2)
+            .any(|p| p[0] == "megatron" && matches!(p[1].as_str(), "sft" | "pt" | "rlhf"))
+}
+
+/// ms-swift's `loss_type`: a preference loss under `swift rlhf` (several joined by commas: the
+/// first is planned), an SFT loss otherwise (loss scaling has no memory effect; the embedding and
+/// reranker losses train another kind of model).
+fn loss_type(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    // One loss, several joined by commas, or several as separate words.
+    let text = match v {
+        Value::Array(items) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(","),
+        other => other.as_str().unwrap_or_default().to_string(),
+    };
+    if rd.other("rlhf_type").is_some() {
+        let mut losses = text.split(',').map(str::trim);
+        let first = losses.next().unwrap_or_default();
+        rd.set("pref_loss", first)?;
+        if losses.next().is_some() {
+            rd.not_modeled(format!(
+                "several preference losses ({text}): planned with {first}'s"
+            ));
+        }
+        return Ok(());
+    }
+    match text.as_str() {
+        "loss_scale" | "" => {
+            rd.r.ignored.push(rd.key().to_string());
+            Ok(())
+        }
+        other => {
+            rd.not_modeled(format!("the {other} loss of an embedding or reranker model: planned as a causal LM's cross-entropy over the vocabulary"));
+            Ok(())
+        }
+    }
 }
 
 /// The subcommand a script of ms-swift's CLI runs (`swift/cli/sft.py` → `sft`).
@@ -273,6 +311,9 @@ fn typed(w: &str) -> Value {
 /// with the subcommand under `_command`.
 fn object(text: &str) -> Result<Map<String, Value>, String> {
     let mut w = words(text);
+    if w.iter().any(|x| x == "megatron") && !w.iter().any(|x| x == "swift") {
+        return Err("Megatron-SWIFT (`megatron sft` / `megatron rlhf`): Megatron-Core's tensor, pipeline and expert parallel training is not planned; ms-swift's `swift sft` is".into());
+    }
     // `accelerate launch --config_file C swift/cli/sft.py …` runs what `swift sft …` runs.
     let mut launch = None;
     if let Some(at) = w.iter().position(|x| script_command(x).is_some()) {
@@ -361,19 +402,24 @@ fn expand(word: &str, vars: &[(String, String)]) -> Result<String, String> {
             p.parse::<i64>()
                 .map_err(|_| format!("$({inner}): {p:?} is not a number"))
         };
-        return match parts.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            ["expr", a, op, b] => {
-                let (a, b) = (num(a)?, num(b)?);
-                match op {
-                    "+" => Ok(a + b),
-                    "-" => Ok(a - b),
-                    "*" | "\\*" => Ok(a * b),
-                    "/" if b != 0 => Ok(a / b),
-                    _ => Err(format!("$({inner}) is not read")),
+        // `expr A op B [op C …]`, left to right as expr does for one precedence level.
+        let words: Vec<&str> = parts.iter().map(String::as_str).collect();
+        return match words[..] {
+            ["expr", first, ref rest @ ..] if !rest.is_empty() && rest.len() % 2 == 0 => {
+                let mut acc = num(first)?;
+                for pair in rest.chunks(2) {
+                    let b = num(pair[1])?;
+                    acc = match pair[0] {
+                        "+" => acc + b,
+                        "-" => acc - b,
+                        "*" | "\\*" => acc * b,
+                        "/" if b != 0 => acc / b,
+                        _ => return Err(format!("$({inner}) is not read")),
+                    };
                 }
-                .map(|x| x.to_string())
+                Ok(acc.to_string())
             }
-            _ => Err(format!("$({inner}): only `expr A op B` is read")),
+            _ => Err(format!("$({inner}): only `expr A op B …` is read")),
         };
     }
     match word.find('$') {
