@@ -17,6 +17,7 @@ pub mod framework;
 pub mod json;
 pub mod jsonl;
 pub mod pyscript;
+pub mod regex;
 pub mod report;
 pub mod snapshot;
 pub mod unused;

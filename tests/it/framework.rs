@@ -1077,3 +1077,49 @@ fn example_folder_spellings_are_planned_or_named() {
     assert_eq!(r.settings.pref_loss, PrefLoss::Sigmoid);
     assert!(nm(&r, "loss_type"));
 }
+
+/// peft's `target_modules` as one regular expression, as axolotl's vision-language and
+/// layer-subset examples write it: the decoder Linears it matches become the targets; matching
+/// some layers only, or the vision tower, is named; a pattern that matches no decoder Linear or
+/// uses what the reader does not take is an error naming the key.
+#[test]
+fn a_regular_expression_of_target_modules_is_read_as_peft_matches_it() {
+    let read = |pattern: &str| {
+        framework::read(&format!(
+            "base_model: m\nadapter: lora\nlora_target_modules: '{pattern}'\n"
+        ))
+    };
+    let targets = |r: &Reading| settings_json(&r.settings)["target_modules"].clone();
+    let r = read(
+        r"model.language_model.layers.[\d]+.(mlp|cross_attn|self_attn).(up|down|gate|q|k|v|o)_proj",
+    )
+    .unwrap();
+    assert_eq!(
+        targets(&r),
+        serde_json::json!(["q", "k", "v", "o", "gate", "up", "down"])
+    );
+    assert!(r.not_modeled.is_empty(), "{:?}", r.not_modeled);
+    let r = read(r"model.layers.[\d]+.self_attn.(q|v)_proj").unwrap();
+    assert_eq!(targets(&r), serde_json::json!(["q", "v"]));
+    // Layers 3, 7 and 11 only for attention: planned on every layer, and said.
+    let r =
+        read(r".*\.layers\.(3|7|11|15)\.self_attn\.(q|k|v|o)_proj|.*\.mlp\.(gate|up|down)_proj")
+            .unwrap();
+    assert_eq!(
+        targets(&r),
+        serde_json::json!(["q", "k", "v", "o", "gate", "up", "down"])
+    );
+    assert!(r
+        .not_modeled
+        .iter()
+        .any(|n| n.why.contains("some decoder layers only")));
+    let r = read(r"(model\.language_model\.layers\.\d+\.self_attn\.(q|v)_proj|model\.visual\.blocks\.\d+\.attn\.qkv)").unwrap();
+    assert_eq!(targets(&r), serde_json::json!(["q", "v"]));
+    assert!(r.not_modeled.iter().any(|n| n.why.contains("vision tower")));
+    assert!(read(r"model\.visual\.blocks\.\d+\.attn\.qkv")
+        .unwrap_err()
+        .contains("matches no Linear"));
+    assert!(read(r"(?=q)q_proj")
+        .unwrap_err()
+        .contains("lora_target_modules"));
+}

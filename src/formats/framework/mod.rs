@@ -708,6 +708,86 @@ pub(crate) fn quant_method(rd: &mut Reader, v: &Value, bnb: &[&str]) -> Result<(
     }
 }
 
+/// peft's `target_modules` as one regular expression (`re.fullmatch` against each module's full
+/// name, peft `tuners/tuners_utils.py` `check_target_module_exists`): the targets are the Linear
+/// kinds it matches in a decoder layer, under the paths transformers gives text and
+/// vision-language models (`model.layers.N.self_attn.q_proj`,
+/// `model.language_model.layers.N.mlp.up_proj`, with or without FSDP's checkpoint wrapper). A
+/// pattern that matches some layers only, or the vision tower too, is named as not modelled;
+/// one that matches no decoder Linear is an error.
+fn regex_targets(rd: &mut Reader, pattern: &str) -> Result<(), String> {
+    use crate::model::Target;
+    let re = super::regex::Regex::new(pattern).map_err(|e| {
+        format!("{}: {pattern:?} uses {e}, which lorafit's reading of peft's regular expressions does not take: list the module names instead", rd.key())
+    })?;
+    const PREFIXES: [&str; 5] = [
+        "model.layers",
+        "model.language_model.layers",
+        "language_model.model.layers",
+        "model.text_model.layers",
+        "model.language_model.model.layers",
+    ];
+    const PARENTS: [&str; 7] = [
+        "self_attn",
+        "mlp",
+        "cross_attn",
+        "linear_attn",
+        "attn",
+        "feed_forward",
+        "mlp.shared_expert",
+    ];
+    const LAYERS: usize = 8;
+    let mut hit: Vec<Target> = vec![];
+    // A target matched in some of the first layers but not all: adapters on some layers.
+    let mut partial = false;
+    for &t in Target::ALL {
+        let layers = (0..LAYERS)
+            .filter(|layer| {
+                PREFIXES.iter().any(|prefix| {
+                    PARENTS.iter().any(|parent| {
+                        ["", "_checkpoint_wrapped_module."].iter().any(|w| {
+                            re.full_match(&format!(
+                                "{prefix}.{layer}.{w}{parent}.{}",
+                                t.module_name()
+                            ))
+                        })
+                    })
+                })
+            })
+            .count();
+        if layers > 0 {
+            hit.push(t);
+            partial |= layers < LAYERS;
+        }
+    }
+    if hit.is_empty() {
+        return Err(format!(
+            "{}: {pattern:?} matches no Linear of a decoder layer (model.layers.N.self_attn.q_proj, model.language_model.layers.N.mlp.up_proj, …)",
+            rd.key()
+        ));
+    }
+    let names: Vec<&str> = hit.iter().map(|t| t.module_name()).collect();
+    rd.set("target_modules", &names.join(","))?;
+    if partial {
+        rd.not_modeled("adapters on some decoder layers only: planned on every layer");
+    }
+    let tower = [
+        "model.visual.blocks.0.attn.qkv",
+        "model.visual.blocks.0.mlp.up_proj",
+        "model.visual.blocks.0.mlp.linear_fc1",
+        "model.vision_tower.vision_model.encoder.layers.0.self_attn.q_proj",
+        "model.vision_tower.vision_model.encoder.layers.0.mlp.fc1",
+        "model.multi_modal_projector.linear_1",
+        "model.visual.merger.mlp.0",
+    ];
+    if tower.iter().any(|p| re.full_match(p)) {
+        rd.not_modeled(
+            "LoRA on the vision tower or projector: not planned (the tower is planned frozen)",
+        );
+    }
+    Ok(())
+}
+
 /// Trainer's optimizers (and axolotl's, ms-swift's) that change memory but are not modelled:
 /// each is planned as `adamw_torch` (two fp32 states per trained parameter; these keep as
 /// many or fewer, so the plan is an upper bound).
@@ -790,8 +870,13 @@ pub(crate) fn assume_gpus(rd: &mut Reader, whose: &str) -> Result<(), String> {
 }
 
 /// `target_modules` from a list or a comma-separated text (`all` / `all-linear` for every
-/// Linear).
+/// Linear), or one regular expression as peft takes a single string ([`regex_targets`]).
 pub(crate) fn targets(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if let Value::String(p) = v {
+        if super::regex::looks_like_regex(p) {
+            return regex_targets(rd, p);
+        }
+    }
     let text = fields::json_text(v).map_err(|e| format!("{}: {e}", rd.key()))?;
     let text = match text.trim() {
         "all" | "all-linear" | "all_linear" => "all-linear".to_string(),
