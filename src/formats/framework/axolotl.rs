@@ -219,12 +219,7 @@ pub(super) fn fsdp_version(rd: &mut Reader, v: &Value) -> Result<(), String> {
 
 /// FSDP's own activation checkpointing: checkpointing of every wrapped layer.
 fn activation_checkpointing(rd: &mut Reader, v: &Value) -> Result<(), String> {
-    if flag(rd.key(), v)? {
-        rd.set("grad_ckpt", "true")
-    } else {
-        rd.confirms("grad_ckpt");
-        Ok(())
-    }
+    super::on_or_confirm(rd, v, "grad_ckpt")
 }
 
 /// `reshard_after_forward`: false keeps the gathered parameters from the forward to the
@@ -328,12 +323,7 @@ fn bf16(rd: &mut Reader, v: &Value) -> Result<(), String> {
 }
 
 fn liger_ce(rd: &mut Reader, v: &Value) -> Result<(), String> {
-    if flag(rd.key(), v)? {
-        rd.set("fused_ce", "true")
-    } else {
-        rd.confirms("fused_ce");
-        Ok(())
-    }
+    super::on_or_confirm(rd, v, "fused_ce")
 }
 
 /// One of Liger's decoder kernels (axolotl's LigerPlugin: `liger_rms_norm`,

@@ -611,6 +611,20 @@ pub(crate) fn int_text(key: &str, v: &Value) -> Result<u64, String> {
     }
 }
 
+/// A boolean key that turns `setting` on (`true`), or confirms it as it stands (`false`).
+pub(crate) fn on_or_confirm(
+    rd: &mut Reader,
+    v: &Value,
+    setting: &'static str,
+) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        rd.set(setting, "true")
+    } else {
+        rd.confirms(setting);
+        Ok(())
+    }
+}
+
 /// A boolean from a JSON value (`true`, or its text as the CLI reads it).
 pub(crate) fn flag(key: &str, v: &Value) -> Result<bool, String> {
     match v {
