@@ -408,11 +408,7 @@ fn accelerate(s: &Settings) -> String {
         Strategy::Single => out.push_str("distributed_type: 'NO'\n"),
         Strategy::Ddp => out.push_str("distributed_type: MULTI_GPU\n"),
         Strategy::FsdpFullShard | Strategy::FsdpShardGradOp | Strategy::FsdpHybridShard => {
-            let sharding = match p.strategy {
-                Strategy::FsdpShardGradOp => "SHARD_GRAD_OP",
-                Strategy::FsdpHybridShard => "HYBRID_SHARD",
-                _ => "FULL_SHARD",
-            };
+            let sharding = fsdp_sharding(s).unwrap_or_default().to_ascii_uppercase();
             out.push_str(&format!(
                 "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: {sharding}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_offload_params: {}\n  fsdp_use_orig_params: true\n  fsdp_cpu_ram_efficient_loading: true\n  fsdp_sync_module_states: true\n  fsdp_state_dict_type: SHARDED_STATE_DICT\n  fsdp_activation_checkpointing: {}\n",
                 p.offload_params || p.offload_optimizer,
@@ -700,12 +696,7 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         };
         out.push_str(&format!("deepspeed: deepspeed_configs/{file}.json\n"));
     }
-    if p.strategy.is_fsdp() {
-        let sharding = match p.strategy {
-            crate::model::Strategy::FsdpShardGradOp => "shard_grad_op",
-            crate::model::Strategy::FsdpHybridShard => "hybrid_shard",
-            _ => "full_shard",
-        };
+    if let Some(sharding) = fsdp_sharding(s) {
         out.push_str(&format!(
             "fsdp:\n  - {sharding}\n  - auto_wrap\n{}fsdp_config:\n  fsdp_offload_params: {offload}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_state_dict_type: SHARDED_STATE_DICT\n",
             if offload { "  - offload\n" } else { "" }
@@ -892,17 +883,25 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     out
 }
 
+/// FSDP's sharding strategy as Trainer's `fsdp` options name it (`full_shard`,
+/// `shard_grad_op`, `hybrid_shard`; accelerate's config writes the same in capitals), None for
+/// a plan without FSDP.
+fn fsdp_sharding(s: &Settings) -> Option<&'static str> {
+    use crate::model::Strategy;
+    match s.parallel.strategy {
+        Strategy::FsdpFullShard => Some("full_shard"),
+        Strategy::FsdpShardGradOp => Some("shard_grad_op"),
+        Strategy::FsdpHybridShard => Some("hybrid_shard"),
+        _ => None,
+    }
+}
+
 /// ms-swift's `--fsdp` JSON (Trainer's `fsdp` options and `fsdp_config`, FSDP2 as ms-swift runs
 /// it) for an FSDP plan.
 fn swift_fsdp(s: &Settings) -> Option<String> {
     use crate::model::Strategy;
     let p = &s.parallel;
-    let sharding = match p.strategy {
-        Strategy::FsdpFullShard => "full_shard",
-        Strategy::FsdpShardGradOp => "shard_grad_op",
-        Strategy::FsdpHybridShard => "hybrid_shard",
-        _ => return None,
-    };
+    let sharding = fsdp_sharding(s)?;
     let offload = if p.offload_params || p.offload_optimizer {
         " offload"
     } else {

@@ -146,20 +146,7 @@ const TABLE: Table = &[
     ("strict", Rule::NoEffect),
     ("chat_template", Rule::NoEffect),
     // After gradient_checkpointing: with it, the checkpoints are what is offloaded.
-    (
-        "activation_offloading",
-        Rule::Read(|rd, v| {
-            if !flag(rd.key(), v)? {
-                rd.r.ignored.push(rd.key().to_string());
-                Ok(())
-            } else if rd.r.settings.grad_ckpt {
-                add_offload(rd, &["activations"])
-            } else {
-                rd.not_modeled("every saved activation offloaded to the host (no checkpointing): planned on the GPU");
-                Ok(())
-            }
-        }),
-    ),
+    ("activation_offloading", Rule::Read(activation_offload)),
 ];
 
 /// FSDP's options, with accelerate's `fsdp_` prefix (accelerate configs, axolotl's older
@@ -184,7 +171,8 @@ pub(super) const FSDP_CONFIG: Table = &[
         Rule::Read(reshard_after_forward),
     ),
     ("reshard_after_forward", Rule::Read(reshard_after_forward)),
-    ("activation_cpu_offload", Rule::Read(activation_cpu_offload)),
+    // After activation_checkpointing: with it, the checkpoints are what is offloaded.
+    ("activation_cpu_offload", Rule::Read(activation_offload)),
     ("fsdp_backward_prefetch", Rule::NoEffect),
     ("backward_prefetch", Rule::NoEffect),
     ("fsdp_forward_prefetch", Rule::NoEffect),
@@ -235,17 +223,16 @@ fn reshard_after_forward(rd: &mut Reader, v: &Value) -> Result<(), String> {
     }
 }
 
-/// ms-swift's `activation_cpu_offload`: with FSDP's checkpointing, the checkpoints go to the
-/// host (swift/callbacks/activation_cpu_offload.py); without it every saved activation would.
-fn activation_cpu_offload(rd: &mut Reader, v: &Value) -> Result<(), String> {
+/// Activations offloaded to the host (axolotl's `activation_offloading`, ms-swift's
+/// `activation_cpu_offload`, swift/callbacks/activation_cpu_offload.py): with checkpointing
+/// (read before it), the checkpoints are what is offloaded; without it every saved activation
+/// would be.
+fn activation_offload(rd: &mut Reader, v: &Value) -> Result<(), String> {
     if !flag(rd.key(), v)? {
         rd.r.ignored.push(rd.key().to_string());
         return Ok(());
     }
-    let ckpt = ["activation_checkpointing", "fsdp_activation_checkpointing"]
-        .iter()
-        .any(|k| rd.other(k).and_then(Value::as_bool) == Some(true));
-    if ckpt {
+    if rd.r.settings.grad_ckpt {
         add_offload(rd, &["activations"])
     } else {
         rd.not_modeled(

@@ -165,6 +165,20 @@ impl Reader<'_> {
         Ok(())
     }
 
+    /// Plans `setting` as `text` in place of what the current key asked for, which lorafit does
+    /// not model: the key is listed as not modelled, with `why`, not as used.
+    pub(crate) fn plan_instead(
+        &mut self,
+        setting: &'static str,
+        text: &str,
+        why: impl Into<String>,
+    ) -> Result<(), String> {
+        self.set(setting, text)?;
+        self.r.used.pop();
+        self.not_modeled(why);
+        Ok(())
+    }
+
     /// Records the current key as changing memory without being modelled.
     pub(crate) fn not_modeled(&mut self, why: impl Into<String>) {
         self.r.not_modeled.push(NotModeled {
@@ -837,10 +851,7 @@ const UNMODELLED_OPTIMIZERS: &[(&str, &str)] = &[
 pub(crate) fn optimizer(rd: &mut Reader, v: &Value) -> Result<(), String> {
     let name = v.as_str().unwrap_or_default().trim().to_ascii_lowercase();
     if let Some((_, what)) = UNMODELLED_OPTIMIZERS.iter().find(|(n, _)| *n == name) {
-        rd.set("optimizer", "adamw_torch")?;
-        rd.r.used.pop();
-        rd.not_modeled(format!("{what}: not modelled; planned as adamw_torch (two fp32 states per trained parameter: an upper bound)"));
-        return Ok(());
+        return rd.plan_instead("optimizer", "adamw_torch", format!("{what}: not modelled; planned as adamw_torch (two fp32 states per trained parameter: an upper bound)"));
     }
     let text = fields::json_text(v).map_err(|e| format!("{}: {e}", rd.key()))?;
     rd.set("optimizer", &text)
@@ -867,10 +878,11 @@ pub(crate) fn attention(rd: &mut Reader, name: &str) -> Result<(), String> {
             rd.key()
         ));
     };
-    rd.set("attn_impl", plan)?;
-    rd.r.used.pop();
-    rd.not_modeled(format!("{what} ({name}): planned as {plan}"));
-    Ok(())
+    rd.plan_instead(
+        "attn_impl",
+        plan,
+        format!("{what} ({name}): planned as {plan}"),
+    )
 }
 
 /// Several GPUs: the config does not say how many (a launch option), so 2 are assumed unless

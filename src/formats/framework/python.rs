@@ -70,34 +70,14 @@ const TABLE: Table = &[
             rd.section(v, &[hf::TABLE])
         }),
     ),
-    (
-        "TrainingArguments",
-        Rule::Read(|rd, v| training(rd, v, None)),
-    ),
-    (
-        "Seq2SeqTrainingArguments",
-        Rule::Read(|rd, v| training(rd, v, None)),
-    ),
-    (
-        "SFTConfig",
-        Rule::Read(|rd, v| training(rd, v, Some("sft"))),
-    ),
-    (
-        "DPOConfig",
-        Rule::Read(|rd, v| training(rd, v, Some("dpo"))),
-    ),
-    (
-        "KTOConfig",
-        Rule::Read(|rd, v| training(rd, v, Some("kto"))),
-    ),
-    (
-        "ORPOConfig",
-        Rule::Read(|rd, v| training(rd, v, Some("orpo"))),
-    ),
-    (
-        "CPOConfig",
-        Rule::Read(|rd, v| training(rd, v, Some("simpo"))),
-    ),
+    // The training config classes, each read with the stage TRAINING_CLASSES gives it.
+    ("TrainingArguments", Rule::Read(training)),
+    ("Seq2SeqTrainingArguments", Rule::Read(training)),
+    ("SFTConfig", Rule::Read(training)),
+    ("DPOConfig", Rule::Read(training)),
+    ("KTOConfig", Rule::Read(training)),
+    ("ORPOConfig", Rule::Read(training)),
+    ("CPOConfig", Rule::Read(training)),
     ("prepare_model_for_kbit_training", Rule::Read(prepare)),
     ("apply_liger_kernel_to_*", Rule::Read(liger)),
 ];
@@ -129,26 +109,8 @@ const FROM_PRETRAINED: Table = &[
 
 /// `BitsAndBytesConfig`'s keywords.
 const BNB: Table = &[
-    (
-        "load_in_4bit",
-        Rule::Read(|rd, v| {
-            if flag(rd.key(), v)? {
-                quant_bits(rd, 4, "bnb_4bit_quant_type")
-            } else {
-                Ok(())
-            }
-        }),
-    ),
-    (
-        "load_in_8bit",
-        Rule::Read(|rd, v| {
-            if flag(rd.key(), v)? {
-                quant_bits(rd, 8, "")
-            } else {
-                Ok(())
-            }
-        }),
-    ),
+    ("load_in_4bit", Rule::Read(|rd, v| load_in(rd, v, 4))),
+    ("load_in_8bit", Rule::Read(|rd, v| load_in(rd, v, 8))),
     (
         "bnb_4bit_quant_type",
         Rule::Read(|rd, _| {
@@ -176,17 +138,21 @@ const BNB: Table = &[
     ("llm_int8_skip_modules", Rule::NoEffect),
 ];
 
+/// `load_in_4bit` / `load_in_8bit`: a base of those bits (`False` says it is not one).
+fn load_in(rd: &mut Reader, v: &Value, bits: u64) -> Result<(), String> {
+    if flag(rd.key(), v)? {
+        quant_bits(rd, bits, "bnb_4bit_quant_type")
+    } else {
+        rd.confirms("quant");
+        Ok(())
+    }
+}
+
 /// `prepare_model_for_kbit_training`'s keywords.
 const PREPARE: Table = &[
     (
         "use_gradient_checkpointing",
-        Rule::Read(|rd, v| {
-            if flag(rd.key(), v)? {
-                rd.set("grad_ckpt", "true")
-            } else {
-                Ok(())
-            }
-        }),
+        Rule::Read(|rd, v| super::on_or_confirm(rd, v, "grad_ckpt")),
     ),
     ("gradient_checkpointing_kwargs", Rule::NoEffect),
 ];
@@ -333,9 +299,10 @@ pub(super) fn read(text: &str) -> Result<Reading, String> {
         }
         obj.insert(key.to_string(), Value::Object(kw));
     }
+    // The variables the table reads as the sequence length.
     for (name, v) in &script.assigns {
-        if let (Some(_), PyValue::Lit(v @ Value::Number(_))) =
-            (TABLE.iter().take(4).find(|(k, _)| k == name), v)
+        if let (Some(Rule::To("seq")), PyValue::Lit(v @ Value::Number(_))) =
+            (rule_of(&[TABLE], name), v)
         {
             obj.insert(name.clone(), v.clone());
         }
@@ -384,8 +351,12 @@ pub(super) fn read(text: &str) -> Result<Reading, String> {
     Ok(r)
 }
 
-/// A training config class: its stage, TRL's defaults, then its keys.
-fn training(rd: &mut Reader, v: &Value, stage: Option<&str>) -> Result<(), String> {
+/// A training config class (the key being read): its stage, TRL's defaults, then its keys.
+fn training(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let stage = TRAINING_CLASSES
+        .iter()
+        .find(|(n, _)| *n == rd.key())
+        .and_then(|(_, stage)| *stage);
     let kw = v.as_object();
     let given = |k: &str| kw.is_some_and(|o| o.get(k).is_some_and(|x| !x.is_null()));
     if let Some(stage) = stage {

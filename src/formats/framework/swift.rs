@@ -223,7 +223,8 @@ fn fsdp(rd: &mut Reader, v: &Value) -> Result<(), String> {
     }
     rd.section(&j, &[super::accelerate::TABLE])?;
     if !versioned {
-        rd.not_modeled("FSDP2 (ms-swift's default fsdp_version 2: fully_shard, per-parameter DTensor shards): planned as FSDP1's flat parameters");
+        // ms-swift's default fsdp_version is 2.
+        super::axolotl::fsdp_version(rd, &Value::from(2))?;
     }
     Ok(())
 }
