@@ -204,11 +204,14 @@ fn read_from(paths: &[&String]) -> Result<crate::formats::framework::Reading, St
     Ok(r)
 }
 
-/// Reads the launch file (a DeepSpeed JSON, ms-swift's FSDP JSON) the config at `path` names,
-/// when it is found.
+/// Reads the launch file (a DeepSpeed JSON, ms-swift's FSDP JSON, accelerate's config) the
+/// config at `path` names, when it is found, and the one that file names in turn (accelerate's
+/// `deepspeed_config_file`), each once.
 fn launch_beside(r: &mut crate::formats::framework::Reading, path: &str) -> Result<(), String> {
     use crate::formats::framework;
-    if let Some(ds) = r.launch_path.take() {
+    let mut read: Vec<String> = vec![];
+    while let Some(ds) = r.launch_path.clone().filter(|d| !read.contains(d)) {
+        read.push(ds.clone());
         let beside = std::path::Path::new(path)
             .parent()
             .map(|d| d.join(&ds))
@@ -224,15 +227,14 @@ fn launch_beside(r: &mut crate::formats::framework::Reading, path: &str) -> Resu
             .or(by_name);
         match file.map(std::fs::read_to_string) {
             Some(Ok(t)) => {
-                r.launch_path = Some(ds.clone());
                 framework::apply_launch(r, &t).map_err(|e| format!("{path}: {ds}: {e}"))?;
-                framework::launch_applied(r);
+                framework::launch_applied(r, &ds);
             }
             _ => {
                 r.notes.push(format!(
                     "{ds} was not found beside the config or here: its strategy and offload are taken from its name"
                 ));
-                r.launch_path = Some(ds);
+                break;
             }
         }
     }

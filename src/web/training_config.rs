@@ -25,14 +25,15 @@ fn read(text: &str, last: Option<Reading>) -> Result<(Reading, Option<String>), 
         ));
     }
     let mut r = match (framework::detect(text)?, last) {
-        (Source::DeepSpeed, Some(mut last)) if last.launch_path.is_some() => {
+        // A launch config completes the last config: a DeepSpeed JSON only the one it named.
+        (source @ (Source::DeepSpeed | Source::Accelerate), Some(mut last))
+            if source == Source::Accelerate || last.launch_path.is_some() =>
+        {
+            let pending = last.launch_path.clone();
             framework::apply_launch(&mut last, text)?;
-            framework::launch_applied(&mut last);
-            last
-        }
-        (Source::Accelerate, Some(mut last)) => {
-            framework::apply_launch(&mut last, text)?;
-            framework::launch_applied(&mut last);
+            if let Some(p) = pending {
+                framework::launch_applied(&mut last, &p);
+            }
             last
         }
         _ => framework::read(text)?,

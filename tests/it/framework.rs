@@ -1123,3 +1123,39 @@ fn a_regular_expression_of_target_modules_is_read_as_peft_matches_it() {
         .unwrap_err()
         .contains("lora_target_modules"));
 }
+
+/// `accelerate launch --config_file accelerate.yaml swift/cli/sft.py …` whose accelerate config
+/// names its DeepSpeed JSON (`deepspeed_config_file`): `plan --from` reads both files from beside
+/// the command, so the JSON's offload counts, and no note is left saying it stood in by its name.
+#[test]
+fn a_deepspeed_file_named_by_the_accelerate_config_is_read_too() {
+    let dir = std::env::temp_dir().join(format!("lorafit-launch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let train = dir.join("train.sh");
+    let launch = dir.join("accelerate.yaml");
+    std::fs::write(&train, "accelerate launch --config_file accelerate.yaml swift/cli/sft.py --model meta-llama/Meta-Llama-3-8B --tuner_type lora\n").unwrap();
+    std::fs::write(&launch, "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds_z3.json\nnum_processes: 4\n").unwrap();
+    std::fs::write(
+        dir.join("ds_z3.json"),
+        r#"{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}"#,
+    )
+    .unwrap();
+    let args: Vec<String> = ["plan", "--from", train.to_str().unwrap(), "--json"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = lorafit::cli::run(&args, &mut out, &mut err);
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["settings"]["strategy"], "zero3");
+    assert_eq!(v["settings"]["gpus_per_node"], 4);
+    assert_eq!(
+        v["settings"]["offload"],
+        serde_json::json!(["optimizer"]),
+        "read from the JSON, not its name"
+    );
+    let notes = v["config"]["notes"].to_string();
+    assert!(!notes.contains("ds_z3.json"), "{notes}");
+    std::fs::remove_dir_all(&dir).ok();
+}

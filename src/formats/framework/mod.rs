@@ -549,11 +549,13 @@ pub fn read(text: &str) -> Result<Reading, String> {
     }
 }
 
-/// The launch file the config named has been applied: it is no longer pending, and the notes
-/// that said what stood in for it go.
-pub fn launch_applied(r: &mut Reading) {
-    if let Some(path) = r.launch_path.take() {
-        r.notes.retain(|n| !n.contains(&path));
+/// The launch file at `path` has been applied: it is no longer pending, and the notes that said
+/// what stood in for it go. A launch file it named in turn (accelerate's `deepspeed_config_file`)
+/// stays pending.
+pub fn launch_applied(r: &mut Reading, path: &str) {
+    r.notes.retain(|n| !n.contains(path));
+    if r.launch_path.as_deref() == Some(path) {
+        r.launch_path = None;
     }
 }
 
