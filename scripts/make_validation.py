@@ -42,13 +42,17 @@ for line in lines:
 def harness_lines(folder, suffix=""):
     """A data folder of the harness's own output lines (measure.py's, with the replay inline): the
     harness's target shorthands written out as the modules they adapted, its `full_ft` as the
-    settings table's finetuning_type full."""
+    settings table's finetuning_type full, its TRL SFTTrainer step as an SFT step with logits
+    fused."""
     for line in open(os.path.join(ref, folder, "cases.jsonl")):
         c = json.loads(line)
         r = c["result"]
         settings = dict(c["settings"], cublas_workspace_config=":0:0", target_modules=c["target_modules_list"])
         if settings.pop("full_ft", False):
             settings["finetuning_type"] = "full"
+        if settings.get("method_kind") == "trl_sft":
+            settings["method_kind"] = "sft"
+            settings["logits"] = "fused"
         cases.append({
             "id": c["id"] + suffix,
             "model": c["model"],
@@ -66,6 +70,9 @@ def harness_lines(folder, suffix=""):
 harness_lines("unprepared", "_no-prepare-kbit")
 harness_lines("bnb_optim")
 harness_lines("liger")
+# SFT steps as TRL's SFTTrainer runs them (its fused LM head: the harness's method_kind
+# "trl_sft", the settings table's logits "fused") beside the same steps as Trainer runs them.
+harness_lines("trl_sft")
 
 # Published real-GPU runs (A100-80GB, torch 2.4.1, transformers 4.48.1): their settings as the
 # published schema gives them, with the software versions; lorafit reads them as `estimate
@@ -106,7 +113,7 @@ for line in open(os.path.join(ref, "gpu_probe_h200.jsonl")):
     })
 
 out = {
-    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, unprepared/cases.jsonl, bnb_optim/cases.jsonl, liger/cases.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
+    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, unprepared/cases.jsonl, bnb_optim/cases.jsonl, liger/cases.jsonl, trl_sft/cases.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
     "cases": cases,
     "published": published,
 }

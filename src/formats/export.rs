@@ -140,7 +140,8 @@ pub fn export(
     s: &Settings,
 ) -> Result<String, String> {
     match format {
-        "python" => Ok(python(model_id, arch, s, false)),
+        // A plan with TRL's fused LM head is TRL's SFTTrainer's job.
+        "python" => Ok(python(model_id, arch, s, s.sft_fused_head())),
         "trl" => Ok(python(model_id, arch, s, true)),
         "accelerate" => Ok(accelerate(s)),
         "llama-factory" | "llamafactory" => {
@@ -349,11 +350,11 @@ fn trl_config(s: &Settings, trl: bool) -> (&'static str, &'static str, String) {
     use crate::model::Stage;
     let (import, class) = match s.stage {
         Stage::Sft if trl => {
-            return (
-                "from trl import SFTConfig, SFTTrainer",
-                "SFTConfig",
-                format!("    max_length={},\n", s.seq),
-            )
+            let mut args = format!("    max_length={},\n", s.seq);
+            if !s.sft_fused_head() {
+                args.push_str("    # SFTTrainer computes the loss through TRL's fused LM head (trl/trainer/sft_trainer.py:1140-1146), which needs less than this plan's loss: plan with logits fused to match it\n");
+            }
+            return ("from trl import SFTConfig, SFTTrainer", "SFTConfig", args);
         }
         Stage::Sft => return ("", "TrainingArguments", String::new()),
         Stage::Dpo => ("from trl import DPOConfig, DPOTrainer", "DPOConfig"),
@@ -501,6 +502,7 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.preference() {
         out = out.replace("stage: sft\n", &llama_factory_stage(s));
     }
+    out.push_str(&full_logits_comment(s, "LLaMA-Factory's"));
     if !s.modules_to_save.is_empty() {
         out.push_str(&format!("additional_target: {}\n", mts(s).join(",")));
     }
@@ -570,7 +572,7 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
 /// LLaMA-Factory's keys for a preference stage: `stage: dpo` with `pref_loss` (ORPO and SimPO
 /// are DPO losses there), or `stage: kto`; its trainers compute the full logits.
 fn llama_factory_stage(s: &Settings) -> String {
-    use crate::model::{PrefLogits, Stage};
+    use crate::model::{Logits, Stage};
     let (stage, loss) = match s.stage {
         Stage::Kto => ("kto", None),
         Stage::Orpo => ("dpo", Some("orpo")),
@@ -584,10 +586,20 @@ fn llama_factory_stage(s: &Settings) -> String {
     if s.precompute_ref_log_probs {
         out.push_str("# precompute_ref_log_probs: LLaMA-Factory runs the reference in every step (TRL's DPOConfig has the option)\n");
     }
-    if s.pref_logits_run() == PrefLogits::Fused {
-        out.push_str("# LLaMA-Factory's DPO and KTO trainers compute the full fp32 logits: plan with pref_logits full to match them\n");
+    if s.logits_run() == Logits::Fused {
+        out.push_str("# LLaMA-Factory's DPO and KTO trainers compute the full fp32 logits: plan with logits full to match them\n");
     }
     out
+}
+
+/// A YAML comment where the plan has TRL's fused LM head for SFT but `whose` SFT trainer (a
+/// transformers `Trainer`) computes the full logits.
+fn full_logits_comment(s: &Settings, whose: &str) -> String {
+    if s.sft_fused_head() {
+        format!("# {whose} SFT trainer computes the full logits, not TRL's fused LM head: plan with logits full to match it\n")
+    } else {
+        String::new()
+    }
 }
 
 /// axolotl's `bf16`: `true` for autocast (bf16 weights), `full` for bf16 weights without
@@ -654,6 +666,7 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.lora_fa {
         out.push_str("# LoRA-FA (lora_A frozen): peft's create_lorafa_optimizer\n");
     }
+    out.push_str(&full_logits_comment(s, "axolotl's"));
     if s.preference() {
         // axolotl's `rl` runs TRL's trainer of that name.
         out.push_str(&format!("rl: {}\nrl_beta: {}\n", s.stage.name(), s.beta));
@@ -784,7 +797,7 @@ fn deepspeed(s: &Settings) -> Result<String, String> {
 /// node before it.
 fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     let p = &s.parallel;
-    let mut out = String::new();
+    let mut out = full_logits_comment(s, "ms-swift's");
     if p.world() > 1 {
         out.push_str(&format!("NPROC_PER_NODE={} \\\n", p.gpus_per_node));
         if p.nodes > 1 {

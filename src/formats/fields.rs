@@ -11,8 +11,8 @@ use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Liger, LoraInit, LossShift,
-    Optimizer, PrefLogits, PrefLoss, Quant, SavedModule, Settings, Stage, Strategy, Target,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Liger, Logits, LoraInit,
+    LossShift, Optimizer, PrefLoss, Quant, SavedModule, Settings, Stage, Strategy, Target,
 };
 
 /// What values a setting takes (decides the page control and the CLI's argument).
@@ -860,30 +860,30 @@ pub static FIELDS: &[Field] = &[
         set: |s, v| boolean(v).map(|x| s.disable_dropout = x),
     },
     Field {
-        name: "pref_logits",
-        json_aliases: &[],
+        name: "logits",
+        json_aliases: &["pref_logits"],
         url: Some("plg"),
-        flag: Some("--pref-logits"),
-        flag_aliases: &[],
+        flag: Some("--logits"),
+        flag_aliases: &["--pref-logits"],
         no_flag: None,
-        label: "Log-probs from",
-        help: "fused: TRL ≥ 1's DPO/KTO head, no [sequences × seq × vocab] logits; full: the fp32 logits (LLaMA-Factory, TRL 0.x, TRL's ORPO/CPO)",
+        label: "Loss from",
+        help: "fused: TRL ≥ 1's fused LM head (SFTTrainer, DPOTrainer, KTOTrainer), no [sequences × seq × vocab] logits; full: the fp32 logits (Trainer, LLaMA-Factory, axolotl, ms-swift, TRL 0.x, TRL's ORPO/CPO)",
         testid: None,
         kind: Kind::Choice(|| {
             vec![
                 ("auto", "the trainer's own"),
-                ("fused", "fused head (TRL ≥ 1)"),
+                ("fused", "fused LM head (TRL ≥ 1)"),
                 ("full", "full logits"),
             ]
         }),
         slider: None,
-        get: |s| s.pref_logits.map_or("auto", PrefLogits::name).to_string(),
+        get: |s| s.logits.map_or("auto", Logits::name).to_string(),
         set: |s, v| {
             if v.trim().eq_ignore_ascii_case("auto") {
-                s.pref_logits = None;
+                s.logits = None;
                 Ok(())
             } else {
-                named(PrefLogits::parse, v, PrefLogits::choices()).map(|x| s.pref_logits = Some(x))
+                named(Logits::parse, v, Logits::choices()).map(|x| s.logits = Some(x))
             }
         },
     },

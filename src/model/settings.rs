@@ -165,20 +165,21 @@ impl PrefLoss {
     }
 }
 
-/// How a preference trainer gets the per-token log-probabilities of the completions.
+/// How the trainer turns the last hidden states into the loss: the per-token log-probabilities
+/// of the scored tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum PrefLogits {
-    /// TRL ≥ 1's fused LM head (`add_fused_lm_head`, DPOTrainer and KTOTrainer): the log-prob
-    /// of each completion token from `[4096 tokens × 32768 vocab]` tiles, never the
-    /// `[sequences, seq, vocab]` logits.
+pub enum Logits {
+    /// TRL ≥ 1's fused LM head (`add_fused_lm_head`, `trl/trainer/utils.py:1548-1698`: SFTTrainer,
+    /// DPOTrainer and KTOTrainer): the log-prob of each scored token from
+    /// `[4096 tokens × 32768 vocab]` tiles, never the `[sequences, seq, vocab]` logits.
     Fused,
-    /// The full logits in fp32 and a log-softmax over them: LLaMA-Factory's DPO/KTO trainers,
-    /// TRL 0.x, and TRL's ORPO and CPO (SimPO) trainers.
+    /// The full logits in fp32 and a log-softmax over them: transformers' Trainer (and so
+    /// LLaMA-Factory, axolotl, ms-swift), TRL 0.x, and TRL's ORPO and CPO (SimPO) trainers.
     Full,
 }
 
-names!(PrefLogits {
+names!(Logits {
     Fused => "fused" | "trl",
     Full => "full" | "logits" | "llamafactory" | "trl0",
 });
@@ -474,10 +475,10 @@ pub struct Settings {
     /// LoRA's included, gets `p = 0`.
     #[serde(default = "yes")]
     pub disable_dropout: bool,
-    /// How the completions' log-probs are computed (fused TRL head or full logits); `None`:
-    /// what the stage's own TRL trainer does.
-    #[serde(default)]
-    pub pref_logits: Option<PrefLogits>,
+    /// How the scored tokens' log-probs are computed (TRL's fused head or the full logits);
+    /// `None`: what the stage's usual trainer does ([`Settings::logits_run`]).
+    #[serde(default, alias = "pref_logits")]
+    pub logits: Option<Logits>,
     /// Multi-GPU layout (one GPU by default).
     #[serde(default)]
     pub parallel: super::parallel::Parallel,
@@ -598,7 +599,7 @@ impl Default for Settings {
             precompute_ref_log_probs: false,
             max_prompt_length: 0,
             disable_dropout: true,
-            pref_logits: None,
+            logits: None,
             parallel: Default::default(),
             job: Default::default(),
             alloc_conf: String::new(),
@@ -708,14 +709,30 @@ impl Settings {
         self.uses_reference() && !self.precompute_ref_log_probs
     }
 
-    /// How the completions' log-probs are computed: as set, else what the stage's TRL trainer
-    /// does (the fused head for DPO and KTO, the full logits for ORPO and CPO/SimPO).
-    pub fn pref_logits_run(&self) -> PrefLogits {
-        self.pref_logits.unwrap_or(match self.stage {
-            Stage::Orpo | Stage::Simpo => PrefLogits::Full,
-            _ if self.pref_loss.reference_free() => PrefLogits::Full,
-            _ => PrefLogits::Fused,
+    /// How the scored tokens' log-probs are computed: as set, else what the stage's usual
+    /// trainer does: Trainer's full logits for SFT (LLaMA-Factory, axolotl, ms-swift), TRL's
+    /// fused head for DPO and KTO, the full logits for ORPO and CPO/SimPO.
+    pub fn logits_run(&self) -> Logits {
+        self.logits.unwrap_or(match self.stage {
+            Stage::Sft | Stage::Orpo | Stage::Simpo => Logits::Full,
+            _ if self.pref_loss.reference_free() => Logits::Full,
+            _ => Logits::Fused,
         })
+    }
+
+    /// Whether an SFT step's loss runs through TRL's fused LM head (SFTTrainer).
+    pub fn sft_fused_head(&self) -> bool {
+        !self.preference() && self.logits_run() == Logits::Fused
+    }
+
+    /// Tokens of each sequence whose next-token log-prob the loss scores: the completion of a
+    /// preference sequence, every position but the last of an SFT row.
+    pub fn scored_tokens(&self) -> u64 {
+        if self.preference() {
+            self.completion_tokens()
+        } else {
+            self.seq.saturating_sub(1)
+        }
     }
 
     /// LoRA dropout as the step runs it: 0 when a preference trainer disables dropout.

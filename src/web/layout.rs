@@ -33,7 +33,7 @@ pub const TRAINING: &[&str] = &[
     "max_prompt_length",
     "precompute_ref_log_probs",
     "disable_dropout",
-    "pref_logits",
+    "logits",
     "padded_mask",
 ];
 
@@ -106,7 +106,7 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         "freeze_trainable_layers" => s.finetuning_type == crate::model::FinetuningType::Freeze,
         // A preference method's own settings; the reference's only where there is one.
         "pref_loss" => s.stage == crate::model::Stage::Dpo,
-        "max_prompt_length" | "disable_dropout" | "pref_logits" => s.preference(),
+        "max_prompt_length" | "disable_dropout" => s.preference(),
         "precompute_ref_log_probs" => s.uses_reference(),
         // transformers 4's per-expert layout had only the loop over the experts, and no fused
         // expert parameters for target_parameters.

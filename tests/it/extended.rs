@@ -9,7 +9,8 @@ use lorafit::model::{Architecture, Settings};
 
 /// `needed` names a step exactly when the step program runs one of the extended ops for
 /// it (`Trace::extended`), over every catalog model (four layers deep, a short sequence)
-/// with the default settings and each extended setting.
+/// with the default settings and each extended setting (TRL's fused LM head for SFT among
+/// them).
 #[test]
 fn needed_is_what_the_program_runs() {
     let variants = [
@@ -28,6 +29,10 @@ fn needed_is_what_the_program_runs() {
         },
         Settings {
             liger: lorafit::model::Liger::ALL,
+            ..Settings::default()
+        },
+        Settings {
+            logits: Some(lorafit::model::Logits::Fused),
             ..Settings::default()
         },
     ];

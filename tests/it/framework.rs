@@ -331,6 +331,14 @@ fn exports_read_back_to_the_same_settings() {
             },
         ),
         (
+            "TRL's fused LM head",
+            Settings {
+                logits: Some(lorafit::model::Logits::Fused),
+                grad_ckpt: true,
+                ..lora.clone()
+            },
+        ),
+        (
             "offloaded checkpoints",
             Settings {
                 grad_ckpt: true,
@@ -382,8 +390,26 @@ fn exports_read_back_to_the_same_settings() {
                 );
                 continue;
             }
+            // The loss's head is the trainer's: TRL's SFTTrainer scores through its fused LM head,
+            // Trainer (LLaMA-Factory's, axolotl's) computes the full logits. Where the plan's
+            // head is not the trainer's, the export says so and reads back as the trainer's.
+            let trl_sft = format == "trl" || (format == "python" && s.sft_fused_head());
+            let head_differs = !s.preference() && trl_sft != s.sft_fused_head();
+            if head_differs {
+                let says = if trl_sft {
+                    "plan with logits fused to match it"
+                } else {
+                    "plan with logits full to match it"
+                };
+                assert!(text.contains(says), "{what} via {format}: {text}");
+            }
             let back = framework::read(&text)
                 .unwrap_or_else(|e| panic!("{what} via {format}: {e}\n{text}"));
+            assert_eq!(
+                back.settings.sft_fused_head(),
+                !s.preference() && trl_sft,
+                "{what} via {format}: the trainer's head"
+            );
             if script {
                 assert_eq!(back.source, Source::Python, "{what} via {format}");
                 assert_eq!(
@@ -400,6 +426,10 @@ fn exports_read_back_to_the_same_settings() {
                 }
                 if k == "prepare_kbit" && !script {
                     reads_back_unprepared(&format!("{what} via {format}"), &s, &text, &b[k]);
+                    continue;
+                }
+                // Checked above: the trainer's head, and under TRL's no Liger loss.
+                if head_differs && (k == "logits" || k == "fused_ce") {
                     continue;
                 }
                 // LLaMA-Factory keeps adapters in fp32 unless pure_bf16 (which the export writes
@@ -663,10 +693,15 @@ trainer.train()
     assert!(r
         .ignored
         .contains(&"from_pretrained.device_map".to_string()));
-    assert!(r
-        .not_modeled
-        .iter()
-        .any(|n| n.key == "SFTConfig" && n.why.contains("fused LM head")));
+    // SFTTrainer scores through TRL's fused LM head: planned as such, and listed as assumed.
+    assert!(s.sft_fused_head());
+    assert!(
+        r.assumed
+            .iter()
+            .any(|a| a.setting == "logits" && a.key.contains("fused LM head")),
+        "{:?}",
+        r.assumed
+    );
     for (text, needle) in [
         ("from trl import GRPOConfig\nargs = GRPOConfig(num_generations=8)\n", "GRPO"),
         ("from trl import CPOConfig\nargs = CPOConfig(loss_type=\"sigmoid\")\n", "CPO is not planned"),

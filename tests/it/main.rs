@@ -31,6 +31,7 @@ mod snapshot;
 mod step_time;
 mod surface;
 mod transformers4;
+mod trl_sft;
 mod unprepared;
 mod validation;
 mod weights;
@@ -61,6 +62,12 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
             v["fused_ce"] = true.into();
         }
         v["liger_kernel"] = parts.into_iter().filter(|p| *p != fused).collect();
+    }
+    // Its TRL SFTTrainer step (`method_kind: "trl_sft"`) is an SFT step through TRL's fused LM
+    // head.
+    if v["method_kind"] == "trl_sft" {
+        v["method_kind"] = "sft".into();
+        v["logits"] = "fused".into();
     }
     if v["freeze_trainable_layers"].is_null() {
         if let Some(o) = v.as_object_mut() {

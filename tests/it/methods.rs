@@ -173,7 +173,7 @@ fn preference_methods_follow_their_trainers() {
     assert!(kept.peak_allocated_bytes > d5.peak_allocated_bytes);
     // The full logits in fp32 (128256 × 4 bytes per scored position at least) against the
     // fused head's tiles.
-    let full_logits = with(&[("stage", "dpo"), ("pref_logits", "full")]);
+    let full_logits = with(&[("stage", "dpo"), ("logits", "full")]);
     let logits_fp32 = 4 * 1024 * a.vocab_size as u128 * 4;
     assert!(
         full_logits.peak_allocated_bytes >= lora_ref.peak_allocated_bytes + logits_fp32 / 2,

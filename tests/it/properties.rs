@@ -8,8 +8,8 @@
 
 use lorafit::formats::catalog;
 use lorafit::model::{
-    plan, Architecture, AttnImpl, Dtype, FinetuningType, Liger, Optimizer, PrefLogits, Quant,
-    Settings, Stage, Target,
+    plan, Architecture, AttnImpl, Dtype, FinetuningType, Liger, Logits, Optimizer, Quant, Settings,
+    Stage, Target,
 };
 use proptest::prelude::*;
 
@@ -116,7 +116,7 @@ fn arb_settings() -> impl Strategy<Value = Settings> {
                         _ => Stage::Sft,
                     },
                     precompute_ref_log_probs: stage == 7,
-                    pref_logits: (stage == 8).then_some(PrefLogits::Full),
+                    logits: (stage == 8).then_some(Logits::Full),
                     // Mostly without Liger's kernels; all three, or SwiGLU alone (refused for
                     // the families they are not planned for).
                     // (Liger's RMSNorm with trained norm weights is refused: SwiGLU and RoPE then.)

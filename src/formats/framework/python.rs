@@ -346,6 +346,23 @@ pub(super) fn read(text: &str) -> Result<Reading, String> {
     if text.contains("requires_grad_(") || text.contains(".requires_grad =") {
         r.notes.push("parameters frozen or unfrozen by hand are not read: the trained parameters are the LoraConfig's, or every parameter without one".into());
     }
+    if r.settings.sft_fused_head() && r.settings.fused_ce {
+        // SFTTrainer turns off the fused cross-entropy of its use_liger_kernel
+        // (sft_trainer.py:1126-1139), and its fused head calls the backbone, not the causal-LM
+        // forward that apply_liger_kernel_to_* replaces (trl/trainer/utils.py:1611-1620).
+        r.settings.fused_ce = false;
+        let keys: Vec<String> = r
+            .used
+            .iter()
+            .filter(|u| u.setting == "fused_ce")
+            .map(|u| u.key.clone())
+            .collect();
+        r.used.retain(|u| u.setting != "fused_ce");
+        r.not_modeled.push(super::NotModeled {
+            key: keys.join(", "),
+            why: "Liger's fused linear cross-entropy does not run under TRL's SFTTrainer: its fused LM head replaces it (trl/trainer/sft_trainer.py:1126-1139, utils.py:1611-1620)".into(),
+        });
+    }
     r.notes.extend(notes);
     r.notes.push("read from the script's calls of from_pretrained, BitsAndBytesConfig, LoraConfig, the training config and prepare_model_for_kbit_training / apply_liger_kernel_to_*; the rest of the script is not read".into());
     Ok(r)
@@ -417,10 +434,12 @@ fn training(rd: &mut Reader, v: &Value) -> Result<(), String> {
     }
     rd.section(&v, &[hf::TABLE, hf::TRAINER])?;
     if stage == Some("sft") {
-        rd.r.not_modeled.push(super::NotModeled {
-            key,
-            why: "TRL's SFTTrainer computes the loss through its fused LM head, chunk by chunk, without the full logits (trl/trainer/sft_trainer.py:1142): planned with Trainer's full logits (an upper bound)".into(),
-        });
+        assume(
+            rd,
+            "logits",
+            "fused",
+            &format!("{key}: TRL's SFTTrainer scores the tokens through its fused LM head (trl/trainer/sft_trainer.py:1140-1146)"),
+        )?;
     }
     Ok(())
 }

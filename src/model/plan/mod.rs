@@ -609,7 +609,7 @@ fn lora_variant_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
 /// What a preference step runs, in the plan's numbers, one note per fact: the sequences and
 /// scored tokens, the reference, KTO's KL pass, the log-probs, the disabled dropout.
 fn preference_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
-    use super::settings::{PrefLogits, Stage};
+    use super::settings::{Logits, Stage};
     let seqs = s.sequences();
     let name = s.stage.label();
     let mut out = vec![if s.paired() {
@@ -645,14 +645,14 @@ fn preference_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         out.push("KTO first runs the policy under no_grad over mismatched completions (its KL term), and the reference over both".into());
     }
     let scored = seqs.saturating_mul(s.completion_tokens());
-    out.push(match s.pref_logits_run() {
-        PrefLogits::Fused => format!(
+    out.push(match s.logits_run() {
+        Logits::Fused => format!(
             "TRL's fused head scores the {scored} completion tokens in [{} × 32768] tiles, never the [{seqs} × {} × {}] logits",
             scored.min(4096),
             s.seq,
             arch.vocab_size
         ),
-        PrefLogits::Full => format!(
+        Logits::Full => format!(
             "the full [{seqs} × {} × {}] logits are cast to fp32 and log-softmaxed (LLaMA-Factory, TRL 0.x, TRL's ORPO and CPO trainers)",
             s.seq, arch.vocab_size
         ),
@@ -734,6 +734,16 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     }
     if EXTENDED && s.preference() {
         out.extend(preference_notes(arch, s));
+    }
+    if EXTENDED && s.sft_fused_head() {
+        let scored = s.sequences().saturating_mul(s.scored_tokens());
+        out.push(format!(
+            "TRL's SFTTrainer scores the {scored} next-token positions through its fused LM head in [{} × 32768] tiles (log-probs, entropy and top-1 for its logged metrics), never the [{} × {} × {}] logits; a prompt-completion dataset scores only the completions, which needs less",
+            scored.min(4096),
+            s.sequences(),
+            s.seq,
+            arch.vocab_size
+        ));
     }
     out.extend(lora_variant_notes(arch, s));
     if EXTENDED {

@@ -449,7 +449,13 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
     if s.preference() && s.fused_ce {
         return Err(PlanError::InvalidSetting {
             field: "fused_ce",
-            why: "a fused linear cross-entropy replaces the SFT loss; a preference trainer scores its sequences through its own head (pref_logits: TRL's fused log-prob head or the full logits)".into(),
+            why: "a fused linear cross-entropy replaces the SFT loss; a preference trainer scores its sequences through its own head (logits: TRL's fused LM head or the full logits)".into(),
+        });
+    }
+    if s.sft_fused_head() && s.fused_ce {
+        return Err(PlanError::InvalidSetting {
+            field: "fused_ce",
+            why: "TRL's SFTTrainer turns Liger's fused cross-entropy off and scores through its own fused LM head (trl/trainer/sft_trainer.py:1126-1139): plan with logits fused or with fused_ce, not both".into(),
         });
     }
     // (Without the extended ops Liger's kernels are refused before this: `extended::check`.)

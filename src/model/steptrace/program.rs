@@ -173,6 +173,8 @@ mod moe;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod preference;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+mod trl_sft;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod vision;
 
 impl<'c, 'a> Prog<'c, 'a> {
@@ -2701,7 +2703,11 @@ pub(super) fn run<const AFTER: u8>(
     p.setup();
     p.phase(0, StepPhase::Inputs);
     let pref = ctx.s.preference();
-    if pref {
+    let fused_sft = ctx.s.sft_fused_head();
+    if fused_sft {
+        // TRL's collator: input ids, labels and an attention mask, as a preference batch's.
+        extended!(p, "TRL's fused LM head", p.pref_inputs(), ());
+    } else if pref {
         extended!(p, "preference training", p.pref_inputs(), ());
         if ctx.s.uses_reference() && ctx.s.precompute_ref_log_probs {
             extended!(p, "preference training", p.precompute(), ());
@@ -2713,6 +2719,8 @@ pub(super) fn run<const AFTER: u8>(
         p.phase(step, StepPhase::Forward);
         let (root, loss) = if pref {
             extended!(p, "preference training", p.pref_forward(step), p.forward())
+        } else if fused_sft {
+            extended!(p, "TRL's fused LM head", p.sft_fused_forward(), p.forward())
         } else {
             p.forward()
         };

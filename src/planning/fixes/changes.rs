@@ -265,7 +265,7 @@ impl Patch {
             Patch::NoDora => t.use_dora = false,
             Patch::Lora => t.finetuning_type = FinetuningType::Lora,
             Patch::PrecomputeRef => t.precompute_ref_log_probs = true,
-            Patch::FusedLogprobs => t.pref_logits = Some(crate::model::PrefLogits::Fused),
+            Patch::FusedLogprobs => t.logits = Some(crate::model::Logits::Fused),
             Patch::EvalAccumulation1 => t.job.eval_accumulation_steps = Some(1),
             Patch::LossOnly => t.job.prediction_loss_only = true,
             Patch::EvalBatch(b) => t.job.eval_batch = Some(b.max(1)),
@@ -447,12 +447,17 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             Patch::PrecomputeRef,
         );
     }
-    if s.preference() && s.pref_logits_run() == crate::model::PrefLogits::Full {
+    if s.logits_run() == crate::model::Logits::Full && !s.fused_ce {
+        let (title, cost) = if s.preference() {
+            ("TRL ≥ 1's fused log-prob head (DPOTrainer / KTOTrainer)", "none in the result: the same log-probs from [4096 × 32768] tiles instead of the fp32 logits; needs TRL's trainer instead of LLaMA-Factory's")
+        } else {
+            ("TRL ≥ 1's SFTTrainer (its fused LM head)", "none in the result: the same loss from log-probs scored in [4096 × 32768] tiles instead of the fp32 logits; needs TRL's SFTTrainer instead of Trainer's or LLaMA-Factory's")
+        };
         push(
             FixId::FusedLogprobs,
-            "TRL ≥ 1's fused log-prob head (DPOTrainer / KTOTrainer)".into(),
+            title.into(),
             "fused log-probs",
-            "none in the result: the same log-probs from [4096 × 32768] tiles instead of the fp32 logits; needs TRL's trainer instead of LLaMA-Factory's",
+            cost,
             3,
             Patch::FusedLogprobs,
         );
@@ -496,7 +501,7 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             Patch::Optimizer(Optimizer::PagedAdamw8bit),
         );
     }
-    if !s.fused_ce && !s.preference() {
+    if !s.fused_ce && !s.preference() && !s.sft_fused_head() {
         push(
             FixId::FusedCe,
             "use a fused / chunked cross-entropy (e.g. Liger's FusedLinearCrossEntropy)".into(),

@@ -11,23 +11,23 @@
 use super::super::tape::{Mode, Op, Step, G, X};
 use super::super::{StepPhase, What};
 use super::{bytes, Prog};
-use crate::model::settings::{PrefLogits, Stage};
+use crate::model::settings::{Logits, Stage};
 
 /// What the fused head returns and the step keeps: the per-token outputs scattered back to
 /// `[sequences, seq − 1]` (`log_probs`, `entropy`, `mean_logits`, `is_top1`), the label mask,
 /// and the (unused) mean NLL loss with its divisor.
 #[derive(Clone, Copy)]
 pub(super) struct Head {
-    logp: X,
+    pub(super) logp: X,
     /// The metrics' outputs: the policy's head computes them, a separate reference model's
     /// only the log-probs (`add_fused_lm_head(self.ref_model)`, `dpo_trainer.py:961-962`).
-    entropy: Option<X>,
-    mean: Option<X>,
-    top1: Option<X>,
-    mask: X,
-    loss: X,
+    pub(super) entropy: Option<X>,
+    pub(super) mean: Option<X>,
+    pub(super) top1: Option<X>,
+    pub(super) mask: X,
+    pub(super) loss: X,
     /// The loss's divisor, which its `DivBackward` keeps (freed already without a graph).
-    count: Option<X>,
+    pub(super) count: Option<X>,
 }
 
 /// The sizes the loss and metric ops of `_compute_loss` allocate, per the batch layout.
@@ -197,7 +197,7 @@ const LOSS_BACKWARD: [Ev; 17] = [
 
 impl<'c, 'a> Prog<'c, 'a> {
     /// Drops a tensor a head may not have made.
-    fn drop_opt(&mut self, x: Option<X>) {
+    pub(super) fn drop_opt(&mut self, x: Option<X>) {
         if let Some(x) = x {
             self.drop(x);
         }
@@ -251,13 +251,13 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// completion positions picked by a boolean index (`hidden_states[mask]`, the CUDA
     /// "compact" branch), `_ChunkedLogProbFunction` over them, the outputs scattered back to
     /// `[sequences, seq − 1]`, and the mean NLL loss.
-    fn fused_head(&mut self, fin: X) -> Head {
+    pub(super) fn fused_head(&mut self, fin: X) -> Head {
         let ctx = self.ctx;
         let s = ctx.s;
         let h = self.h();
         let seqs = s.sequences();
         let rows = seqs * (s.seq - 1);
-        let n = seqs * s.completion_tokens();
+        let n = seqs * s.scored_tokens();
         let grad = self.tp.mode != Mode::NoGrad;
         // hidden_states[:, :-1] (a view whose backward is slice_backward)
         let mut hs = fin;
@@ -310,13 +310,18 @@ impl<'c, 'a> Prog<'c, 'a> {
         let log_z = self.t(n, 4, What::Logits);
         self.drop(log);
         let mut logp = self.t(n, 4, What::Logits);
+        // The outputs TRL asks for besides the log-probs: DPOTrainer's and KTOTrainer's policy
+        // head adds entropy, mean logits and top-1 (`dpo_trainer.py:954-960`), SFTTrainer's
+        // entropy and top-1 (`sft_trainer.py:1140-1146`), a separate reference model's none.
         let metrics = !self.ref_copy;
         let (mut entropy, mut mean, mut top1) = (None, None, None);
         if metrics {
             let d = self.t(n, 4, What::Logits);
             entropy = Some(self.t(n, 4, What::Logits));
             self.drop(d);
-            mean = Some(self.t(n, 4, What::Logits));
+            if s.preference() {
+                mean = Some(self.t(n, 4, What::Logits));
+            }
             let ge = self.t(n, 1, What::Logits);
             let gt = self.t(n, 1, What::Logits);
             top1 = Some(self.t(n, 1, What::Logits));
@@ -418,7 +423,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// in its own phase, the loss and metrics); returns the loss's node and the loss.
     pub(super) fn pref_forward(&mut self, step: u8) -> (G, X) {
         let s = self.ctx.s;
-        if s.pref_logits_run() == PrefLogits::Full {
+        if s.logits_run() == Logits::Full {
             return self.pref_forward_logits(step);
         }
         let labels = self.pref_labels();

@@ -153,10 +153,10 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("prompt tokens of each sequence; the rest of seq is the completion, whose tokens are scored (#: half)", "每条序列中提示词的 token 数；seq 的其余部分是回答，计算其 token 的 log-prob（# 表示一半）"),
     ("Disable dropout", "关闭 dropout"),
     ("TRL's default for preference training: every dropout, LoRA's too, at p = #", "TRL 偏好训练的默认做法：所有 dropout（包括 LoRA 的）都设为 p = #"),
-    ("Log-probs from", "log-prob 的计算方式"),
-    ("fused: TRL ≥ #'s DPO/KTO head, no [sequences × seq × vocab] logits; full: the fp32 logits (LLaMA-Factory, TRL #.x, TRL's ORPO/CPO)", "fused：TRL ≥ # 的 DPO/KTO 融合输出头，不生成 [序列数 × seq × 词表] 的 logits；full：fp32 的完整 logits（LLaMA-Factory、TRL #.x、TRL 的 ORPO/CPO）"),
+    ("Loss from", "损失的计算方式"),
+    ("fused: TRL ≥ #'s fused LM head (SFTTrainer, DPOTrainer, KTOTrainer), no [sequences × seq × vocab] logits; full: the fp32 logits (Trainer, LLaMA-Factory, axolotl, ms-swift, TRL #.x, TRL's ORPO/CPO)", "fused：TRL ≥ # 的融合输出头（SFTTrainer、DPOTrainer、KTOTrainer），不生成 [序列数 × seq × 词表] 的 logits；full：fp32 的完整 logits（Trainer、LLaMA-Factory、axolotl、ms-swift、TRL #.x、TRL 的 ORPO/CPO）"),
     ("the trainer's own", "按训练器默认"),
-    ("fused head (TRL ≥ #)", "融合输出头（TRL ≥ #）"),
+    ("fused LM head (TRL ≥ #)", "融合输出头（TRL ≥ #）"),
     ("full logits", "完整 logits"),
     // LoRA variants
     ("rsLoRA", "rsLoRA（秩稳定缩放）"),
