@@ -281,6 +281,28 @@ test("Liger's kernels are switched on in the training settings and planned as th
   await page.close();
 });
 
+test("TRL's SFTTrainer (its fused LM head) is picked in the training settings and planned as the CLI plans it", async () => {
+  const { page, errors } = await openApp(browser, server.url + "?model=qwen2.5-7b&s=4096&gc=1&dt=nf4");
+  const full = await gibOf(page, "peak-allocated");
+  // "Loss from" sits with the training settings for every stage; the fused head is the full
+  // planner's (src/web/full.rs): the page reloads as it.
+  await openSections(page);
+  await page.selectOption('[data-testid="logits"]', "fused");
+  await plannerIs(page, "full");
+  await page.waitForFunction(() => location.search.includes("plg=fused"), null, { timeout: 5000 });
+  await settled(page);
+  const fused = await gibOf(page, "peak-allocated");
+  const want = cliPlan(["--model", "qwen2.5-7b", "--seq", "4096", "--gc", "--quant", "nf4", "--logits", "fused"]).plan;
+  assert.ok(Math.abs(fused - want.peak_allocated_bytes / GIB) <= 0.006, `${fused} vs CLI`);
+  assert.ok(fused < full - 1, `TRL's head ${fused} GiB vs Trainer's logits ${full} GiB`);
+  assert.match(await page.textContent('[data-testid="plan-notes"]'), /SFTTrainer scores the 4095 next-token positions/);
+  await openSections(page);
+  await page.locator('[data-testid="logits"]').scrollIntoViewIfNeeded();
+  await page.screenshot({ path: path.join(artifacts, "trl-sft.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test("a preference stage is planned as the CLI plans it, and says what it runs", async () => {
   const { page, errors } = await openApp(browser, server.url + "?model=llama3.2-1b");
   const sft = await gibOf(page, "peak-allocated");
