@@ -115,6 +115,46 @@ pub struct MeasuredLine {
     pub reserved_pct: f64,
 }
 
+/// Each measured pair of `cases` (`ID` without a feature, `ID{suffix}` with it; an `ID{suffix}`
+/// without its `ID` is skipped): the planner offers `ID` the fix `id`, `check` accepts the fix's
+/// settings, and the fix saves exactly what the two measured peaks differ by. Returns the pairs.
+pub fn fix_saves_each_measured_pair(
+    cases: &[serde_json::Value],
+    suffix: &str,
+    id: lorafit::planning::fixes::FixId,
+    check: impl Fn(&str, &lorafit::model::Settings),
+) -> usize {
+    let peak = |v: &serde_json::Value| v["result"]["peak_bytes"].as_u64().expect("peak");
+    let mut pairs = 0;
+    for with in cases
+        .iter()
+        .filter(|v| v["id"].as_str().unwrap().ends_with(suffix))
+    {
+        let with_id = with["id"].as_str().unwrap();
+        let base_id = with_id.trim_end_matches(suffix);
+        let Some(without) = cases.iter().find(|v| v["id"] == base_id) else {
+            continue;
+        };
+        let m = plan_measured_line(without);
+        let fixes = lorafit::planning::fixes::suggest(&m.arch, &m.settings, 1u128 << 50, true);
+        let fix = fixes.iter().find(|f| f.id == id).unwrap_or_else(|| {
+            panic!(
+                "{base_id}: no {id:?} fix among {:?}",
+                fixes.iter().map(|f| f.id).collect::<Vec<_>>()
+            )
+        });
+        check(base_id, &fix.settings);
+        let measured = i128::from(peak(without)) - i128::from(peak(with));
+        assert!(
+            measured > 0,
+            "{with_id}: the change saves memory in the measured steps"
+        );
+        assert_eq!(fix.saved_bytes, measured, "{with_id}: the fix's saving");
+        pairs += 1;
+    }
+    pairs
+}
+
 pub fn plan_measured_line(v: &serde_json::Value) -> MeasuredLine {
     use lorafit::model::{plan, plan_simulated_on, steptrace::Device};
     let id = v["id"].as_str().expect("id");

@@ -5,15 +5,11 @@
 //! replayed over the measured step), and the fix "fused log-probs" saving what the two measured
 //! steps differ by.
 
-use lorafit::planning::fixes::{suggest, FixId};
+use lorafit::planning::fixes::FixId;
 use serde_json::Value;
 
 fn cases() -> Vec<Value> {
     crate::jsonl("tests/data/reference/trl_sft/cases.jsonl")
-}
-
-fn peak(v: &Value) -> u64 {
-    v["result"]["peak_bytes"].as_u64().expect("peak")
 }
 
 #[test]
@@ -51,33 +47,9 @@ fn trl_sft_steps_are_planned_to_the_byte() {
 /// planner offers `ID` the fused head, and it saves exactly what the measurements differ by.
 #[test]
 fn the_fused_head_fix_saves_what_the_measured_steps_differ_by() {
-    let all = cases();
-    let mut pairs = 0;
-    for with in all
-        .iter()
-        .filter(|v| v["id"].as_str().unwrap().ends_with("_trl"))
-    {
-        let id = with["id"].as_str().unwrap();
-        let base_id = id.trim_end_matches("_trl");
-        let Some(without) = all.iter().find(|v| v["id"] == base_id) else {
-            continue;
-        };
-        let m = crate::plan_measured_line(without);
-        let fixes = suggest(&m.arch, &m.settings, 1u128 << 50, true);
-        let fix = fixes
-            .iter()
-            .find(|f| f.id == FixId::FusedLogprobs)
-            .unwrap_or_else(|| {
-                panic!(
-                    "{base_id}: no fused-head fix among {:?}",
-                    fixes.iter().map(|f| f.id).collect::<Vec<_>>()
-                )
-            });
-        assert!(fix.settings.sft_fused_head(), "{base_id}");
-        let measured = i128::from(peak(without)) - i128::from(peak(with));
-        assert!(measured > 0, "{id}: the fused head saves memory");
-        assert_eq!(fix.saved_bytes, measured, "{id}: the fix's saving");
-        pairs += 1;
-    }
+    let pairs =
+        crate::fix_saves_each_measured_pair(&cases(), "_trl", FixId::FusedLogprobs, |id, s| {
+            assert!(s.sft_fused_head(), "{id}");
+        });
     assert_eq!(pairs, 4);
 }

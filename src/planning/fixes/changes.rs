@@ -451,7 +451,7 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
         let (title, cost) = if s.preference() {
             ("TRL ≥ 1's fused log-prob head (DPOTrainer / KTOTrainer)", "none in the result: the same log-probs from [4096 × 32768] tiles instead of the fp32 logits; needs TRL's trainer instead of LLaMA-Factory's")
         } else {
-            ("TRL ≥ 1's SFTTrainer (its fused LM head)", "none in the result: the same loss from log-probs scored in [4096 × 32768] tiles instead of the fp32 logits; needs TRL's SFTTrainer instead of Trainer's or LLaMA-Factory's")
+            ("TRL ≥ 1's SFTTrainer (its fused LM head)", "none in the result: the same loss from log-probs scored in [4096 × 32768] tiles instead of the fp32 logits, with TRL's SFTTrainer in place of Trainer's or LLaMA-Factory's")
         };
         push(
             FixId::FusedLogprobs,

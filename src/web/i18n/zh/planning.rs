@@ -133,7 +133,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("TRL ≥ #'s fused log-prob head (DPOTrainer / KTOTrainer)", "TRL ≥ # 的融合 log-prob 输出头（DPOTrainer / KTOTrainer）"),
     ("fused log-probs", "融合 log-prob"),
     ("TRL ≥ #'s SFTTrainer (its fused LM head)", "TRL ≥ # 的 SFTTrainer（它的融合输出头）"),
-    ("none in the result: the same loss from log-probs scored in [# × #] tiles instead of the fp32 logits; needs TRL's SFTTrainer instead of Trainer's or LLaMA-Factory's", "结果不变：同样的损失改由按 [# × #] 分块算出的 log-prob 得到，不再生成 fp32 logits；需要用 TRL 的 SFTTrainer，而不是 Trainer 或 LLaMA-Factory 的训练器"),
+    ("none in the result: the same loss from log-probs scored in [# × #] tiles instead of the fp32 logits, with TRL's SFTTrainer in place of Trainer's or LLaMA-Factory's", "结果不变：同样的损失改由按 [# × #] 分块算出的 log-prob 得到，不再生成 fp32 logits，训练器改用 TRL 的 SFTTrainer，而不是 Trainer 或 LLaMA-Factory 的"),
     ("TRL's SFTTrainer scores the # next-token positions through its fused LM head in [# × #] tiles (log-probs, entropy and top-# for its logged metrics), never the [# × # × #] logits; a prompt-completion dataset scores only the completions, which needs less", "TRL 的 SFTTrainer 用融合输出头按 [# × #] 分块计算 # 个下一个 token 位置（log-prob，以及日志指标用的熵和 top-#），从不生成 [# × # × #] 的 logits；提示词–回答格式的数据集只计算回答部分，显存更少"),
     ("none in the result: the same log-probs from [# × #] tiles instead of the fp32 logits; needs TRL's trainer instead of LLaMA-Factory's", "结果不变：同样的 log-prob 改由 [# × #] 分块算出，不再生成 fp32 logits；需要用 TRL 的训练器而不是 LLaMA-Factory 的"),
     // LoRA variants (plan notes)
