@@ -4,6 +4,9 @@
 //! in the page's state, and what it used, assumed, ignored and did not model listed under it.
 //! A DeepSpeed JSON pasted after a config that names one completes that config, and so does an
 //! accelerate config (its launch: GPUs, strategy, mixed precision) pasted after any config.
+//! A config whose step the page's first bundle leaves out (TRL's fused head, DPO, MoE…) makes
+//! the page reload as the full planner (`web::full`): the texts read are kept in the tab's
+//! session storage ([`PASTED`]) and the full planner lists their reading again.
 
 use leptos::either::Either;
 use leptos::prelude::*;
@@ -14,6 +17,37 @@ use crate::web::state::UiState;
 
 /// Largest config read (a config is a few KB; a pasted log is not one).
 const MAX_CONFIG_BYTES: usize = 256 * 1024;
+
+/// Session-storage key of the texts read in the first bundle (a JSON list: a config, then the
+/// launch configs that completed it), which the full planner reads again after a hand-over.
+const PASTED: &str = "lorafit-config-pasted";
+
+fn storage() -> Option<web_sys::Storage> {
+    window().session_storage().ok().flatten()
+}
+
+/// Whether this page is the full planner (`<main data-planner>`, `web::full::PLANNER`).
+fn on_full_planner() -> bool {
+    document()
+        .query_selector("main")
+        .ok()
+        .flatten()
+        .and_then(|m| m.get_attribute("data-planner"))
+        .as_deref()
+        == Some("full")
+}
+
+/// The texts the first bundle read before it handed over (forgotten once taken), on the full
+/// planner only.
+fn take_pasted() -> Vec<String> {
+    let Some(s) = storage() else { return vec![] };
+    let texts = s.get_item(PASTED).ok().flatten();
+    let _ = s.remove_item(PASTED);
+    match texts {
+        Some(json) if on_full_planner() => serde_json::from_str(&json).unwrap_or_default(),
+        _ => vec![],
+    }
+}
 
 /// Reads `text` on top of the last reading: a DeepSpeed JSON completes a config that named one,
 /// an accelerate config any config; anything else is a config of its own. The model it names is found in the catalog.
@@ -65,10 +99,48 @@ pub fn TrainingConfig(
 ) -> impl IntoView {
     let text = RwSignal::new(String::new());
     let reading: RwSignal<Option<Result<Reading, String>>> = RwSignal::new(None);
+    // The texts behind the reading shown: a config, then the launch configs that completed it.
+    let read_texts: RwSignal<Vec<String>> = RwSignal::new(vec![]);
+    // After a hand-over: the reading of what was pasted in the first bundle, listed again (the
+    // page's state, which it set, came with the address).
+    let pasted = take_pasted();
+    if !pasted.is_empty() {
+        let mut last: Option<Reading> = None;
+        for t in &pasted {
+            match read(t, last.take()) {
+                Ok((r, _)) => last = Some(r),
+                Err(_) => break,
+            }
+        }
+        if let Some(r) = last {
+            text.set(pasted.last().cloned().unwrap_or_default());
+            reading.set(Some(Ok(r)));
+            read_texts.set(pasted);
+        }
+    }
     let apply = move |t: &str| {
         let last = reading.get_untracked().and_then(Result::ok);
+        let completes = last.is_some()
+            && matches!(
+                framework::detect(t),
+                Ok(Source::DeepSpeed | Source::Accelerate)
+            );
         match read(t, last) {
             Ok((r, model)) => {
+                read_texts.update(|v| {
+                    if !completes {
+                        v.clear();
+                    }
+                    v.push(t.to_string());
+                });
+                if !on_full_planner() {
+                    if let (Some(s), Ok(json)) = (
+                        storage(),
+                        serde_json::to_string(&read_texts.get_untracked()),
+                    ) {
+                        let _ = s.set_item(PASTED, &json);
+                    }
+                }
                 let settings = r.settings.clone();
                 state.update(|st| {
                     st.settings = settings;

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { serve, launch, openApp, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
+import { serve, launch, openApp, openSections, plannerIs, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
 
 const MISTRAL = JSON.stringify({ model_type: "mistral", hidden_size: 4096, intermediate_size: 14336, num_hidden_layers: 32, num_attention_heads: 32, num_key_value_heads: 8, vocab_size: 32000 });
 let server, browser, cfgFile;
@@ -177,9 +177,13 @@ test("a pasted TRL script and its accelerate config plan as plan --from both", a
   const { page, errors } = await openApp(browser, server.url);
   await page.fill('[data-testid="training-config-input"]', fs.readFileSync(script, "utf8"));
   await page.click('[data-testid="training-config-apply"]');
+  // SFTTrainer's fused LM head is the full planner's (src/web/full.rs): the page reloads as it,
+  // and the paste box lists the script's reading again.
+  await plannerIs(page, "full");
+  await openSections(page);
   assert.match(await page.textContent('[data-testid="training-config-status"]'), /Python training script · meta-llama\/Meta-Llama-3-8B/);
   assert.match(await page.textContent('[data-testid="training-config-used"]'), /SFTConfig\.per_device_train_batch_size → batch = 2/);
-  assert.match(await page.textContent('[data-testid="training-config-not-modeled"]'), /fused LM head/);
+  assert.match(await page.textContent('[data-testid="training-config-assumed"]'), /fused LM head/);
   await page.fill('[data-testid="training-config-input"]', fs.readFileSync(launch, "utf8"));
   await page.click('[data-testid="training-config-apply"]');
   assert.match(await page.textContent('[data-testid="training-config-used"]'), /accelerate\.num_processes → gpus_per_node = 4/);
