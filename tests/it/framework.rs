@@ -1194,3 +1194,38 @@ fn a_deepspeed_file_named_by_the_accelerate_config_is_read_too() {
     assert!(!notes.contains("ds_z3.json"), "{notes}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Under TRL's SFTTrainer, Liger's fused cross-entropy does not run (its fused LM head replaces
+/// it: `sft_trainer.py:1126-1139`): a script that asks for it, by `use_liger_kernel` or by
+/// Liger's own call, is planned with the fused head, and the key is named as not modelled.
+#[test]
+fn liger_fused_loss_under_sft_trainer_is_named_not_planned() {
+    for (text, key) in [
+        (
+            "from trl import SFTConfig\nargs = SFTConfig(use_liger_kernel=True, per_device_train_batch_size=2)\n",
+            "SFTConfig.use_liger_kernel",
+        ),
+        (
+            "from liger_kernel.transformers import apply_liger_kernel_to_llama\napply_liger_kernel_to_llama()\nfrom trl import SFTConfig\nargs = SFTConfig(per_device_train_batch_size=2)\n",
+            "apply_liger_kernel_to_",
+        ),
+    ] {
+        let r = framework::read(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert!(r.settings.sft_fused_head(), "{text}");
+        assert!(!r.settings.fused_ce, "{text}");
+        assert!(
+            !r.used.iter().any(|u| u.setting == "fused_ce"),
+            "{text}: {:?}",
+            r.used
+        );
+        assert!(
+            r.not_modeled
+                .iter()
+                .any(|n| n.key.contains(key) && n.why.contains("fused LM head replaces it")),
+            "{text}: {:?}",
+            r.not_modeled
+        );
+        // Liger's layer kernels still run under SFTTrainer.
+        assert!(r.settings.liger.any(), "{text}");
+    }
+}

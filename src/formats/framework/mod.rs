@@ -289,14 +289,7 @@ impl Reading {
             // Liger's decoder kernels are planned for the families that share Llama's modules;
             // for this one the plan keeps transformers' modules and says so.
             self.settings.liger = crate::model::Liger::NONE;
-            let keys: Vec<String> = self
-                .used
-                .iter()
-                .filter(|u| u.setting == "liger_kernel")
-                .map(|u| u.key.clone())
-                .collect();
-            self.used.retain(|u| u.setting != "liger_kernel");
-            for key in keys {
+            for key in self.unuse("liger_kernel") {
                 self.not_modeled.push(NotModeled {
                     key,
                     why: format!("Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels for {}: not planned yet (planned for Llama, Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3); planned as transformers' modules", e.arch.family.name()),
@@ -304,6 +297,19 @@ impl Reading {
             }
         }
         Ok(Some(e))
+    }
+
+    /// Takes `setting` out of the used list (the plan leaves it out after all): the keys that
+    /// had set it, which the caller names as not modelled.
+    pub(crate) fn unuse(&mut self, setting: &str) -> Vec<String> {
+        let keys = self
+            .used
+            .iter()
+            .filter(|u| u.setting == setting)
+            .map(|u| u.key.clone())
+            .collect();
+        self.used.retain(|u| u.setting != setting);
+        keys
     }
 
     fn new(source: Source) -> Self {

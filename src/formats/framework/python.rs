@@ -351,13 +351,7 @@ pub(super) fn read(text: &str) -> Result<Reading, String> {
         // (sft_trainer.py:1126-1139), and its fused head calls the backbone, not the causal-LM
         // forward that apply_liger_kernel_to_* replaces (trl/trainer/utils.py:1611-1620).
         r.settings.fused_ce = false;
-        let keys: Vec<String> = r
-            .used
-            .iter()
-            .filter(|u| u.setting == "fused_ce")
-            .map(|u| u.key.clone())
-            .collect();
-        r.used.retain(|u| u.setting != "fused_ce");
+        let keys = r.unuse("fused_ce");
         r.not_modeled.push(super::NotModeled {
             key: keys.join(", "),
             why: "Liger's fused linear cross-entropy does not run under TRL's SFTTrainer: its fused LM head replaces it (trl/trainer/sft_trainer.py:1126-1139, utils.py:1611-1620)".into(),
