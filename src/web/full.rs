@@ -32,7 +32,8 @@ pub const FAILED: &str = "full-failed";
 /// The sections were open when the page handed over.
 pub const SECTIONS_OPEN: &str = "lorafit-sections-open";
 
-fn storage() -> Option<web_sys::Storage> {
+/// The tab's session storage (what survives the hand-over's reload).
+pub(crate) fn storage() -> Option<web_sys::Storage> {
     window().session_storage().ok().flatten()
 }
 

@@ -22,10 +22,6 @@ const MAX_CONFIG_BYTES: usize = 256 * 1024;
 /// launch configs that completed it), which the full planner reads again after a hand-over.
 const PASTED: &str = "lorafit-config-pasted";
 
-fn storage() -> Option<web_sys::Storage> {
-    window().session_storage().ok().flatten()
-}
-
 /// Whether this page is the full planner (`<main data-planner>`, `web::full::PLANNER`).
 fn on_full_planner() -> bool {
     document()
@@ -40,7 +36,9 @@ fn on_full_planner() -> bool {
 /// The texts the first bundle read before it handed over (forgotten once taken), on the full
 /// planner only.
 fn take_pasted() -> Vec<String> {
-    let Some(s) = storage() else { return vec![] };
+    let Some(s) = super::full::storage() else {
+        return vec![];
+    };
     let texts = s.get_item(PASTED).ok().flatten();
     let _ = s.remove_item(PASTED);
     match texts {
@@ -51,13 +49,15 @@ fn take_pasted() -> Vec<String> {
 
 /// Reads `text` on top of the last reading: a DeepSpeed JSON completes a config that named one,
 /// an accelerate config any config; anything else is a config of its own. The model it names is found in the catalog.
-fn read(text: &str, last: Option<Reading>) -> Result<(Reading, Option<String>), String> {
+/// Also returns whether `text` completed the last reading.
+fn read(text: &str, last: Option<Reading>) -> Result<(Reading, Option<String>, bool), String> {
     if text.len() > MAX_CONFIG_BYTES {
         return Err(format!(
             "a training config is at most {} KB",
             MAX_CONFIG_BYTES / 1024
         ));
     }
+    let mut completed = false;
     let mut r = match (framework::detect(text)?, last) {
         // A launch config completes the last config: a DeepSpeed JSON only the one it named.
         (source @ (Source::DeepSpeed | Source::Accelerate), Some(mut last))
@@ -68,6 +68,7 @@ fn read(text: &str, last: Option<Reading>) -> Result<(Reading, Option<String>), 
             if let Some(p) = pending {
                 framework::launch_applied(&mut last, &p);
             }
+            completed = true;
             last
         }
         _ => framework::read(text)?,
@@ -78,7 +79,7 @@ fn read(text: &str, last: Option<Reading>) -> Result<(Reading, Option<String>), 
             "{ds}: its strategy and offload are taken from its name; paste the JSON itself to use what it says"
         ));
     }
-    Ok((r, model))
+    Ok((r, model, completed))
 }
 
 /// One list of the reading, shown when not empty.
@@ -108,7 +109,7 @@ pub fn TrainingConfig(
         let mut last: Option<Reading> = None;
         for t in &pasted {
             match read(t, last.take()) {
-                Ok((r, _)) => last = Some(r),
+                Ok((r, _, _)) => last = Some(r),
                 Err(_) => break,
             }
         }
@@ -120,22 +121,17 @@ pub fn TrainingConfig(
     }
     let apply = move |t: &str| {
         let last = reading.get_untracked().and_then(Result::ok);
-        let completes = last.is_some()
-            && matches!(
-                framework::detect(t),
-                Ok(Source::DeepSpeed | Source::Accelerate)
-            );
         match read(t, last) {
-            Ok((r, model)) => {
+            Ok((r, model, completed)) => {
                 read_texts.update(|v| {
-                    if !completes {
+                    if !completed {
                         v.clear();
                     }
                     v.push(t.to_string());
                 });
                 if !on_full_planner() {
                     if let (Some(s), Ok(json)) = (
-                        storage(),
+                        super::full::storage(),
                         serde_json::to_string(&read_texts.get_untracked()),
                     ) {
                         let _ = s.set_item(PASTED, &json);

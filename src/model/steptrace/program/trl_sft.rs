@@ -8,7 +8,7 @@
 //! (`sft_trainer.py:1610-1657`). Measured with the harness's `method_kind: "trl_sft"`
 //! (`tests/data/steptrace/README.md`, `tests/data/reference/trl_sft/`).
 
-use super::super::tape::{Edge, Op, G, X};
+use super::super::tape::{Op, G, X};
 use super::super::What;
 use super::Prog;
 
@@ -34,15 +34,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         // torch.as_tensor(num_tokens).clamp(min=1), which the division saves
         let clamped = self.t(1, 8, What::Loss);
         let mut loss = self.t(1, 4, What::Loss);
-        let no_grad = Edge {
-            to: G::No,
-            n: 1,
-            es: 8,
-            sum_to: 0,
-        };
-        loss.g = self
-            .tp
-            .node(Op::Div, 1, 4, &[Self::edge(&sum), no_grad], &[clamped.t]);
+        loss.g = self.tp.node(
+            Op::Div,
+            1,
+            4,
+            &[Self::edge(&sum), Self::edge(&clamped)],
+            &[clamped.t],
+        );
         self.drop(sum);
         self.drop(clamped);
         // The metrics (`sft_trainer.py:1640-1657`): the label count, the entropy sum and the
