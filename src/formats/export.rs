@@ -357,6 +357,26 @@ fn trl_config(s: &Settings, trl: bool) -> (&'static str, &'static str, String) {
             return ("from trl import SFTConfig, SFTTrainer", "SFTConfig", args);
         }
         Stage::Sft => return ("", "TrainingArguments", String::new()),
+        Stage::Grpo => {
+            // TRL 1.16's GRPOConfig (trl/trainer/grpo_config.py): the plan's generation runs
+            // without vLLM, and the prompt is what the completion leaves of seq.
+            let args = format!(
+                "    num_generations={},\n    max_completion_length={},  # + a prompt of up to {} tokens = seq {}\n    beta={},\n    num_iterations={},\n    loss_type={:?},\n    disable_dropout={},\n    use_vllm=False,\n",
+                s.num_generations,
+                s.completion_tokens(),
+                s.prompt_tokens(),
+                s.seq,
+                s.beta_run(),
+                s.num_iterations,
+                s.grpo_loss.name(),
+                py_bool(s.dropout_disabled())
+            );
+            return (
+                "from trl import GRPOConfig, GRPOTrainer",
+                "GRPOConfig",
+                args,
+            );
+        }
         Stage::Dpo => ("from trl import DPOConfig, DPOTrainer", "DPOConfig"),
         Stage::Kto => ("from trl import KTOConfig, KTOTrainer", "KTOConfig"),
         Stage::Orpo => (
@@ -368,7 +388,7 @@ fn trl_config(s: &Settings, trl: bool) -> (&'static str, &'static str, String) {
             "CPOConfig",
         ),
     };
-    let mut args = format!("    beta={},\n", s.beta);
+    let mut args = format!("    beta={},\n", s.beta_run());
     match s.stage {
         Stage::Dpo => args.push_str(&format!(
             "    loss_type=[{:?}],\n    precompute_ref_log_probs={},\n",
@@ -387,7 +407,7 @@ fn trl_config(s: &Settings, trl: bool) -> (&'static str, &'static str, String) {
         s.seq,
         s.prompt_tokens(),
         s.completion_tokens(),
-        py_bool(s.disable_dropout)
+        py_bool(s.dropout_disabled())
     ));
     (import, class, args)
 }
@@ -579,7 +599,7 @@ fn llama_factory_stage(s: &Settings) -> String {
         Stage::Simpo => ("dpo", Some("simpo")),
         _ => ("dpo", Some(s.pref_loss.name())),
     };
-    let mut out = format!("stage: {stage}\npref_beta: {}\n", s.beta);
+    let mut out = format!("stage: {stage}\npref_beta: {}\n", s.beta_run());
     if let Some(l) = loss {
         out.push_str(&format!("pref_loss: {l}\n"));
     }
@@ -669,7 +689,11 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     out.push_str(&full_logits_comment(s, "axolotl's"));
     if s.preference() {
         // axolotl's `rl` runs TRL's trainer of that name.
-        out.push_str(&format!("rl: {}\nrl_beta: {}\n", s.stage.name(), s.beta));
+        out.push_str(&format!(
+            "rl: {}\nrl_beta: {}\n",
+            s.stage.name(),
+            s.beta_run()
+        ));
         if s.precompute_ref_log_probs {
             out.push_str("precompute_ref_log_probs: true\n");
         }
@@ -809,7 +833,7 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.preference() {
         out.push_str("swift rlhf \\\n");
         arg("rlhf_type", s.stage.name().to_string());
-        arg("beta", s.beta.to_string());
+        arg("beta", s.beta_run().to_string());
     } else {
         out.push_str("swift sft \\\n");
     }

@@ -11,7 +11,7 @@ use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Liger, Logits, LoraInit,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, GrpoLoss, Liger, Logits, LoraInit,
     LossShift, Optimizer, PrefLoss, Quant, SavedModule, Settings, Stage, Strategy, Target,
 };
 
@@ -408,7 +408,7 @@ pub static FIELDS: &[Field] = &[
         flag_aliases: &[],
         no_flag: None,
         label: "LoRA alpha",
-        help: "scaling only: no memory effect",
+        help: "a preference loss's scale (no memory effect); GRPO's KL weight: not 0 adds a reference pass (TRL's default: 0.1 for preferences, 0 for GRPO)",
         testid: None,
         kind: Kind::Float {
             min: -1e9,
@@ -757,7 +757,7 @@ pub static FIELDS: &[Field] = &[
         flag_aliases: &[],
         no_flag: None,
         label: "Training stage",
-        help: "sft, or a preference method: dpo, orpo and simpo see each example as a chosen + rejected pair (2 × batch sequences), kto unpaired examples; dpo and kto also run a reference pass",
+        help: "sft, or a preference method: dpo, orpo and simpo see each example as a chosen + rejected pair (2 × batch sequences), kto unpaired examples; dpo and kto also run a reference pass; grpo scores generated completions, then trains on batch of them",
         testid: Some("select-stage"),
         kind: Kind::Choice(|| {
             vec![
@@ -766,6 +766,7 @@ pub static FIELDS: &[Field] = &[
                 ("orpo", "ORPO (pairs, no reference)"),
                 ("simpo", "SimPO (pairs, no reference)"),
                 ("kto", "KTO (unpaired + reference)"),
+                ("grpo", "GRPO (generated completions, scored, trained)"),
             ]
         }),
         slider: None,
@@ -794,25 +795,33 @@ pub static FIELDS: &[Field] = &[
         }),
         slider: None,
         get: |s| s.pref_loss.name().to_string(),
-        set: |s, v| named(PrefLoss::parse, v, PrefLoss::choices()).map(|x| s.pref_loss = x),
+        // TRL's loss_type names GRPO's aggregation too: a GRPO name sets that one.
+        set: |s, v| match GrpoLoss::parse(v) {
+            Some(g) => {
+                s.grpo_loss = g;
+                Ok(())
+            }
+            None => named(PrefLoss::parse, v, format!("{}; GRPO: {}", PrefLoss::choices(), GrpoLoss::choices()))
+                .map(|x| s.pref_loss = x),
+        },
     },
     Field {
         name: "beta",
-        json_aliases: &["dpo_beta", "pref_beta"],
+        json_aliases: &["grpo_beta", "dpo_beta", "pref_beta"],
         url: None,
         flag: Some("--beta"),
         flag_aliases: &["--pref-beta"],
         no_flag: None,
         label: "β",
-        help: "scaling only: no memory effect",
+        help: "a preference loss's scale (no memory effect); GRPO's KL weight: not 0 adds a reference pass (TRL's default: 0.1 for preferences, 0 for GRPO)",
         testid: None,
         kind: Kind::Float {
             min: -1e9,
             max: 1e9,
         },
         slider: None,
-        get: |s| s.beta.to_string(),
-        set: |s, v| float_in(v, -1e9, 1e9).map(|x| s.beta = x),
+        get: |s| s.beta_run().to_string(),
+        set: |s, v| float_in(v, -1e9, 1e9).map(|x| s.beta = Some(x)),
     },
     Field {
         name: "precompute_ref_log_probs",
@@ -856,8 +865,75 @@ pub static FIELDS: &[Field] = &[
         testid: None,
         kind: Kind::Bool,
         slider: None,
-        get: |s| bool_text(s.disable_dropout),
-        set: |s, v| boolean(v).map(|x| s.disable_dropout = x),
+        get: |s| bool_text(s.disable_dropout.unwrap_or(s.preference())),
+        set: |s, v| boolean(v).map(|x| s.disable_dropout = Some(x)),
+    },
+    Field {
+        name: "grpo_loss",
+        json_aliases: &["grpo_loss_type"],
+        url: Some("gl"),
+        flag: Some("--grpo-loss"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "GRPO loss",
+        help: "TRL's loss_type for GRPO: how the per-token loss is reduced (a few [rows × completion] fp32 tensors each)",
+        testid: None,
+        kind: Kind::Choice(|| {
+            vec![
+                ("dapo", "dapo (TRL's default)"),
+                ("grpo", "grpo"),
+                ("dr_grpo", "dr_grpo"),
+                ("bnpo", "bnpo"),
+            ]
+        }),
+        slider: None,
+        get: |s| s.grpo_loss.name().to_string(),
+        set: |s, v| named(GrpoLoss::parse, v, GrpoLoss::choices()).map(|x| s.grpo_loss = x),
+    },
+    Field {
+        name: "num_generations",
+        json_aliases: &[],
+        url: Some("ng"),
+        flag: Some("--num-generations"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Generations per prompt",
+        help: "GRPO's num_generations: batch × gradient accumulation × GPUs must be a multiple of it",
+        testid: None,
+        kind: Kind::Int { min: 2, max: MAX_BATCH },
+        slider: None,
+        get: |s| s.num_generations.to_string(),
+        set: |s, v| int_in(v, 2, MAX_BATCH).map(|x| s.num_generations = x),
+    },
+    Field {
+        name: "max_completion_length",
+        json_aliases: &["grpo_completion_len"],
+        url: Some("mcl"),
+        flag: Some("--max-completion-length"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Completion tokens",
+        help: "GRPO: completion tokens of each sequence, the ones scored; the rest of seq is the prompt (0: half)",
+        testid: None,
+        kind: Kind::Int { min: 0, max: MAX_SEQ },
+        slider: None,
+        get: |s| s.max_completion_length.to_string(),
+        set: |s, v| int_or_null(v).map(|x| s.max_completion_length = x),
+    },
+    Field {
+        name: "num_iterations",
+        json_aliases: &["grpo_num_iterations"],
+        url: Some("ni"),
+        flag: Some("--num-iterations"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Updates per generation",
+        help: "GRPO's num_iterations (μ): above 1, each generation's old-policy log-probs are scored before training",
+        testid: None,
+        kind: Kind::Int { min: 1, max: 1024 },
+        slider: None,
+        get: |s| s.num_iterations.to_string(),
+        set: |s, v| int_in(v, 1, 1024).map(|x| s.num_iterations = x),
     },
     Field {
         name: "logits",

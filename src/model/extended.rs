@@ -1,7 +1,7 @@
 //! The step program's extended ops, and the builds that leave them out. Every build but the
 //! planner page's first bundle (`index.html`) has the `extended-ops` feature: a vision tower
 //! and images, Gated DeltaNet layers, mixture-of-experts layers, latent attention, attention
-//! sinks, DoRA, preference training, a fused linear cross-entropy, TRL's fused LM head for SFT,
+//! sinks, DoRA, preference training, GRPO, a fused linear cross-entropy, TRL's fused LM head for SFT,
 //! Liger-Kernel's decoder kernels. The first bundle plans the
 //! other steps — a dense decoder's LoRA / QLoRA / full or freeze tuning SFT step, the steps a
 //! first visit plans — and refuses these with [`PlanError::Unbundled`], which the page answers
@@ -39,6 +39,8 @@ pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
         Some("DoRA")
     } else if s.preference() {
         Some("preference training")
+    } else if s.grpo() {
+        Some("GRPO")
     } else if s.fused_ce {
         Some("a fused linear cross-entropy")
     } else if s.sft_fused_head() {

@@ -105,6 +105,9 @@ pub enum Stage {
     /// KTO (TRL `KTOTrainer`): `batch` unpaired examples, a KL pass over mismatched
     /// completions and a reference pass.
     Kto,
+    /// GRPO (TRL `GRPOTrainer`): each step scores generated completions (the old policy's and
+    /// the reference's log-probs where the settings need them) and trains on `batch` of them.
+    Grpo,
 }
 
 names!(Stage {
@@ -113,6 +116,7 @@ names!(Stage {
     Orpo => "orpo",
     Simpo => "simpo" | "cpo",
     Kto => "kto",
+    Grpo => "grpo",
 });
 
 impl Stage {
@@ -124,6 +128,7 @@ impl Stage {
             Stage::Orpo => "ORPO",
             Stage::Simpo => "SimPO",
             Stage::Kto => "KTO",
+            Stage::Grpo => "GRPO",
         }
     }
 }
@@ -164,6 +169,29 @@ impl PrefLoss {
         matches!(self, PrefLoss::Orpo | PrefLoss::Simpo)
     }
 }
+
+/// GRPO's loss aggregation (TRL `GRPOConfig.loss_type`, `trl/trainer/grpo_trainer.py:3153-3180`):
+/// each is a few `[rows, completion]` fp32 tensors; they differ in the reductions they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrpoLoss {
+    /// The mean over each sequence's tokens, then over the sequences.
+    Grpo,
+    /// The sum over the batch's tokens divided by rows × `max_completion_length`.
+    DrGrpo,
+    /// The sum over the tokens divided by the generation batch's token count (TRL 1.16's
+    /// default).
+    Dapo,
+    /// The mean over the batch's tokens.
+    Bnpo,
+}
+
+names!(GrpoLoss {
+    Grpo => "grpo",
+    DrGrpo => "dr_grpo",
+    Dapo => "dapo",
+    Bnpo => "bnpo",
+});
 
 /// How the trainer turns the last hidden states into the loss: the per-token log-probabilities
 /// of the scored tokens.
@@ -460,9 +488,25 @@ pub struct Settings {
     /// The preference loss (DPO: TRL `loss_type`, LLaMA-Factory `pref_loss`).
     #[serde(default = "default_pref_loss")]
     pub pref_loss: PrefLoss,
-    /// The preference β (no memory effect).
-    #[serde(default = "default_beta")]
-    pub beta: f64,
+    /// β: for a preference loss a scale (no memory effect); for GRPO the KL weight, whose
+    /// non-zero value adds a reference pass. `None`: the trainer's default ([`Settings::beta_run`]).
+    #[serde(default)]
+    pub beta: Option<f64>,
+    /// GRPO's loss aggregation (TRL `loss_type`).
+    #[serde(default = "default_grpo_loss")]
+    pub grpo_loss: GrpoLoss,
+    /// GRPO: completions generated per prompt (TRL `num_generations`, default 8); the generation
+    /// batch must be a multiple of it.
+    #[serde(default = "default_num_generations")]
+    pub num_generations: u64,
+    /// GRPO: completion tokens of each sequence (TRL `max_completion_length`); the rest of `seq`
+    /// is the prompt. 0: half of `seq`.
+    #[serde(default)]
+    pub max_completion_length: u64,
+    /// GRPO: policy updates per generation (TRL `num_iterations`, μ); above 1 the old policy's
+    /// log-probs are scored before training.
+    #[serde(default = "default_one")]
+    pub num_iterations: u64,
     /// TRL `precompute_ref_log_probs`: the reference log-probs are computed once before
     /// training (a no-grad pass over the batch), so the step has no reference pass.
     #[serde(default)]
@@ -471,10 +515,10 @@ pub struct Settings {
     /// tokens are scored); 0 = half of `seq`.
     #[serde(default)]
     pub max_prompt_length: u64,
-    /// TRL's `disable_dropout` (on by default for preference trainers): every `nn.Dropout`,
-    /// LoRA's included, gets `p = 0`.
-    #[serde(default = "yes")]
-    pub disable_dropout: bool,
+    /// TRL's `disable_dropout`: every `nn.Dropout`, LoRA's included, gets `p = 0`. `None`: the
+    /// trainer's default (on for preference trainers, off for GRPO; [`Settings::dropout_run`]).
+    #[serde(default)]
+    pub disable_dropout: Option<bool>,
     /// How the scored tokens' log-probs are computed (TRL's fused head or the full logits);
     /// `None`: what the stage's usual trainer does ([`Settings::logits_run`]).
     #[serde(default, alias = "pref_logits")]
@@ -532,12 +576,16 @@ fn default_pref_loss() -> PrefLoss {
     PrefLoss::Sigmoid
 }
 
-fn default_beta() -> f64 {
-    0.1
+fn default_grpo_loss() -> GrpoLoss {
+    GrpoLoss::Dapo
 }
 
-fn yes() -> bool {
-    true
+fn default_num_generations() -> u64 {
+    8
+}
+
+fn default_one() -> u64 {
+    1
 }
 
 fn default_freeze_layers() -> i64 {
@@ -595,10 +643,14 @@ impl Default for Settings {
             freeze_trainable_layers: 2,
             stage: Stage::Sft,
             pref_loss: PrefLoss::Sigmoid,
-            beta: 0.1,
+            beta: None,
+            grpo_loss: GrpoLoss::Dapo,
+            num_generations: 8,
+            max_completion_length: 0,
+            num_iterations: 1,
             precompute_ref_log_probs: false,
             max_prompt_length: 0,
-            disable_dropout: true,
+            disable_dropout: None,
             logits: None,
             parallel: Default::default(),
             job: Default::default(),
@@ -661,7 +713,29 @@ impl Settings {
 
     /// Whether the run is a preference method (DPO, ORPO, SimPO, KTO).
     pub fn preference(&self) -> bool {
-        self.stage != Stage::Sft
+        !matches!(self.stage, Stage::Sft | Stage::Grpo)
+    }
+
+    /// Whether the run is GRPO (scored completions, then training on them).
+    pub fn grpo(&self) -> bool {
+        self.stage == Stage::Grpo
+    }
+
+    /// β as the trainer runs it: as set, else TRL's default (0.1 for the preference trainers,
+    /// 0 for GRPO since TRL 1.x: `trl/trainer/grpo_config.py:681-682`).
+    pub fn beta_run(&self) -> f64 {
+        self.beta.unwrap_or(if self.grpo() { 0.0 } else { 0.1 })
+    }
+
+    /// Whether a GRPO step scores the old policy's log-probs before training: when the
+    /// generation is reused (`num_iterations` > 1) or does not fall on an accumulation boundary
+    /// (`gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0`,
+    /// `grpo_trainer.py:2642-2656`, with steps_per_generation = gradient_accumulation_steps).
+    pub fn grpo_old_logps(&self) -> bool {
+        self.grpo() && {
+            let ga = self.grad_accum.max(1);
+            ga % ga.saturating_mul(self.num_iterations.max(1)) != 0
+        }
     }
 
     /// Whether each example is a chosen + rejected pair, so the model sees two sequences per
@@ -679,9 +753,12 @@ impl Settings {
         }
     }
 
-    /// Prompt tokens of each preference sequence (half of `seq` unless set).
+    /// Prompt tokens of each preference sequence (half of `seq` unless set); of a GRPO
+    /// sequence, what its completion leaves.
     pub fn prompt_tokens(&self) -> u64 {
-        if self.max_prompt_length > 0 {
+        if self.grpo() && self.max_completion_length > 0 {
+            self.seq.saturating_sub(self.max_completion_length)
+        } else if self.max_prompt_length > 0 {
             self.max_prompt_length
         } else {
             self.seq / 2
@@ -700,6 +777,7 @@ impl Settings {
             Stage::Sft | Stage::Orpo | Stage::Simpo => false,
             Stage::Dpo => !self.pref_loss.reference_free(),
             Stage::Kto => true,
+            Stage::Grpo => self.beta_run() != 0.0,
         }
     }
 
@@ -722,26 +800,99 @@ impl Settings {
 
     /// Whether an SFT step's loss runs through TRL's fused LM head (SFTTrainer).
     pub fn sft_fused_head(&self) -> bool {
-        !self.preference() && self.logits_run() == Logits::Fused
+        self.stage == Stage::Sft && self.logits_run() == Logits::Fused
     }
 
     /// Tokens of each sequence whose next-token log-prob the loss scores: the completion of a
     /// preference sequence, every position but the last of an SFT row.
     pub fn scored_tokens(&self) -> u64 {
-        if self.preference() {
+        if self.preference() || self.grpo() {
             self.completion_tokens()
         } else {
             self.seq.saturating_sub(1)
         }
     }
 
+    /// Whether the trainer sets every dropout to 0: as set, else TRL's default (on for the
+    /// preference trainers, off for GRPO and SFT).
+    pub fn dropout_disabled(&self) -> bool {
+        (self.preference() || self.grpo()) && self.disable_dropout.unwrap_or(self.preference())
+    }
+
     /// LoRA dropout as the step runs it: 0 when a preference trainer disables dropout.
     pub fn dropout_run(&self) -> f64 {
-        if self.preference() && self.disable_dropout {
+        if self.dropout_disabled() {
             0.0
         } else {
             self.lora_dropout
         }
+    }
+
+    /// GRPO's own checks, TRL's where it has them (`GRPOConfig.__post_init__`,
+    /// `trl/trainer/grpo_config.py:1098-1141`).
+    fn validate_grpo(&self) -> Result<(), PlanError> {
+        let bad = |field: &'static str, why: String| Err(PlanError::InvalidSetting { field, why });
+        let c = self.completion_tokens();
+        if c == 0 || c >= self.seq {
+            return bad(
+                "max_completion_length",
+                format!(
+                    "{} completion tokens in a sequence of {}: seq is the prompt plus the completion, so the completion must be shorter",
+                    c, self.seq
+                ),
+            );
+        }
+        if self.max_completion_length > 0
+            && self.max_prompt_length > 0
+            && self.max_prompt_length + self.max_completion_length != self.seq
+        {
+            return bad(
+                "max_prompt_length",
+                format!(
+                    "{} prompt + {} completion tokens ≠ seq {}: GRPO's sequences are prompt + completion (TRL 1.16 has no max_prompt_length; leave it 0)",
+                    self.max_prompt_length, self.max_completion_length, self.seq
+                ),
+            );
+        }
+        if self.num_generations < 2 {
+            return bad(
+                "num_generations",
+                format!("{} must be at least 2: GRPO's advantages compare the completions of one prompt", self.num_generations),
+            );
+        }
+        let generation_batch =
+            u128::from(self.batch) * u128::from(self.grad_accum.max(1)) * self.parallel.world();
+        if generation_batch % u128::from(self.num_generations) != 0 {
+            return bad(
+                "num_generations",
+                format!(
+                    "the generation batch (batch {} × gradient accumulation {} × {} GPUs = {generation_batch}) must be a multiple of num_generations {} (TRL's check)",
+                    self.batch,
+                    self.grad_accum.max(1),
+                    self.parallel.world(),
+                    self.num_generations
+                ),
+            );
+        }
+        if self.num_iterations == 0 || self.num_iterations > 1024 {
+            return bad(
+                "num_iterations",
+                format!("{} must be between 1 and 1024", self.num_iterations),
+            );
+        }
+        if self.logits == Some(Logits::Full) {
+            return bad(
+                "logits",
+                "GRPO is planned as TRL ≥ 1's GRPOTrainer runs it, through its fused LM head (TRL 0.x's full-logits log-probs are not modelled): use logits auto or fused".into(),
+            );
+        }
+        if self.precompute_ref_log_probs {
+            return bad(
+                "precompute_ref_log_probs",
+                "GRPO scores each generation's reference log-probs after generating it; there is nothing to precompute".into(),
+            );
+        }
+        Ok(())
     }
 
     /// Range checks independent of the architecture.
@@ -782,20 +933,21 @@ impl Settings {
                 return bad(field, (*why).into());
             }
         }
-        if self.preference() {
-            if self.prompt_tokens() >= self.seq || self.prompt_tokens() == 0 {
-                return bad(
-                    "max_prompt_length",
-                    format!(
-                        "{} prompt tokens leave no completion in a sequence of {}: the prompt must be shorter than seq",
-                        self.prompt_tokens(),
-                        self.seq
-                    ),
-                );
-            }
-            if !self.beta.is_finite() {
-                return bad("beta", "must be a finite number".into());
-            }
+        if self.preference() && (self.prompt_tokens() >= self.seq || self.prompt_tokens() == 0) {
+            return bad(
+                "max_prompt_length",
+                format!(
+                    "{} prompt tokens leave no completion in a sequence of {}: the prompt must be shorter than seq",
+                    self.prompt_tokens(),
+                    self.seq
+                ),
+            );
+        }
+        if self.beta.is_some_and(|b| !b.is_finite()) {
+            return bad("beta", "must be a finite number".into());
+        }
+        if self.grpo() {
+            self.validate_grpo()?;
         }
         if !(0.0..1.0).contains(&self.lora_dropout) {
             return bad(

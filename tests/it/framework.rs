@@ -185,7 +185,11 @@ fn examples_are_read_as_their_files_state() {
     // DPO with the sigmoid loss and beta 0.1.
     let r = read("llama-factory/llama3_lora_dpo.yaml");
     assert_eq!(
-        (r.settings.stage, r.settings.pref_loss, r.settings.beta),
+        (
+            r.settings.stage,
+            r.settings.pref_loss,
+            r.settings.beta_run()
+        ),
         (Stage::Dpo, PrefLoss::Sigmoid, 0.1)
     );
     // Full tuning with the ZeRO-3 file it names (its name, then its text).
@@ -353,7 +357,7 @@ fn exports_read_back_to_the_same_settings() {
             "dpo",
             Settings {
                 stage: Stage::Dpo,
-                beta: 0.2,
+                beta: Some(0.2),
                 grad_ckpt: true,
                 autocast: Some(Dtype::Bf16),
                 ..lora.clone()
@@ -890,7 +894,7 @@ fn deepspeed_and_swift_exports_read_back() {
             "dpo",
             Settings {
                 stage: Stage::Dpo,
-                beta: 0.2,
+                beta: Some(0.2),
                 ..lora.clone()
             },
         ),

@@ -14,6 +14,7 @@ mod framework;
 mod fuzz;
 #[cfg(feature = "gpu")]
 mod gpu;
+mod grpo;
 mod i18n;
 mod inspect;
 mod job;
@@ -68,6 +69,21 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
     if v["method_kind"] == "trl_sft" {
         v["method_kind"] = "sft".into();
         v["logits"] = "fused".into();
+    }
+    // Its GRPO step (`method_kind: "grpo"`) scores one prompt's completions per step: the batch
+    // is num_generations. Its preference-only keys are not GRPO's (its β is `grpo_beta`).
+    if v["method_kind"] == "grpo" {
+        v["num_generations"] = v["batch"].clone();
+        if let Some(o) = v.as_object_mut() {
+            for k in [
+                "dpo_beta",
+                "dpo_disable_dropout",
+                "dpo_prompt_len",
+                "dpo_impl",
+            ] {
+                o.remove(k);
+            }
+        }
     }
     if v["freeze_trainable_layers"].is_null() {
         if let Some(o) = v.as_object_mut() {

@@ -25,6 +25,8 @@ pub enum Phase {
     /// A preference trainer's reference log-probs computed before training
     /// (`precompute_ref_log_probs`).
     PrecomputeRef,
+    /// A GRPO step's scoring of its generated completions (no-grad log-prob passes).
+    Score,
     /// Forward pass, at the loss (logits + log_softmax alive).
     Forward,
     /// A preference step's reference forward (no grad, adapters disabled), on top of what the
@@ -41,6 +43,7 @@ impl Phase {
     pub fn name(self) -> &'static str {
         match self {
             Phase::PrecomputeRef => "precompute_ref",
+            Phase::Score => "score",
             Phase::Forward => "forward",
             Phase::RefForward => "ref_forward",
             Phase::Backward => "backward",
@@ -544,6 +547,7 @@ fn phase_of(p: steptrace::StepPhase) -> Phase {
     match p {
         S::Precompute => Phase::PrecomputeRef,
         S::RefForward => Phase::RefForward,
+        S::Score => Phase::Score,
         S::Setup | S::Inputs | S::Forward => Phase::Forward,
         S::Backward => Phase::Backward,
         // The job's phases after the steps are in the job's sequences only, which the job
@@ -657,7 +661,7 @@ fn preference_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
             s.seq, arch.vocab_size
         ),
     });
-    if s.disable_dropout && s.lora_dropout > 0.0 {
+    if s.dropout_disabled() && s.lora_dropout > 0.0 {
         out.push(
             "dropout is disabled (TRL's disable_dropout), so lora_dropout keeps no mask".into(),
         );
@@ -717,6 +721,62 @@ fn model_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     out
 }
 
+/// What a GRPO step runs, in the plan's numbers: the rows and their completions, the scoring
+/// passes, the fused head, dropout; and what the plan leaves out (the generation itself).
+fn grpo_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
+    let rows = s.batch;
+    let c = s.completion_tokens();
+    let mut out = vec![format!(
+        "GRPO (TRL 1.16's GRPOTrainer): each step trains on {rows} generated sequences of {} tokens ({} prompt, {c} completion; num_generations {} per prompt), after scoring them under no_grad",
+        s.seq,
+        s.prompt_tokens(),
+        s.num_generations
+    )];
+    let mut passes = vec![];
+    if s.grpo_old_logps() {
+        passes.push(format!(
+            "the old policy's log-probs (num_iterations {} reuses each generation)",
+            s.num_iterations
+        ));
+    }
+    if s.reference_pass() {
+        passes.push(format!(
+            "the reference's (β {}: {})",
+            s.beta_run(),
+            if s.base_trained() {
+                "a second, frozen copy of the weights"
+            } else {
+                "the model with its adapters disabled"
+            }
+        ));
+    }
+    out.push(if passes.is_empty() {
+        "the scoring runs no model pass: with β 0 and one iteration per generation TRL reuses the step's own log-probs (grpo_trainer.py:2642-2656)".into()
+    } else {
+        format!(
+            "the scoring phase runs {} without checkpointing, in chunks of {rows} rows; its peak is reported as the phase \"score\"",
+            passes.join(" and ")
+        )
+    });
+    let scored = rows.saturating_mul(c);
+    out.push(format!(
+        "TRL's fused head scores the {scored} completion tokens in [{} × 32768] tiles (log-probs and entropy), never the [{rows} × {} × {}] logits; the loss ({}) adds a few [{rows} × {c}] fp32 tensors",
+        scored.min(4096),
+        s.seq,
+        arch.vocab_size,
+        s.grpo_loss.name()
+    ));
+    if s.lora_dropout > 0.0 && !s.base_trained() {
+        out.push(if s.dropout_disabled() {
+            "dropout is disabled (disable_dropout), so lora_dropout keeps no mask".into()
+        } else {
+            "GRPOTrainer keeps dropout on (disable_dropout is False by default): lora_dropout's masks are made in the scoring passes too".into()
+        });
+    }
+    out.push("not in this plan: the generation itself (HF generate's KV cache and sampling buffers, or vLLM's share of the card), which runs before scoring".into());
+    out
+}
+
 /// How transformers 5.24 + peft run a mixture-of-experts model, where it differs from the
 /// settings as given.
 fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
@@ -734,6 +794,9 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     }
     if EXTENDED && s.preference() {
         out.extend(preference_notes(arch, s));
+    }
+    if EXTENDED && s.grpo() {
+        out.extend(grpo_notes(arch, s));
     }
     if EXTENDED && s.sft_fused_head() {
         let scored = s.sequences().saturating_mul(s.scored_tokens());

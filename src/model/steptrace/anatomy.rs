@@ -185,7 +185,8 @@ impl Highs {
         }
         let reported = matches!(
             m.phase,
-            StepPhase::Forward
+            StepPhase::Score
+                | StepPhase::Forward
                 | StepPhase::RefForward
                 | StepPhase::Backward
                 | StepPhase::Optimizer
@@ -324,15 +325,22 @@ fn widths(ctx: &Ctx, shape: Shape) -> Vec<(&'static str, u128)> {
         }
     };
     let moe = |v: u128| if a.is_moe() { v } else { 0 };
-    // A preference step: every sequence of its pairs, and the completion tokens it scores.
+    // A preference or GRPO step: every sequence of its pairs, the completion tokens it scores,
+    // and (GRPO's rollout tensors) a sequence's prompt and completion.
     let seqs = s.sequences();
-    let scored = if s.preference() {
+    let split = s.preference() || s.grpo();
+    let scored = if split {
         act(seqs) * u128::from(s.completion_tokens())
     } else {
         0
     };
+    let part = |v: u64| if split { act(v) } else { 0 };
     [
         ("tokens", act(seqs) * s.seq as u128),
+        ("scored tokens", scored),
+        (if s.paired() { "sequences" } else { "batch" }, part(seqs)),
+        ("completion", part(s.completion_tokens())),
+        ("prompt", part(s.prompt_tokens())),
         ("hidden", a.hidden_size as u128),
         ("intermediate", a.intermediate_size as u128),
         ("q_dim", a.q_dim()),
@@ -346,8 +354,10 @@ fn widths(ctx: &Ctx, shape: Shape) -> Vec<(&'static str, u128)> {
         ("expert width", moe(a.expert_width())),
         ("seq", act(s.seq)),
         ("seq", act(s.seq)),
-        (if s.paired() { "sequences" } else { "batch" }, act(seqs)),
-        ("scored tokens", scored),
+        (
+            if s.paired() { "sequences" } else { "batch" },
+            if split { 0 } else { act(seqs) },
+        ),
     ]
     .into_iter()
     .filter(|&(_, v)| v > 1)

@@ -73,6 +73,9 @@ pub enum StepPhase {
     /// A preference trainer's reference log-probs, computed once before training
     /// (`precompute_ref_log_probs`).
     Precompute,
+    /// A GRPO step's scoring of its generated completions (`_generate_and_score_completions`
+    /// after generation): the rollout tensors and the no-grad log-prob passes.
+    Score,
     /// Forward pass, through the loss.
     Forward,
     /// A preference step's reference forward (no grad), between its policy forward and loss.
@@ -91,10 +94,11 @@ pub enum StepPhase {
 
 impl StepPhase {
     /// Every phase, in step order.
-    pub const ALL: [StepPhase; 10] = [
+    pub const ALL: [StepPhase; 11] = [
         StepPhase::Setup,
         StepPhase::Inputs,
         StepPhase::Precompute,
+        StepPhase::Score,
         StepPhase::Forward,
         StepPhase::RefForward,
         StepPhase::Backward,
@@ -110,6 +114,7 @@ impl StepPhase {
             StepPhase::Setup => "setup",
             StepPhase::Inputs => "inputs",
             StepPhase::Precompute => "precompute_ref",
+            StepPhase::Score => "score",
             StepPhase::Forward => "forward",
             StepPhase::RefForward => "ref_forward",
             StepPhase::Backward => "backward",

@@ -66,6 +66,8 @@ struct Adapter {
 struct Lin {
     shape: LinearShape,
     w: Param,
+    /// Its bias's index in `params`, if it has one.
+    bias: Option<usize>,
     lora: Option<Adapter>,
 }
 
@@ -133,6 +135,9 @@ struct Prog<'c, 'a> {
     vision_locals: vision::VisionLocals,
     /// `Qwen3_5Model.rope_deltas`: kept by the model until the next step's replace them.
     rope_deltas: Option<X>,
+    /// The input ids a trained embedding's backward keeps, where the step frees its own
+    /// reference before the backward (GRPO's `_compute_loss` locals).
+    embed_ids: Option<T>,
     /// The first of the extended ops (`model::extended`) this step ran.
     extended: Option<&'static str>,
 }
@@ -165,6 +170,8 @@ mod dora;
 mod fused_ce;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod gdn;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+mod grpo;
 pub(super) mod job;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod liger;
@@ -398,9 +405,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             (None, Some(d)) => self.weight(inf * outf, bytes(d), inf),
             (None, None) => self.weight(inf * outf, aux, inf),
         };
-        if l.bias {
+        let bias = l.bias.then(|| {
             self.weight(outf, aux, 0);
-        }
+            self.params.len() - 1
+        });
         let lora = adapted.iter().any(|x| x.name == l.name).then(|| {
             // LoRA-FA: lora_A frozen (no gradient, no state; its input is not saved for it).
             let a = self.param(r * inf, ad, !s.lora_fa, What::Trainable);
@@ -417,7 +425,12 @@ impl<'c, 'a> Prog<'c, 'a> {
             Adapter { a, b, magnitude }
         });
         let name = l.name;
-        lins.push(Lin { shape: l, w, lora });
+        lins.push(Lin {
+            shape: l,
+            w,
+            bias,
+            lora,
+        });
         let layout = a.family.layout();
         match name {
             "o_proj" if layout.qk_norm == QkNorm::Whole => {
@@ -772,12 +785,11 @@ impl<'c, 'a> Prog<'c, 'a> {
                     }
                     None => {
                         let wc = self.cast(w, es, What::WeightCopy);
-                        let cache = self.tp.mode != Mode::NoGrad && !self.ref_copy;
-                        if w.grad() && wc.t != w.t && cache {
-                            // Autocast caches the casts of trainable leaves until the context
-                            // exits; not under no_grad (a later op with grad would get a cast
-                            // without a graph: PyTorch casts again), nor the reference copy's
-                            // frozen weights.
+                        if w.grad() && wc.t != w.t && !self.ref_copy {
+                            // Autocast caches the casts of trainable fp32 leaves until the
+                            // context exits, under no_grad too (`cached_cast`,
+                            // aten/src/ATen/autocast_mode.cpp: only inference mode is left
+                            // out); not the reference copy's frozen weights.
                             self.tp.keep_local(wc.t);
                             self.ac_cache.push((w.t, wc));
                         }
@@ -1047,6 +1059,18 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn linear4bit(&mut self, x: X, lin: &Lin, out_n: u64, what: What) -> X {
         let ce = bytes(self.ctx.s.dtype);
         let xc = self.cast(x, ce, What::LoraCast);
+        if let Some(i) = lin.bias {
+            // `bias.data = bias.data.to(x.dtype)` (bitsandbytes/nn/modules.py:631-634): a bias
+            // prepare_model_for_kbit_training made fp32 becomes the compute dtype for good at
+            // its first call.
+            let b = self.params[i].x;
+            if b.es != ce {
+                let mut nb = self.t(b.n, ce, What::Weight);
+                nb.g = b.g;
+                self.params[i].x = nb;
+                self.drop(b);
+            }
+        }
         let n = (lin.shape.in_features * lin.shape.out_features) as u64;
         let absmax_n = self.nested_absmax(n);
         let mut g = self.t(out_n, ce, what);
@@ -1991,7 +2015,9 @@ impl<'c, 'a> Prog<'c, 'a> {
                 es: w.es,
                 sum_to: 0,
             };
-            emb.g = self.tp.node(Op::Embedding, emb.n, emb.es, &[e], &[]);
+            // Its backward reads the ids: kept for it where the step lets them go earlier (GRPO).
+            let ids: Vec<T> = self.embed_ids.into_iter().collect();
+            emb.g = self.tp.node(Op::Embedding, emb.n, emb.es, &[e], &ids);
         }
         if a.family.layout().scaled_embedding {
             // The scaled embedding: `embedding(ids) * embed_scale` (a buffer).
@@ -2692,6 +2718,7 @@ pub(super) fn run<const AFTER: u8>(
         vision_locals: Default::default(),
         extended: None,
         rope_deltas: None,
+        embed_ids: None,
     };
     p.tp.emulated = device == super::Device::Emulated;
     p.tp.set_rank(rank);
@@ -2704,7 +2731,10 @@ pub(super) fn run<const AFTER: u8>(
     p.phase(0, StepPhase::Inputs);
     let pref = ctx.s.preference();
     let fused_sft = ctx.s.sft_fused_head();
-    if fused_sft {
+    let grpo = ctx.s.grpo();
+    if grpo {
+        // GRPO's batches are made by each step's scoring.
+    } else if fused_sft {
         // TRL's collator: input ids, labels and an attention mask, as a preference batch's.
         extended!(p, "TRL's fused LM head", p.pref_inputs(), ());
     } else if pref {
@@ -2715,9 +2745,30 @@ pub(super) fn run<const AFTER: u8>(
     } else {
         p.inputs();
     }
+    // Without the extended ops a GRPO step is refused up front (`model::extended`).
+    #[cfg_attr(not(feature = "extended-ops"), allow(unused_mut))]
+    let mut rollout: Option<grpo::Rollout> = None;
     for step in 1..=2u8 {
+        if grpo {
+            extended!(
+                p,
+                "GRPO",
+                {
+                    let r = p.grpo_score(step);
+                    if let Some(last) = rollout.replace(r) {
+                        p.grpo_release(last);
+                    }
+                },
+                ()
+            );
+        }
         p.phase(step, StepPhase::Forward);
-        let (root, loss) = if pref {
+        let (root, loss) = if let Some(r) = rollout.as_ref().filter(|_| grpo) {
+            extended!(p, "GRPO", p.grpo_forward(r), {
+                let _ = r;
+                p.forward()
+            })
+        } else if pref {
             extended!(p, "preference training", p.pref_forward(step), p.forward())
         } else if fused_sft {
             extended!(p, "TRL's fused LM head", p.sft_fused_forward(), p.forward())

@@ -186,14 +186,18 @@ pub(super) enum Op {
     /// fp32 accumulator of the hidden gradient (`hidden_n` values) and of the head weight's if it
     /// is trained, the `[rows, 32768]` tile buffer in the compute dtype (`tile_bytes`), the
     /// compute-dtype copies of a chunk of the hidden states and of the weight when their dtype
-    /// differs (`hidden_chunk_bytes`, `weight_chunk_bytes`, 0 if none), then the results in the
+    /// differs (`hidden_chunk_bytes` and `weight_chunk_bytes` for each full token and vocabulary
+    /// chunk, `hidden_last_bytes` and `weight_last_bytes` for the last ones; 0 if none), then the
+    /// results in the
     /// inputs' dtypes.
     #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
     ChunkedLogprob {
         hidden_n: u64,
         tile_bytes: u64,
         hidden_chunk_bytes: u64,
+        hidden_last_bytes: u64,
         weight_chunk_bytes: u64,
+        weight_last_bytes: u64,
         token_chunks: u32,
         vocab_chunks: u32,
     },
@@ -1022,7 +1026,9 @@ impl Tape {
                 hidden_n,
                 tile_bytes,
                 hidden_chunk_bytes,
+                hidden_last_bytes,
                 weight_chunk_bytes,
+                weight_last_bytes,
                 token_chunks,
                 vocab_chunks,
             } => {
@@ -1033,16 +1039,26 @@ impl Tape {
                 let acc_w = wants(1).then(|| self.new_t(edges[1].n * 4, What::BackwardTemp));
                 let tile = self.new_t(tile_bytes, What::BackwardTemp);
                 let (mut hc, mut wc) = (None, None);
-                for _ in 0..token_chunks {
+                for i in 0..token_chunks {
                     if hidden_chunk_bytes > 0 {
-                        let c = self.new_t(hidden_chunk_bytes, What::BackwardTemp);
+                        let bytes = if i + 1 == token_chunks {
+                            hidden_last_bytes
+                        } else {
+                            hidden_chunk_bytes
+                        };
+                        let c = self.new_t(bytes, What::BackwardTemp);
                         if let Some(o) = hc.replace(c) {
                             self.drop_t(o);
                         }
                     }
-                    for _ in 0..vocab_chunks {
+                    for j in 0..vocab_chunks {
                         if weight_chunk_bytes > 0 {
-                            let c = self.new_t(weight_chunk_bytes, What::BackwardTemp);
+                            let bytes = if j + 1 == vocab_chunks {
+                                weight_last_bytes
+                            } else {
+                                weight_chunk_bytes
+                            };
+                            let c = self.new_t(bytes, What::BackwardTemp);
                             if let Some(o) = wc.replace(c) {
                                 self.drop_t(o);
                             }

@@ -143,13 +143,13 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
         0.0
     };
     // The reference forward (the frozen weights and attention; its head scores only the
-    // completion), and KTO's KL pass of the policy and of the reference.
+    // completion), KTO's KL pass of the policy and of the reference, GRPO's old-policy pass.
     let passes = match (s.reference_pass(), s.stage == crate::model::Stage::Kto) {
         (true, true) => 3.0,
         (false, true) => 1.0,
         (true, false) => 1.0,
         (false, false) => 0.0,
-    };
+    } + if s.grpo_old_logps() { 1.0 } else { 0.0 };
     let reference = passes * (2.0 * t * lin * layers + forward_attention);
     let total = forward_frozen
         + forward_lora

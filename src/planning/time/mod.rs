@@ -367,8 +367,12 @@ fn estimate_at(
             .collect::<Vec<_>>()
             .join("; "),
         if s.grad_ckpt { "with" } else { "no" },
-        if flops.reference > 0.0 {
+        if flops.reference > 0.0 && s.grpo() {
+            ", with GRPO's no-grad scoring passes (not its generation)"
+        } else if flops.reference > 0.0 {
             ", with the reference's no-grad forward"
+        } else if s.grpo() {
+            ", not GRPO's generation"
         } else {
             ""
         },

@@ -232,7 +232,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// `labels = input_ids.masked_fill(completion_mask == 0, -100)`.
-    fn pref_labels(&mut self) -> X {
+    pub(super) fn pref_labels(&mut self) -> X {
         let n = self.tokens();
         let eq = self.t(n, 1, What::Loss);
         let labels = self.t(n, 8, What::Loss);
@@ -242,7 +242,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// One model call with `fused_lm_head=True` (or the full logits): the decoder stack, then
     /// the head over the completion tokens.
-    fn pref_model(&mut self) -> Head {
+    pub(super) fn pref_model(&mut self) -> Head {
         let (fin, _, _) = self.body(true);
         self.fused_head(fin)
     }
@@ -312,7 +312,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         let mut logp = self.t(n, 4, What::Logits);
         // The outputs TRL asks for besides the log-probs: DPOTrainer's and KTOTrainer's policy
         // head adds entropy, mean logits and top-1 (`dpo_trainer.py:954-960`), SFTTrainer's
-        // entropy and top-1 (`sft_trainer.py:1140-1146`), a separate reference model's none.
+        // entropy and top-1 (`sft_trainer.py:1140-1146`), GRPOTrainer's entropy, a separate
+        // reference model's none.
         let metrics = !self.ref_copy;
         let (mut entropy, mut mean, mut top1) = (None, None, None);
         if metrics {
@@ -322,28 +323,39 @@ impl<'c, 'a> Prog<'c, 'a> {
             if s.preference() {
                 mean = Some(self.t(n, 4, What::Logits));
             }
-            let ge = self.t(n, 1, What::Logits);
-            let gt = self.t(n, 1, What::Logits);
-            top1 = Some(self.t(n, 1, What::Logits));
-            self.drop(ge);
-            self.drop(gt);
+            // GRPOTrainer's head: log-probs and entropy only (`grpo_trainer.py:1068-1073`).
+            if !s.grpo() {
+                let ge = self.t(n, 1, What::Logits);
+                let gt = self.t(n, 1, What::Logits);
+                top1 = Some(self.t(n, 1, What::Logits));
+                self.drop(ge);
+                self.drop(gt);
+            }
         }
-        let hidden_chunk_bytes = if hidden.es != ce {
-            n.min(TOKENS) * h * ce
+        let (hidden_chunk_bytes, hidden_last_bytes) = if hidden.es != ce {
+            (
+                n.min(TOKENS) * h * ce,
+                n.saturating_sub(token_chunks.saturating_sub(1) * TOKENS) * h * ce,
+            )
         } else {
-            0
+            (0, 0)
         };
-        let weight_chunk_bytes = if head.es != ce {
-            v.min(VOCAB) * h * ce
+        let (weight_chunk_bytes, weight_last_bytes) = if head.es != ce {
+            (
+                v.min(VOCAB) * h * ce,
+                v.saturating_sub(vocab_chunks.saturating_sub(1) * VOCAB) * h * ce,
+            )
         } else {
-            0
+            (0, 0)
         };
         logp.g = self.tp.node(
             Op::ChunkedLogprob {
                 hidden_n: n * h,
                 tile_bytes: n.min(TOKENS) * VOCAB * ce,
                 hidden_chunk_bytes,
+                hidden_last_bytes,
                 weight_chunk_bytes,
+                weight_last_bytes,
                 token_chunks: token_chunks.min(u64::from(u32::MAX)) as u32,
                 vocab_chunks: vocab_chunks.min(u64::from(u32::MAX)) as u32,
             },
@@ -524,7 +536,11 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// Runs `f` under `torch.no_grad()`, as the reference model if `reference`.
-    fn under_no_grad<R>(&mut self, reference: bool, f: impl FnOnce(&mut Self) -> R) -> R {
+    pub(super) fn under_no_grad<R>(
+        &mut self,
+        reference: bool,
+        f: impl FnOnce(&mut Self) -> R,
+    ) -> R {
         // A trained base's reference copy exists only for a reference pass in every step;
         // precomputing runs the policy itself (TRL's ref_model is None then).
         let copy = reference && self.ctx.s.base_trained() && self.ctx.s.reference_pass();
@@ -593,7 +609,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// A model output dies: its fields in order (the log-probs too unless a view of them lives
     /// on).
-    fn release_head(&mut self, r: Head, with_logp: bool) {
+    pub(super) fn release_head(&mut self, r: Head, with_logp: bool) {
         if let Some(c) = r.count {
             self.drop(c);
         }

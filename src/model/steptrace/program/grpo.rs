@@ -1,0 +1,510 @@
+//! A GRPO step as TRL 1.16's `GRPOTrainer` runs it after generation (`stage: grpo`): the
+//! scoring of the generated completions (`_generate_and_score_completions`,
+//! `trl/trainer/grpo_trainer.py:2440-2936`: the rollout tensors, the old policy's log-probs
+//! when `num_iterations` > 1, the reference's when β ≠ 0 with peft's adapters disabled, each a
+//! no-grad pass through TRL's fused LM head, the advantages, the buffer shuffled), then
+//! `_compute_loss` (`grpo_trainer.py:3020-3292`) over the micro-batch: the policy's log-probs
+//! and entropies through the fused head, the clipped importance-ratio loss with the KL term,
+//! the loss type's reduction and the logged metrics. Measured with the harness's
+//! `method_kind: "grpo"` (`tests/data/steptrace/README.md`, `tests/data/reference/grpo/`).
+//!
+//! Each small op of the loss and its backward is one allocation of a `[rows, completion]`,
+//! `[rows]` or scalar tensor, written in the order TRL's lines run them; which of them autograd
+//! saves decides when they die.
+
+use super::super::tape::{Op, Step, G, X};
+use super::super::{StepPhase, What};
+use super::Prog;
+use crate::model::settings::GrpoLoss;
+
+/// The scored micro-batch `_prepare_inputs` hands the step (the shuffled buffer, one
+/// `steps_per_generation` slice of it): ids and masks (int64), the advantages, the generation
+/// batch's token count, and the old policy's and reference's log-probs where they were scored.
+#[derive(Clone)]
+pub(super) struct Rollout {
+    /// In the buffer's dict order: prompt ids and mask, completion ids and mask, advantages.
+    tensors: Vec<X>,
+    /// `num_items_in_batch`, a 0-dim int64 (shuffling leaves it as it is).
+    items: X,
+    old: Option<X>,
+    reference: Option<X>,
+}
+
+impl Rollout {
+    /// The buffer's tensors in its dict order.
+    fn in_order(&self) -> Vec<X> {
+        let mut v = self.tensors.clone();
+        v.push(self.items);
+        v.extend(self.old);
+        v.extend(self.reference);
+        v
+    }
+}
+
+/// Sizes of the loss's tensors.
+#[derive(Clone, Copy)]
+struct Sz {
+    /// `[rows, completion]` fp32.
+    tok4: u64,
+    /// `[rows, completion]` bool.
+    tok1: u64,
+    /// `[rows]` fp32.
+    row4: u64,
+    /// `[rows]` int64.
+    row8: u64,
+    /// `[rows, 1]` bool.
+    row1: u64,
+}
+
+impl<'c, 'a> Prog<'c, 'a> {
+    fn grpo_sz(&self) -> Sz {
+        let s = self.ctx.s;
+        let (b, c) = (s.batch, s.completion_tokens());
+        Sz {
+            tok4: b * c * 4,
+            tok1: b * c,
+            row4: b * 4,
+            row8: b * 8,
+            row1: b,
+        }
+    }
+
+    /// A loss tensor of `bytes`.
+    fn lt(&mut self, bytes: u64) -> X {
+        self.t(bytes, 1, What::Loss)
+    }
+
+    /// The scoring of step `step`'s completions (`_generate_and_score_completions` after
+    /// generation); the last step's buffer lives on until the caller replaces it.
+    pub(super) fn grpo_score(&mut self, step: u8) -> Rollout {
+        let s = self.ctx.s;
+        let (b, l, c) = (s.batch, s.seq, s.completion_tokens());
+        let p = l - c;
+        self.phase(step, StepPhase::Score);
+        // The ids and masks padded and moved to the GPU (`grpo_trainer.py:2440-2460`).
+        let mut tensors = vec![];
+        for n in [p, p, c, c] {
+            tensors.push(self.t(b * n, 8, What::Input));
+        }
+        // num_items_in_batch = gather(completion_mask.sum()).sum()
+        let sum = self.t(1, 8, What::Input);
+        let items = self.t(1, 8, What::Input);
+        self.drop(sum);
+        // prompt_completion_ids and attention_mask
+        let ids = self.t(b * l, 8, What::Input);
+        let mask = self.t(b * l, 8, What::Input);
+        let old = s.grpo_old_logps().then(|| self.grpo_logps_no_grad(false));
+        let reference = s.reference_pass().then(|| self.grpo_logps_no_grad(true));
+        self.drop(ids);
+        self.drop(mask);
+        // The advantages: one fp32 per sequence.
+        tensors.push(self.t(b, 4, What::Input));
+        let before = Rollout {
+            tensors,
+            items,
+            old,
+            reference,
+        };
+        // shuffle_sequence_dict: each tensor indexed by a permutation (the 0-dim count kept).
+        let mut shuffled = before.clone();
+        for x in shuffled
+            .tensors
+            .iter_mut()
+            .chain(shuffled.old.iter_mut())
+            .chain(shuffled.reference.iter_mut())
+        {
+            *x = self.t(x.n, x.es, What::Input);
+        }
+        // The unshuffled dict dies with the function's frame: the ids and masks, the
+        // log-probs, then the advantages' local.
+        let adv = before.tensors[4];
+        for x in before.tensors[..4]
+            .iter()
+            .chain(&before.old)
+            .chain(&before.reference)
+        {
+            self.drop(*x);
+        }
+        self.drop(adv);
+        shuffled
+    }
+
+    /// The buffer dies (replaced by the next one), its tensors in dict order.
+    pub(super) fn grpo_release(&mut self, r: Rollout) {
+        for x in r.in_order() {
+            self.drop(x);
+        }
+    }
+
+    /// `_get_per_token_logps_and_entropies` under `torch.no_grad()` with checkpointing off:
+    /// the policy's log-probs (the old policy's), or the reference's with peft's adapters
+    /// disabled (`use_adapter(model, None)`). Returns the `[rows, completion]` fp32 log-probs.
+    fn grpo_logps_no_grad(&mut self, reference: bool) -> X {
+        self.under_no_grad(reference, |p| p.grpo_logps(false).0)
+    }
+
+    /// One chunk of `_get_per_token_logps_and_entropies` (`grpo_trainer.py:1419-1508`): the
+    /// labels masked to the completion, the model call with `fused_lm_head=True` under
+    /// autocast, the completion's log-probs (and entropies) `cat`ed out of the outputs. The
+    /// third value is the head's `[rows, seq − 1]` log-probs, where the loss's gradient goes.
+    fn grpo_logps(&mut self, entropy: bool) -> (X, Option<X>, X) {
+        let tok = self.ctx.s.batch * self.ctx.s.completion_tokens();
+        let labels = self.pref_labels();
+        let head = self.pref_model();
+        // The model call's autocast region ends: its cached casts go.
+        self.clear_autocast_cache();
+        let logp = self.t(tok, 4, What::Logits);
+        let ent = entropy.then(|| self.t(tok, 4, What::Logits));
+        self.drop(labels);
+        let out = head.logp;
+        self.release_head(head, true);
+        (logp, ent, out)
+    }
+
+    /// `GRPOTrainer._compute_loss` on the micro-batch; returns the loss's node and the loss.
+    pub(super) fn grpo_forward(&mut self, r: &Rollout) -> (G, X) {
+        let s = self.ctx.s;
+        let z = self.grpo_sz();
+        let beta = s.beta_run() != 0.0;
+        let (b, l) = (s.batch, s.seq);
+        let ids = self.t(b * l, 8, What::Input);
+        let mask = self.t(b * l, 8, What::Input);
+        self.embed_ids = Some(ids.t);
+        let (logp, ent, head_logp) = self.grpo_logps(true);
+        self.embed_ids = None;
+        let ent = ent.expect("the step's entropies");
+        // log_ratio = per_token_logps - old_per_token_logps; coef_1 = exp(log_ratio), saved by
+        // its backward
+        let log_ratio = self.lt(z.tok4);
+        let coef_1 = self.lt(z.tok4);
+        // per_token_kl = (exp(ref - logps) - (ref - logps) - 1) * coef_1
+        let kl = beta.then(|| {
+            let d = self.lt(z.tok4);
+            let e = self.lt(z.tok4);
+            self.drop(d);
+            let d2 = self.lt(z.tok4);
+            let diff = self.lt(z.tok4);
+            self.drop(d2);
+            let pre = self.lt(z.tok4);
+            self.drop(diff);
+            let kl = self.lt(z.tok4);
+            (e, pre, kl)
+        });
+        // coef_2 = clamp(coef_1, 1 - ε, 1 + ε); -min(coef_1 · A, coef_2 · A)
+        let coef_2 = self.lt(z.tok4);
+        let l1 = self.lt(z.tok4);
+        let l2 = self.lt(z.tok4);
+        let min = self.lt(z.tok4);
+        let neg = self.lt(z.tok4);
+        self.drop(min);
+        // + β · per_token_kl
+        let loss_tok = if beta {
+            let m = self.lt(z.tok4);
+            let add = self.lt(z.tok4);
+            self.drop(m);
+            self.drop(neg);
+            add
+        } else {
+            neg
+        };
+        // The loss type's reduction (`grpo_trainer.py:3153-3174`): what its division saves,
+        // the loss, and `policy_loss` (a local until the frame ends, unless it is the loss).
+        let (saved, loss, policy) = self.grpo_reduce(z);
+        // The metrics: the KL's and the entropy's masked means, the clip ratios.
+        if kl.is_some() {
+            self.grpo_masked_mean(z, None);
+        }
+        self.grpo_masked_mean(z, None);
+        let mut clipped = vec![];
+        for _ in 0..2 {
+            let a = self.lt(z.tok1);
+            let b = self.lt(z.row1);
+            let and = self.lt(z.tok1);
+            self.drop(a);
+            self.drop(b);
+            clipped.push(and);
+        }
+        clipped.push(self.lt(z.tok1));
+        for _ in 0..3 {
+            let f = self.lt(z.tok4);
+            self.grpo_masked_mean(z, Some(f));
+        }
+        let mut gathered = vec![];
+        for _ in 0..2 {
+            // masked_seq_mean(is_*_clipped.float()), then nanmin / nanmax of it
+            let f = self.lt(z.tok4);
+            let m = self.lt(z.tok4);
+            let sum = self.lt(z.row4);
+            self.drop(m);
+            let count = self.lt(z.row8);
+            let mean = self.lt(z.row4);
+            self.drop(sum);
+            self.drop(count);
+            self.drop(f);
+            let nan = self.lt(z.row1);
+            let all = self.lt(1);
+            self.drop(nan);
+            self.drop(all);
+            let nan = self.lt(z.row1);
+            let not = self.lt(z.row1);
+            self.drop(nan);
+            let nz = self.lt(z.row8);
+            let kept = self.lt(z.row4);
+            self.drop(nz);
+            self.drop(not);
+            let v = self.lt(4);
+            self.drop(kept);
+            self.drop(v);
+            gathered.push(mean);
+        }
+        // The frame ends: its locals in the order Python lists them.
+        self.drop(ids);
+        self.drop(mask);
+        if r.old.is_some() {
+            self.drop(logp);
+            self.drop(ent);
+        } else {
+            // old_per_token_logps = per_token_logps.detach() holds the log-probs longer.
+            self.drop(ent);
+            self.drop(logp);
+        }
+        self.drop(log_ratio);
+        if let Some((_, _, kl)) = kl {
+            self.drop(kl);
+        }
+        self.drop(loss_tok);
+        self.drop(coef_2);
+        if let Some(p) = policy {
+            self.drop(p);
+        }
+        for x in clipped.into_iter().chain(gathered) {
+            self.drop(x);
+        }
+        // The backward of the loss down to the log-probs' gradient.
+        let script = self.grpo_backward_script(z, saved, (l1, l2), coef_1, kl);
+        self.tp.scripts.push(script);
+        let id = (self.tp.scripts.len() - 1) as u32;
+        let g = self
+            .tp
+            .node(Op::Script(id), 1, 4, &[Self::edge(&head_logp)], &[]);
+        (g, loss)
+    }
+
+    /// The loss type's reduction; returns what its backward keeps, the loss and the
+    /// `policy_loss` local that is not the loss.
+    fn grpo_reduce(&mut self, z: Sz) -> (Vec<X>, X, Option<X>) {
+        let s = self.ctx.s;
+        match s.grpo_loss {
+            GrpoLoss::Dapo => {
+                // num_items_in_batch.clamp(min=1.0) / num_processes × GA / steps_per_generation
+                let cl = self.lt(4);
+                let dv = self.lt(4);
+                self.drop(cl);
+                let mu = self.lt(4);
+                let norm = self.lt(4);
+                self.drop(mu);
+                self.drop(dv);
+                let m = self.lt(z.tok4);
+                let sum = self.lt(4);
+                self.drop(m);
+                let loss = self.lt(4);
+                self.drop(sum);
+                (vec![norm], loss, None)
+            }
+            GrpoLoss::Grpo => {
+                // ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / GA
+                let m = self.lt(z.tok4);
+                let sum = self.lt(z.row4);
+                self.drop(m);
+                let count = self.lt(z.row8);
+                let cl = self.lt(z.row4);
+                self.drop(count);
+                let dv = self.lt(z.row4);
+                self.drop(sum);
+                let mean = self.lt(4);
+                self.drop(dv);
+                let loss = self.lt(4);
+                (vec![cl], loss, Some(mean))
+            }
+            GrpoLoss::Bnpo => {
+                // (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0) / GA
+                let m = self.lt(z.tok4);
+                let sum = self.lt(4);
+                self.drop(m);
+                let count = self.lt(8);
+                let cl = self.lt(4);
+                self.drop(count);
+                let dv = self.lt(4);
+                self.drop(sum);
+                let loss = self.lt(4);
+                (vec![cl], loss, Some(dv))
+            }
+            GrpoLoss::DrGrpo => {
+                // (per_token_loss * mask).sum() / (rows × max_completion_length) / GA
+                let m = self.lt(z.tok4);
+                let sum = self.lt(4);
+                self.drop(m);
+                let dv = self.lt(4);
+                self.drop(sum);
+                let loss = self.lt(4);
+                (vec![], loss, Some(dv))
+            }
+        }
+    }
+
+    /// `global_masked_mean(x)` (`grpo_trainer.py:3259-3266`): `(x * mask).sum()`,
+    /// `mask.sum().float()`, their stack and the `.item()` of the ratio; `arg` is a temporary
+    /// argument (`is_*_clipped.float()`), which the callee's frame releases first.
+    fn grpo_masked_mean(&mut self, z: Sz, arg: Option<X>) {
+        let m = self.lt(z.tok4);
+        let sum = self.lt(4);
+        self.drop(m);
+        let count = self.lt(8);
+        let count_f = self.lt(4);
+        self.drop(count);
+        let totals = self.lt(8);
+        let cl = self.lt(4);
+        let dv = self.lt(4);
+        self.drop(cl);
+        self.drop(dv);
+        if let Some(a) = arg {
+            self.drop(a);
+        }
+        self.drop(sum);
+        self.drop(count_f);
+        self.drop(totals);
+    }
+
+    /// The backward of `_compute_loss` from the loss to the gradient of the log-probs'
+    /// `[rows, seq − 1]` output: the reduction's, `-min(…)`'s (`minimum`'s two masked halves),
+    /// the ratio's products and clamp, the KL term's, `exp`'s, and `slice_backward` of
+    /// `log_probs[:, -completion:]`.
+    fn grpo_backward_script(
+        &mut self,
+        z: Sz,
+        saved: Vec<X>,
+        (l1, l2): (X, X),
+        coef_1: X,
+        kl: Option<(X, X, X)>,
+    ) -> Vec<Step> {
+        let s = self.ctx.s;
+        let mut v: Vec<Step> = vec![];
+        let mut n: u16 = 0;
+        let mut a = |v: &mut Vec<Step>, bytes: u64| {
+            v.push(Step::Alloc(bytes));
+            n += 1;
+            n - 1
+        };
+        let f = |v: &mut Vec<Step>, k: u16| v.push(Step::Free(k));
+        let rel = |v: &mut Vec<Step>, x: X| v.push(Step::Release(x.t));
+        // The reduction's backward, to the gradient of per_token_loss.
+        let g = match s.grpo_loss {
+            GrpoLoss::Dapo => {
+                let d = a(&mut v, 4);
+                rel(&mut v, saved[0]);
+                let m = a(&mut v, z.tok4);
+                f(&mut v, d);
+                m
+            }
+            GrpoLoss::Grpo => {
+                let d = a(&mut v, 4);
+                let mean = a(&mut v, z.row4);
+                f(&mut v, d);
+                let dv = a(&mut v, z.row4);
+                f(&mut v, mean);
+                rel(&mut v, saved[0]);
+                let m = a(&mut v, z.tok4);
+                f(&mut v, dv);
+                m
+            }
+            GrpoLoss::Bnpo | GrpoLoss::DrGrpo => {
+                let d = a(&mut v, 4);
+                let d2 = a(&mut v, 4);
+                f(&mut v, d);
+                if let Some(x) = saved.first() {
+                    rel(&mut v, *x);
+                }
+                let m = a(&mut v, z.tok4);
+                f(&mut v, d2);
+                m
+            }
+        };
+        // + β · kl: the KL's share first
+        let kb = kl.map(|_| a(&mut v, z.tok4));
+        let neg = a(&mut v, z.tok4);
+        f(&mut v, g);
+        // minimum's backward: each input's gradient where it was the smaller
+        let mut halves = vec![];
+        for _ in 0..2 {
+            let cmp = a(&mut v, z.tok1);
+            let dv = a(&mut v, z.tok4);
+            let eq = a(&mut v, z.tok1);
+            let wh = a(&mut v, z.tok4);
+            let mf = a(&mut v, z.tok4);
+            for k in [wh, eq, dv, cmp] {
+                f(&mut v, k);
+            }
+            halves.push(mf);
+        }
+        f(&mut v, neg);
+        rel(&mut v, l2);
+        rel(&mut v, l1);
+        // coef_1 · A and coef_2 · A
+        let c1 = a(&mut v, z.tok4);
+        f(&mut v, halves[0]);
+        let c2 = a(&mut v, z.tok4);
+        f(&mut v, halves[1]);
+        // clamp's backward
+        let sc = a(&mut v, 4);
+        let gt = a(&mut v, z.tok1);
+        let lt = a(&mut v, z.tok1);
+        let wh = a(&mut v, z.tok4);
+        for k in [lt, gt, sc, c1] {
+            f(&mut v, k);
+        }
+        let mut acc = a(&mut v, z.tok4);
+        f(&mut v, c2);
+        f(&mut v, wh);
+        if let (Some((e, pre, _)), Some(kb)) = (kl, kb) {
+            // kl_pre · coef_1's two gradients
+            let to_coef = a(&mut v, z.tok4);
+            let to_pre = a(&mut v, z.tok4);
+            f(&mut v, kb);
+            rel(&mut v, pre);
+            let sum = a(&mut v, z.tok4);
+            f(&mut v, acc);
+            f(&mut v, to_coef);
+            acc = sum;
+            // exp(ref - logps) - (ref - logps) - 1: the subtractions' negations, exp's
+            let n1 = a(&mut v, z.tok4);
+            let n2 = a(&mut v, z.tok4);
+            f(&mut v, n1);
+            let ex = a(&mut v, z.tok4);
+            f(&mut v, to_pre);
+            rel(&mut v, e);
+            let n3 = a(&mut v, z.tok4);
+            f(&mut v, ex);
+            let kl_grad = a(&mut v, z.tok4);
+            f(&mut v, n2);
+            f(&mut v, n3);
+            // exp(log_ratio)'s backward, then the two contributions to the log-probs
+            let ex = a(&mut v, z.tok4);
+            f(&mut v, acc);
+            rel(&mut v, coef_1);
+            let total = a(&mut v, z.tok4);
+            f(&mut v, kl_grad);
+            f(&mut v, ex);
+            acc = total;
+        } else {
+            let ex = a(&mut v, z.tok4);
+            f(&mut v, acc);
+            rel(&mut v, coef_1);
+            acc = ex;
+        }
+        // slice_backward of log_probs[:, -completion:]
+        let rows = s.batch * (s.seq - 1) * 4;
+        a(&mut v, rows);
+        f(&mut v, acc);
+        v
+    }
+}

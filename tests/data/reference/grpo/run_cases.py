@@ -1,0 +1,51 @@
+"""Measures cases.jsonl: GRPO steps as TRL 1.16's GRPOTrainer runs them after generation (the
+harness's method_kind "grpo": each step's completions scored by TRL's own
+_get_per_token_logps_and_entropies under no_grad (the old policy's log-probs when num_iterations > 1,
+the reference's with peft's adapters disabled when beta != 0), the buffer shuffled as _prepare_inputs
+does, then TRL's own _compute_loss through the fused LM head GRPOTrainer adds; its Triton kernels
+stubbed: on the emulated device only the Python wrapper's allocations run), with the harness
+(../../harness, transformers 5.24 + peft 0.21.2 + bitsandbytes 0.50.2 + trl 1.16.0 + PyTorch 2.15,
+emulated sm_90 device), each also replayed through PyTorch's caching allocator. Each case's rows are
+one prompt's num_generations completions (batch = num_generations, gradient accumulation 1).
+Run from the harness folder: .venv/bin/python PATH/run_cases.py [ID ...] > cases.jsonl"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+LORA = {"quant": None, "dtype": "bf16", "autocast": None, "attn_impl": "sdpa", "lora_r": 16,
+        "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear", "method_kind": "grpo"}
+# A QLoRA step as TRL's own examples run it: a 4-bit base prepared by peft, bf16 autocast,
+# checkpointing.
+QLORA = dict(LORA, quant="nf4", double_quant=True, prepare_kbit=True, autocast="bf16", grad_ckpt=True)
+CASES = {
+    # TRL 1.16's defaults: beta 0 (no reference pass), loss_type dapo, one iteration (no old-policy
+    # pass), checkpointing on.
+    "llama3-8b_lora_b8_c1024": dict(LORA, model="llama3-8b", seq=1536, batch=8, grad_ckpt=True,
+                                    grpo_completion_len=1024),
+    # Both scoring passes (old policy, reference), the KL term.
+    "qwen2.5-7b_qlora_b8_c1024_beta_mu2": dict(QLORA, model="qwen2.5-7b", seq=1536, batch=8,
+                                               grpo_completion_len=1024, grpo_beta=0.04,
+                                               grpo_num_iterations=2),
+    # The grpo loss type without checkpointing.
+    "qwen3-4b_lora_b4_c512_grpo": dict(LORA, model="qwen3-4b", seq=1024, batch=4, grad_ckpt=False,
+                                       grpo_completion_len=512, grpo_loss_type="grpo", grpo_beta=0.04),
+    # Full fine-tuning: the tied head trained (its gradient accumulated in fp32 by the fused head).
+    "llama3.2-1b_full_b8_c512": dict(model="llama3.2-1b", dtype="bf16", seq=1024, batch=8, full_ft=True,
+                                     grad_ckpt=True, method_kind="grpo", grpo_completion_len=512),
+}
+only = sys.argv[1:]
+for cid, c in CASES.items():
+    if only and cid not in only:
+        continue
+    with tempfile.TemporaryDirectory() as tmp:
+        ev = os.path.join(tmp, "ev.json")
+        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
+                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev, PYTHONHASHSEED="1"), check=True)
+        d = json.loads(out.stdout)
+        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
+        r = json.loads(rep.stdout)
+    d["id"] = cid
+    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
+    print(json.dumps(d), flush=True)
