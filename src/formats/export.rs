@@ -140,8 +140,8 @@ pub fn export(
     s: &Settings,
 ) -> Result<String, String> {
     match format {
-        // A plan with TRL's fused LM head is TRL's SFTTrainer's job.
-        "python" => Ok(python(model_id, arch, s, s.sft_fused_head())),
+        // A plan with TRL's fused LM head is TRL's SFTTrainer's job; GRPO is TRL's GRPOTrainer.
+        "python" => Ok(python(model_id, arch, s, s.sft_fused_head() || s.grpo())),
         "trl" => Ok(python(model_id, arch, s, true)),
         "accelerate" => Ok(accelerate(s)),
         "llama-factory" | "llamafactory" => {
@@ -292,8 +292,16 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
         } else {
             ", peft_config=lora_config"
         };
+        let rewards = if s.grpo() {
+            ", reward_funcs=reward_funcs"
+        } else {
+            ""
+        };
+        if s.grpo() {
+            out.push_str("\nreward_funcs = [...]  # your reward functions\n");
+        }
         out.push_str(&format!(
-            "\ntrain_dataset = ...  # your dataset\ntrainer = {trainer}(model=model, args=training_args, train_dataset=train_dataset{peft})\ntrainer.train()\n"
+            "\ntrain_dataset = ...  # your dataset\ntrainer = {trainer}(model=model{rewards}, args=training_args, train_dataset=train_dataset{peft})\ntrainer.train()\n"
         ));
     }
     out
@@ -519,7 +527,7 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.lora_fa {
         out.push_str("# LoRA-FA (lora_A frozen): peft's create_lorafa_optimizer, not a LLaMA-Factory option\n");
     }
-    if s.preference() {
+    if s.preference() || s.grpo() {
         out = out.replace("stage: sft\n", &llama_factory_stage(s));
     }
     out.push_str(&full_logits_comment(s, "LLaMA-Factory's"));
@@ -593,6 +601,9 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
 /// are DPO losses there), or `stage: kto`; its trainers compute the full logits.
 fn llama_factory_stage(s: &Settings) -> String {
     use crate::model::{Logits, Stage};
+    if s.grpo() {
+        return "# GRPO: LLaMA-Factory has no GRPO stage (its RL stage is ppo): run this plan with TRL's GRPOTrainer (export trl) or ms-swift's swift rlhf --rlhf_type grpo\n".into();
+    }
     let (stage, loss) = match s.stage {
         Stage::Kto => ("kto", None),
         Stage::Orpo => ("dpo", Some("orpo")),
@@ -687,6 +698,17 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         out.push_str("# LoRA-FA (lora_A frozen): peft's create_lorafa_optimizer\n");
     }
     out.push_str(&full_logits_comment(s, "axolotl's"));
+    if s.grpo() {
+        // axolotl's GRPO: `rl: grpo` runs TRL's GRPOTrainer with the `trl:` section's arguments.
+        out.push_str(&format!(
+            "rl: grpo\ntrl:\n  beta: {}\n  num_generations: {}\n  max_completion_length: {}\n  num_iterations: {}\n  loss_type: {}\n  use_vllm: false\n  reward_funcs: [...]\n",
+            s.beta_run(),
+            s.num_generations,
+            s.completion_tokens(),
+            s.num_iterations,
+            s.grpo_loss.name()
+        ));
+    }
     if s.preference() {
         // axolotl's `rl` runs TRL's trainer of that name.
         out.push_str(&format!(
@@ -830,7 +852,19 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     }
     let mut args: Vec<(String, String)> = vec![];
     let mut arg = |k: &str, v: String| args.push((k.to_string(), v));
-    if s.preference() {
+    if s.grpo() {
+        // ms-swift's GRPO arguments (its GRPOArguments, TRL's names); its generation is not in
+        // this plan (use_vllm false: HF generate on the training GPU).
+        out.push_str("swift rlhf \\\n");
+        arg("rlhf_type", "grpo".to_string());
+        arg("beta", s.beta_run().to_string());
+        arg("num_generations", s.num_generations.to_string());
+        arg("max_completion_length", s.completion_tokens().to_string());
+        arg("num_iterations", s.num_iterations.to_string());
+        arg("loss_type", s.grpo_loss.name().to_string());
+        arg("use_vllm", "false".to_string());
+        arg("reward_funcs", "...".to_string());
+    } else if s.preference() {
         out.push_str("swift rlhf \\\n");
         arg("rlhf_type", s.stage.name().to_string());
         arg("beta", s.beta_run().to_string());

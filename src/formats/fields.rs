@@ -11,8 +11,9 @@ use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, GrpoLoss, Liger, Logits, LoraInit,
-    LossShift, Optimizer, PrefLoss, Quant, SavedModule, Settings, Stage, Strategy, Target,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Generation, GrpoLoss, Liger,
+    Logits, LoraInit, LossShift, Optimizer, PrefLoss, Quant, SavedModule, Settings, Stage,
+    Strategy, Target,
 };
 
 /// What values a setting takes (decides the page control and the CLI's argument).
@@ -808,7 +809,7 @@ pub static FIELDS: &[Field] = &[
     Field {
         name: "beta",
         json_aliases: &["grpo_beta", "dpo_beta", "pref_beta"],
-        url: None,
+        url: Some("beta"),
         flag: Some("--beta"),
         flag_aliases: &["--pref-beta"],
         no_flag: None,
@@ -861,7 +862,7 @@ pub static FIELDS: &[Field] = &[
         flag_aliases: &[],
         no_flag: Some("--keep-dropout"),
         label: "Disable dropout",
-        help: "TRL's default for preference training: every dropout, LoRA's too, at p = 0",
+        help: "TRL's default for preference training (not GRPO's): every dropout, LoRA's too, at p = 0",
         testid: None,
         kind: Kind::Bool,
         slider: None,
@@ -934,6 +935,26 @@ pub static FIELDS: &[Field] = &[
         slider: None,
         get: |s| s.num_iterations.to_string(),
         set: |s, v| int_in(v, 1, 1024).map(|x| s.num_iterations = x),
+    },
+    Field {
+        name: "generation",
+        json_aliases: &[],
+        url: Some("gen"),
+        flag: Some("--generation"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "Generation",
+        help: "GRPO: hf runs transformers' generate on the training GPU (TRL's use_vllm=False), its KV cache and sampling buffers a phase of their own; vllm_server generates on other GPUs",
+        testid: None,
+        kind: Kind::Choice(|| {
+            vec![
+                ("hf", "transformers' generate on this GPU"),
+                ("vllm_server", "vLLM on other GPUs (server mode)"),
+            ]
+        }),
+        slider: None,
+        get: |s| s.generation.name().to_string(),
+        set: |s, v| named(Generation::parse, v, Generation::choices()).map(|x| s.generation = x),
     },
     Field {
         name: "logits",

@@ -111,6 +111,9 @@ pub struct FamilyLayout {
     pub softcapping: bool,
     /// `tie_word_embeddings` when config.json omits it.
     pub tie_default: bool,
+    /// `bos_token_id` is set when config.json omits it (transformers' config class default):
+    /// `generate` then makes it a tensor with the pad and eos ids.
+    pub bos_default: bool,
     /// `head_dim` when config.json omits it (else hidden / heads).
     pub head_dim_default: Option<u64>,
     /// `attention_bias` also gives o_proj a bias (gpt-oss, OLMoE, Qwen3-MoE).
@@ -340,6 +343,7 @@ impl Family {
             qkv_bias: false,
             softcapping: false,
             tie_default: false,
+            bos_default: true,
             head_dim_default: None,
             o_bias: false,
             attention: AttentionKind::Standard,
@@ -389,12 +393,14 @@ impl Family {
             },
             Family::Qwen2 => FamilyLayout {
                 qkv_bias: true,
+                bos_default: false,
                 mask_kwargs: true,
                 liger: liger_llama,
                 ..base
             },
             Family::Qwen3 => FamilyLayout {
                 qk_norm: QkNorm::PerHead,
+                bos_default: false,
                 mask_kwargs: true,
                 liger: liger_llama,
                 ..base
@@ -436,6 +442,7 @@ impl Family {
             },
             Family::Qwen3Moe => FamilyLayout {
                 qk_norm: QkNorm::PerHead,
+                bos_default: false,
                 o_bias: true,
                 checkpoint_kwargs: KwargsOrder::PositionEmbeddingsFirst,
                 moe: Some(MoeLayout {
@@ -471,6 +478,7 @@ impl Family {
             },
             Family::Qwen35 => FamilyLayout {
                 qk_norm: QkNorm::PerHead,
+                bos_default: false,
                 norm: NormKind::Gemma,
                 mask_kwargs: true,
                 rotary_cat: true,

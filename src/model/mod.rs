@@ -29,7 +29,7 @@ pub use error::PlanError;
 pub use parallel::{Parallel, Strategy};
 pub use plan::{plan, plan_simulated, plan_simulated_on, Phase, Plan, QuickSurface};
 pub use settings::{
-    AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, FinetuningType, GrpoLoss, Liger, Logits,
-    LoraInit, LossShift, Optimizer, PrefLoss, SavedModule, Settings, Stage,
+    AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, FinetuningType, Generation, GrpoLoss, Liger,
+    Logits, LoraInit, LossShift, Optimizer, PrefLoss, SavedModule, Settings, Stage,
 };
 pub use term::{Component, Term};

@@ -193,6 +193,23 @@ names!(GrpoLoss {
     Bnpo => "bnpo",
 });
 
+/// Where a GRPO step's completions are generated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Generation {
+    /// transformers' `generate` on the training GPU (TRL's `use_vllm=False`, its default): the
+    /// prefill and one forward per new token, the KV cache growing, the sampling buffers.
+    Hf,
+    /// vLLM on other GPUs (TRL's `vllm_mode="server"`): nothing is generated on the training
+    /// GPU (the weight sync to the server is not planned).
+    VllmServer,
+}
+
+names!(Generation {
+    Hf => "hf" | "generate" | "transformers",
+    VllmServer => "vllm_server" | "server",
+});
+
 /// How the trainer turns the last hidden states into the loss: the per-token log-probabilities
 /// of the scored tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -507,6 +524,9 @@ pub struct Settings {
     /// log-probs are scored before training.
     #[serde(default = "default_one")]
     pub num_iterations: u64,
+    /// GRPO: where the completions are generated.
+    #[serde(default = "default_generation")]
+    pub generation: Generation,
     /// TRL `precompute_ref_log_probs`: the reference log-probs are computed once before
     /// training (a no-grad pass over the batch), so the step has no reference pass.
     #[serde(default)]
@@ -588,6 +608,10 @@ fn default_one() -> u64 {
     1
 }
 
+fn default_generation() -> Generation {
+    Generation::Hf
+}
+
 fn default_freeze_layers() -> i64 {
     2
 }
@@ -648,6 +672,7 @@ impl Default for Settings {
             num_generations: 8,
             max_completion_length: 0,
             num_iterations: 1,
+            generation: Generation::Hf,
             precompute_ref_log_probs: false,
             max_prompt_length: 0,
             disable_dropout: None,
@@ -725,6 +750,13 @@ impl Settings {
     /// 0 for GRPO since TRL 1.x: `trl/trainer/grpo_config.py:681-682`).
     pub fn beta_run(&self) -> f64 {
         self.beta.unwrap_or(if self.grpo() { 0.0 } else { 0.1 })
+    }
+
+    /// GRPO's generation batch on one GPU: `per_device_train_batch_size × steps_per_generation`
+    /// rows generated and scored together (steps_per_generation = gradient accumulation, TRL's
+    /// default).
+    pub fn generation_rows(&self) -> u64 {
+        self.batch.saturating_mul(self.grad_accum.max(1))
     }
 
     /// Whether a GRPO step scores the old policy's log-probs before training: when the

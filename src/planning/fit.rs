@@ -172,7 +172,7 @@ fn largest_fitting(
     capacity_bytes: u128,
     max: u64,
     how: Fidelity,
-    set: fn(&mut Settings, u64),
+    set: impl Fn(&mut Settings, u64),
 ) -> Option<u64> {
     largest(max, |v| {
         let mut t = s.clone();
@@ -200,7 +200,15 @@ pub fn max_seq(
     max: u64,
     how: Fidelity,
 ) -> Option<u64> {
-    largest_fitting(arch, s, capacity_bytes, max, how, |t, v| t.seq = v)
+    // A GRPO sequence is its prompt plus a completion: the completion is what gets shorter.
+    let prompt = s.prompt_tokens();
+    let completion_set = s.grpo() && s.max_completion_length > 0;
+    largest_fitting(arch, s, capacity_bytes, max, how, move |t, v| {
+        t.seq = v;
+        if completion_set {
+            t.max_completion_length = v.saturating_sub(prompt);
+        }
+    })
 }
 
 #[cfg(test)]

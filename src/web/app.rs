@@ -281,7 +281,7 @@ fn Essentials(state: RwSignal<UiState>) -> impl IntoView {
                 <SelectControl label="GPU" testid="select-gpu" options=Signal::derive(move || gpu_options.clone())
                     value=text(move || state.with(|st| st.gpu.clone()))
                     on_set=Callback::new(move |v: String| state.update(|st| st.gpu = v)) />
-                {setting_controls(layout::ESSENTIAL, state, None)}
+                {setting_controls(layout::ESSENTIAL, state, Some(layout::after_essential))}
             </div>
             // Only a model with a vision tower has them (an Option, not <Show>: see ARCHITECTURE.md).
             {move || has_tower.get().then(|| view! {

@@ -32,6 +32,12 @@ pub const TRAINING: &[&str] = &[
     "pref_loss",
     "max_prompt_length",
     "precompute_ref_log_probs",
+    "generation",
+    "num_generations",
+    "max_completion_length",
+    "num_iterations",
+    "beta",
+    "grpo_loss",
     "disable_dropout",
     "logits",
     "padded_mask",
@@ -106,8 +112,18 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         "freeze_trainable_layers" => s.finetuning_type == crate::model::FinetuningType::Freeze,
         // A preference method's own settings; the reference's only where there is one.
         "pref_loss" => s.stage == crate::model::Stage::Dpo,
-        "max_prompt_length" | "disable_dropout" => s.preference(),
-        "precompute_ref_log_probs" => s.uses_reference(),
+        "max_prompt_length" => s.preference(),
+        "disable_dropout" => s.preference() || s.grpo(),
+        "precompute_ref_log_probs" => s.uses_reference() && !s.grpo(),
+        // GRPO's own settings (β changes memory only there: its reference pass).
+        "generation"
+        | "num_generations"
+        | "max_completion_length"
+        | "num_iterations"
+        | "beta"
+        | "grpo_loss" => s.grpo(),
+        // GRPO runs through TRL's fused head only.
+        "logits" => !s.grpo(),
         // transformers 4's per-expert layout had only the loop over the experts, and no fused
         // expert parameters for target_parameters.
         "experts_implementation" | "target_parameters" => {
@@ -132,6 +148,25 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
 pub fn after_model(st: &mut crate::web::state::UiState) {
     if crate::web::state::arch_of(st).map_or(true, |a| a.vision.is_none()) {
         st.settings.images.images_per_sample = 0;
+    }
+}
+
+/// After a first-screen setting changes: a GRPO step needs a generation batch (batch ×
+/// gradient accumulation × GPUs) that is a multiple of num_generations, as TRL checks; when it
+/// is not, the completions of one prompt are the whole generation batch (num_generations set
+/// to it), or with a single row, gradient accumulation gathers num_generations of them.
+pub fn after_essential(s: &mut Settings) {
+    if !s.grpo() {
+        return;
+    }
+    let rows = u128::from(s.batch) * u128::from(s.grad_accum.max(1)) * s.parallel.world();
+    if rows % u128::from(s.num_generations.max(1)) == 0 {
+        return;
+    }
+    if rows >= 2 {
+        s.num_generations = u64::try_from(rows).unwrap_or(u64::MAX);
+    } else {
+        s.grad_accum = s.num_generations;
     }
 }
 
@@ -186,6 +221,29 @@ mod tests {
         st.model = "llama2-7b".into();
         after_model(&mut st);
         assert_eq!(st.settings.images.images_per_sample, 0);
+    }
+
+    #[test]
+    fn a_grpo_step_gets_a_generation_batch_trl_accepts() {
+        let mut s = Settings {
+            stage: crate::model::Stage::Grpo,
+            batch: 4,
+            ..Settings::default()
+        };
+        assert!(s.validate().is_err(), "4 rows, 8 generations");
+        after_essential(&mut s);
+        assert_eq!((s.num_generations, s.grad_accum), (4, 1));
+        assert!(s.validate().is_ok());
+        s.batch = 1;
+        s.num_generations = 8;
+        after_essential(&mut s);
+        assert_eq!((s.num_generations, s.grad_accum), (8, 8));
+        assert!(s.validate().is_ok());
+        // Valid settings stay as they are.
+        s.batch = 2;
+        s.grad_accum = 4;
+        after_essential(&mut s);
+        assert_eq!((s.batch, s.num_generations, s.grad_accum), (2, 8, 4));
     }
 
     #[test]

@@ -532,10 +532,10 @@ fn Tables(
                     </tbody>
                 </table>
             </div>
-            <table class="phases">
+            <table class="phases" data-testid="phase-peaks">
                 <caption>{t("Highest memory of each phase")}</caption>
                 <tbody>
-                    {move || phases().into_iter().map(|(name, moment, bytes)| view! { <tr><th scope="row">{t(name)}</th><td>{ts(moment)}</td><td class="num">{bytes}</td></tr> }).collect_view()}
+                    {move || phases().into_iter().map(|(name, moment, bytes)| view! { <tr data-phase=name><th scope="row">{t(name)}</th><td>{ts(moment)}</td><td class="num">{bytes}</td></tr> }).collect_view()}
                 </tbody>
             </table>
         </section>

@@ -16,12 +16,12 @@ pub fn reference_dir() -> PathBuf {
 
 /// What `truth/replay.py` prints for one sequence.
 #[derive(Debug, PartialEq, Eq)]
-struct Figures {
-    max_allocated: u64,
-    max_reserved: u64,
-    end_allocated: u64,
-    end_reserved: u64,
-    reserved_by_phase: BTreeMap<String, u64>,
+pub(crate) struct Figures {
+    pub(crate) max_allocated: u64,
+    pub(crate) max_reserved: u64,
+    pub(crate) end_allocated: u64,
+    pub(crate) end_reserved: u64,
+    pub(crate) reserved_by_phase: BTreeMap<String, u64>,
 }
 
 impl Figures {
@@ -45,7 +45,7 @@ impl Figures {
 /// The port of `replay.py`: `torch.empty(max(nbytes, 1))` per "a" event,
 /// dropping the tensor per "f" event, reserved memory sampled after every
 /// allocation.
-fn replay(events: &[Value]) -> Figures {
+pub(crate) fn replay(events: &[Value]) -> Figures {
     replay_with(events, AllocConf::default())
 }
 

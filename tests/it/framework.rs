@@ -707,7 +707,7 @@ trainer.train()
         r.assumed
     );
     for (text, needle) in [
-        ("from trl import GRPOConfig\nargs = GRPOConfig(num_generations=8)\n", "GRPO"),
+        ("from trl import RLOOConfig\nargs = RLOOConfig(num_generations=8)\n", "RLOO"),
         ("from trl import CPOConfig\nargs = CPOConfig(loss_type=\"sigmoid\")\n", "CPO is not planned"),
         ("import torch\nargs = TrainingArguments(per_device_train_batch_size=bs)\n", "TrainingArguments.per_device_train_batch_size = bs"),
         ("import torch\nlora = LoraConfig(r=8)\n", "no TrainingArguments"),
@@ -1232,4 +1232,50 @@ fn liger_fused_loss_under_sft_trainer_is_named_not_planned() {
         // Liger's layer kernels still run under SFTTrainer.
         assert!(r.settings.liger.any(), "{text}");
     }
+}
+
+/// A TRL GRPO script: GRPOConfig's keys and TRL 1.16's defaults (β 0, checkpointing, bf16, a
+/// 512-token completion); vLLM is named as not planned, and the planned step is GRPO's.
+#[test]
+fn a_grpo_script_is_read_with_trls_defaults_and_vllm_named() {
+    let script = r#"
+import torch
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM
+from trl import GRPOConfig, GRPOTrainer
+
+model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-7B-Instruct", torch_dtype=torch.bfloat16)
+peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
+args = GRPOConfig(output_dir="out", per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                  num_generations=8, num_iterations=2, loss_type="dr_grpo",
+                  use_vllm=True, vllm_gpu_memory_utilization=0.3)
+trainer = GRPOTrainer(model=model, reward_funcs=[len], args=args, train_dataset=ds, peft_config=peft_config)
+"#;
+    let r = framework::read(script).unwrap();
+    let s = &r.settings;
+    assert!(s.grpo());
+    assert_eq!(
+        (s.batch, s.grad_accum, s.num_generations, s.num_iterations),
+        (4, 2, 8, 2)
+    );
+    assert_eq!(s.grpo_loss, lorafit::model::GrpoLoss::DrGrpo);
+    assert_eq!(s.beta_run(), 0.0, "TRL 1.x's β");
+    assert!(s.grad_ckpt && s.autocast == Some(Dtype::Bf16));
+    assert_eq!((s.completion_tokens(), s.seq), (512, 1024));
+    assert!(s.grpo_old_logps(), "two iterations score the old policy");
+    for key in [
+        "GRPOConfig.use_vllm",
+        "GRPOConfig.vllm_gpu_memory_utilization",
+    ] {
+        assert!(
+            r.not_modeled.iter().any(|n| n.key == key),
+            "{key}: {:?}",
+            r.not_modeled
+        );
+    }
+    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("qwen2.5-7b"))
+        .unwrap()
+        .value;
+    let p = lorafit::model::plan(&arch, s).expect("plans");
+    assert!(p.phases.iter().any(|ph| ph.phase.name() == "score"));
 }

@@ -63,3 +63,112 @@ fn the_scoring_phase_peak_is_the_measured_one() {
         );
     }
 }
+
+/// A generation longer than twice `FULL_DECODE_CALLS` new tokens runs its middle decode calls
+/// as the cache's growth alone: against a recording of 200 new tokens (every call op by op),
+/// each phase's peak allocated is the same, and PyTorch's caching allocator replayed over the
+/// shorter sequence reserves what it reserves over the recorded one, phase by phase.
+#[test]
+fn a_long_generation_keeps_its_peaks_with_the_middle_calls_compressed() {
+    use flate2::read::GzDecoder;
+    use lorafit::model::steptrace::{generate_on, Device, Event};
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace/long");
+    let case: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("grpogen_c200.json")).expect("case"),
+    )
+    .expect("case JSON");
+    let f = std::fs::File::open(dir.join("grpogen_c200.events.json.gz")).expect("events");
+    let recorded: Value = serde_json::from_reader(GzDecoder::new(f)).expect("events JSON");
+    let recorded = recorded.as_array().expect("events").clone();
+    let arch = lorafit::formats::catalog::resolve_model(&case["model"])
+        .expect("model")
+        .value;
+    let s = crate::harness_settings(&case["settings"]);
+    let t = generate_on(&arch, &s, Device::Emulated).expect("generates");
+    let mut phase = 0;
+    let mut generated = vec![];
+    for (i, e) in t.events.iter().enumerate() {
+        while phase + 1 < t.phases.len() && t.phases[phase + 1].0 <= i {
+            phase += 1;
+        }
+        let (_, step, p) = t.phases[phase];
+        generated.push(match *e {
+            Event::Alloc { id, bytes } => serde_json::json!(["a", id, bytes, p.name(), step]),
+            Event::Free { id } => serde_json::json!(["f", id]),
+        });
+    }
+    let allocs = |ev: &[Value]| ev.iter().filter(|e| e[0] == "a").count();
+    assert!(
+        allocs(&generated) * 2 < allocs(&recorded),
+        "compressed: {} allocations vs {}",
+        allocs(&generated),
+        allocs(&recorded)
+    );
+    let peaks = |ev: &[Value]| {
+        let (mut live, mut cur) = (std::collections::HashMap::new(), 0u64);
+        let mut by: std::collections::BTreeMap<String, u64> = Default::default();
+        for e in ev {
+            let id = e[1].as_u64().expect("id");
+            if e[0] == "a" {
+                let b = e[2].as_u64().expect("bytes");
+                live.insert(id, b);
+                cur += b;
+                let k = format!("step{}:{}", e[4], e[3].as_str().expect("phase"));
+                let p = by.entry(k).or_default();
+                *p = (*p).max(cur);
+            } else if let Some(b) = live.remove(&id) {
+                cur -= b;
+            }
+        }
+        by
+    };
+    assert_eq!(
+        peaks(&generated),
+        peaks(&recorded),
+        "peak allocated per phase"
+    );
+    let (rg, rr) = (
+        crate::allocator::replay(&generated),
+        crate::allocator::replay(&recorded),
+    );
+    assert_eq!(rg.max_allocated, rr.max_allocated);
+    for (k, want) in &rr.reserved_by_phase {
+        let got = rg.reserved_by_phase.get(k).copied().unwrap_or(0);
+        println!("{k}: reserved {got} (recorded {want})");
+        assert_eq!(got, *want, "{k}: reserved");
+    }
+}
+
+/// GRPO steps with their generation (`generation: hf`), measured at full depth
+/// (`tests/data/reference/grpo/gen_cases.jsonl`): planned to the byte, allocated and reserved,
+/// and the generation phase's peak is the measured one.
+#[test]
+fn grpo_steps_with_their_generation_are_planned_to_the_byte() {
+    let cases = crate::jsonl("tests/data/reference/grpo/gen_cases.jsonl");
+    for v in &cases {
+        let id = v["id"].as_str().expect("id");
+        let m = crate::plan_measured_line(v);
+        assert_eq!(
+            m.settings.generation,
+            lorafit::model::Generation::Hf,
+            "{id}: generates"
+        );
+        let (q, st, r) = (m.quick_pct, m.settled_pct, m.reserved_pct);
+        assert!(q.abs() <= 0.01, "{id}: quick {q:+.3} %");
+        assert!(st.abs() <= 0.01, "{id}: settled {st:+.3} %");
+        assert!(r.abs() <= 0.01, "{id}: reserved {r:+.3} %");
+        let measured = v["result"]["per_step"][1]["phase_peaks"]["generate"]
+            .as_u64()
+            .expect("the harness's generate peak");
+        let planned = m
+            .settled
+            .phases
+            .iter()
+            .find(|p| p.phase.name() == "generate")
+            .unwrap_or_else(|| panic!("{id}: no generate phase"))
+            .bytes;
+        assert_eq!(planned, u128::from(measured), "{id}: the generate phase");
+    }
+    assert_eq!(cases.len(), 2);
+}

@@ -59,6 +59,9 @@ fn variants() -> Vec<Settings> {
         "gc=1&dt=nf4&b=4&s=4096",
         "attn=eager&do=0.1&dt=fp32",
         "mo=1073741824",
+        "stage=grpo&b=8&ng=8",
+        "stage=grpo&b=4&ng=4&beta=0.04&ni=2&do=0.05",
+        "stage=grpo&b=4&ng=2&beta=0.04&ft=full",
     ] {
         let (st, _) = lorafit::web::link::decode(q);
         out.push(st.settings);

@@ -74,6 +74,13 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
     // is num_generations. Its preference-only keys are not GRPO's (its β is `grpo_beta`).
     if v["method_kind"] == "grpo" {
         v["num_generations"] = v["batch"].clone();
+        // Its steps without `grpo_generate` generate nothing on the GPU: as a trainer's GPU
+        // does when vLLM generates on others.
+        v["generation"] = if v["grpo_generate"] == serde_json::Value::Bool(true) {
+            "hf".into()
+        } else {
+            "vllm_server".into()
+        };
         if let Some(o) = v.as_object_mut() {
             for k in [
                 "dpo_beta",

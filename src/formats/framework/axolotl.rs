@@ -347,7 +347,7 @@ fn rl(rd: &mut Reader, v: &Value) -> Result<(), String> {
         }
         Some(s @ ("dpo" | "orpo" | "kto" | "simpo")) => rd.set("stage", s),
         _ => Err(format!(
-            "{}: {v} is not planned (dpo, ipo, orpo, kto and simpo are)",
+            "{}: {v} is not read from axolotl (dpo, ipo, orpo, kto and simpo are; GRPO is planned from TRL's GRPOConfig or with stage grpo, not yet from axolotl's trl section)",
             rd.key()
         )),
     }

@@ -81,6 +81,31 @@ pub(super) const TABLE: Table = &[
         Rule::To("precompute_ref_log_probs"),
     ),
     ("max_prompt_length", Rule::To("max_prompt_length")),
+    // GRPOConfig (TRL 1.16): the completions, the passes, and vLLM (not planned).
+    ("num_generations", Rule::To("num_generations")),
+    ("max_completion_length", Rule::To("max_completion_length")),
+    ("num_iterations", Rule::To("num_iterations")),
+    ("use_vllm", Rule::Read(use_vllm)),
+    (
+        "vllm_mode",
+        Rule::NotModeled("vLLM's generation (colocated or as a server) is not planned"),
+    ),
+    (
+        "vllm_gpu_memory_utilization",
+        Rule::NotModeled("vLLM's share of the card is not planned: leave that fraction free"),
+    ),
+    (
+        "vllm_enable_sleep_mode",
+        Rule::NotModeled("vLLM's sleep mode is not planned"),
+    ),
+    (
+        "generation_batch_size",
+        Rule::NotModeled("planned as one generation batch of batch × gradient accumulation × GPUs rows per optimizer step"),
+    ),
+    (
+        "steps_per_generation",
+        Rule::NotModeled("planned as one generation batch of batch × gradient accumulation × GPUs rows per optimizer step"),
+    ),
     (
         "eval_accumulation_steps",
         Rule::To("eval_accumulation_steps"),
@@ -171,6 +196,17 @@ fn empty_or(rd: &mut Reader, v: &Value, why: &str) -> Result<(), String> {
         rd.r.ignored.push(rd.key().to_string());
     } else {
         rd.not_modeled(why.to_string());
+    }
+    Ok(())
+}
+
+/// GRPOConfig's `use_vllm`: False is the plan's HF generation path (its generation itself not
+/// planned); True is vLLM's, which is not planned.
+fn use_vllm(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if v.as_bool() == Some(true) {
+        rd.not_modeled("vLLM's generation and its share of the card are not planned (the scoring and training phases are)");
+    } else {
+        rd.r.ignored.push(rd.key().to_string());
     }
     Ok(())
 }

@@ -19,7 +19,6 @@ use serde_json::{Map, Value};
 
 /// TRL's trainers that lorafit does not plan, with what they are.
 const UNPLANNED: &[(&str, &str)] = &[
-    ("GRPOConfig", "TRL's GRPO (online RL with generation)"),
     ("RLOOConfig", "TRL's RLOO (online RL with generation)"),
     (
         "OnlineDPOConfig",
@@ -46,6 +45,7 @@ const TRAINING_CLASSES: &[(&str, Option<&str>)] = &[
     ("KTOConfig", Some("kto")),
     ("ORPOConfig", Some("orpo")),
     ("CPOConfig", Some("simpo")),
+    ("GRPOConfig", Some("grpo")),
 ];
 
 /// The script's top-level keys: the calls read, in the order they are applied (the model
@@ -78,6 +78,7 @@ const TABLE: Table = &[
     ("KTOConfig", Rule::Read(training)),
     ("ORPOConfig", Rule::Read(training)),
     ("CPOConfig", Rule::Read(training)),
+    ("GRPOConfig", Rule::Read(training)),
     ("prepare_model_for_kbit_training", Rule::Read(prepare)),
     ("apply_liger_kernel_to_*", Rule::Read(liger)),
 ];
@@ -400,7 +401,26 @@ fn training(rd: &mut Reader, v: &Value) -> Result<(), String> {
                 &format!("{class}'s bf16 default when fp16 is not set (TRL)"),
             )?;
         }
-        if !given("max_length") && !given("max_seq_length") {
+        if stage == "grpo" {
+            // GRPOConfig has no max_length and, in TRL 1.16, no prompt limit: a sequence is the
+            // data's prompt plus max_completion_length (512 by default).
+            if !given("max_completion_length") {
+                assume(
+                    rd,
+                    "max_completion_length",
+                    "512",
+                    &format!("{class}'s max_completion_length default (TRL)"),
+                )?;
+            }
+            if rd.r.setting("seq").is_none() {
+                assume(
+                    rd,
+                    "seq",
+                    "1024",
+                    &format!("{class}: a prompt of up to 512 tokens (TRL 1.16 does not cut prompts: set seq to your longest prompt + max_completion_length)"),
+                )?;
+            }
+        } else if !given("max_length") && !given("max_seq_length") {
             if let Some(at) = rd.r.used.iter().position(|u| u.setting == "seq") {
                 let u = rd.r.used.remove(at);
                 rd.r.notes.push(format!(

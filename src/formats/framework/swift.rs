@@ -465,7 +465,7 @@ fn rlhf(rd: &mut Reader, v: &Value) -> Result<(), String> {
     match v.as_str() {
         Some(s @ ("dpo" | "orpo" | "simpo" | "kto" | "cpo")) => rd.set("stage", s),
         _ => Err(format!(
-            "{}: {v} is not planned (dpo, orpo, simpo, cpo and kto are; GRPO, PPO and reward models are not yet)",
+            "{}: {v} is not read from ms-swift (dpo, orpo, simpo, cpo and kto are; GRPO is planned from TRL's GRPOConfig or with stage grpo, not yet from ms-swift's arguments; PPO and reward models are not planned)",
             rd.key()
         )),
     }

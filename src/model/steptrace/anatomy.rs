@@ -43,7 +43,9 @@ pub fn component(label: &Label, made_in_backward: bool) -> Component {
         What::LoraCast | What::Lora | What::Dora => Component::ActLora,
         What::Dropout | What::DropoutMask => Component::ActDropout,
         What::WeightCopy => Component::ActWeightCopies,
-        What::Rope | What::Attention | What::Scores | What::LinearAttn => Component::ActAttention,
+        What::Rope | What::Attention | What::Scores | What::LinearAttn | What::KvCache => {
+            Component::ActAttention
+        }
         What::Mlp => Component::ActMlp,
         What::Experts => Component::ActExperts,
         What::Logits | What::Loss => Component::LogitsLoss,
@@ -185,7 +187,8 @@ impl Highs {
         }
         let reported = matches!(
             m.phase,
-            StepPhase::Score
+            StepPhase::Generate
+                | StepPhase::Score
                 | StepPhase::Forward
                 | StepPhase::RefForward
                 | StepPhase::Backward

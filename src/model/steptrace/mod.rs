@@ -90,14 +90,17 @@ pub enum StepPhase {
     Eval,
     /// After training: peft's `merge_and_unload` on the GPU.
     Merge,
+    /// A GRPO step's generation of its completions (`generate`), before its scoring.
+    Generate,
 }
 
 impl StepPhase {
     /// Every phase, in step order.
-    pub const ALL: [StepPhase; 11] = [
+    pub const ALL: [StepPhase; 12] = [
         StepPhase::Setup,
         StepPhase::Inputs,
         StepPhase::Precompute,
+        StepPhase::Generate,
         StepPhase::Score,
         StepPhase::Forward,
         StepPhase::RefForward,
@@ -115,6 +118,7 @@ impl StepPhase {
             StepPhase::Inputs => "inputs",
             StepPhase::Precompute => "precompute_ref",
             StepPhase::Score => "score",
+            StepPhase::Generate => "generate",
             StepPhase::Forward => "forward",
             StepPhase::RefForward => "ref_forward",
             StepPhase::Backward => "backward",
@@ -205,11 +209,13 @@ pub enum What {
     EvalOutputs,
     /// The merge's temporaries: the LoRA delta `B·A`, a dequantized weight, its copies.
     MergeTemp,
+    /// Generation: the keys and values `generate` caches for every layer.
+    KvCache,
 }
 
 impl What {
     /// Every kind, in declaration order.
-    pub const ALL: [What; 37] = [
+    pub const ALL: [What; 38] = [
         What::Weight,
         What::QuantState,
         What::Trainable,
@@ -247,6 +253,7 @@ impl What {
         What::CommBucket,
         What::EvalOutputs,
         What::MergeTemp,
+        What::KvCache,
     ];
 
     /// Short human name.
@@ -291,6 +298,7 @@ impl What {
             What::CommBucket => "gradient communication bucket",
             What::EvalOutputs => "evaluation outputs kept (losses, logits, labels)",
             What::MergeTemp => "merge temporary (LoRA delta, dequantized weight)",
+            What::KvCache => "KV cache (generation)",
         }
     }
 }
@@ -475,6 +483,31 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
             why: "Liger's RMSNorm with trained norm weights (full or freeze tuning) sums its weight gradient from a [streaming multiprocessors × width] fp32 buffer sized by the GPU; not planned yet: plan with liger_kernel swiglu,rope".into(),
+        });
+    }
+    if s.grpo() && (arch.is_moe() || arch.vision.is_some() || arch.family.layout().hybrid.is_some())
+    {
+        return Err(PlanError::InvalidSetting {
+            field: "stage",
+            why: "GRPO is planned for dense text decoders (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3); its experts', linear attention's and images' passes through TRL's fused head are not planned yet".into(),
+        });
+    }
+    if s.grpo()
+        && s.generation == crate::model::settings::Generation::Hf
+        && arch.family.layout().attention != crate::model::family::AttentionKind::Standard
+    {
+        return Err(PlanError::InvalidSetting {
+            field: "generation",
+            why: format!("transformers' generate is planned with the standard attention's KV cache; {}'s attention caches otherwise: plan its generation elsewhere (generation vllm_server)", arch.family.name()),
+        });
+    }
+    if s.grpo()
+        && s.generation == crate::model::settings::Generation::Hf
+        && arch.sliding_window_tokens().is_some_and(|w| s.seq > w)
+    {
+        return Err(PlanError::InvalidSetting {
+            field: "generation",
+            why: format!("past its {}-token window a sliding layer's DynamicCache keeps only the window, which is not planned yet: plan seq within the window, or the generation elsewhere (generation vllm_server)", arch.sliding_window_tokens().unwrap_or(0)),
         });
     }
     if s.preference() && arch.is_moe() {

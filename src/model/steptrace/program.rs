@@ -138,6 +138,8 @@ struct Prog<'c, 'a> {
     /// The input ids a trained embedding's backward keeps, where the step frees its own
     /// reference before the backward (GRPO's `_compute_loss` locals).
     embed_ids: Option<T>,
+    /// A GRPO step's generation: the rows, the KV cache, the mask's length.
+    gen: Option<generate::GenMode>,
     /// The first of the extended ops (`model::extended`) this step ran.
     extended: Option<&'static str>,
 }
@@ -170,6 +172,8 @@ mod dora;
 mod fused_ce;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod gdn;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+mod generate;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod grpo;
 pub(super) mod job;
@@ -1348,6 +1352,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         };
         self.drop(qn);
         self.drop(kn);
+        // generate: the keys and values go into the layer's cache, which the attention reads.
+        let (ke, vv) = self.cache_update(ke, vv);
         let tokens = b * sq;
         let mut weights = None;
         let out = if eager {
@@ -1394,7 +1400,15 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             let qe = qc;
             let mut o = self.t(tokens * heads * hd, ad, What::Attention);
-            let rows = if efficient { sq.div_ceil(32) * 32 } else { sq };
+            // The memory-efficient kernel computes the logsumexp only for backward
+            // (`compute_log_sumexp`): under no_grad its output has no columns.
+            let rows = if efficient && self.tp.mode == Mode::NoGrad {
+                0
+            } else if efficient {
+                sq.div_ceil(32) * 32
+            } else {
+                sq
+            };
             let lse = self.t(b * heads * rows, 4, What::Attention);
             let seed = self.t(1, 8, What::Attention);
             let off = self.t(1, 8, What::Attention);
@@ -1888,6 +1902,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         {
             return self.rotary_mrope(es);
         }
+        // generate's position ids have a row per sequence: so have the tables.
+        let sq = sq * self.gen.as_ref().map_or(1, |g| g.rows);
         let pos = self.t(sq, 4, What::Rotary);
         let freqs = self.t(sq * hd / 2, 4, What::Rotary);
         self.tp.gemm(false); // inv_freq @ positions: the forward's first GEMM
@@ -2052,20 +2068,25 @@ impl<'c, 'a> Prog<'c, 'a> {
             (emb, Default::default())
         };
         self.vision_locals = locals;
-        // cache_position / position_ids (with images: get_rope_index's `[3, batch, seq]`)
-        let pos = if self.ctx.visual.is_some() {
-            self.rope_index()
+        // cache_position / position_ids (with images: get_rope_index's `[3, batch, seq]`);
+        // generate passes its own position ids.
+        let generating = self.gen.is_some();
+        let pos = if generating {
+            None
+        } else if self.ctx.visual.is_some() {
+            Some(self.rope_index())
         } else {
             let ar = self.t(s.seq, 8, What::Input);
             let pos = self.t(s.seq, 8, What::Input);
             self.drop(ar);
-            pos
+            Some(pos)
         };
         let eager = s.attn_impl == AttnImpl::Eager;
         if pref && !eager && ctx.sdpa_mask() == SdpaMask::None {
             // The collator's all-ones attention_mask: transformers reads it as booleans
             // (`masking_utils`), finds no padding and drops it (SDPA `is_causal`).
-            let m = self.t(tokens, 1, What::Input);
+            let mask_tokens = self.gen.as_ref().map_or(tokens, |g| g.rows * g.mask_len);
+            let m = self.t(mask_tokens, 1, What::Input);
             self.drop(m);
         }
         let causal = if !eager {
@@ -2130,18 +2151,20 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.tp.layer = Some(li as u32);
                 // The checkpoint releases the layer's keyword arguments in call order, a tuple's
                 // items last first (the position embeddings): `keeps` is that order reversed.
-                let mut keeps = if a.family.layout().checkpoint_kwargs
+                // The multimodal position ids (`[3, batch, seq]`) leave no text position ids
+                // for the layers (`Qwen3_5TextModel.forward`): nothing to keep.
+                let pos_t = pos.filter(|_| self.ctx.visual.is_none()).map(|p| p.t);
+                let keeps: Vec<T> = if a.family.layout().checkpoint_kwargs
                     == KwargsOrder::PositionEmbeddingsFirst
                 {
-                    vec![hcur.t, cos.t, sin.t, pos.t]
+                    [Some(hcur.t), Some(cos.t), Some(sin.t), pos_t]
                 } else {
-                    vec![hcur.t, pos.t, cos.t, sin.t]
-                };
-                if self.ctx.visual.is_some() {
-                    // The multimodal position ids (`[3, batch, seq]`) leave no text position
-                    // ids for the layers (`Qwen3_5TextModel.forward`): nothing to keep.
-                    keeps.retain(|&t| t != pos.t);
+                    [Some(hcur.t), pos_t, Some(cos.t), Some(sin.t)]
                 }
+                .into_iter()
+                .flatten()
+                .collect();
+                let mut keeps = keeps;
                 let m = self.mask_for(li);
                 if let Some(c) = m {
                     keeps.push(c.t);
@@ -2181,14 +2204,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             // With images the position ids are the model's own argument, which outlives the
             // language model's locals.
             if self.ctx.visual.is_some() {
-                self.drop(pos);
+                self.drop_opt(pos);
                 self.drop(emb);
             } else {
                 self.drop(emb);
-                self.drop(pos);
+                self.drop_opt(pos);
             }
         } else {
-            self.drop(pos);
+            self.drop_opt(pos);
             self.drop(emb);
             if let Some(c) = causal {
                 self.drop(c);
@@ -2684,6 +2707,12 @@ pub(super) fn run<const AFTER: u8>(
     let after = job::After::of_code(AFTER);
     let eval_s = (after == job::After::Eval).then(|| job::eval_settings(ctx.s));
     let eval_ctx = eval_s.as_ref().map(|s| Ctx::new(ctx.arch, s));
+    // GRPO's generation on this GPU: the prefill's context (the prompts) and each new token's.
+    let gen_s = (ctx.s.grpo() && ctx.s.generation == crate::model::settings::Generation::Hf)
+        .then(|| generate::contexts(ctx.s));
+    let gen_ctx = gen_s
+        .as_ref()
+        .map(|(pre, dec)| (Ctx::new(ctx.arch, pre), Ctx::new(ctx.arch, dec)));
     let mut p = Prog {
         ctx,
         tp: Tape::new(ctx.arch.num_hidden_layers),
@@ -2719,6 +2748,7 @@ pub(super) fn run<const AFTER: u8>(
         extended: None,
         rope_deltas: None,
         embed_ids: None,
+        gen: None,
     };
     p.tp.emulated = device == super::Device::Emulated;
     p.tp.set_rank(rank);
@@ -2749,6 +2779,11 @@ pub(super) fn run<const AFTER: u8>(
     #[cfg_attr(not(feature = "extended-ops"), allow(unused_mut))]
     let mut rollout: Option<grpo::Rollout> = None;
     for step in 1..=2u8 {
+        if let Some((pre, dec)) = &gen_ctx {
+            extended!(p, "GRPO", p.grpo_generate(step, pre, dec), {
+                let _ = (pre, dec);
+            });
+        }
         if grpo {
             extended!(
                 p,

@@ -48,6 +48,12 @@ pub enum FixId {
     PrecomputeRef,
     /// TRL's fused log-prob head instead of the full logits.
     FusedLogprobs,
+    /// GRPO: β 0, no reference pass (and no reference copy of a trained base).
+    GrpoBeta0,
+    /// GRPO: one update per generation, no old-policy pass.
+    OneIteration,
+    /// GRPO: the generation on vLLM servers on other GPUs.
+    VllmServer,
     /// Evaluation: the kept outputs leave the GPU after every batch (`eval_accumulation_steps=1`).
     EvalAccumulation,
     /// Evaluation: only the loss is kept (`prediction_loss_only=True`).
@@ -98,8 +104,12 @@ pub enum ChangeKind {
     EvalBatch,
     /// Where the merge after training runs.
     Export,
-    /// A preference step's reference pass.
+    /// A preference or GRPO step's reference pass.
     Reference,
+    /// GRPO's old-policy pass.
+    OldPolicy,
+    /// Where GRPO generates.
+    Generation,
     /// The sequence length (the last resort) or several kinds at once (a combination).
     Several,
 }
@@ -126,6 +136,9 @@ impl FixId {
             FixId::Lora => "lora",
             FixId::PrecomputeRef => "precompute_ref",
             FixId::FusedLogprobs => "fused_logprobs",
+            FixId::GrpoBeta0 => "grpo_beta0",
+            FixId::OneIteration => "one_iteration",
+            FixId::VllmServer => "vllm_server",
             FixId::EvalAccumulation => "eval_accumulation",
             FixId::LossOnly => "prediction_loss_only",
             FixId::SmallerEvalBatch => "smaller_eval_batch",
@@ -147,7 +160,9 @@ impl FixId {
             FixId::Adamw8bit | FixId::Paged => ChangeKind::Optimizer,
             FixId::FusedCe | FixId::FusedLogprobs => ChangeKind::Loss,
             FixId::Liger => ChangeKind::Kernels,
-            FixId::PrecomputeRef => ChangeKind::Reference,
+            FixId::PrecomputeRef | FixId::GrpoBeta0 => ChangeKind::Reference,
+            FixId::OneIteration => ChangeKind::OldPolicy,
+            FixId::VllmServer => ChangeKind::Generation,
             FixId::GradCkpt => ChangeKind::Checkpointing,
             FixId::SmallerBatch => ChangeKind::MicroBatch,
             FixId::FewerTargets => ChangeKind::Targets,
@@ -216,6 +231,12 @@ pub enum Patch {
     PrecomputeRef,
     /// TRL's fused log-prob head.
     FusedLogprobs,
+    /// GRPO's `beta=0.0`.
+    Beta0,
+    /// GRPO's `num_iterations=1`.
+    OneIteration,
+    /// GRPO's `use_vllm=True, vllm_mode="server"`.
+    VllmServer,
     /// `eval_accumulation_steps=1`.
     EvalAccumulation1,
     /// `prediction_loss_only=True`.
@@ -265,6 +286,9 @@ impl Patch {
             Patch::NoDora => t.use_dora = false,
             Patch::Lora => t.finetuning_type = FinetuningType::Lora,
             Patch::PrecomputeRef => t.precompute_ref_log_probs = true,
+            Patch::Beta0 => t.beta = Some(0.0),
+            Patch::OneIteration => t.num_iterations = 1,
+            Patch::VllmServer => t.generation = crate::model::Generation::VllmServer,
             Patch::FusedLogprobs => t.logits = Some(crate::model::Logits::Fused),
             Patch::EvalAccumulation1 => t.job.eval_accumulation_steps = Some(1),
             Patch::LossOnly => t.job.prediction_loss_only = true,
@@ -437,7 +461,37 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             Patch::Lora,
         );
     }
-    if s.reference_pass() {
+    if s.grpo() && s.reference_pass() {
+        push(
+            FixId::GrpoBeta0,
+            "beta=0.0 (no KL term)".into(),
+            "β 0",
+            "no KL penalty toward the reference (TRL 1.x's default): no reference pass, and for a trained base no reference copy; the policy may drift further from where it started",
+            8,
+            Patch::Beta0,
+        );
+    }
+    if s.grpo_old_logps() && s.num_iterations > 1 {
+        push(
+            FixId::OneIteration,
+            format!("num_iterations {} → 1", s.num_iterations),
+            "one update per generation",
+            "no old-policy pass: each generation is trained on once, so the same number of updates needs more generation time",
+            12,
+            Patch::OneIteration,
+        );
+    }
+    if s.grpo() && s.generation == crate::model::Generation::Hf {
+        push(
+            FixId::VllmServer,
+            "use_vllm=True, vllm_mode=\"server\" (trl vllm-serve on other GPUs)".into(),
+            "generation on vLLM servers",
+            "the completions are generated on other GPUs (at least one more), usually much faster than generate; the weights are sent to the server after every optimizer step",
+            20,
+            Patch::VllmServer,
+        );
+    }
+    if s.preference() && s.reference_pass() {
         push(
             FixId::PrecomputeRef,
             "precompute_ref_log_probs=True".into(),

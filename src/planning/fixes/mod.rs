@@ -229,11 +229,23 @@ pub(crate) fn truncation(
         Fidelity::Quick => quick,
         Fidelity::Simulated => fit::max_near(arch, from, capacity, false, max, quick, how),
     }?;
-    let t = Settings {
+    let mut t = Settings {
         seq: m,
         ..from.clone()
     };
-    let cut = format!("max_length {} → {m} (truncate longer samples)", s.seq);
+    let grpo = s.grpo();
+    if grpo && s.max_completion_length > 0 {
+        t.max_completion_length = m.saturating_sub(from.prompt_tokens());
+    }
+    let cut = if grpo {
+        format!(
+            "max_completion_length {} → {} (generation stops there)",
+            s.completion_tokens(),
+            t.completion_tokens()
+        )
+    } else {
+        format!("max_length {} → {m} (truncate longer samples)", s.seq)
+    };
     let (title, summary, mut changes, weight) = match with {
         Some(f) => (
             format!("{} + {cut}", f.title),
@@ -244,10 +256,15 @@ pub(crate) fn truncation(
         None => (cut, format!("sequence length {m}"), vec![], 0),
     };
     changes.push(FixId::ShorterSeq);
-    let cost = format!(
-        "last resort: samples longer than {m} tokens are cut, so the model never trains on their end{}",
-        with.map(|f| format!("; {}", f.cost)).unwrap_or_default()
-    );
+    let rest = with.map(|f| format!("; {}", f.cost)).unwrap_or_default();
+    let cost = if grpo {
+        format!(
+            "last resort: completions stop at {} tokens, so answers that need more are cut and rewarded as such{rest}",
+            t.completion_tokens()
+        )
+    } else {
+        format!("last resort: samples longer than {m} tokens are cut, so the model never trains on their end{rest}")
+    };
     let mut f = replan(
         arch,
         s,

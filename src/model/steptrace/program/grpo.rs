@@ -78,8 +78,11 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// generation); the last step's buffer lives on until the caller replaces it.
     pub(super) fn grpo_score(&mut self, step: u8) -> Rollout {
         let s = self.ctx.s;
-        let (b, l, c) = (s.batch, s.seq, s.completion_tokens());
+        let (l, c) = (s.seq, s.completion_tokens());
         let p = l - c;
+        // The generation batch on this GPU: per_device_train_batch_size × steps_per_generation
+        // (gradient_accumulation_steps by default, `grpo_config.py:1098-1100`).
+        let b = s.generation_rows();
         self.phase(step, StepPhase::Score);
         // The ids and masks padded and moved to the GPU (`grpo_trainer.py:2440-2460`).
         let mut tensors = vec![];
@@ -140,7 +143,39 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// the policy's log-probs (the old policy's), or the reference's with peft's adapters
     /// disabled (`use_adapter(model, None)`). Returns the `[rows, completion]` fp32 log-probs.
     fn grpo_logps_no_grad(&mut self, reference: bool) -> X {
-        self.under_no_grad(reference, |p| p.grpo_logps(false).0)
+        let s = self.ctx.s;
+        let chunks = s.generation_rows() / s.batch.max(1);
+        if chunks <= 1 {
+            return self.under_no_grad(reference, |p| p.grpo_logps(false).0);
+        }
+        // In chunks of per_device_train_batch_size rows (`grpo_trainer.py:1440-1503`): each
+        // chunk's outputs live until the next chunk's replace them, its log-probs (a view)
+        // until the `cat` of all of them. Not measured (the harness scores one chunk).
+        let tok = s.batch * s.completion_tokens();
+        self.under_no_grad(reference, |p| {
+            let mut kept = vec![];
+            let mut last: Option<(X, super::preference::Head)> = None;
+            for _ in 0..chunks {
+                let labels = p.pref_labels();
+                if let Some((l, h)) = last.take() {
+                    p.drop(l);
+                    p.release_head(h, false);
+                }
+                let head = p.pref_model();
+                p.clear_autocast_cache();
+                kept.push(head.logp);
+                last = Some((labels, head));
+            }
+            let all = p.t(tok * chunks, 4, What::Logits);
+            if let Some((l, h)) = last.take() {
+                p.drop(l);
+                p.release_head(h, false);
+            }
+            for x in kept {
+                p.drop(x);
+            }
+            all
+        })
     }
 
     /// One chunk of `_get_per_token_logps_and_entropies` (`grpo_trainer.py:1419-1508`): the

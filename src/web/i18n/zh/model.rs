@@ -99,6 +99,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("gradient communication bucket", "梯度通信桶"),
     ("Merge temporaries (LoRA delta, dequantized weight)", "合并临时张量（LoRA 增量、反量化权重）"),
     ("merge temporary (LoRA delta, dequantized weight)", "合并临时张量（LoRA 增量、反量化权重）"),
+    ("KV cache (generation)", "KV cache（生成）"),
     ("evaluation outputs kept (losses, logits, labels)", "评估保留的输出（loss、logits、labels）"),
     ("DoRA weight norm and scale", "DoRA 权重范数与缩放"),
     ("{} (attention)", "{}（注意力）"),

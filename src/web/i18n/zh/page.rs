@@ -226,6 +226,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("backward", "反向"),
     ("ref_forward", "参考模型前向"),
     ("precompute_ref", "预计算参考 log-prob"),
+    ("score", "打分（GRPO）"),
+    ("generate", "生成（GRPO）"),
     // The forum's questions as examples.
     ("Questions from the forums, answered", "论坛上的问题，直接给答案"),
     ("The guide's configurations, planned", "指南里的几种配置，逐一估算"),

@@ -1,0 +1,37 @@
+"""Measures gen_cases.jsonl: GRPO steps with their generation (the harness's method_kind "grpo" with
+grpo_generate: transformers' generate on the training GPU as GRPOTrainer calls it without vLLM, then the
+scoring and _compute_loss), at full depth with completions short enough for the emulated device (every
+decode step runs every layer), each also replayed through PyTorch's caching allocator.
+Run from the harness folder: .venv/bin/python PATH/run_gen_cases.py [ID ...] > gen_cases.jsonl"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+LORA = {"quant": None, "dtype": "bf16", "autocast": None, "attn_impl": "sdpa", "lora_r": 16,
+        "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear", "method_kind": "grpo",
+        "grpo_generate": True}
+CASES = {
+    # TRL's defaults: dropout on while generating, checkpointing off for generate.
+    "llama3-8b_lora_b8_p512_c96": dict(LORA, model="llama3-8b", seq=608, batch=8, grad_ckpt=True,
+                                       grpo_completion_len=96),
+    # A peft model generates without autocast (fp32 LoRA over the 4-bit base), the reference pass.
+    "qwen2.5-7b_qlora_b8_p512_c96_beta": dict(LORA, model="qwen2.5-7b", seq=608, batch=8, quant="nf4",
+                                              double_quant=True, prepare_kbit=True, autocast="bf16",
+                                              grad_ckpt=True, grpo_completion_len=96, grpo_beta=0.04),
+}
+only = sys.argv[1:]
+for cid, c in CASES.items():
+    if only and cid not in only:
+        continue
+    with tempfile.TemporaryDirectory() as tmp:
+        ev = os.path.join(tmp, "ev.json")
+        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
+                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev, PYTHONHASHSEED="1"), check=True)
+        d = json.loads(out.stdout)
+        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
+        r = json.loads(rep.stdout)
+    d["id"] = cid
+    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
+    print(json.dumps(d), flush=True)
