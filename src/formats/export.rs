@@ -368,8 +368,8 @@ fn trl_config(s: &Settings, trl: bool) -> (&'static str, &'static str, String) {
         Stage::Grpo => {
             // TRL 1.16's GRPOConfig (trl/trainer/grpo_config.py): the plan's generation runs
             // without vLLM, and the prompt is what the completion leaves of seq.
-            let args = format!(
-                "    num_generations={},\n    max_completion_length={},  # + a prompt of up to {} tokens = seq {}\n    beta={},\n    num_iterations={},\n    loss_type={:?},\n    disable_dropout={},\n    use_vllm=False,\n",
+            let mut args = format!(
+                "    num_generations={},\n    max_completion_length={},  # + a prompt of up to {} tokens = seq {}\n    beta={},\n    num_iterations={},\n    loss_type={:?},\n    disable_dropout={},\n",
                 s.num_generations,
                 s.completion_tokens(),
                 s.prompt_tokens(),
@@ -379,6 +379,7 @@ fn trl_config(s: &Settings, trl: bool) -> (&'static str, &'static str, String) {
                 s.grpo_loss.name(),
                 py_bool(s.dropout_disabled())
             );
+            args.push_str(&trl_vllm_args(s));
             return (
                 "from trl import GRPOConfig, GRPOTrainer",
                 "GRPOConfig",
@@ -418,6 +419,53 @@ fn trl_config(s: &Settings, trl: bool) -> (&'static str, &'static str, String) {
         py_bool(s.dropout_disabled())
     ));
     (import, class, args)
+}
+
+/// GRPOConfig's generation keys for the plan's `generation`, as (key, value), booleans spelled
+/// `true` / `false` (the caller's language spells them its way).
+fn vllm_keys(s: &Settings) -> Vec<(&'static str, String)> {
+    use crate::model::Generation;
+    let b = |x: bool| x.to_string();
+    match s.generation {
+        Generation::Hf => vec![("use_vllm", b(false))],
+        Generation::VllmServer => vec![
+            ("use_vllm", b(true)),
+            ("vllm_mode", "server".into()),
+            (
+                "vllm_importance_sampling_correction",
+                b(s.vllm_importance_sampling_correction),
+            ),
+        ],
+        Generation::VllmColocate => vec![
+            ("use_vllm", b(true)),
+            ("vllm_mode", "colocate".into()),
+            (
+                "vllm_gpu_memory_utilization",
+                s.vllm_gpu_memory_utilization.to_string(),
+            ),
+            ("vllm_enable_sleep_mode", b(s.vllm_enable_sleep_mode)),
+            (
+                "vllm_importance_sampling_correction",
+                b(s.vllm_importance_sampling_correction),
+            ),
+        ],
+    }
+}
+
+/// [`vllm_keys`] as GRPOConfig's keyword arguments.
+fn trl_vllm_args(s: &Settings) -> String {
+    vllm_keys(s)
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v.as_str() {
+                "true" => "True".to_string(),
+                "false" => "False".to_string(),
+                "server" | "colocate" => format!("{v:?}"),
+                _ => v,
+            };
+            format!("    {k}={v},\n")
+        })
+        .collect()
 }
 
 fn mixed(s: &Settings) -> &'static str {
@@ -701,12 +749,16 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.grpo() {
         // axolotl's GRPO: `rl: grpo` runs TRL's GRPOTrainer with the `trl:` section's arguments.
         out.push_str(&format!(
-            "rl: grpo\ntrl:\n  beta: {}\n  num_generations: {}\n  max_completion_length: {}\n  num_iterations: {}\n  loss_type: {}\n  use_vllm: false\n  reward_funcs: [...]\n",
+            "rl: grpo\ntrl:\n  beta: {}\n  num_generations: {}\n  max_completion_length: {}\n  num_iterations: {}\n  loss_type: {}\n{}  reward_funcs: [...]\n",
             s.beta_run(),
             s.num_generations,
             s.completion_tokens(),
             s.num_iterations,
-            s.grpo_loss.name()
+            s.grpo_loss.name(),
+            vllm_keys(s)
+                .into_iter()
+                .map(|(k, v)| format!("  {k}: {v}\n"))
+                .collect::<String>()
         ));
     }
     if s.preference() {
@@ -862,7 +914,24 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         arg("max_completion_length", s.completion_tokens().to_string());
         arg("num_iterations", s.num_iterations.to_string());
         arg("loss_type", s.grpo_loss.name().to_string());
-        arg("use_vllm", "false".to_string());
+        match s.generation {
+            crate::model::Generation::Hf => arg("use_vllm", "false".to_string()),
+            crate::model::Generation::VllmServer => {
+                arg("use_vllm", "true".to_string());
+                arg("vllm_mode", "server".to_string());
+            }
+            crate::model::Generation::VllmColocate => {
+                arg("use_vllm", "true".to_string());
+                arg("vllm_mode", "colocate".to_string());
+                arg(
+                    "vllm_gpu_memory_utilization",
+                    s.vllm_gpu_memory_utilization.to_string(),
+                );
+                if s.vllm_enable_sleep_mode {
+                    arg("sleep_level", "1".to_string());
+                }
+            }
+        }
         arg("reward_funcs", "...".to_string());
     } else if s.preference() {
         out.push_str("swift rlhf \\\n");

@@ -944,17 +944,71 @@ pub static FIELDS: &[Field] = &[
         flag_aliases: &[],
         no_flag: None,
         label: "Generation",
-        help: "GRPO: hf runs transformers' generate on the training GPU (TRL's use_vllm=False), its KV cache and sampling buffers a phase of their own; vllm_server generates on other GPUs",
+        help: "GRPO: hf runs transformers' generate on the training GPU (TRL's use_vllm=False), its KV cache and sampling buffers a phase of their own; vllm_colocate gives vLLM its share of this GPU; vllm_server generates on other GPUs",
         testid: None,
         kind: Kind::Choice(|| {
             vec![
                 ("hf", "transformers' generate on this GPU"),
+                ("vllm_colocate", "vLLM on this GPU (colocate mode)"),
                 ("vllm_server", "vLLM on other GPUs (server mode)"),
             ]
         }),
         slider: None,
         get: |s| s.generation.name().to_string(),
         set: |s, v| named(Generation::parse, v, Generation::choices()).map(|x| s.generation = x),
+    },
+    Field {
+        name: "vllm_gpu_memory_utilization",
+        json_aliases: &[],
+        url: Some("vu"),
+        flag: Some("--vllm-gpu-memory-utilization"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "vLLM's share of the GPU",
+        help: "GRPO with vLLM colocated: the fraction of the card's memory vLLM takes for its weights, KV cache and CUDA graphs (TRL's default 0.3)",
+        testid: None,
+        kind: Kind::Float { min: 0.01, max: 1.0 },
+        slider: None,
+        get: |s| s.vllm_gpu_memory_utilization.to_string(),
+        set: |s, v| {
+            let x: f64 = v.trim().parse().map_err(|_| format!("{v:?} is not a number"))?;
+            if x > 0.0 && x <= 1.0 {
+                s.vllm_gpu_memory_utilization = x;
+                Ok(())
+            } else {
+                Err(format!("{v} must be in (0, 1]: a fraction of the card's memory"))
+            }
+        },
+    },
+    Field {
+        name: "vllm_enable_sleep_mode",
+        json_aliases: &[],
+        url: Some("vs"),
+        flag: Some("--vllm-enable-sleep-mode"),
+        flag_aliases: &[],
+        no_flag: None,
+        label: "vLLM sleep mode",
+        help: "GRPO with vLLM colocated: vLLM's weights and KV cache are released after each generation and made again before the next, so training does not share the card with them",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.vllm_enable_sleep_mode),
+        set: |s, v| boolean(v).map(|x| s.vllm_enable_sleep_mode = x),
+    },
+    Field {
+        name: "vllm_importance_sampling_correction",
+        json_aliases: &[],
+        url: Some("vis"),
+        flag: Some("--vllm-importance-sampling-correction"),
+        flag_aliases: &[],
+        no_flag: Some("--no-vllm-importance-sampling-correction"),
+        label: "vLLM importance-sampling correction",
+        help: "GRPO with vLLM: the old policy's log-probs are scored in every step to correct for vLLM's sampling (TRL's default)",
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.vllm_importance_sampling_correction),
+        set: |s, v| boolean(v).map(|x| s.vllm_importance_sampling_correction = x),
     },
     Field {
         name: "logits",

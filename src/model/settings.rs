@@ -203,11 +203,16 @@ pub enum Generation {
     /// vLLM on other GPUs (TRL's `vllm_mode="server"`): nothing is generated on the training
     /// GPU (the weight sync to the server is not planned).
     VllmServer,
+    /// vLLM in the training process (TRL's `vllm_mode="colocate"`): it takes
+    /// `vllm_gpu_memory_utilization` of the card's memory for its weights, activations, CUDA
+    /// graphs and KV cache, through training too unless its sleep mode frees them.
+    VllmColocate,
 }
 
 names!(Generation {
     Hf => "hf" | "generate" | "transformers",
     VllmServer => "vllm_server" | "server",
+    VllmColocate => "vllm_colocate" | "colocate" | "vllm",
 });
 
 /// How the trainer turns the last hidden states into the loss: the per-token log-probabilities
@@ -527,6 +532,18 @@ pub struct Settings {
     /// GRPO: where the completions are generated.
     #[serde(default = "default_generation")]
     pub generation: Generation,
+    /// GRPO with vLLM colocated: the fraction of the card's memory vLLM takes (TRL's
+    /// `vllm_gpu_memory_utilization`, 0.3 by default).
+    #[serde(default = "default_vllm_utilization")]
+    pub vllm_gpu_memory_utilization: f64,
+    /// GRPO with vLLM colocated: TRL's `vllm_enable_sleep_mode` (vLLM's memory freed between
+    /// generations).
+    #[serde(default)]
+    pub vllm_enable_sleep_mode: bool,
+    /// GRPO with vLLM: TRL's `vllm_importance_sampling_correction` (on by default), which
+    /// scores the old policy's log-probs in every step to correct for vLLM's sampling.
+    #[serde(default = "default_true")]
+    pub vllm_importance_sampling_correction: bool,
     /// TRL `precompute_ref_log_probs`: the reference log-probs are computed once before
     /// training (a no-grad pass over the batch), so the step has no reference pass.
     #[serde(default)]
@@ -612,6 +629,14 @@ fn default_generation() -> Generation {
     Generation::Hf
 }
 
+fn default_vllm_utilization() -> f64 {
+    0.3
+}
+
+fn default_true() -> bool {
+    true
+}
+
 fn default_freeze_layers() -> i64 {
     2
 }
@@ -673,6 +698,9 @@ impl Default for Settings {
             max_completion_length: 0,
             num_iterations: 1,
             generation: Generation::Hf,
+            vllm_gpu_memory_utilization: 0.3,
+            vllm_enable_sleep_mode: false,
+            vllm_importance_sampling_correction: true,
             precompute_ref_log_probs: false,
             max_prompt_length: 0,
             disable_dropout: None,
@@ -759,14 +787,28 @@ impl Settings {
         self.batch.saturating_mul(self.grad_accum.max(1))
     }
 
+    /// GRPO with vLLM colocated: the bytes vLLM takes of a card of `total_bytes`
+    /// (`requested_memory = ceil(total × gpu_memory_utilization)`, vLLM 0.31
+    /// `vllm/v1/worker/utils.py:539-557`).
+    pub fn vllm_share_bytes(&self, total_bytes: u128) -> u128 {
+        if self.grpo() && self.generation == Generation::VllmColocate {
+            (total_bytes as f64 * self.vllm_gpu_memory_utilization).ceil() as u128
+        } else {
+            0
+        }
+    }
+
     /// Whether a GRPO step scores the old policy's log-probs before training: when the
     /// generation is reused (`num_iterations` > 1) or does not fall on an accumulation boundary
     /// (`gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0`,
-    /// `grpo_trainer.py:2642-2656`, with steps_per_generation = gradient_accumulation_steps).
+    /// `grpo_trainer.py:2642-2656`, with steps_per_generation = gradient_accumulation_steps), and
+    /// always with vLLM's importance-sampling correction.
     pub fn grpo_old_logps(&self) -> bool {
         self.grpo() && {
             let ga = self.grad_accum.max(1);
-            ga % ga.saturating_mul(self.num_iterations.max(1)) != 0
+            let vllm_is =
+                self.generation != Generation::Hf && self.vllm_importance_sampling_correction;
+            vllm_is || ga % ga.saturating_mul(self.num_iterations.max(1)) != 0
         }
     }
 
@@ -916,6 +958,15 @@ impl Settings {
             return bad(
                 "logits",
                 "GRPO is planned as TRL ≥ 1's GRPOTrainer runs it, through its fused LM head (TRL 0.x's full-logits log-probs are not modelled): use logits auto or fused".into(),
+            );
+        }
+        if !(self.vllm_gpu_memory_utilization > 0.0 && self.vllm_gpu_memory_utilization <= 1.0) {
+            return bad(
+                "vllm_gpu_memory_utilization",
+                format!(
+                    "{} must be in (0, 1]: the fraction of the card's memory vLLM takes",
+                    self.vllm_gpu_memory_utilization
+                ),
             );
         }
         if self.precompute_ref_log_probs {

@@ -33,6 +33,9 @@ pub const TRAINING: &[&str] = &[
     "max_prompt_length",
     "precompute_ref_log_probs",
     "generation",
+    "vllm_gpu_memory_utilization",
+    "vllm_enable_sleep_mode",
+    "vllm_importance_sampling_correction",
     "num_generations",
     "max_completion_length",
     "num_iterations",
@@ -66,6 +69,7 @@ pub fn phase_title(name: &str) -> &'static str {
         "eval" => "Evaluation",
         "save" => "Checkpoint save",
         "merge" => "Merge of the adapters",
+        "generate" => "Generation (vLLM)",
         _ => "",
     }
 }
@@ -76,6 +80,7 @@ pub fn decided_by(name: &str) -> &'static str {
         "eval" => "decided by the evaluation",
         "save" => "decided by the checkpoint save",
         "merge" => "decided by the merge of the adapters",
+        "generate" => "decided by vLLM's generation",
         _ => "decided by the training step",
     }
 }
@@ -122,6 +127,13 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         | "num_iterations"
         | "beta"
         | "grpo_loss" => s.grpo(),
+        // vLLM's own settings where it generates.
+        "vllm_gpu_memory_utilization" | "vllm_enable_sleep_mode" => {
+            s.grpo() && s.generation == crate::model::Generation::VllmColocate
+        }
+        "vllm_importance_sampling_correction" => {
+            s.grpo() && s.generation != crate::model::Generation::Hf
+        }
         // GRPO runs through TRL's fused head only.
         "logits" => !s.grpo(),
         // transformers 4's per-expert layout had only the loop over the experts, and no fused

@@ -5,7 +5,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
-import { serve, launch, openApp, openView, openSections, settled, cliPlan, artifacts } from "./harness.mjs";
+import { serve, launch, openApp, openView, openSections, settled, plannerIs, cliPlan, artifacts } from "./harness.mjs";
 
 let server, browser;
 before(async () => {
@@ -121,4 +121,25 @@ test("screenshots of the timeline: phone and desktop, light and dark, 中文", a
       }
     }
   }
+});
+
+test("GRPO with vLLM colocated at 0.9 of the card is out of memory, and its first fix fits", async () => {
+  const { page, errors } = await openApp(browser, server.url + "?model=qwen2.5-7b&gpu=h100-80&stage=grpo&b=8&ng=8&gc=1&gen=vllm_colocate&vu=0.9");
+  await plannerIs(page, "full");
+  await settled(page);
+  const want = cliPlan(["--model", "qwen2.5-7b", "--gpu", "h100-80", "--stage", "grpo", "--batch", "8", "--num-generations", "8", "--gc", "--generation", "vllm_colocate", "--vllm-gpu-memory-utilization", "0.9"]);
+  assert.equal(want.verdict.status, "oom");
+  // The job's verdict (the page's worker plans it) counts vLLM's share.
+  await page.waitForSelector('[data-testid="verdict"][data-scope="job"]', { timeout: 30000 });
+  assert.equal(await page.getAttribute('[data-testid="verdict"]', "data-status"), "oom");
+  assert.match(await page.textContent('[data-testid="plan-notes"]'), /vLLM colocated: it takes vllm_gpu_memory_utilization 0\.9/);
+  await page.waitForSelector('[data-testid="fixes"] li');
+  const first = await page.getAttribute('[data-testid="fixes"] li >> nth=0', "data-testid");
+  assert.match(first, /^fix-(vllm_share|vllm_sleep|vllm_server)$/);
+  await page.locator('[data-testid="job"]').screenshot({ path: path.join(artifacts, "grpo-vllm-colocate.png") });
+  await page.click(`[data-testid="apply-${first.replace("fix-", "")}"]`);
+  await settled(page);
+  assert.notEqual(await page.getAttribute('[data-testid="verdict"]', "data-status"), "oom");
+  assert.deepEqual(errors, []);
+  await page.close();
 });

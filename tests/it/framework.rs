@@ -1235,7 +1235,7 @@ fn liger_fused_loss_under_sft_trainer_is_named_not_planned() {
 }
 
 /// A TRL GRPO script: GRPOConfig's keys and TRL 1.16's defaults (β 0, checkpointing, bf16, a
-/// 512-token completion); vLLM is named as not planned, and the planned step is GRPO's.
+/// 512-token completion), vLLM's mode and share; the planned step is GRPO's.
 #[test]
 fn a_grpo_script_is_read_with_trls_defaults_and_vllm_named() {
     let script = r#"
@@ -1263,16 +1263,25 @@ trainer = GRPOTrainer(model=model, reward_funcs=[len], args=args, train_dataset=
     assert!(s.grad_ckpt && s.autocast == Some(Dtype::Bf16));
     assert_eq!((s.completion_tokens(), s.seq), (512, 1024));
     assert!(s.grpo_old_logps(), "two iterations score the old policy");
-    for key in [
-        "GRPOConfig.use_vllm",
-        "GRPOConfig.vllm_gpu_memory_utilization",
-    ] {
-        assert!(
-            r.not_modeled.iter().any(|n| n.key == key),
-            "{key}: {:?}",
-            r.not_modeled
-        );
-    }
+    // vLLM colocated (TRL's default mode) with its share of the card.
+    assert_eq!(s.generation, lorafit::model::Generation::VllmColocate);
+    assert_eq!(s.vllm_gpu_memory_utilization, 0.3);
+    let server =
+        framework::read(&script.replace("use_vllm=True,", "use_vllm=True, vllm_mode=\"server\","))
+            .unwrap();
+    assert_eq!(
+        server.settings.generation,
+        lorafit::model::Generation::VllmServer
+    );
+    let off =
+        framework::read(&script.replace("use_vllm=True,", "use_vllm=False, vllm_mode=\"server\","))
+            .unwrap();
+    assert_eq!(off.settings.generation, lorafit::model::Generation::Hf);
+    assert!(
+        off.ignored.contains(&"GRPOConfig.vllm_mode".to_string()),
+        "{:?}",
+        off.ignored
+    );
     let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("qwen2.5-7b"))
         .unwrap()
         .value;

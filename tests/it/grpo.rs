@@ -172,3 +172,49 @@ fn grpo_steps_with_their_generation_are_planned_to_the_byte() {
     }
     assert_eq!(cases.len(), 2);
 }
+
+/// vLLM colocated at 0.9 of an 80 GiB card leaves the trainer a tenth: every dense catalog
+/// model whose GRPO training step needs more is called out of memory, and the first fix offered
+/// fits (a smaller share for vLLM, its sleep mode, or a server on other GPUs).
+#[test]
+fn vllm_colocated_at_nine_tenths_leaves_the_trainer_a_tenth() {
+    use lorafit::formats::catalog;
+    use lorafit::planning::{fixes, verdict};
+    let gpu = catalog::find_gpu("h100-80").expect("GPU");
+    let cap = gpu.capacity_bytes();
+    let mut called = 0;
+    for name in ["qwen2.5-0.5b", "qwen2.5-7b", "llama3-8b", "qwen3-8b"] {
+        let arch = catalog::resolve_model(&serde_json::json!(name))
+            .expect("model")
+            .value;
+        let s = lorafit::model::Settings {
+            stage: lorafit::model::Stage::Grpo,
+            batch: 8,
+            seq: 1024,
+            num_generations: 8,
+            grad_ckpt: true,
+            generation: lorafit::model::Generation::VllmColocate,
+            vllm_gpu_memory_utilization: 0.9,
+            ..Default::default()
+        };
+        let p = lorafit::model::plan(&arch, &s).expect("plans");
+        let job = lorafit::model::job::plan_job_within(&arch, &s, &p, cap).expect("job");
+        let v = verdict::job_verdict(&job, cap);
+        let share = s.vllm_share_bytes(cap);
+        assert_eq!(
+            job.deciding().gpu_peak_bytes,
+            p.nvidia_smi_bytes + share,
+            "{name}: the step beside vLLM's share"
+        );
+        if p.nvidia_smi_bytes > cap - share {
+            assert_eq!(v.status.name(), "oom", "{name}");
+            let fs = fixes::suggest(&arch, &s, cap, true);
+            let first = fs.first().unwrap_or_else(|| panic!("{name}: no fix"));
+            assert_ne!(first.status.name(), "oom", "{name}: {}", first.title);
+            called += 1;
+        } else {
+            assert_ne!(v.status.name(), "oom", "{name}: within the tenth");
+        }
+    }
+    assert_eq!(called, 3, "models that need more than a tenth");
+}

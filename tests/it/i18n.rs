@@ -62,6 +62,9 @@ fn variants() -> Vec<Settings> {
         "stage=grpo&b=8&ng=8",
         "stage=grpo&b=4&ng=4&beta=0.04&ni=2&do=0.05",
         "stage=grpo&b=4&ng=2&beta=0.04&ft=full",
+        "stage=grpo&b=8&ng=8&gen=vllm_colocate&vu=0.9",
+        "stage=grpo&b=8&ng=8&gen=vllm_colocate&vs=1",
+        "stage=grpo&b=8&ng=8&gen=vllm_server",
     ] {
         let (st, _) = lorafit::web::link::decode(q);
         out.push(st.settings);

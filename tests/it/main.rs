@@ -76,11 +76,13 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
         v["num_generations"] = v["batch"].clone();
         // Its steps without `grpo_generate` generate nothing on the GPU: as a trainer's GPU
         // does when vLLM generates on others.
-        v["generation"] = if v["grpo_generate"] == serde_json::Value::Bool(true) {
-            "hf".into()
+        // (without vLLM's importance-sampling correction, which it does not run).
+        if v["grpo_generate"] == serde_json::Value::Bool(true) {
+            v["generation"] = "hf".into();
         } else {
-            "vllm_server".into()
-        };
+            v["generation"] = "vllm_server".into();
+            v["vllm_importance_sampling_correction"] = false.into();
+        }
         if let Some(o) = v.as_object_mut() {
             for k in [
                 "dpo_beta",

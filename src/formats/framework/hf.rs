@@ -86,17 +86,15 @@ pub(super) const TABLE: Table = &[
     ("max_completion_length", Rule::To("max_completion_length")),
     ("num_iterations", Rule::To("num_iterations")),
     ("use_vllm", Rule::Read(use_vllm)),
-    (
-        "vllm_mode",
-        Rule::NotModeled("vLLM's generation (colocated or as a server) is not planned"),
-    ),
+    ("vllm_mode", Rule::Read(use_vllm)),
     (
         "vllm_gpu_memory_utilization",
-        Rule::NotModeled("vLLM's share of the card is not planned: leave that fraction free"),
+        Rule::To("vllm_gpu_memory_utilization"),
     ),
+    ("vllm_enable_sleep_mode", Rule::To("vllm_enable_sleep_mode")),
     (
-        "vllm_enable_sleep_mode",
-        Rule::NotModeled("vLLM's sleep mode is not planned"),
+        "vllm_importance_sampling_correction",
+        Rule::To("vllm_importance_sampling_correction"),
     ),
     (
         "generation_batch_size",
@@ -200,15 +198,27 @@ fn empty_or(rd: &mut Reader, v: &Value, why: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// GRPOConfig's `use_vllm`: False is the plan's HF generation path (its generation itself not
-/// planned); True is vLLM's, which is not planned.
-fn use_vllm(rd: &mut Reader, v: &Value) -> Result<(), String> {
-    if v.as_bool() == Some(true) {
-        rd.not_modeled("vLLM's generation and its share of the card are not planned (the scoring and training phases are)");
-    } else {
+/// GRPOConfig's `use_vllm` and `vllm_mode` (read together): without vLLM, transformers'
+/// generate (the default); with it, colocated (TRL's default mode) or a server on other GPUs.
+/// `vllm_mode` without `use_vllm` is not used.
+fn use_vllm(rd: &mut Reader, _: &Value) -> Result<(), String> {
+    let on = rd.other("use_vllm").and_then(Value::as_bool) == Some(true);
+    if !on {
         rd.r.ignored.push(rd.key().to_string());
+        return Ok(());
     }
-    Ok(())
+    match rd
+        .other("vllm_mode")
+        .and_then(Value::as_str)
+        .unwrap_or("colocate")
+    {
+        "server" => rd.set("generation", "vllm_server"),
+        "colocate" => rd.set("generation", "vllm_colocate"),
+        other => Err(format!(
+            "{}: vllm_mode {other:?} is not TRL's (colocate or server)",
+            rd.key()
+        )),
+    }
 }
 
 fn bias(rd: &mut Reader, v: &Value) -> Result<(), String> {

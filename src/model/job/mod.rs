@@ -177,7 +177,57 @@ pub fn plan_job_on(
         p.notes.insert(0, "peft's merge_and_unload on the training GPU after training: the optimizer still holds its states and the adapters; each adapted Linear's delta B·A is made and added in turn".into());
         job.phases.push(JobPhase { name: "merge", ..p });
     }
+    if let Some(cap) = capacity_bytes {
+        vllm_share(s, train, cap, &mut job);
+    }
     Ok(job)
+}
+
+/// GRPO with vLLM colocated on a card of `capacity_bytes`: vLLM takes its configured share of
+/// the card (`ceil(total × gpu_memory_utilization)`, vLLM 0.31 `vllm/v1/worker/utils.py:539-557`:
+/// its weights, the activations it profiled, CUDA graphs, and the KV cache sized to fill the
+/// rest, `vllm/v1/worker/gpu_worker.py:673-677`). Without sleep mode it keeps it through
+/// training, in the trainer's own caching allocator; with it (TRL sleeps vLLM at level 2 after
+/// each generation, `trl/generation/vllm_generation.py:365-368, 750-752`) the share is taken
+/// while generating, beside the trainer's state between steps.
+fn vllm_share(s: &Settings, train: &Plan, capacity_bytes: u128, job: &mut Job) {
+    let share = s.vllm_share_bytes(capacity_bytes);
+    if share == 0 {
+        return;
+    }
+    let term = crate::model::Term::product(
+        crate::model::Component::CudaContext,
+        format!(
+            "vLLM's share of the card: vllm_gpu_memory_utilization {} of {:.2} GiB (its weights, activations, CUDA graphs and KV cache)",
+            s.vllm_gpu_memory_utilization,
+            capacity_bytes as f64 / (1u128 << 30) as f64
+        ),
+        &[crate::model::term::named_bytes("⌈utilization × card⌉", share)],
+    );
+    if s.vllm_enable_sleep_mode {
+        let between = train.steady_state_bytes + train.outside_allocator_bytes;
+        job.phases.insert(
+            0,
+            JobPhase {
+                name: "generate",
+                gpu_peak_bytes: between + share,
+                allocated_bytes: train.steady_state_bytes,
+                reserved_bytes: train.steady_state_bytes,
+                host_peak_bytes: train.cpu_bytes_per_rank,
+                moment: "vLLM awake for the generation".into(),
+                terms: vec![term],
+                host_terms: vec![],
+                notes: vec!["vLLM's sleep mode: its share of the card is taken while it generates, beside the trainer's weights and optimizer states between steps; during training only its small leftovers (CUDA-graph pool, buffers: not planned) remain".into()],
+            },
+        );
+    } else {
+        // vLLM lives in the trainer's process from the first step to the end of the job.
+        for t in &mut job.phases {
+            t.gpu_peak_bytes += share;
+            t.terms.push(term.clone());
+            t.notes.push("vLLM colocated without sleep mode keeps its share of the card through training: the trainer has the rest".into());
+        }
+    }
 }
 
 /// The settings the training step computes with (FSDP's fp32 shards under mixed precision).

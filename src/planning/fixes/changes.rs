@@ -54,6 +54,10 @@ pub enum FixId {
     OneIteration,
     /// GRPO: the generation on vLLM servers on other GPUs.
     VllmServer,
+    /// GRPO with vLLM colocated: a smaller share of the card for vLLM.
+    VllmShare,
+    /// GRPO with vLLM colocated: its sleep mode.
+    VllmSleep,
     /// Evaluation: the kept outputs leave the GPU after every batch (`eval_accumulation_steps=1`).
     EvalAccumulation,
     /// Evaluation: only the loss is kept (`prediction_loss_only=True`).
@@ -110,6 +114,8 @@ pub enum ChangeKind {
     OldPolicy,
     /// Where GRPO generates.
     Generation,
+    /// vLLM's share of the card (a sized kind: the largest that fits).
+    VllmShare,
     /// The sequence length (the last resort) or several kinds at once (a combination).
     Several,
 }
@@ -139,6 +145,8 @@ impl FixId {
             FixId::GrpoBeta0 => "grpo_beta0",
             FixId::OneIteration => "one_iteration",
             FixId::VllmServer => "vllm_server",
+            FixId::VllmShare => "vllm_share",
+            FixId::VllmSleep => "vllm_sleep",
             FixId::EvalAccumulation => "eval_accumulation",
             FixId::LossOnly => "prediction_loss_only",
             FixId::SmallerEvalBatch => "smaller_eval_batch",
@@ -162,7 +170,8 @@ impl FixId {
             FixId::Liger => ChangeKind::Kernels,
             FixId::PrecomputeRef | FixId::GrpoBeta0 => ChangeKind::Reference,
             FixId::OneIteration => ChangeKind::OldPolicy,
-            FixId::VllmServer => ChangeKind::Generation,
+            FixId::VllmServer | FixId::VllmSleep => ChangeKind::Generation,
+            FixId::VllmShare => ChangeKind::VllmShare,
             FixId::GradCkpt => ChangeKind::Checkpointing,
             FixId::SmallerBatch => ChangeKind::MicroBatch,
             FixId::FewerTargets => ChangeKind::Targets,
@@ -237,6 +246,10 @@ pub enum Patch {
     OneIteration,
     /// GRPO's `use_vllm=True, vllm_mode="server"`.
     VllmServer,
+    /// This `vllm_gpu_memory_utilization` (in hundredths).
+    VllmShare(u32),
+    /// `vllm_enable_sleep_mode=True`.
+    VllmSleep,
     /// `eval_accumulation_steps=1`.
     EvalAccumulation1,
     /// `prediction_loss_only=True`.
@@ -289,6 +302,8 @@ impl Patch {
             Patch::Beta0 => t.beta = Some(0.0),
             Patch::OneIteration => t.num_iterations = 1,
             Patch::VllmServer => t.generation = crate::model::Generation::VllmServer,
+            Patch::VllmShare(h) => t.vllm_gpu_memory_utilization = f64::from(h) / 100.0,
+            Patch::VllmSleep => t.vllm_enable_sleep_mode = true,
             Patch::FusedLogprobs => t.logits = Some(crate::model::Logits::Fused),
             Patch::EvalAccumulation1 => t.job.eval_accumulation_steps = Some(1),
             Patch::LossOnly => t.job.prediction_loss_only = true,
@@ -366,6 +381,7 @@ fn halvings(from: u64, to: u64) -> u32 {
 pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> {
     let mut out = vec![];
     let low = if bf16_ok { Dtype::Bf16 } else { Dtype::Fp16 };
+    let mut shares: Vec<Change> = vec![];
     let mut push = |id, title: String, short: &str, cost: &str, weight, patch| {
         out.push(Change {
             id,
@@ -481,12 +497,40 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             Patch::OneIteration,
         );
     }
-    if s.grpo() && s.generation == crate::model::Generation::Hf {
+    if s.grpo() && s.generation == crate::model::Generation::VllmColocate {
+        if !s.vllm_enable_sleep_mode {
+            push(
+                FixId::VllmSleep,
+                "vllm_enable_sleep_mode=True".into(),
+                "vLLM sleep mode",
+                "vLLM frees its weights and KV cache after each generation and loads them again before the next (seconds per step)",
+                6,
+                Patch::VllmSleep,
+            );
+        }
+        // Each smaller share, largest first: the fixes keep the largest that fits.
+        let now = (s.vllm_gpu_memory_utilization * 100.0).round() as u32;
+        for h in (1..=19u32).rev().map(|k| k * 5).filter(|&h| h < now) {
+            shares.push(Change {
+                id: FixId::VllmShare,
+                title: format!(
+                    "vllm_gpu_memory_utilization {} → {:.2}",
+                    s.vllm_gpu_memory_utilization,
+                    f64::from(h) / 100.0
+                ),
+                short: format!("vLLM's share {:.2}", f64::from(h) / 100.0),
+                cost: "a smaller KV cache for vLLM: fewer sequences generated at once when completions are long (slower generation), none if its cache still holds the generation batch".into(),
+                weight: 2,
+                patch: Patch::VllmShare(h),
+            });
+        }
+    }
+    if s.grpo() && s.generation != crate::model::Generation::VllmServer {
         push(
             FixId::VllmServer,
             "use_vllm=True, vllm_mode=\"server\" (trl vllm-serve on other GPUs)".into(),
             "generation on vLLM servers",
-            "the completions are generated on other GPUs (at least one more), usually much faster than generate; the weights are sent to the server after every optimizer step",
+            "the completions are generated on other GPUs (at least one more); the weights are sent to the server after every optimizer step",
             20,
             Patch::VllmServer,
         );
@@ -642,6 +686,7 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             patch: Patch::QvOnly,
         });
     }
+    out.extend(shares);
     out.extend(job_changes(s));
     out
 }

@@ -79,6 +79,11 @@ pub(crate) fn replan(
 ) -> Option<Fix> {
     let p = judge(arch, &t, capacity, how)?;
     let v = p.verdict(capacity);
+    // vLLM's share of the card lies outside the trainer's allocations: what a change of it
+    // saves is the job's need on the GPU.
+    let outside = changes
+        .iter()
+        .any(|c| matches!(c, FixId::VllmShare | FixId::VllmSleep | FixId::VllmServer));
     Some(Fix {
         id,
         title,
@@ -89,7 +94,11 @@ pub(crate) fn replan(
         time_factor: time::relative_time(arch, s, &base.work, &t, &p.work, gpu),
         peak_allocated_bytes: p.peak_bytes,
         nvidia_smi_bytes: p.need_bytes,
-        saved_bytes: base.peak_bytes as i128 - p.peak_bytes as i128,
+        saved_bytes: if outside {
+            base.need_bytes as i128 - p.need_bytes as i128
+        } else {
+            base.peak_bytes as i128 - p.peak_bytes as i128
+        },
         phase: p.phase,
         status: v.status,
         settings: t,
@@ -310,8 +319,13 @@ pub fn suggest_with(
     let mut fixes: Vec<Fix> = vec![];
     // One single of each batch kind (the training micro-batch, the eval batch): the largest
     // that fits, else the smallest.
-    let sized = [ChangeKind::MicroBatch, ChangeKind::EvalBatch];
+    let sized = [
+        ChangeKind::MicroBatch,
+        ChangeKind::EvalBatch,
+        ChangeKind::VllmShare,
+    ];
     let batches = sized.map(|kind| {
+        // (the smaller share of vLLM's: the largest that fits, like a batch)
         let of_kind: Vec<&Change> = all.iter().filter(|c| c.kind() == kind).collect();
         of_kind
             .iter()

@@ -228,6 +228,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("precompute_ref", "预计算参考 log-prob"),
     ("score", "打分（GRPO）"),
     ("generate", "生成（GRPO）"),
+    ("Generation (vLLM)", "生成（vLLM）"),
+    ("decided by vLLM's generation", "由 vLLM 生成阶段决定"),
     // The forum's questions as examples.
     ("Questions from the forums, answered", "论坛上的问题，直接给答案"),
     ("The guide's configurations, planned", "指南里的几种配置，逐一估算"),
