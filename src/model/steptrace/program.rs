@@ -788,12 +788,21 @@ impl<'c, 'a> Prog<'c, 'a> {
                         c
                     }
                     None => {
+                        // Autocast caches the casts of trainable fp32 leaves until the context
+                        // exits, under no_grad too (`cached_cast`,
+                        // aten/src/ATen/autocast_mode.cpp: only inference mode is left out),
+                        // and such a cast keeps its graph (a later op with grad reuses it and
+                        // its gradient reaches the leaf: checked on PyTorch 2.15); not the
+                        // reference copy's frozen weights.
+                        let cached = w.grad() && !self.ref_copy;
+                        let mode = if cached && self.tp.mode == Mode::NoGrad {
+                            std::mem::replace(&mut self.tp.mode, Mode::Grad)
+                        } else {
+                            self.tp.mode
+                        };
                         let wc = self.cast(w, es, What::WeightCopy);
-                        if w.grad() && wc.t != w.t && !self.ref_copy {
-                            // Autocast caches the casts of trainable fp32 leaves until the
-                            // context exits, under no_grad too (`cached_cast`,
-                            // aten/src/ATen/autocast_mode.cpp: only inference mode is left
-                            // out); not the reference copy's frozen weights.
+                        self.tp.mode = mode;
+                        if cached && wc.t != w.t {
                             self.tp.keep_local(wc.t);
                             self.ac_cache.push((w.t, wc));
                         }
