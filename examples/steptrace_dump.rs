@@ -7,7 +7,7 @@
 
 use lorafit::formats::catalog::resolve_model;
 use lorafit::formats::fields::settings_from_json;
-use lorafit::model::steptrace::{generate_on, Device, Event};
+use lorafit::model::steptrace::{generate_exact_on, Device, Event};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -29,7 +29,7 @@ fn main() {
         Some("emulated") => Device::Emulated,
         _ => Device::Cuda,
     };
-    let t = generate_on(&arch, &s, device).expect("trace");
+    let t = generate_exact_on(&arch, &s, device).expect("trace");
     let mut phase = 0;
     let mut out = vec![];
     for (i, e) in t.events.iter().enumerate() {

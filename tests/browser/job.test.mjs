@@ -124,10 +124,10 @@ test("screenshots of the timeline: phone and desktop, light and dark, 中文", a
 });
 
 test("GRPO with vLLM colocated at 0.9 of the card is out of memory, and its first fix fits", async () => {
-  const { page, errors } = await openApp(browser, server.url + "?model=qwen2.5-7b&gpu=h100-80&stage=grpo&b=8&ng=8&gc=1&gen=vllm_colocate&vu=0.9");
+  const { page, errors } = await openApp(browser, server.url + "?model=qwen2.5-7b&gpu=h100-80&stage=grpo&b=8&ng=8&gc=1&s=512&mcl=64&gen=vllm_colocate&vu=0.9");
   await plannerIs(page, "full");
   await settled(page);
-  const want = cliPlan(["--model", "qwen2.5-7b", "--gpu", "h100-80", "--stage", "grpo", "--batch", "8", "--num-generations", "8", "--gc", "--generation", "vllm_colocate", "--vllm-gpu-memory-utilization", "0.9"]);
+  const want = cliPlan(["--model", "qwen2.5-7b", "--gpu", "h100-80", "--stage", "grpo", "--batch", "8", "--num-generations", "8", "--gc", "--seq", "512", "--max-completion-length", "64", "--generation", "vllm_colocate", "--vllm-gpu-memory-utilization", "0.9"]);
   assert.equal(want.verdict.status, "oom");
   // The job's verdict (the page's worker plans it) counts vLLM's share.
   await page.waitForSelector('[data-testid="verdict"][data-scope="job"]', { timeout: 30000 });

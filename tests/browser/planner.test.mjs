@@ -333,7 +333,7 @@ test("a preference stage is planned as the CLI plans it, and says what it runs",
 });
 
 test("GRPO is picked on the first screen, gets a generation batch TRL accepts, and shows its scoring phase beside the step's", async () => {
-  const { page, errors } = await openApp(browser, server.url + "?model=qwen2.5-0.5b&b=4");
+  const { page, errors } = await openApp(browser, server.url + "?model=qwen2.5-0.5b&b=4&s=256");
   await page.selectOption('[data-testid="select-stage"]', "grpo");
   // GRPO is the full planner's (src/web/full.rs): the page reloads as it. Four rows cannot be
   // one prompt's eight generations: num_generations follows the batch (src/web/layout.rs).
@@ -341,9 +341,9 @@ test("GRPO is picked on the first screen, gets a generation batch TRL accepts, a
   await page.waitForFunction(() => location.search.includes("stage=grpo") && location.search.includes("ng=4"), null, { timeout: 5000 });
   await settled(page);
   const plain = await gibOf(page, "peak-allocated");
-  const want = cliPlan(["--model", "qwen2.5-0.5b", "--batch", "4", "--stage", "grpo", "--num-generations", "4"]).plan;
+  const want = cliPlan(["--model", "qwen2.5-0.5b", "--batch", "4", "--seq", "256", "--stage", "grpo", "--num-generations", "4"]).plan;
   assert.ok(Math.abs(plain - want.peak_allocated_bytes / GIB) <= 0.006, `${plain} vs CLI`);
-  assert.match(await page.textContent('[data-testid="plan-notes"]'), /GRPOTrainer\): each step trains on 4 generated sequences/);
+  assert.match(await page.textContent('[data-testid="plan-notes"]'), /GRPOTrainer\): each step trains on 4 generated sequences of 256 tokens/);
   // β ≠ 0 adds the reference pass, two iterations the old policy's: the scoring phase's peak.
   await openSections(page);
   await page.fill('[data-testid="beta"]', "0.04");
@@ -352,7 +352,7 @@ test("GRPO is picked on the first screen, gets a generation batch TRL accepts, a
   await page.press('[data-testid="num_iterations"]', "Enter");
   await page.waitForFunction(() => location.search.includes("beta=0.04") && location.search.includes("ni=2"), null, { timeout: 5000 });
   await settled(page);
-  const both = cliPlan(["--model", "qwen2.5-0.5b", "--batch", "4", "--stage", "grpo", "--num-generations", "4", "--beta", "0.04", "--num-iterations", "2"]).plan;
+  const both = cliPlan(["--model", "qwen2.5-0.5b", "--batch", "4", "--seq", "256", "--stage", "grpo", "--num-generations", "4", "--beta", "0.04", "--num-iterations", "2"]).plan;
   const score = both.phases.find((p) => p.phase === "score");
   assert.ok(score, "the CLI's plan has a score phase");
   const row = page.locator('[data-testid="phase-peaks"] tr[data-phase="score"] td.num');

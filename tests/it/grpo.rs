@@ -64,7 +64,7 @@ fn the_scoring_phase_peak_is_the_measured_one() {
     }
 }
 
-/// A generation longer than twice `FULL_DECODE_CALLS` new tokens runs its middle decode calls
+/// A generation longer than twice `FULL_DECODE_CALLS` (4) new tokens runs its middle decode calls
 /// as the cache's growth alone: against a recording of 200 new tokens (every call op by op),
 /// each phase's peak allocated is the same, and PyTorch's caching allocator replayed over the
 /// shorter sequence reserves what it reserves over the recorded one, phase by phase.

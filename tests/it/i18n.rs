@@ -59,12 +59,12 @@ fn variants() -> Vec<Settings> {
         "gc=1&dt=nf4&b=4&s=4096",
         "attn=eager&do=0.1&dt=fp32",
         "mo=1073741824",
-        "stage=grpo&b=8&ng=8",
-        "stage=grpo&b=4&ng=4&beta=0.04&ni=2&do=0.05",
-        "stage=grpo&b=4&ng=2&beta=0.04&ft=full",
-        "stage=grpo&b=8&ng=8&gen=vllm_colocate&vu=0.9",
-        "stage=grpo&b=8&ng=8&gen=vllm_colocate&vs=1",
-        "stage=grpo&b=8&ng=8&gen=vllm_server",
+        "stage=grpo&b=8&ng=8&s=64&mcl=8",
+        "stage=grpo&b=4&ng=4&beta=0.04&ni=2&do=0.05&s=64&mcl=8",
+        "stage=grpo&b=4&ng=2&beta=0.04&ft=full&s=64&mcl=8",
+        "stage=grpo&b=8&ng=8&gen=vllm_colocate&vu=0.9&s=64&mcl=8",
+        "stage=grpo&b=8&ng=8&gen=vllm_colocate&vs=1&s=64&mcl=8",
+        "stage=grpo&b=8&ng=8&gen=vllm_server&s=64&mcl=8",
     ] {
         let (st, _) = lorafit::web::link::decode(q);
         out.push(st.settings);

@@ -385,7 +385,8 @@ pub(crate) fn assert_matches_recording(id: &str, case: &Value, path: &std::path:
     });
     let arch = resolve_model(&case["model"]).expect("model").value;
     let s = crate::harness_settings(&case["settings"]);
-    let t = generate_on(&arch, &s, Device::Emulated).expect("generates");
+    let t = lorafit::model::steptrace::generate_exact_on(&arch, &s, Device::Emulated)
+        .expect("generates");
     let generated = t.events.iter().map(|e| match *e {
         Event::Alloc { id, bytes } => (true, id as u64, bytes),
         Event::Free { id } => (false, id as u64, 0),

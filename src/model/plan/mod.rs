@@ -792,10 +792,10 @@ fn grpo_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
             if !s.base_trained() && s.autocast.is_some() {
                 out.push("the peft model generates without autocast (PeftModel.generate calls the inner model, which accelerate did not wrap)".into());
             }
-            if c > 2 * 32 {
+            if c > 2 * 4 {
                 out.push(format!(
-                    "the generation's first and last 32 decode calls are simulated op by op, the {} between them as the cache's growth (their transients are the same in every call)",
-                    c - 64
+                    "the generation's first and last 4 decode calls are simulated op by op, the {} between them as the cache's growth (their transients are the same in every call)",
+                    c - 8
                 ));
             }
         }

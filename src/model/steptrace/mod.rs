@@ -404,7 +404,18 @@ pub fn generate(arch: &Architecture, s: &Settings) -> Result<Trace, PlanError> {
 
 /// [`generate`] on a chosen device.
 pub fn generate_on(arch: &Architecture, s: &Settings, device: Device) -> Result<Trace, PlanError> {
-    generate_after::<{ After::Nothing.code() }>(arch, s, device)
+    generate_after::<{ After::Nothing.code() }>(arch, s, device, false)
+}
+
+/// [`generate_on`] with every decode call of a GRPO generation op by op, as a recording holds
+/// it (the plans run a long generation's middle calls as the cache's growth alone, which keeps
+/// every phase's peak and reserved: `tests/it/grpo.rs`).
+pub fn generate_exact_on(
+    arch: &Architecture,
+    s: &Settings,
+    device: Device,
+) -> Result<Trace, PlanError> {
+    generate_after::<{ After::Nothing.code() }>(arch, s, device, true)
 }
 
 /// The run of [`generate_on`] with the job's phase `after` the two training steps (the
@@ -416,9 +427,9 @@ pub fn generate_job(
     after: After,
 ) -> Result<Trace, PlanError> {
     match after {
-        After::Nothing => generate_after::<{ After::Nothing.code() }>(arch, s, device),
-        After::Eval => generate_after::<{ After::Eval.code() }>(arch, s, device),
-        After::Merge => generate_after::<{ After::Merge.code() }>(arch, s, device),
+        After::Nothing => generate_after::<{ After::Nothing.code() }>(arch, s, device, false),
+        After::Eval => generate_after::<{ After::Eval.code() }>(arch, s, device, false),
+        After::Merge => generate_after::<{ After::Merge.code() }>(arch, s, device, false),
     }
 }
 
@@ -428,6 +439,7 @@ fn generate_after<const AFTER: u8>(
     arch: &Architecture,
     s: &Settings,
     device: Device,
+    exact: bool,
 ) -> Result<Trace, PlanError> {
     let after = After::of_code(AFTER);
     super::extended::check(arch, s)?;
@@ -453,7 +465,7 @@ fn generate_after<const AFTER: u8>(
     };
     let scale = (stored / ctx.aux_weight.bytes().max(1)).max(1) as u64;
     let rank = rank::Rank::of(&run.parallel, scale);
-    program::run::<AFTER>(&ctx, device, rank)
+    program::run::<AFTER>(&ctx, device, rank, exact)
 }
 
 /// Refuses the training methods the program does not run for `arch` (the plan refuses them
@@ -503,6 +515,15 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
     }
     if s.grpo()
         && s.generation == crate::model::settings::Generation::Hf
+        && s.attn_impl == crate::model::AttnImpl::Eager
+    {
+        return Err(PlanError::InvalidSetting {
+            field: "generation",
+            why: "transformers' generate is planned with sdpa or flash attention; eager attention's scores against the growing cache are not planned yet: plan sdpa, or the generation elsewhere (generation vllm_server)".into(),
+        });
+    }
+    if s.grpo()
+        && s.generation == crate::model::settings::Generation::Hf
         && arch.sliding_window_tokens().is_some_and(|w| s.seq > w)
     {
         return Err(PlanError::InvalidSetting {
@@ -531,7 +552,14 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
 /// included), with margin; only absurd configurations come near 2^60 bytes. Runs at a shorter
 /// depth ([`periodic`]) are held to the model's bound.
 fn check_size(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
-    let tokens = s.batch as u128 * s.seq as u128;
+    // GRPO generates and scores its whole generation batch (batch × gradient accumulation).
+    let generating = s.grpo() && s.generation == super::settings::Generation::Hf;
+    let rows = if s.grpo() {
+        u128::from(s.batch) * u128::from(s.grad_accum.max(1))
+    } else {
+        u128::from(s.batch)
+    };
+    let tokens = rows * s.seq as u128;
     let per_layer = arch.hidden_size as u128 * 64
         + arch.intermediate_size as u128 * 64
         + arch.num_attention_heads as u128 * s.seq as u128 * 16;
@@ -553,7 +581,12 @@ fn check_size(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     } else {
         1
     };
-    let events = arch.num_hidden_layers as u128 * (3_000 + 60 * loop_experts);
+    let mut events = arch.num_hidden_layers as u128 * (3_000 + 60 * loop_experts);
+    if generating {
+        // The prefill and 64 decode calls op by op, every other new token's cache growth.
+        events = events * 65
+            + u128::from(s.completion_tokens()) * (arch.num_hidden_layers as u128 * 4 + 64);
+    }
     if peak > 1u128 << 60 || events > 1u128 << 26 {
         return Err(too_large());
     }

@@ -140,6 +140,9 @@ struct Prog<'c, 'a> {
     embed_ids: Option<T>,
     /// A GRPO step's generation: the rows, the KV cache, the mask's length.
     gen: Option<generate::GenMode>,
+    /// Every decode call of a generation op by op (a recording's sequence), not only the
+    /// first and last [`generate::FULL_DECODE_CALLS`].
+    exact_generation: bool,
     /// The first of the extended ops (`model::extended`) this step ran.
     extended: Option<&'static str>,
 }
@@ -2712,6 +2715,7 @@ pub(super) fn run<const AFTER: u8>(
     ctx: &Ctx,
     device: super::Device,
     rank: super::rank::Rank,
+    exact: bool,
 ) -> Result<Trace, PlanError> {
     let after = job::After::of_code(AFTER);
     let eval_s = (after == job::After::Eval).then(|| job::eval_settings(ctx.s));
@@ -2758,6 +2762,7 @@ pub(super) fn run<const AFTER: u8>(
         rope_deltas: None,
         embed_ids: None,
         gen: None,
+        exact_generation: exact,
     };
     p.tp.emulated = device == super::Device::Emulated;
     p.tp.set_rank(rank);

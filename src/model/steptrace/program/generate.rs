@@ -51,8 +51,9 @@ pub(super) fn contexts(
 }
 
 /// Decode calls run op by op at each end of a generation (all of them up to twice this many
-/// new tokens).
-pub(super) const FULL_DECODE_CALLS: u64 = 32;
+/// new tokens): the first calls (the first replaces no call's inputs) and the last ones (the
+/// largest cache, the step's peak) cover every kind of call.
+pub(super) const FULL_DECODE_CALLS: u64 = 4;
 
 impl<'c, 'a> Prog<'c, 'a> {
     /// A decode call's `model_inputs` die: its token, its position, the mask it read.
@@ -310,7 +311,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             inputs = Some((last_id, last_pos, None));
             // A long generation runs its first and last decode calls op by op and only the
             // cache's growth in between (see `gen_skip_forward`).
-            logits = if k < FULL_DECODE_CALLS || k + FULL_DECODE_CALLS >= c {
+            logits = if self.exact_generation || k < FULL_DECODE_CALLS || k + FULL_DECODE_CALLS >= c
+            {
                 self.gen_forward(decode, len)
             } else {
                 self.gen_skip_forward(decode, len, (logits.n, logits.es))
