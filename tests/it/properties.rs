@@ -172,7 +172,15 @@ proptest! {
         let all = peak(&a, &Settings { targets: Target::ALL.to_vec(), ..s.clone() }).expect("every target matches a module");
         prop_assert!(more_batch >= base, "batch");
         prop_assert!(more_seq >= base, "seq");
-        prop_assert!(more_rank >= base, "rank");
+        // Not for a paged optimizer: a state of 100000 values or more leaves the allocator for
+        // CUDA managed memory (bitsandbytes' paged optimizers), so a larger rank can move the
+        // adapters' states out and lower the allocated peak (Qwen2-0.5B, q/k/v/o, rank 87 → 112:
+        // lora_A of q_proj crosses 896 × 112 = 100352 values).
+        let paged = matches!(
+            s.optimizer,
+            lorafit::model::Optimizer::PagedAdamw8bit | lorafit::model::Optimizer::PagedAdamw32bit
+        );
+        prop_assert!(paged || more_rank >= base, "rank");
         // Not for DoRA: more adapted modules can lower its peak, as the harness measured
         // (Mistral-7B's shapes, 2 layers, nf4 + DoRA, checkpointing, 4 × 41193 tokens, rank 1,
         // no dropout: 132.84 GB with q, k, v, o, gate, up; 132.31 GB with all-linear), and the
