@@ -146,7 +146,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("one no-grad pass over the dataset before training (minutes to hours), its log-probs stored with the data; no reference forward, and for a trained base no reference copy, in the step", "训练前对数据集做一次不求梯度的遍历（几分钟到几小时），log-prob 与数据一起保存；训练步里不再有参考模型前向，全参数训练时也不再需要参考模型副本"),
     ("TRL ≥ #'s fused log-prob head (DPOTrainer / KTOTrainer)", "TRL ≥ # 的融合 log-prob 输出头（DPOTrainer / KTOTrainer）"),
     ("fused log-probs", "融合 log-prob"),
-    ("beta=#.# (no KL term)", "beta=#.#（不要 KL 项）"),
+    ("beta=# (no KL term)", "beta=#（不要 KL 项）"),
     ("β #", "β 设为 #"),
     ("no KL penalty toward the reference (TRL #.x's default): no reference pass, and for a trained base no reference copy; the policy may drift further from where it started", "不再对参考模型施加 KL 惩罚（TRL #.x 的默认做法）：没有参考模型前向，全参数训练时也不需要参考模型副本；策略可能偏离初始模型更远"),
     ("num_iterations # → #", "num_iterations 由 # 改为 #"),

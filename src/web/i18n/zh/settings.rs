@@ -142,7 +142,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("GRPO: hf runs transformers' generate on the training GPU (TRL's use_vllm=False), its KV cache and sampling buffers a phase of their own; vllm_colocate gives vLLM its share of this GPU; vllm_server generates on other GPUs", "GRPO：hf 表示在训练 GPU 上运行 transformers 的 generate（TRL 的 use_vllm=False），其 KV cache 和采样缓冲区单独作为一个阶段；vllm_colocate 表示 vLLM 占用本 GPU 的一部分显存；vllm_server 表示在其他 GPU 上生成"),
     ("vLLM on this GPU (colocate mode)", "在本 GPU 上用 vLLM（colocate 模式）"),
     ("vLLM's share of the GPU", "vLLM 占用的显存比例"),
-    ("GRPO with vLLM colocated: the fraction of the card's memory vLLM takes for its weights, KV cache and CUDA graphs (TRL's default #.#)", "GRPO 与 vLLM 同卡部署时：vLLM 为其权重、KV cache 和 CUDA graph 占用的显存比例（TRL 默认 #.#）"),
+    ("GRPO with vLLM colocated: the fraction of the card's memory vLLM takes for its weights, KV cache and CUDA graphs (TRL's default #)", "GRPO 与 vLLM 同卡部署时：vLLM 为其权重、KV cache 和 CUDA graph 占用的显存比例（TRL 默认 #）"),
     ("vLLM sleep mode", "vLLM 休眠模式"),
     ("GRPO with vLLM colocated: vLLM's weights and KV cache are released after each generation and made again before the next, so training does not share the card with them", "GRPO 与 vLLM 同卡部署时：每次生成后释放 vLLM 的权重和 KV cache，下次生成前再重新加载，训练时不与它们共用显存"),
     ("vLLM importance-sampling correction", "vLLM 重要性采样校正"),
