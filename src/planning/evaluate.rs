@@ -84,6 +84,7 @@ pub fn formula_verdict(
     capacity_bytes: u128,
 ) -> Verdict {
     let (need, phase) = crate::model::job::formula_phases_gpu_peak(arch, s, p);
+    let (need, phase) = crate::model::job::need_with_vllm(s, p, need, phase, capacity_bytes);
     crate::planning::verdict::verdict_of(need, capacity_bytes, phase)
 }
 

@@ -230,6 +230,31 @@ fn vllm_share(s: &Settings, train: &Plan, capacity_bytes: u128, job: &mut Job) {
     }
 }
 
+/// The largest GPU need of a job whose largest phase needs `need` in `phase`, with GRPO's vLLM
+/// colocated on a card of `capacity_bytes` (the figures [`vllm_share`] gives the job's phases):
+/// its share added to every phase without sleep mode, or its own generate phase with it.
+pub fn need_with_vllm(
+    s: &Settings,
+    train: &Plan,
+    need: u128,
+    phase: &'static str,
+    capacity_bytes: u128,
+) -> (u128, &'static str) {
+    let share = s.vllm_share_bytes(capacity_bytes);
+    if share == 0 {
+        (need, phase)
+    } else if s.vllm_enable_sleep_mode {
+        let generate = train.steady_state_bytes + train.outside_allocator_bytes + share;
+        if generate > need {
+            (generate, "generate")
+        } else {
+            (need, phase)
+        }
+    } else {
+        (need + share, phase)
+    }
+}
+
 /// The settings the training step computes with (FSDP's fp32 shards under mixed precision).
 fn step_settings(arch: &Architecture, s: &Settings) -> Settings {
     let run = s.as_run(arch);
