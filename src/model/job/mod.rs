@@ -205,12 +205,11 @@ fn vllm_share(s: &Settings, train: &Plan, capacity_bytes: u128, job: &mut Job) {
         &[crate::model::term::named_bytes("⌈utilization × card⌉", share)],
     );
     if s.vllm_enable_sleep_mode {
-        let between = train.steady_state_bytes + train.outside_allocator_bytes;
         job.phases.insert(
             0,
             JobPhase {
                 name: "generate",
-                gpu_peak_bytes: between + share,
+                gpu_peak_bytes: vllm_awake_need(train, share),
                 allocated_bytes: train.steady_state_bytes,
                 reserved_bytes: train.steady_state_bytes,
                 host_peak_bytes: train.cpu_bytes_per_rank,
@@ -244,7 +243,7 @@ pub fn need_with_vllm(
     if share == 0 {
         (need, phase)
     } else if s.vllm_enable_sleep_mode {
-        let generate = train.steady_state_bytes + train.outside_allocator_bytes + share;
+        let generate = vllm_awake_need(train, share);
         if generate > need {
             (generate, "generate")
         } else {
@@ -253,6 +252,12 @@ pub fn need_with_vllm(
     } else {
         (need + share, phase)
     }
+}
+
+/// vLLM awake beside the trainer between steps (sleep mode): the weights and optimizer states,
+/// what lies outside the allocator, and vLLM's share of the card.
+fn vllm_awake_need(train: &Plan, share: u128) -> u128 {
+    train.steady_state_bytes + train.outside_allocator_bytes + share
 }
 
 /// The settings the training step computes with (FSDP's fp32 shards under mixed precision).
