@@ -3,11 +3,12 @@
 //! label, to compare with a recorded `*.events.json.gz`:
 //!     cargo run --example steptrace_dump -- tests/data/reference/moe/cases.jsonl CASE_ID > gen.json
 //! A third argument `emulated` runs the step on the harness's emulated device (its dropout
-//! kernel's order), as the two-layer recordings were made.
+//! kernel's order), as the two-layer recordings were made; a fourth, `eval` or `merge`, runs
+//! that job phase after the training steps (`steptrace::generate_job`).
 
 use lorafit::formats::catalog::resolve_model;
 use lorafit::formats::fields::settings_from_json;
-use lorafit::model::steptrace::{generate_exact_on, Device, Event};
+use lorafit::model::steptrace::{generate_exact_on, generate_job, After, Device, Event};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -29,7 +30,12 @@ fn main() {
         Some("emulated") => Device::Emulated,
         _ => Device::Cuda,
     };
-    let t = generate_exact_on(&arch, &s, device).expect("trace");
+    let t = match args.get(4).map(String::as_str) {
+        Some("eval") => generate_job(&arch, &s, device, After::Eval),
+        Some("merge") => generate_job(&arch, &s, device, After::Merge),
+        _ => generate_exact_on(&arch, &s, device),
+    }
+    .expect("trace");
     let mut phase = 0;
     let mut out = vec![];
     for (i, e) in t.events.iter().enumerate() {

@@ -80,8 +80,14 @@ pub struct JobSettings {
     /// How many evaluation samples are run (their logits are accumulated when kept); `None`:
     /// one batch.
     pub eval_samples: Option<u64>,
-    /// `predict_with_generate`: generation during evaluation (not planned yet: refused).
+    /// `predict_with_generate`: with the logits kept (`prediction_loss_only` off), each eval
+    /// batch generates from its prompts (LLaMA-Factory's evaluation: the prompt's tokens, the
+    /// responses as labels) and the generated ids are kept instead of the logits.
     pub predict_with_generate: bool,
+    /// `max_new_tokens` of that generation; `None`: up to the sequence length (the
+    /// `generation_max_length` LLaMA-Factory sets to `cutoff_len`, which an evaluation during
+    /// training generates to).
+    pub max_new_tokens: Option<u64>,
     /// `save_strategy`.
     pub save_strategy: SaveStrategy,
     /// `save_only_model`: checkpoints hold the model (adapters) only, no optimizer states.
@@ -101,6 +107,7 @@ impl Default for JobSettings {
             prediction_loss_only: true,
             eval_samples: None,
             predict_with_generate: false,
+            max_new_tokens: None,
             save_strategy: SaveStrategy::Steps,
             save_only_model: false,
             merge: false,
@@ -136,6 +143,20 @@ impl JobSettings {
         } else {
             n.min(self.eval_accumulation_steps.unwrap_or(n).max(1))
         }
+    }
+
+    /// Whether each eval batch generates: `predict_with_generate` with the outputs kept
+    /// (with `prediction_loss_only`, Seq2SeqTrainer computes the loss alone,
+    /// `trainer_seq2seq.py:290-293`).
+    pub fn generates_in_eval(&self) -> bool {
+        self.predict_with_generate && !self.prediction_loss_only
+    }
+
+    /// New tokens each row of an eval batch generates, for settings `s` (its prompt and
+    /// sequence): `max_new_tokens`, or up to the sequence length.
+    pub fn eval_new_tokens(&self, s: &crate::model::Settings) -> u64 {
+        self.max_new_tokens
+            .unwrap_or_else(|| s.seq.saturating_sub(s.prompt_tokens()))
     }
 
     /// Whether checkpoints are saved.

@@ -56,6 +56,8 @@ pub const JOB: &[&str] = &[
     "eval_samples",
     "prediction_loss_only",
     "eval_accumulation_steps",
+    "predict_with_generate",
+    "max_new_tokens",
     "save_strategy",
     "save_only_model",
     "merge",
@@ -144,7 +146,10 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         // The evaluation's own settings once the job evaluates; what it keeps only with the
         // logits kept; where the merge runs only with a merge.
         "eval_samples" | "prediction_loss_only" => s.job.evaluates(),
-        "eval_accumulation_steps" => s.job.evaluates() && !s.job.prediction_loss_only,
+        "eval_accumulation_steps" | "predict_with_generate" => {
+            s.job.evaluates() && !s.job.prediction_loss_only
+        }
+        "max_new_tokens" => s.job.evaluates() && s.job.generates_in_eval(),
         "save_only_model" => s.job.saves(),
         // An image's size and resize limits once a sample has images.
         "image_width" | "image_height" | "image_max_pixels" | "image_min_pixels" => {

@@ -71,6 +71,29 @@ test("an evaluation that does not fit decides the verdict, phase by phase as the
   await page.close();
 });
 
+test("generation during evaluation: the generated ids are kept instead of the logits, with the KV cache, as the CLI plans it", async () => {
+  // The evaluation that keeps every batch's logits does not fit (above); with predict_with_generate
+  // each batch generates 64 tokens from its prompts and keeps only their ids.
+  const link = EVAL_OOM + "&pwg=1&mnt=64";
+  const { page, errors } = await openApp(browser, server.url + link);
+  await page.waitForSelector('[data-testid="job-phase-eval"]');
+  const want = cliPlan([...EVAL_OOM_ARGS, "--predict-with-generate", "--max-new-tokens", "64"]);
+  const shown = await phases(page);
+  assert.deepEqual(shown.map((p) => p.name), want.job.phases.map((p) => p.name));
+  for (const [i, p] of want.job.phases.entries()) {
+    assert.equal(shown[i].gpu, p.gpu_peak_bytes, `${p.name} GPU`);
+    assert.equal(shown[i].host, p.host_peak_bytes, `${p.name} host`);
+  }
+  const logits = cliPlan(EVAL_OOM_ARGS).job.phases.find((p) => p.name === "eval");
+  assert.ok(shown.find((p) => p.name === "eval").gpu < logits.gpu_peak_bytes, "ids, not logits");
+  assert.equal(await page.inputValue('[data-testid="max_new_tokens"]'), "64");
+  await page.click('[data-testid="job-phase-eval"] summary');
+  assert.match(await page.textContent('[data-testid="job-phase-eval"]'), /KV cache/);
+  assert.match(await page.textContent('[data-testid="job-phase-eval"]'), /predict_with_generate/);
+  assert.deepEqual(errors.filter((e) => !/favicon/.test(e)), []);
+  await page.close();
+});
+
 test("the job's settings: a merge on the GPU adds its phase, a bad eval batch is refused with its reason", async () => {
   const { page, errors } = await openApp(browser, server.url + "?model=qwen2-7b&gpu=a100-80&gc=1");
   await page.waitForSelector('[data-testid="job-timeline"]');

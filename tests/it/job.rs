@@ -11,13 +11,16 @@ use lorafit::model::steptrace::Device;
 use serde_json::Value;
 
 /// Cases in the committed file; a change to the data must change this number too.
-const EXPECTED_CASES: usize = 9;
+const EXPECTED_CASES: usize = 12;
 
 fn cases() -> Vec<Value> {
-    let path = concat!(
+    lines(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/reference/job/cases.jsonl"
-    );
+    ))
+}
+
+fn lines(path: &str) -> Vec<Value> {
     std::fs::read_to_string(path)
         .expect("job cases")
         .lines()
@@ -36,6 +39,12 @@ fn settings(v: &Value) -> lorafit::model::Settings {
             s.job.eval_batch = Some(b);
             s.job.eval_samples = Some(b * job["eval_batches"].as_u64().expect("eval_batches"));
             s.job.prediction_loss_only = job["prediction_loss_only"].as_bool().expect("plo");
+            s.job.predict_with_generate = job["predict_with_generate"].as_bool().unwrap_or(false);
+            s.job.max_new_tokens = job["max_new_tokens"].as_u64();
+            // The harness's prompts: eval_prompt tokens, else half the sequence.
+            if let Some(p) = job["eval_prompt"].as_u64() {
+                s.max_prompt_length = p;
+            }
         }
         "merge" => {
             s.job.merge = true;
@@ -271,4 +280,80 @@ fn the_formula_phases_peak_is_their_jobs_deciding_phase() {
         seen.push(d.name);
     }
     assert_eq!(seen, ["train", "save", "train", "train"]);
+}
+
+/// The evaluation with `predict_with_generate` is the harness's, allocation by allocation: the
+/// phase after the training step of two-layer runs (`tests/data/reference/job/two_layer.jsonl`,
+/// `record_two_layer.py`: Llama-2-7B's shapes with 6 new tokens, Qwen2-7B's 4-bit base under
+/// autocast with checkpointing generating to the sequence length, Qwen2.5-0.5B's tied head and
+/// biases over three rows of a 100-token prompt).
+#[test]
+fn generation_during_evaluation_is_the_recorded_sequence() {
+    use lorafit::model::steptrace::{generate_job, After, Event, JOB_STEP};
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference/job");
+    let mut checked = 0;
+    for v in lines(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/reference/job/two_layer.jsonl"
+    )) {
+        let id = v["id"].as_str().expect("id");
+        let arch = resolve_model(&v["model"]).expect("model").value;
+        let s = settings(&v);
+        assert!(s.job.generates_in_eval(), "{id}");
+        let t = generate_job(&arch, &s, Device::Emulated, After::Eval).expect("generates");
+        let from = t
+            .phases
+            .iter()
+            .find(|p| p.1 == JOB_STEP)
+            .expect("the job's phase")
+            .0;
+        let generated = t.events[from..].iter().map(|e| match *e {
+            Event::Alloc { id, bytes } => (true, id as u64, bytes),
+            Event::Free { id } => (false, id as u64, 0),
+        });
+        crate::reserved::assert_same_sequence(
+            id,
+            &dir.join(format!("{id}.events.json.gz")),
+            generated,
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "two-layer job recordings");
+}
+
+/// Generation during evaluation keeps the generated ids, not the logits: the evaluation that
+/// does not fit above (every batch's logits of 256 samples) fits with `predict_with_generate`;
+/// generating so long that its cache does not fit is out of memory in the evaluation, and the
+/// shorter generation offered fits.
+#[test]
+fn generation_during_evaluation_keeps_ids_and_its_length_is_a_fix() {
+    use lorafit::planning::fit::Fidelity;
+    use lorafit::planning::{fixes, job_verdict, Status};
+    let (arch, mut s, cap) = eval_on_a_4090(256, 16);
+    let train = lorafit::model::plan_simulated(&arch, &s).expect("plan");
+    let eval = |s: &lorafit::model::Settings| {
+        let job = lorafit::model::job::plan_job_within(&arch, s, &train, cap).expect("job");
+        (job_verdict(&job, cap), job.phase("eval").expect("eval").clone())
+    };
+    let (logits, kept_logits) = eval(&s);
+    assert_eq!(logits.status, Status::Oom);
+    s.job.predict_with_generate = true;
+    s.job.max_new_tokens = Some(32);
+    let (short, with_ids) = eval(&s);
+    assert_ne!(short.status, Status::Oom, "ids instead of logits");
+    assert!(with_ids.allocated_bytes < kept_logits.allocated_bytes);
+    assert!(with_ids.terms.iter().any(|t| t.label.contains("KV cache")));
+    // The cache of 16 rows × (256 + 4096) tokens × 32 layers × 2 × 4096 × bf16 = 34 GiB.
+    s.job.max_new_tokens = Some(4096);
+    let (long, _) = eval(&s);
+    assert_eq!((long.status, long.phase), (Status::Oom, "eval"));
+    let fixes = fixes::suggest_with(&arch, &s, cap, true, None, Fidelity::Quick);
+    let shorter = fixes
+        .iter()
+        .find(|f| f.id.name() == "shorter_eval_generation")
+        .expect("a shorter generation is offered");
+    assert!(shorter.settings.job.max_new_tokens < Some(4096));
+    // Without the outputs kept, Seq2SeqTrainer does not generate: the loss-only evaluation.
+    s.job.prediction_loss_only = true;
+    assert!(!s.job.generates_in_eval());
 }

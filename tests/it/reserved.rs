@@ -372,8 +372,26 @@ fn canonical(events: impl Iterator<Item = (bool, u64, u64)>) -> Canonical {
 /// same storages freed (their order within such a gap can differ where PyTorch iterates a hash
 /// map).
 pub(crate) fn assert_matches_recording(id: &str, case: &Value, path: &std::path::Path) {
-    use flate2::read::GzDecoder;
     use lorafit::model::steptrace::Event;
+    let arch = resolve_model(&case["model"]).expect("model").value;
+    let s = crate::harness_settings(&case["settings"]);
+    let t = lorafit::model::steptrace::generate_exact_on(&arch, &s, Device::Emulated)
+        .expect("generates");
+    let generated = t.events.iter().map(|e| match *e {
+        Event::Alloc { id, bytes } => (true, id as u64, bytes),
+        Event::Free { id } => (false, id as u64, 0),
+    });
+    assert_same_sequence(id, path, generated);
+}
+
+/// Asserts that `generated` (allocations and frees, `(is_alloc, storage, bytes)`) is the
+/// recording at `path`, as [`assert_matches_recording`] compares them.
+pub(crate) fn assert_same_sequence(
+    id: &str,
+    path: &std::path::Path,
+    generated: impl Iterator<Item = (bool, u64, u64)>,
+) {
+    use flate2::read::GzDecoder;
     let f = std::fs::File::open(path).expect("open events");
     let recorded: Value = serde_json::from_reader(GzDecoder::new(f)).expect("events JSON");
     let recorded = recorded.as_array().expect("event list").iter().map(|e| {
@@ -382,14 +400,6 @@ pub(crate) fn assert_matches_recording(id: &str, case: &Value, path: &std::path:
             e[1].as_u64().expect("id"),
             e[2].as_u64().unwrap_or(0),
         )
-    });
-    let arch = resolve_model(&case["model"]).expect("model").value;
-    let s = crate::harness_settings(&case["settings"]);
-    let t = lorafit::model::steptrace::generate_exact_on(&arch, &s, Device::Emulated)
-        .expect("generates");
-    let generated = t.events.iter().map(|e| match *e {
-        Event::Alloc { id, bytes } => (true, id as u64, bytes),
-        Event::Free { id } => (false, id as u64, 0),
     });
     let (rs, rg) = canonical(recorded);
     let (gs, gg) = canonical(generated);

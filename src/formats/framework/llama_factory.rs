@@ -51,11 +51,30 @@ const VIDEO: &str = "video frames: not planned yet (images are)";
 const PACKING: &str =
     "packing: planned as rows of cutoff_len tokens with padding (the same tokens per row)";
 
+/// How the evaluation's generation samples, whatever a config's sampling keys say.
+const SAMPLING: &str = "the evaluation's generation is planned sampling with temperature, top-k 50 and top-p 0.7 (LLaMA-Factory's defaults): other processors make other [batch × vocab] buffers";
+
 const TABLE: Table = &[
     ("model_name_or_path", Rule::Model),
     ("stage", Rule::Read(stage)),
     ("finetuning_type", Rule::To("finetuning_type")),
     ("freeze_trainable_layers", Rule::To("freeze_trainable_layers")),
+    // The evaluation's generation (predict_with_generate): its length, and the sampling,
+    // planned as LLaMA-Factory's defaults.
+    ("max_new_tokens", Rule::To("max_new_tokens")),
+    (
+        "do_sample",
+        Rule::NotModeled(SAMPLING),
+    ),
+    (
+        "top_k",
+        Rule::NotModeled(SAMPLING),
+    ),
+    (
+        "top_p",
+        Rule::NotModeled(SAMPLING),
+    ),
+    ("temperature", Rule::NoEffect),
     ("freeze_trainable_modules", Rule::Read(freeze_modules)),
     ("freeze_extra_modules", Rule::NotModeled("extra modules trained in freeze tuning: not planned")),
     ("lora_rank", Rule::To("lora_r")),

@@ -86,8 +86,23 @@ pub fn check(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             return bad("eval_batch", "must be between 1 and 65536");
         }
     }
-    if js.predict_with_generate {
-        return bad("predict_with_generate", "generation during evaluation (the KV cache, the generated tokens) is not planned yet: plan the evaluation with predict_with_generate off");
+    if js.generates_in_eval() {
+        if s.stage != super::settings::Stage::Sft {
+            return bad("predict_with_generate", "generation during evaluation is Seq2SeqTrainer's, for SFT (LLaMA-Factory refuses it for other stages)");
+        }
+        if arch.is_moe() || arch.vision.is_some() || arch.family.layout().hybrid.is_some() {
+            return bad("predict_with_generate", "generation during evaluation is planned for dense text decoders; experts', linear attention's and images' generation is not planned yet");
+        }
+        if arch.family.layout().attention != super::family::AttentionKind::Standard {
+            return bad("predict_with_generate", &format!("transformers' generate is planned with the standard attention's KV cache; {}'s attention caches otherwise", arch.family.name()));
+        }
+        if s.attn_impl == super::AttnImpl::Eager {
+            return bad("predict_with_generate", "transformers' generate is planned with sdpa or flash attention; eager attention's scores against the growing cache are not planned yet");
+        }
+        let len = s.prompt_tokens().saturating_add(js.eval_new_tokens(s));
+        if arch.sliding_window_tokens().is_some_and(|w| len > w) {
+            return bad("max_new_tokens", &format!("past its {}-token window a sliding layer's DynamicCache keeps only the window, which is not planned yet: plan the prompt and new tokens within the window", arch.sliding_window_tokens().unwrap_or(0)));
+        }
     }
     if js.evaluates() && s.preference() {
         return bad("eval_batch", "a preference trainer's evaluation (its chosen and rejected sequences, the reference pass) is not planned yet: plan SFT's, or leave eval_batch and eval_strategy unset");
@@ -392,6 +407,41 @@ fn eval_host(ctx: &Ctx) -> (u128, Vec<Term>) {
     let chunk = (b * u128::from(js.eval_batches_on_gpu())).min(n);
     let chunks = n.div_ceil(chunk.max(1));
     let seq = u128::from(ctx.s.seq);
+    let two = |chunks: u128| {
+        if chunks > 1 {
+            f("2 (arrays and their concatenation)", 2)
+        } else {
+            f("1", 1)
+        }
+    };
+    if js.generates_in_eval() {
+        // The generated ids and the labels (the responses) reach the host as int64 arrays.
+        let p = u128::from(ctx.s.prompt_tokens());
+        let c = u128::from(js.eval_new_tokens(ctx.s));
+        let terms = vec![
+            Term::product(
+                Component::LogitsLoss,
+                "generated ids on the host (int64, nested_numpify)",
+                &[
+                    two(chunks),
+                    f("eval samples", n),
+                    f("prompt + new tokens", p + c),
+                    named_bytes("int64", 8),
+                ],
+            ),
+            Term::product(
+                Component::LogitsLoss,
+                "labels (the responses) on the host (int64)",
+                &[
+                    two(chunks),
+                    f("eval samples", n),
+                    f("response tokens", seq.saturating_sub(p)),
+                    named_bytes("int64", 8),
+                ],
+            ),
+        ];
+        return (terms.iter().map(|t| t.bytes).sum(), terms);
+    }
     let v = u128::from(ctx.arch.vocab_size);
     let es = ctx.logits.bytes();
     let label = "logits on the host as fp32 NumPy arrays (nested_numpify)";
@@ -447,7 +497,18 @@ fn eval_notes(ctx: &Ctx) -> Vec<String> {
         js.eval_batch(),
         ctx.s.seq
     )];
-    if js.prediction_loss_only {
+    if js.generates_in_eval() {
+        out.push(format!(
+            "predict_with_generate as LLaMA-Factory evaluates: each batch's {} prompts of {} tokens generate {} new tokens each (transformers' generate without a loss forward: a DynamicCache of every layer's keys and values, sampling with temperature, top-k 50 and top-p 0.7); the generated ids and the labels stay on the GPU, concatenated, for {} batches",
+            js.eval_batch(),
+            ctx.s.prompt_tokens(),
+            js.eval_new_tokens(ctx.s),
+            js.eval_batches_on_gpu()
+        ));
+    } else if js.prediction_loss_only {
+        if js.predict_with_generate {
+            out.push("predict_with_generate does not generate with prediction_loss_only (Seq2SeqTrainer computes the loss alone)".into());
+        }
         out.push("prediction_loss_only: each batch's logits are freed after its loss (Trainer's choice when no compute_metrics is given)".into());
     } else {
         let per_batch = u128::from(js.eval_batch())

@@ -448,7 +448,25 @@ fn generate_after<const AFTER: u8>(
     check_method(arch, s)?;
     check_size(arch, s)?;
     if after == After::Eval {
-        check_size(arch, &eval_settings(s))?;
+        let e = eval_settings(s);
+        check_size(arch, &e)?;
+        if e.job.generates_in_eval() {
+            // The cache grows to the prompt and the new tokens; two batches generate, each its
+            // prefill and first and last decode calls op by op, the others as the cache's growth.
+            let c = e.job.eval_new_tokens(&e);
+            let long = Settings {
+                seq: e.prompt_tokens().saturating_add(c),
+                ..e.clone()
+            };
+            check_size(arch, &long)?;
+            let layers = u128::from(arch.num_hidden_layers);
+            let events = 2
+                * (layers * 3_000 * (1 + 2 * u128::from(program::FULL_DECODE_CALLS))
+                    + u128::from(c) * (layers * 4 + 64));
+            if events > 1u128 << 26 {
+                return Err(too_large());
+            }
+        }
     }
     let run = s.as_run(arch);
     // One rank's step: sharded mixed precision computes in low precision while its weight

@@ -177,6 +177,7 @@ mod fused_ce;
 mod gdn;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod generate;
+pub(super) use generate::FULL_DECODE_CALLS;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod grpo;
 pub(super) mod job;
@@ -2720,6 +2721,14 @@ pub(super) fn run<const AFTER: u8>(
     let after = job::After::of_code(AFTER);
     let eval_s = (after == job::After::Eval).then(|| job::eval_settings(ctx.s));
     let eval_ctx = eval_s.as_ref().map(|s| Ctx::new(ctx.arch, s));
+    // predict_with_generate: the evaluation's generate, over the eval batch's prompts.
+    let eval_gen_s = eval_s
+        .as_ref()
+        .filter(|e| e.job.generates_in_eval())
+        .map(|e| generate::contexts_of(e, e.batch, e.prompt_tokens()));
+    let eval_gen_ctx = eval_gen_s
+        .as_ref()
+        .map(|(pre, dec)| (Ctx::new(ctx.arch, pre), Ctx::new(ctx.arch, dec)));
     // GRPO's generation on this GPU: the prefill's context (the prompts) and each new token's.
     let gen_s = (ctx.s.grpo() && ctx.s.generation == crate::model::settings::Generation::Hf)
         .then(|| generate::contexts(ctx.s));
@@ -2832,7 +2841,7 @@ pub(super) fn run<const AFTER: u8>(
         p.zero_grad();
     }
     if let Some(e) = &eval_ctx {
-        p.eval_loop(e);
+        p.eval_loop(e, eval_gen_ctx.as_ref());
     }
     if after == job::After::Merge {
         p.merge();

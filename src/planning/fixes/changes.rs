@@ -64,6 +64,8 @@ pub enum FixId {
     LossOnly,
     /// Evaluation: a smaller `per_device_eval_batch_size`.
     SmallerEvalBatch,
+    /// Evaluation with `predict_with_generate`: fewer new tokens (`max_new_tokens`).
+    ShorterEvalGeneration,
     /// The merge in host memory instead of on the GPU (`export_device: cpu`).
     CpuExport,
     /// The last resort: a shorter sequence.
@@ -106,6 +108,8 @@ pub enum ChangeKind {
     EvalOutputs,
     /// The evaluation's batch.
     EvalBatch,
+    /// How long the evaluation generates.
+    EvalGeneration,
     /// Where the merge after training runs.
     Export,
     /// A preference or GRPO step's reference pass.
@@ -150,6 +154,7 @@ impl FixId {
             FixId::EvalAccumulation => "eval_accumulation",
             FixId::LossOnly => "prediction_loss_only",
             FixId::SmallerEvalBatch => "smaller_eval_batch",
+            FixId::ShorterEvalGeneration => "shorter_eval_generation",
             FixId::CpuExport => "cpu_export",
             FixId::ShorterSeq => "shorter_seq",
             FixId::Combined => "combined",
@@ -178,6 +183,7 @@ impl FixId {
             FixId::NoDora | FixId::Lora => ChangeKind::Method,
             FixId::EvalAccumulation | FixId::LossOnly => ChangeKind::EvalOutputs,
             FixId::SmallerEvalBatch => ChangeKind::EvalBatch,
+            FixId::ShorterEvalGeneration => ChangeKind::EvalGeneration,
             FixId::CpuExport => ChangeKind::Export,
             FixId::ShorterSeq | FixId::Combined => ChangeKind::Several,
         }
@@ -256,6 +262,8 @@ pub enum Patch {
     LossOnly,
     /// This `per_device_eval_batch_size`.
     EvalBatch(u64),
+    /// This `max_new_tokens` of the evaluation's generation.
+    MaxNewTokens(u64),
     /// `export_device: cpu`.
     CpuExport,
 }
@@ -308,6 +316,7 @@ impl Patch {
             Patch::EvalAccumulation1 => t.job.eval_accumulation_steps = Some(1),
             Patch::LossOnly => t.job.prediction_loss_only = true,
             Patch::EvalBatch(b) => t.job.eval_batch = Some(b.max(1)),
+            Patch::MaxNewTokens(n) => t.job.max_new_tokens = Some(n.max(1)),
             Patch::CpuExport => t.job.export_device = crate::model::job::ExportDevice::Cpu,
         }
     }
@@ -737,6 +746,21 @@ fn job_changes(s: &Settings) -> Vec<Change> {
                 patch: Patch::EvalBatch(b),
             });
             b /= 2;
+        }
+    }
+    if js.generates_in_eval() {
+        let from = js.eval_new_tokens(s);
+        let to = from / 2;
+        if to >= 1 {
+            out.push(Change {
+                id: FixId::ShorterEvalGeneration,
+                title: format!("max_new_tokens {from} → {to}"),
+                short: format!("eval generates {to} tokens"),
+                cost: "the evaluation's generated answers are cut shorter (training is unchanged)"
+                    .into(),
+                weight: 6,
+                patch: Patch::MaxNewTokens(to),
+            });
         }
     }
     if js.merge && js.export_device == crate::model::job::ExportDevice::Gpu {

@@ -23,37 +23,88 @@ pub(super) struct GenMode {
     pub(super) mask_len: u64,
 }
 
-/// The settings of `generate`'s two kinds of model call: the prefill over the prompts, and one
-/// new token per row.
-/// A peft model generates without autocast: `PeftModel.generate` calls the inner model's
-/// forward, which accelerate did not wrap (`peft_model.py`, `base_model.generate`;
-/// `accelerate/accelerator.py:1824-1835` wraps the prepared model's own forward).
+/// The settings of `generate`'s two kinds of model call for GRPO's generation batch: the
+/// prefill over the prompts, and one new token per row.
 pub(super) fn contexts(
     s: &crate::model::Settings,
 ) -> (crate::model::Settings, crate::model::Settings) {
-    let autocast = if s.base_trained() { s.autocast } else { None };
     // generate runs over the whole generation batch on this GPU at once (`grpo_trainer.py:1275,
     // 1816-1875`).
-    let batch = s.generation_rows();
+    contexts_of(s, s.generation_rows(), s.prompt_tokens())
+}
+
+/// The settings of `generate`'s model calls over `rows` prompts of `prompt` tokens, from the
+/// settings `s` the model runs with (its dropout: GRPO samples in train mode, an evaluation in
+/// eval mode).
+/// A peft model generates without autocast: `PeftModel.generate` calls the inner model's
+/// forward, which accelerate did not wrap (`peft_model.py`, `base_model.generate`;
+/// `accelerate/accelerator.py:1824-1835` wraps the prepared model's own forward).
+pub(super) fn contexts_of(
+    s: &crate::model::Settings,
+    rows: u64,
+    prompt: u64,
+) -> (crate::model::Settings, crate::model::Settings) {
+    let autocast = if s.base_trained() { s.autocast } else { None };
     let prefill = crate::model::Settings {
-        seq: s.prompt_tokens(),
+        seq: prompt,
         autocast,
-        batch,
+        batch: rows,
         ..s.clone()
     };
     let decode = crate::model::Settings {
         seq: 1,
         autocast,
-        batch,
+        batch: rows,
         ..s.clone()
     };
     (prefill, decode)
 }
 
+/// The logits processors of a sampling `generate` (transformers 5.24
+/// `generation/utils.py:1619-1633`, in that order): each makes new `[rows, vocab]` scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Warpers {
+    /// `TemperatureLogitsWarper` (a temperature other than 1): `scores / temperature`.
+    pub(super) temperature: bool,
+    /// `TopKLogitsWarper(top_k)`.
+    pub(super) top_k: Option<u64>,
+    /// `TopPLogitsWarper` (a `top_p` below 1).
+    pub(super) top_p: bool,
+}
+
+impl Warpers {
+    /// None: TRL's GRPO sampling (temperature 1, `top_k` 0, `top_p` 1).
+    pub(super) const NONE: Warpers = Warpers {
+        temperature: false,
+        top_k: None,
+        top_p: false,
+    };
+
+    /// LLaMA-Factory's generating arguments (`hparams/generating_args.py`: `do_sample`,
+    /// temperature 0.95, `top_k` 50, `top_p` 0.7), which its evaluation with
+    /// `predict_with_generate` samples with.
+    pub(super) const LLAMA_FACTORY: Warpers = Warpers {
+        temperature: true,
+        top_k: Some(50),
+        top_p: true,
+    };
+}
+
+/// One `generate` call: its two kinds of model call, the rows, the prompt's and the new
+/// tokens, and the sampling's logits processors.
+pub(super) struct GenCall<'c, 'a> {
+    pub(super) prefill: &'c Ctx<'a>,
+    pub(super) decode: &'c Ctx<'a>,
+    pub(super) rows: u64,
+    pub(super) prompt: u64,
+    pub(super) new_tokens: u64,
+    pub(super) warpers: Warpers,
+}
+
 /// Decode calls run op by op at each end of a generation (all of them up to twice this many
 /// new tokens): the first calls (the first replaces no call's inputs) and the last ones (the
 /// largest cache, the step's peak) cover every kind of call.
-pub(super) const FULL_DECODE_CALLS: u64 = 4;
+pub(in crate::model::steptrace) const FULL_DECODE_CALLS: u64 = 4;
 
 impl<'c, 'a> Prog<'c, 'a> {
     /// A decode call's `model_inputs` die: its token, its position, the mask it read.
@@ -162,19 +213,86 @@ impl<'c, 'a> Prog<'c, 'a> {
         logits
     }
 
+    /// The sampling's logits processors over the fp32 next-token logits `nl` (which the loop
+    /// keeps) of `r` rows over `v` tokens: the processed scores, `None` without processors.
+    /// Each processor's input dies as the list moves on (`LogitsProcessorList.__call__`);
+    /// the first is the loop's own logits.
+    fn warp(&mut self, w: Warpers, nl: X, r: u64, v: u64) -> Option<X> {
+        let mut out: Option<X> = None;
+        let _ = nl;
+        if w.temperature {
+            // scores / temperature
+            out = Some(self.t(r * v, 4, What::Logits));
+        }
+        if let Some(k) = w.top_k {
+            // scores < torch.topk(scores, top_k)[0][..., -1, None]; scores.masked_fill(...)
+            let k = k.min(v);
+            // (topk's indices die as its values are taken; the values as the comparison ends)
+            let vals = self.t(r * k, 4, What::Logits);
+            let idx = self.t(r * k, 8, What::Logits);
+            self.drop(idx);
+            let lt = self.t(r * v, 1, What::Logits);
+            self.drop(vals);
+            let filled = self.t(r * v, 4, What::Logits);
+            self.drop(lt);
+            if let Some(x) = out.replace(filled) {
+                self.drop(x);
+            }
+        }
+        if w.top_p {
+            // sort; softmax(...).cumsum(...); cumulative_probs <= 1 - top_p; scatter back to the
+            // vocabulary's order; scores.masked_fill(...)
+            let sorted = self.t(r * v, 4, What::Logits);
+            let order = self.t(r * v, 8, What::Logits);
+            let sm = self.t(r * v, 4, What::Logits);
+            let cum = self.t(r * v, 4, What::Logits);
+            self.drop(sm);
+            let le = self.t(r * v, 1, What::Logits);
+            let back = self.t(r * v, 1, What::Logits);
+            let filled = self.t(r * v, 4, What::Logits);
+            for x in [sorted, order, cum, le, back] {
+                self.drop(x);
+            }
+            if let Some(x) = out.replace(filled) {
+                self.drop(x);
+            }
+        }
+        out
+    }
+
     /// `generate` for the step's rows (`prefill`: the prompts' context, `decode`: one token
     /// per row), from the prompts on the GPU to the generated ids; everything but the
     /// prompts dies with it (TRL turns the ids into lists).
     pub(super) fn grpo_generate(&mut self, step: u8, prefill: &'c Ctx<'a>, decode: &'c Ctx<'a>) {
         let s = self.ctx.s;
         let r = s.generation_rows();
-        let c = s.completion_tokens();
         let p = s.prompt_tokens();
-        let v = self.ctx.arch.vocab_size;
         self.phase(step, StepPhase::Generate);
         // The prompts and their mask on the GPU.
         let prompt = self.t(r * p, 8, What::Input);
         let prompt_mask = self.t(r * p, 8, What::Input);
+        let ids = self.generate_ids(&GenCall {
+            prefill,
+            decode,
+            rows: r,
+            prompt: p,
+            new_tokens: s.completion_tokens(),
+            warpers: Warpers::NONE,
+        });
+        self.drop(ids);
+        self.drop(prompt);
+        self.drop(prompt_mask);
+    }
+
+    /// transformers' `generate` under `torch.no_grad()` over `call.rows` prompts already on
+    /// the GPU: returns the generated ids (`[rows, prompt + new tokens]`); everything else it
+    /// made dies with it.
+    pub(super) fn generate_ids(&mut self, call: &GenCall<'c, 'a>) -> X {
+        let (prefill, decode) = (call.prefill, call.decode);
+        let r = call.rows;
+        let c = call.new_tokens;
+        let p = call.prompt;
+        let v = self.ctx.arch.vocab_size;
         // _prepare_special_tokens: the bos (where the config has one), eos and pad ids as
         // tensors, and their checks.
         let bos = self.ctx.arch.family.layout().bos_default;
@@ -219,6 +337,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let (mut ids, mut mask, mut pos): (Option<X>, Option<X>, Option<X>) = (None, None, None);
         let mut inputs: Option<(X, X, Option<X>)> = None;
         let (mut nlog, mut probs, mut tok): (Option<X>, Option<X>, Option<X>) = (None, None, None);
+        let mut scores: Option<X> = None;
         for k in 1..=c {
             let len = p + k;
             // _update_model_kwargs_for_generation: the next position and mask column
@@ -247,6 +366,13 @@ impl<'c, 'a> Prog<'c, 'a> {
             let nl = self.t(r * v, 4, What::Logits);
             if let Some(x) = nlog.replace(nl) {
                 self.drop(x);
+            }
+            // next_token_scores = logits_processor(input_ids, next_token_logits): the
+            // processors' scores (the logits themselves without any) live until the next token's
+            if let Some(sc) = self.warp(call.warpers, nl, r, v) {
+                if let Some(x) = scores.replace(sc) {
+                    self.drop(x);
+                }
             }
             let pr = self.t(r * v, 4, What::Logits);
             if let Some(x) = probs.replace(pr) {
@@ -326,7 +452,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         self.drop(unfinished);
         self.release_inputs(inputs.take());
-        for x in [nlog, probs, tok].into_iter().flatten() {
+        for x in [nlog, scores, probs, tok].into_iter().flatten() {
             self.drop(x);
         }
         // the bos and pad ids' tensors, then (after the cache) the eos id's
@@ -342,10 +468,6 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
         }
         self.drop(eos);
-        if let Some(x) = ids {
-            self.drop(x);
-        }
-        self.drop(prompt);
-        self.drop(prompt_mask);
+        ids.unwrap_or_else(|| self.t(r * p, 8, What::Input))
     }
 }

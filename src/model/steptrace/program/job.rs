@@ -97,7 +97,9 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// Trainer's evaluation loop over the batches whose outputs are on the GPU together, with
     /// `eval` the context of the eval batch; the kept outputs move to the host at the end
     /// (`eval_accumulation_steps`, or `get_arrays`).
-    pub(super) fn eval_loop(&mut self, eval: &'c Ctx<'a>) {
+    /// With `gen` (the prefill's and the decode's contexts of `predict_with_generate`), each
+    /// batch generates instead ([`Prog::eval_generate_loop`]).
+    pub(super) fn eval_loop(&mut self, eval: &'c Ctx<'a>, gen: Option<&'c (Ctx<'a>, Ctx<'a>)>) {
         let train = std::mem::replace(&mut self.ctx, eval);
         let js = &eval.s.job;
         let (b, seq) = (eval.s.batch, eval.s.seq);
@@ -105,6 +107,19 @@ impl<'c, 'a> Prog<'c, 'a> {
         let on_gpu = js.eval_batches_on_gpu();
         let mode = std::mem::replace(&mut self.tp.mode, Mode::NoGrad);
         self.phase(JOB_STEP, StepPhase::Eval);
+        if let Some((pre, dec)) = gen {
+            extended!(
+                self,
+                "generation during evaluation",
+                self.eval_generate_loop(pre, dec),
+                {
+                    let _ = (pre, dec);
+                }
+            );
+            self.tp.mode = mode;
+            self.ctx = train;
+            return;
+        }
         let (mut losses, mut preds, mut labels) =
             (Kept::default(), Kept::default(), Kept::default());
         for k in 1..=on_gpu {
@@ -165,6 +180,56 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         self.tp.mode = mode;
         self.ctx = train;
+    }
+
+    /// The evaluation loop with `predict_with_generate` as LLaMA-Factory runs it
+    /// (`CustomSeq2SeqTrainer.prediction_step`, `src/llamafactory/train/sft/trainer.py:164-190`:
+    /// the labels popped, so no loss forward; transformers 5.24
+    /// `Seq2SeqTrainer.prediction_step`, `trainer_seq2seq.py:259-372`: `generate` on the
+    /// prompts; the prompt's columns overwritten with pad in place): each batch's prompts, mask
+    /// and labels (the responses), the generated ids and the labels kept and concatenated like
+    /// logits. The first and last batch on the GPU generate; those between leave only their ids
+    /// (their generation is the same as the first's).
+    fn eval_generate_loop(&mut self, pre: &'c Ctx<'a>, dec: &'c Ctx<'a>) {
+        let s = self.ctx.s;
+        let js = &s.job;
+        let b = s.batch;
+        let p = s.prompt_tokens();
+        let c = js.eval_new_tokens(s);
+        let labels_len = s.seq.saturating_sub(p);
+        let on_gpu = js.eval_batches_on_gpu();
+        let call = super::generate::GenCall {
+            prefill: pre,
+            decode: dec,
+            rows: b,
+            prompt: p,
+            new_tokens: c,
+            warpers: super::generate::Warpers::LLAMA_FACTORY,
+        };
+        let (mut preds, mut labels) = (Kept::default(), Kept::default());
+        for k in 1..=on_gpu {
+            let ids = self.t(b * p, 8, What::Input);
+            let mask = self.t(b * p, 8, What::Input);
+            let lab = self.t(b * labels_len, 8, What::Input);
+            let gen = if k == 1 || k == on_gpu {
+                self.generate_ids(&call)
+            } else {
+                self.t(b * (p + c), 8, What::EvalOutputs)
+            };
+            self.tp.labels[gen.t as usize].what = What::EvalOutputs;
+            self.tp.labels[lab.t as usize].what = What::EvalOutputs;
+            self.keep(&mut preds, gen, What::EvalOutputs);
+            self.keep(&mut labels, lab, What::EvalOutputs);
+            self.drop(gen);
+            self.drop(lab);
+            self.drop(ids);
+            self.drop(mask);
+        }
+        for c in [preds, labels] {
+            if let Some(x) = c.tensors {
+                self.drop(x);
+            }
+        }
     }
 
     /// peft's `merge_and_unload` on the GPU, adapted Linear by adapted Linear.

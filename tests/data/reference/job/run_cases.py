@@ -20,6 +20,10 @@ CASES = [
     ("llama2-7b_bf16_s1024_b1_merge_qv", {"model": "llama2-7b", "seq": 1024, "batch": 1, "target_modules": ["q_proj", "v_proj"], "phase": "merge"}),
     ("llama3-8b_nf4_bf16ac_s1024_b1_gc_merge", {"model": "llama3-8b", "quant": "nf4", "autocast": "bf16", "grad_ckpt": True, "seq": 1024, "batch": 1, "phase": "merge"}),
     ("qwen2-7b_nf4_bf16ac_s1024_b1_gc_merge", {"model": "qwen2-7b", "quant": "nf4", "autocast": "bf16", "grad_ckpt": True, "seq": 1024, "batch": 1, "phase": "merge"}),
+    # predict_with_generate (added 2026-12-05): LLaMA-Factory's evaluation, generate over each batch's prompts
+    ("llama3-8b_bf16_s1024_b2_eval_b4x2_generate16", {"model": "llama3-8b", "seq": 1024, "batch": 2, "phase": "eval", "eval_batch": 4, "eval_batches": 2, "prediction_loss_only": False, "predict_with_generate": True, "max_new_tokens": 16}),
+    ("qwen2-7b_nf4_bf16ac_s1024_b1_gc_eval_b2x3_generate24", {"model": "qwen2-7b", "quant": "nf4", "autocast": "bf16", "grad_ckpt": True, "seq": 1024, "batch": 1, "phase": "eval", "eval_batch": 2, "eval_batches": 3, "prediction_loss_only": False, "predict_with_generate": True, "max_new_tokens": 24}),
+    ("mistral-7b_bf16_s256_b4_eval_b8x1_generate_to_seq", {"model": "mistral-7b", "seq": 256, "batch": 4, "phase": "eval", "eval_batch": 8, "eval_batches": 1, "prediction_loss_only": False, "predict_with_generate": True}),
 ]
 
 only = set(sys.argv[1:])
