@@ -487,8 +487,9 @@ fn accelerate(s: &Settings) -> String {
         Strategy::FsdpFullShard | Strategy::FsdpShardGradOp | Strategy::FsdpHybridShard => {
             let sharding = fsdp_sharding(s).unwrap_or_default().to_ascii_uppercase();
             out.push_str(&format!(
-                "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: {sharding}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_offload_params: {}\n  fsdp_use_orig_params: true\n  fsdp_cpu_ram_efficient_loading: true\n  fsdp_sync_module_states: true\n  fsdp_state_dict_type: SHARDED_STATE_DICT\n  fsdp_activation_checkpointing: {}\n",
+                "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: {sharding}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_offload_params: {}\n  fsdp_use_orig_params: true\n  fsdp_cpu_ram_efficient_loading: true\n  fsdp_sync_module_states: true\n  fsdp_state_dict_type: {}\n  fsdp_activation_checkpointing: {}\n",
                 p.offload_params || p.offload_optimizer,
+                s.job.fsdp_state_dict.name().to_ascii_uppercase(),
                 s.grad_ckpt
             ));
         }
@@ -809,8 +810,9 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     }
     if let Some(sharding) = fsdp_sharding(s) {
         out.push_str(&format!(
-            "fsdp:\n  - {sharding}\n  - auto_wrap\n{}fsdp_config:\n  fsdp_offload_params: {offload}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_state_dict_type: SHARDED_STATE_DICT\n",
-            if offload { "  - offload\n" } else { "" }
+            "fsdp:\n  - {sharding}\n  - auto_wrap\n{}fsdp_config:\n  fsdp_offload_params: {offload}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_state_dict_type: {}\n",
+            if offload { "  - offload\n" } else { "" },
+            s.job.fsdp_state_dict.name().to_ascii_uppercase()
         ));
     }
     out.push_str(&launch_comment(
@@ -1054,7 +1056,7 @@ fn swift_fsdp(s: &Settings) -> Option<String> {
             "reshard_after_forward": p.strategy != Strategy::FsdpShardGradOp,
             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "cpu_ram_efficient_loading": true,
-            "state_dict_type": "SHARDED_STATE_DICT",
+            "state_dict_type": s.job.fsdp_state_dict.name().to_ascii_uppercase(),
             "activation_checkpointing": s.grad_ckpt,
             "activation_cpu_offload": s.grad_ckpt && p.offload_activations,
         }

@@ -61,6 +61,23 @@ names!(ExportDevice {
     Cpu => "cpu",
 });
 
+/// How FSDP saves a checkpoint (accelerate's `fsdp_state_dict_type`; its default is
+/// `FULL_STATE_DICT` for FSDP1, which the plan models, `accelerate/utils/dataclasses.py:2047-2050`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsdpStateDict {
+    /// Rank 0 gathers the whole state dict to its host (`FullStateDictConfig(offload_to_cpu,
+    /// rank0_only)`), the optimizer's too.
+    Full,
+    /// Each rank writes its own shard from its host (`ShardedStateDictConfig(offload_to_cpu)`).
+    Sharded,
+}
+
+names!(FsdpStateDict {
+    Full => "full_state_dict" | "full",
+    Sharded => "sharded_state_dict" | "sharded",
+});
+
 /// Trainer's `per_device_eval_batch_size` default.
 pub const DEFAULT_EVAL_BATCH: u64 = 8;
 
@@ -80,6 +97,10 @@ pub struct JobSettings {
     /// How many evaluation samples are run (their logits are accumulated when kept); `None`:
     /// one batch.
     pub eval_samples: Option<u64>,
+    /// `eval_do_concat_batches`: the kept outputs are concatenated batch after batch on the GPU
+    /// (Trainer's default: each concatenation a new tensor beside the old); off, each batch's
+    /// are kept in a list.
+    pub eval_do_concat_batches: bool,
     /// `predict_with_generate`: with the logits kept (`prediction_loss_only` off), each eval
     /// batch generates from its prompts (LLaMA-Factory's evaluation: the prompt's tokens, the
     /// responses as labels) and the generated ids are kept instead of the logits.
@@ -96,7 +117,15 @@ pub struct JobSettings {
     pub merge: bool,
     /// Where the merge runs.
     pub export_device: ExportDevice,
+    /// How FSDP saves checkpoints.
+    pub fsdp_state_dict: FsdpStateDict,
+    /// LLaMA-Factory's `export_size`: the merged model is written in safetensors shards of up
+    /// to this many GB (10^9 bytes; `max_shard_size` of `save_pretrained`).
+    pub export_size_gb: u64,
 }
+
+/// LLaMA-Factory's `export_size` default (GB).
+pub const DEFAULT_EXPORT_SIZE_GB: u64 = 5;
 
 impl Default for JobSettings {
     fn default() -> Self {
@@ -106,12 +135,15 @@ impl Default for JobSettings {
             eval_accumulation_steps: None,
             prediction_loss_only: true,
             eval_samples: None,
+            eval_do_concat_batches: true,
             predict_with_generate: false,
             max_new_tokens: None,
             save_strategy: SaveStrategy::Steps,
             save_only_model: false,
             merge: false,
             export_device: ExportDevice::Cpu,
+            fsdp_state_dict: FsdpStateDict::Full,
+            export_size_gb: DEFAULT_EXPORT_SIZE_GB,
         }
     }
 }

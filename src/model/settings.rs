@@ -1029,7 +1029,8 @@ impl Settings {
         if self.beta.is_some_and(|b| !b.is_finite()) {
             return bad("beta", "must be a finite number".into());
         }
-        if self.grpo() {
+        // (a build without the extended ops refuses GRPO steps before their checks: left out)
+        if crate::model::extended::EXTENDED && self.grpo() {
             self.validate_grpo()?;
         }
         if !(0.0..1.0).contains(&self.lora_dropout) {

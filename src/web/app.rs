@@ -283,8 +283,9 @@ fn Essentials(state: RwSignal<UiState>) -> impl IntoView {
                     on_set=Callback::new(move |v: String| state.update(|st| st.gpu = v)) />
                 {setting_controls(layout::ESSENTIAL, state, Some(layout::after_essential))}
             </div>
-            // Only a model with a vision tower has them (an Option, not <Show>: see ARCHITECTURE.md).
-            {move || has_tower.get().then(|| view! {
+            // Only a model with a vision tower has them (an Option, not <Show>: see ARCHITECTURE.md);
+            // the first bundle hands such a model to the full planner, so it leaves them out.
+            {move || (crate::model::extended::EXTENDED && has_tower.get()).then(|| view! {
                 <fieldset class="images" data-testid="image-settings">
                     <legend>{t("Images (vision-language model)")}</legend>
                     <div class="controls-grid">{setting_controls(layout::IMAGES, state, None)}</div>

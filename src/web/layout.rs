@@ -56,12 +56,15 @@ pub const JOB: &[&str] = &[
     "eval_samples",
     "prediction_loss_only",
     "eval_accumulation_steps",
+    "eval_do_concat_batches",
     "predict_with_generate",
     "max_new_tokens",
     "save_strategy",
     "save_only_model",
+    "fsdp_state_dict_type",
     "merge",
     "export_device",
+    "export_size",
 ];
 
 /// A job phase's title on the page (`train`, `eval`, `save`, `merge`, as the JSON names them).
@@ -146,16 +149,18 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         // The evaluation's own settings once the job evaluates; what it keeps only with the
         // logits kept; where the merge runs only with a merge.
         "eval_samples" | "prediction_loss_only" => s.job.evaluates(),
-        "eval_accumulation_steps" | "predict_with_generate" => {
+        "eval_accumulation_steps" | "eval_do_concat_batches" | "predict_with_generate" => {
             s.job.evaluates() && !s.job.prediction_loss_only
         }
         "max_new_tokens" => s.job.evaluates() && s.job.generates_in_eval(),
         "save_only_model" => s.job.saves(),
+        "fsdp_state_dict_type" => s.job.saves() && s.parallel.strategy.is_fsdp(),
         // An image's size and resize limits once a sample has images.
         "image_width" | "image_height" | "image_max_pixels" | "image_min_pixels" => {
             s.images.images_per_sample > 0
         }
         "export_device" => s.job.merge,
+        "export_size" => s.job.merge && s.job.export_device == crate::model::job::ExportDevice::Cpu,
         _ => true,
     }
 }

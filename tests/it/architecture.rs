@@ -298,3 +298,37 @@ fn architecture_md_cites_only_files_that_exist() {
     }
     assert!(cited > 50, "only {cited} paths found in ARCHITECTURE.md");
 }
+
+/// The planner page's first bundle leaves out the page labels of the settings it never draws
+/// (`beyond_first_screen!` in `src/formats/fields.rs`): exactly the settings outside the first
+/// screen (`web::layout::ESSENTIAL`) and the embed (`EMBED`). Drawn there with an empty label, a
+/// setting would be nameless; left in, its label would only weigh on the first visit.
+#[test]
+fn the_first_bundle_leaves_out_exactly_the_labels_it_never_draws() {
+    use lorafit::web::layout::{EMBED, ESSENTIAL};
+    let text = std::fs::read_to_string(src().join("formats/fields.rs")).expect("fields.rs");
+    let mut seen = 0;
+    for block in text.split("    Field {\n").skip(1) {
+        let name = block
+            .split("name: \"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .expect("a field's name");
+        let label = block
+            .lines()
+            .find(|l| l.trim_start().starts_with("label:"))
+            .expect("a field's label");
+        let drawn = ESSENTIAL.contains(&name) || EMBED.contains(&name);
+        assert_eq!(
+            !label.contains("beyond_first_screen!("),
+            drawn,
+            "{name}: {label}"
+        );
+        seen += 1;
+    }
+    assert_eq!(
+        seen,
+        lorafit::formats::fields::FIELDS.len(),
+        "every field read"
+    );
+}

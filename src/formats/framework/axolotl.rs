@@ -189,8 +189,8 @@ pub(super) const FSDP_CONFIG: Table = &[
     ("auto_wrap_policy", Rule::NoEffect),
     ("fsdp_transformer_layer_cls_to_wrap", Rule::NoEffect),
     ("transformer_layer_cls_to_wrap", Rule::NoEffect),
-    ("fsdp_state_dict_type", Rule::NoEffect),
-    ("state_dict_type", Rule::NoEffect),
+    ("fsdp_state_dict_type", Rule::To("fsdp_state_dict_type")),
+    ("state_dict_type", Rule::To("fsdp_state_dict_type")),
 ];
 
 /// `fsdp_version`: 2 is FSDP2's `fully_shard`, planned as FSDP1.

@@ -144,6 +144,7 @@ pub(super) const TRAINER: Table = &[
     ("evaluation_strategy", Rule::To("eval_strategy")),
     ("prediction_loss_only", Rule::To("prediction_loss_only")),
     ("predict_with_generate", Rule::To("predict_with_generate")),
+    ("eval_do_concat_batches", Rule::To("eval_do_concat_batches")),
     ("save_strategy", Rule::To("save_strategy")),
     ("save_only_model", Rule::To("save_only_model")),
     ("output_dir", Rule::NoEffect),

@@ -75,6 +75,16 @@ const TABLE: Table = &[
         Rule::NotModeled(SAMPLING),
     ),
     ("temperature", Rule::NoEffect),
+    // An export config (`llamafactory-cli export`): the merge of the adapters after training,
+    // where it runs and its shards.
+    ("export_dir", Rule::Read(|rd, _| rd.set("merge", "1"))),
+    ("export_device", Rule::To("export_device")),
+    ("export_size", Rule::To("export_size")),
+    ("export_legacy_format", Rule::NoEffect),
+    (
+        "export_quantization_bit",
+        Rule::NotModeled("the merged model's quantization for export (GPTQ with its calibration data): not planned"),
+    ),
     ("freeze_trainable_modules", Rule::Read(freeze_modules)),
     ("freeze_extra_modules", Rule::NotModeled("extra modules trained in freeze tuning: not planned")),
     ("lora_rank", Rule::To("lora_r")),

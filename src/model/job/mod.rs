@@ -8,7 +8,9 @@
 //! through the caching allocator, so the phase starts from the cache training left. Host memory
 //! is written from the libraries' code, cited where it is computed.
 
-pub use super::job_settings::{EvalStrategy, ExportDevice, JobSettings, SaveStrategy};
+pub use super::job_settings::{
+    EvalStrategy, ExportDevice, FsdpStateDict, JobSettings, SaveStrategy,
+};
 
 use serde::Serialize;
 
@@ -408,7 +410,7 @@ fn eval_host(ctx: &Ctx) -> (u128, Vec<Term>) {
     let chunks = n.div_ceil(chunk.max(1));
     let seq = u128::from(ctx.s.seq);
     let two = |chunks: u128| {
-        if chunks > 1 {
+        if chunks > 1 && js.eval_do_concat_batches {
             f("2 (arrays and their concatenation)", 2)
         } else {
             f("1", 1)
@@ -445,7 +447,32 @@ fn eval_host(ctx: &Ctx) -> (u128, Vec<Term>) {
     let v = u128::from(ctx.arch.vocab_size);
     let es = ctx.logits.bytes();
     let label = "logits on the host as fp32 NumPy arrays (nested_numpify)";
-    let mut terms = if chunks > 1 {
+    let concat = js.eval_do_concat_batches;
+    let mut terms = if chunks > 1 && !concat {
+        // A list of arrays: every chunk's in fp32, and the last chunk's copy before its cast.
+        vec![
+            Term::product(
+                Component::LogitsLoss,
+                "logits on the host as fp32 NumPy arrays, a list of them (eval_do_concat_batches off)",
+                &[
+                    f("eval samples", n),
+                    f("seq", seq),
+                    f("vocab", v),
+                    named_bytes("fp32", 4),
+                ],
+            ),
+            Term::product(
+                Component::LogitsLoss,
+                "the last chunk's logits copied to the host before their cast",
+                &[
+                    f("chunk samples", chunk),
+                    f("seq", seq),
+                    f("vocab", v),
+                    named_bytes("element", es),
+                ],
+            ),
+        ]
+    } else if chunks > 1 {
         // The last chunk concatenated: the arrays so far, the chunk, and the result.
         vec![Term::product(
             Component::LogitsLoss,
@@ -474,14 +501,7 @@ fn eval_host(ctx: &Ctx) -> (u128, Vec<Term>) {
         Component::LogitsLoss,
         "labels on the host (int64)",
         &[
-            f(
-                if chunks > 1 {
-                    "2 (arrays and their concatenation)"
-                } else {
-                    "1"
-                },
-                if chunks > 1 { 2 } else { 1 },
-            ),
+            two(chunks),
             f("eval samples", n),
             f("seq", seq),
             named_bytes("int64", 8),
@@ -548,34 +568,66 @@ fn save_phase(arch: &Architecture, ctx: &Ctx, train: &Plan) -> JobPhase {
     let mut notes = vec![];
     let mut gpu_extra = 0u128;
     if par.strategy.is_fsdp() {
-        // FULL_STATE_DICT: rank 0 gathers the whole state dict to the CPU
-        // (accelerator.get_state_dict, offload_to_cpu, rank0_only), base weights included, in
-        // the dtype FSDP keeps them: each rank's share of the parameters the step holds (its
-        // shards, fp32 under mixed precision), times the ranks they are split over.
+        // Each rank's share of the parameters the step holds (its shards, fp32 under mixed
+        // precision), and of the optimizer's states.
         let held = [
             Component::FrozenWeights,
             Component::FrozenExperts,
             Component::QuantState,
             Component::TrainableWeights,
         ];
-        let share: u128 = train
-            .breakdown
-            .iter()
-            .filter(|c| held.iter().any(|h| h.key() == c.key))
-            .map(|c| c.bytes)
-            .sum();
+        let of = |keys: &[Component]| -> u128 {
+            train
+                .breakdown
+                .iter()
+                .filter(|c| keys.iter().any(|h| h.key() == c.key))
+                .map(|c| c.bytes)
+                .sum()
+        };
+        let share = of(&held);
+        let states = of(&[Component::OptimizerStates]);
+        let full = s.job.fsdp_state_dict == super::job_settings::FsdpStateDict::Full;
+        // FULL_STATE_DICT: rank 0 gathers the whole state dict to the CPU
+        // (accelerator.get_state_dict, offload_to_cpu, rank0_only), base weights included, in
+        // the dtype FSDP keeps them; SHARDED_STATE_DICT: each rank copies its own shards to its
+        // host and writes them (torch.distributed.checkpoint); accelerate
+        // `utils/fsdp_utils.py:136-190`, `save_fsdp_optimizer` likewise for the optimizer.
+        let (ranks, state_ranks, words) = if full {
+            (
+                par.param_shards(),
+                par.opt_shards(),
+                "gathered on rank 0's host (FSDP FULL_STATE_DICT)",
+            )
+        } else {
+            (
+                1,
+                1,
+                "of this rank copied to its host (FSDP SHARDED_STATE_DICT)",
+            )
+        };
         host_terms.push(Term::product(
             Component::FrozenWeights,
-            "the full state dict gathered on rank 0's host (FSDP FULL_STATE_DICT)",
+            format!("the state dict {words}"),
             &[
                 named_bytes("parameters held by one rank", share),
-                f("ranks they are split over", par.param_shards()),
+                f("ranks they are split over", ranks),
             ],
         ));
-        notes.push(
-            "FSDP: rank 0 gathers every parameter to its host to save them (FULL_STATE_DICT)"
-                .into(),
-        );
+        if !s.job.save_only_model {
+            host_terms.push(Term::product(
+                Component::OptimizerStates,
+                format!("the optimizer's states {words}"),
+                &[
+                    named_bytes("optimizer states held by one rank", states),
+                    f("ranks they are split over", state_ranks),
+                ],
+            ));
+        }
+        notes.push(if full {
+            "FSDP: rank 0 gathers every parameter to its host to save them (FULL_STATE_DICT)".into()
+        } else {
+            "FSDP: each rank saves its own shards from its host (SHARDED_STATE_DICT)".into()
+        });
     } else if par.strategy == super::parallel::Strategy::Zero3 {
         // stage3_gather_16bit_weights_on_model_save: each parameter gathered on the GPU in turn,
         // the 16-bit state dict on rank 0's host.
@@ -720,7 +772,7 @@ fn largest_adapted(ctx: &Ctx) -> u128 {
 /// the base in 16 bits (a 4-bit base cannot be merged for export; LLaMA-Factory loads the
 /// unquantized model) and the adapters, merges each adapted Linear in turn (peft's
 /// `get_delta_weight` on the CPU: in fp32, lora/layer.py:1058-1069) and writes shards of up to
-/// `export_size` (5 GB by default); no GPU.
+/// `export_size` GB (5 by default); no GPU.
 fn merge_on_host(arch: &Architecture, ctx: &Ctx) -> JobPhase {
     let s = ctx.s;
     let base = arch.total_params();
@@ -756,8 +808,14 @@ fn merge_on_host(arch: &Architecture, ctx: &Ctx) -> JobPhase {
         ),
         Term::product(
             Component::FrozenWeights,
-            "one safetensors shard's bytes while it is written (export_size 5 GB)",
-            &[named_bytes("shard", 5_000_000_000u128.min(base * half))],
+            format!(
+                "one safetensors shard's bytes while it is written (export_size {} GB)",
+                s.job.export_size_gb
+            ),
+            &[named_bytes(
+                "shard",
+                (u128::from(s.job.export_size_gb) * 1_000_000_000).min(base * half),
+            )],
         ),
     ];
     JobPhase {

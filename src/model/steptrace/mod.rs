@@ -489,20 +489,22 @@ fn generate_after<const AFTER: u8>(
 /// Refuses the training methods the program does not run for `arch` (the plan refuses them
 /// through here too).
 pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
-    if s.preference() && s.fused_ce {
+    // A build without the extended ops refuses their steps before this (`extended::check`):
+    // their checks are left out of it.
+    let extended = super::extended::EXTENDED;
+    if extended && s.preference() && s.fused_ce {
         return Err(PlanError::InvalidSetting {
             field: "fused_ce",
             why: "a fused linear cross-entropy replaces the SFT loss; a preference trainer scores its sequences through its own head (logits: TRL's fused LM head or the full logits)".into(),
         });
     }
-    if s.sft_fused_head() && s.fused_ce {
+    if extended && s.sft_fused_head() && s.fused_ce {
         return Err(PlanError::InvalidSetting {
             field: "fused_ce",
             why: "TRL's SFTTrainer turns Liger's fused cross-entropy off and scores through its own fused LM head (trl/trainer/sft_trainer.py:1126-1139): plan with logits fused or with fused_ce, not both".into(),
         });
     }
     // (Without the extended ops Liger's kernels are refused before this: `extended::check`.)
-    let extended = super::extended::EXTENDED;
     if extended && s.liger.any() && arch.family.layout().liger.is_none() {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
@@ -515,14 +517,17 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: "Liger's RMSNorm with trained norm weights (full or freeze tuning) sums its weight gradient from a [streaming multiprocessors × width] fp32 buffer sized by the GPU; not planned yet: plan with liger_kernel swiglu,rope".into(),
         });
     }
-    if s.grpo() && (arch.is_moe() || arch.vision.is_some() || arch.family.layout().hybrid.is_some())
+    if extended
+        && s.grpo()
+        && (arch.is_moe() || arch.vision.is_some() || arch.family.layout().hybrid.is_some())
     {
         return Err(PlanError::InvalidSetting {
             field: "stage",
             why: "GRPO is planned for dense text decoders (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3); its experts', linear attention's and images' passes through TRL's fused head are not planned yet".into(),
         });
     }
-    if s.grpo()
+    if extended
+        && s.grpo()
         && s.generation == crate::model::settings::Generation::Hf
         && arch.family.layout().attention != crate::model::family::AttentionKind::Standard
     {
@@ -531,7 +536,8 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: format!("transformers' generate is planned with the standard attention's KV cache; {}'s attention caches otherwise: plan its generation elsewhere (generation vllm_server)", arch.family.name()),
         });
     }
-    if s.grpo()
+    if extended
+        && s.grpo()
         && s.generation == crate::model::settings::Generation::Hf
         && s.attn_impl == crate::model::AttnImpl::Eager
     {
@@ -540,7 +546,8 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: "transformers' generate is planned with sdpa or flash attention; eager attention's scores against the growing cache are not planned yet: plan sdpa, or the generation elsewhere (generation vllm_server)".into(),
         });
     }
-    if s.grpo()
+    if extended
+        && s.grpo()
         && s.generation == crate::model::settings::Generation::Hf
         && arch.sliding_window_tokens().is_some_and(|w| s.seq > w)
     {
@@ -549,13 +556,13 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: format!("past its {}-token window a sliding layer's DynamicCache keeps only the window, which is not planned yet: plan seq within the window, or the generation elsewhere (generation vllm_server)", arch.sliding_window_tokens().unwrap_or(0)),
         });
     }
-    if s.preference() && arch.is_moe() {
+    if extended && s.preference() && arch.is_moe() {
         return Err(PlanError::InvalidSetting {
             field: "stage",
             why: "preference training of a mixture of experts (its router logits through TRL's fused head and the reference pass) is not planned yet: plan SFT, or a dense model".into(),
         });
     }
-    if s.base_trained() && arch.is_moe() {
+    if extended && s.base_trained() && arch.is_moe() {
         return Err(PlanError::InvalidSetting {
             field: "finetuning_type",
             why: "full or freeze tuning of a mixture of experts (its routers and fused experts trained) is not planned yet: plan LoRA, or a dense model".into(),

@@ -143,6 +143,9 @@ struct Prog<'c, 'a> {
     /// Every decode call of a generation op by op (a recording's sequence), not only the
     /// first and last [`generate::FULL_DECODE_CALLS`].
     exact_generation: bool,
+    /// The loss is given `num_items_in_batch` (Trainer's evaluation): a summed cross-entropy
+    /// divided by it, not a mean.
+    loss_over_items: bool,
     /// The first of the extended ops (`model::extended`) this step ran.
     extended: Option<&'static str>,
 }
@@ -2245,6 +2248,14 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn forward(&mut self) -> (G, X) {
         let ctx = self.ctx;
         let (fin, cos, sin) = self.body(false);
+        // Under no_grad nothing saves the rotary tables: they die as the model's forward
+        // returns (with grad, the graph keeps them until the loss is done).
+        let no_grad = self.tp.mode == Mode::NoGrad;
+        if no_grad {
+            self.drop(sin);
+            self.drop(cos);
+            self.drop_global_rotary();
+        }
         let (mut g, loss, logits) = if ctx.s.fused_ce {
             let (g, loss) = extended!(
                 self,
@@ -2292,9 +2303,11 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(scaled);
         }
         self.drop(fin);
-        self.drop(cos);
-        self.drop(sin);
-        self.drop_global_rotary();
+        if !no_grad {
+            self.drop(cos);
+            self.drop(sin);
+            self.drop_global_rotary();
+        }
         // Leaving `with autocast:` clears its cache; `del out` then frees the logits (and the
         // router logits it holds).
         self.clear_autocast_cache();
@@ -2401,6 +2414,23 @@ impl<'c, 'a> Prog<'c, 'a> {
         saved.extend(labels.last().map(|x| x.t));
         saved.push(tw.t);
         loss.g = self.tp.node(Op::NllLoss, 1, 4, &[Self::edge(&ls)], &saved);
+        if self.loss_over_items && self.tp.mode == Mode::NoGrad {
+            // `cross_entropy(..., reduction="sum")` returns (its log-softmax and total weight
+            // die), then `loss / num_items_in_batch` (`loss_utils.py`, fixed_cross_entropy).
+            self.drop(tw);
+            self.drop(ls);
+            let div = self.t(1, 4, What::Loss);
+            self.drop(loss);
+            loss = div;
+            self.drop(f);
+            if own {
+                self.drop(input);
+            }
+            for x in labels {
+                self.drop(x);
+            }
+            return (loss.g, loss);
+        }
         self.drop(tw);
         self.drop(f);
         if own {
@@ -2772,6 +2802,7 @@ pub(super) fn run<const AFTER: u8>(
         embed_ids: None,
         gen: None,
         exact_generation: exact,
+        loss_over_items: false,
     };
     p.tp.emulated = device == super::Device::Emulated;
     p.tp.set_rank(rank);

@@ -71,26 +71,37 @@ pub fn eval_settings(s: &crate::model::Settings) -> crate::model::Settings {
     }
 }
 
-/// A container of `EvalLoopContainer`: the tensors kept so far on the GPU.
+/// A container of `EvalLoopContainer`: the tensors kept so far on the GPU, one concatenation of
+/// them (`eval_do_concat_batches`, Trainer's default) or each batch's in a list.
 #[derive(Default)]
 struct Kept {
-    tensors: Option<X>,
+    tensors: Vec<X>,
 }
 
 impl<'c, 'a> Prog<'c, 'a> {
-    /// `container.add(new)`: the first batch's tensor is kept as is, a later one concatenated
-    /// (a new storage of both; the old one freed). `new` stays the caller's.
+    /// `container.add(new)`: the first batch's tensor is kept as is; a later one concatenated
+    /// (a new storage of both; the old one freed), or appended to the list without
+    /// `eval_do_concat_batches`. `new` stays the caller's.
     fn keep(&mut self, c: &mut Kept, new: X, what: What) {
-        match c.tensors.take() {
-            None => {
-                self.tp.keep_local(new.t);
-                c.tensors = Some(new);
-            }
-            Some(old) => {
+        let concat = self.ctx.s.job.eval_do_concat_batches;
+        match c.tensors.pop() {
+            Some(old) if concat => {
                 let cat = self.t(old.n + new.n, new.es, what);
                 self.drop(old);
-                c.tensors = Some(cat);
+                c.tensors.push(cat);
             }
+            last => {
+                c.tensors.extend(last);
+                self.tp.keep_local(new.t);
+                c.tensors.push(new);
+            }
+        }
+    }
+
+    /// `to_cpu_and_numpy`: the kept tensors go to the host and leave the GPU.
+    fn release_kept(&mut self, kept: Vec<Kept>) {
+        for x in kept.into_iter().flat_map(|c| c.tensors) {
+            self.drop(x);
         }
     }
 
@@ -135,7 +146,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             // what it returns (its transients are the same in every batch).
             let (loss, logits) = if k == 1 || k == on_gpu {
                 self.keep_logits = true;
+                self.loss_over_items = true;
                 let (_, loss) = self.forward();
+                self.loss_over_items = false;
                 self.keep_logits = false;
                 let logits = self.kept_logits.take();
                 (loss, logits)
@@ -172,12 +185,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(lab);
             self.drop(rep);
         }
-        // to_cpu_and_numpy: the kept tensors go to the host and leave the GPU.
-        for c in [losses, preds, labels] {
-            if let Some(x) = c.tensors {
-                self.drop(x);
-            }
-        }
+        self.release_kept(vec![losses, preds, labels]);
         self.tp.mode = mode;
         self.ctx = train;
     }
@@ -190,6 +198,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// and labels (the responses), the generated ids and the labels kept and concatenated like
     /// logits. The first and last batch on the GPU generate; those between leave only their ids
     /// (their generation is the same as the first's).
+    #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
     fn eval_generate_loop(&mut self, pre: &'c Ctx<'a>, dec: &'c Ctx<'a>) {
         let s = self.ctx.s;
         let js = &s.job;
@@ -225,11 +234,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(ids);
             self.drop(mask);
         }
-        for c in [preds, labels] {
-            if let Some(x) = c.tensors {
-                self.drop(x);
-            }
-        }
+        self.release_kept(vec![preds, labels]);
     }
 
     /// peft's `merge_and_unload` on the GPU, adapted Linear by adapted Linear.

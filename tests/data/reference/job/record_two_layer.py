@@ -18,6 +18,10 @@ TWO = {"num_hidden_layers": 2}
 CASES = [
     ("pwg_llama2", {"model": "llama2-7b", "arch_override": TWO, "seq": 256, "batch": 1, "phase": "eval", "eval_batch": 2, "eval_batches": 2, "prediction_loss_only": False, "predict_with_generate": True, "max_new_tokens": 6}),
     ("pwg_qwen2_nf4acgc", {"model": "qwen2-7b", "arch_override": TWO, "quant": "nf4", "autocast": "bf16", "grad_ckpt": True, "seq": 16, "batch": 1, "phase": "eval", "eval_batch": 2, "eval_batches": 2, "prediction_loss_only": False, "predict_with_generate": True}),
+    ("eval_logits_llama2", {"model": "llama2-7b", "arch_override": TWO, "seq": 256, "batch": 1, "phase": "eval", "eval_batch": 2, "eval_batches": 2, "prediction_loss_only": False}),
+    ("eval_loss_qwen2_nf4acgc", {"model": "qwen2-7b", "arch_override": TWO, "quant": "nf4", "autocast": "bf16", "grad_ckpt": True, "seq": 128, "batch": 1, "phase": "eval", "eval_batch": 3, "eval_batches": 2, "prediction_loss_only": True}),
+    ("noconcat_llama2", {"model": "llama2-7b", "arch_override": TWO, "seq": 256, "batch": 1, "phase": "eval", "eval_batch": 2, "eval_batches": 2, "prediction_loss_only": False, "eval_do_concat_batches": False}),
+    ("noconcat_pwg_llama2", {"model": "llama2-7b", "arch_override": TWO, "seq": 64, "batch": 1, "phase": "eval", "eval_batch": 2, "eval_batches": 2, "prediction_loss_only": False, "predict_with_generate": True, "max_new_tokens": 4, "eval_do_concat_batches": False}),
     ("pwg_qwen25_05b", {"model": "qwen2.5-0.5b", "arch_override": TWO, "seq": 128, "batch": 2, "phase": "eval", "eval_batch": 3, "eval_batches": 1, "prediction_loss_only": False, "predict_with_generate": True, "eval_prompt": 100, "max_new_tokens": 5}),
 ]
 
