@@ -119,6 +119,9 @@ pub struct JobSettings {
     pub export_device: ExportDevice,
     /// How FSDP saves checkpoints.
     pub fsdp_state_dict: FsdpStateDict,
+    /// Trainer's `resume_from_checkpoint`: the training starts by loading a checkpoint's
+    /// optimizer states.
+    pub resume_from_checkpoint: bool,
     /// LLaMA-Factory's `export_size`: the merged model is written in safetensors shards of up
     /// to this many GB (10^9 bytes; `max_shard_size` of `save_pretrained`).
     pub export_size_gb: u64,
@@ -143,6 +146,7 @@ impl Default for JobSettings {
             merge: false,
             export_device: ExportDevice::Cpu,
             fsdp_state_dict: FsdpStateDict::Full,
+            resume_from_checkpoint: false,
             export_size_gb: DEFAULT_EXPORT_SIZE_GB,
         }
     }

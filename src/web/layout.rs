@@ -61,6 +61,7 @@ pub const JOB: &[&str] = &[
     "max_new_tokens",
     "save_strategy",
     "save_only_model",
+    "resume_from_checkpoint",
     "fsdp_state_dict_type",
     "merge",
     "export_device",

@@ -127,15 +127,14 @@ fn kept_logits_grow_with_the_samples_until_accumulation_moves_them() {
     assert!(eval(&s) < three);
 }
 
-#[test]
-fn fsdp_saves_the_full_state_dict_in_the_dtype_its_shards_keep() {
-    use lorafit::model::{plan_simulated, Dtype, Parallel, Settings, Strategy};
+/// Llama-3-8B LoRA with FSDP FULL_SHARD on two GPUs, mixed precision over fp32 weights: FSDP
+/// keeps fp32 shards and computes in bf16.
+fn fsdp_on_two_gpus() -> (lorafit::model::Architecture, lorafit::model::Settings) {
+    use lorafit::model::{Dtype, Parallel, Settings, Strategy};
     let arch = lorafit::formats::catalog::find_model("llama3-8b")
         .expect("catalog")
         .arch
         .clone();
-    // Mixed precision over fp32 weights: FSDP keeps fp32 shards and computes in bf16, so rank 0
-    // gathers 4 bytes per parameter to its host.
     let s = Settings {
         dtype: Dtype::Fp32,
         autocast: Some(Dtype::Bf16),
@@ -146,6 +145,14 @@ fn fsdp_saves_the_full_state_dict_in_the_dtype_its_shards_keep() {
         },
         ..Settings::default()
     };
+    (arch, s)
+}
+
+#[test]
+fn fsdp_saves_the_full_state_dict_in_the_dtype_its_shards_keep() {
+    use lorafit::model::plan_simulated;
+    // Rank 0 gathers 4 bytes per parameter (the fp32 shards) to its host.
+    let (arch, s) = fsdp_on_two_gpus();
     let train = plan_simulated(&arch, &s).expect("plans");
     let job = lorafit::model::job::plan_job(&arch, &s, &train).expect("job");
     let save = job.phase("save").expect("saves by default");
@@ -160,21 +167,8 @@ fn fsdp_saves_the_full_state_dict_in_the_dtype_its_shards_keep() {
 #[test]
 fn fsdp_sharded_state_dict_saves_each_ranks_share_on_its_host() {
     use lorafit::model::job::FsdpStateDict;
-    use lorafit::model::{plan_simulated, Dtype, Parallel, Settings, Strategy};
-    let arch = lorafit::formats::catalog::find_model("llama3-8b")
-        .expect("catalog")
-        .arch
-        .clone();
-    let mut s = Settings {
-        dtype: Dtype::Fp32,
-        autocast: Some(Dtype::Bf16),
-        parallel: Parallel {
-            gpus_per_node: 2,
-            strategy: Strategy::FsdpFullShard,
-            ..Parallel::default()
-        },
-        ..Settings::default()
-    };
+    use lorafit::model::{plan_simulated, Settings};
+    let (arch, mut s) = fsdp_on_two_gpus();
     let train = plan_simulated(&arch, &s).expect("plans");
     let host = |s: &Settings| {
         lorafit::model::job::plan_job(&arch, s, &train)
@@ -191,6 +185,47 @@ fn fsdp_sharded_state_dict_saves_each_ranks_share_on_its_host() {
     )
     .expect("an axolotl config reads");
     assert_eq!(read.settings.job.fsdp_state_dict, FsdpStateDict::Sharded);
+}
+
+/// Resuming from a checkpoint reads its optimizer states into host memory on one GPU (the
+/// training phase's host figure grows by exactly the states the step holds); on two GPUs with
+/// DDP each rank reads them straight onto its GPU. A TrainingArguments' path resumes.
+#[test]
+fn resuming_reads_the_optimizer_states_into_host_memory_on_one_gpu() {
+    use lorafit::model::{plan_simulated, Parallel, Settings, Strategy};
+    let arch = lorafit::formats::catalog::find_model("llama2-7b")
+        .expect("model")
+        .arch
+        .clone();
+    let host = |s: &Settings| {
+        let train = plan_simulated(&arch, s).expect("plan");
+        let states: u128 = train
+            .breakdown
+            .iter()
+            .filter(|c| c.key == "optimizer_states")
+            .map(|c| c.bytes)
+            .sum();
+        let job = lorafit::model::job::plan_job(&arch, s, &train).expect("job");
+        (job.phase("train").expect("train").host_peak_bytes, states)
+    };
+    let mut s = Settings::default();
+    let (fresh, states) = host(&s);
+    assert!(states > 0);
+    s.job.resume_from_checkpoint = true;
+    assert_eq!(host(&s).0, fresh + states);
+    s.parallel = Parallel {
+        gpus_per_node: 2,
+        strategy: Strategy::Ddp,
+        ..Parallel::default()
+    };
+    let ddp = host(&s).0;
+    s.job.resume_from_checkpoint = false;
+    assert_eq!(ddp, host(&s).0, "DDP reads them onto the GPU");
+    let read = lorafit::formats::framework::read(
+        "model_name_or_path: meta-llama/Llama-2-7b-hf\nstage: sft\nfinetuning_type: lora\nresume_from_checkpoint: saves/llama2-7b/lora/sft/checkpoint-500\n",
+    )
+    .expect("a LLaMA-Factory config reads");
+    assert!(read.settings.job.resume_from_checkpoint);
 }
 
 /// LLaMA-Factory's `export_size` sets the shard the host holds while the merged model is

@@ -157,10 +157,7 @@ pub(super) const TRAINER: Table = &[
     ("lr_scheduler_type", Rule::NoEffect),
     ("weight_decay", Rule::NoEffect),
     ("report_to", Rule::NoEffect),
-    (
-        "resume_from_checkpoint",
-        Rule::NotModeled("resuming: the optimizer states loaded beside the model are not planned"),
-    ),
+    ("resume_from_checkpoint", Rule::Read(resume)),
     ("overwrite_output_dir", Rule::NoEffect),
     ("max_steps", Rule::NoEffect),
     ("save_total_limit", Rule::NoEffect),
@@ -313,4 +310,19 @@ pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
     read_with(source, o, DEFAULTS, &[TABLE, TRAINER], |rd| {
         assume_gpus(rd, "several GPUs (the arguments do not say how many)")
     })
+}
+
+/// `resume_from_checkpoint`: a checkpoint's path (or `true`, the last one) resumes; empty,
+/// `null` or `false` does not.
+fn resume(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let on = match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::String(t) => {
+            let t = t.trim();
+            !(t.is_empty() || t.eq_ignore_ascii_case("false") || t.eq_ignore_ascii_case("none"))
+        }
+        _ => return Err("a checkpoint's path, true or false".into()),
+    };
+    rd.set("resume_from_checkpoint", if on { "1" } else { "0" })
 }

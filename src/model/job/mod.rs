@@ -307,6 +307,9 @@ pub fn plan_job_formulas(
         host_terms: train.cpu_terms.clone(),
         notes: vec![],
     }];
+    if js.resume_from_checkpoint {
+        resume(s, train, &mut phases[0]);
+    }
     if js.saves() {
         phases.push(save_phase(arch, &Ctx::new(arch, &step), train));
     }
@@ -547,6 +550,54 @@ fn eval_notes(ctx: &Ctx) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Resuming from a checkpoint (transformers 5.24 `Trainer._load_optimizer_and_scheduler`,
+/// trainer.py:3894-3990): on one GPU the checkpoint's optimizer state dict is read whole into
+/// host memory (`torch.load(..., map_location="cpu")`) and `optimizer.load_state_dict` copies each
+/// state to the GPU beside its parameter; on several (DDP) each rank reads it straight onto its
+/// GPU, where those tensors become the states. FSDP loads through accelerate's
+/// `load_fsdp_optimizer` (`utils/fsdp_utils.py`: the full state dict on rank 0's host with
+/// FULL_STATE_DICT, each rank's shards with SHARDED_STATE_DICT); DeepSpeed each rank's partition
+/// (`load_checkpoint`). On the GPU the states are there from the first step's forward on, as in
+/// every later step, which the planned step already holds (its peak is the larger of two steps,
+/// the second with the states).
+fn resume(s: &Settings, train: &Plan, phase: &mut JobPhase) {
+    let par = &s.parallel;
+    let states: u128 = train
+        .breakdown
+        .iter()
+        .filter(|c| c.key == Component::OptimizerStates.key())
+        .map(|c| c.bytes)
+        .sum();
+    let (ranks, words) = if par.strategy.is_fsdp()
+        && s.job.fsdp_state_dict == super::job_settings::FsdpStateDict::Full
+    {
+        (
+            par.opt_shards(),
+            "the checkpoint's optimizer state dict read whole on rank 0's host (FSDP FULL_STATE_DICT)",
+        )
+    } else if par.world() > 1 && !par.strategy.is_fsdp() && !par.strategy.is_zero() {
+        // Read straight onto the GPU: the loaded tensors are the states; nothing on the host.
+        phase.notes.push("resume_from_checkpoint: each rank reads the optimizer states straight onto its GPU, where they stay as the states; the first step runs with them, as every later step".into());
+        return;
+    } else {
+        (
+            1,
+            "the checkpoint's optimizer state dict read into host memory (torch.load to the CPU)",
+        )
+    };
+    let t = Term::product(
+        Component::OptimizerStates,
+        words,
+        &[
+            named_bytes("optimizer states of one rank", states),
+            f("ranks they are split over", ranks),
+        ],
+    );
+    phase.host_peak_bytes += t.bytes;
+    phase.host_terms.push(t);
+    phase.notes.push("resume_from_checkpoint: the optimizer states are loaded before the first step and copied to the GPU beside their parameters; the first step runs with them, as every later step".into());
 }
 
 /// Checkpoint saving (transformers 5.24 `Trainer._save_checkpoint`, trainer.py:3363-3420):
