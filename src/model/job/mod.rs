@@ -95,15 +95,19 @@ pub fn check(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
         if arch.is_moe() || arch.vision.is_some() || arch.family.layout().hybrid.is_some() {
             return bad("predict_with_generate", "generation during evaluation is planned for dense text decoders; experts', linear attention's and images' generation is not planned yet");
         }
-        if arch.family.layout().attention != super::family::AttentionKind::Standard {
-            return bad("predict_with_generate", &format!("transformers' generate is planned with the standard attention's KV cache; {}'s attention caches otherwise", arch.family.name()));
-        }
-        if s.attn_impl == super::AttnImpl::Eager {
-            return bad("predict_with_generate", "transformers' generate is planned with sdpa or flash attention; eager attention's scores against the growing cache are not planned yet");
-        }
         let len = s.prompt_tokens().saturating_add(js.eval_new_tokens(s));
-        if arch.sliding_window_tokens().is_some_and(|w| len > w) {
-            return bad("max_new_tokens", &format!("past its {}-token window a sliding layer's DynamicCache keeps only the window, which is not planned yet: plan the prompt and new tokens within the window", arch.sliding_window_tokens().unwrap_or(0)));
+        match steptrace::GenerateGap::of(arch, s, len) {
+            Some(gap @ steptrace::GenerateGap::Window(_)) => {
+                return bad(
+                    "max_new_tokens",
+                    &format!(
+                        "{}: plan the prompt and new tokens within the window",
+                        gap.why(arch)
+                    ),
+                );
+            }
+            Some(gap) => return bad("predict_with_generate", &gap.why(arch)),
+            None => {}
         }
     }
     if js.evaluates() && s.preference() {
@@ -552,6 +556,16 @@ fn eval_notes(ctx: &Ctx) -> Vec<String> {
     out
 }
 
+/// The bytes of the training step's breakdown in `components` (what one rank holds).
+fn held_bytes(train: &Plan, components: &[Component]) -> u128 {
+    train
+        .breakdown
+        .iter()
+        .filter(|c| components.iter().any(|h| h.key() == c.key))
+        .map(|c| c.bytes)
+        .sum()
+}
+
 /// Resuming from a checkpoint (transformers 5.24 `Trainer._load_optimizer_and_scheduler`,
 /// trainer.py:3894-3990): on one GPU the checkpoint's optimizer state dict is read whole into
 /// host memory (`torch.load(..., map_location="cpu")`) and `optimizer.load_state_dict` copies each
@@ -564,12 +578,7 @@ fn eval_notes(ctx: &Ctx) -> Vec<String> {
 /// the second with the states).
 fn resume(s: &Settings, train: &Plan, phase: &mut JobPhase) {
     let par = &s.parallel;
-    let states: u128 = train
-        .breakdown
-        .iter()
-        .filter(|c| c.key == Component::OptimizerStates.key())
-        .map(|c| c.bytes)
-        .sum();
+    let states = held_bytes(train, &[Component::OptimizerStates]);
     let (ranks, words) = if par.strategy.is_fsdp()
         && s.job.fsdp_state_dict == super::job_settings::FsdpStateDict::Full
     {
@@ -627,16 +636,8 @@ fn save_phase(arch: &Architecture, ctx: &Ctx, train: &Plan) -> JobPhase {
             Component::QuantState,
             Component::TrainableWeights,
         ];
-        let of = |keys: &[Component]| -> u128 {
-            train
-                .breakdown
-                .iter()
-                .filter(|c| keys.iter().any(|h| h.key() == c.key))
-                .map(|c| c.bytes)
-                .sum()
-        };
-        let share = of(&held);
-        let states = of(&[Component::OptimizerStates]);
+        let share = held_bytes(train, &held);
+        let states = held_bytes(train, &[Component::OptimizerStates]);
         let full = s.job.fsdp_state_dict == super::job_settings::FsdpStateDict::Full;
         // FULL_STATE_DICT: rank 0 gathers the whole state dict to the CPU
         // (accelerator.get_state_dict, offload_to_cpu, rank0_only), base weights included, in

@@ -486,6 +486,43 @@ fn generate_after<const AFTER: u8>(
     program::run::<AFTER>(&ctx, device, rank, exact)
 }
 
+/// What transformers' `generate` would run that the program does not plan (its op-by-op
+/// `generate`, `program/generate.rs`, has the standard attention's `DynamicCache` under sdpa or
+/// flash attention): GRPO's generation and the evaluation's both ask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GenerateGap {
+    /// Another attention kind, which caches otherwise.
+    Attention,
+    /// Eager attention's scores against the growing cache.
+    Eager,
+    /// Sequences past a sliding window of this many tokens (the cache keeps only the window).
+    Window(u64),
+}
+
+impl GenerateGap {
+    /// The gap of a generation of `arch` with `s` to `tokens`-long sequences, if any.
+    pub(crate) fn of(arch: &Architecture, s: &Settings, tokens: u64) -> Option<GenerateGap> {
+        if arch.family.layout().attention != crate::model::family::AttentionKind::Standard {
+            Some(GenerateGap::Attention)
+        } else if s.attn_impl == crate::model::AttnImpl::Eager {
+            Some(GenerateGap::Eager)
+        } else {
+            arch.sliding_window_tokens()
+                .filter(|&w| tokens > w)
+                .map(GenerateGap::Window)
+        }
+    }
+
+    /// Why it is refused, without a remedy.
+    pub(crate) fn why(self, arch: &Architecture) -> String {
+        match self {
+            GenerateGap::Attention => format!("transformers' generate is planned with the standard attention's KV cache; {}'s attention caches otherwise", arch.family.name()),
+            GenerateGap::Eager => "transformers' generate is planned with sdpa or flash attention; eager attention's scores against the growing cache are not planned yet".into(),
+            GenerateGap::Window(w) => format!("past its {w}-token window a sliding layer's DynamicCache keeps only the window, which is not planned yet"),
+        }
+    }
+}
+
 /// Refuses the training methods the program does not run for `arch` (the plan refuses them
 /// through here too).
 pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
@@ -526,35 +563,18 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: "GRPO is planned for dense text decoders (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3); its experts', linear attention's and images' passes through TRL's fused head are not planned yet".into(),
         });
     }
-    if extended
-        && s.grpo()
-        && s.generation == crate::model::settings::Generation::Hf
-        && arch.family.layout().attention != crate::model::family::AttentionKind::Standard
-    {
-        return Err(PlanError::InvalidSetting {
-            field: "generation",
-            why: format!("transformers' generate is planned with the standard attention's KV cache; {}'s attention caches otherwise: plan its generation elsewhere (generation vllm_server)", arch.family.name()),
-        });
-    }
-    if extended
-        && s.grpo()
-        && s.generation == crate::model::settings::Generation::Hf
-        && s.attn_impl == crate::model::AttnImpl::Eager
-    {
-        return Err(PlanError::InvalidSetting {
-            field: "generation",
-            why: "transformers' generate is planned with sdpa or flash attention; eager attention's scores against the growing cache are not planned yet: plan sdpa, or the generation elsewhere (generation vllm_server)".into(),
-        });
-    }
-    if extended
-        && s.grpo()
-        && s.generation == crate::model::settings::Generation::Hf
-        && arch.sliding_window_tokens().is_some_and(|w| s.seq > w)
-    {
-        return Err(PlanError::InvalidSetting {
-            field: "generation",
-            why: format!("past its {}-token window a sliding layer's DynamicCache keeps only the window, which is not planned yet: plan seq within the window, or the generation elsewhere (generation vllm_server)", arch.sliding_window_tokens().unwrap_or(0)),
-        });
+    if extended && s.grpo() && s.generation == crate::model::settings::Generation::Hf {
+        if let Some(gap) = GenerateGap::of(arch, s, s.seq) {
+            let remedy = match gap {
+                GenerateGap::Attention => "plan its generation elsewhere",
+                GenerateGap::Eager => "plan sdpa, or the generation elsewhere",
+                GenerateGap::Window(_) => "plan seq within the window, or the generation elsewhere",
+            };
+            return Err(PlanError::InvalidSetting {
+                field: "generation",
+                why: format!("{}: {remedy} (generation vllm_server)", gap.why(arch)),
+            });
+        }
     }
     if extended && s.preference() && arch.is_moe() {
         return Err(PlanError::InvalidSetting {

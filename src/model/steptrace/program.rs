@@ -2414,24 +2414,17 @@ impl<'c, 'a> Prog<'c, 'a> {
         saved.extend(labels.last().map(|x| x.t));
         saved.push(tw.t);
         loss.g = self.tp.node(Op::NllLoss, 1, 4, &[Self::edge(&ls)], &saved);
+        // `cross_entropy` returns: its log-softmax and total weight die (what the graph saves
+        // lives on).
+        self.drop(tw);
+        self.drop(ls);
         if self.loss_over_items && self.tp.mode == Mode::NoGrad {
-            // `cross_entropy(..., reduction="sum")` returns (its log-softmax and total weight
-            // die), then `loss / num_items_in_batch` (`loss_utils.py`, fixed_cross_entropy).
-            self.drop(tw);
-            self.drop(ls);
+            // reduction="sum", then `loss / num_items_in_batch` (`loss_utils.py`,
+            // fixed_cross_entropy).
             let div = self.t(1, 4, What::Loss);
             self.drop(loss);
             loss = div;
-            self.drop(f);
-            if own {
-                self.drop(input);
-            }
-            for x in labels {
-                self.drop(x);
-            }
-            return (loss.g, loss);
         }
-        self.drop(tw);
         self.drop(f);
         if own {
             self.drop(input);
@@ -2439,7 +2432,6 @@ impl<'c, 'a> Prog<'c, 'a> {
         for x in labels {
             self.drop(x);
         }
-        self.drop(ls);
         (loss.g, loss)
     }
 

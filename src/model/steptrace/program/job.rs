@@ -107,30 +107,36 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Trainer's evaluation loop over the batches whose outputs are on the GPU together, with
     /// `eval` the context of the eval batch; the kept outputs move to the host at the end
-    /// (`eval_accumulation_steps`, or `get_arrays`).
-    /// With `gen` (the prefill's and the decode's contexts of `predict_with_generate`), each
-    /// batch generates instead ([`Prog::eval_generate_loop`]).
+    /// (`eval_accumulation_steps`, or `get_arrays`). Each batch runs the forward through the
+    /// loss ([`Prog::eval_forward_batches`]) or, with `gen` (the prefill's and the decode's
+    /// contexts of `predict_with_generate`), generates ([`Prog::eval_generate_loop`]).
     pub(super) fn eval_loop(&mut self, eval: &'c Ctx<'a>, gen: Option<&'c (Ctx<'a>, Ctx<'a>)>) {
         let train = std::mem::replace(&mut self.ctx, eval);
-        let js = &eval.s.job;
-        let (b, seq) = (eval.s.batch, eval.s.seq);
-        let keep = !js.prediction_loss_only;
-        let on_gpu = js.eval_batches_on_gpu();
         let mode = std::mem::replace(&mut self.tp.mode, Mode::NoGrad);
         self.phase(JOB_STEP, StepPhase::Eval);
-        if let Some((pre, dec)) = gen {
-            extended!(
+        match gen {
+            Some((pre, dec)) => extended!(
                 self,
                 "generation during evaluation",
                 self.eval_generate_loop(pre, dec),
                 {
                     let _ = (pre, dec);
                 }
-            );
-            self.tp.mode = mode;
-            self.ctx = train;
-            return;
+            ),
+            None => self.eval_forward_batches(),
         }
+        self.tp.mode = mode;
+        self.ctx = train;
+    }
+
+    /// The evaluation's batches through the forward and the loss (Trainer's `prediction_step`),
+    /// in the eval batch's context.
+    fn eval_forward_batches(&mut self) {
+        let eval = self.ctx;
+        let js = &eval.s.job;
+        let (b, seq) = (eval.s.batch, eval.s.seq);
+        let keep = !js.prediction_loss_only;
+        let on_gpu = js.eval_batches_on_gpu();
         let (mut losses, mut preds, mut labels) =
             (Kept::default(), Kept::default(), Kept::default());
         for k in 1..=on_gpu {
@@ -186,8 +192,6 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(rep);
         }
         self.release_kept(vec![losses, preds, labels]);
-        self.tp.mode = mode;
-        self.ctx = train;
     }
 
     /// The evaluation loop with `predict_with_generate` as LLaMA-Factory runs it
