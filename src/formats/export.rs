@@ -421,12 +421,13 @@ fn trl_config(s: &Settings, trl: bool) -> (&'static str, &'static str, String) {
     (import, class, args)
 }
 
-/// GRPOConfig's generation keys for the plan's `generation`, as (key, value), booleans spelled
+/// GRPOConfig's generation keys: the generation batch and the plan's `generation`, as (key, value), booleans spelled
 /// `true` / `false` (the caller's language spells them its way).
 fn vllm_keys(s: &Settings) -> Vec<(&'static str, String)> {
     use crate::model::Generation;
     let b = |x: bool| x.to_string();
-    match s.generation {
+    let mut keys = generation_batch_keys(s);
+    keys.extend(match s.generation {
         Generation::Hf => vec![("use_vllm", b(false))],
         Generation::VllmServer => vec![
             ("use_vllm", b(true)),
@@ -449,6 +450,17 @@ fn vllm_keys(s: &Settings) -> Vec<(&'static str, String)> {
                 b(s.vllm_importance_sampling_correction),
             ),
         ],
+    });
+    keys
+}
+
+/// GRPO's generation batch as the settings give it (TRL's `GRPOConfig` keys, which axolotl's
+/// `trl:` section and ms-swift take under the same names); nothing when TRL's default applies.
+fn generation_batch_keys(s: &Settings) -> Vec<(&'static str, String)> {
+    match (s.steps_per_generation, s.generation_batch_size) {
+        (Some(n), _) => vec![("steps_per_generation", n.to_string())],
+        (None, Some(g)) => vec![("generation_batch_size", g.to_string())],
+        (None, None) => vec![],
     }
 }
 
@@ -916,6 +928,9 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         arg("max_completion_length", s.completion_tokens().to_string());
         arg("num_iterations", s.num_iterations.to_string());
         arg("loss_type", s.grpo_loss.name().to_string());
+        for (k, v) in generation_batch_keys(s) {
+            arg(k, v);
+        }
         match s.generation {
             crate::model::Generation::Hf => arg("use_vllm", "false".to_string()),
             crate::model::Generation::VllmServer => {

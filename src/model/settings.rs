@@ -529,6 +529,15 @@ pub struct Settings {
     /// log-probs are scored before training.
     #[serde(default = "default_one")]
     pub num_iterations: u64,
+    /// GRPO: micro-steps each generation serves (TRL `steps_per_generation`); `None`: the
+    /// gradient accumulation, or what `generation_batch_size` makes it. The generation batch
+    /// on one GPU is `batch × steps_per_generation` ([`Settings::steps_per_generation_run`]).
+    #[serde(default)]
+    pub steps_per_generation: Option<u64>,
+    /// GRPO: sequences generated at once over every GPU (TRL `generation_batch_size`, a
+    /// multiple of `batch × GPUs`); exclusive with `steps_per_generation`, as in TRL.
+    #[serde(default)]
+    pub generation_batch_size: Option<u64>,
     /// GRPO: where the completions are generated.
     #[serde(default = "default_generation")]
     pub generation: Generation,
@@ -697,6 +706,8 @@ impl Default for Settings {
             num_generations: 8,
             max_completion_length: 0,
             num_iterations: 1,
+            steps_per_generation: None,
+            generation_batch_size: None,
             generation: Generation::Hf,
             vllm_gpu_memory_utilization: 0.3,
             vllm_enable_sleep_mode: false,
@@ -780,11 +791,26 @@ impl Settings {
         self.beta.unwrap_or(if self.grpo() { 0.0 } else { 0.1 })
     }
 
+    /// GRPO's `steps_per_generation` as `GRPOConfig.__post_init__` settles it
+    /// (`trl/trainer/grpo_config.py:1096-1116`): as set; else `generation_batch_size / (batch ×
+    /// GPUs)`; else the gradient accumulation.
+    pub fn steps_per_generation_run(&self) -> u64 {
+        match (self.steps_per_generation, self.generation_batch_size) {
+            (Some(n), _) => n.max(1),
+            (None, Some(g)) => {
+                let global = u128::from(self.batch.max(1)) * self.parallel.world().max(1);
+                u64::try_from(u128::from(g) / global)
+                    .unwrap_or(u64::MAX)
+                    .max(1)
+            }
+            (None, None) => self.grad_accum.max(1),
+        }
+    }
+
     /// GRPO's generation batch on one GPU: `per_device_train_batch_size × steps_per_generation`
-    /// rows generated and scored together (steps_per_generation = gradient accumulation, TRL's
-    /// default).
+    /// rows generated and scored together.
     pub fn generation_rows(&self) -> u64 {
-        self.batch.saturating_mul(self.grad_accum.max(1))
+        self.batch.saturating_mul(self.steps_per_generation_run())
     }
 
     /// GRPO with vLLM colocated: the bytes vLLM takes of a card of `total_bytes`
@@ -798,17 +824,28 @@ impl Settings {
         }
     }
 
+    /// Whether GRPO's weight sync to vLLM merges and unmerges peft's adapters on the training
+    /// GPU before each generation (`trl/generation/vllm_generation.py:436-475`); a trained base
+    /// is handed over as it is.
+    pub fn vllm_syncs_adapters(&self) -> bool {
+        self.grpo() && self.generation != Generation::Hf && !self.base_trained()
+    }
+
     /// Whether a GRPO step scores the old policy's log-probs before training: when the
     /// generation is reused (`num_iterations` > 1) or does not fall on an accumulation boundary
     /// (`gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0`,
-    /// `grpo_trainer.py:2642-2656`, with steps_per_generation = gradient_accumulation_steps), and
-    /// always with vLLM's importance-sampling correction.
+    /// `grpo_trainer.py:2642-2656`: a generation that serves more micro-steps than one optimizer
+    /// step, or fewer that do not divide it), and always with vLLM's importance-sampling
+    /// correction.
     pub fn grpo_old_logps(&self) -> bool {
         self.grpo() && {
             let ga = self.grad_accum.max(1);
+            let every = self
+                .steps_per_generation_run()
+                .saturating_mul(self.num_iterations.max(1));
             let vllm_is =
                 self.generation != Generation::Hf && self.vllm_importance_sampling_correction;
-            vllm_is || ga % ga.saturating_mul(self.num_iterations.max(1)) != 0
+            vllm_is || ga % every != 0
         }
     }
 
@@ -934,16 +971,52 @@ impl Settings {
                 format!("{} must be at least 2: GRPO's advantages compare the completions of one prompt", self.num_generations),
             );
         }
-        let generation_batch =
-            u128::from(self.batch) * u128::from(self.grad_accum.max(1)) * self.parallel.world();
+        let global_batch = u128::from(self.batch) * self.parallel.world();
+        match (self.steps_per_generation, self.generation_batch_size) {
+            (Some(_), Some(_)) => {
+                return bad(
+                    "generation_batch_size",
+                    "generation_batch_size and steps_per_generation cannot both be set (TRL's GRPOConfig refuses them together): set one".into(),
+                )
+            }
+            (Some(n), None) if n == 0 || n > 1 << 20 => {
+                return bad(
+                    "steps_per_generation",
+                    format!("{n} must be between 1 and 1048576"),
+                )
+            }
+            (None, Some(g)) if g == 0 || u128::from(g) % global_batch != 0 => {
+                return bad(
+                    "generation_batch_size",
+                    format!(
+                        "{g} must be a positive multiple of the global batch (batch {} × {} GPUs = {global_batch}), as TRL's GRPOConfig checks",
+                        self.batch,
+                        self.parallel.world()
+                    ),
+                )
+            }
+            _ => {}
+        }
+        let spg = self.steps_per_generation_run();
+        let generation_batch = global_batch * u128::from(spg);
         if generation_batch % u128::from(self.num_generations) != 0 {
+            let how = match (self.steps_per_generation, self.generation_batch_size) {
+                (None, Some(_)) => format!("generation_batch_size {generation_batch}"),
+                (Some(_), _) => format!(
+                    "batch {} × steps_per_generation {spg} × {} GPUs = {generation_batch}",
+                    self.batch,
+                    self.parallel.world()
+                ),
+                (None, None) => format!(
+                    "batch {} × gradient accumulation {spg} × {} GPUs = {generation_batch}",
+                    self.batch,
+                    self.parallel.world()
+                ),
+            };
             return bad(
                 "num_generations",
                 format!(
-                    "the generation batch (batch {} × gradient accumulation {} × {} GPUs = {generation_batch}) must be a multiple of num_generations {} (TRL's check)",
-                    self.batch,
-                    self.grad_accum.max(1),
-                    self.parallel.world(),
+                    "the generation batch ({how}) must be a multiple of num_generations {} (TRL's check)",
                     self.num_generations
                 ),
             );
@@ -967,6 +1040,12 @@ impl Settings {
                     "{} must be in (0, 1]: the fraction of the card's memory vLLM takes",
                     self.vllm_gpu_memory_utilization
                 ),
+            );
+        }
+        if self.generation != Generation::Hf && self.quant.is_some() {
+            return bad(
+                "generation",
+                "TRL's weight sync to vLLM merges peft's adapters into the 4-bit base and hands vLLM the merged weights still packed, which vLLM's weight loader refuses (huggingface/trl#3654, #4973): a 4-bit base generates with generation hf".into(),
             );
         }
         if self.precompute_ref_log_probs {

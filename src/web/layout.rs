@@ -39,6 +39,8 @@ pub const TRAINING: &[&str] = &[
     "num_generations",
     "max_completion_length",
     "num_iterations",
+    "steps_per_generation",
+    "generation_batch_size",
     "beta",
     "grpo_loss",
     "disable_dropout",
@@ -131,6 +133,8 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         | "num_generations"
         | "max_completion_length"
         | "num_iterations"
+        | "steps_per_generation"
+        | "generation_batch_size"
         | "beta"
         | "grpo_loss" => s.grpo(),
         // vLLM's own settings where it generates.

@@ -1288,3 +1288,36 @@ trainer = GRPOTrainer(model=model, reward_funcs=[len], args=args, train_dataset=
     let p = lorafit::model::plan(&arch, s).expect("plans");
     assert!(p.phases.iter().any(|ph| ph.phase.name() == "score"));
 }
+
+/// GRPOConfig's generation batch is read in either of TRL's two forms, and both together are
+/// refused as TRL refuses them.
+#[test]
+fn a_grpo_scripts_generation_batch_is_read() {
+    let script = r#"
+from trl import GRPOConfig
+args = GRPOConfig(output_dir="out", per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                  num_generations=8, generation_batch_size=32)
+"#;
+    let r = framework::read(script).unwrap();
+    let s = &r.settings;
+    assert_eq!(s.generation_batch_size, Some(32));
+    assert!(
+        !r.not_modeled
+            .iter()
+            .any(|n| n.key.contains("generation_batch_size")),
+        "{:?}",
+        r.not_modeled
+    );
+    // TRL: steps_per_generation = 32 / (4 × 1 process) = 8.
+    assert_eq!((s.steps_per_generation_run(), s.generation_rows()), (8, 32));
+    let spg =
+        framework::read(&script.replace("generation_batch_size=32", "steps_per_generation=4"))
+            .unwrap();
+    assert_eq!(spg.settings.steps_per_generation, Some(4));
+    assert_eq!(spg.settings.generation_rows(), 16);
+    let both = framework::read(&script.replace(
+        "generation_batch_size=32",
+        "generation_batch_size=32, steps_per_generation=4",
+    ));
+    assert!(both.is_err(), "TRL refuses both");
+}

@@ -34,27 +34,41 @@ fn grpo_steps_are_planned_to_the_byte() {
         assert!(r.abs() <= 0.01, "{id}: reserved {r:+.3} %");
         n += 1;
     }
-    assert_eq!(n, 4);
+    assert_eq!(n, 3);
 }
 
 /// The plan's scoring phase peaks where the harness measured its `score` phase (the second
-/// step's: the first step's optimizer states do not exist yet).
+/// step's: the first step's optimizer states do not exist yet), and so does the weight sync to
+/// vLLM (the phase `generate` of a peft model's step).
 #[test]
 fn the_scoring_phase_peak_is_the_measured_one() {
+    let mut syncs = 0;
     for v in cases() {
         let id = v["id"].as_str().expect("id");
         let m = crate::plan_measured_line(&v);
+        let planned_peak = |name: &str| {
+            m.settled
+                .phases
+                .iter()
+                .find(|p| p.phase.name() == name)
+                .map(|p| p.bytes)
+        };
         let measured = v["result"]["per_step"][1]["phase_peaks"]["score"]
             .as_u64()
             .expect("the harness's score peak");
-        let planned = m
-            .settled
-            .phases
-            .iter()
-            .find(|p| p.phase.name() == "score")
-            .unwrap_or_else(|| panic!("{id}: no score phase"))
-            .bytes;
-        assert_eq!(planned, u128::from(measured), "{id}: the score phase");
+        assert_eq!(
+            planned_peak("score"),
+            Some(u128::from(measured)),
+            "{id}: the score phase"
+        );
+        let sync = v["result"]["per_step"][1]["phase_peaks"]["generate"].as_u64();
+        assert_eq!(
+            planned_peak("generate"),
+            sync.map(u128::from),
+            "{id}: the weight sync"
+        );
+        assert_eq!(sync.is_some(), m.settings.vllm_syncs_adapters(), "{id}");
+        syncs += usize::from(sync.is_some());
         let peak = m.settled.phases.iter().map(|p| p.bytes).max();
         assert_eq!(
             Some(m.settled.peak_allocated_bytes),
@@ -62,6 +76,7 @@ fn the_scoring_phase_peak_is_the_measured_one() {
             "{id}: the step's peak is its largest phase's"
         );
     }
+    assert_eq!(syncs, 2, "the LoRA steps sync their weights");
 }
 
 /// A generation longer than twice `FULL_DECODE_CALLS` (4) new tokens runs its middle decode calls
@@ -170,7 +185,7 @@ fn grpo_steps_with_their_generation_are_planned_to_the_byte() {
             .bytes;
         assert_eq!(planned, u128::from(measured), "{id}: the generate phase");
     }
-    assert_eq!(cases.len(), 2);
+    assert_eq!(cases.len(), 3);
 }
 
 /// vLLM colocated at 0.9 of an 80 GiB card leaves the trainer a tenth: every dense catalog
@@ -217,4 +232,137 @@ fn vllm_colocated_at_nine_tenths_leaves_the_trainer_a_tenth() {
         }
     }
     assert_eq!(called, 3, "models that need more than a tenth");
+}
+
+/// TRL's generation batch (`grpo_config.py:1096-1135`): `generation_batch_size` over every GPU
+/// is `batch × GPUs × steps_per_generation`; the two are exclusive; the batch must hold whole
+/// prompt groups. The old policy is scored when a generation does not end on an accumulation
+/// boundary (`grpo_trainer.py:2642-2656`), and a smaller generation batch is a fix.
+#[test]
+fn the_generation_batch_is_trls() {
+    use lorafit::model::{Generation, Settings, Stage};
+    let base = Settings {
+        stage: Stage::Grpo,
+        batch: 4,
+        seq: 512,
+        grad_accum: 4,
+        num_generations: 8,
+        generation: Generation::Hf,
+        ..Default::default()
+    };
+    // Two GPUs, 32 sequences generated at once: 32 / (4 × 2) = 4 micro-steps each.
+    let mut two = base.clone();
+    two.parallel.gpus_per_node = 2;
+    two.generation_batch_size = Some(32);
+    assert_eq!(two.steps_per_generation_run(), 4);
+    assert_eq!(two.generation_rows(), 16, "rows generated on each GPU");
+    // Refusals name the key.
+    let refused = |s: &Settings| match s.validate() {
+        Err(lorafit::model::PlanError::InvalidSetting { field, .. }) => field,
+        other => panic!("not refused: {other:?}"),
+    };
+    let mut both = base.clone();
+    both.generation_batch_size = Some(32);
+    both.steps_per_generation = Some(2);
+    assert_eq!(refused(&both), "generation_batch_size");
+    let mut uneven = base.clone();
+    uneven.generation_batch_size = Some(10);
+    assert_eq!(
+        refused(&uneven),
+        "generation_batch_size",
+        "10 is not a multiple of 4"
+    );
+    let mut partial = base.clone();
+    partial.steps_per_generation = Some(1);
+    assert_eq!(
+        refused(&partial),
+        "num_generations",
+        "4 rows hold no group of 8"
+    );
+    // GA 4: two micro-steps per generation end on its boundary, three do not.
+    let with = |n: u64| Settings {
+        steps_per_generation: Some(n),
+        batch: 8,
+        ..base.clone()
+    };
+    assert!(!with(2).grpo_old_logps() && !with(4).grpo_old_logps());
+    assert!(with(3).grpo_old_logps() && with(8).grpo_old_logps());
+    // The default serves the whole accumulation (4 × 8 rows); one micro-step per generation
+    // holds whole groups of 8 and is offered, and it lowers the generation's peak.
+    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("qwen2.5-0.5b"))
+        .unwrap()
+        .value;
+    let s = Settings {
+        batch: 8,
+        ..base.clone()
+    };
+    let cap = 1u128 << 40;
+    let fs = lorafit::planning::fixes::suggest(&arch, &s, cap, false);
+    let fix = fs
+        .iter()
+        .find(|f| f.id == "smaller_generation_batch")
+        .expect("a smaller generation batch is offered");
+    assert_eq!(fix.title, "steps_per_generation 4 → 1");
+    let peak_of = |s: &Settings, phase: &str| {
+        let p = lorafit::model::plan(&arch, s).expect("plans");
+        p.phases
+            .iter()
+            .filter(|ph| ph.phase.name() == phase)
+            .map(|ph| ph.bytes)
+            .max()
+            .expect("phase")
+    };
+    assert!(peak_of(&with(1), "generate") < peak_of(&s, "generate"));
+}
+
+/// TRL's weight sync to vLLM, per strategy: under ZeRO-3 peft cannot merge into shards, so
+/// the whole model is gathered on every GPU first (`vllm_generation.py:440-444`): the sync's
+/// peak holds every weight while the scoring holds this rank's shards. A 4-bit base cannot be
+/// handed to vLLM (huggingface/trl#3654): it is refused, naming the setting.
+#[test]
+fn the_weight_sync_gathers_under_zero3_and_a_4bit_base_is_refused() {
+    use lorafit::model::{Generation, Settings, Stage, Strategy};
+    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("qwen2.5-0.5b"))
+        .unwrap()
+        .value;
+    let mut s = Settings {
+        stage: Stage::Grpo,
+        batch: 2,
+        seq: 256,
+        num_generations: 4,
+        generation: Generation::VllmServer,
+        ..Default::default()
+    };
+    s.parallel.gpus_per_node = 4;
+    s.parallel.strategy = Strategy::Zero3;
+    let p = lorafit::model::plan(&arch, &s).expect("plans");
+    let phase = |name: &str| {
+        p.phases
+            .iter()
+            .filter(|ph| ph.phase.name() == name)
+            .map(|ph| ph.bytes)
+            .max()
+            .unwrap_or_else(|| panic!("no {name} phase"))
+    };
+    let whole_model_bytes = arch.total_params() * 2;
+    assert!(
+        phase("generate") >= whole_model_bytes,
+        "the sync holds the whole bf16 model: {} < {whole_model_bytes}",
+        phase("generate")
+    );
+    assert!(
+        phase("score") < whole_model_bytes,
+        "the scoring holds shards"
+    );
+    s.quant = Some(lorafit::model::Quant::Nf4);
+    s.autocast = Some(lorafit::model::Dtype::Bf16);
+    s.parallel = Default::default();
+    s.num_generations = 2;
+    match lorafit::model::plan(&arch, &s) {
+        Err(lorafit::model::PlanError::InvalidSetting { field, why }) => {
+            assert_eq!(field, "generation");
+            assert!(why.contains("trl#3654"), "{why}");
+        }
+        other => panic!("a 4-bit base with vLLM is not refused: {other:?}"),
+    }
 }

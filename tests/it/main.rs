@@ -74,12 +74,18 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
     // is num_generations. Its preference-only keys are not GRPO's (its β is `grpo_beta`).
     if v["method_kind"] == "grpo" {
         v["num_generations"] = v["batch"].clone();
-        // Its steps without `grpo_generate` generate nothing on the GPU: as a trainer's GPU
-        // does when vLLM generates on others.
-        // (without vLLM's importance-sampling correction, which it does not run).
+        // Its steps without `grpo_generate` generate nothing on the GPU, as a trainer's GPU
+        // does when vLLM generates on others; with `grpo_vllm_sync` they run TRL's weight sync
+        // to vLLM first, which a peft model's step cannot be without (vLLM's
+        // importance-sampling correction, which the harness does not run, off).
         if v["grpo_generate"] == serde_json::Value::Bool(true) {
             v["generation"] = "hf".into();
         } else {
+            let full = v["full_ft"] == serde_json::Value::Bool(true);
+            assert!(
+                full || v["grpo_vllm_sync"] == serde_json::Value::Bool(true),
+                "a peft GRPO recording with neither generation nor the weight sync to vLLM is no step TRL runs"
+            );
             v["generation"] = "vllm_server".into();
             v["vllm_importance_sampling_correction"] = false.into();
         }
@@ -89,6 +95,7 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
                 "dpo_disable_dropout",
                 "dpo_prompt_len",
                 "dpo_impl",
+                "grpo_vllm_sync",
             ] {
                 o.remove(k);
             }

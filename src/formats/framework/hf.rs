@@ -96,14 +96,8 @@ pub(super) const TABLE: Table = &[
         "vllm_importance_sampling_correction",
         Rule::To("vllm_importance_sampling_correction"),
     ),
-    (
-        "generation_batch_size",
-        Rule::NotModeled("planned as one generation batch of batch × gradient accumulation × GPUs rows per optimizer step"),
-    ),
-    (
-        "steps_per_generation",
-        Rule::NotModeled("planned as one generation batch of batch × gradient accumulation × GPUs rows per optimizer step"),
-    ),
+    ("generation_batch_size", Rule::To("generation_batch_size")),
+    ("steps_per_generation", Rule::To("steps_per_generation")),
     (
         "eval_accumulation_steps",
         Rule::To("eval_accumulation_steps"),

@@ -2829,6 +2829,8 @@ pub(super) fn run<const AFTER: u8>(
             extended!(p, "GRPO", p.grpo_generate(step, pre, dec), {
                 let _ = (pre, dec);
             });
+        } else if grpo && ctx.s.vllm_syncs_adapters() {
+            extended!(p, "GRPO", p.vllm_weight_sync(step), ());
         }
         if grpo {
             extended!(

@@ -52,6 +52,8 @@ pub enum FixId {
     GrpoBeta0,
     /// GRPO: one update per generation, no old-policy pass.
     OneIteration,
+    /// GRPO: a smaller generation batch (fewer micro-steps per generation).
+    SmallerGenerationBatch,
     /// GRPO: the generation on vLLM servers on other GPUs.
     VllmServer,
     /// GRPO with vLLM colocated: a smaller share of the card for vLLM.
@@ -116,6 +118,8 @@ pub enum ChangeKind {
     Reference,
     /// GRPO's old-policy pass.
     OldPolicy,
+    /// GRPO's generation batch (`steps_per_generation`).
+    GenerationBatch,
     /// Where GRPO generates.
     Generation,
     /// vLLM's share of the card (a sized kind: the largest that fits).
@@ -148,6 +152,7 @@ impl FixId {
             FixId::FusedLogprobs => "fused_logprobs",
             FixId::GrpoBeta0 => "grpo_beta0",
             FixId::OneIteration => "one_iteration",
+            FixId::SmallerGenerationBatch => "smaller_generation_batch",
             FixId::VllmServer => "vllm_server",
             FixId::VllmShare => "vllm_share",
             FixId::VllmSleep => "vllm_sleep",
@@ -175,6 +180,7 @@ impl FixId {
             FixId::Liger => ChangeKind::Kernels,
             FixId::PrecomputeRef | FixId::GrpoBeta0 => ChangeKind::Reference,
             FixId::OneIteration => ChangeKind::OldPolicy,
+            FixId::SmallerGenerationBatch => ChangeKind::GenerationBatch,
             FixId::VllmServer | FixId::VllmSleep => ChangeKind::Generation,
             FixId::VllmShare => ChangeKind::VllmShare,
             FixId::GradCkpt => ChangeKind::Checkpointing,
@@ -250,6 +256,8 @@ pub enum Patch {
     Beta0,
     /// GRPO's `num_iterations=1`.
     OneIteration,
+    /// GRPO's `steps_per_generation` (`generation_batch_size` unset).
+    StepsPerGeneration(u64),
     /// GRPO's `use_vllm=True, vllm_mode="server"`.
     VllmServer,
     /// This `vllm_gpu_memory_utilization` (in hundredths).
@@ -309,6 +317,10 @@ impl Patch {
             Patch::PrecomputeRef => t.precompute_ref_log_probs = true,
             Patch::Beta0 => t.beta = Some(0.0),
             Patch::OneIteration => t.num_iterations = 1,
+            Patch::StepsPerGeneration(n) => {
+                t.steps_per_generation = Some(n.max(1));
+                t.generation_batch_size = None;
+            }
             Patch::VllmServer => t.generation = crate::model::Generation::VllmServer,
             Patch::VllmShare(h) => t.vllm_gpu_memory_utilization = f64::from(h) / 100.0,
             Patch::VllmSleep => t.vllm_enable_sleep_mode = true,
@@ -504,6 +516,19 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             "no old-policy pass: each generation is trained on once, so the same number of updates needs more generation time",
             12,
             Patch::OneIteration,
+        );
+    }
+    if let Some(n) = fewer_steps_per_generation(s) {
+        push(
+            FixId::SmallerGenerationBatch,
+            format!(
+                "steps_per_generation {} → {n}",
+                s.steps_per_generation_run()
+            ),
+            "a smaller generation batch",
+            "batch × GPUs × steps_per_generation rows are generated and scored at once: fewer rows, generated more often (more, smaller generation calls per optimizer step)",
+            5,
+            Patch::StepsPerGeneration(n),
         );
     }
     if s.grpo() && s.generation == crate::model::Generation::VllmColocate {
@@ -774,4 +799,17 @@ fn job_changes(s: &Settings) -> Vec<Change> {
         });
     }
     out
+}
+
+/// GRPO's smallest `steps_per_generation` below the one it runs that keeps whole prompt
+/// groups in the generation batch (`batch × GPUs × steps_per_generation` a multiple of
+/// `num_generations`, TRL's check), if there is one.
+fn fewer_steps_per_generation(s: &Settings) -> Option<u64> {
+    if !s.grpo() {
+        return None;
+    }
+    let now = s.steps_per_generation_run();
+    let global = u128::from(s.batch.max(1)) * s.parallel.world().max(1);
+    let groups = u128::from(s.num_generations.max(1));
+    (1..now).find(|&n| (global * u128::from(n)) % groups == 0)
 }

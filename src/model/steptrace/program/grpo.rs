@@ -149,19 +149,24 @@ impl<'c, 'a> Prog<'c, 'a> {
             return self.under_no_grad(reference, |p| p.grpo_logps(false).0);
         }
         // In chunks of per_device_train_batch_size rows (`grpo_trainer.py:1440-1503`): each
-        // chunk's outputs live until the next chunk's replace them, its log-probs (a view)
-        // until the `cat` of all of them. Not measured (the harness scores one chunk).
+        // chunk's labels and outputs live until the next chunk's are bound to the same names
+        // (the labels once the next labels exist, the outputs once the next model call
+        // returns), its log-probs (a view) until the `cat` of all of them. Measured with the
+        // harness's `grpo_steps_per_generation` (`tests/data/steptrace/grpo_spg*`).
         let tok = s.batch * s.completion_tokens();
         self.under_no_grad(reference, |p| {
             let mut kept = vec![];
             let mut last: Option<(X, super::preference::Head)> = None;
             for _ in 0..chunks {
                 let labels = p.pref_labels();
-                if let Some((l, h)) = last.take() {
+                let old_head = last.take().map(|(l, h)| {
                     p.drop(l);
+                    h
+                });
+                let head = p.pref_model();
+                if let Some(h) = old_head {
                     p.release_head(h, false);
                 }
-                let head = p.pref_model();
                 p.clear_autocast_cache();
                 kept.push(head.logp);
                 last = Some((labels, head));

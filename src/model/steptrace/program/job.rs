@@ -244,6 +244,45 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// peft's `merge_and_unload` on the GPU, adapted Linear by adapted Linear.
     pub(super) fn merge(&mut self) {
         self.phase(JOB_STEP, StepPhase::Merge);
+        self.each_adapted_linear_merged(false);
+    }
+
+    /// TRL's weight sync to vLLM with peft (`trl/generation/vllm_generation.py:436-475`,
+    /// before each generation of a new step, `grpo_trainer.py:1766-1772`): `merge_adapter()`,
+    /// each merged weight handed to vLLM as it is (`param.data`, copied into vLLM's own
+    /// weights, in its share), then `unmerge_adapter()`, which makes each delta again and
+    /// subtracts it (`peft/tuners/lora/layer.py` `unmerge`; a 4-bit base dequantized and
+    /// quantized again, `bnb.py` `Linear4bit.unmerge`, as its merge). TRL runs it with grad
+    /// mode on; the deltas' graphs save only the adapters' own parameters, so it is planned
+    /// under no_grad.
+    ///
+    /// Under DeepSpeed ZeRO-3 the whole model is gathered first, since peft cannot merge into
+    /// shards (`gather_params(list(model.parameters()))`, `vllm_generation.py:440-444`;
+    /// DeepSpeed's `GatheredParameters` gives each parameter a full buffer beside its
+    /// partition). FSDP gathers one wrapped module at a time while the weights are read
+    /// (`summon_full_params(module, recurse=False)`, `:385-405`), like the step's own gathers.
+    #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+    pub(super) fn vllm_weight_sync(&mut self, step: u8) {
+        self.phase(step, StepPhase::Generate);
+        let p = &self.ctx.s.parallel;
+        let gathered =
+            (p.strategy == crate::model::Strategy::Zero3 && p.param_shards() > 1).then(|| {
+                let whole: u64 = self
+                    .params
+                    .iter()
+                    .map(|q| q.x.n.saturating_mul(q.x.es))
+                    .fold(0, u64::saturating_add);
+                self.t(whole, 1, What::GatheredLayer)
+            });
+        self.each_adapted_linear_merged(false);
+        self.each_adapted_linear_merged(true);
+        if let Some(g) = gathered {
+            self.drop(g);
+        }
+    }
+
+    /// Each adapted Linear merged (`unmerge`: unmerged) in module order, under no_grad.
+    fn each_adapted_linear_merged(&mut self, unmerge: bool) {
         let s = self.ctx.s;
         let mode = std::mem::replace(&mut self.tp.mode, Mode::NoGrad);
         let ad = bytes(s.adapter_dtype);
@@ -256,11 +295,18 @@ impl<'c, 'a> Prog<'c, 'a> {
                 let shape = self.layers[li][j].shape;
                 let n = (shape.in_features * shape.out_features) as u64;
                 if s.quant.is_none() {
-                    // get_delta_weight: B @ A, then * scaling; `weight.data += delta` in place.
+                    // get_delta_weight: B @ A, then * scaling; merge: `weight.data += delta` in
+                    // place; unmerge: `weight.data -= delta.to(weight.dtype)`, a cast of the
+                    // delta when the adapters' dtype is not the weight's.
                     let mm = self.t(n, ad, What::MergeTemp);
                     let delta = self.t(n, ad, What::MergeTemp);
                     self.drop(mm);
+                    let cast = (unmerge && s.adapter_dtype != s.dtype)
+                        .then(|| self.t(n, bytes(s.dtype), What::MergeTemp));
                     self.drop(delta);
+                    if let Some(c) = cast {
+                        self.drop(c);
+                    }
                 } else {
                     self.merge_4bit(li, j, n, ad);
                 }
@@ -290,17 +336,31 @@ impl<'c, 'a> Prog<'c, 'a> {
         let host = self.tp.new_host_t(n * wes, What::MergeTemp);
         let w = self.t(n, wes, What::MergeTemp);
         let packed = self.t(n.div_ceil(2), 1, What::Weight);
-        // quantize_4bit: the fp32 absmax; with double quantization, `absmax - absmax.mean()`
-        // quantized blockwise, both freed once the state is made.
-        let temps: Vec<X> = if s.double_quant {
-            vec![
-                self.t(blocks, 4, What::MergeTemp),
-                self.t(blocks, 4, What::MergeTemp),
-            ]
+        // quantize_4bit (`bitsandbytes/functional.py`): the fp32 absmax; get_4bit_type's 16-value
+        // code made on the device and scaled by its largest magnitude (`data.abs().max()`, two
+        // temporaries); with double quantization the mean as offset and `absmax - offset`
+        // quantized blockwise (uint8 absmax, its fp32 absmax and 256-value code), the fp32
+        // absmax and the centred copy freed with the merge's locals.
+        let absmax = self.t(blocks, 4, What::MergeTemp);
+        let code = self.t(16, 4, What::QuantState);
+        let abs = self.t(16, 4, What::MergeTemp);
+        let max = self.t(1, 4, What::MergeTemp);
+        self.drop(abs);
+        self.drop(max);
+        let (state, temps) = if s.double_quant {
+            let offset = self.t(1, 4, What::QuantState);
+            let centred = self.t(blocks, 4, What::MergeTemp);
+            let q = self.t(blocks, 1, What::QuantState);
+            let nested_absmax = self.t(blocks.div_ceil(256), 4, What::QuantState);
+            let nested_code = self.t(256, 4, What::QuantState);
+            (
+                vec![q, code, offset, nested_absmax, nested_code],
+                vec![absmax, centred],
+            )
         } else {
-            vec![]
+            self.tp.labels[absmax.t as usize].what = What::QuantState;
+            (vec![absmax, code], vec![])
         };
-        let state = self.new_quant_state(n);
         for x in temps {
             self.drop(x);
         }

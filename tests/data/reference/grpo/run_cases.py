@@ -14,20 +14,16 @@ import subprocess
 import sys
 import tempfile
 
+# vLLM generates elsewhere (server mode): before each step's scoring the trainer's GPU runs TRL's
+# weight sync (peft's merge_adapter, the merged weights read, unmerge_adapter).
 LORA = {"quant": None, "dtype": "bf16", "autocast": None, "attn_impl": "sdpa", "lora_r": 16,
-        "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear", "method_kind": "grpo"}
-# A QLoRA step as TRL's own examples run it: a 4-bit base prepared by peft, bf16 autocast,
-# checkpointing.
-QLORA = dict(LORA, quant="nf4", double_quant=True, prepare_kbit=True, autocast="bf16", grad_ckpt=True)
+        "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear", "method_kind": "grpo",
+        "grpo_vllm_sync": True}
 CASES = {
     # TRL 1.16's defaults: beta 0 (no reference pass), loss_type dapo, one iteration (no old-policy
     # pass), checkpointing on.
     "llama3-8b_lora_b8_c1024": dict(LORA, model="llama3-8b", seq=1536, batch=8, grad_ckpt=True,
                                     grpo_completion_len=1024),
-    # Both scoring passes (old policy, reference), the KL term.
-    "qwen2.5-7b_qlora_b8_c1024_beta_mu2": dict(QLORA, model="qwen2.5-7b", seq=1536, batch=8,
-                                               grpo_completion_len=1024, grpo_beta=0.04,
-                                               grpo_num_iterations=2),
     # The grpo loss type without checkpointing.
     "qwen3-4b_lora_b4_c512_grpo": dict(LORA, model="qwen3-4b", seq=1024, batch=4, grad_ckpt=False,
                                        grpo_completion_len=512, grpo_loss_type="grpo", grpo_beta=0.04),

@@ -20,6 +20,12 @@ CASES = {
     "qwen2.5-7b_qlora_b8_p512_c96_beta": dict(LORA, model="qwen2.5-7b", seq=608, batch=8, quant="nf4",
                                               double_quant=True, prepare_kbit=True, autocast="bf16",
                                               grad_ckpt=True, grpo_completion_len=96, grpo_beta=0.04),
+    # ... and two iterations per generation: the old policy's pass too (a 4-bit base cannot generate
+    # with vLLM through TRL, so its step always generates on the training GPU).
+    "qwen2.5-7b_qlora_b8_p512_c96_beta_mu2": dict(LORA, model="qwen2.5-7b", seq=608, batch=8, quant="nf4",
+                                                  double_quant=True, prepare_kbit=True, autocast="bf16",
+                                                  grad_ckpt=True, grpo_completion_len=96, grpo_beta=0.04,
+                                                  grpo_num_iterations=2),
 }
 only = sys.argv[1:]
 for cid, c in CASES.items():
