@@ -730,8 +730,8 @@ fn refusals_name_the_key_and_unknown_keys_are_listed() {
             "flash_attn",
         ),
         ("base_model: m\nadapter: ia3\n", "adapter"),
-        ("base_model: m\nrl: grpo\n", "rl"),
-        ("swift rlhf --model m --rlhf_type grpo\n", "rlhf_type"),
+        ("base_model: m\nrl: ppo\n", "rl"),
+        ("swift rlhf --model m --rlhf_type ppo\n", "rlhf_type"),
         ("swift infer --model m\n", "not a training command"),
         ("{\"peft_type\": \"IA3\", \"r\": 8}", "peft_type"),
         (
@@ -1320,4 +1320,129 @@ args = GRPOConfig(output_dir="out", per_device_train_batch_size=4, gradient_accu
         "generation_batch_size=32, steps_per_generation=4",
     ));
     assert!(both.is_err(), "TRL refuses both");
+}
+
+/// GRPO from axolotl (`rl: grpo` with TRL's arguments under `trl:`) and from ms-swift
+/// (`swift rlhf --rlhf_type grpo` with TRL's names), as from a TRL script: what each key sets,
+/// and the keys that change no memory listed as ignored.
+#[test]
+fn grpo_is_read_from_axolotl_and_ms_swift() {
+    let axolotl = "base_model: Qwen/Qwen2.5-7B-Instruct
+adapter: lora
+lora_r: 16
+lora_alpha: 32
+lora_target_linear: true
+micro_batch_size: 4
+gradient_accumulation_steps: 2
+sequence_len: 1024
+bf16: true
+gradient_checkpointing: true
+rl: grpo
+trl:
+  beta: 0.04
+  num_generations: 8
+  max_completion_length: 512
+  num_iterations: 2
+  loss_type: dr_grpo
+  use_vllm: true
+  vllm_mode: server
+  vllm_server_host: 0.0.0.0
+  reward_funcs: [rewards.accuracy]
+  temperature: 0.9
+";
+    let r = framework::read(axolotl).unwrap();
+    let s = &r.settings;
+    assert!(s.grpo());
+    assert_eq!(
+        (s.batch, s.grad_accum, s.num_generations, s.num_iterations),
+        (4, 2, 8, 2)
+    );
+    assert_eq!((s.beta_run(), s.completion_tokens()), (0.04, 512));
+    assert_eq!(s.grpo_loss, lorafit::model::GrpoLoss::DrGrpo);
+    assert_eq!(s.generation, lorafit::model::Generation::VllmServer);
+    for k in [
+        "trl.reward_funcs",
+        "trl.temperature",
+        "trl.vllm_server_host",
+    ] {
+        assert!(r.ignored.contains(&k.to_string()), "{k}: {:?}", r.ignored);
+    }
+    let swift = "swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct --tuner_type lora \\
+  --torch_dtype bfloat16 --per_device_train_batch_size 4 --gradient_accumulation_steps 2 \\
+  --max_length 1024 --max_completion_length 512 --num_generations 8 --beta 0.04 \\
+  --loss_type bnpo --use_vllm true --vllm_mode colocate --vllm_gpu_memory_utilization 0.5 \\
+  --sleep_level 1 --steps_per_generation 4 --reward_funcs accuracy format
+";
+    let r = framework::read(swift).unwrap();
+    let s = &r.settings;
+    assert!(s.grpo());
+    assert_eq!(s.grpo_loss, lorafit::model::GrpoLoss::Bnpo);
+    assert_eq!(s.generation, lorafit::model::Generation::VllmColocate);
+    assert_eq!(s.vllm_gpu_memory_utilization, 0.5);
+    assert!(s.vllm_enable_sleep_mode, "sleep_level 1");
+    assert_eq!((s.steps_per_generation, s.generation_rows()), (Some(4), 16));
+    assert!(
+        r.ignored.contains(&"reward_funcs".to_string()),
+        "{:?}",
+        r.ignored
+    );
+}
+
+/// A GRPO plan's exports (TRL's GRPOConfig, axolotl's `rl: grpo` with its `trl:` section,
+/// ms-swift's `swift rlhf --rlhf_type grpo`) read back to the GRPO settings they were written
+/// from.
+#[test]
+fn grpo_exports_read_back() {
+    use lorafit::model::{Generation, GrpoLoss};
+    let arch = catalog::find_model("qwen2.5-7b").unwrap().arch.clone();
+    let s = Settings {
+        stage: Stage::Grpo,
+        batch: 4,
+        grad_accum: 2,
+        seq: 1024,
+        max_completion_length: 768,
+        num_generations: 8,
+        num_iterations: 2,
+        beta: Some(0.04),
+        grpo_loss: GrpoLoss::Bnpo,
+        steps_per_generation: Some(4),
+        generation: Generation::VllmColocate,
+        vllm_gpu_memory_utilization: 0.5,
+        vllm_enable_sleep_mode: true,
+        grad_ckpt: true,
+        autocast: Some(Dtype::Bf16),
+        ..Settings::default()
+    };
+    for format in ["trl", "axolotl", "ms-swift"] {
+        let text = export(format, "Qwen/Qwen2.5-7B", &arch, &s).unwrap();
+        let b = framework::read(&text)
+            .unwrap_or_else(|e| panic!("{format}: {e}\n{text}"))
+            .settings;
+        assert!(b.grpo(), "{format}");
+        assert_eq!(
+            (
+                b.num_generations,
+                b.completion_tokens(),
+                b.num_iterations,
+                b.beta_run(),
+                b.grpo_loss,
+                b.steps_per_generation,
+                b.generation,
+                b.vllm_gpu_memory_utilization,
+                b.vllm_enable_sleep_mode,
+            ),
+            (
+                8,
+                768,
+                2,
+                0.04,
+                GrpoLoss::Bnpo,
+                Some(4),
+                Generation::VllmColocate,
+                0.5,
+                true
+            ),
+            "{format}\n{text}"
+        );
+    }
 }

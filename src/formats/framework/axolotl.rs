@@ -37,6 +37,33 @@ const LAYER_NORM: &str =
 const LORA_KERNELS: &str =
     "axolotl's fused LoRA kernels (what they save for backward): planned as peft's modules";
 
+/// axolotl's `trl:` section beyond GRPOConfig's keys ([`super::hf::GRPO`]).
+const TRL: Table = &[
+    ("beta", Rule::To("beta")),
+    ("loss_type", Rule::To("grpo_loss")),
+    (
+        "vllm_device",
+        Rule::NotModeled("vLLM on a GPU of its own (TRL 0.14-0.15's vllm_device): planned with vllm_mode as given (TRL 1.x's default, colocate)"),
+    ),
+    ("reward_funcs", Rule::NoEffect),
+    ("reward_weights", Rule::NoEffect),
+    ("log_completions", Rule::NoEffect),
+    ("scale_rewards", Rule::NoEffect),
+    ("temperature", Rule::NoEffect),
+    ("top_p", Rule::NoEffect),
+    ("top_k", Rule::NoEffect),
+    ("min_p", Rule::NoEffect),
+    ("repetition_penalty", Rule::NoEffect),
+    ("epsilon", Rule::NoEffect),
+    ("epsilon_high", Rule::NoEffect),
+    ("vllm_server_host", Rule::NoEffect),
+    ("vllm_server_port", Rule::NoEffect),
+    ("vllm_server_timeout", Rule::NoEffect),
+    ("vllm_dtype", Rule::NoEffect),
+    ("vllm_max_model_len", Rule::NoEffect),
+    ("vllm_enable_prefix_caching", Rule::NoEffect),
+];
+
 const TABLE: Table = &[
     ("base_model", Rule::Model),
     ("adapter", Rule::Read(adapter)),
@@ -74,6 +101,9 @@ const TABLE: Table = &[
     ("loraplus_lr_ratio", Rule::To("loraplus_lr_ratio")),
     ("unfrozen_parameters", Rule::Read(unfrozen)),
     ("rl", Rule::Read(rl)),
+    // GRPO's arguments, TRL's GRPOConfig names (axolotl's TRLConfig,
+    // `src/axolotl/utils/schemas/trl.py`).
+    ("trl", Rule::Read(|rd, v| rd.section(v, &[TRL, super::hf::GRPO]))),
     ("rl_beta", Rule::To("beta")),
     ("precompute_ref_log_probs", Rule::To("precompute_ref_log_probs")),
     ("sequence_len", Rule::To("seq")),
@@ -345,9 +375,9 @@ fn rl(rd: &mut Reader, v: &Value) -> Result<(), String> {
             rd.set("stage", "dpo")?;
             rd.set("pref_loss", "ipo")
         }
-        Some(s @ ("dpo" | "orpo" | "kto" | "simpo")) => rd.set("stage", s),
+        Some(s @ ("dpo" | "orpo" | "kto" | "simpo" | "grpo")) => rd.set("stage", s),
         _ => Err(format!(
-            "{}: {v} is not read from axolotl (dpo, ipo, orpo, kto and simpo are; GRPO is planned from TRL's GRPOConfig or with stage grpo, not yet from axolotl's trl section)",
+            "{}: {v} is not read from axolotl (dpo, ipo, orpo, kto, simpo and grpo are)",
             rd.key()
         )),
     }

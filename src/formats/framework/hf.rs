@@ -40,11 +40,11 @@ pub(super) const DEFAULTS: &[Default] = &[
 pub(super) const TABLE: Table = &[
     (
         "training_args",
-        Rule::Read(|rd, v| rd.section(v, &[TABLE, TRAINER])),
+        Rule::Read(|rd, v| rd.section(v, &[TABLE, GRPO, TRAINER])),
     ),
     (
         "lora_config",
-        Rule::Read(|rd, v| rd.section(v, &[TABLE, TRAINER])),
+        Rule::Read(|rd, v| rd.section(v, &[TABLE, GRPO, TRAINER])),
     ),
     ("model", Rule::Model),
     ("model_name_or_path", Rule::Model),
@@ -81,23 +81,6 @@ pub(super) const TABLE: Table = &[
         Rule::To("precompute_ref_log_probs"),
     ),
     ("max_prompt_length", Rule::To("max_prompt_length")),
-    // GRPOConfig (TRL 1.16): the completions, the passes, and vLLM (not planned).
-    ("num_generations", Rule::To("num_generations")),
-    ("max_completion_length", Rule::To("max_completion_length")),
-    ("num_iterations", Rule::To("num_iterations")),
-    ("use_vllm", Rule::Read(use_vllm)),
-    ("vllm_mode", Rule::Read(use_vllm)),
-    (
-        "vllm_gpu_memory_utilization",
-        Rule::To("vllm_gpu_memory_utilization"),
-    ),
-    ("vllm_enable_sleep_mode", Rule::To("vllm_enable_sleep_mode")),
-    (
-        "vllm_importance_sampling_correction",
-        Rule::To("vllm_importance_sampling_correction"),
-    ),
-    ("generation_batch_size", Rule::To("generation_batch_size")),
-    ("steps_per_generation", Rule::To("steps_per_generation")),
     (
         "eval_accumulation_steps",
         Rule::To("eval_accumulation_steps"),
@@ -118,6 +101,27 @@ pub(super) const TABLE: Table = &[
     ),
     ("task_type", Rule::NoEffect),
     ("inference_mode", Rule::NoEffect),
+];
+
+/// TRL's `GRPOConfig` keys (TRL 1.16): the completions, the passes, the generation batch and
+/// vLLM; axolotl's `trl:` section and ms-swift's GRPO arguments use the same names.
+pub(super) const GRPO: Table = &[
+    ("num_generations", Rule::To("num_generations")),
+    ("max_completion_length", Rule::To("max_completion_length")),
+    ("num_iterations", Rule::To("num_iterations")),
+    ("use_vllm", Rule::Read(use_vllm)),
+    ("vllm_mode", Rule::Read(use_vllm)),
+    (
+        "vllm_gpu_memory_utilization",
+        Rule::To("vllm_gpu_memory_utilization"),
+    ),
+    ("vllm_enable_sleep_mode", Rule::To("vllm_enable_sleep_mode")),
+    (
+        "vllm_importance_sampling_correction",
+        Rule::To("vllm_importance_sampling_correction"),
+    ),
+    ("generation_batch_size", Rule::To("generation_batch_size")),
+    ("steps_per_generation", Rule::To("steps_per_generation")),
 ];
 
 /// Trainer's `TrainingArguments` keys, which LLaMA-Factory and ms-swift pass on under the same
@@ -193,8 +197,11 @@ fn empty_or(rd: &mut Reader, v: &Value, why: &str) -> Result<(), String> {
 /// GRPOConfig's `use_vllm` and `vllm_mode` (read together): without vLLM, transformers'
 /// generate (the default); with it, colocated (TRL's default mode) or a server on other GPUs.
 /// `vllm_mode` without `use_vllm` is not used.
-fn use_vllm(rd: &mut Reader, _: &Value) -> Result<(), String> {
-    let on = rd.other("use_vllm").and_then(Value::as_bool) == Some(true);
+pub(super) fn use_vllm(rd: &mut Reader, _: &Value) -> Result<(), String> {
+    let on = match rd.other("use_vllm") {
+        Some(v) => flag("use_vllm", v)?,
+        None => false,
+    };
     if !on {
         rd.r.ignored.push(rd.key().to_string());
         return Ok(());
@@ -301,7 +308,7 @@ pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
     } else {
         Source::TrainingArguments
     };
-    read_with(source, o, DEFAULTS, &[TABLE, TRAINER], |rd| {
+    read_with(source, o, DEFAULTS, &[TABLE, GRPO, TRAINER], |rd| {
         assume_gpus(rd, "several GPUs (the arguments do not say how many)")
     })
 }

@@ -175,7 +175,7 @@ fn tables_of(call: &str) -> Option<&'static [Table]> {
         "LoraConfig" => &[hf::TABLE],
         "prepare_model_for_kbit_training" => &[PREPARE],
         "apply_liger_kernel_to_*" => &[LIGER],
-        c if TRAINING_CLASSES.iter().any(|(n, _)| *n == c) => &[hf::TABLE, hf::TRAINER],
+        c if TRAINING_CLASSES.iter().any(|(n, _)| *n == c) => &[hf::TABLE, hf::GRPO, hf::TRAINER],
         _ => return None,
     })
 }
@@ -446,7 +446,7 @@ fn training(rd: &mut Reader, v: &Value) -> Result<(), String> {
             }
         }
     }
-    rd.section(&v, &[hf::TABLE, hf::TRAINER])?;
+    rd.section(&v, &[hf::TABLE, hf::GRPO, hf::TRAINER])?;
     if stage == Some("sft") {
         assume(
             rd,

@@ -125,6 +125,26 @@ const TABLE: Table = &[
     ),
     ("beta", Rule::To("beta")),
     ("loss_type", Rule::Read(loss_type)),
+    // ms-swift's vLLM sleep (0: none; 1: the weights offloaded, the KV cache freed; 2: both
+    // freed): TRL's sleep mode in either case.
+    (
+        "sleep_level",
+        Rule::Read(|rd, v| {
+            let level = v
+                .as_u64()
+                .or_else(|| v.as_str().and_then(|t| t.parse().ok()))
+                .ok_or_else(|| format!("{}: expected 0, 1 or 2", rd.key()))?;
+            rd.set(
+                "vllm_enable_sleep_mode",
+                if level > 0 { "true" } else { "false" },
+            )
+        }),
+    ),
+    ("reward_funcs", Rule::NoEffect),
+    ("reward_weights", Rule::NoEffect),
+    ("external_plugins", Rule::NoEffect),
+    ("temperature", Rule::NoEffect),
+    ("log_completions", Rule::NoEffect),
     ("PYTORCH_CUDA_ALLOC_CONF", Rule::To("alloc_conf")),
     ("PYTORCH_ALLOC_CONF", Rule::To("alloc_conf")),
     ("rpo_alpha", Rule::NoEffect),
@@ -163,6 +183,10 @@ fn loss_type(rd: &mut Reader, v: &Value) -> Result<(), String> {
             .join(","),
         other => other.as_str().unwrap_or_default().to_string(),
     };
+    if rd.other("rlhf_type").and_then(Value::as_str) == Some("grpo") {
+        // GRPO's loss aggregation, under TRL's names (ms-swift's GRPOArguments are TRL's).
+        return rd.set("grpo_loss", &text);
+    }
     if rd.other("rlhf_type").is_some() {
         let mut losses = text.split(',').map(str::trim);
         let first = losses.next().unwrap_or_default();
@@ -463,9 +487,9 @@ fn visible(rd: &mut Reader, v: &Value) -> Result<(), String> {
 
 fn rlhf(rd: &mut Reader, v: &Value) -> Result<(), String> {
     match v.as_str() {
-        Some(s @ ("dpo" | "orpo" | "simpo" | "kto" | "cpo")) => rd.set("stage", s),
+        Some(s @ ("dpo" | "orpo" | "simpo" | "kto" | "cpo" | "grpo")) => rd.set("stage", s),
         _ => Err(format!(
-            "{}: {v} is not read from ms-swift (dpo, orpo, simpo, cpo and kto are; GRPO is planned from TRL's GRPOConfig or with stage grpo, not yet from ms-swift's arguments; PPO and reward models are not planned)",
+            "{}: {v} is not read from ms-swift (dpo, orpo, simpo, cpo, kto and grpo are; PPO, GKD and reward models are not planned)",
             rd.key()
         )),
     }
@@ -506,7 +530,7 @@ pub(super) fn read(text: &str) -> Result<Reading, String> {
         Source::Swift,
         &o,
         DEFAULTS,
-        &[TABLE, super::hf::TRAINER],
+        &[TABLE, super::hf::GRPO, super::hf::TRAINER],
         |rd| super::assume_gpus(rd, "several GPUs (NPROC_PER_NODE not given)"),
     )?;
     Ok(rd)
