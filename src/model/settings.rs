@@ -831,6 +831,12 @@ impl Settings {
         self.grpo() && self.generation != Generation::Hf && !self.base_trained()
     }
 
+    /// Whether a GRPO step runs vLLM's importance-sampling correction (TRL's
+    /// `vllm_importance_sampling_correction`, on by default): vLLM generates.
+    pub fn vllm_importance_sampling(&self) -> bool {
+        self.grpo() && self.generation != Generation::Hf && self.vllm_importance_sampling_correction
+    }
+
     /// Whether a GRPO step scores the old policy's log-probs before training: when the
     /// generation is reused (`num_iterations` > 1) or does not fall on an accumulation boundary
     /// (`gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0`,
@@ -843,9 +849,7 @@ impl Settings {
             let every = self
                 .steps_per_generation_run()
                 .saturating_mul(self.num_iterations.max(1));
-            let vllm_is =
-                self.generation != Generation::Hf && self.vllm_importance_sampling_correction;
-            vllm_is || ga % every != 0
+            self.vllm_importance_sampling() || ga % every != 0
         }
     }
 

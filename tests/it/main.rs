@@ -76,8 +76,8 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
         v["num_generations"] = v["batch"].clone();
         // Its steps without `grpo_generate` generate nothing on the GPU, as a trainer's GPU
         // does when vLLM generates on others; with `grpo_vllm_sync` they run TRL's weight sync
-        // to vLLM first, which a peft model's step cannot be without (vLLM's
-        // importance-sampling correction, which the harness does not run, off).
+        // to vLLM first, which a peft model's step cannot be without, and with `grpo_vllm_is`
+        // vLLM's importance-sampling correction (off without it).
         if v["grpo_generate"] == serde_json::Value::Bool(true) {
             v["generation"] = "hf".into();
         } else {
@@ -87,7 +87,8 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
                 "a peft GRPO recording with neither generation nor the weight sync to vLLM is no step TRL runs"
             );
             v["generation"] = "vllm_server".into();
-            v["vllm_importance_sampling_correction"] = false.into();
+            let is = v["grpo_vllm_is"] == serde_json::Value::Bool(true);
+            v["vllm_importance_sampling_correction"] = is.into();
         }
         if let Some(o) = v.as_object_mut() {
             for k in [
@@ -96,6 +97,7 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
                 "dpo_prompt_len",
                 "dpo_impl",
                 "grpo_vllm_sync",
+                "grpo_vllm_is",
             ] {
                 o.remove(k);
             }

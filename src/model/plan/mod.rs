@@ -832,7 +832,7 @@ fn grpo_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         }
     }
     if s.generation != super::settings::Generation::Hf && s.vllm_importance_sampling_correction {
-        out.push("vLLM's importance-sampling correction scores the old policy's log-probs in every step; vLLM's own log-probs and the ratios (a few [rows × completion] fp32 tensors) are not planned".into());
+        out.push("vLLM's importance-sampling correction scores the old policy's log-probs in every step, moves vLLM's sampling log-probs to the GPU and keeps both with the per-sequence ratios (TRL's sequence_mask mode) in the buffer; the loss is scaled by the ratios".into());
     }
     out
 }

@@ -27,6 +27,8 @@ pub(super) struct Rollout {
     /// `num_items_in_batch`, a 0-dim int64 (shuffling leaves it as it is).
     items: X,
     old: Option<X>,
+    /// vLLM's importance-sampling ratios (`[rows, 1]`) and its sampling log-probs.
+    is: Option<(X, X)>,
     reference: Option<X>,
 }
 
@@ -36,6 +38,10 @@ impl Rollout {
         let mut v = self.tensors.clone();
         v.push(self.items);
         v.extend(self.old);
+        if let Some((ratio, sampling)) = self.is {
+            v.push(ratio);
+            v.push(sampling);
+        }
         v.extend(self.reference);
         v
     }
@@ -89,6 +95,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         for n in [p, p, c, c] {
             tensors.push(self.t(b * n, 8, What::Input));
         }
+        // vLLM's log-probs of its sampled tokens, padded and moved to the GPU
+        // (`grpo_trainer.py:2463-2476`), for its importance-sampling correction.
+        let vllm_is = s.vllm_importance_sampling();
+        let sampling = vllm_is.then(|| self.t(b * c, 4, What::Input));
         // num_items_in_batch = gather(completion_mask.sum()).sum()
         let sum = self.t(1, 8, What::Input);
         let items = self.t(1, 8, What::Input);
@@ -97,39 +107,147 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ids = self.t(b * l, 8, What::Input);
         let mask = self.t(b * l, 8, What::Input);
         let old = s.grpo_old_logps().then(|| self.grpo_logps_no_grad(false));
+        let ratio = vllm_is.then(|| self.grpo_is_ratio(b, c));
         let reference = s.reference_pass().then(|| self.grpo_logps_no_grad(true));
         self.drop(ids);
         self.drop(mask);
         // The advantages: one fp32 per sequence.
         tensors.push(self.t(b, 4, What::Input));
+        let mut locals = vec![];
+        let is = match (ratio, sampling) {
+            (Some((ratio, mut temps)), Some(sampling)) => {
+                temps.extend(self.grpo_is_metrics(b, c));
+                locals = temps;
+                Some((ratio, sampling))
+            }
+            _ => None,
+        };
+        // `_generate_and_score_completions` returns: its locals go.
+        for x in locals {
+            self.drop(x);
+        }
         let before = Rollout {
             tensors,
             items,
             old,
+            is,
             reference,
         };
         // shuffle_sequence_dict: each tensor indexed by a permutation (the 0-dim count kept).
         let mut shuffled = before.clone();
+        let mut is = shuffled.is.map(|(r, s)| [r, s]);
         for x in shuffled
             .tensors
             .iter_mut()
             .chain(shuffled.old.iter_mut())
+            .chain(is.iter_mut().flatten())
             .chain(shuffled.reference.iter_mut())
         {
             *x = self.t(x.n, x.es, What::Input);
         }
+        shuffled.is = is.map(|[r, s]| (r, s));
         // The unshuffled dict dies with the function's frame: the ids and masks, the
         // log-probs, then the advantages' local.
         let adv = before.tensors[4];
+        let is = before.is.map(|(r, s)| [r, s]);
         for x in before.tensors[..4]
             .iter()
             .chain(&before.old)
+            .chain(is.iter().flatten())
             .chain(&before.reference)
         {
             self.drop(*x);
         }
         self.drop(adv);
         shuffled
+    }
+
+    /// vLLM's importance-sampling ratios (`grpo_trainer.py:2660-2705`, TRL's default
+    /// `sequence_mask` mode with no lower bound and an upper one of 3): `(old − sampling) × mask`,
+    /// `nan_to_num`, the per-sequence sum, `exp`, the two bounds' masks and their `|`, and
+    /// `masked_fill`. Returns the `[rows, 1]` ratios and the locals that live until the
+    /// function returns (the difference, its sum, the invalid mask).
+    fn grpo_is_ratio(&mut self, rows: u64, c: u64) -> (X, Vec<X>) {
+        let sub = self.lt(rows * c * 4);
+        let diff = self.lt(rows * c * 4);
+        self.drop(sub);
+        let finite = self.lt(rows * c * 4);
+        self.drop(diff);
+        let sum = self.lt(rows * 4);
+        let exp = self.lt(rows * 4);
+        let below = self.lt(rows);
+        let above = self.lt(rows);
+        let invalid = self.lt(rows);
+        self.drop(below);
+        self.drop(above);
+        let ratio = self.lt(rows * 4);
+        self.drop(exp);
+        (ratio, vec![finite, sum, invalid])
+    }
+
+    /// vLLM's sampling metrics (`grpo_trainer.py:2860-2895`): `|old − sampling|` over the
+    /// completion tokens (a boolean index of `mask & ~isnan`), its mean and max, the ratios'
+    /// min, mean and max, each gathered and read (`nanmin`, `nanmean`, `nanmax`). Returns the
+    /// locals that live until the function returns.
+    fn grpo_is_metrics(&mut self, rows: u64, c: u64) -> Vec<X> {
+        let tok = rows * c;
+        let sub = self.lt(tok * 4);
+        let abs = self.lt(tok * 4);
+        self.drop(sub);
+        let mask = self.lt(tok);
+        let nan = self.lt(tok);
+        let not = self.lt(tok);
+        self.drop(nan);
+        let and = self.lt(tok);
+        self.drop(not);
+        // nonzero's [n, 2] int64 indices, then the n selected values
+        let nz = self.lt(tok * 2 * 8);
+        let delta = self.lt(tok * 4);
+        self.drop(nz);
+        self.drop(and);
+        self.drop(abs);
+        let mean_delta = self.lt(4);
+        let max_delta = self.lt(4);
+        for _ in 0..2 {
+            // gather(x).mean() / .max(), read by .item()
+            let v = self.lt(4);
+            self.drop(v);
+        }
+        let ratios: Vec<X> = (0..3).map(|_| self.lt(4)).collect();
+        self.grpo_nan_extremum();
+        // gather(mean).nanmean(): isnan's count and nansum, divided
+        let nan = self.lt(1);
+        let count = self.lt(8);
+        self.drop(nan);
+        let sum = self.lt(4);
+        let mean = self.lt(4);
+        self.drop(sum);
+        self.drop(count);
+        self.drop(mean);
+        self.grpo_nan_extremum();
+        let mut locals = vec![delta, mask, mean_delta, max_delta];
+        locals.extend(ratios);
+        locals
+    }
+
+    /// TRL's `nanmin` / `nanmax` of a 0-dim tensor (`trl/trainer/utils.py:1124-1160`):
+    /// `isnan(x).all()`, then `x[~isnan(x)]`'s extremum, read by `.item()`. A 0-dim boolean
+    /// index selects one value on a GPU; the emulated device gives it no storage.
+    fn grpo_nan_extremum(&mut self) {
+        let nan = self.lt(1);
+        let all = self.lt(1);
+        self.drop(nan);
+        self.drop(all);
+        let nan = self.lt(1);
+        let not = self.lt(1);
+        self.drop(nan);
+        let nz = self.lt(0);
+        let kept = self.lt(if self.tp.emulated { 0 } else { 4 });
+        self.drop(nz);
+        self.drop(not);
+        let v = self.lt(4);
+        self.drop(kept);
+        self.drop(v);
     }
 
     /// The buffer dies (replaced by the next one), its tensors in dict order.
@@ -237,6 +355,15 @@ impl<'c, 'a> Prog<'c, 'a> {
         let min = self.lt(z.tok4);
         let neg = self.lt(z.tok4);
         self.drop(min);
+        // × vLLM's importance-sampling ratios (`grpo_trainer.py:3146-3147`); the product's
+        // backward keeps the ratios, which the buffer holds.
+        let neg = if s.vllm_importance_sampling() {
+            let m = self.lt(z.tok4);
+            self.drop(neg);
+            m
+        } else {
+            neg
+        };
         // + β · per_token_kl
         let loss_tok = if beta {
             let m = self.lt(z.tok4);
@@ -471,6 +598,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         };
         // + β · kl: the KL's share first
         let kb = kl.map(|_| a(&mut v, z.tok4));
+        // × the importance-sampling ratios: the gradient times the ratios
+        let g = if s.vllm_importance_sampling() {
+            let m = a(&mut v, z.tok4);
+            f(&mut v, g);
+            m
+        } else {
+            g
+        };
         let neg = a(&mut v, z.tok4);
         f(&mut v, g);
         // minimum's backward: each input's gradient where it was the smaller

@@ -251,8 +251,8 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// before each generation of a new step, `grpo_trainer.py:1766-1772`): `merge_adapter()`,
     /// each merged weight handed to vLLM as it is (`param.data`, copied into vLLM's own
     /// weights, in its share), then `unmerge_adapter()`, which makes each delta again and
-    /// subtracts it (`peft/tuners/lora/layer.py` `unmerge`; a 4-bit base dequantized and
-    /// quantized again, `bnb.py` `Linear4bit.unmerge`, as its merge). TRL runs it with grad
+    /// subtracts it (`peft/tuners/lora/layer.py` `unmerge`; a 4-bit base is refused before:
+    /// vLLM cannot load the packed weights, `Settings::validate`). TRL runs it with grad
     /// mode on; the deltas' graphs save only the adapters' own parameters, so it is planned
     /// under no_grad.
     ///
@@ -340,7 +340,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         // code made on the device and scaled by its largest magnitude (`data.abs().max()`, two
         // temporaries); with double quantization the mean as offset and `absmax - offset`
         // quantized blockwise (uint8 absmax, its fp32 absmax and 256-value code), the fp32
-        // absmax and the centred copy freed with the merge's locals.
+        // absmax and the centred copy freed with the merge's locals. Read from a recording of
+        // peft's 4-bit merge and unmerge on the emulated device (not committed: TRL's weight
+        // sync, which it recorded, cannot run with a 4-bit base).
         let absmax = self.t(blocks, 4, What::MergeTemp);
         let code = self.t(16, 4, What::QuantState);
         let abs = self.t(16, 4, What::MergeTemp);
