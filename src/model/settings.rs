@@ -201,7 +201,7 @@ pub enum Generation {
     /// prefill and one forward per new token, the KV cache growing, the sampling buffers.
     Hf,
     /// vLLM on other GPUs (TRL's `vllm_mode="server"`): nothing is generated on the training
-    /// GPU (the weight sync to the server is not planned).
+    /// GPU; the weight sync to the server runs on it.
     VllmServer,
     /// vLLM in the training process (TRL's `vllm_mode="colocate"`): it takes
     /// `vllm_gpu_memory_utilization` of the card's memory for its weights, activations, CUDA
