@@ -214,7 +214,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(v);
         }
         let ratios: Vec<X> = (0..3).map(|_| self.lt(4)).collect();
-        self.grpo_nan_extremum();
+        self.grpo_nan_extremum(None);
         // gather(mean).nanmean(): isnan's count and nansum, divided
         let nan = self.lt(1);
         let count = self.lt(8);
@@ -224,25 +224,32 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(sum);
         self.drop(count);
         self.drop(mean);
-        self.grpo_nan_extremum();
+        self.grpo_nan_extremum(None);
         let mut locals = vec![delta, mask, mean_delta, max_delta];
         locals.extend(ratios);
         locals
     }
 
-    /// TRL's `nanmin` / `nanmax` of a 0-dim tensor (`trl/trainer/utils.py:1124-1160`):
-    /// `isnan(x).all()`, then `x[~isnan(x)]`'s extremum, read by `.item()`. A 0-dim boolean
-    /// index selects one value on a GPU; the emulated device gives it no storage.
-    fn grpo_nan_extremum(&mut self) {
-        let nan = self.lt(1);
+    /// TRL's `nanmin` / `nanmax` (`trl/trainer/utils.py:1124-1160`) of an fp32 tensor of
+    /// `rows` values (`None`: 0-dim): `isnan(x).all()`, then `x[~isnan(x)]`'s extremum, read by
+    /// `.item()`. The boolean index keeps every value (none is NaN on a GPU): `nonzero`'s int64
+    /// indices, then the values; a 0-dim index has no index columns, and its one value has no
+    /// storage on the emulated device.
+    fn grpo_nan_extremum(&mut self, rows: Option<u64>) {
+        let n = rows.unwrap_or(1);
+        let nan = self.lt(n);
         let all = self.lt(1);
         self.drop(nan);
         self.drop(all);
-        let nan = self.lt(1);
-        let not = self.lt(1);
+        let nan = self.lt(n);
+        let not = self.lt(n);
         self.drop(nan);
-        let nz = self.lt(0);
-        let kept = self.lt(if self.tp.emulated { 0 } else { 4 });
+        let nz = self.lt(rows.map_or(0, |r| r * 8));
+        let kept = self.lt(match rows {
+            Some(r) => r * 4,
+            None if self.tp.emulated => 0,
+            None => 4,
+        });
         self.drop(nz);
         self.drop(not);
         let v = self.lt(4);
@@ -408,20 +415,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(sum);
             self.drop(count);
             self.drop(f);
-            let nan = self.lt(z.row1);
-            let all = self.lt(1);
-            self.drop(nan);
-            self.drop(all);
-            let nan = self.lt(z.row1);
-            let not = self.lt(z.row1);
-            self.drop(nan);
-            let nz = self.lt(z.row8);
-            let kept = self.lt(z.row4);
-            self.drop(nz);
-            self.drop(not);
-            let v = self.lt(4);
-            self.drop(kept);
-            self.drop(v);
+            self.grpo_nan_extremum(Some(z.row1));
             gathered.push(mean);
         }
         // The frame ends: its locals in the order Python lists them.
