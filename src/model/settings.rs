@@ -831,6 +831,14 @@ impl Settings {
         self.grpo() && self.generation != Generation::Hf && !self.base_trained()
     }
 
+    /// Whether GRPO's weight sync gathers the whole model on every GPU first: under DeepSpeed
+    /// ZeRO-3, whose shards peft cannot merge into (`vllm_generation.py:440-444`).
+    pub fn vllm_sync_gathers_model(&self) -> bool {
+        self.vllm_syncs_adapters()
+            && self.parallel.strategy == super::parallel::Strategy::Zero3
+            && self.parallel.param_shards() > 1
+    }
+
     /// Whether a GRPO step runs vLLM's importance-sampling correction (TRL's
     /// `vllm_importance_sampling_correction`, on by default): vLLM generates.
     pub fn vllm_importance_sampling(&self) -> bool {

@@ -827,7 +827,7 @@ fn grpo_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     }
     if s.vllm_syncs_adapters() {
         out.push("before each generation, TRL's weight sync to vLLM (phase \"generate\") merges peft's adapters into the weights, hands them over and unmerges them: each adapted Linear's B·A is made twice on this GPU (trl/generation/vllm_generation.py:436-475)".into());
-        if s.parallel.strategy == super::parallel::Strategy::Zero3 && s.parallel.world() > 1 {
+        if s.vllm_sync_gathers_model() {
             out.push("under ZeRO-3 the weight sync first gathers the whole model on every GPU (peft cannot merge into shards)".into());
         }
     }

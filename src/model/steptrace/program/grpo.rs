@@ -28,7 +28,7 @@ pub(super) struct Rollout {
     items: X,
     old: Option<X>,
     /// vLLM's importance-sampling ratios (`[rows, 1]`) and its sampling log-probs.
-    is: Option<(X, X)>,
+    is: Option<[X; 2]>,
     reference: Option<X>,
 }
 
@@ -38,10 +38,7 @@ impl Rollout {
         let mut v = self.tensors.clone();
         v.push(self.items);
         v.extend(self.old);
-        if let Some((ratio, sampling)) = self.is {
-            v.push(ratio);
-            v.push(sampling);
-        }
+        v.extend(self.is.into_iter().flatten());
         v.extend(self.reference);
         v
     }
@@ -113,19 +110,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(mask);
         // The advantages: one fp32 per sequence.
         tensors.push(self.t(b, 4, What::Input));
-        let mut locals = vec![];
-        let is = match (ratio, sampling) {
-            (Some((ratio, mut temps)), Some(sampling)) => {
-                temps.extend(self.grpo_is_metrics(b, c));
-                locals = temps;
-                Some((ratio, sampling))
+        let is = ratio.zip(sampling).map(|((ratio, mut locals), sampling)| {
+            locals.extend(self.grpo_is_metrics(b, c));
+            // `_generate_and_score_completions` returns: its locals go.
+            for x in locals {
+                self.drop(x);
             }
-            _ => None,
-        };
-        // `_generate_and_score_completions` returns: its locals go.
-        for x in locals {
-            self.drop(x);
-        }
+            [ratio, sampling]
+        });
         let before = Rollout {
             tensors,
             items,
@@ -135,25 +127,22 @@ impl<'c, 'a> Prog<'c, 'a> {
         };
         // shuffle_sequence_dict: each tensor indexed by a permutation (the 0-dim count kept).
         let mut shuffled = before.clone();
-        let mut is = shuffled.is.map(|(r, s)| [r, s]);
         for x in shuffled
             .tensors
             .iter_mut()
             .chain(shuffled.old.iter_mut())
-            .chain(is.iter_mut().flatten())
+            .chain(shuffled.is.iter_mut().flatten())
             .chain(shuffled.reference.iter_mut())
         {
             *x = self.t(x.n, x.es, What::Input);
         }
-        shuffled.is = is.map(|[r, s]| (r, s));
         // The unshuffled dict dies with the function's frame: the ids and masks, the
         // log-probs, then the advantages' local.
         let adv = before.tensors[4];
-        let is = before.is.map(|(r, s)| [r, s]);
         for x in before.tensors[..4]
             .iter()
             .chain(&before.old)
-            .chain(is.iter().flatten())
+            .chain(before.is.iter().flatten())
             .chain(&before.reference)
         {
             self.drop(*x);

@@ -264,16 +264,14 @@ impl<'c, 'a> Prog<'c, 'a> {
     #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
     pub(super) fn vllm_weight_sync(&mut self, step: u8) {
         self.phase(step, StepPhase::Generate);
-        let p = &self.ctx.s.parallel;
-        let gathered =
-            (p.strategy == crate::model::Strategy::Zero3 && p.param_shards() > 1).then(|| {
-                let whole: u64 = self
-                    .params
-                    .iter()
-                    .map(|q| q.x.n.saturating_mul(q.x.es))
-                    .fold(0, u64::saturating_add);
-                self.t(whole, 1, What::GatheredLayer)
-            });
+        let gathered = self.ctx.s.vllm_sync_gathers_model().then(|| {
+            let whole: u64 = self
+                .params
+                .iter()
+                .map(|q| q.x.n.saturating_mul(q.x.es))
+                .fold(0, u64::saturating_add);
+            self.t(whole, 1, What::GatheredLayer)
+        });
         self.each_adapted_linear_merged(false);
         self.each_adapted_linear_merged(true);
         if let Some(g) = gathered {
