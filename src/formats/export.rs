@@ -203,13 +203,17 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
         ));
     }
     let load_dtype = s.dtype;
-    if let Some(q) = s.quant {
-        out.push_str(&format!(
+    match s.quant {
+        Some(crate::model::Quant::Int8) => {
+            out.push_str("bnb_config = BitsAndBytesConfig(load_in_8bit=True)\n");
+        }
+        Some(q) => out.push_str(&format!(
             "bnb_config = BitsAndBytesConfig(\n    load_in_4bit=True,\n    bnb_4bit_quant_type={:?},\n    bnb_4bit_use_double_quant={},\n    bnb_4bit_compute_dtype={},\n)\n",
             q.name(),
             py_bool(s.double_quant),
             torch_dtype(load_dtype)
-        ));
+        )),
+        None => {}
     }
     let mut extra = String::new();
     if s.quant.is_some() {
@@ -595,7 +599,12 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if !s.modules_to_save.is_empty() {
         out.push_str(&format!("additional_target: {}\n", mts(s).join(",")));
     }
-    if let Some(q) = s.quant {
+    if s.quant == Some(Quant::Int8) {
+        out.push_str("quantization_bit: 8\n");
+        if s.prepare_kbit {
+            out.push_str(&unprepared_note("LLaMA-Factory"));
+        }
+    } else if let Some(q) = s.quant {
         out.push_str(&format!(
             "quantization_bit: 4\nquantization_type: {}\ndouble_quantization: {}\n",
             q.name(),
@@ -722,9 +731,13 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         head
     } else {
         format!(
-            "base_model: {model_id}\nload_in_4bit: {}\nadapter: {}\nlora_r: {}\nlora_alpha: {}\nlora_dropout: {}\n{}",
-            s.quant == Some(Quant::Nf4) || s.quant == Some(Quant::Fp4),
-            if s.quant.is_some() { "qlora" } else { "lora" },
+            "base_model: {model_id}\n{}adapter: {}\nlora_r: {}\nlora_alpha: {}\nlora_dropout: {}\n{}",
+            if s.quant == Some(Quant::Int8) {
+                "load_in_8bit: true\n".to_string()
+            } else {
+                format!("load_in_4bit: {}\n", s.quant.is_some_and(Quant::is_4bit))
+            },
+            if s.quant.is_some_and(Quant::is_4bit) { "qlora" } else { "lora" },
             s.lora_r,
             s.lora_alpha,
             s.lora_dropout,
@@ -990,9 +1003,11 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     }
     if let Some(q) = s.quant {
         arg("quant_method", "bnb".into());
-        arg("quant_bits", "4".into());
-        arg("bnb_4bit_quant_type", q.name().into());
-        arg("bnb_4bit_use_double_quant", s.double_quant.to_string());
+        arg("quant_bits", q.bits().to_string());
+        if q.is_4bit() {
+            arg("bnb_4bit_quant_type", q.name().into());
+            arg("bnb_4bit_use_double_quant", s.double_quant.to_string());
+        }
     }
     let fsdp = swift_fsdp(s);
     // Under FSDP, checkpointing is FSDP's own (ms-swift turns Trainer's off beside it).

@@ -499,7 +499,7 @@ pub static FIELDS: &[Field] = &[
         flag_aliases: &[],
         no_flag: None,
         label: "Base weights",
-        help: cli!("storage of the frozen weights: 16/32-bit, or 4-bit bitsandbytes (QLoRA)", ""),
+        help: cli!("storage of the frozen weights: 16/32-bit, 4-bit bitsandbytes (QLoRA) or 8-bit (LLM.int8)", ""),
         testid: Some("select-dtype"),
         kind: Kind::Choice(|| {
             vec![
@@ -508,6 +508,7 @@ pub static FIELDS: &[Field] = &[
                 ("fp32", "fp32"),
                 ("nf4", "4-bit nf4 (QLoRA)"),
                 ("fp4", "4-bit fp4"),
+                ("int8", "8-bit int8 (LLM.int8)"),
             ]
         }),
         slider: None,
@@ -517,7 +518,7 @@ pub static FIELDS: &[Field] = &[
                 Ok(())
             } else {
                 Err(format!(
-                    "unknown value {v:?} (expected one of bf16, fp16, fp32, nf4, fp4)"
+                    "unknown value {v:?} (expected one of bf16, fp16, fp32, nf4, fp4, int8)"
                 ))
             }
         },
@@ -1520,16 +1521,23 @@ pub static FIELDS: &[Field] = &[
         flag: cli!(Some("--quant"), None),
         flag_aliases: &[],
         no_flag: None,
-        label: beyond_first_screen!("4-bit quantization"),
-        help: cli!("bitsandbytes load_in_4bit quant type", ""),
+        label: beyond_first_screen!("Quantized base"),
+        help: cli!("bitsandbytes base: load_in_4bit's quant type (nf4, fp4) or load_in_8bit (int8, LLM.int8)", ""),
         testid: None,
-        kind: Kind::Choice(|| vec![("none", "none"), ("nf4", "nf4"), ("fp4", "fp4")]),
+        kind: Kind::Choice(|| {
+            vec![
+                ("none", "none"),
+                ("nf4", "nf4"),
+                ("fp4", "fp4"),
+                ("int8", "int8"),
+            ]
+        }),
         slider: None,
         get: |s| s.quant.map_or("none", Quant::name).to_string(),
         set: |s, v| {
             s.quant = match v.trim() {
                 "" | "none" | "null" => None,
-                _ => Some(named(Quant::parse, v, "nf4, fp4, none".into())?),
+                _ => Some(named(Quant::parse, v, "nf4, fp4, int8, none".into())?),
             };
             Ok(())
         },

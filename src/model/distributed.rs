@@ -60,6 +60,7 @@ pub enum CommBuffer {
 pub fn gathered_layer_bytes(ctx: &Ctx) -> u128 {
     let a = ctx.arch;
     let unit = |linear: u128, small: u128| match ctx.s.quant {
+        Some(super::dtype::Quant::Int8) => linear + small * ctx.aux_weight.bytes(),
         Some(_) => linear.div_ceil(2) + small * ctx.aux_weight.bytes(),
         None => (linear + small) * ctx.s.dtype.bytes(),
     };

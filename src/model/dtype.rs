@@ -41,7 +41,8 @@ impl Dtype {
     }
 }
 
-/// 4-bit quantization of the frozen decoder Linear layers (bitsandbytes).
+/// Quantization of the frozen decoder Linear layers (bitsandbytes): 4-bit (QLoRA,
+/// `load_in_4bit`) or LLM.int8 (`load_in_8bit`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Quant {
@@ -49,11 +50,28 @@ pub enum Quant {
     Nf4,
     /// Plain 4-bit float.
     Fp4,
+    /// LLM.int8: int8 weights with one fp32 scale per output row (`Linear8bitLt`).
+    Int8,
 }
 
 names!(Quant {
     Nf4 => "nf4",
     Fp4 => "fp4",
+    Int8 => "int8" | "8bit" | "llm_int8",
 });
 
-impl Quant {}
+impl Quant {
+    /// Whether the weights are bitsandbytes' packed 4-bit `Params4bit`.
+    pub fn is_4bit(self) -> bool {
+        matches!(self, Quant::Nf4 | Quant::Fp4)
+    }
+
+    /// Bits per weight value.
+    pub fn bits(self) -> u32 {
+        if self.is_4bit() {
+            4
+        } else {
+            8
+        }
+    }
+}

@@ -1093,7 +1093,7 @@ impl Settings {
         }
         if self.base_trained() {
             let conflict = [
-                (self.quant.is_some(), "quant", "a 4-bit base cannot be trained in full (bitsandbytes' Params4bit takes no gradient): use finetuning_type lora for QLoRA"),
+                (self.quant.is_some(), "quant", "a quantized base cannot be trained in full (bitsandbytes' Params4bit and Int8Params take no gradient): use finetuning_type lora for QLoRA"),
                 (self.freeze_trainable_layers == 0 && self.finetuning_type == FinetuningType::Freeze, "freeze_trainable_layers", "0 layers would train nothing: the last N layers train for N > 0, the first |N| for N < 0"),
                 (self.use_dora, "use_dora", "DoRA is an adapter: it needs finetuning_type lora"),
                 (self.use_rslora, "use_rslora", "rsLoRA scales an adapter: it needs finetuning_type lora"),

@@ -17,7 +17,7 @@ pub enum Component {
     /// A vision-language model's vision tower: its frozen weights, the pixel values and what
     /// its forward holds.
     VisionTower,
-    /// bitsandbytes absmax / code constants of 4-bit weights.
+    /// bitsandbytes absmax / code constants of 4-bit weights, row scales of 8-bit ones.
     QuantState,
     /// LoRA adapters and modules_to_save copies.
     TrainableWeights,
@@ -136,7 +136,7 @@ impl Component {
             Component::FrozenWeights => "Frozen weights",
             Component::FrozenExperts => "Frozen expert weights",
             Component::VisionTower => "Vision tower (frozen weights, pixels, its forward)",
-            Component::QuantState => "4-bit quantization state",
+            Component::QuantState => "Quantization state (4-bit absmax, 8-bit row scales)",
             Component::TrainableWeights => "Trainable weights",
             Component::Gradients => "Gradients",
             Component::OptimizerStates => "Optimizer states",
@@ -208,7 +208,7 @@ impl Component {
             Component::FrozenExperts => "experts",
             Component::VisionTower => "vision tower",
             Component::ActExperts => "experts (activations)",
-            Component::QuantState => "4-bit state",
+            Component::QuantState => "quant state",
             Component::CommBuffers => "multi-GPU",
             Component::MeasuredOverhead => "your run's extra",
             Component::CublasWorkspace => "cuBLAS",

@@ -118,7 +118,7 @@ pub const MOE: &[&str] = &[
 pub fn relevant(name: &str, s: &Settings) -> bool {
     match name {
         "strategy" | "offload" => s.parallel.world() > 1,
-        // Only a 4-bit base is prepared.
+        // Only a quantized base is prepared.
         "prepare_kbit" => s.quant.is_some(),
         // Full fine-tuning has no adapters.
         "lora_r" | "lora_dropout" | "use_dora" => !s.base_trained(),

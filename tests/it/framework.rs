@@ -228,9 +228,10 @@ fn examples_are_read_as_their_files_state() {
     assert!(s.parallel.offload_params && s.grad_ckpt);
     assert!(r.not_modeled.iter().any(|n| n.key == "sample_packing"));
     assert!(r.assumed.iter().any(|a| a.setting == "gpus_per_node"));
-    // An 8-bit base is named as not modelled, not planned as something else in silence.
+    // axolotl's LoRA example loads the base in 8 bits (LLM.int8).
     let r = read("axolotl/lora.yml");
-    assert!(r.not_modeled.iter().any(|n| n.key == "load_in_8bit"));
+    assert_eq!(r.settings.quant, Some(Quant::Int8));
+    assert!(r.used.iter().any(|u| u.key == "load_in_8bit"));
 
     // ms-swift: 4-bit NF4 with double quantization, accumulation 16, alpha 32.
     let r = read("ms-swift/train.sh");
@@ -745,7 +746,7 @@ fn refusals_name_the_key_and_unknown_keys_are_listed() {
         assert!(e.contains(needle), "{text:?}: {e}");
     }
     let r = framework::read(
-        "model_name_or_path: m\nfoo_bar: 1\nquantization_bit: 8\nvideo_max_pixels: 100\n",
+        "model_name_or_path: m\nfoo_bar: 1\nquantization_bit: 6\nvideo_max_pixels: 100\n",
     )
     .unwrap();
     assert!(r.ignored.contains(&"foo_bar".to_string()));

@@ -17,6 +17,7 @@ mod gpu;
 mod grpo;
 mod i18n;
 mod inspect;
+mod int8;
 mod job;
 mod liger;
 mod methods;

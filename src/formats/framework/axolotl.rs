@@ -77,11 +77,11 @@ const TABLE: Table = &[
     })),
     ("load_in_8bit", Rule::Read(|rd, v| {
         if flag(rd.key(), v)? {
-            rd.not_modeled("an 8-bit base (bitsandbytes LLM.int8): not modelled yet; planned with a 16-bit base (an upper bound)");
+            rd.set("quant", "int8")
         } else {
             rd.confirms("quant");
+            Ok(())
         }
-        Ok(())
     })),
     ("lora_r", Rule::To("lora_r")),
     ("lora_alpha", Rule::To("lora_alpha")),

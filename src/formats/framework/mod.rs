@@ -709,8 +709,8 @@ pub(crate) fn add_offload(rd: &mut Reader, what: &[&str]) -> Result<(), String> 
     rd.set("offload", &text)
 }
 
-/// A 4-bit bitsandbytes base of the type another key names (`nf4` unless it says `fp4`), or a
-/// base of other bits named as not modelled.
+/// A 4-bit bitsandbytes base of the type another key names (`nf4` unless it says `fp4`), an
+/// 8-bit one (LLM.int8, `load_in_8bit`), or a base of other bits named as not modelled.
 pub(crate) fn quant_bits(rd: &mut Reader, bits: u64, type_key: &str) -> Result<(), String> {
     if bits == 4 {
         let kind = rd
@@ -719,6 +719,9 @@ pub(crate) fn quant_bits(rd: &mut Reader, bits: u64, type_key: &str) -> Result<(
             .unwrap_or("nf4")
             .to_string();
         return rd.set("quant", &kind);
+    }
+    if bits == 8 {
+        return rd.set("quant", "int8");
     }
     rd.not_modeled(format!(
         "a {bits}-bit base: not modelled yet; planned with a 16-bit base (an upper bound)"
@@ -736,7 +739,7 @@ pub(crate) fn quant_method(rd: &mut Reader, v: &Value, bnb: &[&str]) -> Result<(
         }
         Some(m) => {
             rd.not_modeled(format!(
-                "{m} quantization: only bitsandbytes 4-bit is modelled"
+                "{m} quantization: only bitsandbytes 4-bit and 8-bit are modelled"
             ));
             Ok(())
         }

@@ -237,8 +237,27 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     if images && s.quant.is_some() {
         return Err(PlanError::InvalidSetting {
             field: "quant",
-            why: "images through a 4-bit vision tower (bitsandbytes dequantizing its Linear layers for every image) are not planned yet: plan the images in 16 bits, or a text-only step in 4 bits".into(),
+            why: "images through a quantized vision tower (bitsandbytes dequantizing its Linear layers for every image) are not planned yet: plan the images in 16 bits, or a text-only step quantized".into(),
         });
+    }
+    if s.quant == Some(super::dtype::Quant::Int8) {
+        let why = if arch.is_moe() || arch.linear_layers() > 0 || arch.vision.is_some() {
+            Some("an 8-bit base is planned for dense decoder models (LLM.int8 on experts, linear-attention layers and vision towers is not measured): plan this model in 4 bits or 16 bits")
+        } else if s.use_dora {
+            Some("DoRA on an 8-bit base (peft dequantizing the int8 weight for the weight norm) is not planned: plan DoRA on a 4-bit or 16-bit base")
+        } else if s.parallel.param_shards() > 1 {
+            Some("FSDP and ZeRO-3 cannot shard bitsandbytes' int8 weights (Int8Params): plan DDP or ZeRO-1/2, or a 4-bit base with its storage dtype")
+        } else if s.stage != super::settings::Stage::Sft {
+            Some("an 8-bit base is measured for supervised fine-tuning: plan the preference and RL trainers in 4 bits or 16 bits")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(PlanError::InvalidSetting {
+                field: "quant",
+                why: why.into(),
+            });
+        }
     }
     if matches_nothing(arch, s) {
         let model = if arch.name.is_empty() {
@@ -839,6 +858,23 @@ fn grpo_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
 
 /// How transformers 5.24 + peft run a mixture-of-experts model, where it differs from the
 /// settings as given.
+/// What an LLM.int8 base does that a 4-bit one does not (bitsandbytes 0.50
+/// `autograd/_functions.py:101-241`), with the largest weight backward dequantizes.
+fn int8_note(arch: &Architecture, s: &Settings) -> String {
+    let ctx = Ctx::new(arch, s);
+    let widest = arch
+        .block_linears(super::arch::LayerKind::Dense)
+        .iter()
+        .map(|l| l.in_features * l.out_features)
+        .max()
+        .unwrap_or(0);
+    let es = ctx.resid.bytes();
+    format!(
+        "LLM.int8 (bitsandbytes Linear8bitLt, llm_int8_threshold 6.0): every 8-bit Linear keeps its input as a plain attribute of its autograd node, so the input lives until backward ends, checkpointing or not; backward dequantizes each weight into a {:.0} MiB copy at most (the input's dtype); no outlier column is planned (a GPU splits off the input columns holding a value ≥ 6, a handful in large models, and keeps a [tokens × columns] slice of each)",
+        (widest * es) as f64 / 1048576.0
+    )
+}
+
 fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     let mut out = vec![];
     match s.finetuning_type {
@@ -869,6 +905,9 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         ));
     }
     out.extend(lora_variant_notes(arch, s));
+    if s.quant == Some(super::dtype::Quant::Int8) {
+        out.push(int8_note(arch, s));
+    }
     if EXTENDED {
         out.extend(model_notes(arch, s));
     }

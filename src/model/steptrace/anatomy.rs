@@ -42,7 +42,7 @@ pub fn component(label: &Label, made_in_backward: bool) -> Component {
         },
         What::LoraCast | What::Lora | What::Dora => Component::ActLora,
         What::Dropout | What::DropoutMask => Component::ActDropout,
-        What::WeightCopy => Component::ActWeightCopies,
+        What::WeightCopy | What::Int8Quant => Component::ActWeightCopies,
         What::Rope | What::Attention | What::Scores | What::LinearAttn | What::KvCache => {
             Component::ActAttention
         }

@@ -161,6 +161,9 @@ pub enum What {
     Lora,
     /// Autocast / dequantized copy of a weight.
     WeightCopy,
+    /// LLM.int8's forward temporaries of an 8-bit Linear: the fp16 input, its int8 rows and
+    /// scales, the outlier test, the int32 product and its fp16 dequantization.
+    Int8Quant,
     /// DoRA's LoRA weight `B·A` (and the identity it is made from), weight norm and magnitude
     /// scale, and its scaled base output.
     Dora,
@@ -215,7 +218,7 @@ pub enum What {
 
 impl What {
     /// Every kind, in declaration order.
-    pub const ALL: [What; 38] = [
+    pub const ALL: [What; 39] = [
         What::Weight,
         What::QuantState,
         What::Trainable,
@@ -230,6 +233,7 @@ impl What {
         What::DropoutMask,
         What::Lora,
         What::WeightCopy,
+        What::Int8Quant,
         What::Dora,
         What::Rope,
         What::Attention,
@@ -273,6 +277,7 @@ impl What {
             What::DropoutMask => "LoRA dropout mask",
             What::Lora => "LoRA A/B outputs",
             What::WeightCopy => "weight copy (autocast / dequantized)",
+            What::Int8Quant => "8-bit matmul temporaries (quantized input, int32 product)",
             What::Dora => "DoRA weight norm and scale",
             What::Rope => "rotary q/k",
             What::Attention => "attention output",

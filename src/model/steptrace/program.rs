@@ -9,6 +9,7 @@ use crate::model::arch::{
 };
 use crate::model::bnb_adamw;
 use crate::model::ctx::{Ctx, SdpaMask};
+use crate::model::dtype::{Dtype, Quant};
 use crate::model::error::PlanError;
 use crate::model::settings::{AttnImpl, ExpertParam, LossShift, Optimizer, SavedModule};
 
@@ -102,6 +103,13 @@ struct Prog<'c, 'a> {
     /// Autocast's cached casts of trainable weights (freed when the context exits), with the
     /// storage each was cast from.
     ac_cache: Vec<(T, X)>,
+    /// Each 8-bit Linear's `state.idx` (the outlier columns of its last call, kept by its
+    /// `MatmulLtState` until the next call replaces them), by its weight's storage.
+    int8_idx: Vec<(T, X)>,
+    /// What 8-bit Linears keep as `ctx.tensors` and `ctx.tensor_states` (their input, `subA` and
+    /// the outlier columns): Python attributes of the autograd node, not saved tensors, so they
+    /// live until the graph is freed after backward, checkpointed layers' included.
+    graph_held: Vec<X>,
     /// The embedding output as a leaf needing a gradient (checkpointing).
     emb_leaf: Option<X>,
     /// The 4-D mask of the current step, if any.
@@ -412,6 +420,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ad = bytes(s.adapter_dtype);
         let (inf, outf) = (l.in_features as u64, l.out_features as u64);
         let w = match (s.quant, ctx.linear_weight) {
+            (Some(Quant::Int8), _) => self.param(inf * outf, 1, false, What::Weight),
             (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, false, What::Weight),
             (None, Some(d)) => self.weight(inf * outf, bytes(d), inf),
             (None, None) => self.weight(inf * outf, aux, inf),
@@ -604,10 +613,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.tp.exec = li as u32;
             let a = ctx.arch;
             let kind = a.layer_kind(li);
-            let mut ns: Vec<(&'static str, u64)> = a
+            let mut ns: Vec<(&'static str, (u64, u64))> = a
                 .block_linears(kind)
                 .iter()
-                .map(|l| (l.name, (l.in_features * l.out_features) as u64))
+                .map(|l| (l.name, (l.in_features as u64, l.out_features as u64)))
                 .collect();
             // transformers 4's per-expert layout: its router's and experts' Linear layers.
             if let Some(Some(MoeParams {
@@ -619,23 +628,28 @@ impl<'c, 'a> Prog<'c, 'a> {
                 ns.extend(linears.map(|l| {
                     (
                         l.shape.name,
-                        (l.shape.in_features * l.shape.out_features) as u64,
+                        (l.shape.in_features as u64, l.shape.out_features as u64),
                     )
                 }));
             }
             let layer = ns
                 .into_iter()
-                .map(|(name, n)| (name, self.new_quant_state(n)))
+                .map(|(name, (inf, outf))| (name, self.new_quant_state(inf, outf)))
                 .collect();
             self.qstates.push(layer);
         }
         self.tp.exec = NO_LAYER;
     }
 
-    /// The bitsandbytes quantization state of a 4-bit weight of `n` values (one absmax per
-    /// 64-value block).
-    fn new_quant_state(&mut self, n: u64) -> Vec<X> {
-        let blocks = n.div_ceil(64);
+    /// The bitsandbytes quantization state of a quantized `[outf, inf]` weight: for 4 bits, one
+    /// absmax per 64-value block and the code tables; for LLM.int8, `SCB`, one fp32 scale per
+    /// output row (`int8_vectorwise_quant`'s row statistics of the fp16 weight,
+    /// bitsandbytes/nn/modules.py:737-746).
+    fn new_quant_state(&mut self, inf: u64, outf: u64) -> Vec<X> {
+        if self.ctx.s.quant == Some(Quant::Int8) {
+            return vec![self.t(outf, 4, What::QuantState)];
+        }
+        let blocks = (inf * outf).div_ceil(64);
         if self.ctx.s.double_quant {
             // absmax (uint8), code, offset, nested absmax, nested code
             vec![
@@ -1049,8 +1063,11 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// The frozen base layer of a Linear (bf16/fp32 weight, or bitsandbytes 4-bit).
     fn base_linear(&mut self, x: X, lin: &Lin, out_n: u64) -> X {
-        if self.ctx.s.quant.is_none() {
-            return self.matmul(x, lin.w.x, out_n, What::LinearOut);
+        match self.ctx.s.quant {
+            None => return self.matmul(x, lin.w.x, out_n, What::LinearOut),
+            // peft's 8-bit layer takes `self.base_layer(x)` as it is (no clone).
+            Some(Quant::Int8) => return self.linear8bit(x, lin, out_n, What::LinearOut),
+            Some(_) => {}
         }
         let o = self.linear4bit(x, lin, out_n, What::LinearOut);
         if self.adapters_off {
@@ -1067,11 +1084,96 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// A Linear layer no adapter wraps: `F.linear`, or bitsandbytes' `Linear4bit` when the
     /// model is loaded in 4 bits.
     fn plain_linear(&mut self, x: X, lin: &Lin, out_n: u64, what: What) -> X {
-        if self.ctx.s.quant.is_none() {
-            self.matmul(x, lin.w.x, out_n, what)
-        } else {
-            self.linear4bit(x, lin, out_n, what)
+        match self.ctx.s.quant {
+            None => self.matmul(x, lin.w.x, out_n, what),
+            Some(Quant::Int8) => self.linear8bit(x, lin, out_n, what),
+            Some(_) => self.linear4bit(x, lin, out_n, what),
         }
+    }
+
+    /// bitsandbytes' `Linear8bitLt` (`MatMul8bitLt.forward`, bitsandbytes/autograd/_functions.py:
+    /// 101-199, with transformers' default `llm_int8_threshold` 6.0 and int8 weights): the input
+    /// cast to fp16 and quantized row-wise (`int8_vectorwise_quant`, backends/cuda/ops.py:213-254:
+    /// row scales, int8 rows, and the outlier test `|A| >= 6` with its `any()`), the outlier columns
+    /// (none found: see `Settings::quant`'s note) kept as `state.idx`, the int8 GEMM's int32
+    /// product dequantized to fp16 and cast to the input's dtype (backends/default/ops.py:64-119,
+    /// cuda/ops.py:171-210). The input itself is kept for backward (`ctx.tensors`), which
+    /// dequantizes the whole weight ([`Op::Dequant8`]).
+    fn linear8bit(&mut self, x: X, lin: &Lin, out_n: u64, what: What) -> X {
+        let s = self.ctx.s;
+        if let Some(i) = lin.bias {
+            // `self.bias.data = self.bias.data.to(x.dtype)` (bitsandbytes/nn/modules.py:1185-1187).
+            let b = self.params[i].x;
+            if b.es != x.es {
+                let mut nb = self.t(b.n, x.es, What::Weight);
+                nb.g = b.g;
+                self.params[i].x = nb;
+                self.drop(b);
+            }
+        }
+        let tokens = x.n / lin.shape.in_features as u64;
+        let fp16 = x.es == 2 && s.autocast.unwrap_or(s.dtype) == Dtype::Fp16;
+        let half = (!fp16).then(|| self.t(x.n, 2, What::Int8Quant));
+        let row_stats = self.t(tokens, 4, What::Int8Quant);
+        let rows = self.t(x.n, 1, What::Int8Quant);
+        let abs = self.t(x.n, 2, What::Int8Quant);
+        let outliers = self.t(x.n, 1, What::Int8Quant);
+        self.drop(abs);
+        let any = self.t(1, 1, What::Int8Quant);
+        self.drop(any);
+        let cols = self.t(0, 8, What::Int8Quant);
+        self.drop(outliers);
+        if let Some(h) = half {
+            self.drop(h);
+        }
+        // `state.idx = outlier_cols`: the previous call's are let go (a recomputation's stay, as
+        // the state keeps them past it).
+        self.tp.keep(cols.t);
+        match self.int8_idx.iter_mut().find(|e| e.0 == lin.w.x.t) {
+            Some(e) => {
+                let old = std::mem::replace(&mut e.1, cols);
+                self.tp.drop_t(old.t);
+            }
+            None => self.int8_idx.push((lin.w.x.t, cols)),
+        }
+        // `int8_mixed_scaled_mm`: no outlier column, so `subA` is empty.
+        let sub_a = self.t(0, x.es, What::Int8Quant);
+        let product = self.t(out_n, 4, What::Int8Quant);
+        let dequant = self.t(out_n, 2, What::Int8Quant);
+        let mut out = if x.es == 2 && fp16 {
+            dequant
+        } else {
+            let o = self.t(out_n, x.es, what);
+            self.drop(dequant);
+            o
+        };
+        self.drop(product);
+        let n = (lin.shape.in_features * lin.shape.out_features) as u64;
+        out.g = self.tp.node(
+            Op::Dequant8 {
+                w_n: n,
+                rows: lin.shape.out_features as u64,
+            },
+            out_n,
+            x.es,
+            &[Self::edge(&x)],
+            &[],
+        );
+        if out.g != G::No {
+            // `ctx.tensors = (CAt, subA, A)`, `ctx.tensor_states = (SCAt, state.idx)`.
+            // A recomputation's graph is let go when it ends, with its Python frames' locals.
+            for held in [x, sub_a, cols] {
+                self.tp.keep_local(held.t);
+                if self.tp.mode != Mode::Recompute {
+                    self.graph_held.push(held);
+                }
+            }
+        }
+        self.drop(sub_a);
+        self.drop(cols);
+        self.drop(rows);
+        self.drop(row_stats);
+        out
     }
 
     /// bnb Linear4bit: x.to(compute_dtype), gemm_4bit (dequantizing the weight, again in
@@ -2475,6 +2577,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         if let Some(e) = self.emb_leaf.take() {
             self.drop(e);
         }
+        for x in std::mem::take(&mut self.graph_held) {
+            self.drop(x);
+        }
         self.tp.free_graph();
         self.drop(loss);
     }
@@ -2772,6 +2877,8 @@ pub(super) fn run<const AFTER: u8>(
         ckpt_in: vec![],
         emb_leaf: None,
         ac_cache: vec![],
+        int8_idx: vec![],
+        graph_held: vec![],
         sliding: None,
         rotary_global: None,
         router_logits: vec![],

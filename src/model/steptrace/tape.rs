@@ -146,6 +146,11 @@ pub(super) enum Op {
     /// bitsandbytes 4-bit matmul backward: dequantize the nested absmax (`absmax_n` fp32 values,
     /// double quantization) and the weight (`w_n` values in the compute dtype), then `grad @ W`.
     Dequant4 { w_n: u64, absmax_n: u64 },
+    /// bitsandbytes' LLM.int8 matmul backward (`MatMul8bitLt.backward`,
+    /// bitsandbytes/autograd/_functions.py:235-239): the int8 weight copied to the input's dtype
+    /// (`w_n` values), scaled in place by `SCB / 127` (a temporary of `rows` fp32 values), then
+    /// `grad @ W`.
+    Dequant8 { w_n: u64, rows: u64 },
     /// `self / other` with a broadcast `other`: other's gradient `-grad * ((self / other) /
     /// other)` (three temporaries), then self's `grad / other`.
     Div,
@@ -905,6 +910,15 @@ impl Tape {
                 }
                 let e = edges[0];
                 grads[0] = Some(self.new_t(e.n * node.out_es, what));
+                self.drop_t(w);
+            }
+            Op::Dequant8 { w_n, rows } => {
+                let w = self.new_t(w_n * node.out_es, What::WeightCopy);
+                let scale = self.new_t(rows * 4, What::BackwardTemp);
+                self.drop_t(scale);
+                let e = edges[0];
+                grads[0] = Some(self.new_t(e.n * node.out_es, what));
+                self.gemm(true);
                 self.drop_t(w);
             }
             Op::Attention => {

@@ -692,7 +692,8 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             patch: Patch::MicroBatch(b),
         });
     }
-    if s.quant.is_none() && !s.base_trained() {
+    // From no quantization, or from an 8-bit base (LLM.int8 keeps a byte per weight).
+    if !s.quant.is_some_and(Quant::is_4bit) && !s.base_trained() {
         out.push(Change {
             id: FixId::Qlora,
             title: format!(

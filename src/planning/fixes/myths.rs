@@ -94,6 +94,14 @@ pub fn myths(arch: &Architecture, s: &Settings) -> Vec<Myth> {
             p16 - base,
             format!("{} → fp16 weights: {}: both are 2 bytes per weight, so switching saves nothing; only fp32 → 16-bit halves the weights (and never the fp32 adapters, gradients, optimizer states, norms or logits)", s.dtype.name(), gib(p16 - base)),
         )
+    } else if s.quant == Some(crate::model::Quant::Int8) {
+        (
+            p16 - base,
+            format!(
+                "8-bit → fp16 weights: {}: fp16 is twice the int8 weights, not half of anything",
+                gib(p16 - base)
+            ),
+        )
     } else {
         (
             p16 - base,

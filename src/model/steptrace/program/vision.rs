@@ -51,7 +51,9 @@ impl Prog<'_, '_> {
         self.tp.block = crate::model::steptrace::Block::Vision;
         for (n, linear) in t.param_shapes().into_iter().zip(t.linear_weights()) {
             if linear {
-                self.new_quant_state(n);
+                // 4-bit: the state depends on the value count alone (an 8-bit base with a
+                // vision tower is refused by the plan's checks).
+                self.new_quant_state(n, 1);
             }
         }
         self.tp.block = Default::default();

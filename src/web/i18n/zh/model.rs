@@ -3,7 +3,7 @@
 /// (English, 简体中文).
 pub const ENTRIES: &[(&str, &str)] = &[
     // Components of the breakdown.
-    ("#-bit quantization state", "# 位量化状态"),
+    ("Quantization state (#-bit absmax, #-bit row scales)", "量化状态（# 位 absmax、# 位逐行缩放因子）"),
     ("Activations: LoRA dropout", "激活值：LoRA dropout"),
     ("Activations: LoRA path", "激活值：LoRA 支路"),
     ("Activations: MLP", "激活值：MLP"),
@@ -27,6 +27,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Optimizer step temporaries", "优化器更新临时张量"),
     ("Trainable weights", "可训练权重"),
     // Notes.
+    ("LLM.int8 (bitsandbytes Linear8bitLt, llm_int8_threshold #): every #-bit Linear keeps its input as a plain attribute of its autograd node, so the input lives until backward ends, checkpointing or not; backward dequantizes each weight into a # MiB copy at most (the input's dtype); no outlier column is planned (a GPU splits off the input columns holding a value ≥ #, a handful in large models, and keeps a [tokens × columns] slice of each)", "LLM.int8（bitsandbytes Linear8bitLt，llm_int8_threshold #）：每个 # 位 Linear 把输入作为其 autograd 节点的普通属性保存，因此无论是否开启梯度检查点，输入都会一直存活到反向结束；反向时每个权重会被反量化为最多 # MiB 的副本（输入的 dtype）；未规划离群列（GPU 会把含有 ≥ # 数值的输入列单独拆出——大模型中只有少数几列——并为每列保留一个 [tokens × 列数] 的切片）"),
     ("bitsandbytes quantizes only nn.Linear layers: the fused experts and routers stay unquantized, and prepare_model_for_kbit_training casts them to fp32 (# GiB of experts)", "bitsandbytes 只量化 nn.Linear 层：融合的专家和路由器不会被量化，且 prepare_model_for_kbit_training 会把它们转为 fp32（专家占 # GiB）"),
     ("bitsandbytes quantizes only nn.Linear layers: the fused experts and routers stay unquantized (# GiB of experts)", "bitsandbytes 只量化 nn.Linear 层：融合的专家和路由器不会被量化（专家占 # GiB）"),
     ("experts_implementation=batched_mm copies its experts' weights for every token–expert pair and keeps them for backward; grouped_mm (the default) does not", "experts_implementation=batched_mm 会为每个 token–专家对复制一份专家权重，并一直保留到反向；grouped_mm（默认）不会"),
@@ -49,6 +50,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("LoRA dropout mask", "LoRA dropout 掩码"),
     ("LoRA A/B outputs", "LoRA A/B 输出"),
     ("weight copy (autocast / dequantized)", "权重副本（autocast / 反量化）"),
+    ("#-bit matmul temporaries (quantized input, int32 product)", "# 位矩阵乘临时张量（量化后的输入、int32 乘积）"),
     ("rotary q/k", "旋转后的 q/k"),
     ("attention scores", "注意力分数"),
     ("MLP activations", "MLP 激活值"),

@@ -200,7 +200,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("weights", "权重"),
     ("experts", "专家"),
     ("experts (activations)", "专家（激活值）"),
-    ("#-bit state", "# 位量化状态"),
+    ("quant state", "量化状态"),
     ("multi-GPU", "多卡"),
     ("trained weights", "训练的权重"),
     ("gradients", "梯度"),

@@ -90,6 +90,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("fp16 halves everything", "换成 fp16 显存全部减半"),
     ("accumulation adds the micro-batch gradients into the same LoRA .grad tensors; activations are per micro-batch, so the peak does not depend on it", "梯度累积只是把各个微批的梯度加到同一组 LoRA .grad 张量上；激活值按微批计算，所以峰值与它无关"),
     ("#-bit → fp16 weights: # GiB: fp16 is four times the #-bit weights, not half of anything", "#-bit → fp16 权重：# GiB：fp16 是 #-bit 权重的四倍，谈不上减半"),
+    ("#-bit → fp16 weights: # GiB: fp16 is twice the int8 weights, not half of anything", "#-bit → fp16 权重：# GiB：fp16 是 int8 权重的两倍，谈不上减半"),
     ("{=} → fp16 weights: # GiB: both are # bytes per weight, so switching saves nothing; only fp32 → #-bit halves the weights (and never the fp32 adapters, gradients, optimizer states, norms or logits)", "{=} → fp16 权重：# GiB：两者每个权重都是 # 字节，换了也省不下显存；只有 fp32 → # 位才会让权重减半（而 fp32 的适配器、梯度、优化器状态、norm 和 logits 永远不会减半）"),
     ("fp32 → fp16 weights: # GiB of # GiB: the weights halve, but adapters, their gradients and optimizer states stay fp32, and norms and logits are computed in fp32", "fp32 → fp16 权重：# GiB / 共 # GiB：权重减半，但适配器及其梯度、优化器状态仍是 fp32，norm 和 logits 也按 fp32 计算"),
     ("it only returns cached, unused blocks to the driver; every live tensor at the peak stays, so max_memory_allocated is unchanged (it can lower reserved memory seen by other processes)", "它只会把缓存中未使用的块还给驱动；峰值时所有存活的张量都还在，所以 max_memory_allocated 不变（它能降低其他进程看到的预留显存）"),
