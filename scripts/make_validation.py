@@ -73,6 +73,8 @@ harness_lines("liger")
 # SFT steps as TRL's SFTTrainer runs them (its fused LM head: the harness's method_kind
 # "trl_sft", the settings table's logits "fused") beside the same steps as Trainer runs them.
 harness_lines("trl_sft")
+# Steps on an LLM.int8 base (bitsandbytes Linear8bitLt), one beside the same step on nf4.
+harness_lines("int8")
 
 # Published real-GPU runs (A100-80GB, torch 2.4.1, transformers 4.48.1): their settings as the
 # published schema gives them, with the software versions; lorafit reads them as `estimate
@@ -113,7 +115,7 @@ for line in open(os.path.join(ref, "gpu_probe_h200.jsonl")):
     })
 
 out = {
-    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, unprepared/cases.jsonl, bnb_optim/cases.jsonl, liger/cases.jsonl, trl_sft/cases.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
+    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, unprepared/cases.jsonl, bnb_optim/cases.jsonl, liger/cases.jsonl, trl_sft/cases.jsonl, int8/cases.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
     "cases": cases,
     "published": published,
 }
