@@ -136,7 +136,7 @@ impl Component {
             Component::FrozenWeights => "Frozen weights",
             Component::FrozenExperts => "Frozen expert weights",
             Component::VisionTower => "Vision tower (frozen weights, pixels, its forward)",
-            Component::QuantState => "Quantization state (4-bit absmax, 8-bit row scales)",
+            Component::QuantState => "Quantization state",
             Component::TrainableWeights => "Trainable weights",
             Component::Gradients => "Gradients",
             Component::OptimizerStates => "Optimizer states",

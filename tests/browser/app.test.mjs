@@ -154,6 +154,9 @@ test("changed settings match the CLI", async () => {
   await page.selectOption('[data-testid="select-optimizer"]', "adamw_8bit");
   await page.fill('[data-testid="input-dropout"]', "0");
   await expectMatchesCli(page, ["--model", "qwen2-7b", "--gpu", "a100-40", "--batch", "4", "--seq", "2048", "--rank", "64", "--gc", "--quant", "nf4", "--attn", "eager", "--optimizer", "adamw_8bit", "--dropout", "0"]);
+  // An 8-bit base (LLM.int8), planned by the first bundle like the 4-bit one.
+  await page.selectOption('[data-testid="select-dtype"]', "int8");
+  await expectMatchesCli(page, ["--model", "qwen2-7b", "--gpu", "a100-40", "--batch", "4", "--seq", "2048", "--rank", "64", "--gc", "--quant", "int8", "--attn", "eager", "--optimizer", "adamw_8bit", "--dropout", "0"]);
   await page.close();
 });
 

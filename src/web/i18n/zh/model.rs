@@ -3,7 +3,7 @@
 /// (English, 简体中文).
 pub const ENTRIES: &[(&str, &str)] = &[
     // Components of the breakdown.
-    ("Quantization state (#-bit absmax, #-bit row scales)", "量化状态（# 位 absmax、# 位逐行缩放因子）"),
+    ("Quantization state", "量化状态"),
     ("Activations: LoRA dropout", "激活值：LoRA dropout"),
     ("Activations: LoRA path", "激活值：LoRA 支路"),
     ("Activations: MLP", "激活值：MLP"),
