@@ -169,4 +169,15 @@ fn what_an_8bit_base_is_not_planned_for_is_refused_by_name() {
     };
     let e = plan(&llama, &dora).unwrap_err().to_string();
     assert!(e.contains("quant") && e.contains("DoRA"), "{e}");
+    // peft's merge into int8 weights on the GPU is not planned; on the host it is LLaMA-Factory's
+    // export of a 16-bit copy, as for any base.
+    let mut merge = base.clone();
+    merge.job.merge = true;
+    merge.job.export_device = lorafit::model::job_settings::ExportDevice::Gpu;
+    let e = lorafit::model::job::check(&llama, &merge)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("export_device") && e.contains("8-bit"), "{e}");
+    merge.job.export_device = lorafit::model::job_settings::ExportDevice::Cpu;
+    assert!(lorafit::model::job::check(&llama, &merge).is_ok());
 }

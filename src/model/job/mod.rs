@@ -127,6 +127,9 @@ pub fn check(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
         {
             return bad("merge", "merging into a mixture of experts' fused expert parameters is not planned yet: plan the merge with export_device cpu, for a dense model");
         }
+        if js.export_device == ExportDevice::Gpu && s.quant == Some(super::dtype::Quant::Int8) {
+            return bad("export_device", "peft's merge into an 8-bit base on the GPU (each int8 weight dequantized, the delta added, and quantized again through the host) is not planned: plan the merge with export_device cpu");
+        }
         if js.export_device == ExportDevice::Gpu && s.parallel.world() > 1 {
             return bad("export_device", "a merge on the GPU is planned for one GPU: the merged model is gathered first on several (plan export_device cpu)");
         }
