@@ -363,6 +363,13 @@ fn trl_config(s: &Settings, trl: bool) -> (&'static str, &'static str, String) {
     let (import, class) = match s.stage {
         Stage::Sft if trl => {
             let mut args = format!("    max_length={},\n", s.seq);
+            if s.completion_only_loss {
+                // SFTConfig has no prompt length: it is the dataset's.
+                args.push_str(&format!(
+                    "    completion_only_loss=True,  # a prompt-completion dataset; planned with {} prompt tokens per sample\n",
+                    s.prompt_tokens()
+                ));
+            }
             if !s.sft_fused_head() {
                 args.push_str("    # SFTTrainer computes the loss through TRL's fused LM head (trl/trainer/sft_trainer.py:1140-1146), which needs less than this plan's loss: plan with logits fused to match it\n");
             }

@@ -561,6 +561,11 @@ pub struct Settings {
     /// tokens are scored); 0 = half of `seq`.
     #[serde(default)]
     pub max_prompt_length: u64,
+    /// TRL's `completion_only_loss` on a prompt-completion dataset: SFTTrainer's labels are -100
+    /// over each sample's prompt (`max_prompt_length` tokens, 0 = half of `seq`), and its fused
+    /// LM head scores only the completion.
+    #[serde(default)]
+    pub completion_only_loss: bool,
     /// TRL's `disable_dropout`: every `nn.Dropout`, LoRA's included, gets `p = 0`. `None`: the
     /// trainer's default (on for preference trainers, off for GRPO; [`Settings::dropout_run`]).
     #[serde(default)]
@@ -714,6 +719,7 @@ impl Default for Settings {
             vllm_importance_sampling_correction: true,
             precompute_ref_log_probs: false,
             max_prompt_length: 0,
+            completion_only_loss: false,
             disable_dropout: None,
             logits: None,
             parallel: Default::default(),
@@ -927,9 +933,10 @@ impl Settings {
     }
 
     /// Tokens of each sequence whose next-token log-prob the loss scores: the completion of a
-    /// preference sequence, every position but the last of an SFT row.
+    /// preference sequence or of an SFT sample with `completion_only_loss`, every position but
+    /// the last of another SFT row.
     pub fn scored_tokens(&self) -> u64 {
-        if self.preference() || self.grpo() {
+        if self.preference() || self.grpo() || self.completion_only_loss {
             self.completion_tokens()
         } else {
             self.seq.saturating_sub(1)
@@ -1107,7 +1114,16 @@ impl Settings {
                 return bad(field, (*why).into());
             }
         }
-        if self.preference() && (self.prompt_tokens() >= self.seq || self.prompt_tokens() == 0) {
+        if self.completion_only_loss && self.stage != Stage::Sft {
+            return bad(
+                "completion_only_loss",
+                "is SFTTrainer's: the preference and RL trainers score their completions already"
+                    .into(),
+            );
+        }
+        if (self.preference() || self.completion_only_loss)
+            && (self.prompt_tokens() >= self.seq || self.prompt_tokens() == 0)
+        {
             return bad(
                 "max_prompt_length",
                 format!(

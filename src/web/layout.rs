@@ -30,6 +30,7 @@ pub const TRAINING: &[&str] = &[
     "prepare_kbit",
     "freeze_trainable_layers",
     "pref_loss",
+    "completion_only_loss",
     "max_prompt_length",
     "precompute_ref_log_probs",
     "generation",
@@ -125,7 +126,8 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         "freeze_trainable_layers" => s.finetuning_type == crate::model::FinetuningType::Freeze,
         // A preference method's own settings; the reference's only where there is one.
         "pref_loss" => s.stage == crate::model::Stage::Dpo,
-        "max_prompt_length" => s.preference(),
+        "max_prompt_length" => s.preference() || s.sft_fused_head() && s.completion_only_loss,
+        "completion_only_loss" => s.sft_fused_head(),
         "disable_dropout" => s.preference() || s.grpo(),
         "precompute_ref_log_probs" => s.uses_reference() && !s.grpo(),
         // GRPO's own settings (β changes memory only there: its reference pass).

@@ -70,6 +70,12 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
     if v["method_kind"] == "trl_sft" {
         v["method_kind"] = "sft".into();
         v["logits"] = "fused".into();
+        // Its prompt whose labels are -100 is TRL's completion-only loss over that many prompt
+        // tokens.
+        if v["trl_sft_prompt_len"].as_u64().is_some_and(|p| p > 0) {
+            v["completion_only_loss"] = true.into();
+            v["dpo_prompt_len"] = v["trl_sft_prompt_len"].clone();
+        }
     }
     // Its GRPO step (`method_kind: "grpo"`) scores one prompt's completions per step: the batch
     // is num_generations. Its preference-only keys are not GRPO's (its β is `grpo_beta`).

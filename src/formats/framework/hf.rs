@@ -82,6 +82,32 @@ pub(super) const TABLE: Table = &[
     ),
     ("max_prompt_length", Rule::To("max_prompt_length")),
     (
+        "completion_only_loss",
+        Rule::Read(|rd, v| {
+            if v.is_null() {
+                // TRL's default: on for a prompt-completion dataset, which the config does not say.
+                rd.not_modeled("completion_only_loss None: TRL scores only the completions of a prompt-completion dataset; planned over every token (an upper bound): set it with max_prompt_length to plan that");
+                Ok(())
+            } else {
+                rd.set(
+                    "completion_only_loss",
+                    &super::flag(rd.key(), v)?.to_string(),
+                )
+            }
+        }),
+    ),
+    (
+        "assistant_only_loss",
+        Rule::Read(|rd, v| {
+            if super::flag(rd.key(), v)? {
+                rd.not_modeled("assistant_only_loss: the fused head scores the assistant turns only; planned over every token (an upper bound)");
+            } else {
+                rd.r.ignored.push(rd.key().to_string());
+            }
+            Ok(())
+        }),
+    ),
+    (
         "eval_accumulation_steps",
         Rule::To("eval_accumulation_steps"),
     ),

@@ -896,8 +896,14 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     }
     if EXTENDED && s.sft_fused_head() {
         let scored = s.sequences().saturating_mul(s.scored_tokens());
+        let tail = if s.completion_only_loss {
+            format!("; completion_only_loss: the {} prompt tokens of each sample are not scored, which shrinks the head's per-token outputs, not its tiles", s.prompt_tokens())
+        } else {
+            "; a prompt-completion dataset (completion_only_loss) scores only the completions"
+                .to_string()
+        };
         out.push(format!(
-            "TRL's SFTTrainer scores the {scored} next-token positions through its fused LM head in [{} × 32768] tiles (log-probs, entropy and top-1 for its logged metrics), never the [{} × {} × {}] logits; a prompt-completion dataset scores only the completions, which needs less",
+            "TRL's SFTTrainer scores the {scored} next-token positions through its fused LM head in [{} × 32768] tiles (log-probs, entropy and top-1 for its logged metrics), never the [{} × {} × {}] logits{tail}",
             scored.min(4096),
             s.sequences(),
             s.seq,

@@ -18,7 +18,9 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// the entropy, token-accuracy and token-count metrics; returns the loss's node and the
     /// loss.
     pub(super) fn sft_fused_forward(&mut self) -> (G, X) {
-        let rows = self.ctx.s.sequences() * self.ctx.s.scored_tokens();
+        // The head's outputs are scattered back to every next-token position.
+        let s = self.ctx.s;
+        let rows = s.sequences() * s.seq.saturating_sub(1);
         let (fin, _, _) = self.body(true);
         let head = self.fused_head(fin);
         // per_token_loss = -outputs.log_probs

@@ -96,6 +96,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Adapter dtype", "适配器 dtype"),
     ("Base dtype", "基座模型 dtype"),
     ("#-bit int8 (LLM.int8)", "# 位 int8（LLM.int8）"),
+    ("Loss on completions only", "仅对回答部分计算损失"),
+    ("TRL's SFTTrainer on a prompt-completion dataset: the prompt (max_prompt_length tokens, #: half) is not scored, so its fused LM head runs over the completion only; no memory effect with Trainer's full logits", "TRL 的 SFTTrainer 处理提示词–回答格式的数据集时：提示词（max_prompt_length 个 token，# 表示一半）不参与计算，其融合输出头只处理回答部分；对 Trainer 的完整 logits 没有显存影响"),
     ("Quantized base", "量化的基座模型"),
     ("Multi-GPU layout", "多卡并行布局"),
     // Choice labels.

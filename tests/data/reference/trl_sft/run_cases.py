@@ -33,6 +33,10 @@ for cid, c in {
 # Full fine-tuning: the tied head is trained (its gradient accumulated in fp32 by the fused head).
 CASES["llama3.2-1b_full_s2048_trl"] = dict(model="llama3.2-1b", dtype="bf16", seq=2048, batch=1,
                                            full_ft=True, grad_ckpt=True, method_kind="trl_sft")
+# A prompt-completion dataset under completion_only_loss (TRL 1.16's default for one): the prompt's
+# labels are -100, so the fused head scores only the completion (added 2026-12-06).
+CASES["llama3-8b_lora_s2048_trl_col"] = dict(CASES["llama3-8b_lora_s2048_trl"], trl_sft_prompt_len=1536)
+CASES["qwen2.5-7b_qlora_s4096_trl_col"] = dict(CASES["qwen2.5-7b_qlora_s4096_trl"], trl_sft_prompt_len=3072)
 only = sys.argv[1:]
 for cid, c in CASES.items():
     if only and cid not in only:
