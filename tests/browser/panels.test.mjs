@@ -145,10 +145,12 @@ test("a pasted LLaMA-Factory, axolotl or ms-swift config plans as plan --from", 
   assert.ok(near(await gibOf(page, "peak-reserved"), want.plan.peak_reserved_bytes / GIB));
   const shown = await gibOf(page, "peak-allocated");
   await page.locator("#config").screenshot({ path: path.join(artifacts, "training-config.png") });
-  // An 8-bit base is named as not modelled; the file input reads the same as a paste.
+  // axolotl's LoRA example loads its base in 8 bits (LLM.int8), planned as such; sample packing is
+  // named as not modelled; the file input reads the same as a paste.
   await page.setInputFiles('[data-testid="training-config-file"]', path.join(configs, "axolotl/lora.yml"));
   await page.waitForSelector('[data-testid="training-config-not-modeled"]');
-  assert.match(await page.textContent('[data-testid="training-config-not-modeled"]'), /load_in_8bit/);
+  assert.match(await page.textContent('[data-testid="training-config-used"]'), /load_in_8bit → quant = int8/);
+  assert.match(await page.textContent('[data-testid="training-config-not-modeled"]'), /sample_packing/);
   const ax = cliPlan(["--from", path.join(configs, "axolotl/lora.yml")]);
   assert.ok(near(await gibOf(page, "peak-allocated"), ax.plan.peak_allocated_bytes / GIB));
   // A value it cannot use is an error naming the key, and the plan stays.
