@@ -1127,14 +1127,16 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(h);
         }
         // `state.idx = outlier_cols`: the previous call's are let go (a recomputation's stay, as
-        // the state keeps them past it).
-        self.tp.keep(cols.t);
-        match self.int8_idx.iter_mut().find(|e| e.0 == lin.w.x.t) {
-            Some(e) => {
-                let old = std::mem::replace(&mut e.1, cols);
-                self.tp.drop_t(old.t);
+        // the state keeps them past it; past a recomputation's early stop no call runs).
+        if !self.tp.stopped {
+            self.tp.keep(cols.t);
+            match self.int8_idx.iter_mut().find(|e| e.0 == lin.w.x.t) {
+                Some(e) => {
+                    let old = std::mem::replace(&mut e.1, cols);
+                    self.tp.drop_t(old.t);
+                }
+                None => self.int8_idx.push((lin.w.x.t, cols)),
             }
-            None => self.int8_idx.push((lin.w.x.t, cols)),
         }
         // `int8_mixed_scaled_mm`: no outlier column, so `subA` is empty.
         let sub_a = self.t(0, x.es, What::Int8Quant);
