@@ -1101,16 +1101,8 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// dequantizes the whole weight ([`Op::Dequant8`]).
     fn linear8bit(&mut self, x: X, lin: &Lin, out_n: u64, what: What) -> X {
         let s = self.ctx.s;
-        if let Some(i) = lin.bias {
-            // `self.bias.data = self.bias.data.to(x.dtype)` (bitsandbytes/nn/modules.py:1185-1187).
-            let b = self.params[i].x;
-            if b.es != x.es {
-                let mut nb = self.t(b.n, x.es, What::Weight);
-                nb.g = b.g;
-                self.params[i].x = nb;
-                self.drop(b);
-            }
-        }
+        // `self.bias.data = self.bias.data.to(x.dtype)` (bitsandbytes/nn/modules.py:1185-1187).
+        self.recast_bias(lin, x.es);
         let tokens = x.n / lin.shape.in_features as u64;
         let fp16 = x.es == 2 && s.autocast.unwrap_or(s.dtype) == Dtype::Fp16;
         let half = (!fp16).then(|| self.t(x.n, 2, What::Int8Quant));
@@ -1142,7 +1134,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let sub_a = self.t(0, x.es, What::Int8Quant);
         let product = self.t(out_n, 4, What::Int8Quant);
         let dequant = self.t(out_n, 2, What::Int8Quant);
-        let mut out = if x.es == 2 && fp16 {
+        let mut out = if fp16 {
             dequant
         } else {
             let o = self.t(out_n, x.es, what);
@@ -1183,18 +1175,10 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn linear4bit(&mut self, x: X, lin: &Lin, out_n: u64, what: What) -> X {
         let ce = bytes(self.ctx.s.dtype);
         let xc = self.cast(x, ce, What::LoraCast);
-        if let Some(i) = lin.bias {
-            // `bias.data = bias.data.to(x.dtype)` (bitsandbytes/nn/modules.py:631-634): a bias
-            // prepare_model_for_kbit_training made fp32 becomes the compute dtype for good at
-            // its first call.
-            let b = self.params[i].x;
-            if b.es != ce {
-                let mut nb = self.t(b.n, ce, What::Weight);
-                nb.g = b.g;
-                self.params[i].x = nb;
-                self.drop(b);
-            }
-        }
+        // `bias.data = bias.data.to(x.dtype)` (bitsandbytes/nn/modules.py:631-634): a bias
+        // prepare_model_for_kbit_training made fp32 becomes the compute dtype for good at its
+        // first call.
+        self.recast_bias(lin, ce);
         let n = (lin.shape.in_features * lin.shape.out_features) as u64;
         let absmax_n = self.nested_absmax(n);
         let mut g = self.t(out_n, ce, what);
@@ -1209,6 +1193,19 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(g);
         self.drop(xc);
         o
+    }
+
+    /// bitsandbytes' Linear layers cast their bias to the dtype they compute in at their first
+    /// call, for good: a new storage in `es` replaces the parameter's (its graph kept).
+    fn recast_bias(&mut self, lin: &Lin, es: u64) {
+        let Some(i) = lin.bias else { return };
+        let b = self.params[i].x;
+        if b.es != es {
+            let mut nb = self.t(b.n, es, What::Weight);
+            nb.g = b.g;
+            self.params[i].x = nb;
+            self.drop(b);
+        }
     }
 
     /// The fp32 absmax values bitsandbytes dequantizes first for a 4-bit weight of `n` values
