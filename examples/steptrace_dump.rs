@@ -44,17 +44,29 @@ fn main() {
         }
         let (_, step, p) = t.phases[phase];
         out.push(match *e {
-            Event::Alloc { id, bytes } => {
+            Event::Alloc { id, bytes, stream } => {
                 let l = t.labels[id as usize];
-                serde_json::json!(["a", id, bytes, p.name(), step, l.what.name(), l.layer])
+                serde_json::json!([
+                    "a",
+                    id,
+                    bytes,
+                    p.name(),
+                    step,
+                    l.what.name(),
+                    l.layer,
+                    stream
+                ])
             }
             Event::Free { id } => serde_json::json!(["f", id]),
         });
     }
+    let sim = lorafit::model::steptrace::replay(&t, &Default::default());
     eprintln!(
-        "peak live {} B, {} events",
+        "peak live {} B, {} events; caching allocator: max allocated {} B, max reserved {} B",
         t.peak_live_bytes,
-        t.events.len()
+        t.events.len(),
+        sim.peak_allocated,
+        sim.peak_reserved
     );
     println!("{}", serde_json::Value::Array(out));
 }

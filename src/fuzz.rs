@@ -162,6 +162,11 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                     offload_optimizer: w[11] & 32 != 0,
                     offload_params: w[11] & 64 != 0,
                     offload_activations: w[11] & 128 != 0,
+                    fsdp_version: if w[11] & 8 != 0 {
+                        crate::model::FsdpVersion::V2
+                    } else {
+                        crate::model::FsdpVersion::V1
+                    },
                 },
                 ..Settings::default()
             };

@@ -510,7 +510,8 @@ fn accelerate(s: &Settings) -> String {
         Strategy::FsdpFullShard | Strategy::FsdpShardGradOp | Strategy::FsdpHybridShard => {
             let sharding = fsdp_sharding(s).unwrap_or_default().to_ascii_uppercase();
             out.push_str(&format!(
-                "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: {sharding}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_offload_params: {}\n  fsdp_use_orig_params: true\n  fsdp_cpu_ram_efficient_loading: true\n  fsdp_sync_module_states: true\n  fsdp_state_dict_type: {}\n  fsdp_activation_checkpointing: {}\n",
+                "distributed_type: FSDP\nfsdp_config:\n{}  fsdp_sharding_strategy: {sharding}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_offload_params: {}\n  fsdp_use_orig_params: true\n  fsdp_cpu_ram_efficient_loading: true\n  fsdp_sync_module_states: true\n  fsdp_state_dict_type: {}\n  fsdp_activation_checkpointing: {}\n",
+                fsdp2_line(p),
                 p.offload_params || p.offload_optimizer,
                 s.job.fsdp_state_dict.name().to_ascii_uppercase(),
                 s.grad_ckpt
@@ -842,8 +843,9 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     }
     if let Some(sharding) = fsdp_sharding(s) {
         out.push_str(&format!(
-            "fsdp:\n  - {sharding}\n  - auto_wrap\n{}fsdp_config:\n  fsdp_offload_params: {offload}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_state_dict_type: {}\n",
+            "fsdp:\n  - {sharding}\n  - auto_wrap\n{}fsdp_config:\n{}  fsdp_offload_params: {offload}\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_state_dict_type: {}\n",
             if offload { "  - offload\n" } else { "" },
+            fsdp2_line(&s.parallel),
             s.job.fsdp_state_dict.name().to_ascii_uppercase()
         ));
     }
@@ -1075,8 +1077,18 @@ fn fsdp_sharding(s: &Settings) -> Option<&'static str> {
     }
 }
 
+/// accelerate's and axolotl's `fsdp_version: 2` line of an `fsdp_config` (none for FSDP1, their
+/// default).
+fn fsdp2_line(p: &crate::model::Parallel) -> &'static str {
+    if p.fsdp_version == crate::model::FsdpVersion::V2 {
+        "  fsdp_version: 2\n"
+    } else {
+        ""
+    }
+}
+
 /// ms-swift's `--fsdp` JSON (Trainer's `fsdp` options and `fsdp_config`, FSDP2 as ms-swift runs
-/// it) for an FSDP plan.
+/// it, or the version the plan names) for an FSDP plan.
 fn swift_fsdp(s: &Settings) -> Option<String> {
     use crate::model::Strategy;
     let p = &s.parallel;
@@ -1089,7 +1101,7 @@ fn swift_fsdp(s: &Settings) -> Option<String> {
     let j = serde_json::json!({
         "fsdp": format!("{sharding} auto_wrap{offload}"),
         "fsdp_config": {
-            "fsdp_version": 2,
+            "fsdp_version": if p.fsdp_version == crate::model::FsdpVersion::V2 { 2 } else { 1 },
             "reshard_after_forward": p.strategy != Strategy::FsdpShardGradOp,
             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "cpu_ram_efficient_loading": true,

@@ -6,7 +6,7 @@
 
 use super::unused::Parsed;
 use crate::model::job::{EvalStrategy, ExportDevice, FsdpStateDict, SaveStrategy};
-use crate::model::parallel::{Parallel, MAX_GPUS_PER_NODE, MAX_NODES};
+use crate::model::parallel::{FsdpVersion, Parallel, MAX_GPUS_PER_NODE, MAX_NODES};
 use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
@@ -1175,6 +1175,21 @@ pub static FIELDS: &[Field] = &[
         set: |s, v| named(Strategy::parse, v, Strategy::choices()).map(|x| s.parallel.strategy = x),
     },
     Field {
+        name: "fsdp_version",
+        json_aliases: &[],
+        url: Some("fv"),
+        flag: cli!(Some("--fsdp-version"), None),
+        flag_aliases: &[],
+        no_flag: None,
+        label: beyond_first_screen!("FSDP version"),
+        help: cli!("accelerate's fsdp_version: 1 (FullyShardedDataParallel, flat parameters) or 2 (fully_shard: each decoder layer gathered before its forward and backward and freed after, on their own CUDA streams)", ""),
+        testid: None,
+        kind: Kind::Choice(|| names_of(FsdpVersion::ALL, FsdpVersion::name)),
+        slider: None,
+        get: |s| s.parallel.fsdp_version.name().to_string(),
+        set: |s, v| named(FsdpVersion::parse, v, FsdpVersion::choices()).map(|x| s.parallel.fsdp_version = x),
+    },
+    Field {
         name: "offload",
         json_aliases: &[],
         url: Some("off"),
@@ -1886,8 +1901,9 @@ fn parallel_json(p: &Parallel) -> String {
         Strategy::Zero3 => "zero3",
     };
     format!(
-        "{{\"gpus_per_node\":{},\"nodes\":{},\"strategy\":\"{strategy}\",\"offload_optimizer\":{},\"offload_params\":{},\"offload_activations\":{}}}",
-        p.gpus_per_node, p.nodes, p.offload_optimizer, p.offload_params, p.offload_activations
+        "{{\"gpus_per_node\":{},\"nodes\":{},\"strategy\":\"{strategy}\",\"offload_optimizer\":{},\"offload_params\":{},\"offload_activations\":{},\"fsdp_version\":\"{}\"}}",
+        p.gpus_per_node, p.nodes, p.offload_optimizer, p.offload_params, p.offload_activations,
+        p.fsdp_version.name()
     )
 }
 
@@ -1920,6 +1936,18 @@ fn parallel_of_json(text: &str) -> Result<Parallel, String> {
         offload_optimizer: flag("offload_optimizer")?,
         offload_params: flag("offload_params")?,
         offload_activations: flag("offload_activations")?,
+        fsdp_version: match v.get("fsdp_version") {
+            None => FsdpVersion::V1,
+            Some(x) => x
+                .as_str()
+                .map(String::from)
+                .or_else(|| x.as_u64().map(|n| n.to_string()))
+                .as_deref()
+                .and_then(FsdpVersion::parse)
+                .ok_or_else(|| {
+                    format!("`fsdp_version` must be one of {}", FsdpVersion::choices())
+                })?,
+        },
     })
 }
 
@@ -2114,6 +2142,11 @@ mod tests {
                     offload_optimizer: bits & 1 != 0,
                     offload_params: bits & 2 != 0,
                     offload_activations: bits & 4 != 0,
+                    fsdp_version: if bits & 1 != 0 {
+                        FsdpVersion::V2
+                    } else {
+                        FsdpVersion::V1
+                    },
                 };
                 let text = serde_json::to_string(&p).unwrap();
                 assert_eq!(parallel_json(&p), text);

@@ -743,6 +743,13 @@ impl Architecture {
         }
     }
 
+    /// A text model whose decoder layers are all [`LayerKind::Dense`].
+    pub fn is_dense_text(&self) -> bool {
+        self.vision.is_none()
+            && self.moe_layout().is_none()
+            && (0..self.num_hidden_layers).all(|li| !self.is_linear_layer(li))
+    }
+
     /// The kind of decoder layer `li` (0-based).
     pub fn layer_kind(&self, li: u64) -> LayerKind {
         if self.is_linear_layer(li) {

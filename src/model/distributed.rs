@@ -5,7 +5,34 @@
 
 use super::ctx::Ctx;
 
-use super::parallel::Strategy;
+use super::arch::Architecture;
+use super::parallel::{FsdpVersion, Strategy};
+use super::settings::Settings;
+
+/// Whether the step is planned as FSDP2 runs it, op by op (`steptrace`'s FSDP2 ops, measured
+/// rank by rank): `fsdp_version` 2 with full sharding and no offload, for the dense text models
+/// and the training set-ups those ops know (an SFT step with LoRA without DoRA or trained
+/// copies, or full fine-tuning, on a 16-bit base). Other FSDP2 set-ups, and FSDP1, are planned
+/// with the rank model (`steptrace::rank`: two gathered layers held through the step).
+pub fn fsdp2_op_by_op(arch: &Architecture, s: &Settings) -> bool {
+    let p = &s.parallel;
+    p.strategy == Strategy::FsdpFullShard
+        && p.fsdp_version == FsdpVersion::V2
+        && p.world() > 1
+        && !p.offload_optimizer
+        && !p.offload_params
+        && !p.offload_activations
+        && arch.is_dense_text()
+        && s.images.images_per_sample == 0
+        && s.quant.is_none()
+        && !s.use_dora
+        && s.modules_to_save.is_empty()
+        && !s.preference()
+        && !s.grpo()
+        && !s.sft_fused_head()
+        && !s.fused_ce
+        && !s.liger.any()
+}
 
 /// DeepSpeed's default reduce bucket (elements).
 const ZERO_REDUCE_BUCKET_ELEMENTS: u128 = 500_000_000;

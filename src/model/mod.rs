@@ -26,7 +26,7 @@ pub mod weights;
 pub use arch::{Architecture, Family, Target};
 pub use dtype::{Dtype, Quant};
 pub use error::PlanError;
-pub use parallel::{Parallel, Strategy};
+pub use parallel::{FsdpVersion, Parallel, Strategy};
 pub use plan::{plan, plan_simulated, plan_simulated_on, Phase, Plan, QuickSurface};
 pub use settings::{
     AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, FinetuningType, Generation, GrpoLoss, Liger,

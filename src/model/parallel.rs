@@ -56,6 +56,26 @@ impl Strategy {
     }
 }
 
+/// Which FSDP implementation wraps the model (accelerate's `fsdp_version`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsdpVersion {
+    /// `FullyShardedDataParallel`: flat parameters per wrapped unit (accelerate's default).
+    #[default]
+    #[serde(rename = "1")]
+    V1,
+    /// `fully_shard` (FSDP2): each parameter a DTensor sharded on its first dimension; a unit
+    /// is gathered before its forward and backward, freed after each
+    /// ([`crate::model::steptrace`]'s FSDP2 ops).
+    #[serde(rename = "2")]
+    V2,
+}
+
+names!(FsdpVersion {
+    V1 => "1" | "fsdp1",
+    V2 => "2" | "fsdp2",
+});
+
 /// The multi-GPU layout of a run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Parallel {
@@ -71,6 +91,9 @@ pub struct Parallel {
     pub offload_params: bool,
     /// Gradient-checkpoint boundaries on the CPU (activation offloading).
     pub offload_activations: bool,
+    /// FSDP's implementation (FSDP strategies only).
+    #[serde(default)]
+    pub fsdp_version: FsdpVersion,
 }
 
 impl Default for Parallel {
@@ -82,6 +105,7 @@ impl Default for Parallel {
             offload_optimizer: false,
             offload_params: false,
             offload_activations: false,
+            fsdp_version: FsdpVersion::V1,
         }
     }
 }

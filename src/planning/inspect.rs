@@ -159,7 +159,7 @@ fn planned_timeline(t: &Trace) -> Vec<Sample> {
     let (mut live, mut k) = (0u64, 0usize);
     let points = t.events.iter().map(move |e| {
         match *e {
-            Event::Alloc { id, bytes } => {
+            Event::Alloc { id, bytes, .. } => {
                 sizes.insert(id, bytes);
                 live += bytes;
                 k += 1;

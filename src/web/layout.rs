@@ -50,7 +50,13 @@ pub const TRAINING: &[&str] = &[
 ];
 
 /// The "Several GPUs" section.
-pub const GPUS: &[&str] = &["gpus_per_node", "nodes", "strategy", "offload"];
+pub const GPUS: &[&str] = &[
+    "gpus_per_node",
+    "nodes",
+    "strategy",
+    "fsdp_version",
+    "offload",
+];
 
 /// "The whole job": the phases around the training step.
 pub const JOB: &[&str] = &[
@@ -162,6 +168,7 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         "max_new_tokens" => s.job.evaluates() && s.job.generates_in_eval(),
         "save_only_model" => s.job.saves(),
         "fsdp_state_dict_type" => s.job.saves() && s.parallel.strategy.is_fsdp(),
+        "fsdp_version" => s.parallel.strategy.is_fsdp(),
         // An image's size and resize limits once a sample has images.
         "image_width" | "image_height" | "image_max_pixels" | "image_min_pixels" => {
             s.images.images_per_sample > 0

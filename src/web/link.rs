@@ -448,6 +448,7 @@ mod tests {
             offload_optimizer: true,
             offload_params: true,
             offload_activations: true,
+            fsdp_version: crate::model::FsdpVersion::V2,
         };
         s.optimizer = Optimizer::PagedAdamw8bit;
         s.targets = vec![Target::Q, Target::V, Target::Down];

@@ -553,7 +553,8 @@ fn swift_fsdp_presets_files_and_accelerate_launches() {
         preset.settings.grad_ckpt,
         "the preset's activation_checkpointing"
     );
-    assert!(preset.not_modeled.iter().any(|n| n.why.contains("FSDP2")));
+    // The preset's fsdp_version 2 (also ms-swift's default when a JSON gives none).
+    assert_eq!(p.fsdp_version, lorafit::model::FsdpVersion::V2);
 
     // ms-swift's examples/train/activation_cpu_offload (fsdp2.json, comments included).
     let mut by_path = framework::read(
@@ -568,6 +569,7 @@ fn swift_fsdp_presets_files_and_accelerate_launches() {
     framework::apply_launch(&mut by_path, file).unwrap();
     let p = &by_path.settings.parallel;
     assert_eq!(p.strategy, Strategy::FsdpShardGradOp);
+    assert_eq!(p.fsdp_version, lorafit::model::FsdpVersion::V2);
     assert!(!p.offload_params && p.offload_activations);
     assert!(
         by_path
@@ -598,6 +600,7 @@ fn swift_fsdp_presets_files_and_accelerate_launches() {
         (Strategy::FsdpFullShard, 2)
     );
     assert!(s.parallel.offload_params && s.grad_ckpt);
+    assert_eq!(s.parallel.fsdp_version, lorafit::model::FsdpVersion::V2);
     assert_eq!(s.autocast, Some(Dtype::Bf16));
 }
 

@@ -109,7 +109,7 @@ fn a_long_generation_keeps_its_peaks_with_the_middle_calls_compressed() {
         }
         let (_, step, p) = t.phases[phase];
         generated.push(match *e {
-            Event::Alloc { id, bytes } => serde_json::json!(["a", id, bytes, p.name(), step]),
+            Event::Alloc { id, bytes, .. } => serde_json::json!(["a", id, bytes, p.name(), step]),
             Event::Free { id } => serde_json::json!(["f", id]),
         });
     }

@@ -406,8 +406,8 @@ fn generation_during_evaluation_is_the_recorded_sequence() {
             .expect("the job's phase")
             .0;
         let generated = t.events[from..].iter().map(|e| match *e {
-            Event::Alloc { id, bytes } => (true, id as u64, bytes),
-            Event::Free { id } => (false, id as u64, 0),
+            Event::Alloc { id, bytes, stream } => (true, id as u64, bytes, stream),
+            Event::Free { id } => (false, id as u64, 0, 0),
         });
         crate::reserved::assert_same_sequence(
             id,

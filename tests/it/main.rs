@@ -11,6 +11,7 @@ mod crosscheck;
 mod distributed;
 mod extended;
 mod framework;
+mod fsdp2;
 mod fuzz;
 #[cfg(feature = "gpu")]
 mod gpu;
@@ -114,6 +115,22 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
         if let Some(o) = v.as_object_mut() {
             o.remove("freeze_trainable_layers");
         }
+    }
+    // Rank 0 of an FSDP2 run (`fsdp: {version: 2, world: N, ...}`), wrapped as accelerate
+    // wraps it: full sharding over N GPUs, its mixed precision the training's autocast dtype
+    // (what the planner derives; checked here).
+    if let Some(f) = v.get("fsdp").filter(|f| f.is_object()).cloned() {
+        assert_eq!(f["param_dtype"], v["autocast"], "accelerate's param_dtype");
+        assert_eq!(
+            f["reduce_dtype"], v["autocast"],
+            "accelerate's reduce_dtype"
+        );
+        v["gpus_per_node"] = f["world"].clone();
+        v["strategy"] = "fsdp_full_shard".into();
+        v["fsdp_version"] = f["version"].to_string().into();
+    }
+    if let Some(o) = v.as_object_mut() {
+        o.remove("fsdp");
     }
     let mut s = lorafit::formats::fields::settings_from_json(&v)
         .expect("valid settings")

@@ -210,7 +210,11 @@ fn allocator_port_replays_steps_recorded_on_the_h200() {
                     while t.labels.len() <= id as usize {
                         t.labels.push(Label::new(What::Grad, None));
                     }
-                    t.events.push(Event::Alloc { id, bytes });
+                    t.events.push(Event::Alloc {
+                        id,
+                        bytes,
+                        stream: 0,
+                    });
                 }
                 Some("f") => t.events.push(Event::Free { id }),
                 _ => panic!("bad line {line:?}"),

@@ -348,17 +348,20 @@ fn every_catalog_model_and_option_simulates() {
     assert!(n > 100);
 }
 
-/// (allocation sizes, storages freed before each allocation and at the end) with storages
-/// numbered by allocation order.
-type Canonical = (Vec<u64>, Vec<std::collections::BTreeSet<usize>>);
+/// (allocation sizes with their CUDA streams, storages freed before each allocation and at the
+/// end) with storages numbered by allocation order.
+type Canonical = (Vec<(u64, u8)>, Vec<std::collections::BTreeSet<usize>>);
 
-fn canonical(events: impl Iterator<Item = (bool, u64, u64)>) -> Canonical {
+/// One event: whether it allocates, its storage, its bytes and its stream (0: the default).
+pub(crate) type SeqEvent = (bool, u64, u64, u8);
+
+fn canonical(events: impl Iterator<Item = SeqEvent>) -> Canonical {
     let mut index: HashMap<u64, usize> = HashMap::new();
     let (mut sizes, mut gaps) = (vec![], vec![std::collections::BTreeSet::new()]);
-    for (alloc, id, bytes) in events {
+    for (alloc, id, bytes, stream) in events {
         if alloc {
             index.insert(id, sizes.len());
-            sizes.push(bytes);
+            sizes.push((bytes, stream));
             gaps.push(std::collections::BTreeSet::new());
         } else if let (Some(&k), Some(g)) = (index.get(&id), gaps.last_mut()) {
             g.insert(k);
@@ -368,9 +371,9 @@ fn canonical(events: impl Iterator<Item = (bool, u64, u64)>) -> Canonical {
 }
 
 /// Asserts that the sequence generated for `case` (a line with `model` and `settings`) is the
-/// recording at `path`: the same allocations (sizes, in order) and, between two allocations, the
-/// same storages freed (their order within such a gap can differ where PyTorch iterates a hash
-/// map).
+/// recording at `path`: the same allocations (sizes and streams, in order) and, between two
+/// allocations, the same storages freed (their order within such a gap can differ where PyTorch
+/// iterates a hash map).
 pub(crate) fn assert_matches_recording(id: &str, case: &Value, path: &std::path::Path) {
     use lorafit::model::steptrace::Event;
     let arch = resolve_model(&case["model"]).expect("model").value;
@@ -378,18 +381,19 @@ pub(crate) fn assert_matches_recording(id: &str, case: &Value, path: &std::path:
     let t = lorafit::model::steptrace::generate_exact_on(&arch, &s, Device::Emulated)
         .expect("generates");
     let generated = t.events.iter().map(|e| match *e {
-        Event::Alloc { id, bytes } => (true, id as u64, bytes),
-        Event::Free { id } => (false, id as u64, 0),
+        Event::Alloc { id, bytes, stream } => (true, id as u64, bytes, stream),
+        Event::Free { id } => (false, id as u64, 0, 0),
     });
     assert_same_sequence(id, path, generated);
 }
 
-/// Asserts that `generated` (allocations and frees, `(is_alloc, storage, bytes)`) is the
-/// recording at `path`, as [`assert_matches_recording`] compares them.
+/// Asserts that `generated` (allocations and frees) is the recording at `path`, as
+/// [`assert_matches_recording`] compares them; a recorded allocation's sixth member is its
+/// stream (0 when absent).
 pub(crate) fn assert_same_sequence(
     id: &str,
     path: &std::path::Path,
-    generated: impl Iterator<Item = (bool, u64, u64)>,
+    generated: impl Iterator<Item = SeqEvent>,
 ) {
     use flate2::read::GzDecoder;
     let f = std::fs::File::open(path).expect("open events");
@@ -399,6 +403,7 @@ pub(crate) fn assert_same_sequence(
             e[0].as_str() == Some("a"),
             e[1].as_u64().expect("id"),
             e[2].as_u64().unwrap_or(0),
+            e.get(5).and_then(Value::as_u64).unwrap_or(0) as u8,
         )
     });
     let (rs, rg) = canonical(recorded);
@@ -434,7 +439,7 @@ fn generated_sequences_equal_the_recorded_ones() {
 /// (`tests/data/steptrace`: eager, dropout 0, q/v only, fp32, autocast from fp32 / bf16 / fp16,
 /// QLoRA with and without autocast and checkpointing, Qwen2, Qwen3, Mistral, Gemma 2 with and
 /// without checkpointing, batch 4, padded mask, modules_to_save, optimizers; DoRA with and
-/// without dropout and checkpointing, on a 16-bit and a 4-bit base; full fine-tuning in bf16, with checkpointing, and fp32 with bf16 autocast; Adafactor on LoRA and on a full bf16 model; freeze tuning of the last layer with and without checkpointing; full fine-tuning of Qwen3 and Gemma 2, whose q/k and Gemma norms are trained; TRL DPO steps with the adapter-disabled reference and precomputed, with checkpointing, two pairs, QLoRA under autocast, DoRA, Qwen2.5's tied head and Llama 3's two token tiles; LoRA-FA (lora_A frozen) with and without checkpointing; QLoRA on q/v without prepare_model_for_kbit_training; eager attention over two sequences with and without checkpointing, and Gemma 2's with a 4-bit base; embed_tokens and lm_head in modules_to_save with checkpointing; Liger-Kernel's RMSNorm, SwiGLU and RoPE alone and together, with checkpointing, on QLoRA and on Qwen3's q/k norms; TRL's SFTTrainer through its fused LM head, with checkpointing, two rows, QLoRA under autocast, Qwen2.5's tied head, Llama 3's two token tiles and full fine-tuning; TRL's GRPOTrainer after generation: its four loss types with and without β's reference pass, the old policy's pass, checkpointing, QLoRA under autocast, Qwen2.5's tied head, four rows, full fine-tuning; Qwen2.5-7B's biases under QLoRA, which bitsandbytes turns to bf16 at their first call, in an SFT and a GRPO step; LLM.int8 bases (bitsandbytes Linear8bitLt) with and without preparation, checkpointing, autocast and fp16, on Llama 2, Llama 3 and Qwen2.5; TRL's SFTTrainer on a prompt-completion dataset, its prompts not scored).
+/// without dropout and checkpointing, on a 16-bit and a 4-bit base; full fine-tuning in bf16, with checkpointing, and fp32 with bf16 autocast; Adafactor on LoRA and on a full bf16 model; freeze tuning of the last layer with and without checkpointing; full fine-tuning of Qwen3 and Gemma 2, whose q/k and Gemma norms are trained; TRL DPO steps with the adapter-disabled reference and precomputed, with checkpointing, two pairs, QLoRA under autocast, DoRA, Qwen2.5's tied head and Llama 3's two token tiles; LoRA-FA (lora_A frozen) with and without checkpointing; QLoRA on q/v without prepare_model_for_kbit_training; eager attention over two sequences with and without checkpointing, and Gemma 2's with a 4-bit base; embed_tokens and lm_head in modules_to_save with checkpointing; Liger-Kernel's RMSNorm, SwiGLU and RoPE alone and together, with checkpointing, on QLoRA and on Qwen3's q/k norms; TRL's SFTTrainer through its fused LM head, with checkpointing, two rows, QLoRA under autocast, Qwen2.5's tied head, Llama 3's two token tiles and full fine-tuning; TRL's GRPOTrainer after generation: its four loss types with and without β's reference pass, the old policy's pass, checkpointing, QLoRA under autocast, Qwen2.5's tied head, four rows, full fine-tuning; Qwen2.5-7B's biases under QLoRA, which bitsandbytes turns to bf16 at their first call, in an SFT and a GRPO step; LLM.int8 bases (bitsandbytes Linear8bitLt) with and without preparation, checkpointing, autocast and fp16, on Llama 2, Llama 3 and Qwen2.5; TRL's SFTTrainer on a prompt-completion dataset, its prompts not scored; rank 0 of FSDP2 runs as accelerate wraps them — LoRA with and without checkpointing, full fine-tuning over 4 GPUs with checkpointing and of Llama 3 without, Qwen2.5's tied embedding over 3 GPUs (padded shards), Llama 3.2's tied embedding trained in full — each allocation on its CUDA stream).
 #[test]
 fn generated_sequences_equal_two_layer_recordings() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
@@ -444,7 +449,7 @@ fn generated_sequences_equal_two_layer_recordings() {
         assert_matches_recording(id, &case, &dir.join(format!("{id}.events.json.gz")));
         checked += 1;
     }
-    assert_eq!(checked, 113, "two-layer recordings");
+    assert_eq!(checked, 119, "two-layer recordings");
 }
 
 /// the byte, and its live peak is the measured one.

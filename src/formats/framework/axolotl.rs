@@ -223,16 +223,14 @@ pub(super) const FSDP_CONFIG: Table = &[
     ("state_dict_type", Rule::To("fsdp_state_dict_type")),
 ];
 
-/// `fsdp_version`: 2 is FSDP2's `fully_shard`, planned as FSDP1.
+/// `fsdp_version`: 1 (`FullyShardedDataParallel`) or 2 (FSDP2's `fully_shard`).
 pub(super) fn fsdp_version(rd: &mut Reader, v: &Value) -> Result<(), String> {
-    if v.as_u64() == Some(2) || v.as_str() == Some("2") {
-        rd.not_modeled(
-            "FSDP2 (fully_shard, per-parameter DTensor shards): planned as FSDP1's flat parameters",
-        );
-    } else {
-        rd.confirms("strategy");
-    }
-    Ok(())
+    let text = match v {
+        Value::Number(n) => n.to_string(),
+        Value::String(t) => t.clone(),
+        _ => return Err(format!("{}: expected 1 or 2", rd.key())),
+    };
+    rd.set("fsdp_version", &text)
 }
 
 /// FSDP's own activation checkpointing: checkpointing of every wrapped layer.

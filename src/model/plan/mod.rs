@@ -888,6 +888,15 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         )),
         super::settings::FinetuningType::Lora => {}
     }
+    if s.parallel.strategy.is_fsdp() && s.parallel.world() > 1 {
+        out.push(if super::distributed::fsdp2_op_by_op(arch, s) {
+            "FSDP2 (fully_shard) as accelerate wraps the model: each decoder layer is gathered before its forward and its backward and freed after, the next layer's gather allocated while the last one's is alive; the all-gathers and reduce-scatters allocate on their own CUDA streams, whose blocks the allocator keeps apart (rank 0 steps measured under the fake process group match to the byte)".into()
+        } else if s.parallel.fsdp_version == super::parallel::FsdpVersion::V2 {
+            "FSDP2 with this set-up (offload, hybrid or grad-op sharding, a 4-bit or 8-bit base, experts, linear attention, images, DoRA, modules_to_save, preference or RL training, Liger or a fused loss) is planned with the rank model: two gathered decoder layers held through the step, not FSDP2's per-layer gathers".into()
+        } else {
+            "FSDP1 (FullyShardedDataParallel, flat parameters) is planned with the rank model: two gathered decoder layers held through the step; fsdp_version 2 plans FSDP2's per-layer gathers op by op".into()
+        });
+    }
     if EXTENDED && s.preference() {
         out.extend(preference_notes(arch, s));
     }

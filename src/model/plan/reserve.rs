@@ -103,7 +103,8 @@ fn fsdp_stream_reserve(ctx: &Ctx) -> u128 {
 }
 
 /// Reserved memory from the allocator simulation of `trace`, this rank's step: exact, plus on
-/// several GPUs FSDP's stream blocks ([`fsdp_stream_reserve`]).
+/// several GPUs FSDP's stream blocks ([`fsdp_stream_reserve`]) unless the step allocates on
+/// FSDP2's streams itself ([`crate::model::distributed::fsdp2_op_by_op`]).
 pub fn simulate(trace: &steptrace::Trace, ctx: &Ctx, plan: &Plan) -> Option<Reserve> {
     let s = ctx.s;
     let conf = s.allocator_conf().ok()?;
@@ -127,7 +128,11 @@ pub fn simulate(trace: &steptrace::Trace, ctx: &Ctx, plan: &Plan) -> Option<Rese
     } else {
         format!("PYTORCH_CUDA_ALLOC_CONF={}", s.alloc_conf)
     };
-    let stream = fsdp_stream_reserve(ctx);
+    let stream = if crate::model::distributed::fsdp2_op_by_op(ctx.arch, s) {
+        0
+    } else {
+        fsdp_stream_reserve(ctx)
+    };
     Some(Reserve {
         bytes: (sim.peak_reserved as u128).max(plan.peak_allocated_bytes) + stream,
         explanation: format!(

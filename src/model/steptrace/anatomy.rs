@@ -244,7 +244,7 @@ pub fn moments(trace: &Trace) -> Moments {
     let mut highs = Highs::default();
     for (i, (e, (step, phase))) in trace.events.iter().zip(event_phases(trace)).enumerate() {
         match *e {
-            Event::Alloc { id, bytes } => {
+            Event::Alloc { id, bytes, .. } => {
                 let id = id as usize;
                 alloc_phase[id] = phase;
                 size[id] = bytes;
@@ -270,7 +270,7 @@ pub fn live_after(trace: &Trace, at: usize) -> Vec<(usize, u64, Option<u32>)> {
     let end = (at + 1).min(trace.events.len());
     for (e, &tag) in trace.events[..end].iter().zip(&trace.event_tags) {
         match *e {
-            Event::Alloc { id, bytes } => alive[id as usize] = Some((bytes, tag)),
+            Event::Alloc { id, bytes, .. } => alive[id as usize] = Some((bytes, tag)),
             Event::Free { id } => alive[id as usize] = None,
         }
     }

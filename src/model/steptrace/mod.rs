@@ -55,6 +55,10 @@ pub enum Event {
         id: u32,
         /// Size.
         bytes: u64,
+        /// The CUDA stream it is allocated on (0: the default one; FSDP2's all-gathers and
+        /// reduce-scatters allocate on their own streams, whose blocks the caching allocator
+        /// keeps in separate pools).
+        stream: u8,
     },
     /// The storage is freed.
     Free {

@@ -121,7 +121,7 @@ fn kept(t: &Trace, layers: u64, head: u64, tail: u64) -> Pass {
         t.events.iter().zip(&t.event_tags).zip(phases).enumerate()
     {
         match *e {
-            Event::Alloc { id, bytes } => {
+            Event::Alloc { id, bytes, .. } => {
                 sizes[id as usize] = bytes;
                 alloc_phase[id as usize] = phase;
                 live += bytes;

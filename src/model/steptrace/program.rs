@@ -75,6 +75,8 @@ struct Lin {
 struct Prog<'c, 'a> {
     ctx: &'c Ctx<'a>,
     tp: Tape,
+    /// FSDP2's units, shards and buffers when the rank runs it op by op ([`fsdp2::applies`]).
+    fsdp: Option<fsdp2::Fsdp2>,
     params: Vec<Param>,
     trainable: Vec<u32>,
     layers: Vec<Vec<Lin>>,
@@ -182,6 +184,7 @@ fn bytes(d: crate::model::dtype::Dtype) -> u64 {
 // The extended ops' modules: without `extended-ops` nothing calls most of their functions.
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod dora;
+mod fsdp2;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod fused_ce;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
@@ -230,11 +233,17 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    fn param(&mut self, n: u64, es: u64, trainable: bool, what: What) -> Param {
-        let mut x = self.t(n, es, what);
+    /// A parameter of `n` elements of `es` bytes whose last dimension is `cols` (0: a vector).
+    fn param(&mut self, n: u64, es: u64, cols: u64, trainable: bool, what: What) -> Param {
+        let mut x = if self.fsdp.is_some() {
+            self.fsdp2_param(n, es, cols, trainable, what)
+        } else {
+            self.t(n, es, what)
+        };
         if trainable {
             x.g = G::Param(self.params.len() as u32);
             self.trainable.push(self.params.len() as u32);
+            self.param_cols.push(cols);
         }
         self.params.push(Param { x });
         self.grads.push(None);
@@ -252,10 +261,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             s.layer_trained(u64::from(self.tp.exec), self.ctx.arch.num_hidden_layers)
         };
         if trained {
-            self.param_cols.push(cols);
-            self.param(n, es, true, What::Trainable)
+            self.param(n, es, cols, true, What::Trainable)
         } else {
-            self.param(n, es, false, What::Weight)
+            self.param(n, es, cols, false, What::Weight)
         }
     }
 
@@ -276,9 +284,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         let mts_embed = s.modules_to_save.contains(&SavedModule::EmbedTokens);
         let embed_n = v * h;
         let embed = if mts_embed {
-            self.param(embed_n, aux, false, What::Weight);
-            self.param_cols.push(h);
-            self.param(embed_n, aux, true, What::Trainable)
+            self.param(embed_n, aux, h, false, What::Weight);
+            self.param(embed_n, aux, h, true, What::Trainable)
         } else {
             self.weight(embed_n, aux, h)
         };
@@ -354,8 +361,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.lm_head = Some(head);
         }
         if s.modules_to_save.contains(&SavedModule::LmHead) {
-            let copy = self.param(v * h, aux, true, What::Trainable);
-            self.param_cols.push(h);
+            let copy = self.param(v * h, aux, h, true, What::Trainable);
             self.lm_head = Some(copy);
         }
         if a.family.layout().scaled_embedding {
@@ -387,13 +393,19 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.t(b, 1, What::Weight);
             }
         }
-        // Several GPUs: the buffers the rank's communication keeps through the step.
-        let grad_bytes: u128 = self
-            .trainable
-            .iter()
-            .map(|&i| u128::from(self.params[i as usize].x.n * self.params[i as usize].x.es))
-            .sum();
-        for (kind, b) in crate::model::distributed::comm_buffers(ctx, grad_bytes) {
+        // Several GPUs: the buffers the rank's communication keeps through the step (FSDP2
+        // allocates its own as it gathers and reduces).
+        let comm = if self.fsdp.is_some() {
+            vec![]
+        } else {
+            let grad_bytes: u128 = self
+                .trainable
+                .iter()
+                .map(|&i| u128::from(self.params[i as usize].x.n * self.params[i as usize].x.es))
+                .sum();
+            crate::model::distributed::comm_buffers(ctx, grad_bytes)
+        };
+        for (kind, b) in comm {
             use crate::model::distributed::CommBuffer;
             let what = match kind {
                 CommBuffer::Layer => What::GatheredLayer,
@@ -420,8 +432,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         let ad = bytes(s.adapter_dtype);
         let (inf, outf) = (l.in_features as u64, l.out_features as u64);
         let w = match (s.quant, ctx.linear_weight) {
-            (Some(Quant::Int8), _) => self.param(inf * outf, 1, false, What::Weight),
-            (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, false, What::Weight),
+            (Some(Quant::Int8), _) => self.param(inf * outf, 1, inf, false, What::Weight),
+            // bitsandbytes stores a 4-bit weight packed as `[n / 2, 1]`.
+            (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, 1, false, What::Weight),
             (None, Some(d)) => self.weight(inf * outf, bytes(d), inf),
             (None, None) => self.weight(inf * outf, aux, inf),
         };
@@ -431,17 +444,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         });
         let lora = adapted.iter().any(|x| x.name == l.name).then(|| {
             // LoRA-FA: lora_A frozen (no gradient, no state; its input is not saved for it).
-            let a = self.param(r * inf, ad, !s.lora_fa, What::Trainable);
-            let b = self.param(outf * r, ad, true, What::Trainable);
-            if !s.lora_fa {
-                self.param_cols.push(inf);
-            }
-            self.param_cols.push(r);
+            let a = self.param(r * inf, ad, inf, !s.lora_fa, What::Trainable);
+            let b = self.param(outf * r, ad, r, true, What::Trainable);
             // peft registers `lora_magnitude_vector` after lora_B (`adapter_layer_names`).
-            let magnitude = s.use_dora.then(|| {
-                self.param_cols.push(0);
-                self.param(outf, ad, true, What::Trainable)
-            });
+            let magnitude = s
+                .use_dora
+                .then(|| self.param(outf, ad, 0, true, What::Trainable));
             Adapter { a, b, magnitude }
         });
         let name = l.name;
@@ -465,15 +473,15 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.qk_norms.extend([q.x, k.x]);
             }
             "o_proj" if layout.attention == AttentionKind::Sinks => {
-                self.param(a.num_attention_heads, aux, false, What::Weight);
+                self.param(a.num_attention_heads, aux, 0, false, What::Weight);
             }
             "q_a_proj" => {
                 let m = a.mla().map_or(0, |m| m.q_rank.unwrap_or(0));
-                self.param(m as u64, aux, false, What::Weight);
+                self.param(m as u64, aux, 0, false, What::Weight);
             }
             "kv_a_proj_with_mqa" => {
                 let m = a.mla().map_or(0, |m| m.kv_rank);
-                self.param(m as u64, aux, false, What::Weight);
+                self.param(m as u64, aux, 0, false, What::Weight);
             }
             _ => {}
         }
@@ -503,10 +511,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         let router_es = if layout.fp32_router { 4 } else { ed };
         let router = |p: &mut Self| {
-            let w = p.param(e * h, router_es, false, What::Weight);
+            let w = p.param(e * h, router_es, h, false, What::Weight);
             let b = layout
                 .clamped_glu
-                .then(|| p.param(e, router_es, false, What::Weight));
+                .then(|| p.param(e, router_es, 0, false, What::Weight));
             (w, b)
         };
         let router_first = a.moe_layout().is_none_or(|m| m.router_first);
@@ -517,14 +525,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             rb = b;
         }
         self.tp.block = Block::Experts;
-        let gate_up = self.param(e * 2 * i * h, ed, false, What::Weight);
+        let gate_up = self.param(e * 2 * i * h, ed, h, false, What::Weight);
         let gate_up_bias = layout
             .clamped_glu
-            .then(|| self.param(e * 2 * i, ed, false, What::Weight));
-        let down = self.param(e * h * i, ed, false, What::Weight);
+            .then(|| self.param(e * 2 * i, ed, 2 * i, false, What::Weight));
+        let down = self.param(e * h * i, ed, i, false, What::Weight);
         let down_bias = layout
             .clamped_glu
-            .then(|| self.param(e * h, ed, false, What::Weight));
+            .then(|| self.param(e * h, ed, h, false, What::Weight));
         self.tp.block = Block::Other;
         let r = s.lora_r;
         let ad = bytes(s.adapter_dtype);
@@ -532,9 +540,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         for &p in &s.target_parameters {
             let (o, n) = crate::model::ctx::expert_param_shape(ctx, p);
             let (o, n) = (o as u64, n as u64);
-            let la = self.param(r * e * n, ad, true, What::Trainable);
-            let lb = self.param(o * r * e, ad, true, What::Trainable);
-            self.param_cols.extend([n, r * e]);
+            let la = self.param(r * e * n, ad, n, true, What::Trainable);
+            let lb = self.param(o * r * e, ad, r * e, true, What::Trainable);
             lora.push((p, la, lb));
         }
         if !router_first {
@@ -984,7 +991,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             return result;
         };
         let (la, lb) = (adapter.a, adapter.b);
-        let ad = bytes(s.adapter_dtype);
+        // peft casts the input to lora_A's dtype (`_cast_input_dtype`): the adapter dtype, or
+        // FSDP2's param_dtype for its unsharded copy.
+        let ad = la.x.es;
         // peft's bnb layers skip the input cast under autocast.
         let xc = if s.quant.is_some() && s.autocast.is_some() {
             self.tp.keep_local(x.t);
@@ -2137,6 +2146,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         let tokens = self.tokens();
         let h = a.hidden_size;
         let aux = bytes(ctx.aux_weight);
+        let embed_unit = self.fsdp.as_ref().map_or(0, |f| f.embed_unit());
+        self.fsdp2_pre_forward(embed_unit, false);
         let mut emb = self.t(tokens * h, aux, What::Hidden);
         if let Some(table) = self.embed_trained {
             // The trainable copy of embed_tokens (or the embedding itself, trained in full): its
@@ -2152,6 +2163,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             let ids: Vec<T> = self.embed_ids.into_iter().collect();
             emb.g = self.tp.node(Op::Embedding, emb.n, emb.es, &[e], &ids);
         }
+        self.fsdp2_post_forward(embed_unit);
         if a.family.layout().scaled_embedding {
             // The scaled embedding: `embedding(ids) * embed_scale` (a buffer).
             let e2 = if emb.grad() {
@@ -2298,7 +2310,9 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.ckpt_in[li] = Some((hcur, cos, sin, m));
             }
             let m = self.mask_for(li);
+            self.fsdp2_pre_forward(fsdp2::layer_unit(li), hcur.grad());
             let hn = self.layer(hcur, li, cos, sin, m);
+            self.fsdp2_post_forward(fsdp2::layer_unit(li));
             self.tp.mode = saved_mode;
             self.tp.layer = None;
             self.drop(hcur);
@@ -2306,6 +2320,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             hcur = hn;
         }
         self.norm_queue = self.final_norm.into_iter().collect();
+        if let Some(tail) = self.fsdp.as_ref().map(|f| f.tail()) {
+            self.fsdp2_pre_forward(tail, hcur.grad());
+            self.fsdp2_mark_tail(false);
+        }
         let fin = self.rmsnorm(hcur, h);
         self.drop(hcur);
         // Locals die in declaration order; families that gather the mask arguments in a dict
@@ -2367,6 +2385,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             (g, loss, None)
         } else {
             let logits = self.head_logits(fin);
+            self.fsdp2_mark_tail(true);
             let (g, loss) = self.loss(logits);
             (g, loss, Some(logits))
         };
@@ -2404,6 +2423,17 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(scaled);
         }
         self.drop(fin);
+        // FSDP2's root post-forward: the last all-gather freed, the loss cast to the mixed
+        // precision's output dtype.
+        self.fsdp2_root_post_forward();
+        let (g, loss) = match self.fsdp2_output_es() {
+            Some(es) if es != loss.es => {
+                let c = self.cast(loss, es, What::Loss);
+                self.drop(loss);
+                (c.g, c)
+            }
+            _ => (g, loss),
+        };
         if !no_grad {
             self.drop(cos);
             self.drop(sin);
@@ -2539,19 +2569,28 @@ impl<'c, 'a> Prog<'c, 'a> {
     // ------------------------------------------------------------ backward
 
     fn backward(&mut self, root: G, loss: X) {
-        let one = self.t(1, 4, What::Grad);
+        // `loss.backward()` seeds a one of the loss's dtype: fp32, or FSDP2's output dtype.
+        let seed_es = self.fsdp2_output_es().unwrap_or(4);
+        let one = self.t(1, seed_es, What::Grad);
         self.tp.keep(one.t);
         self.tp.seed(root, one.t);
         let mut i = self.tp.node_count();
+        let mut unit = None;
         while i > 0 {
             i -= 1;
             if !self.tp.has_grad(i) {
                 continue;
             }
+            if self.fsdp.is_some() {
+                self.fsdp2_before_node(i, &mut unit);
+            }
             if let Some(l) = self.tp.needs_recompute(i) {
                 self.recompute(l);
             }
             self.tp.run(i);
+        }
+        if self.fsdp.is_some() {
+            self.fsdp2_backward_end(unit, self.emb_leaf.is_some());
         }
         self.tp.drop_t(one.t);
         self.ckpt_in.clear();
@@ -2615,11 +2654,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     fn optimizer(&mut self, step: u8) {
         let s = self.ctx.s;
-        let tr: Vec<X> = self
-            .trainable
-            .iter()
-            .map(|&p| self.params[p as usize].x)
-            .collect();
+        let tr: Vec<X> = self.trainable.iter().map(|&p| self.opt_param(p)).collect();
         let first = step == 1;
         match s.optimizer {
             Optimizer::AdamwTorchFused => {
@@ -2645,7 +2680,12 @@ impl<'c, 'a> Prog<'c, 'a> {
                         }
                     }
                 }
-                if s.optimizer == Optimizer::AdamwTorchForeach {
+                // torch's default (`adamw_torch`) takes the foreach implementation for
+                // parameters of the types it lists (`_default_to_fused_or_foreach`,
+                // torch/optim/optimizer.py:170-193), FSDP2's DTensors among them
+                // (torch/distributed/tensor/__init__.py:78).
+                let foreach = s.optimizer == Optimizer::AdamwTorchForeach || self.fsdp.is_some();
+                if foreach {
                     // _foreach_sqrt(exp_avg_sqs): one list for all parameters, freed (as a
                     // Python list) from its end.
                     let list: Vec<X> = tr
@@ -2741,7 +2781,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             let p = self
                 .trainable
                 .get(i)
-                .map(|&k| self.params[k as usize].x)
+                .map(|&k| self.opt_param(k))
                 .unwrap_or(*x);
             let half = p.es != 4;
             // grad = p.grad, .float() for a 16-bit one
@@ -2864,6 +2904,7 @@ pub(super) fn run<const AFTER: u8>(
     let mut p = Prog {
         ctx,
         tp: Tape::new(ctx.arch.num_hidden_layers),
+        fsdp: None,
         params: vec![],
         trainable: vec![],
         layers: vec![],
@@ -2903,7 +2944,16 @@ pub(super) fn run<const AFTER: u8>(
         loss_over_items: false,
     };
     p.tp.emulated = device == super::Device::Emulated;
-    p.tp.set_rank(rank);
+    if crate::model::distributed::fsdp2_op_by_op(ctx.arch, ctx.s) {
+        p.fsdp = Some(fsdp2::Fsdp2::new(
+            u64::try_from(ctx.s.parallel.world()).unwrap_or(u64::MAX),
+            Prog::fsdp2_param_es(ctx.s),
+            ctx.arch.num_hidden_layers,
+            ctx.arch.tie_word_embeddings,
+        ));
+    } else {
+        p.tp.set_rank(rank);
+    }
     p.tp.workspace_bytes = ctx
         .s
         .cublas_workspace_bytes()

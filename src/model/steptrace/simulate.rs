@@ -133,8 +133,8 @@ pub fn replay_within(
             next_phase += 1;
         }
         match *e {
-            Event::Alloc { id, bytes } => {
-                let b = match a.malloc(bytes.max(1)) {
+            Event::Alloc { id, bytes, stream } => {
+                let b = match a.malloc_on_stream(bytes.max(1), u64::from(stream)) {
                     Ok(b) => b,
                     Err(e) => {
                         let needed = e.reserved_bytes.saturating_add(e.alloc_size);

@@ -334,6 +334,11 @@ pub(super) struct Tape {
     /// Gradients a running node has summed into an input buffer out of place: freed once the
     /// node has delivered every output.
     held: Vec<T>,
+    /// The CUDA stream new storages are allocated on (0: the default one).
+    pub stream: u8,
+    /// Storages whose memory is released while references remain (`storage.resize_(0)`, as
+    /// FSDP2 frees an unsharded parameter): no event when the last reference goes.
+    gone: Vec<bool>,
 }
 
 impl Tape {
@@ -378,6 +383,8 @@ impl Tape {
             host_peak_by: [0; What::ALL.len()],
             paged_bytes: 0,
             held: vec![],
+            stream: 0,
+            gone: Vec::with_capacity(1_200 * l + 2_048),
         }
     }
 
@@ -469,13 +476,18 @@ impl Tape {
             elem_bytes: 0,
         });
         self.storage_tags.push(self.layer.unwrap_or(self.exec));
+        self.gone.push(false);
         t
     }
 
     fn new_gpu_t(&mut self, bytes: u64, what: What) -> T {
         let t = self.push_storage(bytes, what);
         if !self.stopped {
-            self.events.push(Event::Alloc { id: t, bytes });
+            self.events.push(Event::Alloc {
+                id: t,
+                bytes,
+                stream: self.stream,
+            });
             self.event_tags.push(self.storage_tags[t as usize]);
             self.live += bytes;
             self.peak_before = self.peak;
@@ -485,6 +497,44 @@ impl Tape {
             }
         }
         t
+    }
+
+    /// A storage of `bytes` held once whose memory does not exist yet (an FSDP2 unsharded
+    /// parameter before its first all-gather): [`Tape::resize_alloc`] makes it.
+    pub fn new_resizable_t(&mut self, bytes: u64, what: What) -> T {
+        let t = self.push_storage(bytes, what);
+        self.gone[t as usize] = true;
+        t
+    }
+
+    /// `storage.resize_(bytes)` of a storage [`Tape::resize_free`] emptied (or never filled):
+    /// its memory is allocated again (on the current stream), its references unchanged.
+    pub fn resize_alloc(&mut self, t: T) {
+        if self.stopped || !self.gone[t as usize] {
+            return;
+        }
+        self.gone[t as usize] = false;
+        let bytes = self.bytes[t as usize];
+        self.events.push(Event::Alloc {
+            id: t,
+            bytes,
+            stream: self.stream,
+        });
+        self.event_tags.push(self.layer.unwrap_or(self.exec));
+        self.live += bytes;
+        self.peak_before = self.peak;
+        self.peak = self.peak.max(self.live);
+    }
+
+    /// `storage.resize_(0)`: the storage's memory is freed while its references remain.
+    pub fn resize_free(&mut self, t: T) {
+        if self.stopped || self.gone[t as usize] || self.refs[t as usize] == 0 {
+            return;
+        }
+        self.gone[t as usize] = true;
+        self.events.push(Event::Free { id: t });
+        self.event_tags.push(self.layer.unwrap_or(self.exec));
+        self.live -= self.bytes[t as usize];
     }
 
     /// One more reference.
@@ -522,6 +572,9 @@ impl Tape {
         }
         *r -= 1;
         if *r == 0 {
+            if self.gone[t as usize] {
+                return;
+            }
             if self.bytes[t as usize] == 0 {
                 if let Some(i) = self.host.iter().position(|h| h.0 == t) {
                     let (_, b) = self.host.swap_remove(i);
@@ -572,7 +625,7 @@ impl Tape {
                 // Early stop: every saved tensor exists again; the rest of the forward is skipped
                 // and its Python frames release their locals, newest first. Inputs are saved
                 // before the op runs, so an op saving only inputs never allocates its output.
-                if let Some(&Event::Alloc { id, bytes }) = self.events.last() {
+                if let Some(&Event::Alloc { id, bytes, .. }) = self.events.last() {
                     if !saved.contains(&id) {
                         self.events.pop();
                         self.event_tags.pop();
@@ -750,6 +803,11 @@ impl Tape {
         } else {
             None
         }
+    }
+
+    /// The decoder layer whose forward recorded node `i` ([`NO_LAYER`] outside them).
+    pub fn node_tag(&self, i: usize) -> u32 {
+        self.nodes[i].tag
     }
 
     /// Whether node `i` received a gradient (it runs).
@@ -1255,6 +1313,24 @@ impl Tape {
                 }
             }
         }
+    }
+
+    /// The gradients stored so far into the parameters `of` selects, in arrival order (FSDP2's
+    /// post-backward takes a unit's).
+    pub fn take_grads_of(&mut self, of: impl Fn(u32) -> bool) -> Vec<(u32, T)> {
+        let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.param_grads)
+            .into_iter()
+            .partition(|&(p, _)| p != u32::MAX && of(p));
+        self.param_grads = kept;
+        self.grad_slot.clear();
+        for (k, &(p, _)) in self.param_grads.iter().enumerate() {
+            let slot = if p == u32::MAX { 0 } else { p as usize + 1 };
+            if self.grad_slot.len() <= slot {
+                self.grad_slot.resize(slot + 1, u32::MAX);
+            }
+            self.grad_slot[slot] = k as u32;
+        }
+        taken
     }
 
     /// The gradients stored into parameters during the last backward, in arrival order.

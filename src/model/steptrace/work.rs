@@ -83,7 +83,7 @@ pub fn step_work(trace: &Trace) -> StepWork {
         });
     for range in ranges {
         for e in &trace.events[range] {
-            if let Event::Alloc { id, bytes } = *e {
+            if let Event::Alloc { id, bytes, .. } = *e {
                 let w = trace.labels[id as usize].what;
                 let slot = &mut bytes_by_what[w as usize];
                 *slot = slot.saturating_add(bytes);

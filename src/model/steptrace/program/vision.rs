@@ -34,9 +34,9 @@ impl Prog<'_, '_> {
         self.tp.block = crate::model::steptrace::Block::Vision;
         for (n, linear) in t.param_shapes().into_iter().zip(t.linear_weights()) {
             if four_bit && linear {
-                self.param(n.div_ceil(2), 1, false, What::Weight);
+                self.param(n.div_ceil(2), 1, 1, false, What::Weight);
             } else {
-                self.param(n, es, false, What::Weight);
+                self.param(n, es, 0, false, What::Weight);
             }
         }
         self.tp.block = Default::default();

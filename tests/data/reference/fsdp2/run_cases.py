@@ -1,0 +1,52 @@
+"""Measures cases.jsonl: rank 0 of FSDP2 runs (accelerate 1.15's fully_shard wrapping, bf16 mixed
+precision) under torch.distributed's fake process group, with the harness (../../harness,
+transformers 5.24 + peft 0.21.2 + PyTorch 2.15, emulated sm_90 device), each also replayed
+through PyTorch's caching allocator with every allocation on its CUDA stream.
+Run from the harness folder: .venv/bin/python PATH/run_cases.py [ID ...] > cases.jsonl"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BASE = {"dtype": "bf16", "autocast": "bf16", "attn_impl": "sdpa", "lora_r": 16, "lora_alpha": 32,
+        "lora_dropout": 0.05, "target_modules": "all-linear", "optimizer": "adamw_torch"}
+
+
+def fsdp(world):
+    return {"version": 2, "world": world, "param_dtype": "bf16", "reduce_dtype": "bf16"}
+
+
+CASES = {
+    # LoRA over 2 GPUs without checkpointing: the layers' activations dominate.
+    "llama2-7b_fsdp2x2_lora_s1024": dict(BASE, model="llama2-7b", seq=1024, batch=1, grad_ckpt=False,
+                                         fsdp=fsdp(2)),
+    # LoRA over 8 GPUs with checkpointing and long rows: the frozen base is an eighth per GPU,
+    # the gathered layer (and its prefetched neighbour) whole.
+    "llama2-7b_fsdp2x8_lora_gc_s4096": dict(BASE, model="llama2-7b", seq=4096, batch=1, grad_ckpt=True,
+                                            fsdp=fsdp(8)),
+    # Full fine-tuning over 8 GPUs: fp32 master shards, their AdamW states an eighth each.
+    "llama3-8b_fsdp2x8_full_gc_s2048": dict(BASE, model="llama3-8b", seq=2048, batch=1, grad_ckpt=True,
+                                            full_ft=True, fsdp=fsdp(8)),
+    # Qwen2.5-7B over 4 GPUs, two rows, q/v adapters, checkpointing.
+    "qwen2.5-7b_fsdp2x4_lora_qv_gc_b2_s2048": dict(BASE, model="qwen2.5-7b", seq=2048, batch=2, grad_ckpt=True,
+                                                   target_modules="qv", fsdp=fsdp(4)),
+    # Llama 3.2 3B's tied embedding over 2 GPUs, trained in full: the embedding sits in the
+    # [norm, embedding, lm_head] unit, gathered from the first token on.
+    "llama3.2-3b_fsdp2x2_full_s1024": dict(BASE, model="llama3.2-3b", seq=1024, batch=1, grad_ckpt=False,
+                                           full_ft=True, fsdp=fsdp(2)),
+}
+only = sys.argv[1:]
+for cid, c in CASES.items():
+    if only and cid not in only:
+        continue
+    with tempfile.TemporaryDirectory() as tmp:
+        ev = os.path.join(tmp, "ev.json")
+        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
+                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev), check=True)
+        d = json.loads(out.stdout)
+        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
+        r = json.loads(rep.stdout)
+    d["id"] = cid
+    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
+    print(json.dumps(d), flush=True)
