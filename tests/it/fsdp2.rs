@@ -75,26 +75,38 @@ fn each_rank_holds_its_padded_shards() {
     }
 }
 
-/// The gathered layers are what FSDP2 adds to a rank: with LoRA over 8 GPUs the step holds far
-/// more than an eighth of the one-GPU step's weights, and the plan's communication buffers at
-/// the peak are at least one whole decoder layer.
+/// Under transformers' Trainer a peft model's decoder layers share the root's unit: with LoRA
+/// over 8 GPUs each rank gathers the whole decoder stack at the forward's start and holds it to
+/// the end of backward, so the plan's communication buffers at the peak are the whole stack;
+/// full fine-tuning gathers one layer at a time (a unit per layer), far less than the stack.
 #[test]
-fn a_gathered_layer_is_whole_on_every_rank() {
-    let v = cases()
-        .into_iter()
-        .find(|v| v["id"] == "llama2-7b_fsdp2x8_lora_gc_s4096")
-        .expect("case");
-    let m = crate::plan_measured_line(&v);
-    let comm: u128 = m
-        .settled
-        .terms
-        .iter()
-        .filter(|t| t.component == lorafit::model::Component::CommBuffers)
-        .map(|t| t.bytes)
-        .sum();
-    // One Llama-2-7B decoder layer in bf16: 4 × 4096² + 3 × 4096 × 11008 values.
-    let layer = (4 * 4096 * 4096 + 3 * 4096 * 11008) * 2;
-    assert!(comm >= layer, "gathered {comm} B < one layer {layer} B");
+fn trainer_gathers_a_peft_models_whole_stack() {
+    let find = |id: &str| {
+        cases()
+            .into_iter()
+            .find(|v| v["id"] == id)
+            .unwrap_or_else(|| panic!("{id}"))
+    };
+    let comm = |v: &Value| -> u128 {
+        crate::plan_measured_line(v)
+            .settled
+            .terms
+            .iter()
+            .filter(|t| t.component == lorafit::model::Component::CommBuffers)
+            .map(|t| t.bytes)
+            .sum()
+    };
+    // Llama-2-7B's 32 decoder layers in bf16: 32 × (4 × 4096² + 3 × 4096 × 11008) values.
+    let stack = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) * 2;
+    let lora = comm(&find("llama2-7b_fsdp2x8_lora_gc_s4096"));
+    assert!(
+        lora >= stack,
+        "LoRA: gathered {lora} B < the stack {stack} B"
+    );
+    // Llama-3-8B trained in full over 8 GPUs gathers a layer (and its embedding or lm_head) at
+    // a time: under a quarter of a 7B stack.
+    let full = comm(&find("llama3-8b_fsdp2x8_full_gc_s2048"));
+    assert!(full < stack / 4, "full fine-tuning: gathered {full} B");
 }
 
 /// `fsdp_version` through every door: the settings table (JSONL), axolotl's and accelerate's
@@ -130,6 +142,16 @@ fn exports_carry_fsdp2() {
         .expect("model")
         .value;
     let p = plan(&arch, &s).expect("plans");
+    // LoRA under Trainer: the whole decoder stack gathered; full fine-tuning: a unit per layer.
+    assert!(p
+        .notes
+        .iter()
+        .any(|n| n.starts_with("FSDP2 (fully_shard) under transformers' Trainer")));
+    let full = lorafit::model::Settings {
+        finetuning_type: lorafit::model::FinetuningType::Full,
+        ..s.clone()
+    };
+    let p = plan(&arch, &full).expect("plans");
     assert!(p
         .notes
         .iter()

@@ -125,6 +125,15 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
             f["reduce_dtype"], v["autocast"],
             "accelerate's reduce_dtype"
         );
+        // Trainer's wrapping: a peft model's decoder layers in the root's unit, else a unit per
+        // layer (`distributed::fsdp2_layer_units`).
+        let peft = v["full_ft"] != serde_json::Value::Bool(true);
+        let wrap = if peft { "peft_trainer" } else { "transformer" };
+        assert_eq!(
+            f["auto_wrap"].as_str().unwrap_or("transformer"),
+            wrap,
+            "auto wrap"
+        );
         v["gpus_per_node"] = f["world"].clone();
         v["strategy"] = "fsdp_full_shard".into();
         v["fsdp_version"] = f["version"].to_string().into();

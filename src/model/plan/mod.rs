@@ -890,7 +890,11 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     }
     if s.parallel.strategy.is_fsdp() && s.parallel.world() > 1 {
         out.push(if super::distributed::fsdp2_op_by_op(arch, s) {
-            "FSDP2 (fully_shard) as accelerate wraps the model: each decoder layer is gathered before its forward and its backward and freed after, the next layer's gather allocated while the last one's is alive; the all-gathers and reduce-scatters allocate on their own CUDA streams, whose blocks the allocator keeps apart (rank 0 steps measured under the fake process group match to the byte)".into()
+            if super::distributed::fsdp2_layer_units(s) {
+                "FSDP2 (fully_shard) as accelerate wraps the model: each decoder layer is gathered before its forward and its backward and freed after, the next layer's gather allocated while the last one's is alive; the all-gathers and reduce-scatters allocate on their own CUDA streams, whose blocks the allocator keeps apart (rank 0 steps measured under the fake process group match to the byte)".into()
+            } else {
+                "FSDP2 (fully_shard) under transformers' Trainer: for a peft model it sets peft's auto-wrap policy, which accelerate's FSDP2 cannot apply, so no decoder layer gets a unit of its own and each GPU gathers the whole decoder stack from the forward's start to the end of backward (only the embedding and lm_head are gathered apart); the all-gathers and reduce-scatters allocate on their own CUDA streams (rank 0 steps measured under the fake process group match to the byte). FSDP1 wraps each layer".into()
+            }
         } else if s.parallel.fsdp_version == super::parallel::FsdpVersion::V2 {
             "FSDP2 with this set-up (offload, hybrid or grad-op sharding, a 4-bit or 8-bit base, experts, linear attention, images, DoRA, modules_to_save, preference or RL training, Liger or a fused loss) is planned with the rank model: two gathered decoder layers held through the step, not FSDP2's per-layer gathers".into()
         } else {

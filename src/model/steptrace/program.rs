@@ -2146,6 +2146,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let tokens = self.tokens();
         let h = a.hidden_size;
         let aux = bytes(ctx.aux_weight);
+        self.fsdp2_forward_start();
         let embed_unit = self.fsdp.as_ref().map_or(0, |f| f.embed_unit());
         self.fsdp2_pre_forward(embed_unit, false);
         let mut emb = self.t(tokens * h, aux, What::Hidden);
@@ -2310,9 +2311,14 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.ckpt_in[li] = Some((hcur, cos, sin, m));
             }
             let m = self.mask_for(li);
-            self.fsdp2_pre_forward(fsdp2::layer_unit(li), hcur.grad());
+            let unit = self.fsdp.as_ref().map(|f| f.layer_unit(li));
+            if let Some(u) = unit.filter(|_| self.fsdp2_layer_units()) {
+                self.fsdp2_pre_forward(u, hcur.grad());
+            }
             let hn = self.layer(hcur, li, cos, sin, m);
-            self.fsdp2_post_forward(fsdp2::layer_unit(li));
+            if let Some(u) = unit.filter(|_| self.fsdp2_layer_units()) {
+                self.fsdp2_post_forward(u);
+            }
             self.tp.mode = saved_mode;
             self.tp.layer = None;
             self.drop(hcur);
@@ -2576,6 +2582,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.tp.seed(root, one.t);
         let mut i = self.tp.node_count();
         let mut unit = None;
+        self.fsdp2_backward_start();
         while i > 0 {
             i -= 1;
             if !self.tp.has_grad(i) {
@@ -2950,6 +2957,7 @@ pub(super) fn run<const AFTER: u8>(
             Prog::fsdp2_param_es(ctx.s),
             ctx.arch.num_hidden_layers,
             ctx.arch.tie_word_embeddings,
+            crate::model::distributed::fsdp2_layer_units(ctx.s),
         ));
     } else {
         p.tp.set_rank(rank);

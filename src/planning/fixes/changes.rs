@@ -70,6 +70,9 @@ pub enum FixId {
     ShorterEvalGeneration,
     /// The merge in host memory instead of on the GPU (`export_device: cpu`).
     CpuExport,
+    /// FSDP1 instead of FSDP2 for a peft model under Trainer (which gathers FSDP2's whole
+    /// decoder stack).
+    Fsdp1,
     /// The last resort: a shorter sequence.
     ShorterSeq,
     /// Several changes together.
@@ -114,6 +117,8 @@ pub enum ChangeKind {
     EvalGeneration,
     /// Where the merge after training runs.
     Export,
+    /// How FSDP wraps and shards the model.
+    Sharding,
     /// A preference or GRPO step's reference pass.
     Reference,
     /// GRPO's old-policy pass.
@@ -161,6 +166,7 @@ impl FixId {
             FixId::SmallerEvalBatch => "smaller_eval_batch",
             FixId::ShorterEvalGeneration => "shorter_eval_generation",
             FixId::CpuExport => "cpu_export",
+            FixId::Fsdp1 => "fsdp1",
             FixId::ShorterSeq => "shorter_seq",
             FixId::Combined => "combined",
         }
@@ -191,6 +197,7 @@ impl FixId {
             FixId::SmallerEvalBatch => ChangeKind::EvalBatch,
             FixId::ShorterEvalGeneration => ChangeKind::EvalGeneration,
             FixId::CpuExport => ChangeKind::Export,
+            FixId::Fsdp1 => ChangeKind::Sharding,
             FixId::ShorterSeq | FixId::Combined => ChangeKind::Several,
         }
     }
@@ -274,6 +281,8 @@ pub enum Patch {
     MaxNewTokens(u64),
     /// `export_device: cpu`.
     CpuExport,
+    /// This `fsdp_version`.
+    FsdpVersion(crate::model::FsdpVersion),
 }
 
 impl Patch {
@@ -330,6 +339,7 @@ impl Patch {
             Patch::EvalBatch(b) => t.job.eval_batch = Some(b.max(1)),
             Patch::MaxNewTokens(n) => t.job.max_new_tokens = Some(n.max(1)),
             Patch::CpuExport => t.job.export_device = crate::model::job::ExportDevice::Cpu,
+            Patch::FsdpVersion(v) => t.parallel.fsdp_version = v,
         }
     }
 }
@@ -592,6 +602,18 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             cost,
             3,
             Patch::FusedLogprobs,
+        );
+    }
+    if crate::model::distributed::fsdp2_op_by_op(arch, s)
+        && !crate::model::distributed::fsdp2_layer_units(s)
+    {
+        push(
+            FixId::Fsdp1,
+            "fsdp_version 2 → 1".into(),
+            "FSDP1 for LoRA",
+            "FSDP1 applies Trainer's peft wrapping (each decoder layer and each LoRA module a unit of its own), so a layer is gathered at a time instead of the whole stack; planned with the rank model, not op by op",
+            3,
+            Patch::FsdpVersion(crate::model::FsdpVersion::V1),
         );
     }
     if s.dropout_run() > 0.0 && !s.targets.is_empty() && !s.base_trained() {

@@ -44,17 +44,12 @@ const ALL_GATHER_STREAM: u8 = 1;
 /// FSDP2's reduce-scatter stream.
 const REDUCE_SCATTER_STREAM: u8 = 2;
 
-/// The unit of decoder layer `li`.
-pub(super) fn layer_unit(li: usize) -> usize {
-    li + 1
-}
-
 /// A unit `fully_shard` was applied to.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Unit {
     /// Its parameters, in registration order.
     params: Vec<u32>,
-    /// Freed after its forward (every unit but `[final norm, lm_head]`).
+    /// Freed after its forward (every unit but `[final norm, lm_head]` and the root).
     reshard_after_forward: bool,
     /// Its unsharded parameters have memory.
     unsharded: bool,
@@ -77,8 +72,20 @@ pub(super) struct Fsdp2 {
     /// Bytes per element of `MixedPrecisionPolicy.param_dtype` and `reduce_dtype`.
     param_es: u64,
     reduce_es: u64,
-    /// Unit 0 the embedding, 1..=L the decoder layers, L + 1 the final norm and lm_head.
+    /// Unit 0 the embedding, 1..=L the decoder layers, L + 1 the final norm and lm_head, L + 2
+    /// the root (the parameters no other unit holds).
     units: Vec<Unit>,
+    /// Each decoder layer is a unit of its own. Not for a peft model under transformers'
+    /// Trainer: `update_fsdp_plugin_peft` (transformers/distributed/fsdp.py:267-285, called
+    /// from trainer.py:1762) sets peft's `fsdp_auto_wrap_policy`, an `_or_policy`, for which
+    /// accelerate's `fsdp2_prepare_auto_wrap_policy` (utils/fsdp_utils.py:921-970) returns None:
+    /// the layers stay in the root's unit, gathered for the whole step.
+    layer_units: bool,
+    /// The units in the order their post-forward ran this forward (FSDP2's
+    /// `post_forward_order`), and each unit's place in it: a unit's pre-backward prefetches the
+    /// unit before it.
+    order: Vec<usize>,
+    order_idx: Vec<Option<usize>>,
     /// Each parameter's shard (its own dtype) and unit.
     shards: Vec<(X, usize)>,
     /// The forward's last all-gather output (freed by the next all-gather).
@@ -93,15 +100,24 @@ pub(super) struct Fsdp2 {
 }
 
 impl Fsdp2 {
-    pub(super) fn new(world: u64, param_es: u64, layers: u64, tied: bool) -> Fsdp2 {
-        let n = layers as usize + 2;
+    pub(super) fn new(
+        world: u64,
+        param_es: u64,
+        layers: u64,
+        tied: bool,
+        layer_units: bool,
+    ) -> Fsdp2 {
+        let n = layers as usize + 3;
         let mut units = vec![Unit::default(); n];
         for (i, u) in units.iter_mut().enumerate() {
-            u.reshard_after_forward = i + 1 < n;
+            u.reshard_after_forward = i + 2 < n;
         }
         Fsdp2 {
             world,
             tied,
+            layer_units,
+            order: vec![],
+            order_idx: vec![None; n],
             param_es,
             reduce_es: param_es,
             units,
@@ -115,7 +131,21 @@ impl Fsdp2 {
 
     /// The tail unit (final norm, lm_head).
     pub(super) fn tail(&self) -> usize {
+        self.units.len() - 2
+    }
+
+    /// The root's unit.
+    pub(super) fn root(&self) -> usize {
         self.units.len() - 1
+    }
+
+    /// The unit holding decoder layer `li`'s parameters.
+    pub(super) fn layer_unit(&self, li: usize) -> usize {
+        if self.layer_units {
+            li + 1
+        } else {
+            self.root()
+        }
     }
 
     /// The unit holding the input embedding.
@@ -128,14 +158,15 @@ impl Fsdp2 {
     }
 
     /// The units in the order the root's final callback visits them (`all_states`, by
-    /// `named_modules`: the embedding's unit, the layers, the final norm's).
+    /// `named_modules`: the root, the embedding's unit, the layers, the final norm's).
     fn final_order(&self) -> Vec<usize> {
-        let n = self.units.len();
-        if self.tied {
-            std::iter::once(n - 1).chain(0..n - 1).collect()
+        let (tail, root) = (self.tail(), self.root());
+        let rest: Vec<usize> = if self.tied {
+            std::iter::once(tail).chain(0..tail).collect()
         } else {
-            (0..n).collect()
-        }
+            (0..=tail).collect()
+        };
+        std::iter::once(root).chain(rest).collect()
     }
 
     /// Elements of a parameter's padded shard: `ceil(rows / world)` rows of `cols` (a vector
@@ -193,7 +224,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let (param_es, world) = (f.param_es, f.world);
         let after_layers = !self.layers.is_empty();
         let unit = if self.tp.exec != super::NO_LAYER {
-            self.tp.exec as usize + 1
+            f.layer_unit(self.tp.exec as usize)
         } else if after_layers {
             f.tail()
         } else {
@@ -259,15 +290,19 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    /// Marks where the tail unit's nodes begin (its pre-forward) and end (after lm_head).
+    /// Marks where the tail unit's nodes begin (its pre-forward) and end (after lm_head, its
+    /// post-forward).
     pub(super) fn fsdp2_mark_tail(&mut self, end: bool) {
         let n = self.tp.node_count();
-        if let Some(f) = self.fsdp.as_mut() {
-            if end {
-                f.tail_nodes.1 = n;
-            } else {
-                f.tail_nodes.0 = n;
-            }
+        let Some(f) = self.fsdp.as_mut() else {
+            return;
+        };
+        if end {
+            f.tail_nodes.1 = n;
+            let tail = f.tail();
+            self.fsdp2_post_forward(tail);
+        } else {
+            f.tail_nodes.0 = n;
         }
     }
 
@@ -276,7 +311,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let f = self.fsdp.as_ref()?;
         let tag = self.tp.node_tag(i);
         if tag != super::NO_LAYER {
-            return Some(layer_unit(tag as usize));
+            return Some(f.layer_unit(tag as usize));
         }
         let (from, to) = f.tail_nodes;
         if i >= to {
@@ -285,6 +320,17 @@ impl<'c, 'a> Prog<'c, 'a> {
             Some(f.tail())
         } else {
             Some(f.embed_unit())
+        }
+    }
+
+    /// Backward begins: the root's pre-backward (its hook on the loss).
+    pub(super) fn fsdp2_backward_start(&mut self) {
+        let Some(f) = self.fsdp.as_ref() else {
+            return;
+        };
+        let root = f.root();
+        if !f.units[root].params.is_empty() {
+            self.fsdp2_pre_backward(root);
         }
     }
 
@@ -329,11 +375,34 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.fsdp2_copy_out(unit);
     }
 
-    /// `unit`'s post-forward: resharded unless it stays gathered for backward.
-    pub(super) fn fsdp2_post_forward(&mut self, unit: usize) {
-        let Some(f) = self.fsdp.as_ref() else {
+    /// The model's forward begins: the post-forward order starts again, and the root is
+    /// gathered (its pre-forward runs before every other unit's).
+    pub(super) fn fsdp2_forward_start(&mut self) {
+        let Some(f) = self.fsdp.as_mut() else {
             return;
         };
+        f.order.clear();
+        f.order_idx.iter_mut().for_each(|i| *i = None);
+        let root = f.root();
+        self.fsdp2_pre_forward(root, false);
+    }
+
+    /// Whether each decoder layer has a unit (and so its own pre- and post-forward).
+    pub(super) fn fsdp2_layer_units(&self) -> bool {
+        self.fsdp.as_ref().is_some_and(|f| f.layer_units)
+    }
+
+    /// `unit`'s post-forward: resharded unless it stays gathered for backward; its place in the
+    /// post-forward order recorded.
+    pub(super) fn fsdp2_post_forward(&mut self, unit: usize) {
+        let Some(f) = self.fsdp.as_mut() else {
+            return;
+        };
+        if f.units[unit].params.is_empty() {
+            return;
+        }
+        f.order_idx[unit] = Some(f.order.len());
+        f.order.push(unit);
         if f.units[unit].reshard_after_forward {
             self.fsdp2_reshard(unit);
         }
@@ -355,9 +424,12 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// The root's post-forward: the forward's last all-gather output freed; the output cast to
     /// `output_dtype` (returned).
     pub(super) fn fsdp2_root_post_forward(&mut self) {
-        let Some(f) = self.fsdp.as_mut() else {
+        let Some(f) = self.fsdp.as_ref() else {
             return;
         };
+        let root = f.root();
+        self.fsdp2_post_forward(root);
+        let f = self.fsdp.as_mut().expect("FSDP2 state");
         if let Some(t) = f.ag_held.take() {
             self.tp.drop_t(t);
         }
@@ -386,8 +458,12 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.fsdp2_copy_out(unit);
             self.tp.drop_t(out);
         }
-        if unit > 0 {
-            let next = unit - 1;
+        let f = self.fsdp.as_mut().expect("FSDP2 state");
+        let target = f.order_idx[unit]
+            .take()
+            .filter(|&i| i > 0)
+            .map(|i| f.order[i - 1]);
+        if let Some(next) = target {
             let f = self.fsdp.as_ref().expect("FSDP2 state");
             let u = &f.units[next];
             if f.prefetched.is_none() && !u.unsharded && !u.params.is_empty() {
