@@ -1,10 +1,12 @@
 //! One rank of FSDP2 (`torch.distributed.fsdp.fully_shard`, PyTorch 2.15) as accelerate 1.15
 //! wraps a transformers model (`accelerate/utils/fsdp_utils.py:751-905`, `fsdp2_prepare_model`):
-//! a unit per decoder layer, the input embedding alone, `[final norm, lm_head]` as one unit that
-//! stays gathered between forward and backward (`reshard_after_forward=False`), and the root
-//! (no parameters of its own). Mixed precision is accelerate's `MixedPrecisionPolicy` with the
-//! training dtype as `param_dtype`, `reduce_dtype` and `output_dtype`
-//! (`utils/dataclasses.py:2136-2142`).
+//! a unit per decoder layer — or none, for a peft model under transformers' Trainer
+//! ([`crate::model::distributed::fsdp2_layer_units`]): the layers then stay in the root's unit,
+//! gathered from the forward's start to the end of backward —, the input embedding alone (tied:
+//! with the final norm and lm_head), `[final norm, lm_head]` as one unit that stays gathered
+//! between forward and backward (`reshard_after_forward=False`), and the root. Mixed precision is
+//! accelerate's `MixedPrecisionPolicy` with the training dtype as `param_dtype`, `reduce_dtype`
+//! and `output_dtype` (`utils/dataclasses.py:2136-2142`).
 //!
 //! What each rank allocates (`torch/distributed/fsdp/_fully_shard/`):
 //! - **setup**: each parameter's shard, `ceil(dim0 / world)` rows of it (`_fsdp_param.py`,
@@ -19,9 +21,10 @@
 //!   it is freed as soon as it is copied out;
 //! - **reshard** (`free_storage`): every unsharded parameter's storage freed (`resize_(0)`),
 //!   after each layer's forward and after each unit's backward;
-//! - **backward prefetch**: a unit's pre-backward all-gathers the unit whose backward comes
-//!   next (the last layer's in the tail's, the embedding's in the first layer's, which never
-//!   runs backward when the embedding is frozen: freed when backward ends);
+//! - **backward prefetch**: a unit's pre-backward all-gathers the unit whose post-forward ran
+//!   just before its own (FSDP2's `post_forward_order`: the last layer's in the tail's, the
+//!   embedding's in the first layer's, which never runs backward when the embedding is frozen:
+//!   freed when backward ends);
 //! - **reduce-scatter** at a unit's post-backward (`foreach_reduce`): the last reduce-scatter's
 //!   input freed, the unit resharded, the input allocated on the default stream
 //!   (`world` × every padded shard with a gradient, `reduce_dtype`) and the unsharded

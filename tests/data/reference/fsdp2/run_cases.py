@@ -3,11 +3,8 @@ precision) under torch.distributed's fake process group, with the harness (../..
 transformers 5.24 + peft 0.21.2 + PyTorch 2.15, emulated sm_90 device), each also replayed
 through PyTorch's caching allocator with every allocation on its CUDA stream.
 Run from the harness folder: .venv/bin/python PATH/run_cases.py [ID ...] > cases.jsonl"""
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 BASE = {"dtype": "bf16", "autocast": "bf16", "attn_impl": "sdpa", "lora_r": 16, "lora_alpha": 32,
         "lora_dropout": 0.05, "target_modules": "all-linear", "optimizer": "adamw_torch"}
@@ -39,17 +36,7 @@ CASES = {
     "llama3.2-3b_fsdp2x2_full_s1024": dict(BASE, model="llama3.2-3b", seq=1024, batch=1, grad_ckpt=False,
                                            full_ft=True, fsdp=fsdp(2, peft=False)),
 }
-only = sys.argv[1:]
-for cid, c in CASES.items():
-    if only and cid not in only:
-        continue
-    with tempfile.TemporaryDirectory() as tmp:
-        ev = os.path.join(tmp, "ev.json")
-        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
-                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev), check=True)
-        d = json.loads(out.stdout)
-        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
-        r = json.loads(rep.stdout)
-    d["id"] = cid
-    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
-    print(json.dumps(d), flush=True)
+sys.path.insert(0, os.getcwd())  # the harness folder, where this script runs
+from measure_cases import run  # noqa: E402
+
+run(CASES)

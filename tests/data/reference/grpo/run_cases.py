@@ -8,11 +8,8 @@ stubbed: on the emulated device only the Python wrapper's allocations run), with
 emulated sm_90 device), each also replayed through PyTorch's caching allocator. Each case's rows are
 one prompt's num_generations completions (batch = num_generations, gradient accumulation 1).
 Run from the harness folder: .venv/bin/python PATH/run_cases.py [ID ...] > cases.jsonl"""
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 # vLLM generates elsewhere (server mode): before each step's scoring the trainer's GPU runs TRL's
 # weight sync (peft's merge_adapter, the merged weights read, unmerge_adapter).
@@ -31,17 +28,7 @@ CASES = {
     "llama3.2-1b_full_b8_c512": dict(model="llama3.2-1b", dtype="bf16", seq=1024, batch=8, full_ft=True,
                                      grad_ckpt=True, method_kind="grpo", grpo_completion_len=512),
 }
-only = sys.argv[1:]
-for cid, c in CASES.items():
-    if only and cid not in only:
-        continue
-    with tempfile.TemporaryDirectory() as tmp:
-        ev = os.path.join(tmp, "ev.json")
-        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
-                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev, PYTHONHASHSEED="1"), check=True)
-        d = json.loads(out.stdout)
-        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
-        r = json.loads(rep.stdout)
-    d["id"] = cid
-    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
-    print(json.dumps(d), flush=True)
+sys.path.insert(0, os.getcwd())  # the harness folder, where this script runs
+from measure_cases import run  # noqa: E402
+
+run(CASES, {"PYTHONHASHSEED": "1"})

@@ -3,11 +3,8 @@ grpo_generate: transformers' generate on the training GPU as GRPOTrainer calls i
 scoring and _compute_loss), at full depth with completions short enough for the emulated device (every
 decode step runs every layer), each also replayed through PyTorch's caching allocator.
 Run from the harness folder: .venv/bin/python PATH/run_gen_cases.py [ID ...] > gen_cases.jsonl"""
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 LORA = {"quant": None, "dtype": "bf16", "autocast": None, "attn_impl": "sdpa", "lora_r": 16,
         "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear", "method_kind": "grpo",
@@ -27,17 +24,7 @@ CASES = {
                                                   grad_ckpt=True, grpo_completion_len=96, grpo_beta=0.04,
                                                   grpo_num_iterations=2),
 }
-only = sys.argv[1:]
-for cid, c in CASES.items():
-    if only and cid not in only:
-        continue
-    with tempfile.TemporaryDirectory() as tmp:
-        ev = os.path.join(tmp, "ev.json")
-        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
-                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev, PYTHONHASHSEED="1"), check=True)
-        d = json.loads(out.stdout)
-        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
-        r = json.loads(rep.stdout)
-    d["id"] = cid
-    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
-    print(json.dumps(d), flush=True)
+sys.path.insert(0, os.getcwd())  # the harness folder, where this script runs
+from measure_cases import run  # noqa: E402
+
+run(CASES, {"PYTHONHASHSEED": "1"})

@@ -3,11 +3,8 @@ Linear8bitLt), and the same steps on a 4-bit base for the fix between them, with
 (../../harness, transformers 5.24 + peft 0.21.2 + bitsandbytes 0.50.2 + PyTorch 2.15, emulated sm_90
 device), each also replayed through PyTorch's caching allocator.
 Run from the harness folder: .venv/bin/python PATH/run_cases.py [ID ...] > cases.jsonl"""
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 BASE = {"dtype": "bf16", "attn_impl": "sdpa", "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05,
         "target_modules": "all-linear", "double_quant": True}
@@ -27,17 +24,7 @@ CASES = {
     "llama3-8b_int8_prep_qkvo_s1024": dict(BASE, model="llama3-8b", seq=1024, batch=2, quant="int8", prepare_kbit=True,
                                            autocast=None, grad_ckpt=True, target_modules="qkvo"),
 }
-only = sys.argv[1:]
-for cid, c in CASES.items():
-    if only and cid not in only:
-        continue
-    with tempfile.TemporaryDirectory() as tmp:
-        ev = os.path.join(tmp, "ev.json")
-        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
-                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev), check=True)
-        d = json.loads(out.stdout)
-        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
-        r = json.loads(rep.stdout)
-    d["id"] = cid
-    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
-    print(json.dumps(d), flush=True)
+sys.path.insert(0, os.getcwd())  # the harness folder, where this script runs
+from measure_cases import run  # noqa: E402
+
+run(CASES)

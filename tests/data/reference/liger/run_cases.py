@@ -5,11 +5,8 @@ device only their Python wrappers' allocations run) beside the same steps withou
 harness (../../harness, transformers 5.24 + peft 0.21.2 + bitsandbytes 0.50.2 + PyTorch 2.15, emulated
 sm_90 device), each also replayed through PyTorch's caching allocator.
 Run from the harness folder: .venv/bin/python PATH/run_cases.py [ID ...] > cases.jsonl"""
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 ALL = ["rms_norm", "swiglu", "rope"]
 LORA = {"quant": None, "dtype": "bf16", "autocast": None, "attn_impl": "sdpa", "lora_r": 16,
@@ -35,20 +32,10 @@ for cid, c in {
 CASES["llama2-7b_lora_s2048_swiglu"] = dict(CASES["llama2-7b_lora_s2048"], liger_kernel=["swiglu"])
 CASES["llama2-7b_lora_s2048_rms_norm"] = dict(CASES["llama2-7b_lora_s2048"], liger_kernel=["rms_norm"])
 CASES["llama2-7b_lora_s2048_rope"] = dict(CASES["llama2-7b_lora_s2048"], liger_kernel=["rope"])
-only = sys.argv[1:]
-for cid, c in CASES.items():
-    if only and cid not in only:
-        continue
-    with tempfile.TemporaryDirectory() as tmp:
-        ev = os.path.join(tmp, "ev.json")
-        # PYTHONHASHSEED=1: Gemma 3 computes its rotary tables per layer type in the order of
-        # `set(config.layer_types)` (modeling_gemma3.py:533), a string set whose order follows
-        # the process's hash seed; with 1 the sliding layers' come first, every run alike.
-        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
-                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev, PYTHONHASHSEED="1"), check=True)
-        d = json.loads(out.stdout)
-        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
-        r = json.loads(rep.stdout)
-    d["id"] = cid
-    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
-    print(json.dumps(d), flush=True)
+sys.path.insert(0, os.getcwd())  # the harness folder, where this script runs
+from measure_cases import run  # noqa: E402
+
+# PYTHONHASHSEED=1: Gemma 3 computes its rotary tables per layer type in the order of
+# `set(config.layer_types)` (modeling_gemma3.py:533), a string set whose order follows the
+# process's hash seed; with 1 the sliding layers' come first, every run alike.
+run(CASES, {"PYTHONHASHSEED": "1"})

@@ -6,11 +6,8 @@ ForCausalLMLoss), with the harness (../../harness, transformers 5.24 + peft 0.21
 0.50.2 + trl 1.16.0 + PyTorch 2.15, emulated sm_90 device), each also replayed through PyTorch's
 caching allocator.
 Run from the harness folder: .venv/bin/python PATH/run_cases.py [ID ...] > cases.jsonl"""
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 LORA = {"quant": None, "dtype": "bf16", "autocast": None, "attn_impl": "sdpa", "lora_r": 16,
         "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear"}
@@ -37,17 +34,7 @@ CASES["llama3.2-1b_full_s2048_trl"] = dict(model="llama3.2-1b", dtype="bf16", se
 # labels are -100, so the fused head scores only the completion (added 2026-12-06).
 CASES["llama3-8b_lora_s2048_trl_col"] = dict(CASES["llama3-8b_lora_s2048_trl"], trl_sft_prompt_len=1536)
 CASES["qwen2.5-7b_qlora_s4096_trl_col"] = dict(CASES["qwen2.5-7b_qlora_s4096_trl"], trl_sft_prompt_len=3072)
-only = sys.argv[1:]
-for cid, c in CASES.items():
-    if only and cid not in only:
-        continue
-    with tempfile.TemporaryDirectory() as tmp:
-        ev = os.path.join(tmp, "ev.json")
-        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
-                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev, PYTHONHASHSEED="1"), check=True)
-        d = json.loads(out.stdout)
-        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
-        r = json.loads(rep.stdout)
-    d["id"] = cid
-    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
-    print(json.dumps(d), flush=True)
+sys.path.insert(0, os.getcwd())  # the harness folder, where this script runs
+from measure_cases import run  # noqa: E402
+
+run(CASES, {"PYTHONHASHSEED": "1"})

@@ -3,11 +3,8 @@ prepare_model_for_kbit_training (what LLaMA-Factory, axolotl, ms-swift and TRL >
 the harness (../../harness, transformers 5.24 + peft 0.21.2 + bitsandbytes 0.50.2 + PyTorch 2.15,
 emulated sm_90 device), each also replayed through PyTorch's caching allocator.
 Run from the harness folder: .venv/bin/python PATH/run_cases.py > cases.jsonl"""
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 BASE = {"quant": "nf4", "double_quant": True, "prepare_kbit": False, "dtype": "bf16",
         "autocast": "bf16", "attn_impl": "sdpa", "lora_r": 16, "lora_alpha": 32,
@@ -31,18 +28,7 @@ CASES = {
     "codellama-34b-2l_all_gc_b4": {"model": CODELLAMA_34B_2L, "seq": 8192, "batch": 4, "grad_ckpt": True, "target_modules": "all-linear", "lora_r": 1, "lora_dropout": 0.0},
 }
 here = os.getcwd()
-only = sys.argv[1:]
-for cid, change in CASES.items():
-    if only and cid not in only:
-        continue
-    c = dict(BASE, **change)
-    with tempfile.TemporaryDirectory() as tmp:
-        ev = os.path.join(tmp, "ev.json")
-        out = subprocess.run([sys.executable, "measure.py", "--json", json.dumps(c)], capture_output=True,
-                             text=True, env=dict(os.environ, TRUTH_EVENTS=ev), check=True)
-        d = json.loads(out.stdout)
-        rep = subprocess.run([sys.executable, "replay.py", ev], capture_output=True, text=True, check=True)
-        r = json.loads(rep.stdout)
-    d["id"] = cid
-    d["replay"] = {k: r[k] for k in ("max_allocated", "max_reserved")}
-    print(json.dumps(d), flush=True)
+sys.path.insert(0, os.getcwd())  # the harness folder, where this script runs
+from measure_cases import run  # noqa: E402
+
+run({cid: dict(BASE, **change) for cid, change in CASES.items()})
