@@ -1183,7 +1183,7 @@ pub static FIELDS: &[Field] = &[
         no_flag: None,
         label: beyond_first_screen!("FSDP version"),
         help: cli!("accelerate's fsdp_version: 1 (FullyShardedDataParallel, flat parameters) or 2 (fully_shard: each decoder layer gathered before its forward and backward and freed after, on their own CUDA streams)", ""),
-        testid: None,
+        testid: Some("select-fsdp-version"),
         kind: Kind::Choice(|| names_of(FsdpVersion::ALL, FsdpVersion::name)),
         slider: None,
         get: |s| s.parallel.fsdp_version.name().to_string(),

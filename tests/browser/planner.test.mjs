@@ -196,6 +196,19 @@ test("GPUs, strategy and offload plan per GPU and travel in the link", async () 
   await page.close();
 });
 
+test("FSDP2 is planned per GPU as Trainer wraps a LoRA model, with the fix and the note that say so", async () => {
+  const { page } = await openApp(browser, server.url + "?model=llama2-7b&s=1024");
+  await page.fill('[data-testid="input-gpus"]', "2");
+  assert.equal(await page.inputValue('[data-testid="select-strategy"]'), "fsdp");
+  await page.selectOption('[data-testid="select-fsdp-version"]', "2");
+  const want = cliPlan(["--model", "llama2-7b", "--seq", "1024", "--gpus", "2", "--strategy", "fsdp", "--fsdp-version", "2"]).plan;
+  assert.ok(Math.abs((await gibOf(page, "peak-allocated")) - want.peak_allocated_bytes / GIB) <= 0.006);
+  await page.waitForFunction(() => /fv=2/.test(location.search), null, { timeout: 5000 });
+  assert.match(await page.textContent('[data-testid="plan-notes"]'), /FSDP2 \(fully_shard\) under transformers' Trainer/);
+  await page.screenshot({ path: path.join(artifacts, "fsdp2-trainer-lora.png"), fullPage: false });
+  await page.close();
+});
+
 test("a visit loads the page only; the sections load when one is opened and follow the page both ways", async () => {
   const { page, errors } = await openApp(browser, server.url + "?gpu=rtx4090&b=4&s=2048", { sections: false });
   const loaded = () => page.evaluate(() => performance.getEntriesByType("resource").map((r) => r.name.split("/").pop()));

@@ -300,9 +300,9 @@ impl What {
             What::Overhead => "measured overhead of your run",
             What::Workspace => "cuBLAS workspace",
             What::KernelTemp => "CUDA kernel temporary",
-            What::GatheredLayer => "gathered decoder layer (current or prefetched)",
+            What::GatheredLayer => "gathered decoder layers (all-gather output or unsharded copy)",
             What::GatheredRoot => {
-                "gathered root unit (embeddings, lm_head) beyond this rank's shard"
+                "gathered embedding / lm_head (all-gather output or unsharded copy)"
             }
             What::CommBucket => "gradient communication bucket",
             What::EvalOutputs => "evaluation outputs kept (losses, logits, labels)",

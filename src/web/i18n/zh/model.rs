@@ -91,12 +91,12 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("cuBLAS workspace", "cuBLAS 工作区"),
     ("CUDA kernel temporary", "CUDA kernel 临时张量"),
     (
-        "gathered decoder layer (current or prefetched)",
-        "聚合的解码层（当前层或预取层）",
+        "gathered decoder layers (all-gather output or unsharded copy)",
+        "汇集的解码层（all-gather 输出或未分片副本）",
     ),
     (
-        "gathered root unit (embeddings, lm_head) beyond this rank's shard",
-        "聚合的根单元（embeddings、lm_head）中本 rank 分片以外的部分",
+        "gathered embedding / lm_head (all-gather output or unsharded copy)",
+        "汇集的嵌入层 / lm_head（all-gather 输出或未分片副本）",
     ),
     ("gradient communication bucket", "梯度通信桶"),
     ("Merge temporaries (LoRA delta, dequantized weight)", "合并临时张量（LoRA 增量、反量化权重）"),

@@ -210,7 +210,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("merge on the CPU", "在 CPU 上合并"),
     ("a slower merge, and the model in host memory while it runs", "合并更慢，合并期间模型占用主机内存"),
     ("FSDP1 for LoRA", "LoRA 改用 FSDP1"),
-    ("fsdp_version # → #", "fsdp_version # → #"),
+    ("fsdp_version # → #", "fsdp_version 由 # 改为 #"),
     ("FSDP1 applies Trainer's peft wrapping (each decoder layer and each LoRA module a unit of its own), so a layer is gathered at a time instead of the whole stack; planned with the rank model, not op by op", "FSDP1 会应用 Trainer 的 peft 包装（每个解码层和每个 LoRA 模块各自成为一个单元），因此每次只汇集一层而不是整个层栈；按 rank 模型规划，而非逐算子"),
     ("only the adapters train: no gradient or optimizer state for the base weights; often close to full fine-tuning for instruction tuning, less so for new knowledge; recomputes each layer's forward during the backward (one more forward per step)", "只训练适配器：基座权重没有梯度和优化器状态；指令微调效果常接近全参微调，学习新知识时差一些；反向传播时重算每层的前向（每步多一次前向）"),
     // The planner page's first bundle hands a step with extended ops to its full planner
