@@ -75,7 +75,8 @@ struct Lin {
 struct Prog<'c, 'a> {
     ctx: &'c Ctx<'a>,
     tp: Tape,
-    /// FSDP2's units, shards and buffers when the rank runs it op by op ([`fsdp2::applies`]).
+    /// FSDP2's units, shards and buffers when the rank runs it op by op
+    /// ([`crate::model::distributed::fsdp2_op_by_op`]).
     fsdp: Option<fsdp2::Fsdp2>,
     params: Vec<Param>,
     trainable: Vec<u32>,
