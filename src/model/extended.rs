@@ -47,6 +47,8 @@ pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
         Some("TRL's fused LM head")
     } else if s.liger.any() {
         Some("Liger-Kernel's kernels")
+    } else if super::distributed::fsdp2_op_by_op(arch, s) {
+        Some("FSDP2's per-layer gathers")
     } else {
         None
     }

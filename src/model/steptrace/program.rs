@@ -236,7 +236,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// A parameter of `n` elements of `es` bytes whose last dimension is `cols` (0: a vector).
     fn param(&mut self, n: u64, es: u64, cols: u64, trainable: bool, what: What) -> Param {
-        let mut x = if self.fsdp.is_some() {
+        let mut x = if self.fsdp2().is_some() {
             self.fsdp2_param(n, es, cols, trainable, what)
         } else {
             self.t(n, es, what)
@@ -396,7 +396,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         // Several GPUs: the buffers the rank's communication keeps through the step (FSDP2
         // allocates its own as it gathers and reduces).
-        let comm = if self.fsdp.is_some() {
+        let comm = if self.fsdp2().is_some() {
             vec![]
         } else {
             let grad_bytes: u128 = self
@@ -2148,7 +2148,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let h = a.hidden_size;
         let aux = bytes(ctx.aux_weight);
         self.fsdp2_forward_start();
-        let embed_unit = self.fsdp.as_ref().map_or(0, |f| f.embed_unit());
+        let embed_unit = self.fsdp2().map_or(0, |f| f.embed_unit());
         self.fsdp2_pre_forward(embed_unit, false);
         let mut emb = self.t(tokens * h, aux, What::Hidden);
         if let Some(table) = self.embed_trained {
@@ -2312,7 +2312,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.ckpt_in[li] = Some((hcur, cos, sin, m));
             }
             let m = self.mask_for(li);
-            let unit = self.fsdp.as_ref().map(|f| f.layer_unit(li));
+            let unit = self.fsdp2().map(|f| f.layer_unit(li));
             if let Some(u) = unit.filter(|_| self.fsdp2_layer_units()) {
                 self.fsdp2_pre_forward(u, hcur.grad());
             }
@@ -2327,7 +2327,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             hcur = hn;
         }
         self.norm_queue = self.final_norm.into_iter().collect();
-        if let Some(tail) = self.fsdp.as_ref().map(|f| f.tail()) {
+        if let Some(tail) = self.fsdp2().map(|f| f.tail()) {
             self.fsdp2_pre_forward(tail, hcur.grad());
             self.fsdp2_mark_tail(false);
         }
@@ -2589,7 +2589,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             if !self.tp.has_grad(i) {
                 continue;
             }
-            if self.fsdp.is_some() {
+            if self.fsdp2().is_some() {
                 self.fsdp2_before_node(i, &mut unit);
             }
             if let Some(l) = self.tp.needs_recompute(i) {
@@ -2597,7 +2597,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             self.tp.run(i);
         }
-        if self.fsdp.is_some() {
+        if self.fsdp2().is_some() {
             self.fsdp2_backward_end(unit, self.emb_leaf.is_some());
         }
         self.tp.drop_t(one.t);
@@ -2692,7 +2692,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 // parameters of the types it lists (`_default_to_fused_or_foreach`,
                 // torch/optim/optimizer.py:170-193), FSDP2's DTensors among them
                 // (torch/distributed/tensor/__init__.py:78).
-                let foreach = s.optimizer == Optimizer::AdamwTorchForeach || self.fsdp.is_some();
+                let foreach = s.optimizer == Optimizer::AdamwTorchForeach || self.fsdp2().is_some();
                 if foreach {
                     // _foreach_sqrt(exp_avg_sqs): one list for all parameters, freed (as a
                     // Python list) from its end.
@@ -2952,7 +2952,9 @@ pub(super) fn run<const AFTER: u8>(
         loss_over_items: false,
     };
     p.tp.emulated = device == super::Device::Emulated;
-    if crate::model::distributed::fsdp2_op_by_op(ctx.arch, ctx.s) {
+    if crate::model::extended::EXTENDED
+        && crate::model::distributed::fsdp2_op_by_op(ctx.arch, ctx.s)
+    {
         p.fsdp = Some(fsdp2::Fsdp2::new(
             u64::try_from(ctx.s.parallel.world()).unwrap_or(u64::MAX),
             Prog::fsdp2_param_es(ctx.s),

@@ -204,6 +204,23 @@ impl Fsdp2 {
 }
 
 impl<'c, 'a> Prog<'c, 'a> {
+    /// The FSDP2 state, when the rank runs FSDP2 op by op. Never in the first bundle (no
+    /// extended ops: [`crate::model::extended::needed`] names FSDP2 there), where every FSDP2
+    /// op below is then dead code.
+    pub(super) fn fsdp2(&self) -> Option<&Fsdp2> {
+        self.fsdp
+            .as_ref()
+            .filter(|_| crate::model::extended::EXTENDED)
+    }
+
+    fn fsdp2_mut(&mut self) -> Option<&mut Fsdp2> {
+        if crate::model::extended::EXTENDED {
+            self.fsdp.as_mut()
+        } else {
+            None
+        }
+    }
+
     /// A parameter under FSDP2: its shard stored now (in its own dtype), its unsharded storage
     /// (in `param_dtype`) made by each all-gather. `cols` is its last dimension (0: a vector).
     ///
@@ -222,7 +239,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             es
         };
-        let f = self.fsdp.as_ref().expect("FSDP2 state");
+        let f = self.fsdp2().expect("FSDP2 state");
         let shard_n = f.shard_elems(n, cols);
         let (param_es, world) = (f.param_es, f.world);
         let after_layers = !self.layers.is_empty();
@@ -239,7 +256,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let t = self
             .tp
             .new_resizable_t(world * shard_n * param_es, whole_what);
-        let f = self.fsdp.as_mut().expect("FSDP2 state");
+        let f = self.fsdp2_mut().expect("FSDP2 state");
         let p = f.shards.len() as u32;
         f.shards.push((shard, unit));
         if f.tied && unit == f.tail() && after_layers {
@@ -259,7 +276,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// The all-gather of `unit` on its stream: the cast buffer, the output (returned), the
     /// cast buffer freed.
     fn fsdp2_all_gather(&mut self, unit: usize) -> T {
-        let f = self.fsdp.as_ref().expect("FSDP2 state");
+        let f = self.fsdp2().expect("FSDP2 state");
         let (all, cast, _) = f.unit_elems(unit, |_| false);
         let (world, es) = (f.world, f.param_es);
         let what = self.fsdp2_what(unit);
@@ -274,7 +291,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     fn fsdp2_what(&self, unit: usize) -> What {
-        let f = self.fsdp.as_ref().expect("FSDP2 state");
+        let f = self.fsdp2().expect("FSDP2 state");
         if unit == 0 || unit == f.tail() {
             What::GatheredRoot
         } else {
@@ -284,7 +301,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// The copy-out: each unsharded parameter's storage allocated again.
     fn fsdp2_copy_out(&mut self, unit: usize) {
-        let f = self.fsdp.as_mut().expect("FSDP2 state");
+        let f = self.fsdp2_mut().expect("FSDP2 state");
         f.units[unit].unsharded = true;
         let ps = f.units[unit].params.clone();
         for p in ps {
@@ -297,7 +314,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// post-forward).
     pub(super) fn fsdp2_mark_tail(&mut self, end: bool) {
         let n = self.tp.node_count();
-        let Some(f) = self.fsdp.as_mut() else {
+        let Some(f) = self.fsdp2_mut() else {
             return;
         };
         if end {
@@ -311,7 +328,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// The unit whose backward node `i` is (None: the loss's, the root's).
     fn fsdp2_unit_of_node(&self, i: usize) -> Option<usize> {
-        let f = self.fsdp.as_ref()?;
+        let f = self.fsdp2()?;
         let tag = self.tp.node_tag(i);
         if tag != super::NO_LAYER {
             return Some(f.layer_unit(tag as usize));
@@ -328,7 +345,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Backward begins: the root's pre-backward (its hook on the loss).
     pub(super) fn fsdp2_backward_start(&mut self) {
-        let Some(f) = self.fsdp.as_ref() else {
+        let Some(f) = self.fsdp2() else {
             return;
         };
         let root = f.root();
@@ -348,13 +365,13 @@ impl<'c, 'a> Prog<'c, 'a> {
             return;
         }
         if let Some(c) = cur.take() {
-            if self.fsdp.as_ref().is_some_and(|f| f.units[c].input_grad) {
+            if self.fsdp2().is_some_and(|f| f.units[c].input_grad) {
                 self.fsdp2_post_backward(c);
             }
         }
         // A unit's pre-backward hook fires once (the tied embedding's backward comes after its
         // unit's lm_head).
-        if !self.fsdp.as_ref().is_some_and(|f| f.units[u].pre_done) {
+        if !self.fsdp2().is_some_and(|f| f.units[u].pre_done) {
             self.fsdp2_pre_backward(u);
         }
         *cur = Some(u);
@@ -363,7 +380,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// `unit`'s pre-forward: gathered unless it still is. `input_grad`: the input of its first
     /// module needs a gradient.
     pub(super) fn fsdp2_pre_forward(&mut self, unit: usize, input_grad: bool) {
-        let Some(f) = self.fsdp.as_mut() else {
+        let Some(f) = self.fsdp2_mut() else {
             return;
         };
         if f.units[unit].unsharded || f.units[unit].params.is_empty() {
@@ -371,7 +388,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         f.units[unit].input_grad = input_grad;
         let out = self.fsdp2_all_gather(unit);
-        let f = self.fsdp.as_mut().expect("FSDP2 state");
+        let f = self.fsdp2_mut().expect("FSDP2 state");
         if let Some(old) = f.ag_held.replace(out) {
             self.tp.drop_t(old);
         }
@@ -381,7 +398,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// The model's forward begins: the post-forward order starts again, and the root is
     /// gathered (its pre-forward runs before every other unit's).
     pub(super) fn fsdp2_forward_start(&mut self) {
-        let Some(f) = self.fsdp.as_mut() else {
+        let Some(f) = self.fsdp2_mut() else {
             return;
         };
         f.order.clear();
@@ -392,13 +409,13 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Whether each decoder layer has a unit (and so its own pre- and post-forward).
     pub(super) fn fsdp2_layer_units(&self) -> bool {
-        self.fsdp.as_ref().is_some_and(|f| f.layer_units)
+        self.fsdp2().is_some_and(|f| f.layer_units)
     }
 
     /// `unit`'s post-forward: resharded unless it stays gathered for backward; its place in the
     /// post-forward order recorded.
     pub(super) fn fsdp2_post_forward(&mut self, unit: usize) {
-        let Some(f) = self.fsdp.as_mut() else {
+        let Some(f) = self.fsdp2_mut() else {
             return;
         };
         if f.units[unit].params.is_empty() {
@@ -412,7 +429,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     fn fsdp2_reshard(&mut self, unit: usize) {
-        let f = self.fsdp.as_mut().expect("FSDP2 state");
+        let f = self.fsdp2_mut().expect("FSDP2 state");
         if !f.units[unit].unsharded {
             return;
         }
@@ -427,12 +444,12 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// The root's post-forward: the forward's last all-gather output freed; the output cast to
     /// `output_dtype` (returned).
     pub(super) fn fsdp2_root_post_forward(&mut self) {
-        let Some(f) = self.fsdp.as_ref() else {
+        let Some(f) = self.fsdp2() else {
             return;
         };
         let root = f.root();
         self.fsdp2_post_forward(root);
-        let f = self.fsdp.as_mut().expect("FSDP2 state");
+        let f = self.fsdp2_mut().expect("FSDP2 state");
         if let Some(t) = f.ag_held.take() {
             self.tp.drop_t(t);
         }
@@ -440,13 +457,13 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// `MixedPrecisionPolicy.output_dtype` of the root's output (the loss).
     pub(super) fn fsdp2_output_es(&self) -> Option<u64> {
-        self.fsdp.as_ref().map(|f| f.param_es)
+        self.fsdp2().map(|f| f.param_es)
     }
 
     /// `unit`'s pre-backward: gathered (from its prefetch when there is one) unless it still
     /// is, then the unit whose backward comes next prefetched.
     pub(super) fn fsdp2_pre_backward(&mut self, unit: usize) {
-        let Some(f) = self.fsdp.as_mut() else {
+        let Some(f) = self.fsdp2_mut() else {
             return;
         };
         f.units[unit].pre_done = true;
@@ -461,17 +478,17 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.fsdp2_copy_out(unit);
             self.tp.drop_t(out);
         }
-        let f = self.fsdp.as_mut().expect("FSDP2 state");
+        let f = self.fsdp2_mut().expect("FSDP2 state");
         let target = f.order_idx[unit]
             .take()
             .filter(|&i| i > 0)
             .map(|i| f.order[i - 1]);
         if let Some(next) = target {
-            let f = self.fsdp.as_ref().expect("FSDP2 state");
+            let f = self.fsdp2().expect("FSDP2 state");
             let u = &f.units[next];
             if f.prefetched.is_none() && !u.unsharded && !u.params.is_empty() {
                 let out = self.fsdp2_all_gather(next);
-                self.fsdp.as_mut().expect("FSDP2 state").prefetched = Some((next, out));
+                self.fsdp2_mut().expect("FSDP2 state").prefetched = Some((next, out));
             }
         }
     }
@@ -479,13 +496,13 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// `unit`'s post-backward: the last reduce-scatter's input freed, the unit resharded, its
     /// gradients reduce-scattered into its sharded gradients.
     pub(super) fn fsdp2_post_backward(&mut self, unit: usize) {
-        let Some(f) = self.fsdp.as_mut() else {
+        let Some(f) = self.fsdp2_mut() else {
             return;
         };
         f.units[unit].post_done = true;
         let ps = f.units[unit].params.clone();
         let grads = self.tp.take_grads_of(|p| ps.contains(&p));
-        let f = self.fsdp.as_mut().expect("FSDP2 state");
+        let f = self.fsdp2_mut().expect("FSDP2 state");
         if !grads.is_empty() {
             if let Some(t) = f.rs_held.take() {
                 self.tp.drop_t(t);
@@ -495,7 +512,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         if grads.is_empty() {
             return;
         }
-        let f = self.fsdp.as_ref().expect("FSDP2 state");
+        let f = self.fsdp2().expect("FSDP2 state");
         let with: Vec<u32> = grads.iter().map(|g| g.0).collect();
         let (_, _, n) = f.unit_elems(unit, |p| with.contains(&p));
         let (world, res) = (f.world, f.reduce_es);
@@ -516,7 +533,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             out
         };
         self.tp.stream = DEFAULT_STREAM;
-        let f = self.fsdp.as_mut().expect("FSDP2 state");
+        let f = self.fsdp2_mut().expect("FSDP2 state");
         f.rs_held = Some(input.t);
         for &p in &with {
             self.tp.keep(sharded.t);
@@ -531,24 +548,24 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// callback) a prefetched all-gather no backward used and the last reduce-scatter's input
     /// freed.
     pub(super) fn fsdp2_backward_end(&mut self, cur: Option<usize>, embedding_output_grad: bool) {
-        let Some(f) = self.fsdp.as_ref() else {
+        let Some(f) = self.fsdp2() else {
             return;
         };
         if let Some(c) = cur.filter(|&c| f.units[c].input_grad) {
             self.fsdp2_post_backward(c);
         }
-        let f = self.fsdp.as_ref().expect("FSDP2 state");
+        let f = self.fsdp2().expect("FSDP2 state");
         if embedding_output_grad && !f.tied && cur != Some(0) {
             self.fsdp2_pre_backward(0);
         }
         // The final callback: every unit whose post-backward has not run, in its order.
-        let f = self.fsdp.as_ref().expect("FSDP2 state");
+        let f = self.fsdp2().expect("FSDP2 state");
         for u in f.final_order() {
-            if !self.fsdp.as_ref().expect("FSDP2 state").units[u].post_done {
+            if !self.fsdp2().expect("FSDP2 state").units[u].post_done {
                 self.fsdp2_post_backward(u);
             }
         }
-        let f = self.fsdp.as_mut().expect("FSDP2 state");
+        let f = self.fsdp2_mut().expect("FSDP2 state");
         for u in &mut f.units {
             u.pre_done = false;
             u.post_done = false;
@@ -562,7 +579,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// The parameter as the optimizer sees it: its shard under FSDP2.
     pub(super) fn opt_param(&self, p: u32) -> X {
-        match &self.fsdp {
+        match self.fsdp2() {
             Some(f) => {
                 let x = f.shard_of(p);
                 X {
