@@ -5,53 +5,14 @@
 
 use super::ctx::Ctx;
 
-use super::arch::Architecture;
 use super::parallel::{FsdpVersion, Strategy};
-use super::settings::Settings;
-
-/// Whether FSDP2 gives each decoder layer a unit of its own, as accelerate 1.15 wraps a model
-/// for `fsdp_version: 2` (`fsdp2_prepare_model`, `utils/fsdp_utils.py:842-846`): for full and
-/// freeze tuning. Not for a peft model trained by transformers' Trainer (every framework here:
-/// LLaMA-Factory, axolotl, ms-swift, TRL): `update_fsdp_plugin_peft`
-/// (`transformers/distributed/fsdp.py:267-285`, called from `trainer.py:1762`) sets peft's
-/// `fsdp_auto_wrap_policy`, an `_or_policy`, for which accelerate's
-/// `fsdp2_prepare_auto_wrap_policy` (`utils/fsdp_utils.py:921-970`) returns None: the decoder
-/// layers stay in the root's unit, gathered whole for the whole step.
-pub fn fsdp2_layer_units(s: &Settings) -> bool {
-    s.finetuning_type != super::settings::FinetuningType::Lora
-}
-
-/// Whether the step is planned as FSDP2 runs it, op by op (`steptrace`'s FSDP2 ops, measured
-/// rank by rank): `fsdp_version` 2 with full sharding and no offload, for the dense text models
-/// and the training set-ups those ops know (an SFT step with LoRA without DoRA or trained
-/// copies, or full fine-tuning, on a 16-bit base). Other FSDP2 set-ups, and FSDP1, are planned
-/// with the rank model (`steptrace::rank`: two gathered layers held through the step).
-pub fn fsdp2_op_by_op(arch: &Architecture, s: &Settings) -> bool {
-    let p = &s.parallel;
-    p.strategy == Strategy::FsdpFullShard
-        && p.fsdp_version == FsdpVersion::V2
-        && p.world() > 1
-        && !p.offload_optimizer
-        && !p.offload_params
-        && !p.offload_activations
-        && arch.is_dense_text()
-        && s.images.images_per_sample == 0
-        && s.quant.is_none()
-        && !s.use_dora
-        && s.modules_to_save.is_empty()
-        && !s.preference()
-        && !s.grpo()
-        && !s.sft_fused_head()
-        && !s.fused_ce
-        && !s.liger.any()
-}
 
 /// DeepSpeed's default reduce bucket (elements).
 const ZERO_REDUCE_BUCKET_ELEMENTS: u128 = 500_000_000;
 
 /// The buffers one rank's communication keeps through the step, as the step program allocates
 /// them at setup: two gathered decoder layers (the current and the prefetched one, FSDP /
-/// ZeRO-3; under FSDP2 without a unit per layer, [`fsdp2_layer_units`], the whole decoder stack
+/// ZeRO-3; under FSDP2 without a unit per layer, [`crate::model::Settings::fsdp2_layer_units`], the whole decoder stack
 /// twice, its all-gather output and its unsharded copy, as the measured FSDP2 ranks hold them at
 /// the forward's start), FSDP's root unit beyond this rank's shard, DDP's gradient buckets (every
 /// gradient once) or DeepSpeed's reduce bucket. `grad_bytes` are the step's gradients on one
@@ -65,7 +26,7 @@ pub fn comm_buffers(ctx: &Ctx, grad_bytes: u128) -> Vec<(CommBuffer, u128)> {
     }
     if ps > 1 {
         let stack =
-            p.strategy.is_fsdp() && p.fsdp_version == FsdpVersion::V2 && !fsdp2_layer_units(ctx.s);
+            p.strategy.is_fsdp() && p.fsdp_version == FsdpVersion::V2 && !ctx.s.fsdp2_layer_units();
         let layer = if stack {
             gathered_layer_bytes(ctx) * u128::from(ctx.arch.num_hidden_layers)
         } else {

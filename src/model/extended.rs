@@ -47,7 +47,7 @@ pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
         Some("TRL's fused LM head")
     } else if s.liger.any() {
         Some("Liger-Kernel's kernels")
-    } else if super::distributed::fsdp2_op_by_op(arch, s) {
+    } else if s.fsdp2_op_by_op(arch) {
         Some("FSDP2's per-layer gathers")
     } else {
         None

@@ -1224,6 +1224,45 @@ impl Settings {
         })
     }
 
+    /// Whether FSDP2 gives each decoder layer a unit of its own, as accelerate 1.15 wraps a
+    /// model for `fsdp_version: 2` (`fsdp2_prepare_model`, `utils/fsdp_utils.py:842-846`): for
+    /// full and freeze tuning. Not for a peft model trained by transformers' Trainer (every
+    /// framework here: LLaMA-Factory, axolotl, ms-swift, TRL): `update_fsdp_plugin_peft`
+    /// (`transformers/distributed/fsdp.py:267-285`, called from `trainer.py:1762`) sets peft's
+    /// `fsdp_auto_wrap_policy`, an `_or_policy`, for which accelerate's
+    /// `fsdp2_prepare_auto_wrap_policy` (`utils/fsdp_utils.py:921-970`) returns None: the
+    /// decoder layers stay in the root's unit, gathered whole for the whole step.
+    pub fn fsdp2_layer_units(&self) -> bool {
+        self.finetuning_type != FinetuningType::Lora
+    }
+
+    /// Whether the step is planned as FSDP2 runs it, op by op (`steptrace`'s FSDP2 ops,
+    /// measured rank by rank): `fsdp_version` 2 with full sharding and no offload, for the dense
+    /// text models and the training set-ups those ops know (an SFT step with LoRA without DoRA
+    /// or trained copies, or full fine-tuning, on a 16-bit base). Other FSDP2 set-ups, and FSDP1,
+    /// are planned with the rank model (`steptrace::rank`: two gathered layers held through the
+    /// step).
+    pub fn fsdp2_op_by_op(&self, arch: &super::arch::Architecture) -> bool {
+        use super::parallel::{FsdpVersion, Strategy};
+        let p = &self.parallel;
+        p.strategy == Strategy::FsdpFullShard
+            && p.fsdp_version == FsdpVersion::V2
+            && p.world() > 1
+            && !p.offload_optimizer
+            && !p.offload_params
+            && !p.offload_activations
+            && arch.is_dense_text()
+            && self.images.images_per_sample == 0
+            && self.quant.is_none()
+            && !self.use_dora
+            && self.modules_to_save.is_empty()
+            && !self.preference()
+            && !self.grpo()
+            && !self.sft_fused_head()
+            && !self.fused_ce
+            && !self.liger.any()
+    }
+
     /// The settings as transformers runs them for `arch`: a family without sdpa support
     /// (gpt-oss, `_supports_sdpa = False`) runs eager attention when sdpa is asked for.
     pub fn as_run(&self, arch: &super::arch::Architecture) -> std::borrow::Cow<'_, Settings> {

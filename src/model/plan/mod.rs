@@ -889,8 +889,8 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         super::settings::FinetuningType::Lora => {}
     }
     if s.parallel.strategy.is_fsdp() && s.parallel.world() > 1 {
-        out.push(if super::distributed::fsdp2_op_by_op(arch, s) {
-            if super::distributed::fsdp2_layer_units(s) {
+        out.push(if s.fsdp2_op_by_op(arch) {
+            if s.fsdp2_layer_units() {
                 "FSDP2 (fully_shard) as accelerate wraps the model: each decoder layer is gathered before its forward and its backward and freed after, the next layer's gather allocated while the last one's is alive; the all-gathers and reduce-scatters allocate on their own CUDA streams, whose blocks the allocator keeps apart (rank 0 steps measured under the fake process group match to the byte)".into()
             } else {
                 "FSDP2 (fully_shard) under transformers' Trainer: for a peft model it sets peft's auto-wrap policy, which accelerate's FSDP2 cannot apply, so no decoder layer gets a unit of its own and each GPU gathers the whole decoder stack from the forward's start to the end of backward (only the embedding and lm_head are gathered apart); the all-gathers and reduce-scatters allocate on their own CUDA streams (rank 0 steps measured under the fake process group match to the byte). FSDP1 wraps each layer".into()

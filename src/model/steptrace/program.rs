@@ -76,7 +76,7 @@ struct Prog<'c, 'a> {
     ctx: &'c Ctx<'a>,
     tp: Tape,
     /// FSDP2's units, shards and buffers when the rank runs it op by op
-    /// ([`crate::model::distributed::fsdp2_op_by_op`]).
+    /// ([`crate::model::Settings::fsdp2_op_by_op`]).
     fsdp: Option<fsdp2::Fsdp2>,
     params: Vec<Param>,
     trainable: Vec<u32>,
@@ -2952,15 +2952,13 @@ pub(super) fn run<const AFTER: u8>(
         loss_over_items: false,
     };
     p.tp.emulated = device == super::Device::Emulated;
-    if crate::model::extended::EXTENDED
-        && crate::model::distributed::fsdp2_op_by_op(ctx.arch, ctx.s)
-    {
+    if crate::model::extended::EXTENDED && ctx.s.fsdp2_op_by_op(ctx.arch) {
         p.fsdp = Some(fsdp2::Fsdp2::new(
             u64::try_from(ctx.s.parallel.world()).unwrap_or(u64::MAX),
             Prog::fsdp2_param_es(ctx.s),
             ctx.arch.num_hidden_layers,
             ctx.arch.tie_word_embeddings,
-            crate::model::distributed::fsdp2_layer_units(ctx.s),
+            ctx.s.fsdp2_layer_units(),
         ));
     } else {
         p.tp.set_rank(rank);

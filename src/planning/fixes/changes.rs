@@ -604,9 +604,7 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             Patch::FusedLogprobs,
         );
     }
-    if crate::model::distributed::fsdp2_op_by_op(arch, s)
-        && !crate::model::distributed::fsdp2_layer_units(s)
-    {
+    if s.fsdp2_op_by_op(arch) && !s.fsdp2_layer_units() {
         push(
             FixId::Fsdp1,
             "fsdp_version 2 → 1".into(),

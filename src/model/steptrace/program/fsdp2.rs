@@ -1,7 +1,7 @@
 //! One rank of FSDP2 (`torch.distributed.fsdp.fully_shard`, PyTorch 2.15) as accelerate 1.15
 //! wraps a transformers model (`accelerate/utils/fsdp_utils.py:751-905`, `fsdp2_prepare_model`):
 //! a unit per decoder layer — or none, for a peft model under transformers' Trainer
-//! ([`crate::model::distributed::fsdp2_layer_units`]): the layers then stay in the root's unit,
+//! ([`crate::model::Settings::fsdp2_layer_units`]): the layers then stay in the root's unit,
 //! gathered from the forward's start to the end of backward —, the input embedding alone (tied:
 //! with the final norm and lm_head), `[final norm, lm_head]` as one unit that stays gathered
 //! between forward and backward (`reshard_after_forward=False`), and the root. Mixed precision is
