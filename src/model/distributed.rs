@@ -12,11 +12,11 @@ const ZERO_REDUCE_BUCKET_ELEMENTS: u128 = 500_000_000;
 
 /// The buffers one rank's communication keeps through the step, as the step program allocates
 /// them at setup: two gathered decoder layers (the current and the prefetched one, FSDP /
-/// ZeRO-3; under FSDP2 without a unit per layer, [`crate::model::Settings::fsdp2_layer_units`], the whole decoder stack
-/// twice, its all-gather output and its unsharded copy, as the measured FSDP2 ranks hold them at
-/// the forward's start), FSDP's root unit beyond this rank's shard, DDP's gradient buckets (every
-/// gradient once) or DeepSpeed's reduce bucket. `grad_bytes` are the step's gradients on one
-/// GPU.
+/// ZeRO-3; under FSDP2 without a unit per layer,
+/// [`crate::model::Settings::fsdp2_layer_units`], the whole decoder stack twice, its all-gather
+/// output and its unsharded copy, as the measured FSDP2 ranks hold them at the forward's start),
+/// FSDP's root unit beyond this rank's shard, DDP's gradient buckets (every gradient once) or
+/// DeepSpeed's reduce bucket. `grad_bytes` are the step's gradients on one GPU.
 pub fn comm_buffers(ctx: &Ctx, grad_bytes: u128) -> Vec<(CommBuffer, u128)> {
     let p = &ctx.s.parallel;
     let ps = p.param_shards();

@@ -1226,8 +1226,8 @@ impl Settings {
 
     /// Whether FSDP2 gives each decoder layer a unit of its own, as accelerate 1.15 wraps a
     /// model for `fsdp_version: 2` (`fsdp2_prepare_model`, `utils/fsdp_utils.py:842-846`): for
-    /// full and freeze tuning. Not for a peft model trained by transformers' Trainer (every
-    /// framework here: LLaMA-Factory, axolotl, ms-swift, TRL): `update_fsdp_plugin_peft`
+    /// full and freeze tuning. Not for a peft model trained by transformers' Trainer (as
+    /// LLaMA-Factory, ms-swift and TRL train it): `update_fsdp_plugin_peft`
     /// (`transformers/distributed/fsdp.py:267-285`, called from `trainer.py:1762`) sets peft's
     /// `fsdp_auto_wrap_policy`, an `_or_policy`, for which accelerate's
     /// `fsdp2_prepare_auto_wrap_policy` (`utils/fsdp_utils.py:921-970`) returns None: the

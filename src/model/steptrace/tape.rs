@@ -248,6 +248,15 @@ pub(super) struct Node {
     tag: u32,
 }
 
+/// A parameter's index into `Tape::grad_slot` (slot 0: the embedding leaf, `u32::MAX`).
+fn grad_slot(p: u32) -> usize {
+    if p == u32::MAX {
+        0
+    } else {
+        p as usize + 1
+    }
+}
+
 /// How forward ops treat the graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -483,15 +492,7 @@ impl Tape {
     fn new_gpu_t(&mut self, bytes: u64, what: What) -> T {
         let t = self.push_storage(bytes, what);
         if !self.stopped {
-            self.events.push(Event::Alloc {
-                id: t,
-                bytes,
-                stream: self.stream,
-            });
-            self.event_tags.push(self.storage_tags[t as usize]);
-            self.live += bytes;
-            self.peak_before = self.peak;
-            self.peak = self.peak.max(self.live);
+            self.alloc_event(t, self.storage_tags[t as usize]);
             if self.mode == Mode::Recompute {
                 self.re_locals.push((t, self.frame));
             }
@@ -514,16 +515,7 @@ impl Tape {
             return;
         }
         self.gone[t as usize] = false;
-        let bytes = self.bytes[t as usize];
-        self.events.push(Event::Alloc {
-            id: t,
-            bytes,
-            stream: self.stream,
-        });
-        self.event_tags.push(self.layer.unwrap_or(self.exec));
-        self.live += bytes;
-        self.peak_before = self.peak;
-        self.peak = self.peak.max(self.live);
+        self.alloc_event(t, self.layer.unwrap_or(self.exec));
     }
 
     /// `storage.resize_(0)`: the storage's memory is freed while its references remain.
@@ -532,8 +524,28 @@ impl Tape {
             return;
         }
         self.gone[t as usize] = true;
+        self.free_event(t, self.layer.unwrap_or(self.exec));
+    }
+
+    /// Storage `t`'s memory allocated (its bytes, on the current stream), the event tagged
+    /// `tag`.
+    fn alloc_event(&mut self, t: T, tag: u32) {
+        let bytes = self.bytes[t as usize];
+        self.events.push(Event::Alloc {
+            id: t,
+            bytes,
+            stream: self.stream,
+        });
+        self.event_tags.push(tag);
+        self.live += bytes;
+        self.peak_before = self.peak;
+        self.peak = self.peak.max(self.live);
+    }
+
+    /// Storage `t`'s memory freed, the event tagged `tag`.
+    fn free_event(&mut self, t: T, tag: u32) {
         self.events.push(Event::Free { id: t });
-        self.event_tags.push(self.layer.unwrap_or(self.exec));
+        self.event_tags.push(tag);
         self.live -= self.bytes[t as usize];
     }
 
@@ -582,14 +594,13 @@ impl Tape {
                     return;
                 }
             }
-            self.events.push(Event::Free { id: t });
             let now = self.layer.unwrap_or(self.exec);
-            self.event_tags.push(if now == NO_LAYER {
+            let tag = if now == NO_LAYER {
                 self.storage_tags[t as usize]
             } else {
                 now
-            });
-            self.live -= self.bytes[t as usize];
+            };
+            self.free_event(t, tag);
         }
     }
 
@@ -1239,7 +1250,7 @@ impl Tape {
             G::Param(p) => {
                 // AccumulateGrad: the first gradient becomes `.grad`, a later one is added (in
                 // place on a real device, out of place on the emulated one).
-                let slot = if p == u32::MAX { 0 } else { p as usize + 1 };
+                let slot = grad_slot(p);
                 if self.grad_slot.len() <= slot {
                     self.grad_slot.resize(slot + 1, u32::MAX);
                 }
@@ -1324,7 +1335,7 @@ impl Tape {
         self.param_grads = kept;
         self.grad_slot.clear();
         for (k, &(p, _)) in self.param_grads.iter().enumerate() {
-            let slot = if p == u32::MAX { 0 } else { p as usize + 1 };
+            let slot = grad_slot(p);
             if self.grad_slot.len() <= slot {
                 self.grad_slot.resize(slot + 1, u32::MAX);
             }

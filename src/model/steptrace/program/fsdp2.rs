@@ -72,9 +72,9 @@ pub(super) struct Fsdp2 {
     /// The embedding is lm_head's weight: it is in the tail unit (accelerate's
     /// `[final norm, input embedding, output embedding]`), gathered from the embedding on.
     tied: bool,
-    /// Bytes per element of `MixedPrecisionPolicy.param_dtype` and `reduce_dtype`.
+    /// Bytes per element of `MixedPrecisionPolicy.param_dtype`, which is also its
+    /// `reduce_dtype` (accelerate sets both to the mixed dtype).
     param_es: u64,
-    reduce_es: u64,
     /// Unit 0 the embedding, 1..=L the decoder layers, L + 1 the final norm and lm_head, L + 2
     /// the root (the parameters no other unit holds).
     units: Vec<Unit>,
@@ -122,7 +122,6 @@ impl Fsdp2 {
             order: vec![],
             order_idx: vec![None; n],
             param_es,
-            reduce_es: param_es,
             units,
             shards: vec![],
             ag_held: None,
@@ -441,8 +440,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    /// The root's post-forward: the forward's last all-gather output freed; the output cast to
-    /// `output_dtype` (returned).
+    /// The root's post-forward: its place in the post-forward order, and the forward's last
+    /// all-gather output freed (the caller casts the loss to [`Prog::fsdp2_output_es`]).
     pub(super) fn fsdp2_root_post_forward(&mut self) {
         let Some(f) = self.fsdp2() else {
             return;
@@ -515,7 +514,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let f = self.fsdp2().expect("FSDP2 state");
         let with: Vec<u32> = grads.iter().map(|g| g.0).collect();
         let (_, _, n) = f.unit_elems(unit, |p| with.contains(&p));
-        let (world, res) = (f.world, f.reduce_es);
+        let (world, res) = (f.world, f.param_es);
         let orig_es = f.shards[with[0] as usize].0.es;
         let input = self.t(world * n, res, What::CommBucket);
         let mut sorted = grads;
