@@ -623,6 +623,18 @@ impl Tape {
         }
         if self.mode == Mode::Recompute {
             let i = self.re_next;
+            // A cast the forward found in autocast's cache (filled by an earlier pass under
+            // no_grad, KTO's KL pass) recorded no node there; the recomputation runs in a fresh
+            // autocast context and casts again. PyTorch matches recomputed tensors to the
+            // forward's by the order they are saved, and a cast saves nothing: the new node is
+            // not one of the layer's and takes no slot; its output's gradient is said to go where
+            // its input's goes (the recomputation records no edges, only whether one exists).
+            if matches!(op, Op::Cast)
+                && saved.is_empty()
+                && !matches!(self.nodes.get(i).map(|n| n.op), Some(Op::Cast))
+            {
+                return ins.iter().map(|e| e.to).find(|g| *g != G::No).unwrap_or(G::No);
+            }
             self.re_next += 1;
             for &s in saved {
                 self.keep(s);
