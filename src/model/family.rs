@@ -136,8 +136,9 @@ pub struct FamilyLayout {
     /// or GeGLU MLP and `apply_rotary_pos_emb`, as `apply_liger_kernel_to_<model_type>` installs
     /// them (liger-kernel 0.8.5 `transformers/monkey_patch.py`: llama :259-323, mistral
     /// :723-784, qwen2 :1750-1814, qwen3 :1817-1873 — q/k norms included — gemma2 :1142-1213,
-    /// gemma3_text :1216-1297). Other families' Liger modules differ (Phi-3's fused MLP,
-    /// experts, gpt-oss's norm).
+    /// gemma3_text :1216-1297, phi3 :2371-2432 — Llama's norm and RoPE, and `LigerPhi3SwiGLUMLP`,
+    /// `transformers/swiglu.py:118-137`: the fused gate_up output chunked into the SiLU-mul).
+    /// Other families' Liger modules differ (experts, gpt-oss's norm).
     pub liger: Option<LigerLayout>,
 }
 
@@ -427,6 +428,7 @@ impl Family {
             Family::Phi3 => FamilyLayout {
                 fused_projections: true,
                 rotary_cat: true,
+                liger: liger_llama,
                 ..base
             },
             Family::Mixtral => FamilyLayout {

@@ -986,7 +986,7 @@ fn offloading_the_optimizer_keeps_offloaded_checkpoints() {
 /// Liger's switches: LLaMA-Factory's `enable_liger_kernel` is its three decoder kernels and the
 /// fused loss; axolotl's LigerPlugin keys each turn on one kernel; for a family whose Liger
 /// modules are not planned, the decoder kernels move to "not modelled" once the model is known
-/// (Phi-3's fused MLP; the fused loss stays).
+/// (Mixtral's experts; the fused loss stays).
 #[test]
 fn liger_switches_read_as_the_kernels_they_install() {
     use lorafit::model::Liger;
@@ -1003,7 +1003,13 @@ fn liger_switches_read_as_the_kernels_they_install() {
     assert!(r.catalog_model().unwrap().is_some());
     assert_eq!(r.settings.liger, Liger::ALL);
 
+    // Phi-3's (LigerPhi3SwiGLUMLP over the fused gate_up projection) too.
     let mut r = framework::read(&lf("microsoft/Phi-3-mini-4k-instruct")).unwrap();
+    assert!(r.catalog_model().unwrap().is_some());
+    assert_eq!((r.settings.liger, r.settings.fused_ce), (Liger::ALL, true));
+    assert!(r.not_modeled.is_empty(), "{:?}", r.not_modeled);
+
+    let mut r = framework::read(&lf("mistralai/Mixtral-8x7B-v0.1")).unwrap();
     assert_eq!(r.settings.liger, Liger::ALL);
     assert!(r.catalog_model().unwrap().is_some());
     assert_eq!((r.settings.liger, r.settings.fused_ce), (Liger::NONE, true));

@@ -23,7 +23,7 @@ fn liger_steps_are_planned_to_the_byte() {
         assert!(r.abs() <= 0.01, "{id}: reserved {r:+.3} %");
         n += 1;
     }
-    assert_eq!(n, 15);
+    assert_eq!(n, 21);
 }
 
 /// Each measured pair (`ID` without, `ID_liger` with the three kernels): the fix the planner
@@ -33,5 +33,5 @@ fn the_liger_fix_saves_what_the_measured_steps_differ_by() {
     let pairs = crate::fix_saves_each_measured_pair(&cases(), "_liger", FixId::Liger, |id, s| {
         assert_eq!(s.liger, lorafit::model::Liger::ALL, "{id}");
     });
-    assert_eq!(pairs, 6);
+    assert_eq!(pairs, 9);
 }

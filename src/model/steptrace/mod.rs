@@ -554,7 +554,7 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
     if extended && s.liger.any() && arch.family.layout().liger.is_none() {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
-            why: format!("Liger-Kernel's RMSNorm, SwiGLU / GeGLU and RoPE are planned for Llama, Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 layers; its modules for {} differ (a fused MLP, experts, another norm) and are not planned yet: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name()),
+            why: format!("Liger-Kernel's RMSNorm, SwiGLU / GeGLU and RoPE are planned for Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3 and Phi-3 layers; its modules for {} differ (experts, linear attention, another norm) and are not planned yet: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name()),
         });
     }
     if extended && s.liger.rms_norm && s.base_trained() {

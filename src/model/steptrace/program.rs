@@ -186,6 +186,17 @@ fn bytes(d: crate::model::dtype::Dtype) -> u64 {
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod dora;
 mod fsdp2;
+
+/// A layer's Linear modules in the order the module registers them: the forward's order, except
+/// that Phi-3's attention creates o_proj before qkv_proj (`Phi3Attention.__init__`), so its
+/// parameters and its 4-bit quantization states come in that order.
+fn module_order(a: &crate::model::arch::Architecture, kind: LayerKind) -> Vec<LinearShape> {
+    let mut order = a.block_linears(kind);
+    if a.family.layout().fused_projections && order.len() > 1 {
+        order.swap(0, 1);
+    }
+    order
+}
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod fused_ce;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
@@ -302,13 +313,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             let kind = a.layer_kind(li);
             let adapted = ctx.adapted_of(kind);
             let mut lins = vec![];
-            // Parameters are registered in module order (Phi-3 registers o_proj before qkv_proj;
-            // an MoE layer registers its shared experts inside the MoE block); `lins` keeps the
-            // forward order.
-            let mut order: Vec<LinearShape> = a.block_linears(kind);
-            if a.family.layout().fused_projections && order.len() > 1 {
-                order.swap(0, 1);
-            }
+            // Parameters are registered in module order (an MoE layer registers its shared
+            // experts inside the MoE block); `lins` keeps the forward order.
+            let order = module_order(a, kind);
             let (ffn_later, mut order): (Vec<LinearShape>, Vec<LinearShape>) = order
                 .into_iter()
                 .partition(|l| kind == LayerKind::Moe && is_ffn(l));
@@ -621,8 +628,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.tp.exec = li as u32;
             let a = ctx.arch;
             let kind = a.layer_kind(li);
-            let mut ns: Vec<(&'static str, (u64, u64))> = a
-                .block_linears(kind)
+            let mut ns: Vec<(&'static str, (u64, u64))> = module_order(a, kind)
                 .iter()
                 .map(|l| (l.name, (l.in_features as u64, l.out_features as u64)))
                 .collect();
@@ -1463,7 +1469,11 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self.liger_rope(
                     (qn, kn),
                     (cos, sin),
-                    (liger_late && multi.0, liger_late && multi.1),
+                    // (Phi-3's q and k are slices of the fused projection: strided too)
+                    (
+                        (liger_late || fused) && multi.0,
+                        (liger_late || fused) && multi.1
+                    ),
                     // (a single head's tensor is contiguous in either layout)
                     (
                         eager && multi.0,
@@ -1559,10 +1569,11 @@ impl<'c, 'a> Prog<'c, 'a> {
             if let Some(b) = bias {
                 self.drop(b);
             }
-            if a.family.layout().rotary_cat && !efficient {
+            if a.family.layout().rotary_cat && !efficient && !liger_rope {
                 // q comes from a cat, contiguous in (b, h, s, d): so does cuDNN's output, and
                 // `transpose(1, 2).contiguous()` copies it (the memory-efficient kernel, fp32,
-                // writes (b, s, h, d) whatever q's layout: no copy).
+                // writes (b, s, h, d) whatever q's layout: no copy; nor after Liger's RoPE,
+                // whose q is contiguous in (b, s, h, d)).
                 let mut c = self.t(o.n, o.es, What::Attention);
                 c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
                 self.drop(o);
@@ -1735,6 +1746,24 @@ impl<'c, 'a> Prog<'c, 'a> {
             let half = gu.n / 2;
             let (gate, up) = self.split2(gu, half, half);
             self.drop(gu);
+            if self.ctx.s.liger.swiglu {
+                // LigerPhi3SwiGLUMLP (liger-kernel 0.8.5 transformers/swiglu.py:134-137): the
+                // chunks go to the SiLU-mul, which copies them (they are strided).
+                return extended!(
+                    self,
+                    "Liger-Kernel's kernels",
+                    {
+                        // (the chunks are locals of the forward until it returns)
+                        let prod = self.liger_swiglu(gate, up, true);
+                        let down = self.lora_linear(prod, &lins[3]);
+                        self.drop(prod);
+                        self.drop(gate);
+                        self.drop(up);
+                        down
+                    },
+                    x
+                );
+            }
             let act = self.unary(gate, gate.es, What::Mlp, true, false);
             let prod = self.mul(up, act, act.n, act.es, What::Mlp);
             self.drop(up);
@@ -1757,7 +1786,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 {
                     let gate = self.lora_linear(x, &g);
                     let up = self.lora_linear(x, &u);
-                    let prod = self.liger_swiglu(gate, up);
+                    let prod = self.liger_swiglu(gate, up, false);
                     self.drop(gate);
                     self.drop(up);
                     let down = self.lora_linear(prod, &d);

@@ -9,7 +9,9 @@
 //!   a frozen weight (`needs_dw` false).
 //! - `LigerSwiGLUMLP` → `LigerSiLUMulFunction` (`ops/swiglu.py:159-306`), Gemma's
 //!   `LigerGEGLUMLP` → `LigerGELUMulFunction` (`ops/geglu.py:87-146`): `act(gate) * up` into one
-//!   new tensor; saves gate and up; backward stores their gradients into them.
+//!   new tensor; saves gate and up; backward stores their gradients into them. Phi-3's
+//!   `LigerPhi3SwiGLUMLP` (`transformers/swiglu.py:118-137`) hands it the two chunks of
+//!   gate_up_proj's output, which `ensure_contiguous` copies first.
 //! - `liger_rotary_pos_emb` → `LigerRopeFunction` (`ops/rope.py:135-300`): q and k, whose
 //!   `transpose(1, 2)` is the projection's contiguous output, rotated in place; saves cos and
 //!   sin; backward rotates the gradients in place (sdpa's are laid out like q and k, so
@@ -64,16 +66,30 @@ impl<'c, 'a> Prog<'c, 'a> {
         y
     }
 
-    /// `LigerSiLUMulFunction.apply(gate, up)`.
-    pub(super) fn liger_swiglu(&mut self, gate: X, up: X) -> X {
+    /// `LigerSiLUMulFunction.apply(gate, up)`. `strided`: gate and up are chunks of one
+    /// output (Phi-3's gate_up_proj), which the Function's `ensure_contiguous` copies before
+    /// the kernel (`ops/swiglu.py:234-236`, `ops/utils.py` `ensure_contiguous`); it saves the
+    /// copies, and its backward writes the two gradients into them.
+    pub(super) fn liger_swiglu(&mut self, gate: X, up: X, strided: bool) -> X {
+        let copies = strided.then(|| {
+            (
+                self.t(gate.n, gate.es, What::Mlp),
+                self.t(up.n, up.es, What::Mlp),
+            )
+        });
+        let (a, b) = copies.unwrap_or((gate, up));
         let mut c = self.t(gate.n, gate.es, What::Mlp);
         c.g = self.tp.node(
             Op::InPlace,
             gate.n,
             gate.es,
             &[Self::edge(&gate), Self::edge(&up)],
-            &[gate.t, up.t],
+            &[a.t, b.t],
         );
+        if let Some((a, b)) = copies {
+            self.drop(a);
+            self.drop(b);
+        }
         c
     }
 

@@ -25,6 +25,11 @@ for cid, c in {
     "gemma2-2b_lora_eager_s2048": dict(LORA, model="gemma2-2b", seq=2048, batch=1, grad_ckpt=False,
                                        attn_impl="eager"),
     "gemma3-1b_lora_gc_b2_s1024": dict(LORA, model="gemma3-1b", seq=1024, batch=2, grad_ckpt=True),
+    # Phi-3: fused q/k/v and gate/up projections, whose slices Liger's RoPE and SwiGLU copy
+    # (LigerPhi3SwiGLUMLP).
+    "phi3-mini-4k_lora_s2048": dict(LORA, model="phi3-mini-4k", seq=2048, batch=1, grad_ckpt=False),
+    "phi3-mini-4k_lora_gc_b2_s2048": dict(LORA, model="phi3-mini-4k", seq=2048, batch=2, grad_ckpt=True),
+    "phi3-mini-4k_qlora_s4096": dict(QLORA, model="phi3-mini-4k", seq=4096, batch=1),
 }.items():
     CASES[cid] = dict(c, liger_kernel=[])
     CASES[cid + "_liger"] = dict(c, liger_kernel=ALL)
