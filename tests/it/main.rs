@@ -11,6 +11,7 @@ mod crosscheck;
 mod distributed;
 mod extended;
 mod framework;
+mod fsdp1;
 mod fsdp2;
 mod fuzz;
 #[cfg(feature = "gpu")]
