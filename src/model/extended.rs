@@ -49,6 +49,8 @@ pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
         Some("Liger-Kernel's kernels")
     } else if s.fsdp2_op_by_op(arch) {
         Some("FSDP2's per-layer gathers")
+    } else if s.fsdp1_op_by_op(arch) {
+        Some("FSDP1's per-unit gathers")
     } else {
         None
     }

@@ -1263,6 +1263,38 @@ impl Settings {
             && !self.liger.any()
     }
 
+    /// Whether the rank's FSDP1 step is planned op by op (`steptrace::program::fsdp1`):
+    /// `fsdp_version` 1 with full sharding and no offload, for the dense text models and an SFT
+    /// step with LoRA (no DoRA, LoRA-FA or trained copies) or full fine-tuning on a 16-bit base,
+    /// with torch's AdamW.
+    /// Other FSDP1 set-ups are planned with the rank model.
+    pub fn fsdp1_op_by_op(&self, arch: &super::arch::Architecture) -> bool {
+        use super::parallel::{FsdpVersion, Strategy};
+        let p = &self.parallel;
+        p.strategy == Strategy::FsdpFullShard
+            && p.fsdp_version == FsdpVersion::V1
+            && p.world() > 1
+            && !p.offload_optimizer
+            && !p.offload_params
+            && !p.offload_activations
+            && arch.is_dense_text()
+            && self.images.images_per_sample == 0
+            && self.quant.is_none()
+            && !self.use_dora
+            && !self.lora_fa
+            && self.modules_to_save.is_empty()
+            && matches!(self.finetuning_type, FinetuningType::Lora | FinetuningType::Full)
+            && matches!(
+                self.optimizer,
+                Optimizer::AdamwTorch | Optimizer::AdamwTorchFused | Optimizer::AdamwTorchForeach
+            )
+            && !self.preference()
+            && !self.grpo()
+            && !self.sft_fused_head()
+            && !self.fused_ce
+            && !self.liger.any()
+    }
+
     /// The settings as transformers runs them for `arch`: a family without sdpa support
     /// (gpt-oss, `_supports_sdpa = False`) runs eager attention when sdpa is asked for.
     pub fn as_run(&self, arch: &super::arch::Architecture) -> std::borrow::Cow<'_, Settings> {

@@ -895,10 +895,16 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
             } else {
                 "FSDP2 (fully_shard) under transformers' Trainer: for a peft model it sets peft's auto-wrap policy, which accelerate's FSDP2 cannot apply, so no decoder layer gets a unit of its own and each GPU gathers the whole decoder stack from the forward's start to the end of backward (only the embedding and lm_head are gathered apart); the all-gathers and reduce-scatters allocate on their own CUDA streams (rank 0 steps measured under the fake process group match to the byte). FSDP1 wraps each layer".into()
             }
+        } else if s.fsdp1_op_by_op(arch) {
+            if s.base_trained() {
+                "FSDP1 (FullyShardedDataParallel) as accelerate prepares it: a flat parameter per decoder layer and one for the rest (embedding, norm, lm_head), each rank keeping its shard; a layer is gathered before its forward and freed after, gathered again in backward with the next one prefetched, and the rest stays gathered from the forward's start to the end of backward, when its flat gradient is concatenated beside its parameters' gradients; the all-gathers and reduce-scatters allocate on their own CUDA streams (rank 0 steps measured under the fake process group match to the byte)".into()
+            } else {
+                "FSDP1 (FullyShardedDataParallel) under transformers' Trainer: peft's wrapping policy gives each decoder layer a unit and each LoRA matrix one of its own; a layer is gathered before its forward and freed after, gathered again in backward with the next one prefetched, each LoRA matrix gathered around its forward and its backward (and again in a recomputed layer), and the embedding, norm and lm_head stay gathered from the forward's start to the end of backward; the all-gathers and reduce-scatters allocate on their own CUDA streams (rank 0 steps measured under the fake process group match to the byte)".into()
+            }
         } else if s.parallel.fsdp_version == super::parallel::FsdpVersion::V2 {
             "FSDP2 with this set-up (offload, hybrid or grad-op sharding, a 4-bit or 8-bit base, experts, linear attention, images, DoRA, modules_to_save, preference or RL training, Liger or a fused loss) is planned with the rank model: two gathered decoder layers held through the step, not FSDP2's per-layer gathers".into()
         } else {
-            "FSDP1 (FullyShardedDataParallel, flat parameters) is planned with the rank model: two gathered decoder layers held through the step; fsdp_version 2 plans FSDP2's per-layer gathers op by op".into()
+            "FSDP1 with this set-up (offload, hybrid or grad-op sharding, a 4-bit or 8-bit base, experts, linear attention, images, DoRA, LoRA-FA, modules_to_save, freeze tuning, preference or RL training, Liger or a fused loss, an optimizer other than torch's AdamW) is planned with the rank model: two gathered decoder layers held through the step, not FSDP1's per-unit gathers".into()
         });
     }
     if EXTENDED && s.preference() {

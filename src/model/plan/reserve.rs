@@ -104,7 +104,8 @@ fn fsdp_stream_reserve(ctx: &Ctx) -> u128 {
 
 /// Reserved memory from the allocator simulation of `trace`, this rank's step: exact, plus on
 /// several GPUs FSDP's stream blocks ([`fsdp_stream_reserve`]) unless the step allocates on
-/// FSDP2's streams itself ([`crate::model::Settings::fsdp2_op_by_op`]).
+/// FSDP's streams itself ([`crate::model::Settings::fsdp2_op_by_op`],
+/// [`crate::model::Settings::fsdp1_op_by_op`]).
 pub fn simulate(trace: &steptrace::Trace, ctx: &Ctx, plan: &Plan) -> Option<Reserve> {
     let s = ctx.s;
     let conf = s.allocator_conf().ok()?;
@@ -128,7 +129,7 @@ pub fn simulate(trace: &steptrace::Trace, ctx: &Ctx, plan: &Plan) -> Option<Rese
     } else {
         format!("PYTORCH_CUDA_ALLOC_CONF={}", s.alloc_conf)
     };
-    let stream = if s.fsdp2_op_by_op(ctx.arch) {
+    let stream = if s.fsdp2_op_by_op(ctx.arch) || s.fsdp1_op_by_op(ctx.arch) {
         0
     } else {
         fsdp_stream_reserve(ctx)

@@ -78,6 +78,9 @@ struct Prog<'c, 'a> {
     /// FSDP2's units, shards and buffers when the rank runs it op by op
     /// ([`crate::model::Settings::fsdp2_op_by_op`]).
     fsdp: Option<fsdp2::Fsdp2>,
+    /// FSDP1's units when the rank runs it op by op
+    /// ([`crate::model::Settings::fsdp1_op_by_op`]).
+    fsdp1: Option<fsdp1::Fsdp1>,
     params: Vec<Param>,
     trainable: Vec<u32>,
     layers: Vec<Vec<Lin>>,
@@ -185,6 +188,7 @@ fn bytes(d: crate::model::dtype::Dtype) -> u64 {
 // The extended ops' modules: without `extended-ops` nothing calls most of their functions.
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod dora;
+mod fsdp1;
 mod fsdp2;
 
 /// A layer's Linear modules in the order the module registers them: the forward's order, except
@@ -249,6 +253,11 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn param(&mut self, n: u64, es: u64, cols: u64, trainable: bool, what: What) -> Param {
         let mut x = if self.fsdp2().is_some() {
             self.fsdp2_param(n, es, cols, trainable, what)
+        } else if self.fsdp1().is_some() {
+            // peft's wrapping policy: each leaf module with a trainable weight (a LoRA matrix)
+            // is a unit of its own.
+            let lora = trainable && !self.ctx.s.base_trained();
+            self.fsdp1_param(n, es, trainable, lora)
         } else {
             self.t(n, es, what)
         };
@@ -372,6 +381,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             let copy = self.param(v * h, aux, h, true, What::Trainable);
             self.lm_head = Some(copy);
         }
+        self.fsdp1_finish_setup();
         if a.family.layout().scaled_embedding {
             self.t(1, aux, What::Buffer);
         }
@@ -385,7 +395,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         let half = a.rotary_dim() / 2;
         let rotaries = if self.two_rotaries() { 2 } else { 1 };
         for _ in 0..rotaries * 2 {
-            self.t(half, 4, What::Buffer);
+            let b = self.t(half, 4, What::Buffer);
+            if let Some(f) = self.fsdp1.as_mut() {
+                f.buffers.push(b);
+            }
         }
         if s.quant.is_some() {
             if a.vision.is_some() {
@@ -403,7 +416,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         // Several GPUs: the buffers the rank's communication keeps through the step (FSDP2
         // allocates its own as it gathers and reduces).
-        let comm = if self.fsdp2().is_some() {
+        let comm = if self.fsdp2().is_some() || self.fsdp1().is_some() {
             vec![]
         } else {
             let grad_bytes: u128 = self
@@ -1000,7 +1013,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let (la, lb) = (adapter.a, adapter.b);
         // peft casts the input to lora_A's dtype (`_cast_input_dtype`): the adapter dtype, or
         // FSDP2's param_dtype for its unsharded copy.
-        let ad = la.x.es;
+        let ad = self.fsdp1_lora_cast_es(la.x).unwrap_or(la.x.es);
         // peft's bnb layers skip the input cast under autocast.
         let xc = if s.quant.is_some() && s.autocast.is_some() {
             self.tp.keep_local(x.t);
@@ -1042,11 +1055,15 @@ impl<'c, 'a> Prog<'c, 'a> {
             );
         }
         let r = s.lora_r;
+        self.fsdp1_lora_pre_forward(la.x);
         let a_out = self.matmul(d, la.x, tokens * r, What::Lora);
+        self.fsdp1_lora_post_forward(la.x);
         if s.dropout_run() > 0.0 {
             self.drop(d);
         }
+        self.fsdp1_lora_pre_forward(lb.x);
         let mut b_out = self.matmul(a_out, lb.x, out_n, What::Lora);
+        self.fsdp1_lora_post_forward(lb.x);
         self.drop(a_out);
         if self.strided_grad {
             let c = self.view_clone(b_out);
@@ -2061,9 +2078,16 @@ impl<'c, 'a> Prog<'c, 'a> {
         // generate's position ids have a row per sequence: so have the tables.
         let sq = sq * self.gen.as_ref().map_or(1, |g| g.rows);
         let pos = self.t(sq, 4, What::Rotary);
+        // `inv_freq.float()` copies buffers FSDP1's mixed precision cast (`buffer_dtype`).
+        let inv = self
+            .fsdp1_buffers_cast()
+            .then(|| self.t(self.ctx.arch.rotary_dim() / 2, 4, What::Rotary));
         let freqs = self.t(sq * hd / 2, 4, What::Rotary);
         self.tp.gemm(false); // inv_freq @ positions: the forward's first GEMM
         self.drop(pos);
+        if let Some(i) = inv {
+            self.drop(i);
+        }
         let emb = self.t(sq * hd, 4, What::Rotary);
         let c = self.t(sq * hd, 4, What::Rotary);
         let cs = self.t(sq * hd, 4, What::Rotary);
@@ -2177,6 +2201,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let h = a.hidden_size;
         let aux = bytes(ctx.aux_weight);
         self.fsdp2_forward_start();
+        self.fsdp1_forward_start();
         let embed_unit = self.fsdp2().map_or(0, |f| f.embed_unit());
         self.fsdp2_pre_forward(embed_unit, false);
         let mut emb = self.t(tokens * h, aux, What::Hidden);
@@ -2345,7 +2370,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             if let Some(u) = unit.filter(|_| self.fsdp2_layer_units()) {
                 self.fsdp2_pre_forward(u, hcur.grad());
             }
+            self.fsdp1_layer_pre_forward(li, hcur.grad());
             let hn = self.layer(hcur, li, cos, sin, m);
+            self.fsdp1_layer_post_forward(li);
             if let Some(u) = unit.filter(|_| self.fsdp2_layer_units()) {
                 self.fsdp2_post_forward(u);
             }
@@ -2462,6 +2489,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         // FSDP2's root post-forward: the last all-gather freed, the loss cast to the mixed
         // precision's output dtype.
         self.fsdp2_root_post_forward();
+        self.fsdp1_root_post_forward();
         let (g, loss) = match self.fsdp2_output_es() {
             Some(es) if es != loss.es => {
                 let c = self.cast(loss, es, What::Loss);
@@ -2621,6 +2649,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             if self.fsdp2().is_some() {
                 self.fsdp2_before_node(i, &mut unit);
             }
+            if self.fsdp1().is_some() {
+                self.fsdp1_before_node(i);
+            }
             if let Some(l) = self.tp.needs_recompute(i) {
                 self.recompute(l);
             }
@@ -2629,6 +2660,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         if self.fsdp2().is_some() {
             self.fsdp2_backward_end(unit, self.emb_leaf.is_some());
         }
+        self.fsdp1_backward_end();
         self.tp.drop_t(one.t);
         self.ckpt_in.clear();
         // Parameter gradients: the first one for a parameter is stored as is.
@@ -2691,7 +2723,14 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     fn optimizer(&mut self, step: u8) {
         let s = self.ctx.s;
-        let tr: Vec<X> = self.trainable.iter().map(|&p| self.opt_param(p)).collect();
+        // Under FSDP1 a parameter outside this rank's shard has no gradient: the optimizer
+        // skips it (no state, no update).
+        let tr: Vec<X> = self
+            .trainable
+            .iter()
+            .map(|&p| self.opt_param(p))
+            .filter(|x| self.fsdp1().is_none() || x.n > 0)
+            .collect();
         let first = step == 1;
         match s.optimizer {
             Optimizer::AdamwTorchFused => {
@@ -2899,6 +2938,11 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     fn zero_grad(&mut self) {
+        // Under FSDP1 `zero_grad` lets the original parameters' views go, but each unit's flat
+        // parameter keeps its sharded gradient until the next forward's start.
+        if self.fsdp1().is_some() {
+            return;
+        }
         let tr = self.trainable.clone();
         for p in tr {
             if let Some(t) = self.grads[p as usize].take() {
@@ -2942,6 +2986,7 @@ pub(super) fn run<const AFTER: u8>(
         ctx,
         tp: Tape::new(ctx.arch.num_hidden_layers),
         fsdp: None,
+        fsdp1: None,
         params: vec![],
         trainable: vec![],
         layers: vec![],
@@ -2981,7 +3026,14 @@ pub(super) fn run<const AFTER: u8>(
         loss_over_items: false,
     };
     p.tp.emulated = device == super::Device::Emulated;
-    if crate::model::extended::EXTENDED && ctx.s.fsdp2_op_by_op(ctx.arch) {
+    if crate::model::extended::EXTENDED && ctx.s.fsdp1_op_by_op(ctx.arch) {
+        let mixed = ctx.s.autocast.map(bytes);
+        p.fsdp1 = Some(fsdp1::Fsdp1::new(
+            u64::try_from(ctx.s.parallel.world()).unwrap_or(u64::MAX),
+            mixed,
+            rank.weight_scale(),
+        ));
+    } else if crate::model::extended::EXTENDED && ctx.s.fsdp2_op_by_op(ctx.arch) {
         p.fsdp = Some(fsdp2::Fsdp2::new(
             u64::try_from(ctx.s.parallel.world()).unwrap_or(u64::MAX),
             Prog::fsdp2_param_es(ctx.s),

@@ -84,6 +84,12 @@ impl Rank {
         }
     }
 
+    /// How many times the bytes of the compute dtype a weight is stored in (2: fp32 shards of a
+    /// model computed in bf16, [`crate::model::distributed::compute_settings`]).
+    pub fn weight_scale(&self) -> u64 {
+        self.param.scale
+    }
+
     /// Whether a parameter's gradient leaves the GPU whole as it arrives: reduce-scattered to
     /// this rank's shard, or offloaded with the parameters.
     pub fn scatters_grads(&self) -> bool {

@@ -508,6 +508,18 @@ impl Tape {
         t
     }
 
+    /// Sets the size of a resizable storage never allocated yet (FSDP1's padded unsharded flat
+    /// parameter, whose size is known once every parameter of its unit is).
+    pub fn set_unallocated_bytes(&mut self, t: T, bytes: u64) {
+        debug_assert!(self.gone[t as usize], "only a storage without memory");
+        self.bytes[t as usize] = bytes;
+    }
+
+    /// Whether parameter `p`'s gradient has been stored in this backward.
+    pub fn has_param_grad(&self, p: u32) -> bool {
+        self.param_grads.iter().any(|&(q, _)| q == p)
+    }
+
     /// `storage.resize_(bytes)` of a storage [`Tape::resize_free`] emptied (or never filled):
     /// its memory is allocated again (on the current stream), its references unchanged.
     pub fn resize_alloc(&mut self, t: T) {

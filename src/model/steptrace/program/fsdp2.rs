@@ -576,8 +576,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    /// The parameter as the optimizer sees it: its shard under FSDP2.
+    /// The parameter as the optimizer sees it: its shard under FSDP2, its view of its unit's
+    /// shard under FSDP1.
     pub(super) fn opt_param(&self, p: u32) -> X {
+        if let Some(x) = self.fsdp1_opt_param(p) {
+            return x;
+        }
         match self.fsdp2() {
             Some(f) => {
                 let x = f.shard_of(p);

@@ -226,4 +226,6 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("DoRA", "DoRA（权重分解 LoRA）"),
     ("preference training", "偏好训练"),
     ("a fused linear cross-entropy", "融合线性交叉熵"),
+    ("FSDP2's per-layer gathers", "FSDP2 的逐层 all-gather"),
+    ("FSDP1's per-unit gathers", "FSDP1 的逐单元 all-gather"),
 ];
