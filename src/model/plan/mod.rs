@@ -895,7 +895,7 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
             } else {
                 "FSDP2 (fully_shard) under transformers' Trainer: for a peft model it sets peft's auto-wrap policy, which accelerate's FSDP2 cannot apply, so no decoder layer gets a unit of its own and each GPU gathers the whole decoder stack from the forward's start to the end of backward (only the embedding and lm_head are gathered apart); the all-gathers and reduce-scatters allocate on their own CUDA streams (rank 0 steps measured under the fake process group match to the byte). FSDP1 wraps each layer".into()
             }
-        } else if s.fsdp1_op_by_op(arch) {
+        } else if EXTENDED && s.fsdp1_op_by_op(arch) {
             if s.base_trained() {
                 "FSDP1 (FullyShardedDataParallel) as accelerate prepares it: a flat parameter per decoder layer and one for the rest (embedding, norm, lm_head), each rank keeping its shard; a layer is gathered before its forward and freed after, gathered again in backward with the next one prefetched, and the rest stays gathered from the forward's start to the end of backward, when its flat gradient is concatenated beside its parameters' gradients; the all-gathers and reduce-scatters allocate on their own CUDA streams (rank 0 steps measured under the fake process group match to the byte)".into()
             } else {
