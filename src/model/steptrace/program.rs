@@ -3040,6 +3040,7 @@ pub(super) fn run<const AFTER: u8>(
             ctx.arch.num_hidden_layers,
             ctx.arch.tie_word_embeddings,
             ctx.s.fsdp2_layer_units(),
+            rank.weight_scale(),
         ));
     } else {
         p.tp.set_rank(rank);

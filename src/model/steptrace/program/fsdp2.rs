@@ -69,6 +69,9 @@ pub(super) struct Unit {
 #[derive(Clone, Debug)]
 pub(super) struct Fsdp2 {
     world: u64,
+    /// The model's weights are stored in this many times the bytes of the dtype the step
+    /// computes in (an fp32 model under bf16 mixed precision: 2).
+    weight_scale: u64,
     /// The embedding is lm_head's weight: it is in the tail unit (accelerate's
     /// `[final norm, input embedding, output embedding]`), gathered from the embedding on.
     tied: bool,
@@ -109,6 +112,7 @@ impl Fsdp2 {
         layers: u64,
         tied: bool,
         layer_units: bool,
+        weight_scale: u64,
     ) -> Fsdp2 {
         let n = layers as usize + 3;
         let mut units = vec![Unit::default(); n];
@@ -117,6 +121,7 @@ impl Fsdp2 {
         }
         Fsdp2 {
             world,
+            weight_scale: weight_scale.max(1),
             tied,
             layer_units,
             order: vec![],
@@ -233,12 +238,16 @@ impl<'c, 'a> Prog<'c, 'a> {
         trainable: bool,
         what: What,
     ) -> X {
+        let f = self.fsdp2().expect("FSDP2 state");
+        // A frozen weight keeps the dtype it was loaded in (fp32 under bf16 mixed precision:
+        // `weight_scale` times the compute dtype's bytes).
         let es = if trainable && self.ctx.s.autocast.is_some() {
             4
+        } else if what == What::Weight {
+            es * f.weight_scale
         } else {
             es
         };
-        let f = self.fsdp2().expect("FSDP2 state");
         let shard_n = f.shard_elems(n, cols);
         let (param_es, world) = (f.param_es, f.world);
         let after_layers = !self.layers.is_empty();
