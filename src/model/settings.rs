@@ -1283,7 +1283,10 @@ impl Settings {
             && !self.use_dora
             && !self.lora_fa
             && self.modules_to_save.is_empty()
-            && matches!(self.finetuning_type, FinetuningType::Lora | FinetuningType::Full)
+            && matches!(
+                self.finetuning_type,
+                FinetuningType::Lora | FinetuningType::Full
+            )
             && matches!(
                 self.optimizer,
                 Optimizer::AdamwTorch | Optimizer::AdamwTorchFused | Optimizer::AdamwTorchForeach

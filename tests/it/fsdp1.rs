@@ -20,10 +20,7 @@ fn fsdp1_ranks_are_planned_to_the_byte() {
         let id = v["id"].as_str().expect("id");
         assert_eq!(v["settings"]["fsdp"]["version"], 1, "{id}");
         let m = crate::plan_measured_line(&v);
-        assert!(
-            m.settings.fsdp1_op_by_op(&m.arch),
-            "{id}: planned op by op"
-        );
+        assert!(m.settings.fsdp1_op_by_op(&m.arch), "{id}: planned op by op");
         for (what, pct) in [
             ("quick", m.quick_pct),
             ("settled", m.settled_pct),
@@ -99,7 +96,10 @@ fn fsdp1_gathers_a_layer_at_a_time() {
     // Llama-2-7B's decoder layer in bf16, and its root (embedding, norm, lm_head).
     let layer: u128 = (4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096) * 2;
     let root: u128 = (2 * 32000 * 4096 + 4096) * 2;
-    assert!(comm >= root && comm <= root + 2 * layer + (1 << 24), "{comm}");
+    assert!(
+        comm >= root && comm <= root + 2 * layer + (1 << 24),
+        "{comm}"
+    );
     let fsdp2 = crate::jsonl("tests/data/reference/fsdp2/cases.jsonl")
         .into_iter()
         .find(|v| v["id"] == "llama2-7b_fsdp2x8_lora_gc_s4096")
@@ -127,7 +127,11 @@ fn other_fsdp1_set_ups_keep_the_rank_model() {
     base.parallel.fsdp_version = FsdpVersion::V1;
     assert!(base.fsdp1_op_by_op(&a));
     let p = plan(&a, &base).expect("plans");
-    assert!(p.notes.iter().any(|n| n.contains("peft's wrapping policy")), "{:?}", p.notes);
+    assert!(
+        p.notes.iter().any(|n| n.contains("peft's wrapping policy")),
+        "{:?}",
+        p.notes
+    );
     for other in [
         Settings {
             quant: Some(Quant::Nf4),
@@ -145,7 +149,9 @@ fn other_fsdp1_set_ups_keep_the_rank_model() {
         assert!(!other.fsdp1_op_by_op(&a));
         let p = plan(&a, &other).expect("plans");
         assert!(
-            p.notes.iter().any(|n| n.contains("planned with the rank model")),
+            p.notes
+                .iter()
+                .any(|n| n.contains("planned with the rank model")),
             "{:?}",
             p.notes
         );

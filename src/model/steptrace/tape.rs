@@ -645,7 +645,11 @@ impl Tape {
                 && saved.is_empty()
                 && !matches!(self.nodes.get(i).map(|n| n.op), Some(Op::Cast))
             {
-                return ins.iter().map(|e| e.to).find(|g| *g != G::No).unwrap_or(G::No);
+                return ins
+                    .iter()
+                    .map(|e| e.to)
+                    .find(|g| *g != G::No)
+                    .unwrap_or(G::No);
             }
             self.re_next += 1;
             for &s in saved {

@@ -489,13 +489,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             let plan: Vec<(bool, u64, u64, u64, u64)> = (0..f.units.len())
                 .map(|u| {
                     let unit = &f.units[u];
-                    (
-                        f.casts(u),
-                        unit.s,
-                        unit.n,
-                        f.compute_es(u),
-                        unit.es,
-                    )
+                    (f.casts(u), unit.s, unit.n, f.compute_es(u), unit.es)
                 })
                 .collect();
             let mixed = f.mixed_es.unwrap_or(0);
