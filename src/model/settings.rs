@@ -1237,52 +1237,20 @@ impl Settings {
     }
 
     /// Whether the step is planned as FSDP2 runs it, op by op (`steptrace`'s FSDP2 ops,
-    /// measured rank by rank): `fsdp_version` 2 with full sharding and no offload, for the dense
-    /// text models and the training set-ups those ops know (an SFT step with LoRA without DoRA
-    /// or trained copies, or full fine-tuning, on a 16-bit base). Other FSDP2 set-ups, and FSDP1,
-    /// are planned with the rank model (`steptrace::rank`: two gathered layers held through the
-    /// step).
+    /// measured rank by rank): `fsdp_version` 2 in a set-up [`Settings::fsdp_ops_know`]. Other
+    /// FSDP2 set-ups are planned with the rank model (`steptrace::rank`: two gathered layers
+    /// held through the step).
     pub fn fsdp2_op_by_op(&self, arch: &super::arch::Architecture) -> bool {
-        use super::parallel::{FsdpVersion, Strategy};
-        let p = &self.parallel;
-        p.strategy == Strategy::FsdpFullShard
-            && p.fsdp_version == FsdpVersion::V2
-            && p.world() > 1
-            && !p.offload_optimizer
-            && !p.offload_params
-            && !p.offload_activations
-            && arch.is_dense_text()
-            && self.images.images_per_sample == 0
-            && self.quant.is_none()
-            && !self.use_dora
-            && self.modules_to_save.is_empty()
-            && !self.preference()
-            && !self.grpo()
-            && !self.sft_fused_head()
-            && !self.fused_ce
-            && !self.liger.any()
+        self.parallel.fsdp_version == super::parallel::FsdpVersion::V2 && self.fsdp_ops_know(arch)
     }
 
     /// Whether the rank's FSDP1 step is planned op by op (`steptrace::program::fsdp1`):
-    /// `fsdp_version` 1 with full sharding and no offload, for the dense text models and an SFT
-    /// step with LoRA (no DoRA, LoRA-FA or trained copies) or full fine-tuning on a 16-bit base,
-    /// with torch's AdamW.
-    /// Other FSDP1 set-ups are planned with the rank model.
+    /// `fsdp_version` 1 in a set-up [`Settings::fsdp_ops_know`], without LoRA-FA or freeze
+    /// tuning, with torch's AdamW. Other FSDP1 set-ups are planned with the rank model.
     pub fn fsdp1_op_by_op(&self, arch: &super::arch::Architecture) -> bool {
-        use super::parallel::{FsdpVersion, Strategy};
-        let p = &self.parallel;
-        p.strategy == Strategy::FsdpFullShard
-            && p.fsdp_version == FsdpVersion::V1
-            && p.world() > 1
-            && !p.offload_optimizer
-            && !p.offload_params
-            && !p.offload_activations
-            && arch.is_dense_text()
-            && self.images.images_per_sample == 0
-            && self.quant.is_none()
-            && !self.use_dora
+        self.parallel.fsdp_version == super::parallel::FsdpVersion::V1
+            && self.fsdp_ops_know(arch)
             && !self.lora_fa
-            && self.modules_to_save.is_empty()
             && matches!(
                 self.finetuning_type,
                 FinetuningType::Lora | FinetuningType::Full
@@ -1291,6 +1259,23 @@ impl Settings {
                 self.optimizer,
                 Optimizer::AdamwTorch | Optimizer::AdamwTorchFused | Optimizer::AdamwTorchForeach
             )
+    }
+
+    /// The set-ups the op-by-op FSDP steps know: full sharding over several GPUs without
+    /// offload, a dense text model, an SFT step with LoRA (no DoRA or trained copies) or with
+    /// the base trained, on a 16-bit base, without Liger or a fused loss.
+    fn fsdp_ops_know(&self, arch: &super::arch::Architecture) -> bool {
+        let p = &self.parallel;
+        p.strategy == super::parallel::Strategy::FsdpFullShard
+            && p.world() > 1
+            && !p.offload_optimizer
+            && !p.offload_params
+            && !p.offload_activations
+            && arch.is_dense_text()
+            && self.images.images_per_sample == 0
+            && self.quant.is_none()
+            && !self.use_dora
+            && self.modules_to_save.is_empty()
             && !self.preference()
             && !self.grpo()
             && !self.sft_fused_head()

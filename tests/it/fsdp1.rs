@@ -21,13 +21,7 @@ fn fsdp1_ranks_are_planned_to_the_byte() {
         assert_eq!(v["settings"]["fsdp"]["version"], 1, "{id}");
         let m = crate::plan_measured_line(&v);
         assert!(m.settings.fsdp1_op_by_op(&m.arch), "{id}: planned op by op");
-        for (what, pct) in [
-            ("quick", m.quick_pct),
-            ("settled", m.settled_pct),
-            ("reserved", m.reserved_pct),
-        ] {
-            assert!(pct.abs() <= 0.001, "{id}: {what} {pct:+.4} %");
-        }
+        m.assert_to_the_byte(id);
         n += 1;
     }
     assert_eq!(n, 5);
@@ -43,27 +37,7 @@ fn each_rank_holds_its_flat_shards() {
     for v in cases() {
         let id = v["id"].as_str().expect("id");
         let m = crate::plan_measured_line(&v);
-        let weights: u128 = m
-            .settled
-            .terms
-            .iter()
-            .filter(|t| {
-                matches!(
-                    t.component,
-                    Component::FrozenWeights | Component::TrainableWeights
-                )
-            })
-            .map(|t| t.bytes)
-            .sum();
-        let measured = v["result"]["baseline_live_bytes"]
-            .as_u64()
-            .expect("live before the step");
-        let rotary = 2 * 64 * 4;
-        assert_eq!(
-            weights + rotary,
-            u128::from(measured),
-            "{id}: this rank's shards"
-        );
+        let weights = m.assert_rank_weights_are_the_baseline(id, &v);
         let world = v["settings"]["fsdp"]["world"].as_u64().expect("world") as f64;
         // The whole model: bf16 weights and fp32 LoRA matrices.
         let p = &m.settled.params;

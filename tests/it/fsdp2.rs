@@ -20,14 +20,7 @@ fn fsdp2_ranks_are_planned_to_the_byte() {
     let mut n = 0;
     for v in cases() {
         let id = v["id"].as_str().expect("id");
-        let m = crate::plan_measured_line(&v);
-        for (what, pct) in [
-            ("quick", m.quick_pct),
-            ("settled", m.settled_pct),
-            ("reserved", m.reserved_pct),
-        ] {
-            assert!(pct.abs() <= 0.001, "{id}: {what} {pct:+.4} %");
-        }
+        crate::plan_measured_line(&v).assert_to_the_byte(id);
         n += 1;
     }
     assert_eq!(n, 5);
@@ -42,29 +35,7 @@ fn fsdp2_ranks_are_planned_to_the_byte() {
 fn each_rank_holds_its_padded_shards() {
     for v in cases() {
         let id = v["id"].as_str().expect("id");
-        let m = crate::plan_measured_line(&v);
-        let weights: u128 = m
-            .settled
-            .terms
-            .iter()
-            .filter(|t| {
-                matches!(
-                    t.component,
-                    lorafit::model::Component::FrozenWeights
-                        | lorafit::model::Component::TrainableWeights
-                )
-            })
-            .map(|t| t.bytes)
-            .sum();
-        let measured = v["result"]["baseline_live_bytes"]
-            .as_u64()
-            .expect("live before the step");
-        let rotary = 2 * 64 * 4;
-        assert_eq!(
-            weights + rotary,
-            u128::from(measured),
-            "{id}: this rank's shards"
-        );
+        let weights = crate::plan_measured_line(&v).assert_rank_weights_are_the_baseline(id, &v);
         let whole = v["params"]["weight_bytes"].as_u64().expect("weight bytes") as f64;
         let world = v["settings"]["fsdp"]["world"].as_u64().expect("world") as f64;
         let ratio = weights as f64 / (whole / world);

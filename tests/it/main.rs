@@ -183,6 +183,53 @@ pub struct MeasuredLine {
     pub reserved_pct: f64,
 }
 
+impl MeasuredLine {
+    /// Asserts that allocated (quick and settled) and reserved are the measurement's to the byte
+    /// (within 0.001 %).
+    pub fn assert_to_the_byte(&self, id: &str) {
+        for (what, pct) in [
+            ("quick", self.quick_pct),
+            ("settled", self.settled_pct),
+            ("reserved", self.reserved_pct),
+        ] {
+            assert!(pct.abs() <= 0.001, "{id}: {what} {pct:+.4} %");
+        }
+    }
+
+    /// Asserts that one rank's weights in the plan and the rotary buffers (`inv_freq` and its
+    /// original copy, 2 × 64 fp32 values for a head of 128) are what the harness found live
+    /// before the first step of case `v`; returns the weights.
+    pub fn assert_rank_weights_are_the_baseline(&self, id: &str, v: &serde_json::Value) -> u128 {
+        let weights = self.weight_bytes();
+        let measured = v["result"]["baseline_live_bytes"]
+            .as_u64()
+            .expect("live before the step");
+        let rotary = 2 * 64 * 4;
+        assert_eq!(
+            weights + rotary,
+            u128::from(measured),
+            "{id}: this rank's shards"
+        );
+        weights
+    }
+
+    /// The settled plan's weights (frozen and trainable): one rank's shards on several GPUs.
+    pub fn weight_bytes(&self) -> u128 {
+        use lorafit::model::Component;
+        self.settled
+            .terms
+            .iter()
+            .filter(|t| {
+                matches!(
+                    t.component,
+                    Component::FrozenWeights | Component::TrainableWeights
+                )
+            })
+            .map(|t| t.bytes)
+            .sum()
+    }
+}
+
 /// Each measured pair of `cases` (`ID` without a feature, `ID{suffix}` with it; an `ID{suffix}`
 /// without its `ID` is skipped): the planner offers `ID` the fix `id`, `check` accepts the fix's
 /// settings, and the fix saves exactly what the two measured peaks differ by. Returns the pairs.
