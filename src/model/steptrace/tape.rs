@@ -634,6 +634,19 @@ impl Tape {
             return G::No;
         }
         if self.mode == Mode::Recompute {
+            // The other way round: casts the forward made and the recomputation does not (FSDP1
+            // gathered a LoRA matrix's unit ahead of the recomputation, so its weight is in the
+            // input's dtype already) save nothing either, and are passed over.
+            if !matches!(op, Op::Cast) {
+                while self.re_next < self.re_last
+                    && matches!(
+                        self.nodes.get(self.re_next).map(|n| (n.op, n.pending)),
+                        Some((Op::Cast, 0))
+                    )
+                {
+                    self.re_next += 1;
+                }
+            }
             let i = self.re_next;
             // A cast the forward found in autocast's cache (filled by an earlier pass under
             // no_grad, KTO's KL pass) recorded no node there; the recomputation runs in a fresh

@@ -394,6 +394,9 @@ impl<'c, 'a> Prog<'c, 'a> {
     pub(super) fn fsdp1_lora_cast_es(&self, w: X) -> Option<u64> {
         let f = self.fsdp1()?;
         match w.g {
+            // Gathered already (prefetched by the pre-backward of the unit after it, before a
+            // recomputation), the weight is a view of the padded parameter, in `param_dtype`.
+            G::Param(p) if f.units[f.unit_of(p)].unsharded => Some(f.compute_es(f.unit_of(p))),
             G::Param(p) => Some(f.param_es(p)),
             _ => None,
         }
@@ -717,8 +720,27 @@ impl<'c, 'a> Prog<'c, 'a> {
         if grads.is_empty() {
             return;
         }
+        // The split's backward: a zero tensor for each chunk without a gradient (the alignment
+        // padding before a parameter, the padding to the world size), then their `cat`.
+        let f = self.fsdp1().expect("FSDP1 state");
+        let (offsets, _) = f.layout(u);
+        let mut pads = vec![];
+        let mut end = 0;
+        for (k, &(_, numel)) in f.units[u].params.iter().enumerate() {
+            pads.push(offsets[k] - end);
+            end = offsets[k] + numel;
+        }
+        pads.push(n - end);
         self.fsdp1_stream(SideStream::Unshard);
+        let zeros: Vec<X> = pads
+            .into_iter()
+            .filter(|&z| z > 0)
+            .map(|z| self.t(z, ces, What::Grad))
+            .collect();
         let flat = self.t(n, ces, What::Grad);
+        for z in zeros {
+            self.drop(z);
+        }
         for (_, t) in grads {
             self.tp.drop_t(t);
         }
