@@ -30,7 +30,8 @@
 //!   the step, whose index 0 reads as unset, gets a new index: `_exec_order_utils.py:130-147`);
 //! - **post-backward** of a trainable unit (R:701-774): the split of the flat parameter into its
 //!   views runs backward as a `cat` into one unsharded flat gradient (`param_dtype`, on the
-//!   all-gather stream where the views were made), the parameters' gradients freed, the unit
+//!   all-gather stream where the views were made; a zero tensor for each padding chunk first),
+//!   the parameters' gradients freed, the unit
 //!   resharded, then on the post-backward stream the sharded gradient (`reduce_dtype`) and its
 //!   cast to the parameters' dtype, the flat gradient freed; each parameter's `.grad` is a view
 //!   of the sharded gradient, which `zero_grad` frees;
