@@ -77,7 +77,7 @@ struct Prog<'c, 'a> {
     tp: Tape,
     /// FSDP2's units, shards and buffers when the rank runs it op by op
     /// ([`crate::model::Settings::fsdp2_op_by_op`]).
-    fsdp: Option<fsdp2::Fsdp2>,
+    fsdp2: Option<fsdp2::Fsdp2>,
     /// FSDP1's units when the rank runs it op by op
     /// ([`crate::model::Settings::fsdp1_op_by_op`]).
     fsdp1: Option<fsdp1::Fsdp1>,
@@ -185,12 +185,6 @@ fn bytes(d: crate::model::dtype::Dtype) -> u64 {
     d.bytes() as u64
 }
 
-// The extended ops' modules: without `extended-ops` nothing calls most of their functions.
-#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
-mod dora;
-mod fsdp1;
-mod fsdp2;
-
 /// A layer's Linear modules in the order the module registers them: the forward's order, except
 /// that Phi-3's attention creates o_proj before qkv_proj (`Phi3Attention.__init__`), so its
 /// parameters and its 4-bit quantization states come in that order.
@@ -201,6 +195,12 @@ fn module_order(a: &crate::model::arch::Architecture, kind: LayerKind) -> Vec<Li
     }
     order
 }
+
+// The extended ops' modules: without `extended-ops` nothing calls most of their functions.
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+mod dora;
+mod fsdp1;
+mod fsdp2;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod fused_ce;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
@@ -1011,8 +1011,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             return result;
         };
         let (la, lb) = (adapter.a, adapter.b);
-        // peft casts the input to lora_A's dtype (`_cast_input_dtype`): the adapter dtype, or
-        // FSDP2's param_dtype for its unsharded copy.
+        // peft casts the input to lora_A's dtype (`_cast_input_dtype`): the adapter dtype,
+        // FSDP2's param_dtype for its unsharded copy, or under FSDP1 the dtype of the view the
+        // weight is before its unit's forward (`Prog::fsdp1_lora_cast_es`).
         let ad = self.fsdp1_lora_cast_es(la.x).unwrap_or(la.x.es);
         // peft's bnb layers skip the input cast under autocast.
         let xc = if s.quant.is_some() && s.autocast.is_some() {
@@ -2944,7 +2945,12 @@ impl<'c, 'a> Prog<'c, 'a> {
             return;
         }
         let tr = self.trainable.clone();
-        for p in tr {
+        self.release_grads(tr);
+    }
+
+    /// The gradients of parameters `ps` let go, in that order.
+    fn release_grads(&mut self, ps: impl IntoIterator<Item = u32>) {
+        for p in ps {
             if let Some(t) = self.grads[p as usize].take() {
                 self.tp.drop_t(t);
             }
@@ -2985,7 +2991,7 @@ pub(super) fn run<const AFTER: u8>(
     let mut p = Prog {
         ctx,
         tp: Tape::new(ctx.arch.num_hidden_layers),
-        fsdp: None,
+        fsdp2: None,
         fsdp1: None,
         params: vec![],
         trainable: vec![],
@@ -3028,13 +3034,15 @@ pub(super) fn run<const AFTER: u8>(
     p.tp.emulated = device == super::Device::Emulated;
     if crate::model::extended::EXTENDED && ctx.s.fsdp1_op_by_op(ctx.arch) {
         let mixed = ctx.s.autocast.map(bytes);
+        let root_padded = p.tp.new_resizable_t(0, What::GatheredRoot);
         p.fsdp1 = Some(fsdp1::Fsdp1::new(
             u64::try_from(ctx.s.parallel.world()).unwrap_or(u64::MAX),
             mixed,
             rank.weight_scale(),
+            root_padded,
         ));
     } else if crate::model::extended::EXTENDED && ctx.s.fsdp2_op_by_op(ctx.arch) {
-        p.fsdp = Some(fsdp2::Fsdp2::new(
+        p.fsdp2 = Some(fsdp2::Fsdp2::new(
             u64::try_from(ctx.s.parallel.world()).unwrap_or(u64::MAX),
             Prog::fsdp2_param_es(ctx.s),
             ctx.arch.num_hidden_layers,

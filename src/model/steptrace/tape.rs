@@ -515,9 +515,11 @@ impl Tape {
         self.bytes[t as usize] = bytes;
     }
 
-    /// Whether parameter `p`'s gradient has been stored in this backward.
+    /// Whether parameter `p`'s gradient has been stored in this backward (it has a slot).
     pub fn has_param_grad(&self, p: u32) -> bool {
-        self.param_grads.iter().any(|&(q, _)| q == p)
+        self.grad_slot
+            .get(grad_slot(p))
+            .is_some_and(|&k| k != u32::MAX)
     }
 
     /// `storage.resize_(bytes)` of a storage [`Tape::resize_free`] emptied (or never filled):
@@ -634,9 +636,12 @@ impl Tape {
             return G::No;
         }
         if self.mode == Mode::Recompute {
-            // The other way round: casts the forward made and the recomputation does not (FSDP1
-            // gathered a LoRA matrix's unit ahead of the recomputation, so its weight is in the
-            // input's dtype already) save nothing either, and are passed over.
+            // PyTorch matches recomputed tensors to the forward's by the order they are saved,
+            // and a cast saves nothing: the recomputation's nodes are matched to the forward's
+            // passing over casts either made alone. The forward's casts the recomputation does
+            // not make again (FSDP1 gathered a LoRA matrix's unit ahead of the recomputation, so
+            // its weight is in the input's dtype already) are skipped here; a cast only the
+            // recomputation makes, below.
             if !matches!(op, Op::Cast) {
                 while self.re_next < self.re_last
                     && matches!(
@@ -650,10 +655,9 @@ impl Tape {
             let i = self.re_next;
             // A cast the forward found in autocast's cache (filled by an earlier pass under
             // no_grad, KTO's KL pass) recorded no node there; the recomputation runs in a fresh
-            // autocast context and casts again. PyTorch matches recomputed tensors to the
-            // forward's by the order they are saved, and a cast saves nothing: the new node is
-            // not one of the layer's and takes no slot; its output's gradient is said to go where
-            // its input's goes (the recomputation records no edges, only whether one exists).
+            // autocast context and casts again: the new node is not one of the layer's and takes
+            // no slot; its output's gradient is said to go where its input's goes (the
+            // recomputation records no edges, only whether one exists).
             if matches!(op, Op::Cast)
                 && saved.is_empty()
                 && !matches!(self.nodes.get(i).map(|n| n.op), Some(Op::Cast))

@@ -101,6 +101,38 @@ pub(super) struct Unit {
     nodes: (usize, usize),
 }
 
+impl Unit {
+    /// A unit of `kind` whose padded unsharded flat parameter is `padded`, before its
+    /// parameters (the first one sets its dtype).
+    fn new(kind: UnitKind, padded: T) -> Unit {
+        Unit {
+            kind,
+            params: vec![],
+            es: 0,
+            padded,
+            shard: None,
+            empty: None,
+            n: 0,
+            s: 0,
+            trainable: false,
+            unsharded: false,
+            prefetched: false,
+            needs_pre_backward_unshard: false,
+            pre_done: false,
+            post_forward_index: None,
+            nodes: (0, 0),
+        }
+    }
+
+    /// How its padded parameter is labelled: the root's (embedding, lm_head) or a layer's.
+    fn what(kind: UnitKind) -> What {
+        match kind {
+            UnitKind::Root => What::GatheredRoot,
+            _ => What::GatheredLayer,
+        }
+    }
+}
+
 /// What one rank's FSDP1 holds and does.
 #[derive(Clone, Debug)]
 pub(super) struct Fsdp1 {
@@ -133,12 +165,20 @@ pub(super) struct Fsdp1 {
 }
 
 impl Fsdp1 {
-    pub(super) fn new(world: u64, mixed_es: Option<u64>, weight_scale: u64) -> Fsdp1 {
+    /// The state of a rank of `world`, with `param_dtype` of `mixed_es` bytes if any; `root_padded`
+    /// is the root unit's padded parameter (unit 0: its first parameter, the embedding, comes
+    /// first).
+    pub(super) fn new(
+        world: u64,
+        mixed_es: Option<u64>,
+        weight_scale: u64,
+        root_padded: T,
+    ) -> Fsdp1 {
         Fsdp1 {
             world,
             weight_scale: weight_scale.max(1),
             mixed_es,
-            units: vec![],
+            units: vec![Unit::new(UnitKind::Root, root_padded)],
             unit_of: vec![],
             layer_units: vec![],
             order: vec![],
@@ -241,26 +281,6 @@ impl<'c, 'a> Prog<'c, 'a> {
         let f = self.fsdp1.as_mut().expect("FSDP1 state");
         // A model weight keeps the dtype it was loaded in (a LoRA matrix is made in its own).
         let es = if lora { es } else { es * f.weight_scale };
-        let new_unit = |f: &mut Fsdp1, kind: UnitKind, padded: T| {
-            f.units.push(Unit {
-                kind,
-                params: vec![],
-                es,
-                padded,
-                shard: None,
-                empty: None,
-                n: 0,
-                s: 0,
-                trainable: false,
-                unsharded: false,
-                prefetched: false,
-                needs_pre_backward_unshard: false,
-                pre_done: false,
-                post_forward_index: None,
-                nodes: (0, 0),
-            });
-            f.units.len() - 1
-        };
         let kind = if lora {
             UnitKind::Lora
         } else if exec == super::NO_LAYER {
@@ -270,27 +290,16 @@ impl<'c, 'a> Prog<'c, 'a> {
         };
         let existing = match kind {
             UnitKind::Lora => None,
-            UnitKind::Root => (!f.units.is_empty()).then_some(0),
+            UnitKind::Root => Some(0),
             UnitKind::Layer(li) => f.layer_units.get(li as usize).copied(),
         };
         let u = match existing {
             Some(u) => u,
             None => {
-                let what = if kind == UnitKind::Root {
-                    What::GatheredRoot
-                } else {
-                    What::GatheredLayer
-                };
-                let padded = self.tp.new_resizable_t(0, what);
+                let padded = self.tp.new_resizable_t(0, Unit::what(kind));
                 let f = self.fsdp1.as_mut().expect("FSDP1 state");
-                if kind != UnitKind::Root && f.units.is_empty() {
-                    // The root is unit 0 (its first parameter, the embedding, comes first).
-                    let root_padded = self.tp.new_resizable_t(0, What::GatheredRoot);
-                    let f = self.fsdp1.as_mut().expect("FSDP1 state");
-                    new_unit(f, UnitKind::Root, root_padded);
-                }
-                let f = self.fsdp1.as_mut().expect("FSDP1 state");
-                let u = new_unit(f, kind, padded);
+                f.units.push(Unit::new(kind, padded));
+                let u = f.units.len() - 1;
                 if let UnitKind::Layer(li) = kind {
                     f.layer_units.resize(li as usize + 1, usize::MAX);
                     f.layer_units[li as usize] = u;
@@ -439,10 +448,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     fn fsdp1_what(&self, u: usize) -> What {
-        match self.fsdp1().expect("FSDP1 state").units[u].kind {
-            UnitKind::Root => What::GatheredRoot,
-            _ => What::GatheredLayer,
-        }
+        Unit::what(self.fsdp1().expect("FSDP1 state").units[u].kind)
     }
 
     /// `_reshard`: the sharded views made again (a size-0 tensor, kept for the parameters outside
@@ -471,8 +477,8 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// The root's pre-forward: at the first forward the buffers cast to `buffer_dtype` and each
-    /// unit's buffers made and freed (lazy init); the post-forward order starts again; the root
-    /// unsharded.
+    /// unit's buffers made and freed (lazy init); the last step's sharded gradients let go; the
+    /// root unsharded. (The post-forward order starts again from the last final callback.)
     pub(super) fn fsdp1_forward_start(&mut self) {
         let Some(f) = self.fsdp1_mut() else {
             return;
@@ -518,11 +524,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             .iter()
             .flat_map(|u| u.params.iter().map(|&(p, _)| p))
             .collect();
-        for p in order {
-            if let Some(t) = self.grads[p as usize].take() {
-                self.tp.drop_t(t);
-            }
-        }
+        self.release_grads(order);
         self.fsdp1_pre_forward(0);
     }
 

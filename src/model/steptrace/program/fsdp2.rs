@@ -212,14 +212,14 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// extended ops: [`crate::model::extended::needed`] names FSDP2 there), where every FSDP2
     /// op below is then dead code.
     pub(super) fn fsdp2(&self) -> Option<&Fsdp2> {
-        self.fsdp
+        self.fsdp2
             .as_ref()
             .filter(|_| crate::model::extended::EXTENDED)
     }
 
     fn fsdp2_mut(&mut self) -> Option<&mut Fsdp2> {
         if crate::model::extended::EXTENDED {
-            self.fsdp.as_mut()
+            self.fsdp2.as_mut()
         } else {
             None
         }
