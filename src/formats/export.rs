@@ -208,10 +208,14 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
             out.push_str("bnb_config = BitsAndBytesConfig(load_in_8bit=True)\n");
         }
         Some(q) => out.push_str(&format!(
-            "bnb_config = BitsAndBytesConfig(\n    load_in_4bit=True,\n    bnb_4bit_quant_type={:?},\n    bnb_4bit_use_double_quant={},\n    bnb_4bit_compute_dtype={},\n)\n",
+            "bnb_config = BitsAndBytesConfig(\n    load_in_4bit=True,\n    bnb_4bit_quant_type={:?},\n    bnb_4bit_use_double_quant={},\n    bnb_4bit_compute_dtype={},\n{})\n",
             q.name(),
             py_bool(s.double_quant),
-            torch_dtype(load_dtype)
+            torch_dtype(load_dtype),
+            s.quant_storage.dtype().map_or(String::new(), |d| format!(
+                "    bnb_4bit_quant_storage={},\n",
+                torch_dtype(d)
+            ))
         )),
         None => {}
     }
@@ -1016,6 +1020,9 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         if q.is_4bit() {
             arg("bnb_4bit_quant_type", q.name().into());
             arg("bnb_4bit_use_double_quant", s.double_quant.to_string());
+            if s.quant_storage != crate::model::QuantStorage::Uint8 {
+                arg("bnb_4bit_quant_storage", s.quant_storage.name().into());
+            }
         }
     }
     let fsdp = swift_fsdp(s);

@@ -12,8 +12,8 @@ use crate::model::settings::{
 };
 use crate::model::{
     AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Generation, GrpoLoss, Liger,
-    Logits, LoraInit, LossShift, Optimizer, PrefLoss, Quant, SavedModule, Settings, Stage,
-    Strategy, Target,
+    Logits, LoraInit, LossShift, Optimizer, PrefLoss, Quant, QuantStorage, SavedModule, Settings,
+    Stage, Strategy, Target,
 };
 
 /// What values a setting takes (decides the page control and the CLI's argument).
@@ -537,6 +537,21 @@ pub static FIELDS: &[Field] = &[
         slider: None,
         get: |s| bool_text(s.double_quant),
         set: |s, v| boolean(v).map(|x| s.double_quant = x),
+    },
+    Field {
+        name: "bnb_4bit_quant_storage",
+        json_aliases: &["quant_storage"],
+        url: Some("qs"),
+        flag: cli!(Some("--quant-storage"), None),
+        flag_aliases: &[],
+        no_flag: None,
+        label: beyond_first_screen!("4-bit storage dtype"),
+        help: cli!("bitsandbytes' bnb_4bit_quant_storage: uint8, or the model's 16-bit dtype so that FSDP shards the 4-bit weights", ""),
+        testid: None,
+        kind: Kind::Choice(|| names_of(QuantStorage::ALL, QuantStorage::name)),
+        slider: None,
+        get: |s| s.quant_storage.name().to_string(),
+        set: |s, v| named(QuantStorage::parse, v, QuantStorage::choices()).map(|x| s.quant_storage = x),
     },
     Field {
         name: "autocast",

@@ -14,7 +14,8 @@ use crate::model::{plan_simulated, Architecture, Plan, Settings};
 const LINE_KEYS: &[&str] = &["id", "model", "settings", "software", "model_config"];
 
 /// The published-run schema's own names for settings: `num_gpus` with `strategy` (and FSDP's
-/// `sharding`), and `lora_param_dtype`. A key the line also gives in lorafit's names wins.
+/// `sharding`), `bnb_quant_storage` and `lora_param_dtype`. A key the line also gives in
+/// lorafit's names wins.
 /// Answers the keys it used (they are not lorafit's settings, so the table does not know them).
 fn published_names(settings: &mut Value) -> Vec<String> {
     let Some(obj) = settings.as_object_mut() else {
@@ -43,6 +44,12 @@ fn published_names(settings: &mut Value) -> Vec<String> {
             .unwrap_or_else(|| "ddp".into());
         obj.insert("gpus_per_node".into(), json!(gpus));
         obj.insert("strategy".into(), json!(strategy));
+    }
+    if let Some(d) = obj.get("bnb_quant_storage").cloned() {
+        if !obj.contains_key("bnb_4bit_quant_storage") {
+            used.push("bnb_quant_storage".into());
+            obj.insert("bnb_4bit_quant_storage".into(), d);
+        }
     }
     if let Some(d) = obj.get("lora_param_dtype").cloned() {
         if !obj.contains_key("adapter_dtype") {

@@ -75,3 +75,54 @@ impl Quant {
         }
     }
 }
+
+/// The dtype bitsandbytes stores a packed 4-bit weight in (`bnb_4bit_quant_storage`): uint8,
+/// its default, or a float dtype, which lets FSDP flatten the 4-bit weights with a layer's
+/// other parameters and shard them (`quantize_4bit`'s `out.view(quant_storage)`, two 4-bit values
+/// per byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuantStorage {
+    /// bytes, bitsandbytes' default.
+    Uint8,
+    /// bfloat16.
+    Bf16,
+    /// IEEE half precision.
+    Fp16,
+    /// IEEE single precision.
+    Fp32,
+}
+
+names!(QuantStorage {
+    Uint8 => "uint8" | "torch.uint8",
+    Bf16 => "bf16" | "bfloat16" | "torch.bfloat16",
+    Fp16 => "fp16" | "float16" | "half" | "torch.float16",
+    Fp32 => "fp32" | "float32" | "float" | "torch.float32",
+});
+
+impl QuantStorage {
+    /// Bytes per stored element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            QuantStorage::Uint8 => 1,
+            QuantStorage::Bf16 | QuantStorage::Fp16 => 2,
+            QuantStorage::Fp32 => 4,
+        }
+    }
+
+    /// The float dtype it is, if it is one.
+    pub fn dtype(self) -> Option<Dtype> {
+        match self {
+            QuantStorage::Uint8 => None,
+            QuantStorage::Bf16 => Some(Dtype::Bf16),
+            QuantStorage::Fp16 => Some(Dtype::Fp16),
+            QuantStorage::Fp32 => Some(Dtype::Fp32),
+        }
+    }
+
+    /// Elements of the packed storage of a weight of `n` values (`quantize_4bit`:
+    /// `(n + 1) // (2 × bytes)` rows of one element).
+    pub fn packed_elements(self, n: u64) -> u64 {
+        n.saturating_add(1) / (2 * self.bytes())
+    }
+}

@@ -24,7 +24,7 @@ pub mod vision;
 pub mod weights;
 
 pub use arch::{Architecture, Family, Target};
-pub use dtype::{Dtype, Quant};
+pub use dtype::{Dtype, Quant, QuantStorage};
 pub use error::PlanError;
 pub use parallel::{FsdpVersion, Parallel, Strategy};
 pub use plan::{plan, plan_simulated, plan_simulated_on, Phase, Plan, QuickSurface};

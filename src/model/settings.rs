@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::names::names;
 
 use super::arch::Target;
-use super::dtype::{Dtype, Quant};
+use super::dtype::{Dtype, Quant, QuantStorage};
 use super::error::PlanError;
 
 /// Attention kernel, as `attn_implementation` selects it.
@@ -441,6 +441,9 @@ pub struct Settings {
     pub quant: Option<Quant>,
     /// bitsandbytes double quantization of the absmax constants.
     pub double_quant: bool,
+    /// The dtype a packed 4-bit weight is stored in (`bnb_4bit_quant_storage`): a float one lets
+    /// FSDP shard the 4-bit weights with the rest of their layer.
+    pub quant_storage: QuantStorage,
     /// `prepare_model_for_kbit_training` (casts embeddings, norms and lm_head to fp32).
     pub prepare_kbit: bool,
     /// Mixed precision: `torch.autocast` dtype (Trainer `bf16=True` / `fp16=True`).
@@ -680,6 +683,7 @@ impl Default for Settings {
             dtype: Dtype::Bf16,
             quant: None,
             double_quant: true,
+            quant_storage: QuantStorage::Uint8,
             prepare_kbit: false,
             autocast: None,
             adapter_dtype: Dtype::Fp32,
@@ -1237,19 +1241,24 @@ impl Settings {
     }
 
     /// Whether the step is planned as FSDP2 runs it, op by op (`steptrace`'s FSDP2 ops,
-    /// measured rank by rank): `fsdp_version` 2 in a set-up [`Settings::fsdp_ops_know`]. Other
+    /// measured rank by rank): `fsdp_version` 2 in a set-up [`Settings::fsdp_ops_know`], on a 16-bit
+    /// base or a sharded 4-bit one ([`Settings::sharded_4bit`]). Other
     /// FSDP2 set-ups are planned with the rank model (`steptrace::rank`: two gathered layers
     /// held through the step).
     pub fn fsdp2_op_by_op(&self, arch: &super::arch::Architecture) -> bool {
-        self.parallel.fsdp_version == super::parallel::FsdpVersion::V2 && self.fsdp_ops_know(arch)
+        self.parallel.fsdp_version == super::parallel::FsdpVersion::V2
+            && self.fsdp_ops_know(arch)
+            && (self.quant.is_none() || self.sharded_4bit())
     }
 
     /// Whether the rank's FSDP1 step is planned op by op (`steptrace::program::fsdp1`):
     /// `fsdp_version` 1 in a set-up [`Settings::fsdp_ops_know`], without LoRA-FA or freeze
-    /// tuning, with torch's AdamW. Other FSDP1 set-ups are planned with the rank model.
+    /// tuning, with torch's AdamW, on a 16-bit base or a sharded 4-bit one
+    /// ([`Settings::sharded_4bit`]). Other FSDP1 set-ups are planned with the rank model.
     pub fn fsdp1_op_by_op(&self, arch: &super::arch::Architecture) -> bool {
         self.parallel.fsdp_version == super::parallel::FsdpVersion::V1
             && self.fsdp_ops_know(arch)
+            && (self.quant.is_none() || self.sharded_4bit())
             && !self.lora_fa
             && matches!(
                 self.finetuning_type,
@@ -1261,9 +1270,21 @@ impl Settings {
             )
     }
 
+    /// A 4-bit base as TRL's "sharded QLoRA" runs it under FSDP: LoRA on 4-bit weights stored
+    /// in the 16-bit model's own dtype (`bnb_4bit_quant_storage`), without
+    /// `prepare_model_for_kbit_training`, so that each unit's parameters share one dtype and
+    /// FSDP flattens and shards the 4-bit weights like any other.
+    fn sharded_4bit(&self) -> bool {
+        self.quant.is_some_and(Quant::is_4bit)
+            && self.quant_storage.dtype() == Some(self.dtype)
+            && self.dtype.bytes() == 2
+            && self.finetuning_type == FinetuningType::Lora
+            && !self.prepare_kbit
+    }
+
     /// The set-ups the op-by-op FSDP steps know: full sharding over several GPUs without
     /// offload, a dense text model, an SFT step with LoRA (no DoRA or trained copies) or with
-    /// the base trained, on a 16-bit base, without Liger or a fused loss.
+    /// the base trained, without Liger or a fused loss (each FSDP version says which bases).
     fn fsdp_ops_know(&self, arch: &super::arch::Architecture) -> bool {
         let p = &self.parallel;
         p.strategy == super::parallel::Strategy::FsdpFullShard
@@ -1273,7 +1294,6 @@ impl Settings {
             && !p.offload_activations
             && arch.is_dense_text()
             && self.images.images_per_sample == 0
-            && self.quant.is_none()
             && !self.use_dora
             && self.modules_to_save.is_empty()
             && !self.preference()

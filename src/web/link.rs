@@ -436,6 +436,7 @@ mod tests {
         s.grad_accum = 16;
         s.quant = Some(crate::model::Quant::Nf4);
         s.double_quant = false;
+        s.quant_storage = crate::model::QuantStorage::Bf16;
         s.autocast = Some(Dtype::Bf16);
         s.attn_impl = AttnImpl::Eager;
         s.grad_ckpt = true;

@@ -31,6 +31,7 @@ mod properties;
 mod real_gpu;
 mod reference;
 mod reserved;
+mod sharded_qlora;
 mod snapshot;
 mod step_time;
 mod surface;

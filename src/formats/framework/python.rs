@@ -122,19 +122,7 @@ const BNB: Table = &[
     ("bnb_4bit_use_double_quant", Rule::To("double_quant")),
     // Judged once the loaded dtype and the precision are known (`compute_dtype`).
     ("bnb_4bit_compute_dtype", Rule::Read(|_, _| Ok(()))),
-    (
-        "bnb_4bit_quant_storage",
-        Rule::Read(|rd, v| {
-            if v.as_str().is_some_and(|s| s.ends_with("uint8")) {
-                rd.r.ignored.push(rd.key().to_string());
-            } else {
-                rd.not_modeled(
-                    "a 4-bit storage dtype other than uint8 (for FSDP): planned as uint8",
-                );
-            }
-            Ok(())
-        }),
-    ),
+    ("bnb_4bit_quant_storage", Rule::To("bnb_4bit_quant_storage")),
     (
         "llm_int8_threshold",
         Rule::Read(|rd, v| {

@@ -83,6 +83,7 @@ const TABLE: Table = &[
     ("bnb_4bit_quant_type", Rule::NoEffect),
     ("bnb_4bit_use_double_quant", Rule::To("double_quant")),
     ("bnb_4bit_compute_dtype", Rule::NoEffect),
+    ("bnb_4bit_quant_storage", Rule::To("bnb_4bit_quant_storage")),
     (
         "attn_impl",
         Rule::Read(|rd, v| match v.as_str() {

@@ -902,9 +902,27 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
                 "FSDP1 (FullyShardedDataParallel) under transformers' Trainer: peft's wrapping policy gives each decoder layer a unit and each LoRA matrix one of its own; a layer is gathered before its forward and freed after, gathered again in backward with the next one prefetched, each LoRA matrix gathered around its forward and its backward (and again in a recomputed layer), and the embedding, norm and lm_head stay gathered from the forward's start to the end of backward; the all-gathers and reduce-scatters allocate on their own CUDA streams (rank 0 steps measured under the fake process group match to the byte)".into()
             }
         } else if s.parallel.fsdp_version == super::parallel::FsdpVersion::V2 {
-            "FSDP2 with this set-up (offload, hybrid or grad-op sharding, a 4-bit or 8-bit base, experts, linear attention, images, DoRA, modules_to_save, preference or RL training, Liger or a fused loss) is planned with the rank model: two gathered decoder layers held through the step, not FSDP2's per-layer gathers".into()
+            "FSDP2 with this set-up (offload, hybrid or grad-op sharding, an 8-bit base or a 4-bit one stored in uint8 or prepared by prepare_model_for_kbit_training, experts, linear attention, images, DoRA, modules_to_save, preference or RL training, Liger or a fused loss) is planned with the rank model: two gathered decoder layers held through the step, not FSDP2's per-layer gathers".into()
         } else {
-            "FSDP1 with this set-up (offload, hybrid or grad-op sharding, a 4-bit or 8-bit base, experts, linear attention, images, DoRA, LoRA-FA, modules_to_save, freeze tuning, preference or RL training, Liger or a fused loss, an optimizer other than torch's AdamW) is planned with the rank model: two gathered decoder layers held through the step, not FSDP1's per-unit gathers".into()
+            "FSDP1 with this set-up (offload, hybrid or grad-op sharding, an 8-bit base or a 4-bit one stored in uint8 or prepared by prepare_model_for_kbit_training, experts, linear attention, images, DoRA, LoRA-FA, modules_to_save, freeze tuning, preference or RL training, Liger or a fused loss, an optimizer other than torch's AdamW) is planned with the rank model: two gathered decoder layers held through the step, not FSDP1's per-unit gathers".into()
+        });
+    }
+    if s.parallel.strategy.is_fsdp()
+        && s.parallel.world() > 1
+        && s.quant.is_some_and(super::dtype::Quant::is_4bit)
+    {
+        out.push(if s.quant_storage.dtype() == Some(s.dtype) {
+            format!(
+                "a 4-bit base under FSDP (\"sharded QLoRA\"): bnb_4bit_quant_storage={} packs the 4-bit weights into {} tensors, which FSDP shards with the rest of their layer; each GPU keeps every quantization state (absmax, code tables) whole, as they are neither parameters nor buffers",
+                s.quant_storage.name(),
+                s.dtype.name()
+            )
+        } else {
+            format!(
+                "a 4-bit base under FSDP stored as {}: FSDP1 flattens a layer's parameters into one tensor and refuses parameters of two dtypes, so frameworks set bnb_4bit_quant_storage to the model's dtype ({}) for FSDP; planned as given",
+                s.quant_storage.name(),
+                s.dtype.name()
+            )
         });
     }
     if EXTENDED && s.preference() {

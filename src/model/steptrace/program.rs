@@ -454,8 +454,18 @@ impl<'c, 'a> Prog<'c, 'a> {
         let (inf, outf) = (l.in_features as u64, l.out_features as u64);
         let w = match (s.quant, ctx.linear_weight) {
             (Some(Quant::Int8), _) => self.param(inf * outf, 1, inf, false, What::Weight),
-            // bitsandbytes stores a 4-bit weight packed as `[n / 2, 1]`.
-            (Some(_), _) => self.param((inf * outf).div_ceil(2), 1, 1, false, What::Weight),
+            // bitsandbytes stores a 4-bit weight packed as `[n / 2, 1]` bytes, viewed as its
+            // storage dtype.
+            (Some(_), _) => {
+                let qs = s.quant_storage;
+                self.param(
+                    qs.packed_elements(inf * outf),
+                    qs.bytes(),
+                    1,
+                    false,
+                    What::Weight,
+                )
+            }
             (None, Some(d)) => self.weight(inf * outf, bytes(d), inf),
             (None, None) => self.weight(inf * outf, aux, inf),
         };

@@ -212,6 +212,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("FSDP1 for LoRA", "LoRA 改用 FSDP1"),
     ("fsdp_version # → #", "fsdp_version 由 # 改为 #"),
     ("FSDP1 applies Trainer's peft wrapping (each decoder layer and each LoRA module a unit of its own), so a layer is gathered at a time instead of the whole stack; planned with the rank model, not op by op", "FSDP1 会应用 Trainer 的 peft 包装（每个解码层和每个 LoRA 模块各自成为一个单元），因此每次只汇集一层而不是整个层栈；按 rank 模型规划，而非逐算子"),
+    ("only the adapters train: no gradient or optimizer state for the base weights; often close to full fine-tuning for instruction tuning, less so for new knowledge; none in the result: the same loss from log-probs scored in [# × #] tiles instead of the fp32 logits, with TRL's SFTTrainer in place of Trainer's or LLaMA-Factory's; recomputes each layer's forward during the backward (one more forward per step)", "只训练适配器：基座权重没有梯度和优化器状态；指令微调效果常接近全参微调，学习新知识时差一些；结果不变：同样的损失改由按 [# × #] 分块算出的 log-prob 得到，不再生成 fp32 logits，训练器改用 TRL 的 SFTTrainer，而不是 Trainer 或 LLaMA-Factory 的；反向传播时重算每层的前向（每步多一次前向）"),
     ("only the adapters train: no gradient or optimizer state for the base weights; often close to full fine-tuning for instruction tuning, less so for new knowledge; recomputes each layer's forward during the backward (one more forward per step)", "只训练适配器：基座权重没有梯度和优化器状态；指令微调效果常接近全参微调，学习新知识时差一些；反向传播时重算每层的前向（每步多一次前向）"),
     // The planner page's first bundle hands a step with extended ops to its full planner
     // (model::error::UNBUNDLED, src/web/full.rs).
