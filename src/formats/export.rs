@@ -625,6 +625,7 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         if s.prepare_kbit {
             out.push_str(&unprepared_note("LLaMA-Factory"));
         }
+        out.push_str(&storage_comment(s, "LLaMA-Factory", s.dtype.name()));
     }
     out.push_str(&format!(
         "cutoff_len: {}\nper_device_train_batch_size: {}\ngradient_accumulation_steps: {}\ndisable_gradient_checkpointing: {}\nflash_attn: {attn}\nbf16: {}\nfp16: {}\noptim: {}\noutput_dir: out\n",
@@ -705,6 +706,16 @@ fn llama_factory_stage(s: &Settings) -> String {
     out
 }
 
+/// A YAML comment where the plan's 4-bit storage dtype is not the one `whose` 4-bit loading
+/// sets (`theirs`): the framework's own storage is what its run has.
+fn storage_comment(s: &Settings, whose: &str, theirs: &str) -> String {
+    if s.quant_storage.name() == theirs {
+        String::new()
+    } else {
+        format!("# {whose} stores 4-bit weights in {theirs} (bnb_4bit_quant_storage): plan with bnb_4bit_quant_storage {theirs} to match it\n")
+    }
+}
+
 /// A YAML comment where the plan has TRL's fused LM head for SFT but `whose` SFT trainer (a
 /// transformers `Trainer`) computes the full logits.
 fn full_logits_comment(s: &Settings, whose: &str) -> String {
@@ -764,6 +775,9 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     };
     if s.quant.is_some() && s.prepare_kbit {
         out.push_str(&unprepared_note("axolotl"));
+    }
+    if s.quant.is_some_and(Quant::is_4bit) {
+        out.push_str(&storage_comment(s, "axolotl", "bf16"));
     }
     if s.use_dora {
         out.push_str("peft_use_dora: true\n");

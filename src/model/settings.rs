@@ -1274,7 +1274,7 @@ impl Settings {
     /// in the 16-bit model's own dtype (`bnb_4bit_quant_storage`), without
     /// `prepare_model_for_kbit_training`, so that each unit's parameters share one dtype and
     /// FSDP flattens and shards the 4-bit weights like any other.
-    fn sharded_4bit(&self) -> bool {
+    pub fn sharded_4bit(&self) -> bool {
         self.quant.is_some_and(Quant::is_4bit)
             && self.quant_storage.dtype() == Some(self.dtype)
             && self.dtype.bytes() == 2

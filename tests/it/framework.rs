@@ -8,7 +8,8 @@ use lorafit::formats::fields::settings_json;
 use lorafit::formats::framework::{self, Reading, Source};
 use lorafit::formats::{catalog, yaml};
 use lorafit::model::{
-    Dtype, FinetuningType, LoraInit, Optimizer, PrefLoss, Quant, Settings, Stage, Strategy,
+    Dtype, FinetuningType, LoraInit, Optimizer, PrefLoss, Quant, QuantStorage, Settings, Stage,
+    Strategy,
 };
 use std::path::{Path, PathBuf};
 
@@ -173,10 +174,33 @@ fn examples_are_read_as_their_files_state() {
             "{example}"
         );
     }
+    // LLaMA-Factory stores a 4-bit weight in its compute dtype and axolotl in bf16, so FSDP can
+    // shard them: assumed and said; ms-swift leaves bitsandbytes' uint8 unless told.
+    for (example, storage) in [
+        (
+            "llama-factory/llama3_lora_sft_otfq.yaml",
+            QuantStorage::Bf16,
+        ),
+        ("axolotl/qlora.yml", QuantStorage::Bf16),
+        ("axolotl/qlora-fsdp-70b.yaml", QuantStorage::Bf16),
+        ("ms-swift/train.sh", QuantStorage::Uint8),
+    ] {
+        let r = read(example);
+        assert_eq!(r.settings.quant_storage, storage, "{example}");
+        let said = r
+            .assumed
+            .iter()
+            .any(|a| a.setting == "bnb_4bit_quant_storage");
+        assert_eq!(said, storage != QuantStorage::Uint8, "{example}");
+    }
     // A 16-bit base: nothing is said about preparing a 4-bit one.
     let r = read("llama-factory/llama3_lora_sft.yaml");
     assert!(r.settings.quant.is_none());
     assert!(!r.assumed.iter().any(|a| a.setting == "prepare_kbit"));
+    assert!(!r
+        .assumed
+        .iter()
+        .any(|a| a.setting == "bnb_4bit_quant_storage"));
     // ms-swift quantizes only with a quant_method: its bits alone are named, not planned.
     let text = std::fs::read_to_string(dir().join("ms-swift/train.sh")).unwrap();
     let r = framework::read(&text.replace("    --quant_method bnb \\\n", "")).unwrap();
@@ -433,6 +457,22 @@ fn exports_read_back_to_the_same_settings() {
                     reads_back_unprepared(&format!("{what} via {format}"), &s, &text, &b[k]);
                     continue;
                 }
+                // LLaMA-Factory stores 4-bit weights in its compute dtype, axolotl in bf16: the
+                // export says so where the plan's storage differs, and reads back as theirs.
+                if k == "bnb_4bit_quant_storage" && !script && s.quant.is_some_and(Quant::is_4bit) {
+                    let theirs = if format == "axolotl" {
+                        "bf16"
+                    } else {
+                        s.dtype.name()
+                    };
+                    assert_eq!(b[k], theirs, "{what} via {format}");
+                    assert_eq!(
+                        text.contains("plan with bnb_4bit_quant_storage"),
+                        v != theirs,
+                        "{what} via {format}: {text}"
+                    );
+                    continue;
+                }
                 // Checked above: the trainer's head, and under TRL's no Liger loss.
                 if head_differs && (k == "logits" || k == "fused_ce") {
                     continue;
@@ -679,7 +719,23 @@ trainer.train()
         (64, 128.0, 4, 4)
     );
     assert_eq!(s.quant, Some(Quant::Nf4));
+    assert_eq!(
+        s.quant_storage,
+        QuantStorage::Uint8,
+        "bitsandbytes' default"
+    );
     assert!(!s.prepare_kbit, "imported, never called");
+    // bnb_4bit_quant_storage as scripts write it (a torch dtype).
+    let stored = script.replace("RANK * 2", "128").replace(
+        "bnb_4bit_compute_dtype=torch.bfloat16)",
+        "bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_quant_storage=torch.bfloat16)",
+    );
+    let r2 = framework::read(&stored).unwrap();
+    assert_eq!(r2.settings.quant_storage, QuantStorage::Bf16);
+    assert!(r2
+        .used
+        .iter()
+        .any(|u| u.key.contains("bnb_4bit_quant_storage")));
     // SFTConfig's defaults (TRL 1.16): checkpointing on, bf16 autocast, 1024 tokens.
     assert!(s.grad_ckpt);
     assert_eq!(s.autocast, Some(Dtype::Bf16));

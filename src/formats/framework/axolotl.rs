@@ -464,6 +464,19 @@ pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
                     "axolotl's bf16: full with every parameter trained",
                 )?;
             }
+            if rd
+                .r
+                .settings
+                .quant
+                .is_some_and(crate::model::Quant::is_4bit)
+            {
+                assume(
+                    rd,
+                    "bnb_4bit_quant_storage",
+                    "bf16",
+                    "axolotl's qlora BitsAndBytesConfig stores a 4-bit weight in bf16 (loaders/model.py, _set_quantization_config: \"bnb_4bit_quant_storage\": torch.bfloat16)",
+                )?;
+            }
             assume_gpus(rd, "several GPUs (axolotl's YAML does not say how many)")
         },
     )

@@ -255,6 +255,20 @@ pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
                     "LLaMA-Factory's lora_alpha (2 × lora_rank)",
                 )?;
             }
+            if rd
+                .r
+                .settings
+                .quant
+                .is_some_and(crate::model::Quant::is_4bit)
+            {
+                let dtype = rd.r.settings.dtype.name();
+                assume(
+                    rd,
+                    "bnb_4bit_quant_storage",
+                    dtype,
+                    "LLaMA-Factory stores a 4-bit weight in its compute dtype (model/model_utils/quantization.py:173-179, BitsAndBytesConfig(bnb_4bit_quant_storage=model_args.compute_dtype), \"crucial for fsdp+qlora\")",
+                )?;
+            }
             assume_gpus(
                 rd,
                 "several GPUs (LLaMA-Factory's YAML does not say how many)",

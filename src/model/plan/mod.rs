@@ -911,19 +911,21 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         && s.parallel.world() > 1
         && s.quant.is_some_and(super::dtype::Quant::is_4bit)
     {
-        out.push(if s.quant_storage.dtype() == Some(s.dtype) {
-            format!(
-                "a 4-bit base under FSDP (\"sharded QLoRA\"): bnb_4bit_quant_storage={} packs the 4-bit weights into {} tensors, which FSDP shards with the rest of their layer; each GPU keeps every quantization state (absmax, code tables) whole, as they are neither parameters nor buffers",
-                s.quant_storage.name(),
-                s.dtype.name()
-            )
-        } else {
-            format!(
+        // Stored in the model's dtype the step runs op by op, which the first bundle hands to
+        // the full planner: only the latter says how.
+        if s.quant_storage.dtype() != Some(s.dtype) {
+            out.push(format!(
                 "a 4-bit base under FSDP stored as {}: FSDP1 flattens a layer's parameters into one tensor and refuses parameters of two dtypes, so frameworks set bnb_4bit_quant_storage to the model's dtype ({}) for FSDP; planned as given",
                 s.quant_storage.name(),
                 s.dtype.name()
-            )
-        });
+            ));
+        } else if EXTENDED && s.sharded_4bit() {
+            out.push(format!(
+                "a 4-bit base under FSDP (\"sharded QLoRA\"): bnb_4bit_quant_storage={} packs the 4-bit weights into {} tensors, which FSDP shards with the rest of their layer; each GPU keeps every quantization state (absmax, code tables) whole, as they are neither parameters nor buffers",
+                s.quant_storage.name(),
+                s.dtype.name()
+            ));
+        }
     }
     if EXTENDED && s.preference() {
         out.extend(preference_notes(arch, s));
