@@ -20,6 +20,7 @@ pub mod plan;
 pub mod settings;
 pub mod steptrace;
 pub mod term;
+pub mod torchao_adamw;
 pub mod vision;
 pub mod weights;
 

@@ -46,6 +46,11 @@ pub enum Optimizer {
     PagedAdamw8bit,
     /// bitsandbytes AdamW, fp32 states, those of 1e5 values or more in CUDA managed memory.
     PagedAdamw32bit,
+    /// torchao's AdamW4bit (`adamw_torch_4bit`): 4-bit states, one fp32 scale per 256 values
+    /// (`crate::model::torchao_adamw`).
+    AdamwTorch4bit,
+    /// torchao's AdamW8bit (`adamw_torch_8bit`): 8-bit states, one fp32 scale per 256 values.
+    AdamwTorch8bit,
     /// Adafactor: factored second moment, no first moment.
     Adafactor,
     /// Plain SGD: no state.
@@ -61,6 +66,8 @@ names!(Optimizer {
     Adamw8bit => "adamw_8bit" | "adamw_bnb_8bit" | "adamw8bit",
     PagedAdamw8bit => "paged_adamw_8bit",
     PagedAdamw32bit => "paged_adamw_32bit",
+    AdamwTorch4bit => "adamw_torch_4bit",
+    AdamwTorch8bit => "adamw_torch_8bit",
     Adafactor => "adafactor",
     Sgd => "sgd",
     SgdMomentum => "sgd_momentum",

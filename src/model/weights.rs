@@ -219,6 +219,27 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
                 vec![f("2", 2), f("⌈params/256⌉", n.div_ceil(256)), bytes_of(4)],
             ],
         )],
+        Optimizer::AdamwTorch4bit | Optimizer::AdamwTorch8bit => {
+            let (what, codes) = if opt == Optimizer::AdamwTorch4bit {
+                (
+                    "torchao 4-bit AdamW: two states of 4-bit codes + an fp32 scale per 256 values",
+                    n / 2,
+                )
+            } else {
+                (
+                    "torchao 8-bit AdamW: two uint8 states + an fp32 scale per 256 values",
+                    n,
+                )
+            };
+            vec![Term::sum(
+                Component::OptimizerStates,
+                what,
+                &[
+                    vec![f("2", 2), f("codes", codes), bytes_of(1)],
+                    vec![f("2", 2), f("⌈params/256⌉", n.div_ceil(256)), bytes_of(4)],
+                ],
+            )]
+        }
         Optimizer::Adafactor => {
             // Factored second moment: a row and a column vector per matrix, no first moment.
             let r = ctx.s.lora_r as u128;

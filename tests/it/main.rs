@@ -35,6 +35,7 @@ mod sharded_qlora;
 mod snapshot;
 mod step_time;
 mod surface;
+mod torchao_optim;
 mod transformers4;
 mod trl_sft;
 mod unprepared;

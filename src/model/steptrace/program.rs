@@ -12,6 +12,7 @@ use crate::model::ctx::{Ctx, SdpaMask};
 use crate::model::dtype::{Dtype, Quant};
 use crate::model::error::PlanError;
 use crate::model::settings::{AttnImpl, ExpertParam, LossShift, Optimizer, SavedModule};
+use crate::model::torchao_adamw;
 
 /// A parameter of the model, in `named_parameters()` order.
 #[derive(Clone, Copy, Debug)]
@@ -2815,6 +2816,18 @@ impl<'c, 'a> Prog<'c, 'a> {
             Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw32bit => {
                 if first {
                     self.bnb_adamw_states(&tr);
+                }
+            }
+            // torchao's compiled update works in place ([`crate::model::torchao_adamw`]).
+            Optimizer::AdamwTorch4bit | Optimizer::AdamwTorch8bit => {
+                if first {
+                    for x in &tr {
+                        self.tp.on_behalf_of(x.t);
+                        for (values, es) in torchao_adamw::states(s.optimizer, x.n, x.es) {
+                            let t = self.t(values, es, What::OptState);
+                            self.states.push(t.t);
+                        }
+                    }
                 }
             }
             Optimizer::Adafactor => self.adafactor(&tr, first),

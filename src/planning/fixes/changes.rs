@@ -28,6 +28,8 @@ pub enum FixId {
     Adamw8bit,
     /// Paged 8-bit AdamW.
     Paged,
+    /// torchao's 4-bit AdamW.
+    Adamw4bit,
     /// A fused cross-entropy.
     FusedCe,
     /// Liger-Kernel's RMSNorm, SwiGLU and RoPE.
@@ -145,6 +147,7 @@ impl FixId {
             FixId::Dropout0 => "dropout0",
             FixId::Adamw8bit => "adamw8bit",
             FixId::Paged => "paged",
+            FixId::Adamw4bit => "adamw4bit",
             FixId::FusedCe => "fused_ce",
             FixId::Liger => "liger_kernel",
             FixId::GradCkpt => "grad_ckpt",
@@ -181,7 +184,7 @@ impl FixId {
             FixId::Sdpa => ChangeKind::Attention,
             FixId::Bf16Weights | FixId::Qlora => ChangeKind::Weights,
             FixId::Dropout0 => ChangeKind::Dropout,
-            FixId::Adamw8bit | FixId::Paged => ChangeKind::Optimizer,
+            FixId::Adamw8bit | FixId::Paged | FixId::Adamw4bit => ChangeKind::Optimizer,
             FixId::FusedCe | FixId::FusedLogprobs => ChangeKind::Loss,
             FixId::Liger => ChangeKind::Kernels,
             FixId::PrecomputeRef | FixId::GrpoBeta0 => ChangeKind::Reference,
@@ -638,6 +641,24 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             "states in 8 bits: indistinguishable loss curves in most LoRA runs",
             2,
             Patch::Optimizer(Optimizer::Adamw8bit),
+        );
+    }
+    if matches!(
+        s.optimizer,
+        Optimizer::AdamwTorchFused
+            | Optimizer::AdamwTorchForeach
+            | Optimizer::AdamwTorch
+            | Optimizer::PagedAdamw32bit
+            | Optimizer::Adamw8bit
+            | Optimizer::AdamwTorch8bit
+    ) {
+        push(
+            FixId::Adamw4bit,
+            format!("optim {} → adamw_torch_4bit (torchao)", s.optimizer.name()),
+            "4-bit AdamW (torchao)",
+            "states in 4 bits, one scale per 256 values: torchao reports loss curves close to 32-bit AdamW; each parameter's update is a torch.compile'd kernel (compiled at the first step)",
+            3,
+            Patch::Optimizer(Optimizer::AdamwTorch4bit),
         );
     }
     if !matches!(

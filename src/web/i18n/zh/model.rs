@@ -127,6 +127,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("quick estimate: allocated + # MiB segment rounding × (layers + #) = # B + # % of the memory that changes during the step = # B", "快速估算：已分配 + # MiB 段取整 × (层数 + #) = # B + 步内变化显存的 # % = # B"),
     // Terms (tensors kept during the step).
     ("#-bit AdamW: two uint8 states + fp32 absmax per # values", "# 位 AdamW：两个 uint8 状态 + 每 # 个值一个 fp32 absmax"),
+    ("torchao #-bit AdamW: two states of #-bit codes + an fp32 scale per # values", "torchao # 位 AdamW：两个 # 位编码的状态 + 每 # 个值一个 fp32 缩放系数"),
+    ("torchao #-bit AdamW: two uint8 states + an fp32 scale per # values", "torchao # 位 AdamW：两个 uint8 状态 + 每 # 个值一个 fp32 缩放系数"),
     ("Adafactor factored second moment (row + column per matrix)", "Adafactor 分解的二阶矩（每个矩阵一行 + 一列）"),
     ("AdamW exp_avg + exp_avg_sq (zeros_like each parameter)", "AdamW exp_avg + exp_avg_sq（每个参数各一份 zeros_like）"),
     ("CUDA context, kernel images, library handles, cuDNN / attention scratch", "CUDA 上下文、kernel 镜像、库句柄、cuDNN / 注意力临时空间"),
