@@ -807,6 +807,44 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// `torch.matmul(x, W.t())` with a weight: frozen (`w.g == No`) or trainable.
     fn linear(&mut self, x: X, w: X, out_n: u64, es: u64, what: What) -> X {
+        self.linear_with(x, w, None, out_n, es, what)
+    }
+
+    /// `F.linear(x, w, bias)`: with a bias that takes a gradient (full and freeze tuning), an
+    /// `addmm`, whose backward orders the gradients otherwise and sums the bias's; else the
+    /// matrix product.
+    fn linear_with(&mut self, x: X, w: X, bias: Option<X>, out_n: u64, es: u64, what: What) -> X {
+        if let Some(b) = bias.filter(X::grad) {
+            let mut y = self.t(out_n, es, what);
+            self.tp.gemm(false);
+            // AddmmBackward0 saves mat2 (the weight) for the input's gradient and mat1 (the
+            // input) for the weight's, as MmBackward0 does.
+            let mut saved = vec![];
+            if x.grad() {
+                saved.push(w.t);
+            }
+            if w.grad() {
+                saved.push(x.t);
+            }
+            let ew = Edge {
+                to: w.g,
+                n: w.n,
+                es,
+                sum_to: 0,
+            };
+            let eb = Edge {
+                sum_to: b.n,
+                ..Self::edge(&b)
+            };
+            y.g = self.tp.node(
+                Op::Addmm { w_n: w.n, w_es: es },
+                out_n,
+                es,
+                &[Self::edge(&x), ew, eb],
+                &saved,
+            );
+            return y;
+        }
         let mut y = self.t(out_n, es, what);
         self.tp.gemm(false);
         // MmBackward0 saves mat2 (the weight) for the input's gradient and self (the input) for
@@ -834,45 +872,63 @@ impl<'c, 'a> Prog<'c, 'a> {
         y
     }
 
-    /// `F.linear(x, w)`, under autocast with both operands cast to the autocast dtype first.
+    /// `F.linear(x, w)`, under autocast with its operands cast to the autocast dtype first.
     fn matmul(&mut self, x: X, w: X, out_n: u64, what: What) -> X {
+        self.matmul_with(x, w, None, out_n, what)
+    }
+
+    /// [`Prog::matmul`] with the layer's bias (see [`Prog::linear_with`]), which autocast casts
+    /// like the weight.
+    fn matmul_with(&mut self, x: X, w: X, bias: Option<X>, out_n: u64, what: What) -> X {
         match self.ctx.s.autocast {
-            None => self.linear(x, w, out_n, x.es, what),
+            None => self.linear_with(x, w, bias, out_n, x.es, what),
             Some(ac) => {
                 let es = bytes(ac);
-                let wc = match self.ac_cache.iter().find(|c| c.0 == w.t).map(|c| c.1) {
-                    // A leaf cast earlier in the same autocast region (DoRA uses lora_A twice).
-                    Some(c) => {
-                        self.tp.keep_local(c.t);
-                        c
-                    }
-                    None => {
-                        // Autocast caches the casts of trainable fp32 leaves until the context
-                        // exits, under no_grad too (`cached_cast`,
-                        // aten/src/ATen/autocast_mode.cpp: only inference mode is left out),
-                        // and such a cast keeps its graph (a later op with grad reuses it and
-                        // its gradient reaches the leaf: checked on PyTorch 2.15); not the
-                        // reference copy's frozen weights.
-                        let cached = w.grad() && !self.ref_copy;
-                        let mode = if cached && self.tp.mode == Mode::NoGrad {
-                            std::mem::replace(&mut self.tp.mode, Mode::Grad)
-                        } else {
-                            self.tp.mode
-                        };
-                        let wc = self.cast(w, es, What::WeightCopy);
-                        self.tp.mode = mode;
-                        if cached && wc.t != w.t {
-                            self.tp.keep_local(wc.t);
-                            self.ac_cache.push((w.t, wc));
-                        }
-                        wc
-                    }
-                };
+                // The autocast wrapper casts `linear`'s arguments last to first (the bias, the
+                // weight, then the input: as measured).
+                let bc = bias.map(|b| self.autocast_leaf(b, es));
+                let wc = self.autocast_leaf(w, es);
                 let xc = self.cast(x, es, What::WeightCopy);
-                let y = self.linear(xc, wc, out_n, es, what);
+                let y = self.linear_with(xc, wc, bc, out_n, es, what);
                 self.drop(xc);
                 self.drop(wc);
+                if let Some(b) = bc {
+                    self.drop(b);
+                }
                 y
+            }
+        }
+    }
+
+    /// A parameter as autocast hands it to an op computing in `es`: cast, or its cast cached in
+    /// this autocast region.
+    fn autocast_leaf(&mut self, w: X, es: u64) -> X {
+        match self.ac_cache.iter().find(|c| c.0 == w.t).map(|c| c.1) {
+            // A leaf cast earlier in the same autocast region (DoRA uses lora_A twice).
+            Some(c) => {
+                self.tp.keep_local(c.t);
+                c
+            }
+            None => {
+                // Autocast caches the casts of trainable fp32 leaves until the context
+                // exits, under no_grad too (`cached_cast`,
+                // aten/src/ATen/autocast_mode.cpp: only inference mode is left out),
+                // and such a cast keeps its graph (a later op with grad reuses it and
+                // its gradient reaches the leaf: checked on PyTorch 2.15); not the
+                // reference copy's frozen weights.
+                let cached = w.grad() && !self.ref_copy;
+                let mode = if cached && self.tp.mode == Mode::NoGrad {
+                    std::mem::replace(&mut self.tp.mode, Mode::Grad)
+                } else {
+                    self.tp.mode
+                };
+                let wc = self.cast(w, es, What::WeightCopy);
+                self.tp.mode = mode;
+                if cached && wc.t != w.t {
+                    self.tp.keep_local(wc.t);
+                    self.ac_cache.push((w.t, wc));
+                }
+                wc
             }
         }
     }
@@ -1109,7 +1165,10 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// The frozen base layer of a Linear (bf16/fp32 weight, or bitsandbytes 4-bit).
     fn base_linear(&mut self, x: X, lin: &Lin, out_n: u64) -> X {
         match self.ctx.s.quant {
-            None => return self.matmul(x, lin.w.x, out_n, What::LinearOut),
+            None => {
+                let bias = lin.bias.map(|i| self.params[i].x);
+                return self.matmul_with(x, lin.w.x, bias, out_n, What::LinearOut);
+            }
             // peft's 8-bit layer takes `self.base_layer(x)` as it is (no clone).
             Some(Quant::Int8) => return self.linear8bit(x, lin, out_n, What::LinearOut),
             Some(_) => {}
@@ -1130,7 +1189,10 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// model is loaded in 4 bits.
     fn plain_linear(&mut self, x: X, lin: &Lin, out_n: u64, what: What) -> X {
         match self.ctx.s.quant {
-            None => self.matmul(x, lin.w.x, out_n, what),
+            None => {
+                let bias = lin.bias.map(|i| self.params[i].x);
+                self.matmul_with(x, lin.w.x, bias, out_n, what)
+            }
             Some(Quant::Int8) => self.linear8bit(x, lin, out_n, what),
             Some(_) => self.linear4bit(x, lin, out_n, what),
         }

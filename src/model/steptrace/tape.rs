@@ -123,6 +123,10 @@ pub(super) enum Op {
     Mean,
     /// Matrix product with a weight: weight gradient (`w_n` elements) first, then the input's.
     Mm { w_n: u64, w_es: u64 },
+    /// `F.linear` with a bias (`addmm`): the input's gradient first, then the weight's
+    /// (`w_n` elements), then the bias's: the incoming gradient, summed to the bias's size by
+    /// its edge's `sum_to`.
+    Addmm { w_n: u64, w_es: u64 },
     /// `native_dropout_backward`, `silu_backward`, `neg`, `tanh_backward`, …: one output.
     Unary,
     /// `slice_backward`: a zero tensor of the full size.
@@ -1010,6 +1014,23 @@ impl Tape {
                     let e = edges[0];
                     grads[0] = Some(self.new_t(e.n * node.out_es, what));
                     self.gemm(true);
+                }
+            }
+            Op::Addmm { w_n, w_es } => {
+                if wants(0) {
+                    let e = edges[0];
+                    grads[0] = Some(self.new_t(e.n * node.out_es, what));
+                    self.gemm(true);
+                }
+                if wants(1) {
+                    grads[1] = Some(self.new_t(w_n * w_es, what));
+                    self.gemm(true);
+                }
+                // The bias's is the incoming gradient itself, summed over the tokens by
+                // validate_outputs (its edge's `sum_to`), after the node's locals are gone.
+                if wants(2) {
+                    self.keep(g);
+                    grads[2] = Some(g);
                 }
             }
             Op::Embedding => {

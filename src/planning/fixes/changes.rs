@@ -627,13 +627,15 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             Patch::Dropout0,
         );
     }
-    if matches!(
+    // An AdamW with 32-bit states.
+    let adamw32 = matches!(
         s.optimizer,
         Optimizer::AdamwTorchFused
             | Optimizer::AdamwTorchForeach
             | Optimizer::AdamwTorch
             | Optimizer::PagedAdamw32bit
-    ) {
+    );
+    if adamw32 {
         push(
             FixId::Adamw8bit,
             format!("optim {} → adamw_8bit (bitsandbytes)", s.optimizer.name()),
@@ -643,15 +645,12 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             Patch::Optimizer(Optimizer::Adamw8bit),
         );
     }
-    if matches!(
-        s.optimizer,
-        Optimizer::AdamwTorchFused
-            | Optimizer::AdamwTorchForeach
-            | Optimizer::AdamwTorch
-            | Optimizer::PagedAdamw32bit
-            | Optimizer::Adamw8bit
-            | Optimizer::AdamwTorch8bit
-    ) {
+    if adamw32
+        || matches!(
+            s.optimizer,
+            Optimizer::Adamw8bit | Optimizer::AdamwTorch8bit
+        )
+    {
         push(
             FixId::Adamw4bit,
             format!("optim {} → adamw_torch_4bit (torchao)", s.optimizer.name()),
