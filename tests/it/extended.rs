@@ -35,6 +35,19 @@ fn needed_is_what_the_program_runs() {
             logits: Some(lorafit::model::Logits::Fused),
             ..Settings::default()
         },
+        Settings {
+            optimizer: lorafit::model::Optimizer::AdamwTorch4bit,
+            ..Settings::default()
+        },
+        Settings {
+            quant: Some(lorafit::model::Quant::Nf4),
+            parallel: lorafit::model::Parallel {
+                gpus_per_node: 2,
+                strategy: lorafit::model::Strategy::FsdpFullShard,
+                ..Default::default()
+            },
+            ..Settings::default()
+        },
     ];
     let mut checked = 0;
     for m in catalog::models() {

@@ -907,19 +907,19 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
             "FSDP1 with this set-up (offload, hybrid or grad-op sharding, an 8-bit base or a 4-bit one stored in uint8 or prepared by prepare_model_for_kbit_training, experts, linear attention, images, DoRA, LoRA-FA, modules_to_save, freeze tuning, preference or RL training, Liger or a fused loss, an optimizer other than torch's AdamW) is planned with the rank model: two gathered decoder layers held through the step, not FSDP1's per-unit gathers".into()
         });
     }
-    if s.parallel.strategy.is_fsdp()
+    // A 4-bit base under FSDP is the full planner's (`extended::needed`).
+    if EXTENDED
+        && s.parallel.strategy.is_fsdp()
         && s.parallel.world() > 1
         && s.quant.is_some_and(super::dtype::Quant::is_4bit)
     {
-        // Stored in the model's dtype the step runs op by op, which the first bundle hands to
-        // the full planner: only the latter says how.
         if s.quant_storage.dtype() != Some(s.dtype) {
             out.push(format!(
                 "a 4-bit base under FSDP stored as {}: FSDP1 flattens a layer's parameters into one tensor and refuses parameters of two dtypes, so frameworks set bnb_4bit_quant_storage to the model's dtype ({}) for FSDP; planned as given",
                 s.quant_storage.name(),
                 s.dtype.name()
             ));
-        } else if EXTENDED && s.sharded_4bit() {
+        } else if s.sharded_4bit() {
             out.push(format!(
                 "a 4-bit base under FSDP (\"sharded QLoRA\"): bnb_4bit_quant_storage={} packs the 4-bit weights into {} tensors, which FSDP shards with the rest of their layer; each GPU keeps every quantization state (absmax, code tables) whole, as they are neither parameters nor buffers",
                 s.quant_storage.name(),

@@ -458,6 +458,11 @@ impl<'c, 'a> Prog<'c, 'a> {
             // bitsandbytes stores a 4-bit weight packed as `[n / 2, 1]` bytes, viewed as its
             // storage dtype.
             (Some(_), _) => {
+                if s.parallel.strategy.is_fsdp() && s.parallel.world() > 1 {
+                    // How FSDP holds 4-bit weights (sharded, or not flattened at all in uint8)
+                    // is the full planner's to say.
+                    extended!(self, "a 4-bit base under FSDP", (), ());
+                }
                 let qs = s.quant_storage;
                 self.param(
                     qs.packed_elements(inf * outf),
@@ -814,41 +819,10 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// `addmm`, whose backward orders the gradients otherwise and sums the bias's; else the
     /// matrix product.
     fn linear_with(&mut self, x: X, w: X, bias: Option<X>, out_n: u64, es: u64, what: What) -> X {
-        if let Some(b) = bias.filter(X::grad) {
-            let mut y = self.t(out_n, es, what);
-            self.tp.gemm(false);
-            // AddmmBackward0 saves mat2 (the weight) for the input's gradient and mat1 (the
-            // input) for the weight's, as MmBackward0 does.
-            let mut saved = vec![];
-            if x.grad() {
-                saved.push(w.t);
-            }
-            if w.grad() {
-                saved.push(x.t);
-            }
-            let ew = Edge {
-                to: w.g,
-                n: w.n,
-                es,
-                sum_to: 0,
-            };
-            let eb = Edge {
-                sum_to: b.n,
-                ..Self::edge(&b)
-            };
-            y.g = self.tp.node(
-                Op::Addmm { w_n: w.n, w_es: es },
-                out_n,
-                es,
-                &[Self::edge(&x), ew, eb],
-                &saved,
-            );
-            return y;
-        }
         let mut y = self.t(out_n, es, what);
         self.tp.gemm(false);
-        // MmBackward0 saves mat2 (the weight) for the input's gradient and self (the input) for
-        // the weight's; released as mat2_, self_.
+        // MmBackward0 (AddmmBackward0 alike) saves mat2 (the weight) for the input's gradient
+        // and self (the input) for the weight's; released as mat2_, self_.
         let mut saved = vec![];
         if x.grad() {
             saved.push(w.t);
@@ -862,13 +836,25 @@ impl<'c, 'a> Prog<'c, 'a> {
             es,
             sum_to: 0,
         };
-        y.g = self.tp.node(
-            Op::Mm { w_n: w.n, w_es: es },
-            out_n,
-            es,
-            &[Self::edge(&x), ew],
-            &saved,
-        );
+        let (w_n, ex) = (w.n, Self::edge(&x));
+        y.g = match bias.filter(X::grad) {
+            Some(b) => {
+                let eb = Edge {
+                    sum_to: b.n,
+                    ..Self::edge(&b)
+                };
+                self.tp.node(
+                    Op::Addmm { w_n, w_es: es },
+                    out_n,
+                    es,
+                    &[ex, ew, eb],
+                    &saved,
+                )
+            }
+            None => self
+                .tp
+                .node(Op::Mm { w_n, w_es: es }, out_n, es, &[ex, ew], &saved),
+        };
         y
     }
 
@@ -2883,19 +2869,32 @@ impl<'c, 'a> Prog<'c, 'a> {
             // torchao's compiled update works in place ([`crate::model::torchao_adamw`]).
             Optimizer::AdamwTorch4bit | Optimizer::AdamwTorch8bit => {
                 if first {
-                    for x in &tr {
-                        self.tp.on_behalf_of(x.t);
-                        for (values, es) in torchao_adamw::states(s.optimizer, x.n, x.es) {
-                            let t = self.t(values, es, What::OptState);
-                            self.states.push(t.t);
-                        }
-                    }
+                    extended!(
+                        self,
+                        "torchao's low-bit AdamW",
+                        self.torchao_adamw_states(&tr),
+                        ()
+                    );
                 }
             }
             Optimizer::Adafactor => self.adafactor(&tr, first),
             Optimizer::Sgd => {}
         }
         self.tp.exec = NO_LAYER;
+    }
+
+    /// torchao's low-bit AdamW creating each parameter's states at the first step
+    /// ([`crate::model::torchao_adamw`]): an extended op, unused in the first bundle.
+    #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+    fn torchao_adamw_states(&mut self, tr: &[X]) {
+        let opt = self.ctx.s.optimizer;
+        for x in tr {
+            self.tp.on_behalf_of(x.t);
+            for (values, es) in torchao_adamw::states(opt, x.n, x.es) {
+                let t = self.t(values, es, What::OptState);
+                self.states.push(t.t);
+            }
+        }
     }
 
     /// bitsandbytes' AdamW creating each parameter's states at the first step

@@ -232,4 +232,6 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("a fused linear cross-entropy", "融合线性交叉熵"),
     ("FSDP2's per-layer gathers", "FSDP2 的逐层 all-gather"),
     ("FSDP1's per-unit gathers", "FSDP1 的逐单元 all-gather"),
+    ("torchao's low-bit AdamW", "torchao 的低比特 AdamW"),
+    ("a #-bit base under FSDP", "FSDP 下的 # 位基座"),
 ];
