@@ -180,7 +180,12 @@ proptest! {
             s.optimizer,
             lorafit::model::Optimizer::PagedAdamw8bit | lorafit::model::Optimizer::PagedAdamw32bit
         );
-        prop_assert!(paged || more_rank >= base, "rank");
+        // Nor for torchao's low-bit AdamW: a tensor gets quantized states (about a byte per
+        // value) only when its size is a multiple of 256, else full ones in its dtype, so a larger
+        // rank can shrink the states (Gemma-3-1B at rank 27: lora_A's 27 × 1152 values are not a
+        // multiple of 256 and keep two fp32 states).
+        let torchao = lorafit::model::torchao_adamw::is_torchao(s.optimizer);
+        prop_assert!(paged || torchao || more_rank >= base, "rank");
         // Not for DoRA: more adapted modules can lower its peak, as the harness measured
         // (Mistral-7B's shapes, 2 layers, nf4 + DoRA, checkpointing, 4 × 41193 tokens, rank 1,
         // no dropout: 132.84 GB with q, k, v, o, gate, up; 132.31 GB with all-linear), and the
