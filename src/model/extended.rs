@@ -51,10 +51,7 @@ pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
         Some("FSDP2's per-layer gathers")
     } else if s.fsdp1_op_by_op(arch) {
         Some("FSDP1's per-unit gathers")
-    } else if s.parallel.strategy.is_fsdp()
-        && s.parallel.world() > 1
-        && s.quant.is_some_and(super::Quant::is_4bit)
-    {
+    } else if s.fsdp_4bit() {
         Some("a 4-bit base under FSDP")
     } else if super::torchao_adamw::is_torchao(s.optimizer) {
         Some("torchao's low-bit AdamW")

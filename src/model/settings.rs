@@ -1289,6 +1289,13 @@ impl Settings {
             && !self.prepare_kbit
     }
 
+    /// A 4-bit base sharded by FSDP over several GPUs (the full planner's: `extended::needed`).
+    pub fn fsdp_4bit(&self) -> bool {
+        self.parallel.strategy.is_fsdp()
+            && self.parallel.world() > 1
+            && self.quant.is_some_and(Quant::is_4bit)
+    }
+
     /// The set-ups the op-by-op FSDP steps know: full sharding over several GPUs without
     /// offload, a dense text model, an SFT step with LoRA (no DoRA or trained copies) or with
     /// the base trained, without Liger or a fused loss (each FSDP version says which bases).

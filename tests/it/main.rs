@@ -198,9 +198,10 @@ impl MeasuredLine {
         }
     }
 
-    /// Asserts that one rank's weights in the plan and the rotary buffers (`inv_freq` and its
-    /// original copy, 2 × 64 fp32 values for a head of 128) are what the harness found live
-    /// before the first step of case `v`; returns the weights.
+    /// Asserts that one rank's weights in the plan, its 4-bit quantization states (none on a
+    /// 16-bit base) and the rotary buffers (`inv_freq` and its original copy, 2 × 64 fp32 values
+    /// for a head of 128) are what the harness found live before the first step of case `v`;
+    /// returns the weights.
     pub fn assert_rank_weights_are_the_baseline(&self, id: &str, v: &serde_json::Value) -> u128 {
         let weights = self.weight_bytes();
         let measured = v["result"]["baseline_live_bytes"]
@@ -208,11 +209,22 @@ impl MeasuredLine {
             .expect("live before the step");
         let rotary = 2 * 64 * 4;
         assert_eq!(
-            weights + rotary,
+            weights + self.quant_state_bytes() + rotary,
             u128::from(measured),
             "{id}: this rank's shards"
         );
         weights
+    }
+
+    /// The settled plan's quantization states.
+    pub fn quant_state_bytes(&self) -> u128 {
+        use lorafit::model::Component;
+        self.settled
+            .terms
+            .iter()
+            .filter(|t| t.component == Component::QuantState)
+            .map(|t| t.bytes)
+            .sum()
     }
 
     /// The settled plan's weights (frozen and trainable): one rank's shards on several GPUs.

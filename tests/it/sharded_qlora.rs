@@ -6,7 +6,7 @@
 //! rank's shards and quantization states against what the harness counted, and what the plan
 //! says of a 4-bit base FSDP cannot flatten.
 
-use lorafit::model::{plan, Component, FsdpVersion, QuantStorage};
+use lorafit::model::{plan, FsdpVersion, QuantStorage};
 use serde_json::Value;
 
 fn cases() -> Vec<Value> {
@@ -42,22 +42,12 @@ fn each_rank_shards_the_4bit_weights_and_keeps_the_quant_states_whole() {
     for v in cases() {
         let id = v["id"].as_str().expect("id");
         let m = crate::plan_measured_line(&v);
-        let states: u128 = m
-            .settled
-            .terms
-            .iter()
-            .filter(|t| t.component == Component::QuantState)
-            .map(|t| t.bytes)
-            .sum();
         assert_eq!(
-            states,
+            m.quant_state_bytes(),
             u128::from(v["params"]["quant_state_bytes"].as_u64().expect("states")),
             "{id}: quantization states"
         );
-        let weights = m.weight_bytes();
-        let measured = v["result"]["baseline_live_bytes"].as_u64().expect("live");
-        let rotary = 2 * 64 * 4;
-        assert_eq!(weights + states + rotary, u128::from(measured), "{id}");
+        let weights = m.assert_rank_weights_are_the_baseline(id, &v);
         // The whole model: the decoder's Linear weights at half a byte per value, everything
         // else and the LoRA matrices in bf16.
         let a = &m.arch;

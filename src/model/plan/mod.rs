@@ -908,11 +908,7 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         });
     }
     // A 4-bit base under FSDP is the full planner's (`extended::needed`).
-    if EXTENDED
-        && s.parallel.strategy.is_fsdp()
-        && s.parallel.world() > 1
-        && s.quant.is_some_and(super::dtype::Quant::is_4bit)
-    {
+    if EXTENDED && s.fsdp_4bit() {
         if s.quant_storage.dtype() != Some(s.dtype) {
             out.push(format!(
                 "a 4-bit base under FSDP stored as {}: FSDP1 flattens a layer's parameters into one tensor and refuses parameters of two dtypes, so frameworks set bnb_4bit_quant_storage to the model's dtype ({}) for FSDP; planned as given",

@@ -458,7 +458,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             // bitsandbytes stores a 4-bit weight packed as `[n / 2, 1]` bytes, viewed as its
             // storage dtype.
             (Some(_), _) => {
-                if s.parallel.strategy.is_fsdp() && s.parallel.world() > 1 {
+                if s.fsdp_4bit() {
                     // How FSDP holds 4-bit weights (sharded, or not flattened at all in uint8)
                     // is the full planner's to say.
                     extended!(self, "a 4-bit base under FSDP", (), ());
