@@ -103,6 +103,7 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                 num_experts_per_tok: Some(pick(w[3] >> 24, 1, experts)),
                 moe_intermediate_size: Some(pick(w[6] >> 24, 1, 1 << 14)),
                 n_shared_experts: Some((w[7] >> 40) % 3),
+                shared_expert_intermediate_size: Some(pick(w[8] >> 40, 1, 1 << 14)),
                 first_k_dense_replace: Some((w[3] >> 48) % 3),
                 decoder_sparse_step: Some(pick(w[9] >> 40, 1, 3)),
                 mlp_only_layers: Some(vec![(w[10] >> 40) % 4]),

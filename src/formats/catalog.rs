@@ -197,6 +197,7 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
             num_experts_per_tok: u("num_experts_per_tok"),
             moe_intermediate_size: u("moe_intermediate_size"),
             n_shared_experts: u("n_shared_experts"),
+            shared_expert_intermediate_size: u("shared_expert_intermediate_size"),
             first_k_dense_replace: u("first_k_dense_replace"),
             decoder_sparse_step: u("decoder_sparse_step"),
             mlp_only_layers: match v.field("mlp_only_layers") {

@@ -33,6 +33,8 @@ fn family_from_architectures(v: &Value) -> Option<String> {
         ("mixtral", "mixtral"),
         ("mistral", "mistral"),
         ("qwen3moe", "qwen3_moe"),
+        ("qwen3_5moe", "qwen3_5_moe"),
+        ("qwen3_5", "qwen3_5"),
         ("qwen3", "qwen3"),
         ("qwen2", "qwen2"),
         ("gemma3", "gemma3"),
@@ -211,7 +213,7 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
         name,
         family,
         hidden_size: positive(cfg, "hidden_size")?,
-        intermediate_size: positive(cfg, "intermediate_size")?,
+        intermediate_size: intermediate_size(cfg, family)?,
         num_hidden_layers: positive(cfg, "num_hidden_layers")?,
         num_attention_heads: positive(cfg, "num_attention_heads")?,
         num_key_value_heads: optional_positive(cfg, "num_key_value_heads")?,
@@ -232,6 +234,24 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
     };
     arch.validate().map_err(|e| e.to_string())?;
     Ok(arch)
+}
+
+/// `intermediate_size`, the dense MLP's width. A family whose every layer is a mixture of
+/// experts has no dense MLP, and its config class no such key (Qwen3.5-MoE:
+/// `intermediate_size = AttributeError()`, `configuration_qwen3_5_moe.py`): there it is the
+/// routed experts' width, which nothing else reads.
+fn intermediate_size(cfg: &Value, family: Family) -> Result<u64, String> {
+    let all_moe = family
+        .layout()
+        .moe
+        .filter(|m| m.dense == crate::model::arch::DenseLayers::None && m.moe_width);
+    match (optional_positive(cfg, "intermediate_size")?, all_moe) {
+        (Some(i), _) => Ok(i),
+        (None, Some(m)) => {
+            Ok(optional_positive(cfg, "moe_intermediate_size")?.unwrap_or(m.default_moe_width))
+        }
+        (None, None) => positive(cfg, "intermediate_size"),
+    }
 }
 
 /// The linear-attention keys of a hybrid family's config.json (none for other families: Gemma's
@@ -388,6 +408,7 @@ fn moe_config(cfg: &Value, family: Family) -> Result<MoeConfig, String> {
         num_experts_per_tok: per_tok,
         moe_intermediate_size: optional_positive(cfg, "moe_intermediate_size")?,
         n_shared_experts: optional_count(cfg, "n_shared_experts")?,
+        shared_expert_intermediate_size: optional_positive(cfg, "shared_expert_intermediate_size")?,
         first_k_dense_replace: optional_count(cfg, "first_k_dense_replace")?,
         decoder_sparse_step: optional_positive(cfg, "decoder_sparse_step")?,
         mlp_only_layers,

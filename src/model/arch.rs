@@ -9,7 +9,7 @@ use super::error::PlanError;
 
 pub use super::family::{
     AttentionKind, DenseLayers, Family, FamilyLayout, HybridLayout, KwargsOrder, MoeLayout,
-    NormKind, QkNorm, Renorm, Sliding,
+    NormKind, QkNorm, Renorm, SharedExperts, Sliding,
 };
 
 /// Which kind of decoder layer: its token mixer and its feed-forward block.
@@ -22,6 +22,21 @@ pub enum LayerKind {
     Moe,
     /// Gated DeltaNet linear attention and a dense MLP (a hybrid family's linear layers).
     Linear,
+    /// Gated DeltaNet linear attention, a router and routed experts, and the shared expert
+    /// (Qwen3.5-MoE's linear layers).
+    LinearMoe,
+}
+
+impl LayerKind {
+    /// Whether the layer's feed-forward block is a mixture of experts.
+    pub fn is_moe(self) -> bool {
+        matches!(self, LayerKind::Moe | LayerKind::LinearMoe)
+    }
+
+    /// Whether the layer's token mixer is Gated DeltaNet linear attention.
+    pub fn is_linear(self) -> bool {
+        matches!(self, LayerKind::Linear | LayerKind::LinearMoe)
+    }
 }
 
 /// A hybrid model's token mixer of one layer (config.json's `layer_types` entries).
@@ -179,6 +194,9 @@ pub struct MoeConfig {
     /// DeepSeek: shared experts (one MLP of `moe_intermediate_size × n_shared_experts`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n_shared_experts: Option<u64>,
+    /// Qwen3.5-MoE: the width of the gated shared expert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_expert_intermediate_size: Option<u64>,
     /// DeepSeek: the first layers keep a dense MLP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_k_dense_replace: Option<u64>,
@@ -276,6 +294,9 @@ pub enum Target {
     /// Gated DeltaNet's out_proj
     #[serde(rename = "out_proj")]
     OutProj,
+    /// Qwen3.5-MoE's shared_expert_gate (`Linear(hidden, 1)`)
+    #[serde(rename = "shared_expert_gate")]
+    SharedExpertGate,
 }
 
 names!(Target {
@@ -291,6 +312,7 @@ names!(Target {
     InProjB => "in_proj_b",
     InProjA => "in_proj_a",
     OutProj => "out_proj",
+    SharedExpertGate => "shared_expert_gate",
 });
 
 impl Target {
@@ -309,6 +331,7 @@ impl Target {
             Target::InProjB => "in_proj_b",
             Target::InProjA => "in_proj_a",
             Target::OutProj => "out_proj",
+            Target::SharedExpertGate => "shared_expert_gate",
         }
     }
 }
@@ -472,6 +495,10 @@ impl Architecture {
         for (field, v) in [
             ("moe_intermediate_size", self.moe.moe_intermediate_size),
             ("n_shared_experts", self.moe.n_shared_experts),
+            (
+                "shared_expert_intermediate_size",
+                self.moe.shared_expert_intermediate_size,
+            ),
             ("decoder_sparse_step", self.moe.decoder_sparse_step),
             ("q_lora_rank", self.mla.q_lora_rank),
             ("kv_lora_rank", self.mla.kv_lora_rank),
@@ -718,12 +745,26 @@ impl Architecture {
 
     /// Width of the shared-experts MLP (0 without shared experts).
     pub fn shared_width(&self) -> u128 {
-        match self.moe_layout() {
-            Some(m) if m.shared_experts => {
+        match self.moe_layout().map(|m| m.shared) {
+            Some(SharedExperts::Added) => {
                 self.expert_width() * self.moe.n_shared_experts.unwrap_or(2) as u128
+            }
+            Some(SharedExperts::Gated { default_width }) => {
+                self.moe
+                    .shared_expert_intermediate_size
+                    .unwrap_or(default_width) as u128
             }
             _ => 0,
         }
+    }
+
+    /// Whether the shared expert runs before the router and is scaled by a sigmoid gate
+    /// (Qwen3.5-MoE's `shared_expert_gate`).
+    pub fn gated_shared_expert(&self) -> bool {
+        matches!(
+            self.moe_layout().map(|m| m.shared),
+            Some(SharedExperts::Gated { .. })
+        )
     }
 
     /// The sliding window of the family's local attention layers, in tokens, if it has them.
@@ -752,11 +793,13 @@ impl Architecture {
 
     /// The kind of decoder layer `li` (0-based).
     pub fn layer_kind(&self, li: u64) -> LayerKind {
-        if self.is_linear_layer(li) {
-            return LayerKind::Linear;
-        }
+        let linear = self.is_linear_layer(li);
         let Some(m) = self.moe_layout() else {
-            return LayerKind::Dense;
+            return if linear {
+                LayerKind::Linear
+            } else {
+                LayerKind::Dense
+            };
         };
         let moe = match m.dense {
             DenseLayers::None => true,
@@ -767,46 +810,51 @@ impl Architecture {
             }
             DenseLayers::FirstK => li >= self.moe.first_k_dense_replace.unwrap_or(0),
         };
-        if moe {
-            LayerKind::Moe
-        } else {
-            LayerKind::Dense
+        match (linear, moe) {
+            (true, true) => LayerKind::LinearMoe,
+            (true, false) => LayerKind::Linear,
+            (false, true) => LayerKind::Moe,
+            (false, false) => LayerKind::Dense,
         }
     }
 
-    /// Decoder layers with a router and experts.
+    /// Decoder layers of `kind`.
+    fn layers_of(&self, kind: LayerKind) -> u128 {
+        let l = self.num_hidden_layers.min(MAX_LAYERS);
+        (0..l).filter(|&i| self.layer_kind(i) == kind).count() as u128
+    }
+
+    /// Decoder layers with a router and experts (whatever their token mixer).
     pub fn moe_layers(&self) -> u128 {
         if !self.is_moe() {
             return 0;
         }
-        let l = self.num_hidden_layers.min(MAX_LAYERS);
-        (0..l)
-            .filter(|&i| self.layer_kind(i) == LayerKind::Moe)
-            .count() as u128
+        self.layers_of(LayerKind::Moe) + self.layers_of(LayerKind::LinearMoe)
     }
 
-    /// Gated DeltaNet layers (hybrid families).
+    /// Gated DeltaNet layers (hybrid families), whatever their feed-forward block.
     pub fn linear_layers(&self) -> u128 {
         if self.family.layout().hybrid.is_none() {
             return 0;
         }
-        let l = self.num_hidden_layers.min(MAX_LAYERS);
-        (0..l).filter(|&i| self.is_linear_layer(i)).count() as u128
+        self.layers_of(LayerKind::Linear) + self.layers_of(LayerKind::LinearMoe)
     }
 
     /// Full-attention decoder layers with a dense MLP.
     pub fn dense_layers(&self) -> u128 {
-        self.num_hidden_layers as u128 - self.moe_layers() - self.linear_layers()
+        self.layers_of(LayerKind::Dense)
     }
 
     /// Each kind of layer present with its count (dense first).
     pub fn layer_groups(&self) -> Vec<(LayerKind, u128)> {
         [
-            (LayerKind::Dense, self.dense_layers()),
-            (LayerKind::Moe, self.moe_layers()),
-            (LayerKind::Linear, self.linear_layers()),
+            LayerKind::Dense,
+            LayerKind::Moe,
+            LayerKind::Linear,
+            LayerKind::LinearMoe,
         ]
         .into_iter()
+        .map(|k| (k, self.layers_of(k)))
         .filter(|(_, n)| *n > 0)
         .collect()
     }
@@ -851,7 +899,7 @@ impl Architecture {
         let h = self.hidden_size as u128;
         let i = match kind {
             LayerKind::Dense | LayerKind::Linear => self.intermediate_size as u128,
-            LayerKind::Moe => self.shared_width(),
+            LayerKind::Moe | LayerKind::LinearMoe => self.shared_width(),
         };
         let (qd, kvd) = (self.q_dim(), self.kv_dim());
         // Qwen3.5's q_proj also projects the output gate.
@@ -944,7 +992,7 @@ impl Architecture {
                 });
                 v
             }
-            None if kind == LayerKind::Linear => {
+            None if kind.is_linear() => {
                 let g = self.gdn().unwrap_or(Gdn {
                     key_heads: 1,
                     value_heads: 1,
@@ -1028,6 +1076,15 @@ impl Architecture {
                 },
             ]);
         }
+        if kind.is_moe() && self.gated_shared_expert() {
+            out.push(LinearShape {
+                name: "shared_expert_gate",
+                in_features: h,
+                out_features: 1,
+                selected_by: &[SharedExpertGate],
+                bias: false,
+            });
+        }
         out
     }
 
@@ -1068,7 +1125,7 @@ impl Architecture {
             .map(|l| l.out_features)
             .sum();
         let layout = self.family.layout();
-        if kind == LayerKind::Linear {
+        if kind.is_linear() {
             // conv1d's weight [conv_dim, 1, kernel], dt_bias and A_log [value heads], the gated
             // norm's weight [value head width]; no q/k norms.
             let g = self.gdn().map_or(0, |g| {

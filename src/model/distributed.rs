@@ -78,7 +78,7 @@ pub fn gathered_layer_bytes(ctx: &Ctx) -> u128 {
             .iter()
             .map(|&(k, _)| {
                 let base = unit(a.block_linear_params(k), a.block_small_params(k));
-                let experts = if k == super::arch::LayerKind::Moe {
+                let experts = if k.is_moe() {
                     (a.expert_params_per_layer() + a.router_params_per_layer()) * ctx.expert.bytes()
                 } else {
                     0

@@ -42,6 +42,10 @@ pub enum Family {
     /// (gated q, per-head q/k norms, partial multimodal rotary) every few layers — and
     /// zero-centred RMSNorms.
     Qwen35,
+    /// Qwen3.5-MoE (Qwen3.5-35B-A3B, 397B-A17B; Qwen3.6-35B-A3B): Qwen3.5's hybrid layers, each
+    /// with a mixture of experts — a router, fused routed experts and one shared expert scaled by
+    /// a sigmoid gate — instead of a dense MLP.
+    Qwen35Moe,
 }
 
 names!(Family {
@@ -58,6 +62,7 @@ names!(Family {
     DeepseekV2 => "deepseek_v2",
     GptOss => "gpt_oss" | "gptoss",
     Qwen35 => "qwen3_5" | "qwen3_5_text" | "qwen3.5",
+    Qwen35Moe => "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3.5_moe",
 });
 
 impl TryFrom<String> for Family {
@@ -296,9 +301,8 @@ pub struct MoeLayout {
     pub transposed_experts: bool,
     /// The router is registered before the experts (all but Qwen3-MoE).
     pub router_first: bool,
-    /// Shared experts next to the routed ones (a plain MLP of `moe_intermediate_size ×
-    /// n_shared_experts`).
-    pub shared_experts: bool,
+    /// Shared experts next to the routed ones, if any, and how the block runs them.
+    pub shared: SharedExperts,
     /// Which layers stay dense.
     pub dense: DenseLayers,
     /// The config class's defaults where config.json omits a number: routed experts, experts
@@ -313,6 +317,24 @@ pub struct MoeLayout {
     /// loaded dequantized to bf16 (`Mxfp4Config(dequantize=True)`), and every transformers
     /// release stores them as fused 3-D parameters (gpt-oss).
     pub mxfp4_checkpoint: bool,
+}
+
+/// A family's shared experts: an MLP every token goes through beside its routed experts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedExperts {
+    /// None.
+    None,
+    /// DeepSeek's `shared_experts`: one MLP of `moe_intermediate_size × n_shared_experts`, run
+    /// after the routed experts and added to their output.
+    Added,
+    /// Qwen3.5-MoE's `shared_expert` (`Qwen3NextSparseMoeBlock`, `modeling_qwen3_5_moe.py:913-933`):
+    /// one MLP of `shared_expert_intermediate_size` (the class default when config.json omits
+    /// it), run before the router, then scaled by `sigmoid(shared_expert_gate(x))` — a
+    /// `Linear(hidden, 1)` — and added to the routed experts' output.
+    Gated {
+        /// `shared_expert_intermediate_size` when config.json omits it.
+        default_width: u64,
+    },
 }
 
 /// Whether the top-k routing weights are renormalised to sum to one.
@@ -364,7 +386,7 @@ impl Family {
             clamped_glu: false,
             transposed_experts: false,
             router_first: true,
-            shared_experts: false,
+            shared: SharedExperts::None,
             dense: DenseLayers::None,
             default_experts: 64,
             default_experts_per_tok: Some(8),
@@ -385,6 +407,27 @@ impl Family {
             mask_kwargs: true,
             gelu: true,
             tie_default: true,
+            ..base
+        };
+        let qwen35 = FamilyLayout {
+            qk_norm: QkNorm::PerHead,
+            bos_default: false,
+            norm: NormKind::Gemma,
+            mask_kwargs: true,
+            rotary_cat: true,
+            head_dim_default: Some(256),
+            hybrid: Some(HybridLayout {
+                default_interval: 4,
+                default_key_heads: 16,
+                default_value_heads: 32,
+                default_key_head_dim: 128,
+                default_value_head_dim: 128,
+                default_conv_kernel: 4,
+                output_gate: true,
+                mrope: true,
+                default_partial_rotary: (1, 4),
+            }),
+            vision: Some(VisionKind::Qwen35),
             ..base
         };
         match self {
@@ -470,7 +513,7 @@ impl Family {
                     fp32_routing: true,
                     fp32_router: true,
                     renorm: Renorm::Never,
-                    shared_experts: true,
+                    shared: SharedExperts::Added,
                     dense: DenseLayers::FirstK,
                     default_experts_per_tok: None,
                     default_moe_width: 1407,
@@ -478,26 +521,18 @@ impl Family {
                 }),
                 ..base
             },
-            Family::Qwen35 => FamilyLayout {
-                qk_norm: QkNorm::PerHead,
-                bos_default: false,
-                norm: NormKind::Gemma,
-                mask_kwargs: true,
-                rotary_cat: true,
-                head_dim_default: Some(256),
-                hybrid: Some(HybridLayout {
-                    default_interval: 4,
-                    default_key_heads: 16,
-                    default_value_heads: 32,
-                    default_key_head_dim: 128,
-                    default_value_head_dim: 128,
-                    default_conv_kernel: 4,
-                    output_gate: true,
-                    mrope: true,
-                    default_partial_rotary: (1, 4),
+            Family::Qwen35 => qwen35,
+            Family::Qwen35Moe => FamilyLayout {
+                moe: Some(MoeLayout {
+                    moe_width: true,
+                    renorm: Renorm::Always,
+                    shared: SharedExperts::Gated { default_width: 512 },
+                    default_experts: 256,
+                    default_experts_per_tok: Some(8),
+                    default_moe_width: 512,
+                    ..moe
                 }),
-                vision: Some(VisionKind::Qwen35),
-                ..base
+                ..qwen35
             },
             Family::GptOss => FamilyLayout {
                 qkv_bias: true,

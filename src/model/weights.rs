@@ -58,7 +58,7 @@ fn lora_params_of(ctx: &Ctx, kind: LayerKind) -> u128 {
         .map(|l| r * (l.in_features + l.out_features) + dora * l.out_features)
         .sum();
     linear
-        + if kind == LayerKind::Moe {
+        + if kind.is_moe() {
             expert_lora_params_per_layer(ctx)
         } else {
             0

@@ -34,6 +34,7 @@ pub fn encode_arch(a: &Architecture) -> String {
         ("k", m.num_experts_per_tok),
         ("m", m.moe_intermediate_size),
         ("s", m.n_shared_experts),
+        ("S", m.shared_expert_intermediate_size),
         ("f", m.first_k_dense_replace),
         ("d", m.decoder_sparse_step),
         ("n", m.norm_topk_prob.map(u64::from)),
@@ -169,6 +170,7 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
             "k" => a.moe.num_experts_per_tok = Some(x),
             "m" => a.moe.moe_intermediate_size = Some(x),
             "s" => a.moe.n_shared_experts = Some(x),
+            "S" => a.moe.shared_expert_intermediate_size = Some(x),
             "f" => a.moe.first_k_dense_replace = Some(x),
             "d" => a.moe.decoder_sparse_step = Some(x),
             "n" => a.moe.norm_topk_prob = Some(x == 1),
@@ -486,6 +488,15 @@ mod tests {
         a.moe.mlp_only_layers = Some(vec![1, 3]);
         let back = decode_arch(&encode_arch(&a)).unwrap();
         assert_eq!(back.moe_layers(), a.moe_layers());
+        // Qwen3.5-MoE's gated shared expert keeps a width other than the class default.
+        let mut q = crate::formats::catalog::find_model("qwen3.5-35b-a3b")
+            .unwrap()
+            .arch
+            .clone();
+        q.moe.shared_expert_intermediate_size = Some(768);
+        let back = decode_arch(&encode_arch(&q)).unwrap();
+        assert_eq!(back.shared_width(), 768);
+        assert_eq!(back.total_params(), q.total_params());
         let mut st = UiState {
             model: "qwen3-30b-a3b".into(),
             ..UiState::default()

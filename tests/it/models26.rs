@@ -2,7 +2,8 @@
 //! `measure_vl.py`'s output with PyTorch's caching allocator replayed over each step;
 //! `tests/data/reference/models26/METHOD.md`): Qwen3.5 text (hybrid Gated DeltaNet, transformers'
 //! torch fallback) with and without checkpointing, LoRA on the full-attention layers only and on
-//! every Linear layer, padded and whole chunks.
+//! every Linear layer, padded and whole chunks; Qwen3.5-MoE (Qwen3.5-35B-A3B: the same hybrid
+//! layers, each with 256 routed experts and a gated shared expert) the same way.
 //! Target (issue 23): allocated and reserved within ±3 % of the harness and its replay, the peak
 //! in the measured phase, the parameter counts exact; each case's model is the config.json the
 //! harness built it from.
@@ -13,7 +14,7 @@ use lorafit::model::{plan, plan_simulated_on};
 use serde_json::Value;
 
 /// Cases in the committed file; a change to the data must change this number too.
-const EXPECTED_CASES: usize = 6;
+const EXPECTED_CASES: usize = 10;
 
 #[test]
 fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
@@ -85,6 +86,9 @@ fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
 /// full attention, one more Gated DeltaNet — two steps each): LoRA on q, k, v, o only (so the
 /// first layers run without a graph) over a padded last chunk; every Linear layer, two
 /// sequences, with checkpointing; every Linear layer, no dropout, a 2-token last chunk.
+/// Qwen3.5-35B-A3B cut the same way (`q35moe_*`): every Linear layer (the shared expert's gate
+/// among them) without and with checkpointing, and q, k, v, o only, where the routers of the
+/// first layers run without a graph.
 #[test]
 fn qwen35_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
@@ -100,13 +104,14 @@ fn qwen35_sequences_equal_the_recordings() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 3, "Qwen3.5 recordings");
+    assert_eq!(checked, 6, "Qwen3.5 and Qwen3.5-MoE recordings");
 }
 
 /// The generated allocation sequence of short Qwen3.5 vision-language steps is the harness's
 /// recording (`tests/data/steptrace/models26_vl.jsonl`: five text layers, a two-block tower):
 /// one 448×448 image per sample without checkpointing; two per sample, two samples, with
-/// checkpointing (the embedding hook makes the scatter of the visual tokens part of the graph).
+/// checkpointing (the embedding hook makes the scatter of the visual tokens part of the graph);
+/// the same two on Qwen3.5-35B-A3B (`q35moevl*`), whose tower is Qwen3.5's.
 #[test]
 fn qwen35_vl_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
@@ -122,7 +127,10 @@ fn qwen35_vl_sequences_equal_the_recordings() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 2, "Qwen3.5 vision-language recordings");
+    assert_eq!(
+        checked, 4,
+        "Qwen3.5 and Qwen3.5-MoE vision-language recordings"
+    );
 }
 
 /// Measured Qwen3.5 vision-language steps (`tests/data/reference/models26/vl_cases.jsonl`:
@@ -212,7 +220,7 @@ fn qwen35_vl_within_tolerance_of_the_harness_and_its_replay() {
     for (id, a, r, q) in &rows {
         println!("{id:<48} {a:>+8.3} {r:>+8.3} {q:>+8.3}");
     }
-    assert_eq!(rows.len(), 4, "vision-language case count");
+    assert_eq!(rows.len(), 5, "vision-language case count");
     for (id, a, r, q) in &rows {
         assert!(
             *a == 0.0 && *q == 0.0,
@@ -222,32 +230,48 @@ fn qwen35_vl_within_tolerance_of_the_harness_and_its_replay() {
     }
 }
 
-/// The catalog's Qwen3.5-4B is the model the harness measured: the same parameters (language
-/// model and tower, from `vl_cases.jsonl`) and the same plan as the case's own config.json.
+/// The catalog's Qwen3.5-4B and Qwen3.5-35B-A3B (and Qwen3.6-35B-A3B, the same config) are the
+/// models the harness measured: the same parameters (language model and tower, from
+/// `vl_cases.jsonl`) and the same plan as the case's own config.json.
 #[test]
-fn the_catalog_qwen35_4b_is_the_measured_model() {
+fn the_catalog_qwen35_models_are_the_measured_ones() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/reference/models26/vl_cases.jsonl"
     );
     let text = std::fs::read_to_string(path).expect("models26 vl cases");
-    let v: Value = serde_json::from_str(text.lines().next().expect("a case")).expect("JSON");
-    let p = &v["params"];
-    let base = p["total_params"].as_u64().unwrap() - p["trainable_params"].as_u64().unwrap();
-    let cat = &lorafit::formats::catalog::find_model("qwen3.5-4b")
-        .expect("in the catalog")
-        .arch;
-    assert_eq!(cat.total_params(), u128::from(base));
-    assert_eq!(
-        cat.vision_params(),
-        u128::from(p["vision_params"].as_u64().unwrap())
-    );
-    let own = resolve_model(&v["model"]).expect("imports").value;
-    let s = crate::harness_settings(&v["settings"]);
-    assert_eq!(
-        plan(cat, &s).expect("plans").peak_allocated_bytes,
-        plan(&own, &s).expect("plans").peak_allocated_bytes
-    );
+    let mut checked = 0;
+    for (name, hf) in [
+        ("qwen3.5-4b", "Qwen/Qwen3.5-4B"),
+        ("qwen3.5-35b-a3b", "Qwen/Qwen3.5-35B-A3B"),
+        ("qwen3.6-35b-a3b", "Qwen/Qwen3.5-35B-A3B"),
+    ] {
+        let v: Value = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
+            .find(|v| v["hf_name"] == hf)
+            .unwrap_or_else(|| panic!("a measured case of {hf}"));
+        let p = &v["params"];
+        let base = p["total_params"].as_u64().unwrap() - p["trainable_params"].as_u64().unwrap();
+        let cat = &lorafit::formats::catalog::find_model(name)
+            .expect("in the catalog")
+            .arch;
+        assert_eq!(cat.total_params(), u128::from(base), "{name}");
+        assert_eq!(
+            cat.vision_params(),
+            u128::from(p["vision_params"].as_u64().unwrap()),
+            "{name}"
+        );
+        let own = resolve_model(&v["model"]).expect("imports").value;
+        let s = crate::harness_settings(&v["settings"]);
+        assert_eq!(
+            plan(cat, &s).expect("plans").peak_allocated_bytes,
+            plan(&own, &s).expect("plans").peak_allocated_bytes,
+            "{name}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 3);
 }
 
 /// What a vision-language plan does not cover is refused with the setting and the reason, never

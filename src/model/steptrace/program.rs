@@ -317,6 +317,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 .iter()
                 .any(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
         };
+        let is_shared_gate = |l: &LinearShape| l.selected_by.contains(&Target::SharedExpertGate);
         for li in 0..a.num_hidden_layers {
             // The layer's parameters belong to it (their optimizer states and updates too).
             self.tp.exec = li as u32;
@@ -328,8 +329,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             let order = module_order(a, kind);
             let (ffn_later, mut order): (Vec<LinearShape>, Vec<LinearShape>) = order
                 .into_iter()
-                .partition(|l| kind == LayerKind::Moe && is_ffn(l));
-            if kind == LayerKind::Linear {
+                .partition(|l| kind.is_moe() && (is_ffn(l) || is_shared_gate(l)));
+            if kind.is_linear() {
                 // Qwen3_5GatedDeltaNet's own parameters (dt_bias, A_log) come first, then its
                 // modules in registration order: conv1d, the gated norm, out_proj, and the
                 // input projections.
@@ -347,7 +348,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             for l in order {
                 self.register_linear(l, &adapted, &mut lins);
             }
-            if kind == LayerKind::Moe {
+            if kind.is_moe() {
                 let moe = self.register_moe(&ffn_later, &adapted, &mut lins);
                 self.moe.push(Some(moe));
             } else {

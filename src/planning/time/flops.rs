@@ -65,7 +65,7 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
         a.hidden_size as f64,
     );
     let active_experts = |kind: LayerKind| -> f64 {
-        if kind == LayerKind::Moe {
+        if kind.is_moe() {
             // k experts of 3 × width × hidden each, and the router.
             k * 3.0 * i * h + e * h
         } else {

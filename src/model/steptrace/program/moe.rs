@@ -30,6 +30,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             return (x, None);
         };
         self.tp.push_frame();
+        // Qwen3.5-MoE runs its shared expert first (`Qwen3NextSparseMoeBlock.forward`).
+        let gated = a.gated_shared_expert().then(|| self.mlp(x, lins));
         self.tp.push_frame();
         let (logits, weights, idx) = self.router(x, &m);
         self.tp.pop_frame();
@@ -46,7 +48,27 @@ impl<'c, 'a> Prog<'c, 'a> {
             (Experts::Fused(f), ExpertsImpl::Eager) => self.eager_experts(x, idx, weights, f),
         };
         self.tp.pop_frame();
-        if a.shared_width() > 0 {
+        let mut scaled_shared = None;
+        if let Some(sh) = gated {
+            // `F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output`, then
+            // `expert_output + shared_expert_output`; the product lives on in its local until
+            // the block returns.
+            let gate = lins
+                .iter()
+                .find(|l| l.shape.name == "shared_expert_gate")
+                .cloned()
+                .expect("the shared expert's gate is registered");
+            let g = self.lora_linear(x, &gate);
+            let sig = self.unary(g, g.es, W, false, true);
+            self.drop(g);
+            let prod = self.mul(sig, sh, sh.n, sh.es, What::Mlp);
+            self.drop(sig);
+            self.drop(sh);
+            let sum = self.add(out, prod, What::Hidden);
+            self.drop(out);
+            out = sum;
+            scaled_shared = Some(prod);
+        } else if a.shared_width() > 0 {
             // `hidden_states = hidden_states + self.shared_experts(residuals)`
             let sh = self.mlp(x, lins);
             let sum = self.add(out, sh, What::Hidden);
@@ -55,6 +77,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             out = sum;
         }
         // The block's locals: `_` (the logits), the weights, the indices.
+        if let Some(p) = scaled_shared {
+            self.drop(p);
+        }
         self.drop(logits);
         let scores = if a.moe_layout().is_some_and(|l| l.softmax_after_topk) {
             self.drop(idx);
@@ -153,6 +178,13 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// before the division (both saved).
     fn renormalise(&mut self, v: X) -> X {
         let t = self.tokens();
+        if !v.grad() {
+            // Without a graph (a layer before the first adapted one): the sum alone, divided in
+            // place.
+            let sum = self.t(t, v.es, W);
+            self.drop(sum);
+            return v;
+        }
         let mut sum = self.t(t, v.es, W);
         sum.g = self.tp.node(Op::Pass, t, v.es, &[Self::edge(&v)], &[]);
         let orig = self.t(v.n, v.es, W);

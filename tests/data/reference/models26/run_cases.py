@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""Measures the Qwen3.5 cases of cases.jsonl with the harness's measure_vl.py and replays each step's
-allocation sequence through PyTorch's caching allocator (replay.py). Run from the harness folder
-(`../../harness`, a copy of `shared/truth`, with its .venv):
+"""Measures the Qwen3.5 and Qwen3.5-MoE cases of cases.jsonl with the harness's measure_vl.py and
+replays each step's allocation sequence through PyTorch's caching allocator (replay.py). Run from the
+harness folder (`../../harness`, a copy of `shared/truth`, with its .venv):
 
-    python ../reference/models26/run_cases.py > raw.jsonl
+    python ../reference/models26/run_cases.py [--only ID_PREFIX] > raw.jsonl
     python ../reference/models26/run_cases.py --commit raw.jsonl > ../reference/models26/cases.jsonl
 """
 import json
@@ -18,6 +18,14 @@ CASES = [
     ("qwen3.5-4b_bf16_s1000_b2_qkvo_do0_nogc", {"seq": 1000, "batch": 2, "target_modules": "qkvo", "lora_dropout": 0.0}),
     ("qwen3.5-4b_bf16_s4096_b1_all_gc", {"seq": 4096, "batch": 1, "grad_ckpt": True}),
     ("qwen3.5-4b_bf16_s1024_b2_qkvo_gc", {"seq": 1024, "batch": 2, "target_modules": "qkvo", "grad_ckpt": True}),
+    # Qwen3.5-35B-A3B's text model (measured 2026-12-06): each of its 40 layers a mixture of experts
+    ("qwen3.5-35b-a3b_bf16_s1024_b1_all_nogc", {"model": "qwen3.5-35b-a3b-text", "seq": 1024, "batch": 1}),
+    ("qwen3.5-35b-a3b_bf16_s2048_b1_all_gc", {"model": "qwen3.5-35b-a3b-text", "seq": 2048, "batch": 1,
+                                              "grad_ckpt": True}),
+    ("qwen3.5-35b-a3b_bf16_s512_b2_qkvo_nogc", {"model": "qwen3.5-35b-a3b-text", "seq": 512, "batch": 2,
+                                               "target_modules": "qkvo"}),
+    ("qwen3.5-35b-a3b_bf16_s4096_b1_all_do0_gc", {"model": "qwen3.5-35b-a3b-text", "seq": 4096, "batch": 1,
+                                                 "lora_dropout": 0.0, "grad_ckpt": True}),
 ]
 # measure_vl.py's resolved settings that lorafit's settings table reads; target_modules becomes the
 # list of module names peft adapted (`target_modules_list`).
@@ -26,9 +34,11 @@ KEEP = ["dtype", "batch", "seq", "lora_r", "lora_alpha", "lora_dropout", "grad_c
         "quant", "double_quant", "prepare_kbit"]
 
 
-def measure():
+def measure(only=""):
     for cid, cfg in CASES:
-        cfg = dict(model="qwen3.5-4b-text", **cfg)
+        if not cid.startswith(only):
+            continue
+        cfg = dict({"model": "qwen3.5-4b-text"}, **cfg)
         ev, out = f"/tmp/{cid}.events.json", f"/tmp/{cid}.json"
         env = dict(os.environ, TRUTH_EVENTS=ev)
         subprocess.run([sys.executable, "measure_vl.py", "--json", json.dumps(cfg), "--out", out], check=True,
@@ -58,5 +68,7 @@ def commit(raw):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--commit":
         commit(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--only":
+        measure(sys.argv[2])
     else:
         measure()

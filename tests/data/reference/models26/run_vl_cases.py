@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Measures the Qwen3.5 vision-language cases of vl_cases.jsonl with the harness's measure_vl.py
-(Qwen3_5ForConditionalGeneration, full depth, images built in the processor's shapes) and replays
+(Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration, full depth, images built in the processor's shapes) and replays
 each step's allocation sequence through PyTorch's caching allocator (replay.py). Run from the
 harness folder (`../../harness`, a copy of `shared/truth`, with its .venv):
 
@@ -32,6 +32,10 @@ CASES = [
     ("qwen3.5-4b-vl_bf16_img1280x720_t1536_b1_all_gc",
      {"seq": 1536, "batch": 1, "grad_ckpt": True, "image": dict(width=1024, height=576, **Q35),
       "image_before_llamafactory": [1280, 720]}),
+    # Qwen3.5-35B-A3B whole (measured 2026-12-06): a 640×480 image, checkpointing, every layer MoE.
+    ("qwen3.5-35b-a3b-vl_bf16_img640x480_t1024_b1_all_gc",
+     {"model": "qwen3.5-35b-a3b", "seq": 1024, "batch": 1, "grad_ckpt": True,
+      "image": dict(width=640, height=480, **Q35)}),
 ]
 
 
@@ -41,7 +45,7 @@ def measure():
         if only and cid not in only:
             continue
         before = cfg.pop("image_before_llamafactory", None)
-        cfg = dict(model="qwen3.5-4b", **cfg)
+        cfg = dict({"model": "qwen3.5-4b"}, **cfg)
         ev, out = f"/tmp/{cid}.events.json", f"/tmp/{cid}.json"
         env = dict(os.environ, TRUTH_EVENTS=ev)
         subprocess.run([sys.executable, "measure_vl.py", "--json", json.dumps(cfg), "--out", out], check=True,
