@@ -214,11 +214,11 @@ fn qwen35_vl_within_tolerance_of_the_harness_and_its_replay() {
         ));
     }
     println!(
-        "{:<48} {:>8} {:>8} {:>8}",
+        "{:<52} {:>8} {:>8} {:>8}",
         "case", "alloc %", "res %", "quick %"
     );
     for (id, a, r, q) in &rows {
-        println!("{id:<48} {a:>+8.3} {r:>+8.3} {q:>+8.3}");
+        println!("{id:<52} {a:>+8.3} {r:>+8.3} {q:>+8.3}");
     }
     assert_eq!(rows.len(), 5, "vision-language case count");
     for (id, a, r, q) in &rows {
