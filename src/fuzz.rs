@@ -108,6 +108,8 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                 decoder_sparse_step: Some(pick(w[9] >> 40, 1, 3)),
                 mlp_only_layers: Some(vec![(w[10] >> 40) % 4]),
                 norm_topk_prob: Some(w[11] & 512 != 0),
+                n_group: Some(1 << ((w[10] >> 52) % 3)),
+                topk_group: Some(1),
             };
             let a = Architecture {
                 name: String::new(),
@@ -123,6 +125,8 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                 qkv_bias: None,
                 attn_logit_softcapping: None,
                 final_logit_softcapping: None,
+                partial_rotary_factor: None,
+                use_qk_norm: Some(w[9] & 1 != 0),
                 moe: if family.layout().moe.is_some() {
                     moe
                 } else {

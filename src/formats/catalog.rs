@@ -190,6 +190,8 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
         qkv_bias: b("qkv_bias").or_else(|| b("attention_bias")),
         attn_logit_softcapping: f("attn_logit_softcapping"),
         final_logit_softcapping: f("final_logit_softcapping"),
+        partial_rotary_factor: f("partial_rotary_factor"),
+        use_qk_norm: b("use_qk_norm"),
         moe: MoeConfig {
             num_experts: u("num_experts")
                 .or_else(|| u("num_local_experts"))
@@ -210,6 +212,8 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
                 ),
             },
             norm_topk_prob: b("norm_topk_prob"),
+            n_group: u("n_group"),
+            topk_group: u("topk_group"),
         },
         mla: MlaConfig {
             q_lora_rank: u("q_lora_rank"),
@@ -239,7 +243,6 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
             linear_value_head_dim: u("linear_value_head_dim"),
             linear_conv_kernel_dim: u("linear_conv_kernel_dim"),
             attn_output_gate: b("attn_output_gate"),
-            partial_rotary_factor: f("partial_rotary_factor"),
         },
         vision: match v.field("vision_config") {
             None => None,

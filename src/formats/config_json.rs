@@ -22,7 +22,6 @@ const UNSUPPORTED_MOE: &[&str] = &[
     "llama4",
     "llama4_text",
     "qwen3_next",
-    "glm4_moe",
 ];
 
 fn family_from_architectures(v: &Value) -> Option<String> {
@@ -43,6 +42,7 @@ fn family_from_architectures(v: &Value) -> Option<String> {
         ("olmoe", "olmoe"),
         ("deepseekv2", "deepseek_v2"),
         ("gptoss", "gpt_oss"),
+        ("glm4moe", "glm4_moe"),
     ]
     .iter()
     .find(|(k, _)| a.starts_with(k))
@@ -223,6 +223,12 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
         qkv_bias,
         attn_logit_softcapping: optional_f64(cfg, "attn_logit_softcapping")?,
         final_logit_softcapping: optional_f64(cfg, "final_logit_softcapping")?,
+        partial_rotary_factor: partial_rotary_factor(cfg, family)?,
+        use_qk_norm: if family.layout().qk_norm_by_config {
+            optional_bool(cfg, "use_qk_norm")?
+        } else {
+            None
+        },
         moe: moe_config(cfg, family)?,
         mla: mla_config(cfg, family)?,
         linear: linear_config(cfg, family)?,
@@ -313,14 +319,6 @@ fn linear_config(cfg: &Value, family: Family) -> Result<LinearAttnConfig, String
         ),
         Some(x) => return Err(format!("\"layer_types\" must be a list, got {}", short(x))),
     };
-    // transformers 5 keeps the factor in `rope_parameters` (older exports: at the top level).
-    let rope = cfg
-        .get("rope_parameters")
-        .filter(|r| r.get("partial_rotary_factor").is_some());
-    let partial_rotary_factor = match rope {
-        Some(r) => optional_f64(r, "partial_rotary_factor")?,
-        None => optional_f64(cfg, "partial_rotary_factor")?,
-    };
     Ok(LinearAttnConfig {
         layer_types,
         full_attention_interval: optional_positive(cfg, "full_attention_interval")?,
@@ -330,8 +328,22 @@ fn linear_config(cfg: &Value, family: Family) -> Result<LinearAttnConfig, String
         linear_value_head_dim: optional_positive(cfg, "linear_value_head_dim")?,
         linear_conv_kernel_dim: optional_positive(cfg, "linear_conv_kernel_dim")?,
         attn_output_gate: optional_bool(cfg, "attn_output_gate")?,
-        partial_rotary_factor,
     })
+}
+
+/// `partial_rotary_factor`, for a family with a partial rotary: transformers 5 keeps it in
+/// `rope_parameters` (older exports: at the top level).
+fn partial_rotary_factor(cfg: &Value, family: Family) -> Result<Option<f64>, String> {
+    if family.layout().partial_rotary.is_none() {
+        return Ok(None);
+    }
+    match cfg
+        .get("rope_parameters")
+        .filter(|r| r.get("partial_rotary_factor").is_some())
+    {
+        Some(r) => optional_f64(r, "partial_rotary_factor"),
+        None => optional_f64(cfg, "partial_rotary_factor"),
+    }
 }
 
 /// The first of `keys` present (and not null) as a positive integer.
@@ -390,6 +402,8 @@ fn moe_config(cfg: &Value, family: Family) -> Result<MoeConfig, String> {
         }
     };
     let per_tok = first_positive(cfg, &["num_experts_per_tok", "experts_per_token"])?;
+    // (only the sigmoid routing reads the expert groups; DeepSeek-V2's keys shape nothing)
+    let groups = family.layout().moe.is_some_and(|m| m.sigmoid_groups);
     let needs_per_tok = family
         .layout()
         .moe
@@ -413,6 +427,16 @@ fn moe_config(cfg: &Value, family: Family) -> Result<MoeConfig, String> {
         decoder_sparse_step: optional_positive(cfg, "decoder_sparse_step")?,
         mlp_only_layers,
         norm_topk_prob: optional_bool(cfg, "norm_topk_prob")?,
+        n_group: if groups {
+            optional_positive(cfg, "n_group")?
+        } else {
+            None
+        },
+        topk_group: if groups {
+            optional_positive(cfg, "topk_group")?
+        } else {
+            None
+        },
     })
 }
 

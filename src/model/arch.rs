@@ -82,9 +82,6 @@ pub struct LinearAttnConfig {
     /// Full attention's sigmoid output gate (q_proj twice as wide).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attn_output_gate: Option<bool>,
-    /// The part of each head that rotates.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub partial_rotary_factor: Option<f64>,
 }
 
 /// Gated DeltaNet widths with the config class's defaults applied.
@@ -153,6 +150,14 @@ pub struct Architecture {
     /// Gemma-2 final-logit softcapping.
     #[serde(default)]
     pub final_logit_softcapping: Option<f64>,
+    /// The part of each head that rotates, for families with a partial rotary
+    /// ([`FamilyLayout::partial_rotary`]; `None`: the config class's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_rotary_factor: Option<f64>,
+    /// q/k RMSNorms, for families whose config switches them
+    /// ([`FamilyLayout::qk_norm_by_config`]; `None`: the class default, off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_qk_norm: Option<bool>,
     /// Mixture-of-experts numbers (config.json keys; empty for dense models).
     #[serde(flatten)]
     pub moe: MoeConfig,
@@ -209,6 +214,12 @@ pub struct MoeConfig {
     /// Renormalise the top-k routing weights (Qwen3-MoE, OLMoE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub norm_topk_prob: Option<bool>,
+    /// GLM-4.5: the expert groups of the sigmoid routing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_group: Option<u64>,
+    /// GLM-4.5: the groups each token's experts are chosen from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_group: Option<u64>,
 }
 
 /// DeepSeek's multi-head latent attention (config.json keys).
@@ -450,6 +461,7 @@ impl Architecture {
                 }
             }
         }
+        self.validate_rotary()?;
         if extended {
             self.validate_moe()?;
             self.validate_linear()?;
@@ -480,6 +492,20 @@ impl Architecture {
                 "num_experts",
                 format!("{e} must be between 1 and {MAX_EXPERTS}"),
             );
+        }
+        if let Some((g, kg)) = self.expert_groups() {
+            if g == 0 || e % u128::from(g) != 0 || e / u128::from(g) < 2 {
+                return bad(
+                    "n_group",
+                    format!("{g} must divide num_experts ({e}) into groups of at least 2"),
+                );
+            }
+            if kg == 0 || kg > g {
+                return bad(
+                    "topk_group",
+                    format!("{kg} must be between 1 and n_group ({g})"),
+                );
+            }
         }
         let k = self.experts_per_tok();
         if k == 0 || k > e {
@@ -585,7 +611,17 @@ impl Architecture {
                 );
             }
         }
-        if let Some(f) = l.partial_rotary_factor {
+        Ok(())
+    }
+
+    /// Range checks of the rotating part of each head (families with a partial rotary).
+    fn validate_rotary(&self) -> Result<(), PlanError> {
+        let bad =
+            |field: &'static str, why: String| Err(PlanError::InvalidArchitecture { field, why });
+        if self.family.layout().partial_rotary.is_none() {
+            return Ok(());
+        }
+        if let Some(f) = self.partial_rotary_factor {
             if !(f > 0.0 && f <= 1.0) {
                 return bad(
                     "partial_rotary_factor",
@@ -646,19 +682,27 @@ impl Architecture {
             .is_some_and(|h| self.linear.attn_output_gate.unwrap_or(h.output_gate))
     }
 
-    /// The rotating part of each head (`head_dim × partial_rotary_factor` for hybrid
-    /// families, else the whole head).
+    /// The rotating part of each head (`head_dim × partial_rotary_factor` for families with a
+    /// partial rotary, else the whole head).
     pub fn rotary_dim(&self) -> u64 {
-        match self.family.layout().hybrid {
-            Some(h) => match self.linear.partial_rotary_factor {
+        match self.family.layout().partial_rotary {
+            Some((n, d)) => match self.partial_rotary_factor {
                 // transformers: `int(head_dim * partial_rotary_factor)`.
                 Some(f) => (self.head_dim() as f64 * f) as u64,
-                None => {
-                    let (n, d) = h.default_partial_rotary;
-                    self.head_dim() * n / d.max(1)
-                }
+                None => self.head_dim() * n / d.max(1),
             },
             None => self.head_dim(),
+        }
+    }
+
+    /// Where q and k are RMS-normalised: the family's place, unless its config switches the
+    /// norms and config.json leaves them off.
+    pub fn qk_norm(&self) -> QkNorm {
+        let l = self.family.layout();
+        if l.qk_norm_by_config && self.use_qk_norm != Some(true) {
+            QkNorm::None
+        } else {
+            l.qk_norm
         }
     }
 
@@ -746,8 +790,8 @@ impl Architecture {
     /// Width of the shared-experts MLP (0 without shared experts).
     pub fn shared_width(&self) -> u128 {
         match self.moe_layout().map(|m| m.shared) {
-            Some(SharedExperts::Added) => {
-                self.expert_width() * self.moe.n_shared_experts.unwrap_or(2) as u128
+            Some(SharedExperts::Added { default_count }) => {
+                self.expert_width() * self.moe.n_shared_experts.unwrap_or(default_count) as u128
             }
             Some(SharedExperts::Gated { default_width }) => {
                 self.moe
@@ -756,6 +800,17 @@ impl Architecture {
             }
             _ => 0,
         }
+    }
+
+    /// The sigmoid routing's (`n_group`, `topk_group`), with the config class's defaults (1, 1),
+    /// for families that route that way.
+    pub fn expert_groups(&self) -> Option<(u64, u64)> {
+        self.moe_layout().filter(|m| m.sigmoid_groups).map(|_| {
+            (
+                self.moe.n_group.unwrap_or(1),
+                self.moe.topk_group.unwrap_or(1),
+            )
+        })
     }
 
     /// Whether the shared expert runs before the router and is scaled by a sigmoid gate
@@ -779,7 +834,7 @@ impl Architecture {
     pub fn renorm_topk(&self) -> bool {
         match self.moe_layout().map(|m| m.renorm) {
             Some(Renorm::Always) => true,
-            Some(Renorm::Config) => self.moe.norm_topk_prob.unwrap_or(false),
+            Some(Renorm::Config { default }) => self.moe.norm_topk_prob.unwrap_or(default),
             _ => false,
         }
     }
@@ -808,7 +863,9 @@ impl Architecture {
                 let only = self.moe.mlp_only_layers.as_deref().unwrap_or(&[]);
                 !only.contains(&li) && self.num_experts() > 0 && (li + 1) % step == 0
             }
-            DenseLayers::FirstK => li >= self.moe.first_k_dense_replace.unwrap_or(0),
+            DenseLayers::FirstK { default } => {
+                li >= self.moe.first_k_dense_replace.unwrap_or(default)
+            }
         };
         match (linear, moe) {
             (true, true) => LayerKind::LinearMoe,
@@ -1135,9 +1192,11 @@ impl Architecture {
             });
             return biases + self.family.norms_per_layer() * h + g;
         }
-        let qk_norm = match layout.qk_norm {
+        let qk_norm = match self.qk_norm() {
             QkNorm::None => 0,
-            QkNorm::PerHead | QkNorm::PerHeadAfterProjections => 2 * self.head_dim() as u128,
+            QkNorm::PerHead | QkNorm::PerHeadAfterProjections | QkNorm::PerHeadAfterViews => {
+                2 * self.head_dim() as u128
+            }
             QkNorm::Whole => self.q_dim() + self.kv_dim(),
         };
         let latent_norms = self.mla().map_or(0, |m| m.kv_rank + m.q_rank.unwrap_or(0));

@@ -124,16 +124,35 @@ impl<'a> Ctx<'a> {
             .collect()
     }
 
-    /// Linear layers LoRA adapts in a decoder layer of `kind`.
+    /// Linear layers LoRA adapts in a decoder layer of `kind` (for the families where peft
+    /// maps the MLP names onto the fused experts, no Linear layer named so,
+    /// [`crate::model::peft_targets`]).
     pub fn adapted_of(&self, kind: LayerKind) -> Vec<LinearShape> {
         if self.s.base_trained() {
             return vec![];
         }
+        let to_experts = crate::model::peft_targets::mlp_names_reach_experts(self.arch, self.s);
+        let reaches = |t: &super::arch::Target| {
+            self.s.targets.contains(t)
+                && !(to_experts
+                    && matches!(
+                        t,
+                        super::arch::Target::Gate
+                            | super::arch::Target::Up
+                            | super::arch::Target::Down
+                    ))
+        };
         self.arch
             .block_linears(kind)
             .into_iter()
-            .filter(|l| l.selected_by.iter().any(|t| self.s.targets.contains(t)))
+            .filter(|l| l.selected_by.iter().any(reaches))
             .collect()
+    }
+
+    /// The fused expert parameters LoRA adapts, with their ranks
+    /// ([`crate::model::peft_targets::expert_loras`]).
+    pub fn expert_loras(&self) -> Vec<crate::model::peft_targets::ExpertLora> {
+        crate::model::peft_targets::expert_loras(self.arch, self.s)
     }
 
     /// Whether the sequence reaches the family's sliding window, so that sdpa needs the sliding

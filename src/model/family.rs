@@ -46,6 +46,10 @@ pub enum Family {
     /// with a mixture of experts — a router, fused routed experts and one shared expert scaled by
     /// a sigmoid gate — instead of a dense MLP.
     Qwen35Moe,
+    /// GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (`glm4_moe`): q/k/v biases, half the head rotating,
+    /// optional q/k norms, the first layers dense, then sigmoid-scored group-limited routing over
+    /// fused experts beside a shared expert.
+    Glm4Moe,
 }
 
 names!(Family {
@@ -63,6 +67,7 @@ names!(Family {
     GptOss => "gpt_oss" | "gptoss",
     Qwen35 => "qwen3_5" | "qwen3_5_text" | "qwen3.5",
     Qwen35Moe => "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3.5_moe",
+    Glm4Moe => "glm4_moe" | "glm4.5",
 });
 
 impl TryFrom<String> for Family {
@@ -87,6 +92,13 @@ pub struct FamilyLayout {
     pub norms_per_layer: u128,
     /// Where q and k are RMS-normalised, if at all.
     pub qk_norm: QkNorm,
+    /// The q/k norms exist only when config.json says `use_qk_norm: true` (GLM-4.5's config class
+    /// defaults to false).
+    pub qk_norm_by_config: bool,
+    /// Only part of each head rotates: the config class's `partial_rotary_factor` (numerator,
+    /// denominator) where config.json does not give it; q and k are sliced, the rotating part
+    /// rotated and concatenated back with the rest. `None`: the whole head rotates.
+    pub partial_rotary: Option<(u64, u64)>,
     /// How the family's RMSNorm computes its output.
     pub norm: NormKind,
     /// The embedding output is scaled by `embed_scale`, a buffer (Gemma).
@@ -190,9 +202,6 @@ pub struct HybridLayout {
     /// The rotary tables are multimodal (M-RoPE: three position grids interleaved), computed
     /// as `[3, batch, seq, rotary/2]` products rather than a GEMM.
     pub mrope: bool,
-    /// The part of the head dimension that rotates when config.json does not say
-    /// (`partial_rotary_factor`), as a fraction (numerator, denominator).
-    pub default_partial_rotary: (u64, u64),
 }
 
 /// Where a family RMS-normalises q and k.
@@ -202,8 +211,11 @@ pub enum QkNorm {
     None,
     /// Per head, right after each projection (Qwen3, Qwen3-MoE).
     PerHead,
-    /// Per head, after q, k and v are all projected (Gemma 3).
+    /// Per head, after q, k and v are all projected and transposed (Gemma 3).
     PerHeadAfterProjections,
+    /// Per head, after q, k and v are all projected, on the head views before their transpose
+    /// (GLM-4.5 with `use_qk_norm`).
+    PerHeadAfterViews,
     /// Over the whole projection, before the view into heads (OLMoE).
     Whole,
 }
@@ -274,8 +286,11 @@ pub enum DenseLayers {
     None,
     /// Qwen3-MoE: layer `i` is dense if listed in `mlp_only_layers` or `(i+1) % decoder_sparse_step != 0`.
     SparseStep,
-    /// DeepSeek-V2: the first `first_k_dense_replace` layers are dense.
-    FirstK,
+    /// DeepSeek-V2, GLM-4.5: the first `first_k_dense_replace` layers are dense.
+    FirstK {
+        /// `first_k_dense_replace` when config.json omits it.
+        default: u64,
+    },
 }
 
 /// The MoE block of a family, as transformers 5.24 builds it (every family stores its routed
@@ -293,6 +308,12 @@ pub struct MoeLayout {
     pub renorm: Renorm,
     /// Top-k of the raw logits, then a softmax over the k (gpt-oss): no `[tokens, experts]` softmax.
     pub softmax_after_topk: bool,
+    /// DeepSeek-V3's `noaux_tc` routing as GLM-4.5 runs it (`Glm4MoeTopkRouter`,
+    /// `modeling_glm4_moe.py:269-308`): sigmoid scores of fp32 logits, a per-expert correction
+    /// bias (an fp32 buffer) for the choice only, the best `topk_group` of `n_group` groups by
+    /// their two best scores, top-k among those, the chosen scores gathered, renormalised and
+    /// scaled by `routed_scaling_factor`.
+    pub sigmoid_groups: bool,
     /// gpt-oss's clamped SwiGLU (`clamp`, `sigmoid`, `glu`, `up + 1` kept) and biases on the
     /// experts and the router.
     pub clamped_glu: bool,
@@ -313,6 +334,10 @@ pub struct MoeLayout {
     pub default_experts_per_tok: Option<u64>,
     /// See `default_experts`.
     pub default_moe_width: u64,
+    /// peft 0.21 maps the MLP names of a target list onto the fused experts
+    /// ([`crate::model::peft_targets`]): transformers 5 converts the family's checkpoints with
+    /// the `qwen2_moe` pattern (`conversion_mapping.py`).
+    pub peft_maps_mlp_names: bool,
     /// The Hub's checkpoints hold the experts in MXFP4, which transformers cannot train: they are
     /// loaded dequantized to bf16 (`Mxfp4Config(dequantize=True)`), and every transformers
     /// release stores them as fused 3-D parameters (gpt-oss).
@@ -326,7 +351,10 @@ pub enum SharedExperts {
     None,
     /// DeepSeek's `shared_experts`: one MLP of `moe_intermediate_size × n_shared_experts`, run
     /// after the routed experts and added to their output.
-    Added,
+    Added {
+        /// `n_shared_experts` when config.json omits it.
+        default_count: u64,
+    },
     /// Qwen3.5-MoE's `shared_expert` (`Qwen3NextSparseMoeBlock`, `modeling_qwen3_5_moe.py:913-933`):
     /// one MLP of `shared_expert_intermediate_size` (the class default when config.json omits
     /// it), run before the router, then scaled by `sigmoid(shared_expert_gate(x))` — a
@@ -342,8 +370,11 @@ pub enum SharedExperts {
 pub enum Renorm {
     /// Always (Mixtral).
     Always,
-    /// When `norm_topk_prob` is true (default false).
-    Config,
+    /// When `norm_topk_prob` is true.
+    Config {
+        /// `norm_topk_prob` when config.json omits it (the config class's default).
+        default: bool,
+    },
     /// Never (DeepSeek-V2 scales by `routed_scaling_factor`).
     Never,
 }
@@ -354,6 +385,8 @@ impl Family {
         let base = FamilyLayout {
             norms_per_layer: 2,
             qk_norm: QkNorm::None,
+            qk_norm_by_config: false,
+            partial_rotary: None,
             norm: NormKind::Llama,
             scaled_embedding: false,
             rotary_cat: false,
@@ -381,8 +414,9 @@ impl Family {
             moe_width: false,
             fp32_routing: false,
             fp32_router: false,
-            renorm: Renorm::Config,
+            renorm: Renorm::Config { default: false },
             softmax_after_topk: false,
+            sigmoid_groups: false,
             clamped_glu: false,
             transposed_experts: false,
             router_first: true,
@@ -391,6 +425,7 @@ impl Family {
             default_experts: 64,
             default_experts_per_tok: Some(8),
             default_moe_width: 768,
+            peft_maps_mlp_names: false,
             mxfp4_checkpoint: false,
         };
         // Liger's modules for the families that share Llama's (its llama casting, in place).
@@ -425,8 +460,8 @@ impl Family {
                 default_conv_kernel: 4,
                 output_gate: true,
                 mrope: true,
-                default_partial_rotary: (1, 4),
             }),
+            partial_rotary: Some((1, 4)),
             vision: Some(VisionKind::Qwen35),
             ..base
         };
@@ -491,6 +526,7 @@ impl Family {
                 o_bias: true,
                 checkpoint_kwargs: KwargsOrder::PositionEmbeddingsFirst,
                 moe: Some(MoeLayout {
+                    peft_maps_mlp_names: true,
                     moe_width: true,
                     router_first: false,
                     dense: DenseLayers::SparseStep,
@@ -502,19 +538,23 @@ impl Family {
             Family::Olmoe => FamilyLayout {
                 qk_norm: QkNorm::Whole,
                 o_bias: true,
-                moe: Some(moe),
+                moe: Some(MoeLayout {
+                    peft_maps_mlp_names: true,
+                    ..moe
+                }),
                 ..base
             },
             Family::DeepseekV2 => FamilyLayout {
                 o_bias: true,
                 attention: AttentionKind::Latent,
                 moe: Some(MoeLayout {
+                    peft_maps_mlp_names: true,
                     moe_width: true,
                     fp32_routing: true,
                     fp32_router: true,
                     renorm: Renorm::Never,
-                    shared: SharedExperts::Added,
-                    dense: DenseLayers::FirstK,
+                    shared: SharedExperts::Added { default_count: 2 },
+                    dense: DenseLayers::FirstK { default: 0 },
                     default_experts_per_tok: None,
                     default_moe_width: 1407,
                     ..moe
@@ -522,6 +562,30 @@ impl Family {
                 ..base
             },
             Family::Qwen35 => qwen35,
+            Family::Glm4Moe => FamilyLayout {
+                qk_norm: QkNorm::PerHeadAfterViews,
+                qk_norm_by_config: true,
+                partial_rotary: Some((1, 2)),
+                rotary_cat: true,
+                bos_default: false,
+                checkpoint_kwargs: KwargsOrder::PositionEmbeddingsFirst,
+                moe: Some(MoeLayout {
+                    peft_maps_mlp_names: true,
+                    moe_width: true,
+                    fp32_routing: true,
+                    fp32_router: true,
+                    sigmoid_groups: true,
+                    router_first: false,
+                    renorm: Renorm::Config { default: true },
+                    shared: SharedExperts::Added { default_count: 1 },
+                    dense: DenseLayers::FirstK { default: 1 },
+                    default_experts: 128,
+                    default_experts_per_tok: Some(8),
+                    default_moe_width: 1408,
+                    ..moe
+                }),
+                ..base
+            },
             Family::Qwen35Moe => FamilyLayout {
                 moe: Some(MoeLayout {
                     moe_width: true,
@@ -564,11 +628,6 @@ impl Family {
     /// RMSNorms per decoder layer on the residual stream.
     pub fn norms_per_layer(self) -> u128 {
         self.layout().norms_per_layer
-    }
-
-    /// Whether q and k are RMS-normalised (Qwen3, Gemma 3, OLMoE).
-    pub fn has_qk_norm(self) -> bool {
-        self.layout().qk_norm != QkNorm::None
     }
 
     /// Whether the MLP activation is GeLU-tanh (Gemma) rather than SiLU.

@@ -16,6 +16,7 @@ pub mod job_settings;
 mod names;
 pub mod order;
 pub mod parallel;
+pub mod peft_targets;
 pub mod plan;
 pub mod settings;
 pub mod steptrace;

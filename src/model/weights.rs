@@ -35,14 +35,12 @@ pub fn expert_lora_params_per_layer(ctx: &Ctx) -> u128 {
     if !ctx.arch.is_moe() {
         return 0;
     }
-    let r = ctx.s.lora_r as u128;
     let e = ctx.arch.num_experts();
-    ctx.s
-        .target_parameters
+    ctx.expert_loras()
         .iter()
-        .map(|&p| {
-            let (o, i) = expert_param_shape(ctx, p);
-            r * e * (o + i)
+        .map(|l| {
+            let (o, i) = expert_param_shape(ctx, l.param);
+            u128::from(l.rank) * e * (o + i)
         })
         .sum()
 }
@@ -173,7 +171,7 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
     let n = p.trainable_params;
     let a = ctx.arch;
     let expert_tensors = if a.is_moe() {
-        ctx.s.target_parameters.len() as u128 * 2 * a.moe_layers()
+        ctx.expert_loras().len() as u128 * 2 * a.moe_layers()
     } else {
         0
     };
@@ -250,13 +248,12 @@ pub fn optimizer_terms(ctx: &Ctx, p: &ParamCounts) -> Vec<Term> {
                     .sum()
             };
             // Expert LoRA: lora_A [r·E, in], lora_B [out, r·E].
-            let re = r * a.num_experts();
             let experts: u128 = if a.is_moe() {
-                ctx.s
-                    .target_parameters
+                ctx.expert_loras()
                     .iter()
-                    .map(|&p| {
-                        let (o, i) = expert_param_shape(ctx, p);
+                    .map(|l| {
+                        let re = u128::from(l.rank) * a.num_experts();
+                        let (o, i) = expert_param_shape(ctx, l.param);
                         (re + i) + (o + re)
                     })
                     .sum::<u128>()

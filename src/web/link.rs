@@ -38,6 +38,10 @@ pub fn encode_arch(a: &Architecture) -> String {
         ("f", m.first_k_dense_replace),
         ("d", m.decoder_sparse_step),
         ("n", m.norm_topk_prob.map(u64::from)),
+        ("g", m.n_group),
+        ("t", m.topk_group),
+        ("Q", a.use_qk_norm.map(u64::from)),
+        ("B", a.qkv_bias.map(u64::from)),
         ("c", a.mla.kv_lora_rank),
         ("p", a.mla.qk_nope_head_dim),
         ("r", a.mla.qk_rope_head_dim),
@@ -51,9 +55,7 @@ pub fn encode_arch(a: &Architecture) -> String {
         ("G", a.linear.attn_output_gate.map(u64::from)),
         (
             "R",
-            a.linear
-                .partial_rotary_factor
-                .map(|f| (f * 1000.0).round() as u64),
+            a.partial_rotary_factor.map(|f| (f * 1000.0).round() as u64),
         ),
     ] {
         if let Some(v) = v {
@@ -119,6 +121,8 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
         qkv_bias: None,
         attn_logit_softcapping: None,
         final_logit_softcapping: None,
+        partial_rotary_factor: None,
+        use_qk_norm: None,
         moe: Default::default(),
         mla: Default::default(),
         linear: Default::default(),
@@ -174,6 +178,10 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
             "f" => a.moe.first_k_dense_replace = Some(x),
             "d" => a.moe.decoder_sparse_step = Some(x),
             "n" => a.moe.norm_topk_prob = Some(x == 1),
+            "g" => a.moe.n_group = Some(x),
+            "t" => a.moe.topk_group = Some(x),
+            "Q" => a.use_qk_norm = Some(x == 1),
+            "B" => a.qkv_bias = Some(x == 1),
             "c" => a.mla.kv_lora_rank = Some(x),
             "p" => a.mla.qk_nope_head_dim = Some(x),
             "r" => a.mla.qk_rope_head_dim = Some(x),
@@ -186,7 +194,7 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
             "C" => a.linear.linear_conv_kernel_dim = Some(x),
             "I" => a.linear.full_attention_interval = Some(x),
             "G" => a.linear.attn_output_gate = Some(x == 1),
-            "R" => a.linear.partial_rotary_factor = Some(x as f64 / 1000.0),
+            "R" => a.partial_rotary_factor = Some(x as f64 / 1000.0),
             _ => return None,
         }
     }

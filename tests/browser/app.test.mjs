@@ -94,10 +94,15 @@ test("a mixture-of-experts model shows its experts, its settings group, and matc
   await page.fill('[data-testid="input-seq"]', "2048");
   await page.check('[data-testid="toggle-gc"]');
   await page.waitForSelector('[data-testid="moe-settings"]');
+  // all-linear names gate_proj, up_proj and down_proj: peft 0.21 maps them onto the fused
+  // experts, whose ParamWrapper refuses the default dropout: the page says so and how to fix it.
+  await page.waitForSelector('[data-testid="error"]:not(.hidden)', { timeout: 30000 });
+  assert.match(await page.textContent('[data-testid="error"]'), /lora_dropout.*ParamWrapper.*set it to 0/);
+  await page.fill('[data-testid="input-dropout"]', "0");
+  await page.waitForSelector('[data-testid="error"].hidden', { state: "attached", timeout: 30000 });
   assert.ok(await page.locator('[data-testid="segment-frozen_experts"]').count() === 1);
   assert.match(await page.textContent('[data-testid="params"]'), /active per token/);
-  await expectMatchesCli(page, ["--model", "qwen3-30b-a3b", "--gpu", "h200", "--seq", "2048", "--gc"]);
-  await page.fill('[data-testid="input-dropout"]', "0");
+  await expectMatchesCli(page, ["--model", "qwen3-30b-a3b", "--gpu", "h200", "--seq", "2048", "--gc", "--dropout", "0"]);
   await page.check('[data-testid="expert-lora-gate_up_proj"]');
   await page.check('[data-testid="expert-lora-down_proj"]');
   await expectMatchesCli(page, ["--model", "qwen3-30b-a3b", "--gpu", "h200", "--seq", "2048", "--gc", "--dropout", "0", "--target-parameters", "gate_up_proj,down_proj"]);

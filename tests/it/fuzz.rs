@@ -62,8 +62,13 @@ fn every_catalog_model_and_option_combination_is_sane() {
                             lora_r: 1 + k % 700,
                             ..Settings::default()
                         };
+                        // (no dropout where peft maps the MLP names onto the fused experts,
+                        // whose ParamWrapper refuses it)
+                        let maps =
+                            lorafit::model::peft_targets::mlp_names_reach_experts(&m.arch, &s);
                         let s = Settings {
                             lora_r: s.lora_r.min(m.arch.hidden_size),
+                            lora_dropout: if maps { 0.0 } else { s.lora_dropout },
                             ..s
                         };
                         // A step past what an allocation sequence holds (a generous bound of

@@ -316,7 +316,7 @@ fn collect() -> Texts {
         ("llama2-7b", ""),
         ("llama2-7b", "gc=1&dt=nf4"),
         ("mixtral-8x7b", "gc=1"),
-        ("qwen3-30b-a3b", ""),
+        ("qwen3-30b-a3b", "do=0"),
     ] {
         let a = &catalog::find_model(model).unwrap().arch;
         let s = lorafit::web::link::decode(q).0.settings;

@@ -14,6 +14,7 @@ mod framework;
 mod fsdp1;
 mod fsdp2;
 mod fuzz;
+mod glm4_moe;
 #[cfg(feature = "gpu")]
 mod gpu;
 mod grpo;

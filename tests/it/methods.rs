@@ -192,7 +192,8 @@ fn preference_settings_refuse_what_cannot_run() {
     .expect_err("no completion");
     assert!(e.to_string().contains("max_prompt_length"), "{e}");
     let moe = catalog_arch("qwen3-30b-a3b");
-    let e = plan(&moe, &settings(&[("stage", "dpo")])).expect_err("MoE preference");
+    let e = plan(&moe, &settings(&[("stage", "dpo"), ("lora_dropout", "0")]))
+        .expect_err("MoE preference");
     assert!(e.to_string().contains("stage"), "{e}");
     let bad = lorafit::formats::fields::settings_from_json(&serde_json::json!({"stage": "ppo"}));
     assert!(bad.is_err(), "an unknown stage is refused");

@@ -204,6 +204,16 @@ fn the_short_runs_give_the_full_runs_peak_on_the_catalog() {
             } else {
                 s.clone()
             };
+            // Where peft maps the MLP names onto the fused experts, its ParamWrapper takes no
+            // dropout (lorafit::model::peft_targets).
+            let s = if lorafit::model::peft_targets::mlp_names_reach_experts(a, &s) {
+                Settings {
+                    lora_dropout: 0.0,
+                    ..s
+                }
+            } else {
+                s
+            };
             if generate_on(a, &s, Device::Cuda).is_err() {
                 continue;
             }

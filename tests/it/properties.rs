@@ -36,13 +36,23 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
                     || a.is_moe()
                         && (e.contains("target_modules") && e.contains("is named")
                             || s.base_trained() && e.contains("finetuning_type")
-                            || s.preference() && e.contains("stage")),
+                            || s.preference() && e.contains("stage")
+                            || peft_refuses(a, s, &e)),
                 "{}: {e}",
                 a.name
             );
             None
         }
     }
+}
+
+/// What peft 0.21 raises where it maps the MLP names onto the fused experts
+/// (`lorafit::model::peft_targets`): a dropout on its ParamWrapper, or one of `gate_proj` and
+/// `up_proj` without the other.
+fn peft_refuses(a: &Architecture, s: &Settings, e: &str) -> bool {
+    lorafit::model::peft_targets::mlp_names_reach_experts(a, s)
+        && (s.lora_dropout > 0.0 && e.contains("lora_dropout") && e.contains("ParamWrapper")
+            || e.contains("Cannot convert PEFT target"))
 }
 
 /// [`planned`]'s peak.
@@ -247,7 +257,7 @@ proptest! {
 
     #[test]
     fn arbitrary_numbers_never_panic(h in 0u64..=u64::MAX, i in 0u64..=u64::MAX, l in 0u64..=u64::MAX, heads in 0u64..=u64::MAX, kv in proptest::option::of(0u64..=u64::MAX), hd in proptest::option::of(0u64..=u64::MAX), v in 0u64..=u64::MAX, b in 0u64..=u64::MAX, t in 0u64..=u64::MAX, r in 0u64..=u64::MAX) {
-        let a = Architecture { name: String::new(), family: lorafit::model::Family::Llama, hidden_size: h, intermediate_size: i, num_hidden_layers: l, num_attention_heads: heads, num_key_value_heads: kv, head_dim: hd, vocab_size: v, tie_word_embeddings: false, qkv_bias: None, attn_logit_softcapping: None, final_logit_softcapping: None, moe: Default::default(), mla: Default::default(), linear: Default::default(), vision: None };
+        let a = Architecture { name: String::new(), family: lorafit::model::Family::Llama, hidden_size: h, intermediate_size: i, num_hidden_layers: l, num_attention_heads: heads, num_key_value_heads: kv, head_dim: hd, vocab_size: v, tie_word_embeddings: false, qkv_bias: None, attn_logit_softcapping: None, final_logit_softcapping: None, partial_rotary_factor: None, use_qk_norm: None, moe: Default::default(), mla: Default::default(), linear: Default::default(), vision: None };
         let s = Settings { batch: b, seq: t, lora_r: r, ..Settings::default() };
         if let Ok(p) = plan(&a, &s) {
             prop_assert!(p.peak_allocated_bytes > 0);

@@ -123,7 +123,8 @@ pub fn check(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
                 "DoRA's merge (the weight norm of W + B·A per Linear) is not planned yet",
             );
         }
-        if !s.target_parameters.is_empty() || arch.is_moe() && js.export_device == ExportDevice::Gpu
+        if !crate::model::peft_targets::expert_loras(arch, s).is_empty()
+            || arch.is_moe() && js.export_device == ExportDevice::Gpu
         {
             return bad("merge", "merging into a mixture of experts' fused expert parameters is not planned yet: plan the merge with export_device cpu, for a dense model");
         }

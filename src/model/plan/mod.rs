@@ -179,14 +179,36 @@ fn total(terms: &[Term]) -> u128 {
 fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     arch.validate()?;
     s.validate()?;
-    if EXTENDED && arch.is_moe() && !s.target_parameters.is_empty() && s.lora_dropout > 0.0 {
+    if let Some((named, missing)) = crate::model::peft_targets::lone_gate_or_up(arch, s) {
         return Err(PlanError::InvalidSetting {
-            field: "target_parameters",
+            field: "target_modules",
             why: format!(
-                "LoRA on the experts (peft's ParamWrapper) refuses lora_dropout {}: set it to 0",
-                s.lora_dropout
+                "peft 0.21 maps {named} of this model onto its fused experts' gate_up_proj, which it refuses without {missing} (\"Cannot convert PEFT target(s) {named} without also targeting {missing}\"): target both or neither"
             ),
         });
+    }
+    if EXTENDED
+        && s.lora_dropout > 0.0
+        && !crate::model::peft_targets::expert_loras(arch, s).is_empty()
+    {
+        let (field, why) = if s.target_parameters.is_empty() {
+            (
+                "lora_dropout",
+                format!(
+                    "peft 0.21 maps gate_proj, up_proj and down_proj of this model onto its fused experts (peft's ParamWrapper), which refuses lora_dropout {}: set it to 0, or leave those names out of target_modules",
+                    s.lora_dropout
+                ),
+            )
+        } else {
+            (
+                "target_parameters",
+                format!(
+                    "LoRA on the experts (peft's ParamWrapper) refuses lora_dropout {}: set it to 0",
+                    s.lora_dropout
+                ),
+            )
+        };
+        return Err(PlanError::InvalidSetting { field, why });
     }
     if EXTENDED && arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert {
         use super::arch::Target;
@@ -310,7 +332,7 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
 /// LoRA whose `target_modules` name no Linear layer of the model (and no expert parameter is
 /// targeted either): peft refuses it.
 fn matches_nothing(arch: &Architecture, s: &Settings) -> bool {
-    if s.base_trained() || !s.target_parameters.is_empty() {
+    if s.base_trained() || !crate::model::peft_targets::expert_loras(arch, s).is_empty() {
         return false;
     }
     !arch

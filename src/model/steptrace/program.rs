@@ -387,6 +387,17 @@ impl<'c, 'a> Prog<'c, 'a> {
         if a.family.layout().scaled_embedding {
             self.t(1, aux, What::Buffer);
         }
+        // The sigmoid routing's correction biases (fp32 buffers), layer by layer: the model is
+        // moved to the GPU parameters first, then buffers.
+        if a.moe_layout().is_some_and(|m| m.sigmoid_groups) {
+            let e = a.num_experts() as u64;
+            for li in (0..a.num_hidden_layers).filter(|&li| a.layer_kind(li).is_moe()) {
+                // (each its layer's: the short runs line up layer by layer)
+                self.tp.exec = li as u32;
+                self.t(e, 4, What::Buffer);
+            }
+            self.tp.exec = NO_LAYER;
+        }
         // Rotary inverse frequencies (+ the original copy): the vision tower's axial ones
         // (`head_dim / 4` each), then the language model's, of the rotating part of a head.
         if let Some(t) = &a.vision {
@@ -499,12 +510,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         });
         let layout = a.family.layout();
         match name {
-            "o_proj" if layout.qk_norm == QkNorm::Whole => {
+            "o_proj" if a.qk_norm() == QkNorm::Whole => {
                 let q = self.weight(a.q_dim() as u64, aux, 0);
                 let k = self.weight(a.kv_dim() as u64, aux, 0);
                 self.qk_norms.extend([q.x, k.x]);
             }
-            "o_proj" if a.family.has_qk_norm() => {
+            "o_proj" if a.qk_norm() != QkNorm::None => {
                 // q_norm, k_norm are registered in the attention module after o_proj.
                 let q = self.weight(a.head_dim(), aux, 0);
                 let k = self.weight(a.head_dim(), aux, 0);
@@ -572,15 +583,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             .clamped_glu
             .then(|| self.param(e * h, ed, h, false, What::Weight));
         self.tp.block = Block::Other;
-        let r = s.lora_r;
         let ad = bytes(s.adapter_dtype);
         let mut lora = vec![];
-        for &p in &s.target_parameters {
-            let (o, n) = crate::model::ctx::expert_param_shape(ctx, p);
-            let (o, n) = (o as u64, n as u64);
+        for l in ctx.expert_loras() {
+            let (o, n) = crate::model::ctx::expert_param_shape(ctx, l.param);
+            let (o, n, r) = (o as u64, n as u64, l.rank);
             let la = self.param(r * e * n, ad, n, true, What::Trainable);
             let lb = self.param(o * r * e, ad, r * e, true, What::Trainable);
-            lora.push((p, la, lb));
+            lora.push((l.param, la, lb));
         }
         if !router_first {
             let (w, b) = router(self);
@@ -1423,10 +1433,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         let eager = s.attn_impl == AttnImpl::Eager;
         // Qwen3 norms q and k right after each projection; Gemma 3 after all three.
         // OLMoE norms the whole projection before the view into heads.
-        let qk = a.family.layout().qk_norm;
+        let qk = a.qk_norm();
         let whole_norm = qk == QkNorm::Whole;
         let qk_norm = qk == QkNorm::PerHead;
         let late_norm = qk == QkNorm::PerHeadAfterProjections;
+        let view_norm = qk == QkNorm::PerHeadAfterViews;
         // Liger's RoPE hands on gradients laid out like q and k: the head views' backward
         // reshapes them without a copy. Gemma 3 norms q and k after their transpose: Liger's
         // norm copies such an input (when it has more than one head) into a (batch, heads, seq,
@@ -1512,6 +1523,15 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             None => self.lora_linear(x, &lins[2]),
         };
+        if view_norm {
+            // GLM-4.5: q_norm and k_norm on the head views, once v is projected too.
+            let n = self.rmsnorm(qv, hd);
+            self.drop(qv);
+            qv = n;
+            let n = self.rmsnorm(kv, hd);
+            self.drop(kv);
+            kv = n;
+        }
         if whole_norm {
             let t = self.view_clone(qv);
             self.drop(qv);
@@ -2136,8 +2156,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         {
             return self.rotary_mrope(es);
         }
-        // generate's position ids have a row per sequence: so have the tables.
+        // generate's position ids have a row per sequence: so have the tables. Their width is
+        // the rotating part of a head (all of it but for a partial rotary).
         let sq = sq * self.gen.as_ref().map_or(1, |g| g.rows);
+        let hd = self.ctx.arch.rotary_dim();
         let pos = self.t(sq, 4, What::Rotary);
         // `inv_freq.float()` copies buffers FSDP1's mixed precision cast (`buffer_dtype`).
         let inv = self

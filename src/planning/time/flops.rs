@@ -75,22 +75,21 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
     let lin = avg(&|kind| a.block_linear_params(kind) as f64 + active_experts(kind));
     let mut lora_per_layer = avg(&lora_of);
     // LoRA on the fused experts: each token's k experts see their LoRA path (r × (in + out)).
-    let expert_params: Vec<(f64, f64)> = if a.is_moe() {
-        s.target_parameters
-            .iter()
-            .map(|p| match p {
+    let expert_params: Vec<(f64, f64, f64)> = crate::model::peft_targets::expert_loras(a, s)
+        .iter()
+        .map(|l| {
+            let (o, n) = match l.param {
                 crate::model::ExpertParam::GateUp => (2.0 * i, h),
                 crate::model::ExpertParam::Down => (h, i),
-            })
-            .collect()
-    } else {
-        vec![]
-    };
+            };
+            (o, n, l.rank as f64)
+        })
+        .collect();
     let moe_share = a.moe_layers() as f64 / layers.max(1.0);
     lora_per_layer += moe_share
         * expert_params
             .iter()
-            .map(|(o, n)| k * r * (o + n))
+            .map(|(o, n, rank)| k * rank * (o + n))
             .sum::<f64>();
     // Queries × keys and weights × values; DeepSeek's latent attention has wider q/k heads.
     let (qk_dim, v_dim) = match a.mla() {
@@ -114,12 +113,12 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
     // gradient (2 × pairs × in × out).
     let expert_lora_fixed: f64 = expert_params
         .iter()
-        .map(|(o, n)| 2.0 * e * o * n * r)
+        .map(|(o, n, rank)| 2.0 * e * o * n * rank)
         .sum::<f64>()
         * a.moe_layers() as f64;
     let expert_lora_grad: f64 = expert_params
         .iter()
-        .map(|(o, n)| 2.0 * t * k * o * n)
+        .map(|(o, n, _)| 2.0 * t * k * o * n)
         .sum::<f64>()
         * a.moe_layers() as f64;
     let forward_lora = forward_lora + expert_lora_fixed;

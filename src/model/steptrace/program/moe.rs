@@ -40,14 +40,38 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.tp.keep_local(logits.t);
             self.router_logits.push(logits);
         }
+        // DeepSeek's block (shared experts added after the routed ones: DeepSeek-V2, GLM-4.5)
+        // views its input into `[tokens, hidden]` after the router: a view node whose backward
+        // hands the experts' input gradient on after the nodes made later (the expert LoRA's
+        // weights) have run.
+        let viewed = matches!(
+            a.moe_layout().map(|l| l.shared),
+            Some(crate::model::family::SharedExperts::Added { .. })
+        ) && x.grad();
+        let xe = if viewed {
+            self.tp.keep_local(x.t);
+            X {
+                g: self.tp.node(Op::Pass, x.n, x.es, &[Self::edge(&x)], &[]),
+                ..x
+            }
+        } else {
+            x
+        };
         self.tp.push_frame();
         let mut out = match (&m.experts, self.ctx.s.experts_run()) {
-            (Experts::PerExpert(pe), _) => self.per_expert_experts(x, weights, pe),
-            (Experts::Fused(f), ExpertsImpl::GroupedMm) => self.grouped_experts(x, idx, weights, f),
-            (Experts::Fused(f), ExpertsImpl::BatchedMm) => self.batched_experts(x, idx, weights, f),
-            (Experts::Fused(f), ExpertsImpl::Eager) => self.eager_experts(x, idx, weights, f),
+            (Experts::PerExpert(pe), _) => self.per_expert_experts(xe, weights, pe),
+            (Experts::Fused(f), ExpertsImpl::GroupedMm) => {
+                self.grouped_experts(xe, idx, weights, f)
+            }
+            (Experts::Fused(f), ExpertsImpl::BatchedMm) => {
+                self.batched_experts(xe, idx, weights, f)
+            }
+            (Experts::Fused(f), ExpertsImpl::Eager) => self.eager_experts(xe, idx, weights, f),
         };
         self.tp.pop_frame();
+        if viewed {
+            self.drop(xe);
+        }
         let mut scaled_shared = None;
         if let Some(sh) = gated {
             // `F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output`, then
@@ -97,6 +121,12 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// scatters into a zero tensor of x's size.
     fn topk(&mut self, x: X, k: u64) -> (X, X) {
         let n = self.tokens() * k;
+        self.topk_n(x, n)
+    }
+
+    /// Top-k of `x` giving `n` values (in x's dtype) and `n` int64 indices; TopkBackward
+    /// keeps the indices.
+    fn topk_n(&mut self, x: X, n: u64) -> (X, X) {
         let mut vals = self.t(n, x.es, W);
         let idx = self.t(n, 8, W);
         vals.g = self
@@ -127,6 +157,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         let w = m.router.x;
         let layout = a.moe_layout();
         let has = |flag: fn(&MoeLayout) -> bool| layout.as_ref().is_some_and(flag);
+        if has(|l| l.sigmoid_groups) {
+            return self.sigmoid_group_router(x, m);
+        }
         if has(|l| l.softmax_after_topk) {
             // F.linear(h, W, b); topk of the logits; softmax over the k (logits' dtype).
             let logits = self.matmul(x, w, t * e, W);
@@ -172,6 +205,111 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(sm);
             (logits, weights, idx)
         }
+    }
+
+    /// GLM-4.5's router (`Glm4MoeTopkRouter.forward`, `modeling_glm4_moe.py:282-308`): fp32
+    /// logits, sigmoid scores, the choice scores (plus the correction bias), the best groups by
+    /// their two best scores, the other groups' experts masked to −∞, top-k, the chosen scores
+    /// gathered, renormalised (`norm_topk_prob`) and scaled. The selection keeps no gradient
+    /// path, but its autograd nodes keep their indices and mask until the router returns.
+    /// Returns (logits, routing weights, expert indices).
+    fn sigmoid_group_router(&mut self, x: X, m: &MoeParams) -> (X, X, X) {
+        let a = self.ctx.arch;
+        let (t, e, k) = (
+            self.tokens(),
+            a.num_experts() as u64,
+            a.experts_per_tok() as u64,
+        );
+        let (g, kg) = a.expert_groups().unwrap_or((1, 1));
+        let hf = self.cast(x, 4, W);
+        let logits = self.matmul(hf, m.router.x, t * e, W);
+        self.drop(hf);
+        let scores = self.unary(logits, 4, W, false, true);
+        // The choice of experts (`scores + e_score_correction_bias`, …) takes no gradient to
+        // the loss: its autograd nodes die with their outputs, the locals below, when the
+        // router returns; the tensors those nodes keep (the indices of the group top-2, the
+        // inverted mask) die with them.
+        let choice = self.t(t * e, 4, W);
+        // .view(-1, n_group, experts per group).topk(2, dim=-1)[0].sum(dim=-1)
+        // (a checkpointed forward, or one without a graph, keeps no saved tensor: those die at
+        // once; its recomputation keeps them like a plain forward)
+        let keeps = matches!(self.tp.mode, Mode::Grad | Mode::Recompute) && x.grad();
+        let gv = self.t(t * g * 2, 4, W);
+        let gi = self.t(t * g * 2, 8, W);
+        if !keeps {
+            self.drop(gi);
+        }
+        let group_scores = self.t(t * g, 4, W);
+        self.drop(gv);
+        let tv = self.t(t * kg, 4, W);
+        let group_idx = self.t(t * kg, 8, W);
+        self.drop(tv);
+        // zeros_like, scatter_ (in place), the expanded mask reshaped (a copy unless there is
+        // one group: then the expansion is a view), ~mask.bool()
+        let group_mask = self.t(t * g, 4, W);
+        let score_mask = (g > 1).then(|| self.t(t * e, 4, W));
+        let as_bool = self.t(t * e, 1, W);
+        let not = self.t(t * e, 1, W);
+        self.drop(as_bool);
+        let masked = self.t(t * e, 4, W);
+        if !keeps {
+            self.drop(not);
+        }
+        self.drop(choice);
+        let kv = self.t(t * k, 4, W);
+        let idx = self.t(t * k, 8, W);
+        self.drop(kv);
+        // scores.gather(1, topk_indices)
+        let mut weights = self.t(t * k, 4, W);
+        weights.g = self
+            .tp
+            .node(Op::Scatter, t * k, 4, &[Self::edge(&scores)], &[idx.t]);
+        let mut denominator = None;
+        if a.renorm_topk() {
+            let (w, d) = self.renormalise_eps(weights);
+            weights = w;
+            denominator = Some(d);
+        }
+        let scaled = self.mul_const(weights, W);
+        self.drop(weights);
+        if let Some(d) = denominator {
+            self.drop(d);
+        }
+        for x in [scores, masked, group_scores, group_idx, group_mask] {
+            self.drop(x);
+        }
+        if keeps {
+            self.drop(gi);
+            self.drop(not);
+        }
+        if let Some(x) = score_mask {
+            self.drop(x);
+        }
+        (logits, scaled, idx)
+    }
+
+    /// `denominator = v.sum(dim=-1, keepdim=True) + 1e-20; v /= denominator` (GLM-4.5): the
+    /// sum, the shifted sum (saved by the division with autograd's copy of the values, and a
+    /// local of the router until it returns: returned beside the result).
+    fn renormalise_eps(&mut self, v: X) -> (X, X) {
+        let t = self.tokens();
+        let mut sum = self.t(t, v.es, W);
+        sum.g = self.tp.node(Op::Pass, t, v.es, &[Self::edge(&v)], &[]);
+        let mut den = self.t(t, v.es, W);
+        den.g = self.tp.node(Op::Pass, t, v.es, &[Self::edge(&sum)], &[]);
+        self.drop(sum);
+        let orig = self.t(v.n, v.es, W);
+        let ed = Edge {
+            to: den.g,
+            n: t,
+            es: v.es,
+            sum_to: t,
+        };
+        let g = self
+            .tp
+            .node(Op::Div, v.n, v.es, &[Self::edge(&v), ed], &[den.t, orig.t]);
+        self.drop(orig);
+        (X { g, ..v }, den)
     }
 
     /// `v /= v.sum(dim=-1, keepdim=True)` in place: the sum, and autograd's copy of the values
