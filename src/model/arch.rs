@@ -461,8 +461,9 @@ impl Architecture {
                 }
             }
         }
-        self.validate_rotary()?;
         if extended {
+            // (a partial rotary is the hybrid and MoE families', the extended steps')
+            self.validate_rotary()?;
             self.validate_moe()?;
             self.validate_linear()?;
         }
@@ -1133,7 +1134,7 @@ impl Architecture {
                 },
             ]);
         }
-        if kind.is_moe() && self.gated_shared_expert() {
+        if super::extended::EXTENDED && kind.is_moe() && self.gated_shared_expert() {
             out.push(LinearShape {
                 name: "shared_expert_gate",
                 in_features: h,

@@ -24,7 +24,9 @@ pub struct ExpertLora {
 /// Whether the target list's MLP names (`gate_proj`, `up_proj`, `down_proj`) reach the fused
 /// experts instead of Linear layers.
 pub fn mlp_names_reach_experts(arch: &Architecture, s: &Settings) -> bool {
-    !s.base_trained()
+    // (a build without the extended ops plans no mixture of experts)
+    super::extended::EXTENDED
+        && !s.base_trained()
         && s.experts_layout == ExpertsLayout::Fused
         && arch.moe_layout().is_some_and(|m| m.peft_maps_mlp_names)
         && s.targets
@@ -51,29 +53,24 @@ pub fn lone_gate_or_up(arch: &Architecture, s: &Settings) -> Option<(&'static st
 /// The fused expert parameters LoRA adapts, each with its rank: `target_parameters`, and those
 /// the target list's MLP names reach ([`mlp_names_reach_experts`]).
 pub fn expert_loras(arch: &Architecture, s: &Settings) -> Vec<ExpertLora> {
-    if !arch.is_moe() || s.base_trained() {
+    if !super::extended::EXTENDED || !arch.is_moe() || s.base_trained() {
         return vec![];
     }
-    let mut params = s.target_parameters.clone();
     let mapped = mlp_names_reach_experts(arch, s);
     let both = s.targets.contains(&Target::Gate) && s.targets.contains(&Target::Up);
-    if mapped {
-        if both {
-            params.push(ExpertParam::GateUp);
-        }
-        if s.targets.contains(&Target::Down) {
-            params.push(ExpertParam::Down);
-        }
-    }
-    params.sort();
-    params.dedup();
-    params
+    let named = |p: ExpertParam| match p {
+        ExpertParam::GateUp => mapped && both,
+        ExpertParam::Down => mapped && s.targets.contains(&Target::Down),
+    };
+    // In the parameters' order (peft wraps gate_up_proj, then down_proj).
+    [ExpertParam::GateUp, ExpertParam::Down]
         .into_iter()
+        .filter(|&p| s.target_parameters.contains(&p) || named(p))
         .map(|param| ExpertLora {
             param,
             // peft's rank_pattern for the fused pair applies to the parameter whatever
             // listed it.
-            rank: if mapped && both && param == ExpertParam::GateUp {
+            rank: if named(param) && param == ExpertParam::GateUp {
                 2 * s.lora_r
             } else {
                 s.lora_r

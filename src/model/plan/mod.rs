@@ -263,7 +263,10 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
         });
     }
     if s.quant == Some(super::dtype::Quant::Int8) {
-        let why = if arch.is_moe() || arch.linear_layers() > 0 || arch.vision.is_some() {
+        // (experts, linear attention and towers are the full planner's, `extended::needed`)
+        let why = if EXTENDED
+            && (arch.is_moe() || arch.linear_layers() > 0 || arch.vision.is_some())
+        {
             Some("an 8-bit base is planned for dense decoder models (LLM.int8 on experts, linear-attention layers and vision towers is not measured): plan this model in 4 bits or 16 bits")
         } else if s.use_dora {
             Some("DoRA on an 8-bit base (peft dequantizing the int8 weight for the weight norm) is not planned: plan DoRA on a 4-bit or 16-bit base")
@@ -293,7 +296,8 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             .map(|t| crate::model::arch::Target::module_name(*t))
             .collect::<Vec<_>>()
             .join(" or ");
-        let why = if arch.is_moe() {
+        // (a mixture of experts is the full planner's, `extended::needed`)
+        let why = if EXTENDED && arch.is_moe() {
             format!(
                 "no module of {model} is named {wanted}: its experts are fused 3-D parameters and it has no dense MLP, so gate_proj, up_proj and down_proj do not exist (peft raises \"Target modules … not found in the base model\"); add attention projections (q, k, v, o) or target_parameters"
             )
@@ -718,6 +722,10 @@ fn preference_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
 /// linear attention's kernels, the images' way to visual tokens, the tower.
 fn model_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
     let mut out = vec![];
+    // (hybrid and vision-language models are the full planner's, `extended::needed`)
+    if !EXTENDED {
+        return out;
+    }
     if arch.family.layout().hybrid.is_some() {
         out.push(
             "linear attention (Gated DeltaNet) is planned as transformers runs it without flash-linear-attention and causal-conv1d installed (its PyTorch fallback: fp32 copies of q, k, v, β and the decay per layer, padded to 64-token chunks); with the fla kernels a GPU keeps less, which lorafit does not plan yet"
@@ -911,7 +919,8 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         super::settings::FinetuningType::Lora => {}
     }
     if s.parallel.strategy.is_fsdp() && s.parallel.world() > 1 {
-        out.push(if s.fsdp2_op_by_op(arch) {
+        // (FSDP2 op by op is the full planner's, `extended::needed`)
+        out.push(if EXTENDED && s.fsdp2_op_by_op(arch) {
             if s.fsdp2_layer_units() {
                 "FSDP2 (fully_shard) as accelerate wraps the model: each decoder layer is gathered before its forward and its backward and freed after, the next layer's gather allocated while the last one's is alive; the all-gathers and reduce-scatters allocate on their own CUDA streams, whose blocks the allocator keeps apart (rank 0 steps measured under the fake process group match to the byte)".into()
             } else {

@@ -389,7 +389,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         // The sigmoid routing's correction biases (fp32 buffers), layer by layer: the model is
         // moved to the GPU parameters first, then buffers.
-        if a.moe_layout().is_some_and(|m| m.sigmoid_groups) {
+        if crate::model::extended::EXTENDED && a.moe_layout().is_some_and(|m| m.sigmoid_groups) {
             let e = a.num_experts() as u64;
             for li in (0..a.num_hidden_layers).filter(|&li| a.layer_kind(li).is_moe()) {
                 // (each its layer's: the short runs line up layer by layer)
@@ -1437,7 +1437,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         let whole_norm = qk == QkNorm::Whole;
         let qk_norm = qk == QkNorm::PerHead;
         let late_norm = qk == QkNorm::PerHeadAfterProjections;
-        let view_norm = qk == QkNorm::PerHeadAfterViews;
+        // (GLM-4.5's, a mixture of experts: the extended ops')
+        let view_norm = crate::model::extended::EXTENDED && qk == QkNorm::PerHeadAfterViews;
         // Liger's RoPE hands on gradients laid out like q and k: the head views' backward
         // reshapes them without a copy. Gemma 3 norms q and k after their transpose: Liger's
         // norm copies such an input (when it has more than one head) into a (batch, heads, seq,
