@@ -89,17 +89,19 @@ test("a mixture-of-experts model shows its experts, its settings group, and matc
   const { page, errors } = await openApp(browser, server.url);
   await page.selectOption('[data-testid="select-model"]', "qwen3-30b-a3b");
   // Experts are the full planner's (src/web/full.rs): the page reloads as it, with its state.
+  await page.waitForSelector('main[data-planner="full"]', { timeout: 30000 });
+  // all-linear names gate_proj, up_proj and down_proj: peft 0.21 maps them onto the fused
+  // experts, whose ParamWrapper refuses the default dropout: the page says so and how to fix it.
+  await page.waitForSelector('[data-testid="error"]:not(.hidden)', { timeout: 30000 });
+  assert.match(await page.textContent('[data-testid="error"]'), /lora_dropout.*ParamWrapper.*set it to 0/);
+  await page.waitForSelector('[data-testid="input-dropout"]', { timeout: 30000 });
+  await page.fill('[data-testid="input-dropout"]', "0");
+  await page.waitForSelector('[data-testid="error"].hidden', { state: "attached", timeout: 30000 });
   await plannerIs(page, "full");
   await page.selectOption('[data-testid="select-gpu"]', "h200");
   await page.fill('[data-testid="input-seq"]', "2048");
   await page.check('[data-testid="toggle-gc"]');
   await page.waitForSelector('[data-testid="moe-settings"]');
-  // all-linear names gate_proj, up_proj and down_proj: peft 0.21 maps them onto the fused
-  // experts, whose ParamWrapper refuses the default dropout: the page says so and how to fix it.
-  await page.waitForSelector('[data-testid="error"]:not(.hidden)', { timeout: 30000 });
-  assert.match(await page.textContent('[data-testid="error"]'), /lora_dropout.*ParamWrapper.*set it to 0/);
-  await page.fill('[data-testid="input-dropout"]', "0");
-  await page.waitForSelector('[data-testid="error"].hidden', { state: "attached", timeout: 30000 });
   assert.ok(await page.locator('[data-testid="segment-frozen_experts"]').count() === 1);
   assert.match(await page.textContent('[data-testid="params"]'), /active per token/);
   await expectMatchesCli(page, ["--model", "qwen3-30b-a3b", "--gpu", "h200", "--seq", "2048", "--gc", "--dropout", "0"]);
