@@ -298,6 +298,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         let mut den = self.t(t, v.es, W);
         den.g = self.tp.node(Op::Pass, t, v.es, &[Self::edge(&sum)], &[]);
         self.drop(sum);
+        (self.divide_in_place(v, den), den)
+    }
+
+    /// `v /= den` in place on values that take a gradient (`den` one per token): autograd's
+    /// copy of the values before the division, which the division saves with `den`.
+    fn divide_in_place(&mut self, v: X, den: X) -> X {
+        let t = den.n;
         let orig = self.t(v.n, v.es, W);
         let ed = Edge {
             to: den.g,
@@ -309,7 +316,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             .tp
             .node(Op::Div, v.n, v.es, &[Self::edge(&v), ed], &[den.t, orig.t]);
         self.drop(orig);
-        (X { g, ..v }, den)
+        X { g, ..v }
     }
 
     /// `v /= v.sum(dim=-1, keepdim=True)` in place: the sum, and autograd's copy of the values
@@ -325,19 +332,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         let mut sum = self.t(t, v.es, W);
         sum.g = self.tp.node(Op::Pass, t, v.es, &[Self::edge(&v)], &[]);
-        let orig = self.t(v.n, v.es, W);
-        let es = Edge {
-            to: sum.g,
-            n: t,
-            es: v.es,
-            sum_to: t,
-        };
-        let g = self
-            .tp
-            .node(Op::Div, v.n, v.es, &[Self::edge(&v), es], &[sum.t, orig.t]);
-        self.drop(orig);
+        let y = self.divide_in_place(v, sum);
         self.drop(sum);
-        X { g, ..v }
+        y
     }
 
     /// `src[idx]` along the first dimension: `n` elements; the backward scatters into a zero
