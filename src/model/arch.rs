@@ -327,6 +327,11 @@ names!(Target {
 });
 
 impl Target {
+    /// Whether it names an MLP projection (`gate_proj`, `up_proj`, `down_proj`).
+    pub fn is_mlp(self) -> bool {
+        matches!(self, Target::Gate | Target::Up | Target::Down)
+    }
+
     /// The module name peft matches (`q_proj`, `in_proj_qkv`, …).
     pub fn module_name(self) -> &'static str {
         match self {
@@ -876,10 +881,15 @@ impl Architecture {
         }
     }
 
+    /// Decoder layers whose kind passes `f`.
+    fn layers_where(&self, f: impl Fn(LayerKind) -> bool) -> u128 {
+        let l = self.num_hidden_layers.min(MAX_LAYERS);
+        (0..l).filter(|&i| f(self.layer_kind(i))).count() as u128
+    }
+
     /// Decoder layers of `kind`.
     fn layers_of(&self, kind: LayerKind) -> u128 {
-        let l = self.num_hidden_layers.min(MAX_LAYERS);
-        (0..l).filter(|&i| self.layer_kind(i) == kind).count() as u128
+        self.layers_where(|k| k == kind)
     }
 
     /// Decoder layers with a router and experts (whatever their token mixer).
@@ -887,7 +897,7 @@ impl Architecture {
         if !self.is_moe() {
             return 0;
         }
-        self.layers_of(LayerKind::Moe) + self.layers_of(LayerKind::LinearMoe)
+        self.layers_where(LayerKind::is_moe)
     }
 
     /// Gated DeltaNet layers (hybrid families), whatever their feed-forward block.
@@ -895,7 +905,7 @@ impl Architecture {
         if self.family.layout().hybrid.is_none() {
             return 0;
         }
-        self.layers_of(LayerKind::Linear) + self.layers_of(LayerKind::LinearMoe)
+        self.layers_where(LayerKind::is_linear)
     }
 
     /// Full-attention decoder layers with a dense MLP.
@@ -936,11 +946,7 @@ impl Architecture {
     pub fn attention_linears(&self) -> Vec<LinearShape> {
         self.block_linears(LayerKind::Dense)
             .into_iter()
-            .filter(|l| {
-                !l.selected_by
-                    .iter()
-                    .any(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
-            })
+            .filter(|l| !l.selected_by.iter().any(|t| t.is_mlp()))
             .collect()
     }
 

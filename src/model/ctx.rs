@@ -132,16 +132,8 @@ impl<'a> Ctx<'a> {
             return vec![];
         }
         let to_experts = crate::model::peft_targets::mlp_names_reach_experts(self.arch, self.s);
-        let reaches = |t: &super::arch::Target| {
-            self.s.targets.contains(t)
-                && !(to_experts
-                    && matches!(
-                        t,
-                        super::arch::Target::Gate
-                            | super::arch::Target::Up
-                            | super::arch::Target::Down
-                    ))
-        };
+        let reaches =
+            |t: &super::arch::Target| self.s.targets.contains(t) && !(to_experts && t.is_mlp());
         self.arch
             .block_linears(kind)
             .into_iter()

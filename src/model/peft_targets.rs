@@ -29,9 +29,7 @@ pub fn mlp_names_reach_experts(arch: &Architecture, s: &Settings) -> bool {
         && !s.base_trained()
         && s.experts_layout == ExpertsLayout::Fused
         && arch.moe_layout().is_some_and(|m| m.peft_maps_mlp_names)
-        && s.targets
-            .iter()
-            .any(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
+        && s.targets.iter().any(|t| t.is_mlp())
 }
 
 /// The targets that name only one of `gate_proj` and `up_proj`, which peft refuses to map onto

@@ -211,16 +211,11 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
         return Err(PlanError::InvalidSetting { field, why });
     }
     if EXTENDED && arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert {
-        use super::arch::Target;
         let why = if arch.moe_layout().is_some_and(|m| m.mxfp4_checkpoint) {
             Some("gpt-oss's experts are fused 3-D parameters in every transformers release: plan the fused layout".to_string())
         } else if !s.target_parameters.is_empty() {
             Some("target_parameters adapts fused 3-D expert parameters, which transformers 4's per-expert layout does not have: use the fused layout, or leave target_parameters empty".to_string())
-        } else if s
-            .targets
-            .iter()
-            .any(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
-        {
+        } else if s.targets.iter().any(|t| t.is_mlp()) {
             Some("with transformers 4's per-expert layout, LoRA on the MLP (all-linear, gate/up/down) adapts every expert's Linear layers, which lorafit does not model: target the attention projections (q, k, v, o), or plan the fused layout of transformers 5".to_string())
         } else {
             None

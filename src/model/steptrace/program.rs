@@ -312,11 +312,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.weight(embed_n, aux, h)
         };
         self.embed_trained = embed.x.grad().then_some(embed);
-        let is_ffn = |l: &LinearShape| {
-            l.selected_by
-                .iter()
-                .any(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
-        };
+        let is_ffn = |l: &LinearShape| l.selected_by.iter().any(|t| t.is_mlp());
         let is_shared_gate = |l: &LinearShape| l.selected_by.contains(&Target::SharedExpertGate);
         for li in 0..a.num_hidden_layers {
             // The layer's parameters belong to it (their optimizer states and updates too).
