@@ -259,6 +259,14 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
                     in_channels: n("in_channels").unwrap_or(3),
                     out_hidden_size: n("out_hidden_size")?,
                     num_position_embeddings: n("num_position_embeddings")?,
+                    deepstack_visual_indexes: match t.field("deepstack_visual_indexes") {
+                        None => vec![],
+                        Some(l) => l
+                            .as_array()?
+                            .iter()
+                            .map(Json::as_u64)
+                            .collect::<Option<_>>()?,
+                    },
                 })
             }
         },

@@ -34,6 +34,8 @@ fn family_from_architectures(v: &Value) -> Option<String> {
         ("qwen3moe", "qwen3_moe"),
         ("qwen3_5moe", "qwen3_5_moe"),
         ("qwen3_5", "qwen3_5"),
+        ("qwen3vlmoe", "qwen3_vl_moe"),
+        ("qwen3vl", "qwen3_vl"),
         ("qwen3", "qwen3"),
         ("qwen2", "qwen2"),
         ("gemma3", "gemma3"),
@@ -263,28 +265,43 @@ fn intermediate_size(cfg: &Value, family: Family) -> Result<u64, String> {
 /// The linear-attention keys of a hybrid family's config.json (none for other families: Gemma's
 /// `layer_types` name sliding windows, which the family's row decides).
 /// A vision-language checkpoint's `vision_config`, for a family whose tower lorafit plans: each
-/// missing number takes `Qwen3_5VisionConfig`'s default (`configuration_qwen3_5.py:136-146`).
+/// missing number takes `Qwen3_5VisionConfig`'s default (`configuration_qwen3_5.py:136-146`;
+/// `Qwen3VLVisionConfig` has the same, `configuration_qwen3_vl.py:44-55`, and deepstack blocks).
 fn vision_config(root: &Value, family: Family) -> Result<Option<VisionTower>, String> {
     let Some(v) = root.get("vision_config").filter(|v| v.is_object()) else {
         return Ok(None);
     };
-    if family.layout().vision.is_none() {
+    let Some(kind) = family.layout().vision else {
         return Ok(None);
-    }
+    };
     let get = |k: &str, alias: &str, default: u64| -> Result<u64, String> {
         let key = if v.get(k).is_some() { k } else { alias };
         Ok(optional_positive(v, key)
             .map_err(|e| format!("vision_config: {e}"))?
             .unwrap_or(default))
     };
-    if v.get("deepstack_visual_indexes")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
-    {
-        return Err(
-            "vision_config.deepstack_visual_indexes: deepstack features are not planned yet".into(),
-        );
-    }
+    let deepstack = match (kind.default_deepstack(), v.get("deepstack_visual_indexes")) {
+        // Qwen3.5's tower reads no such key: it stays among the unused ones.
+        (None, _) => vec![],
+        (Some(d), None | Some(Value::Null)) => d.to_vec(),
+        (_, Some(Value::Array(a))) => a
+            .iter()
+            .map(|x| {
+                x.as_u64().ok_or_else(|| {
+                    format!(
+                        "vision_config.deepstack_visual_indexes entries must be block numbers, got {}",
+                        short(x)
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        (_, Some(x)) => {
+            return Err(format!(
+                "vision_config.deepstack_visual_indexes must be a list, got {}",
+                short(x)
+            ))
+        }
+    };
     Ok(Some(VisionTower {
         depth: get("depth", "num_hidden_layers", 27)?,
         hidden_size: get("hidden_size", "hidden_size", 1152)?,
@@ -296,6 +313,7 @@ fn vision_config(root: &Value, family: Family) -> Result<Option<VisionTower>, St
         in_channels: get("in_channels", "in_chans", 3)?,
         out_hidden_size: get("out_hidden_size", "out_hidden_size", 3584)?,
         num_position_embeddings: get("num_position_embeddings", "num_position_embeddings", 2304)?,
+        deepstack_visual_indexes: deepstack,
     }))
 }
 
@@ -591,6 +609,57 @@ mod tests {
         // The vision tower is not planned: the import says so instead of dropping it quietly.
         // Its model_type repeats text_config's, which is the one read.
         assert_eq!(read.ignored, vec!["model_type", "vision_config"]);
+    }
+
+    #[test]
+    fn qwen3_vl_reads_its_tower_and_deepstack_blocks() {
+        // Qwen3-VL-8B-Instruct's config.json numbers (data/models.json cites the listings).
+        let q = r#"{"architectures":["Qwen3VLForConditionalGeneration"],"model_type":"qwen3_vl","image_token_id":151655,
+            "text_config":{"model_type":"qwen3_vl_text","head_dim":128,"hidden_size":4096,"intermediate_size":12288,
+            "num_attention_heads":32,"num_hidden_layers":36,"num_key_value_heads":8,"vocab_size":151936,
+            "rope_scaling":{"mrope_interleaved":true,"mrope_section":[24,20,20],"rope_type":"default"},"rope_theta":5000000},
+            "tie_word_embeddings":false,
+            "vision_config":{"deepstack_visual_indexes":[8,16,24],"depth":27,"hidden_size":1152,"intermediate_size":4304,
+            "num_heads":16,"num_position_embeddings":2304,"out_hidden_size":4096,"patch_size":16,"spatial_merge_size":2,
+            "temporal_patch_size":2}}"#;
+        let read = parse_config(q).unwrap();
+        let a = &read.value;
+        assert_eq!(a.family, Family::Qwen3Vl);
+        assert!(!a.tie_word_embeddings);
+        let t = a.vision.as_ref().expect("the tower");
+        assert_eq!(t.deepstack_visual_indexes, vec![8, 16, 24]);
+        assert!(!read.ignored.iter().any(|k| k.starts_with("vision_config")));
+        // Without the key, Qwen3VLVisionConfig's default blocks; Qwen3.5's tower has none.
+        let v: Value = serde_json::from_str(q).unwrap();
+        let mut no_key = v.clone();
+        no_key["vision_config"]
+            .as_object_mut()
+            .unwrap()
+            .remove("deepstack_visual_indexes");
+        let a2 = parse_config_value(&no_key).unwrap().value;
+        assert_eq!(a2.vision.unwrap().deepstack_visual_indexes, vec![8, 16, 24]);
+        // A block past the tower's depth, or one named twice, is refused by name.
+        for bad in [
+            serde_json::json!([8, 27]),
+            serde_json::json!([8, 8]),
+            serde_json::json!("8"),
+        ] {
+            let mut b = v.clone();
+            b["vision_config"]["deepstack_visual_indexes"] = bad;
+            let e = parse_config_value(&b).unwrap_err();
+            assert!(e.contains("deepstack_visual_indexes"), "{e}");
+        }
+        // The architectures entry alone names the family.
+        let mut arch_only = v.clone();
+        arch_only.as_object_mut().unwrap().remove("model_type");
+        arch_only["text_config"]
+            .as_object_mut()
+            .unwrap()
+            .remove("model_type");
+        assert_eq!(
+            parse_config_value(&arch_only).unwrap().value.family,
+            Family::Qwen3Vl
+        );
     }
 
     #[test]

@@ -419,6 +419,21 @@ impl Architecture {
                 field: "vision_config",
                 why,
             })?;
+            if !t.deepstack_visual_indexes.is_empty()
+                && self
+                    .family
+                    .layout()
+                    .vision
+                    .is_some_and(|k| k.default_deepstack().is_none())
+            {
+                return bad(
+                    "vision_config",
+                    format!(
+                        "{}'s vision tower has no deepstack mergers (deepstack_visual_indexes must be empty)",
+                        self.family.name()
+                    ),
+                );
+            }
             if t.out_hidden_size != self.hidden_size {
                 return bad(
                     "vision_config",

@@ -50,6 +50,10 @@ pub enum Family {
     /// optional q/k norms, the first layers dense, then sigmoid-scored group-limited routing over
     /// fused experts beside a shared expert.
     Glm4Moe,
+    /// Qwen3-VL (`qwen3_vl`, 2B–32B): Qwen3's text layers with the multimodal rotary, and
+    /// Qwen3.5's vision tower whose chosen blocks also feed deepstack mergers, whose features are
+    /// added to the visual tokens' hidden states after each of the first decoder layers.
+    Qwen3Vl,
 }
 
 names!(Family {
@@ -68,6 +72,7 @@ names!(Family {
     Qwen35 => "qwen3_5" | "qwen3_5_text" | "qwen3.5",
     Qwen35Moe => "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3.5_moe",
     Glm4Moe => "glm4_moe" | "glm4.5",
+    Qwen3Vl => "qwen3_vl" | "qwen3_vl_text" | "qwen3-vl",
 });
 
 impl TryFrom<String> for Family {
@@ -145,6 +150,9 @@ pub struct FamilyLayout {
     pub hybrid: Option<HybridLayout>,
     /// The vision tower a vision-language checkpoint of the family carries, when lorafit plans it.
     pub vision: Option<VisionKind>,
+    /// The rotary tables are multimodal (M-RoPE: three position grids interleaved, Qwen3.5 and
+    /// Qwen3-VL), computed as `[3, batch, seq, rotary/2]` products rather than a GEMM.
+    pub mrope: bool,
     /// One rotary embedding per layer type (Gemma 3: the sliding layers' `rope_local_base_freq`
     /// and the global layers' `rope_theta`), each with its inverse frequencies, and its tables
     /// computed in every forward, when the model has both kinds of layer.
@@ -175,6 +183,21 @@ pub enum VisionKind {
     /// embeddings resampled bilinearly to each image, blocks of full attention over each image
     /// with an axial rotary, LayerNorm and a GELU-tanh MLP, and a 2×2 patch merger.
     Qwen35,
+    /// Qwen3-VL's (`Qwen3VLVisionModel`): Qwen3.5's, plus a deepstack merger after each block
+    /// `deepstack_visual_indexes` names.
+    Qwen3Vl,
+}
+
+impl VisionKind {
+    /// `deepstack_visual_indexes` when config.json omits it (`Qwen3VLVisionConfig`'s
+    /// `(8, 16, 24)`, `configuration_qwen3_vl.py:55`). `None`: the tower builds no deepstack
+    /// mergers whatever config.json says (Qwen3.5's config class has no such key).
+    pub fn default_deepstack(self) -> Option<&'static [u64]> {
+        match self {
+            VisionKind::Qwen35 => None,
+            VisionKind::Qwen3Vl => Some(&[8, 16, 24]),
+        }
+    }
 }
 
 /// A hybrid family's Gated DeltaNet layers and the full-attention layers between them, as
@@ -199,9 +222,6 @@ pub struct HybridLayout {
     /// Full attention's q_proj also projects a sigmoid output gate (twice the width), unless
     /// config.json says `attn_output_gate: false`.
     pub output_gate: bool,
-    /// The rotary tables are multimodal (M-RoPE: three position grids interleaved), computed
-    /// as `[3, batch, seq, rotary/2]` products rather than a GEMM.
-    pub mrope: bool,
 }
 
 /// Where a family RMS-normalises q and k.
@@ -407,6 +427,7 @@ impl Family {
             moe: None,
             hybrid: None,
             vision: None,
+            mrope: false,
             rotary_per_layer_type: false,
             liger: None,
         };
@@ -459,8 +480,8 @@ impl Family {
                 default_value_head_dim: 128,
                 default_conv_kernel: 4,
                 output_gate: true,
-                mrope: true,
             }),
+            mrope: true,
             partial_rotary: Some((1, 4)),
             vision: Some(VisionKind::Qwen35),
             ..base
@@ -482,6 +503,14 @@ impl Family {
                 bos_default: false,
                 mask_kwargs: true,
                 liger: liger_llama,
+                ..base
+            },
+            Family::Qwen3Vl => FamilyLayout {
+                qk_norm: QkNorm::PerHead,
+                bos_default: false,
+                mask_kwargs: true,
+                mrope: true,
+                vision: Some(VisionKind::Qwen3Vl),
                 ..base
             },
             Family::Gemma2 => FamilyLayout {

@@ -31,6 +31,11 @@ pub struct VisionTower {
     pub out_hidden_size: u64,
     /// Learned position embeddings (a square grid, resampled to each image).
     pub num_position_embeddings: u64,
+    /// Qwen3-VL's deepstack: the blocks (0-based) whose output also goes through a merger of its
+    /// own; the i-th feature is added to the visual tokens' hidden states after decoder layer i
+    /// (`Qwen3VLTextModel._deepstack_process`). Empty for Qwen3.5.
+    #[serde(default)]
+    pub deepstack_visual_indexes: Vec<u64>,
 }
 
 fn three() -> u64 {
@@ -61,6 +66,14 @@ impl VisionTower {
                 return Err(format!(
                     "vision_config.{k} = {v} must be between 1 and {}",
                     MAX_TOWER_NUMBER * 4
+                ));
+            }
+        }
+        for (i, &b) in self.deepstack_visual_indexes.iter().enumerate() {
+            if b >= self.depth || self.deepstack_visual_indexes[..i].contains(&b) {
+                return Err(format!(
+                    "vision_config.deepstack_visual_indexes must name distinct blocks below depth {}, got {:?}",
+                    self.depth, self.deepstack_visual_indexes
                 ));
             }
         }
@@ -95,7 +108,8 @@ impl VisionTower {
 
     /// Parameters of the tower, in `named_parameters()` order by module: the patch embedding
     /// (a Conv3d with bias), the position embeddings, each block (two LayerNorms, qkv and proj
-    /// with biases, the MLP's fc1 and fc2 with biases), the merger (LayerNorm, fc1, fc2).
+    /// with biases, the MLP's fc1 and fc2 with biases), the merger (LayerNorm, fc1, fc2), then
+    /// each deepstack merger (its LayerNorm over the merged width, fc1, fc2).
     pub fn param_shapes(&self) -> Vec<u64> {
         let h = self.hidden_size;
         let i = self.intermediate_size;
@@ -112,6 +126,16 @@ impl VisionTower {
             self.out_hidden_size * m,
             self.out_hidden_size,
         ]);
+        for _ in &self.deepstack_visual_indexes {
+            v.extend([
+                m,
+                m,
+                m * m,
+                m,
+                self.out_hidden_size * m,
+                self.out_hidden_size,
+            ]);
+        }
         v
     }
 
@@ -124,7 +148,9 @@ impl VisionTower {
                 false, false, false, false, true, false, true, false, true, false, true, false,
             ]);
         }
-        v.extend([false, false, true, false, true, false]);
+        for _ in 0..=self.deepstack_visual_indexes.len() {
+            v.extend([false, false, true, false, true, false]);
+        }
         v
     }
 
@@ -418,6 +444,7 @@ mod tests {
             in_channels: 3,
             out_hidden_size: 2560,
             num_position_embeddings: 2304,
+            deepstack_visual_indexes: vec![],
         }
     }
 
@@ -478,5 +505,20 @@ mod tests {
         assert_eq!(t.params(), 56_397_312);
         assert_eq!(t.linear_weights().len(), t.param_shapes().len());
         assert!(t.validate().is_ok());
+    }
+
+    #[test]
+    fn deepstack_mergers_add_their_parameters() {
+        // Qwen3-VL-4B's tower cut to 4 blocks with deepstack after blocks 0, 1, 2, as the harness
+        // built it: 163,423,232 parameters (vision_params of the `q3vl` recording in
+        // tests/data/steptrace/models26_vl.jsonl).
+        let mut t = q35_4b();
+        t.depth = 4;
+        t.deepstack_visual_indexes = vec![0, 1, 2];
+        assert_eq!(t.params(), 163_423_232);
+        assert_eq!(t.linear_weights().len(), t.param_shapes().len());
+        assert!(t.validate().is_ok());
+        t.deepstack_visual_indexes = vec![0, 4];
+        assert!(t.validate().unwrap_err().contains("deepstack"));
     }
 }

@@ -96,6 +96,14 @@ pub fn encode_arch(a: &Architecture) -> String {
             t.out_hidden_size,
             t.num_position_embeddings
         ));
+        if !t.deepstack_visual_indexes.is_empty() {
+            let l: Vec<String> = t
+                .deepstack_visual_indexes
+                .iter()
+                .map(u64::to_string)
+                .collect();
+            s.push_str(&format!(".Z{}", l.join("-")));
+        }
     }
     s
 }
@@ -152,7 +160,14 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
                 in_channels: n[7],
                 out_hidden_size: n[8],
                 num_position_embeddings: n[9],
+                deepstack_visual_indexes: vec![],
             });
+            continue;
+        }
+        if p == "Z" {
+            // Qwen3-VL's deepstack blocks, after the tower's numbers.
+            let n: Option<Vec<u64>> = rest.split('-').map(|x| x.parse().ok()).collect();
+            a.vision.as_mut()?.deepstack_visual_indexes = n?;
             continue;
         }
         if p == "T" {
@@ -544,6 +559,25 @@ mod tests {
         assert!(notices.is_empty(), "{notices:?}");
         assert_eq!(back.settings.images, st.settings.images);
         assert!(decode_arch(&format!("{}.Y1-2-3", encode_arch(&a))).is_none());
+        // Qwen3-VL's deepstack blocks travel after the tower's numbers.
+        let q3 = cfg
+            .replace("\"model_type\":\"qwen3_5\"", "\"model_type\":\"qwen3_vl\"")
+            .replace("qwen3_5_text", "qwen3_vl_text")
+            .replace(
+                "\"num_position_embeddings\":2304",
+                "\"num_position_embeddings\":2304,\"deepstack_visual_indexes\":[5,11,17]",
+            );
+        let a = crate::formats::config_json::parse_config(&q3)
+            .unwrap()
+            .value;
+        let back = decode_arch(&encode_arch(&a)).expect("decodes");
+        assert_eq!(
+            back.vision
+                .as_ref()
+                .map(|t| t.deepstack_visual_indexes.clone()),
+            Some(vec![5, 11, 17])
+        );
+        assert_eq!(back.total_params(), a.total_params());
     }
 
     #[test]

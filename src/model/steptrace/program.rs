@@ -2143,14 +2143,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             AttentionKind::Standard => {}
         }
-        if self
-            .ctx
-            .arch
-            .family
-            .layout()
-            .hybrid
-            .is_some_and(|h| h.mrope)
-        {
+        if self.ctx.arch.family.layout().mrope {
             return self.rotary_mrope(es);
         }
         // generate's position ids have a row per sequence: so have the tables. Their width is
@@ -2405,6 +2398,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.tp.keep_local(emb.t);
         let mut hcur = emb;
         let saved_mode = self.tp.mode;
+        let mut layer_output: Option<X> = None;
         for li in 0..self.layers.len() {
             self.tp.exec = li as u32;
             let (cos, sin) = match global {
@@ -2458,9 +2452,22 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             self.tp.mode = saved_mode;
             self.tp.layer = None;
+            // `layer_outputs` is rebound: a previous layer's output that a deepstack addition
+            // replaced in `hidden_states` dies now.
+            if let Some(x) = layer_output.take() {
+                self.drop(x);
+            }
             self.drop(hcur);
             self.tp.exec = NO_LAYER;
-            hcur = hn;
+            hcur = if self.vision_locals.deepstack.len() > li {
+                layer_output = Some(hn);
+                extended!(self, "deepstack", self.deepstack_process(hn, li), hn)
+            } else {
+                hn
+            };
+        }
+        if let Some(x) = layer_output {
+            self.drop(x);
         }
         self.norm_queue = self.final_norm.into_iter().collect();
         if let Some(tail) = self.fsdp2().map(|f| f.tail()) {
@@ -2496,6 +2503,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
         }
         for x in std::mem::take(&mut self.vision_locals.at_return) {
+            self.drop(x);
+        }
+        for x in std::mem::take(&mut self.vision_locals.deepstack) {
             self.drop(x);
         }
         if pref {

@@ -222,6 +222,8 @@ pub(super) enum Step {
     Free(u16),
     /// Releases a tensor the forward kept for this backward.
     Release(T),
+    /// Free the node's incoming gradient now (else it is freed after the steps, as for any node).
+    FreeIncoming,
 }
 
 #[derive(Clone, Debug)]
@@ -927,6 +929,7 @@ impl Tape {
         let wants = |k: usize| edges.get(k).is_some_and(|e| e.to != G::No);
         let full = node.out_n * node.out_es;
         let what = What::Grad;
+        let mut incoming_freed = false;
         match node.op {
             Op::Cast => {
                 if wants(0) {
@@ -1166,6 +1169,10 @@ impl Tape {
                         Step::Alloc(b) => locals.push(self.new_t(b, What::BackwardTemp)),
                         Step::Free(i) => self.drop_t(locals[i as usize]),
                         Step::Release(t) => self.drop_t(t),
+                        Step::FreeIncoming => {
+                            self.drop_t(g);
+                            incoming_freed = true;
+                        }
                     }
                 }
                 grads[0] = locals.last().copied();
@@ -1286,7 +1293,9 @@ impl Tape {
             }
             grads[k] = Some(t);
         }
-        self.drop_t(g);
+        if !incoming_freed {
+            self.drop_t(g);
+        }
         if !unpacked {
             for &s in node.saved.as_slice() {
                 self.drop_t(s);

@@ -6,7 +6,7 @@
 //! replace the image placeholders of the embedding output (`masked_scatter`).
 
 use super::{bytes, Prog, X};
-use crate::model::steptrace::tape::{Op, NO_LAYER};
+use crate::model::steptrace::tape::{Op, Step, NO_LAYER};
 use crate::model::steptrace::What;
 use crate::model::vision::VisionTower;
 
@@ -17,8 +17,14 @@ pub(super) struct VisionLocals {
     /// Freed when `Qwen3_5Model.forward` returns: the concatenated image embeddings and the
     /// image and video placeholder masks (the image mask only when no graph saved it).
     pub at_return: Vec<X>,
-    /// Held by the model output (`image_outputs`): the last block's output and the merger's.
+    /// Held by the model output (`image_outputs`): the last block's output and the merger's,
+    /// then the deepstack mergers'.
     pub in_output: Vec<X>,
+    /// Qwen3-VL's deepstack features as the language model adds them (`deepstack_visual_embeds`),
+    /// freed when the model's forward returns.
+    pub deepstack: Vec<X>,
+    /// The image placeholders' mask (`visual_pos_masks`), which the deepstack additions save.
+    pub image_mask: Option<X>,
 }
 
 impl Prog<'_, '_> {
@@ -132,8 +138,12 @@ impl Prog<'_, '_> {
             tables.push(full);
         }
         self.drop(freqs);
-        for _ in 0..t.depth {
+        let mut deepstack = vec![];
+        for b in 0..t.depth {
             h = self.vision_block(h, t, p, images, v.grid.patches);
+            if t.deepstack_visual_indexes.contains(&b) {
+                deepstack.push(self.deepstack_merger(t, tok, es));
+            }
         }
         // The merger: LayerNorm, then 2×2 patches side by side through fc1, GELU, fc2.
         let ln = self.vision_layernorm(p, hv, es);
@@ -156,6 +166,7 @@ impl Prog<'_, '_> {
         self.drop(sizes);
         self.drop(pix);
         locals.in_output = vec![h, merged];
+        locals.in_output.extend(deepstack.iter().copied());
         // Qwen3_5Model.forward: torch.cat of the per-image splits, the placeholder masks and
         // their count check, the scatter into the embedding output.
         let cat = self.t(tok * t.out_hidden_size, es, What::Hidden);
@@ -191,6 +202,13 @@ impl Prog<'_, '_> {
         // `inputs_embeds` is rebound: the embedding output lives on only where the graph holds
         // it (the leaf checkpointing's input hook made of it).
         self.drop(emb);
+        // Qwen3VLModel.forward: each deepstack feature's per-image splits concatenated (a copy),
+        // held for the language model's first layers.
+        locals.image_mask = Some(image_mask);
+        locals.deepstack = deepstack
+            .iter()
+            .map(|f| self.t(f.n, f.es, What::Hidden))
+            .collect();
         (out, locals)
     }
 
@@ -462,6 +480,71 @@ impl Prog<'_, '_> {
             self.drop(old);
         }
         pos
+    }
+
+    /// `Qwen3VLTextModel._deepstack_process` after decoder layer `li` (`modeling_qwen3_vl.py:
+    /// 841-850`): the hidden states cloned, the visual tokens' rows gathered by the mask, the
+    /// layer's deepstack feature added and the sum written back in place; returns the new hidden
+    /// states (`h` itself where the layer has no feature).
+    pub(super) fn deepstack_process(&mut self, h: X, li: usize) -> X {
+        let (Some(f), Some(mask)) = (
+            self.vision_locals.deepstack.get(li).copied(),
+            self.vision_locals.image_mask,
+        ) else {
+            return h;
+        };
+        let mut y = self.t(h.n, h.es, What::Hidden);
+        let rows = self.t(f.n, h.es, What::Hidden);
+        let sum = self.t(f.n, h.es, What::Hidden);
+        if h.grad() {
+            // IndexPutBackward0: the incoming gradient with the visual rows zeroed (a zeros
+            // `values`, freed) and its visual rows gathered; the incoming gradient dies. Through
+            // the add, IndexBackward0 scatters those rows into new zeros (out of place). The two
+            // gradients of the clone are summed into a new tensor, the gradient of `h`. (The
+            // boolean indexing's `nonzero` is not seen by the emulated device's trace.)
+            let (b, v) = (h.n * h.es, f.n * h.es);
+            self.tp.scripts.push(vec![
+                Step::Alloc(v),
+                Step::Alloc(b),
+                Step::Free(0),
+                Step::Alloc(v),
+                Step::FreeIncoming,
+                Step::Release(mask.t),
+                Step::Alloc(b),
+                Step::Alloc(b),
+                Step::Release(mask.t),
+                Step::Free(2),
+                Step::Free(3),
+                Step::Alloc(b),
+                Step::Free(1),
+                Step::Free(4),
+            ]);
+            let id = (self.tp.scripts.len() - 1) as u32;
+            y.g = self
+                .tp
+                .node(Op::Script(id), h.n, h.es, &[Self::edge(&h)], &[]);
+            // Both backward nodes save the mask, each releasing it when it has run.
+            self.tp.keep(mask.t);
+            self.tp.keep(mask.t);
+        }
+        self.drop(rows);
+        self.drop(sum);
+        y
+    }
+
+    /// A deepstack merger (`Qwen3VLVisionPatchMerger(use_postshuffle_norm=True)`,
+    /// `modeling_qwen3_vl.py:171-184`) over a block's output: LayerNorm over the merged width,
+    /// fc1, GELU, fc2; returns the feature, which the tower's output holds.
+    fn deepstack_merger(&mut self, t: &VisionTower, tok: u64, es: u64) -> X {
+        let m = t.merged_width();
+        let ln = self.vision_layernorm(tok, m, es);
+        let fc1 = self.t(tok * m, es, What::Vision);
+        let act = self.t(tok * m, es, What::Vision);
+        self.drop(fc1);
+        let out = self.t(tok * t.out_hidden_size, es, What::Vision);
+        self.drop(ln);
+        self.drop(act);
+        out
     }
 
     /// `nn.LayerNorm` without a graph: its output, and the mean and rstd it frees at once.

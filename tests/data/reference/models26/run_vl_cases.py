@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""Measures the Qwen3.5 vision-language cases of vl_cases.jsonl with the harness's measure_vl.py
-(Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration, full depth, images built in the processor's shapes) and replays
+"""Measures the vision-language cases of vl_cases.jsonl with the harness's measure_vl.py
+(Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration and
+Qwen3VLForConditionalGeneration, full depth, images built in the processor's shapes) and replays
 each step's allocation sequence through PyTorch's caching allocator (replay.py). Run from the
 harness folder (`../../harness`, a copy of `shared/truth`, with its .venv):
 
@@ -36,6 +37,17 @@ CASES = [
     ("qwen3.5-35b-a3b-vl_bf16_img640x480_t1024_b1_all_gc",
      {"model": "qwen3.5-35b-a3b", "seq": 1024, "batch": 1, "grad_ckpt": True,
       "image": dict(width=640, height=480, **Q35)}),
+    # Qwen3-VL-4B (measured 2026-12-06): Qwen3 text layers, Qwen3.5's tower with deepstack mergers
+    # after blocks 5, 11, 17, their features added after text layers 0-2; the processor's limits
+    # are Qwen3.5's (Qwen3-VL's preprocessor_config.json has the same).
+    ("qwen3-vl-4b_bf16_img448_t512_b1_all_nogc",
+     {"model": "qwen3-vl-4b", "seq": 512, "batch": 1, "image": dict(width=448, height=448, **Q35)}),
+    ("qwen3-vl-4b_bf16_img640x480_t1024_b1_all_gc",
+     {"model": "qwen3-vl-4b", "seq": 1024, "batch": 1, "grad_ckpt": True,
+      "image": dict(width=640, height=480, **Q35)}),
+    ("qwen3-vl-4b_bf16_2img448_t256_b2_qkvo_gc",
+     {"model": "qwen3-vl-4b", "seq": 256, "batch": 2, "grad_ckpt": True, "target_modules": "qkvo",
+      "image": dict(width=448, height=448, count=2, **Q35)}),
 ]
 
 
