@@ -444,7 +444,16 @@ fn moe_config(cfg: &Value, family: Family) -> Result<MoeConfig, String> {
         first_k_dense_replace: optional_count(cfg, "first_k_dense_replace")?,
         decoder_sparse_step: optional_positive(cfg, "decoder_sparse_step")?,
         mlp_only_layers,
-        norm_topk_prob: optional_bool(cfg, "norm_topk_prob")?,
+        // Read only where the router reads it (Mixtral's and Qwen3-VL-MoE's always renormalise).
+        norm_topk_prob: if family
+            .layout()
+            .moe
+            .is_some_and(|m| matches!(m.renorm, crate::model::family::Renorm::Config { .. }))
+        {
+            optional_bool(cfg, "norm_topk_prob")?
+        } else {
+            None
+        },
         n_group: if groups {
             optional_positive(cfg, "n_group")?
         } else {
@@ -659,6 +668,28 @@ mod tests {
         assert_eq!(
             parse_config_value(&arch_only).unwrap().value.family,
             Family::Qwen3Vl
+        );
+        // Qwen3-VL-30B-A3B's text numbers (data/models.json cites them): its router always
+        // renormalises, so `norm_topk_prob` shapes nothing and is named.
+        let moe = r#"{"architectures":["Qwen3VLMoeForConditionalGeneration"],"model_type":"qwen3_vl_moe",
+            "text_config":{"model_type":"qwen3_vl_moe_text","head_dim":128,"hidden_size":2048,"intermediate_size":6144,
+            "num_attention_heads":32,"num_hidden_layers":48,"num_key_value_heads":4,"vocab_size":151936,
+            "num_experts":128,"num_experts_per_tok":8,"moe_intermediate_size":768,"norm_topk_prob":true,
+            "decoder_sparse_step":1,"mlp_only_layers":[]},"tie_word_embeddings":false,
+            "vision_config":{"depth":27,"hidden_size":1152,"intermediate_size":4304,"num_heads":16,"out_hidden_size":2048}}"#;
+        let read = parse_config(moe).unwrap();
+        assert_eq!(read.value.family, Family::Qwen3VlMoe);
+        assert_eq!(read.value.moe.num_experts, Some(128));
+        assert!(
+            read.ignored
+                .iter()
+                .any(|k| k == "text_config.norm_topk_prob"),
+            "{:?}",
+            read.ignored
+        );
+        assert_eq!(
+            read.value.vision.unwrap().deepstack_visual_indexes,
+            vec![8, 16, 24]
         );
     }
 

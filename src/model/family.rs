@@ -54,6 +54,9 @@ pub enum Family {
     /// Qwen3.5's vision tower whose chosen blocks also feed deepstack mergers, whose features are
     /// added to the visual tokens' hidden states after each of the first decoder layers.
     Qwen3Vl,
+    /// Qwen3-VL-MoE (`qwen3_vl_moe`: Qwen3-VL-30B-A3B, 235B-A22B): Qwen3-VL with Qwen3-MoE's
+    /// experts in the text layers, their top-k weights always renormalised.
+    Qwen3VlMoe,
 }
 
 names!(Family {
@@ -73,6 +76,7 @@ names!(Family {
     Qwen35Moe => "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3.5_moe",
     Glm4Moe => "glm4_moe" | "glm4.5",
     Qwen3Vl => "qwen3_vl" | "qwen3_vl_text" | "qwen3-vl",
+    Qwen3VlMoe => "qwen3_vl_moe" | "qwen3_vl_moe_text" | "qwen3-vl-moe",
 });
 
 impl TryFrom<String> for Family {
@@ -508,9 +512,30 @@ impl Family {
             Family::Qwen3Vl => FamilyLayout {
                 qk_norm: QkNorm::PerHead,
                 bos_default: false,
-                mask_kwargs: true,
+                o_bias: true,
+                head_dim_default: Some(128),
                 mrope: true,
                 vision: Some(VisionKind::Qwen3Vl),
+                ..base
+            },
+            Family::Qwen3VlMoe => FamilyLayout {
+                qk_norm: QkNorm::PerHead,
+                bos_default: false,
+                o_bias: true,
+                tie_default: true,
+                checkpoint_kwargs: KwargsOrder::PositionEmbeddingsFirst,
+                mrope: true,
+                vision: Some(VisionKind::Qwen3Vl),
+                moe: Some(MoeLayout {
+                    moe_width: true,
+                    router_first: false,
+                    renorm: Renorm::Always,
+                    dense: DenseLayers::SparseStep,
+                    default_experts: 60,
+                    default_experts_per_tok: Some(4),
+                    default_moe_width: 1408,
+                    ..moe
+                }),
                 ..base
             },
             Family::Gemma2 => FamilyLayout {

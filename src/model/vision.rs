@@ -72,8 +72,8 @@ impl VisionTower {
         for (i, &b) in self.deepstack_visual_indexes.iter().enumerate() {
             if b >= self.depth || self.deepstack_visual_indexes[..i].contains(&b) {
                 return Err(format!(
-                    "vision_config.deepstack_visual_indexes must name distinct blocks below depth {}, got {:?}",
-                    self.depth, self.deepstack_visual_indexes
+                    "vision_config.deepstack_visual_indexes: block {b} is past the tower's depth {} or named twice",
+                    self.depth
                 ));
             }
         }

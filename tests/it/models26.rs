@@ -112,7 +112,8 @@ fn qwen35_sequences_equal_the_recordings() {
 /// one 448×448 image per sample without checkpointing; two per sample, two samples, with
 /// checkpointing (the embedding hook makes the scatter of the visual tokens part of the graph);
 /// the same two on Qwen3.5-35B-A3B (`q35moevl*`), whose tower is Qwen3.5's; three on Qwen3-VL-4B
-/// (`q3vl*`), whose deepstack features are added after the first text layers.
+/// (`q3vl*`), whose deepstack features are added after the first text layers, and two on
+/// Qwen3-VL-30B-A3B (`q3vlmoe*`), its experts in every text layer.
 #[test]
 fn qwen35_vl_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
@@ -129,13 +130,13 @@ fn qwen35_vl_sequences_equal_the_recordings() {
         checked += 1;
     }
     assert_eq!(
-        checked, 7,
-        "Qwen3.5, Qwen3.5-MoE and Qwen3-VL vision-language recordings"
+        checked, 9,
+        "Qwen3.5, Qwen3.5-MoE, Qwen3-VL and Qwen3-VL-MoE vision-language recordings"
     );
 }
 
 /// Measured vision-language steps (`tests/data/reference/models26/vl_cases.jsonl`:
-/// Qwen3.5-4B, Qwen3.5-35B-A3B and Qwen3-VL-4B at full depth, the tower frozen, LoRA on the language model,
+/// Qwen3.5-4B, Qwen3.5-35B-A3B, Qwen3-VL-4B and Qwen3-VL-30B-A3B at full depth, the tower frozen, LoRA on the language model,
 /// images in the processor's shapes): allocated, quick and reserved against the harness and its
 /// replay, the parameter counts (the tower's included), the peak phase, and the plan naming each
 /// image's visual tokens as the harness built them, with the tower its own group.
@@ -221,7 +222,7 @@ fn qwen35_vl_within_tolerance_of_the_harness_and_its_replay() {
     for (id, a, r, q) in &rows {
         println!("{id:<52} {a:>+8.3} {r:>+8.3} {q:>+8.3}");
     }
-    assert_eq!(rows.len(), 8, "vision-language case count");
+    assert_eq!(rows.len(), 10, "vision-language case count");
     for (id, a, r, q) in &rows {
         assert!(
             *a == 0.0 && *q == 0.0,
@@ -232,7 +233,7 @@ fn qwen35_vl_within_tolerance_of_the_harness_and_its_replay() {
 }
 
 /// The catalog's Qwen3.5-4B, Qwen3.5-35B-A3B (and Qwen3.6-35B-A3B, the same config) and
-/// Qwen3-VL-4B are the models the harness measured: the same parameters (language model and tower, from
+/// Qwen3-VL-4B and 30B-A3B are the models the harness measured: the same parameters (language model and tower, from
 /// `vl_cases.jsonl`) and the same plan as the case's own config.json.
 #[test]
 fn the_catalog_qwen35_models_are_the_measured_ones() {
@@ -247,6 +248,7 @@ fn the_catalog_qwen35_models_are_the_measured_ones() {
         ("qwen3.5-35b-a3b", "Qwen/Qwen3.5-35B-A3B"),
         ("qwen3.6-35b-a3b", "Qwen/Qwen3.5-35B-A3B"),
         ("qwen3-vl-4b", "Qwen/Qwen3-VL-4B-Instruct"),
+        ("qwen3-vl-30b-a3b", "Qwen/Qwen3-VL-30B-A3B-Instruct"),
     ] {
         let v: Value = text
             .lines()
@@ -273,7 +275,7 @@ fn the_catalog_qwen35_models_are_the_measured_ones() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 4);
+    assert_eq!(checked, 5);
 }
 
 /// What a vision-language plan does not cover is refused with the setting and the reason, never

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Measures the vision-language cases of vl_cases.jsonl with the harness's measure_vl.py
-(Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration and
-Qwen3VLForConditionalGeneration, full depth, images built in the processor's shapes) and replays
+(Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration,
+Qwen3VLForConditionalGeneration and Qwen3VLMoeForConditionalGeneration, full depth, images built in the processor's shapes) and replays
 each step's allocation sequence through PyTorch's caching allocator (replay.py). Run from the
 harness folder (`../../harness`, a copy of `shared/truth`, with its .venv):
 
@@ -48,6 +48,13 @@ CASES = [
     ("qwen3-vl-4b_bf16_2img448_t256_b2_qkvo_gc",
      {"model": "qwen3-vl-4b", "seq": 256, "batch": 2, "grad_ckpt": True, "target_modules": "qkvo",
       "image": dict(width=448, height=448, count=2, **Q35)}),
+    # Qwen3-VL-30B-A3B (measured 2026-12-06): Qwen3-VL with 128 experts in every text layer.
+    ("qwen3-vl-30b-a3b_bf16_img640x480_t1024_b1_all_gc",
+     {"model": "qwen3-vl-30b-a3b", "seq": 1024, "batch": 1, "grad_ckpt": True,
+      "image": dict(width=640, height=480, **Q35)}),
+    ("qwen3-vl-30b-a3b_bf16_img448_t512_b1_qkvo_nogc",
+     {"model": "qwen3-vl-30b-a3b", "seq": 512, "batch": 1, "target_modules": "qkvo",
+      "image": dict(width=448, height=448, **Q35)}),
 ]
 
 
