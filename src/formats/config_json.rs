@@ -284,23 +284,15 @@ fn vision_config(root: &Value, family: Family) -> Result<Option<VisionTower>, St
         // Qwen3.5's tower reads no such key: it stays among the unused ones.
         (None, _) => vec![],
         (Some(d), None | Some(Value::Null)) => d.to_vec(),
-        (_, Some(Value::Array(a))) => a
-            .iter()
-            .map(|x| {
-                x.as_u64().ok_or_else(|| {
-                    format!(
-                        "vision_config.deepstack_visual_indexes entries must be block numbers, got {}",
-                        short(x)
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        (_, Some(x)) => {
-            return Err(format!(
-                "vision_config.deepstack_visual_indexes must be a list, got {}",
-                short(x)
-            ))
-        }
+        (_, Some(x)) => x
+            .as_array()
+            .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| {
+                format!(
+                    "vision_config.deepstack_visual_indexes must be a list of block numbers, got {}",
+                    short(x)
+                )
+            })?,
     };
     Ok(Some(VisionTower {
         depth: get("depth", "num_hidden_layers", 27)?,

@@ -75,8 +75,8 @@ names!(Family {
     Qwen35 => "qwen3_5" | "qwen3_5_text" | "qwen3.5",
     Qwen35Moe => "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3.5_moe",
     Glm4Moe => "glm4_moe" | "glm4.5",
-    Qwen3Vl => "qwen3_vl" | "qwen3_vl_text" | "qwen3-vl",
-    Qwen3VlMoe => "qwen3_vl_moe" | "qwen3_vl_moe_text" | "qwen3-vl-moe",
+    Qwen3Vl => "qwen3_vl" | "qwen3_vl_text",
+    Qwen3VlMoe => "qwen3_vl_moe" | "qwen3_vl_moe_text",
 });
 
 impl TryFrom<String> for Family {

@@ -125,7 +125,7 @@ test("a mixture-of-experts model shows its experts, its settings group, and matc
   await page.close();
 });
 
-test("a vision-language model shows its image settings and the tower as its own group, and matches the CLI", async () => {
+test("vision-language models show their image settings and the tower as its own group, and match the CLI", async () => {
   const { page, errors } = await openApp(browser, server.url);
   assert.equal(await page.locator('[data-testid="image-settings"]').count(), 0);
   await page.selectOption('[data-testid="select-model"]', "qwen3.5-4b");
@@ -141,6 +141,16 @@ test("a vision-language model shows its image settings and the tower as its own 
   assert.match(await page.textContent('[data-testid="plan-notes"]'), /flash-linear-attention/);
   await expectMatchesCli(page, ["--model", "qwen3.5-4b", "--gpu", "h200", "--seq", "2048", "--images-per-sample", "2", "--image-width", "1280", "--image-height", "720"]);
   await page.screenshot({ path: path.join(artifacts, "vision.png"), fullPage: true });
+  // Qwen3-VL-8B on a 24 GB card ("24G 微调 8B 多模态够吗"): its deepstack features are named.
+  await page.selectOption('[data-testid="select-model"]', "qwen3-vl-8b");
+  await page.selectOption('[data-testid="select-gpu"]', "rtx4090");
+  await page.waitForSelector('[data-testid="image-settings"]');
+  await page.fill('[data-testid="input-images"]', "1");
+  await page.check('[data-testid="toggle-gc"]');
+  await page.waitForFunction(() => document.querySelector('[data-testid="plan-notes"]')?.textContent.includes("deepstack mergers"));
+  assert.ok(await page.locator('[data-testid="segment-vision_tower"]').count() === 1);
+  await expectMatchesCli(page, ["--model", "qwen3-vl-8b", "--gpu", "rtx4090", "--seq", "2048", "--gc", "--images-per-sample", "1", "--image-width", "1280", "--image-height", "720"]);
+  await page.screenshot({ path: path.join(artifacts, "vision-qwen3vl.png"), fullPage: true });
   await page.selectOption('[data-testid="select-model"]', "llama2-7b");
   assert.equal(await page.locator('[data-testid="image-settings"]').count(), 0);
   assert.deepEqual(errors, []);

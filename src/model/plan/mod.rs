@@ -761,6 +761,14 @@ fn model_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
                 "the vision tower ({params} parameters, {} blocks) is frozen with no LoRA and runs without a graph: its temporaries are freed during the forward; only the pixel values and its two outputs outlive it until the loss",
                 tower.depth
             ));
+            let deep = tower.deepstack_visual_indexes.len();
+            if deep > 0 {
+                out.push(format!(
+                    "its {deep} deepstack mergers add {deep} features of {} visual tokens × {} to its output, held until the loss; a copy of each is added to the visual tokens' hidden states after each of the first {deep} decoder layers, which clones the hidden states there (the addition's backward makes three gradients of their size)",
+                    s.sequences().saturating_mul(v.images).saturating_mul(g.tokens),
+                    tower.out_hidden_size
+                ));
+            }
         }
         _ => out.push(format!(
             "this checkpoint carries a vision tower: its {params} parameters load with the model even for text-only samples (set images_per_sample to plan images)"

@@ -929,6 +929,7 @@ impl Tape {
         let wants = |k: usize| edges.get(k).is_some_and(|e| e.to != G::No);
         let full = node.out_n * node.out_es;
         let what = What::Grad;
+        #[cfg_attr(not(feature = "extended-ops"), allow(unused_mut))]
         let mut incoming_freed = false;
         match node.op {
             Op::Cast => {
