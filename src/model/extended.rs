@@ -1,6 +1,7 @@
 //! The step program's extended ops, and the builds that leave them out. Every build but the
 //! planner page's first bundle (`index.html`) has the `extended-ops` feature: a vision tower
-//! and images, Gated DeltaNet layers, mixture-of-experts layers, latent attention, attention
+//! and images, Gated DeltaNet layers, mixture-of-experts layers, the multimodal rotary (M-RoPE:
+//! Qwen3.5, Qwen3-VL), latent attention, attention
 //! sinks, DoRA, preference training, GRPO, a fused linear cross-entropy, TRL's fused LM head for SFT,
 //! Liger-Kernel's decoder kernels. The first bundle plans the
 //! other steps — a dense decoder's LoRA / QLoRA / full or freeze tuning SFT step, the steps a
@@ -31,6 +32,8 @@ pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
         Some("Gated DeltaNet layers")
     } else if layout.moe.is_some() {
         Some("mixture-of-experts layers")
+    } else if layout.mrope {
+        Some("the multimodal rotary")
     } else if layout.attention == AttentionKind::Latent {
         Some("latent attention")
     } else if layout.attention == AttentionKind::Sinks {

@@ -403,6 +403,17 @@ pub enum Renorm {
     Never,
 }
 
+impl FamilyLayout {
+    /// A Qwen3-VL text model's layers: these, with the multimodal rotary and Qwen3-VL's tower.
+    fn multimodal(self) -> FamilyLayout {
+        FamilyLayout {
+            mrope: true,
+            vision: Some(VisionKind::Qwen3Vl),
+            ..self
+        }
+    }
+}
+
 impl Family {
     /// The family's layout flags.
     pub fn layout(self) -> FamilyLayout {
@@ -509,35 +520,32 @@ impl Family {
                 liger: liger_llama,
                 ..base
             },
+            // Qwen3-VL's text layers are Qwen3's, run by a text model without a `mask_kwargs`
+            // dict (no Liger patch for it is planned); its MoE sibling's are Qwen3-MoE's, whose
+            // router always renormalises and whose experts peft maps no MLP names onto
+            // (transformers' conversion of `qwen3_vl_moe` only transposes them).
             Family::Qwen3Vl => FamilyLayout {
-                qk_norm: QkNorm::PerHead,
-                bos_default: false,
                 o_bias: true,
                 head_dim_default: Some(128),
-                mrope: true,
-                vision: Some(VisionKind::Qwen3Vl),
-                ..base
+                mask_kwargs: false,
+                liger: None,
+                ..Family::Qwen3.layout().multimodal()
             },
-            Family::Qwen3VlMoe => FamilyLayout {
-                qk_norm: QkNorm::PerHead,
-                bos_default: false,
-                o_bias: true,
-                tie_default: true,
-                checkpoint_kwargs: KwargsOrder::PositionEmbeddingsFirst,
-                mrope: true,
-                vision: Some(VisionKind::Qwen3Vl),
-                moe: Some(MoeLayout {
-                    moe_width: true,
-                    router_first: false,
-                    renorm: Renorm::Always,
-                    dense: DenseLayers::SparseStep,
-                    default_experts: 60,
-                    default_experts_per_tok: Some(4),
-                    default_moe_width: 1408,
-                    ..moe
-                }),
-                ..base
-            },
+            Family::Qwen3VlMoe => {
+                let text = Family::Qwen3Moe.layout();
+                FamilyLayout {
+                    tie_default: true,
+                    moe: text.moe.map(|m| MoeLayout {
+                        renorm: Renorm::Always,
+                        peft_maps_mlp_names: false,
+                        default_experts: 60,
+                        default_experts_per_tok: Some(4),
+                        default_moe_width: 1408,
+                        ..m
+                    }),
+                    ..text.multimodal()
+                }
+            }
             Family::Gemma2 => FamilyLayout {
                 softcapping: true,
                 sliding: Some(Sliding {

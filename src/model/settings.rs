@@ -834,7 +834,11 @@ impl Settings {
     /// (`requested_memory = ceil(total × gpu_memory_utilization)`, vLLM 0.31
     /// `vllm/v1/worker/utils.py:539-557`).
     pub fn vllm_share_bytes(&self, total_bytes: u128) -> u128 {
-        if self.grpo() && self.generation == Generation::VllmColocate {
+        // (GRPO is the full planner's, `extended::needed`: the first bundle never gets here)
+        if crate::model::extended::EXTENDED
+            && self.grpo()
+            && self.generation == Generation::VllmColocate
+        {
             (total_bytes as f64 * self.vllm_gpu_memory_utilization).ceil() as u128
         } else {
             0
@@ -1113,7 +1117,8 @@ impl Settings {
             let conflict = [
                 (self.quant.is_some(), "quant", "a quantized base cannot be trained in full (bitsandbytes' Params4bit and Int8Params take no gradient): use finetuning_type lora for QLoRA"),
                 (self.freeze_trainable_layers == 0 && self.finetuning_type == FinetuningType::Freeze, "freeze_trainable_layers", "0 layers would train nothing: the last N layers train for N > 0, the first |N| for N < 0"),
-                (self.use_dora, "use_dora", "DoRA is an adapter: it needs finetuning_type lora"),
+                // (DoRA is the full planner's, `extended::needed`)
+                (crate::model::extended::EXTENDED && self.use_dora, "use_dora", "DoRA is an adapter: it needs finetuning_type lora"),
                 (self.use_rslora, "use_rslora", "rsLoRA scales an adapter: it needs finetuning_type lora"),
                 (self.init_lora_weights != LoraInit::Default, "init_lora_weights", "an adapter initialisation needs finetuning_type lora"),
                 (self.loraplus_lr_ratio != 0.0, "loraplus_lr_ratio", "LoRA+ sets the adapters' learning rates: it needs finetuning_type lora"),
@@ -1157,7 +1162,7 @@ impl Settings {
                 format!("{} must be in [0, 1)", self.lora_dropout),
             );
         }
-        if self.lora_fa && self.use_dora {
+        if crate::model::extended::EXTENDED && self.lora_fa && self.use_dora {
             return bad(
                 "lora_fa",
                 "LoRA-FA's optimizer (peft create_lorafa_optimizer) takes plain LoRA adapters, not DoRA".into(),

@@ -263,11 +263,11 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             && (arch.is_moe() || arch.linear_layers() > 0 || arch.vision.is_some())
         {
             Some("an 8-bit base is planned for dense decoder models (LLM.int8 on experts, linear-attention layers and vision towers is not measured): plan this model in 4 bits or 16 bits")
-        } else if s.use_dora {
+        } else if EXTENDED && s.use_dora {
             Some("DoRA on an 8-bit base (peft dequantizing the int8 weight for the weight norm) is not planned: plan DoRA on a 4-bit or 16-bit base")
         } else if s.parallel.param_shards() > 1 {
             Some("FSDP and ZeRO-3 cannot shard bitsandbytes' int8 weights (Int8Params): plan DDP or ZeRO-1/2, or a 4-bit base with its storage dtype")
-        } else if s.stage != super::settings::Stage::Sft {
+        } else if EXTENDED && s.stage != super::settings::Stage::Sft {
             Some("an 8-bit base is measured for supervised fine-tuning: plan the preference and RL trainers in 4 bits or 16 bits")
         } else {
             None

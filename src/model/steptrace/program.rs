@@ -2143,7 +2143,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
             AttentionKind::Standard => {}
         }
-        if self.ctx.arch.family.layout().mrope {
+        // (the multimodal rotary is the full planner's, `extended::needed`)
+        if crate::model::extended::EXTENDED && self.ctx.arch.family.layout().mrope {
             return self.rotary_mrope(es);
         }
         // generate's position ids have a row per sequence: so have the tables. Their width is
@@ -2332,7 +2333,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let pos = if generating {
             None
         } else if self.ctx.visual.is_some() {
-            Some(self.rope_index())
+            extended!(self, "images", Some(self.rope_index()), None)
         } else {
             let ar = self.t(s.seq, 8, What::Input);
             let pos = self.t(s.seq, 8, What::Input);

@@ -229,6 +229,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Gated DeltaNet layers", "Gated DeltaNet 层"),
     ("mixture-of-experts layers", "混合专家（MoE）层"),
     ("latent attention", "潜在注意力（MLA）"),
+    ("the multimodal rotary", "多模态旋转位置编码（M-RoPE）"),
     ("attention sinks", "注意力 sink 层"),
     ("DoRA", "DoRA（权重分解 LoRA）"),
     ("preference training", "偏好训练"),
