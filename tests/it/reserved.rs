@@ -584,8 +584,8 @@ fn moe_plans_and_simulations_hold_for_every_option() {
             }
         }
     }
-    // Six variants of each MoE catalog model (eleven of them).
-    assert_eq!(n, 66);
+    // Six variants of each MoE catalog model (twelve of them).
+    assert_eq!(n, 72);
     assert!(worst <= 1.0, "sequence vs plan: {worst:.2} %");
 }
 

@@ -2144,8 +2144,15 @@ impl<'c, 'a> Prog<'c, 'a> {
             AttentionKind::Standard => {}
         }
         // (the multimodal rotary is the full planner's, `extended::needed`)
-        if crate::model::extended::EXTENDED && self.ctx.arch.family.layout().mrope {
-            return self.rotary_mrope(es);
+        if self.ctx.arch.family.layout().mrope {
+            if let Some(tables) = extended!(
+                self,
+                "the multimodal rotary",
+                Some(self.rotary_mrope(es)),
+                None
+            ) {
+                return tables;
+            }
         }
         // generate's position ids have a row per sequence: so have the tables. Their width is
         // the rotating part of a head (all of it but for a partial rotary).

@@ -5,7 +5,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("\"hidden_size\" must be a positive integer, got #", "\"hidden_size\" 必须是正整数，实际为 #"),
     ("config.json has no \"hidden_size\"", "config.json 中没有 \"hidden_size\""),
     ("config.json must be a JSON object", "config.json 必须是一个 JSON 对象"),
-    ("model_type \"bert\" is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, mixtral, qwen3_moe, olmoe, deepseek_v2, gpt_oss, qwen3_5, qwen3_5_moe, glm4_moe, qwen3_vl)", "不支持 model_type \"bert\"（支持：llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, mixtral, qwen3_moe, olmoe, deepseek_v2, gpt_oss, qwen3_5, qwen3_5_moe, glm4_moe, qwen3_vl）"),
+    ("model_type {=} is not supported (supported: {=})", "不支持 model_type {=}（支持：{=}）"),
     ("not valid JSON: EOF while parsing a value at line # column #", "不是有效的 JSON：解析值时遇到 EOF（第 # 行第 # 列）"),
     ("not valid JSON: EOF while parsing an object at line # column #", "不是有效的 JSON：解析对象时遇到 EOF（第 # 行第 # 列）"),
     ("together: {}", "组合：{}"),
