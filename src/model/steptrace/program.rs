@@ -2199,6 +2199,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// `modeling_qwen3_5.py:177-198`): the positions of three grids in fp32, their products with
     /// the inverse frequencies (no GEMM), cos and sin scaled, each recomposed by a `cat` into
     /// `[batch, seq, rotary]`, then cast to the model's dtype.
+    #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
     fn rotary_mrope(&mut self, es: u64) -> (X, X) {
         let s = self.ctx.s;
         let bs = s.sequences() * s.seq;
