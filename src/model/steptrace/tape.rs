@@ -326,8 +326,8 @@ pub(super) struct Tape {
     peak_before: u64,
     /// Bytes of one thread's cuBLAS workspace (0: none).
     pub workspace_bytes: u64,
-    /// The steps of each [`Op::Script`] node.
-    pub scripts: Vec<Vec<Step>>,
+    /// The steps of each [`Op::Script`] node ([`Tape::script_node`]).
+    scripts: Vec<Vec<Step>>,
     /// The harness's emulated device ([`super::Device::Emulated`]).
     pub emulated: bool,
     /// The forward thread's / autograd's workspace exists.
@@ -637,6 +637,15 @@ impl Tape {
     /// Creates (or, when recomputing, finds) the node of a forward op whose inputs are `ins`
     /// (only those needing a gradient get an edge), saving `saved` (in release order).
     /// Returns where the output's gradient goes.
+    /// A node of one input whose backward runs `steps` ([`Op::Script`]): a chain of small ops
+    /// recorded as one node.
+    #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+    pub fn script_node(&mut self, steps: Vec<Step>, out_n: u64, out_es: u64, input: Edge) -> G {
+        self.scripts.push(steps);
+        let id = (self.scripts.len() - 1) as u32;
+        self.node(Op::Script(id), out_n, out_es, &[input], &[])
+    }
+
     pub fn node(&mut self, op: Op, out_n: u64, out_es: u64, ins: &[Edge], saved: &[T]) -> G {
         if self.stopped || self.mode == Mode::NoGrad || ins.iter().all(|e| e.to == G::No) {
             return G::No;

@@ -269,17 +269,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         let cum = {
             let mut y = self.t(rows, 4, What::LinearAttn);
             let b = rows * 4;
-            self.tp.scripts.push(vec![
+            let steps = vec![
                 Step::Alloc(b),
                 Step::Alloc(b),
                 Step::Alloc(b),
                 Step::Free(1),
                 Step::Free(0),
-            ]);
-            let id = (self.tp.scripts.len() - 1) as u32;
-            y.g = self
-                .tp
-                .node(Op::Script(id), rows, 4, &[Self::edge(&dp)], &[]);
+            ];
+            y.g = self.tp.script_node(steps, rows, 4, Self::edge(&dp));
             y
         };
         let pair_n = rows * CHUNK;

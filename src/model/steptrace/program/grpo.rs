@@ -12,7 +12,7 @@
 //! `[rows]` or scalar tensor, written in the order TRL's lines run them; which of them autograd
 //! saves decides when they die.
 
-use super::super::tape::{Op, Step, G, X};
+use super::super::tape::{Step, G, X};
 use super::super::{StepPhase, What};
 use super::Prog;
 use crate::model::settings::GrpoLoss;
@@ -432,11 +432,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         // The backward of the loss down to the log-probs' gradient.
         let script = self.grpo_backward_script(z, saved, (l1, l2), coef_1, kl);
-        self.tp.scripts.push(script);
-        let id = (self.tp.scripts.len() - 1) as u32;
-        let g = self
-            .tp
-            .node(Op::Script(id), 1, 4, &[Self::edge(&head_logp)], &[]);
+        let g = self.tp.script_node(script, 1, 4, Self::edge(&head_logp));
         (g, loss)
     }
 

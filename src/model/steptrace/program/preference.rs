@@ -507,11 +507,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 Saved(k) => Step::Release(locals[k as usize].t),
             })
             .collect();
-        self.tp.scripts.push(script);
-        let id = (self.tp.scripts.len() - 1) as u32;
-        let g = self
-            .tp
-            .node(Op::Script(id), 1, 4, &[Self::edge(&policy.logp)], &[]);
+        let g = self.tp.script_node(script, 1, 4, Self::edge(&policy.logp));
         (g, loss_x)
     }
 

@@ -503,7 +503,7 @@ impl Prog<'_, '_> {
             // gradients of the clone are summed into a new tensor, the gradient of `h`. (The
             // boolean indexing's `nonzero` is not seen by the emulated device's trace.)
             let (b, v) = (h.n * h.es, f.n * h.es);
-            self.tp.scripts.push(vec![
+            let steps = vec![
                 Step::Alloc(v),
                 Step::Alloc(b),
                 Step::Free(0),
@@ -518,11 +518,8 @@ impl Prog<'_, '_> {
                 Step::Alloc(b),
                 Step::Free(1),
                 Step::Free(4),
-            ]);
-            let id = (self.tp.scripts.len() - 1) as u32;
-            y.g = self
-                .tp
-                .node(Op::Script(id), h.n, h.es, &[Self::edge(&h)], &[]);
+            ];
+            y.g = self.tp.script_node(steps, h.n, h.es, Self::edge(&h));
             // Both backward nodes save the mask, each releasing it when it has run.
             self.tp.keep(mask.t);
             self.tp.keep(mask.t);
