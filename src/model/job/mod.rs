@@ -88,16 +88,11 @@ pub fn check(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             return bad("eval_batch", "must be between 1 and 65536");
         }
     }
-    // (other trainers than SFT, experts, linear attention, towers and DoRA are the full
-    // planner's, `extended::needed`: a build without the extended ops refuses them before
-    // their job)
-    let ext = super::extended::EXTENDED;
     if js.generates_in_eval() {
-        if ext && s.stage != super::settings::Stage::Sft {
+        if s.stage != super::settings::Stage::Sft {
             return bad("predict_with_generate", "generation during evaluation is Seq2SeqTrainer's, for SFT (LLaMA-Factory refuses it for other stages)");
         }
-        if ext && (arch.is_moe() || arch.vision.is_some() || arch.family.layout().hybrid.is_some())
-        {
+        if arch.is_moe() || arch.vision.is_some() || arch.family.layout().hybrid.is_some() {
             return bad("predict_with_generate", "generation during evaluation is planned for dense text decoders; experts', linear attention's and images' generation is not planned yet");
         }
         let len = s.prompt_tokens().saturating_add(js.eval_new_tokens(s));
@@ -115,22 +110,21 @@ pub fn check(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             None => {}
         }
     }
-    if ext && js.evaluates() && s.preference() {
+    if js.evaluates() && s.preference() {
         return bad("eval_batch", "a preference trainer's evaluation (its chosen and rejected sequences, the reference pass) is not planned yet: plan SFT's, or leave eval_batch and eval_strategy unset");
     }
     if js.merge {
         if s.base_trained() {
             return bad("merge", "there are no adapters to merge: finetuning_type full or freeze trains the base itself");
         }
-        if ext && s.use_dora {
+        if s.use_dora {
             return bad(
                 "merge",
                 "DoRA's merge (the weight norm of W + B·A per Linear) is not planned yet",
             );
         }
-        if ext
-            && (!crate::model::peft_targets::expert_loras(arch, s).is_empty()
-                || arch.is_moe() && js.export_device == ExportDevice::Gpu)
+        if !crate::model::peft_targets::expert_loras(arch, s).is_empty()
+            || arch.is_moe() && js.export_device == ExportDevice::Gpu
         {
             return bad("merge", "merging into a mixture of experts' fused expert parameters is not planned yet: plan the merge with export_device cpu, for a dense model");
         }
