@@ -248,6 +248,12 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
             None => None,
             Some(t) => {
                 let n = |k: &str| t.field(k).and_then(Json::as_u64);
+                let blocks = |k: &str| -> Option<Vec<u64>> {
+                    match t.field(k) {
+                        None => Some(vec![]),
+                        Some(l) => l.as_array()?.iter().map(Json::as_u64).collect(),
+                    }
+                };
                 Some(crate::model::vision::VisionTower {
                     depth: n("depth")?,
                     hidden_size: n("hidden_size")?,
@@ -258,15 +264,10 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
                     temporal_patch_size: n("temporal_patch_size")?,
                     in_channels: n("in_channels").unwrap_or(3),
                     out_hidden_size: n("out_hidden_size")?,
-                    num_position_embeddings: n("num_position_embeddings")?,
-                    deepstack_visual_indexes: match t.field("deepstack_visual_indexes") {
-                        None => vec![],
-                        Some(l) => l
-                            .as_array()?
-                            .iter()
-                            .map(Json::as_u64)
-                            .collect::<Option<_>>()?,
-                    },
+                    num_position_embeddings: n("num_position_embeddings").unwrap_or(0),
+                    deepstack_visual_indexes: blocks("deepstack_visual_indexes")?,
+                    window_size: n("window_size").unwrap_or(0),
+                    fullatt_block_indexes: blocks("fullatt_block_indexes")?,
                 })
             }
         },

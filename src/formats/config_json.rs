@@ -37,6 +37,7 @@ fn family_from_architectures(v: &Value) -> Option<String> {
         ("qwen3vlmoe", "qwen3_vl_moe"),
         ("qwen3vl", "qwen3_vl"),
         ("qwen3", "qwen3"),
+        ("qwen2_5_vl", "qwen2_5_vl"),
         ("qwen2", "qwen2"),
         ("gemma3", "gemma3"),
         ("gemma2", "gemma2"),
@@ -143,7 +144,16 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
         Some(t) if t.is_object() => (t, true),
         _ => (root, false),
     };
-    if !nested && root.get("vision_config").is_some() {
+    // Qwen2.5-VL's config.json keeps the language model's keys at the top, beside
+    // `vision_config` (its config class builds `text_config` from them).
+    let flat_vision = !nested
+        && root.get("vision_config").is_some()
+        && root
+            .get("model_type")
+            .and_then(Value::as_str)
+            .and_then(Family::parse)
+            .is_some_and(|f| f.layout().vision.is_some());
+    if !nested && !flat_vision && root.get("vision_config").is_some() {
         return Err("vision-language configs without a text_config are not supported".into());
     }
     let model_type = cfg
@@ -234,7 +244,7 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
         moe: moe_config(cfg, family)?,
         mla: mla_config(cfg, family)?,
         linear: linear_config(cfg, family)?,
-        vision: if nested {
+        vision: if nested || flat_vision {
             vision_config(root, family)?
         } else {
             None
@@ -294,6 +304,39 @@ fn vision_config(root: &Value, family: Family) -> Result<Option<VisionTower>, St
                 )
             })?,
     };
+    let block_list = |key: &str, default: &[u64]| -> Result<Vec<u64>, String> {
+        match v.get(key) {
+            None | Some(Value::Null) => Ok(default.to_vec()),
+            Some(x) => x
+                .as_array()
+                .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
+                .ok_or_else(|| {
+                    format!(
+                        "vision_config.{key} must be a list of block numbers, got {}",
+                        short(x)
+                    )
+                }),
+        }
+    };
+    if kind.windowed() {
+        // `Qwen2_5_VLVisionConfig`'s defaults (`configuration_qwen2_5_vl.py`): no learned
+        // positions; `in_chans`, which published configs carry, is not a key it reads.
+        return Ok(Some(VisionTower {
+            depth: get("depth", "num_hidden_layers", 32)?,
+            hidden_size: get("hidden_size", "hidden_size", 3584)?,
+            intermediate_size: get("intermediate_size", "intermediate_size", 3420)?,
+            num_heads: get("num_heads", "num_attention_heads", 16)?,
+            patch_size: get("patch_size", "patch_size", 14)?,
+            spatial_merge_size: get("spatial_merge_size", "spatial_merge_size", 2)?,
+            temporal_patch_size: get("temporal_patch_size", "temporal_patch_size", 2)?,
+            in_channels: get("in_channels", "in_channels", 3)?,
+            out_hidden_size: get("out_hidden_size", "out_hidden_size", 3584)?,
+            num_position_embeddings: 0,
+            deepstack_visual_indexes: vec![],
+            window_size: get("window_size", "window_size", 112)?,
+            fullatt_block_indexes: block_list("fullatt_block_indexes", &[7, 15, 23, 31])?,
+        }));
+    }
     Ok(Some(VisionTower {
         depth: get("depth", "num_hidden_layers", 27)?,
         hidden_size: get("hidden_size", "hidden_size", 1152)?,
@@ -306,6 +349,8 @@ fn vision_config(root: &Value, family: Family) -> Result<Option<VisionTower>, St
         out_hidden_size: get("out_hidden_size", "out_hidden_size", 3584)?,
         num_position_embeddings: get("num_position_embeddings", "num_position_embeddings", 2304)?,
         deepstack_visual_indexes: deepstack,
+        window_size: 0,
+        fullatt_block_indexes: vec![],
     }))
 }
 

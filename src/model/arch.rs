@@ -8,8 +8,8 @@ use super::names::names;
 use super::error::PlanError;
 
 pub use super::family::{
-    AttentionKind, DenseLayers, Family, FamilyLayout, HybridLayout, KwargsOrder, MoeLayout,
-    NormKind, QkNorm, Renorm, SharedExperts, Sliding,
+    AttentionKind, DenseLayers, Family, FamilyLayout, HybridLayout, KwargsOrder, MoeLayout, Mrope,
+    NormKind, QkNorm, Renorm, SharedExperts, Sliding, VisionKind,
 };
 
 /// Which kind of decoder layer: its token mixer and its feed-forward block.
@@ -415,10 +415,12 @@ impl Architecture {
                     format!("lorafit plans no vision tower for {}", self.family.name()),
                 );
             }
-            t.validate().map_err(|why| PlanError::InvalidArchitecture {
-                field: "vision_config",
-                why,
-            })?;
+            let kind = self.family.layout().vision.unwrap_or(VisionKind::Qwen35);
+            t.validate(kind)
+                .map_err(|why| PlanError::InvalidArchitecture {
+                    field: "vision_config",
+                    why,
+                })?;
             if !t.deepstack_visual_indexes.is_empty()
                 && self
                     .family
@@ -1302,7 +1304,12 @@ impl Architecture {
 
     /// Parameters of the vision tower (0 without one).
     pub fn vision_params(&self) -> u128 {
-        self.vision.as_ref().map_or(0, |t| u128::from(t.params()))
+        self.tower().map_or(0, |(t, k)| u128::from(t.params(k)))
+    }
+
+    /// The vision tower and how the family builds it, when the model has one lorafit plans.
+    pub fn tower(&self) -> Option<(&crate::model::vision::VisionTower, VisionKind)> {
+        Some((self.vision.as_ref()?, self.family.layout().vision?))
     }
 
     /// Parameters one token runs through: all but the routed experts it is not sent to

@@ -95,7 +95,7 @@ impl<'a> Ctx<'a> {
             routing,
             // Images are an extended step's (model::extended): none without those ops.
             visual: if crate::model::extended::EXTENDED {
-                crate::model::vision::visual(arch.vision.as_ref(), &s.images, s.seq)
+                crate::model::vision::visual(arch.tower(), &s.images, s.seq)
                     .ok()
                     .flatten()
             } else {

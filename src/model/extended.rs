@@ -32,7 +32,7 @@ pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
         Some("Gated DeltaNet layers")
     } else if layout.moe.is_some() {
         Some("mixture-of-experts layers")
-    } else if layout.mrope {
+    } else if layout.mrope.is_some() {
         Some("the multimodal rotary")
     } else if layout.attention == AttentionKind::Latent {
         Some("latent attention")

@@ -57,6 +57,10 @@ pub enum Family {
     /// Qwen3-VL-MoE (`qwen3_vl_moe`: Qwen3-VL-30B-A3B, 235B-A22B): Qwen3-VL with Qwen3-MoE's
     /// experts in the text layers, their top-k weights always renormalised.
     Qwen3VlMoe,
+    /// Qwen2.5-VL (`qwen2_5_vl`, 3B–72B): Qwen2's text layers with the multimodal rotary in
+    /// sections, and a ViT of RMSNorms, SwiGLU MLPs and windowed attention (full attention in
+    /// the blocks `fullatt_block_indexes` names).
+    Qwen25Vl,
 }
 
 names!(Family {
@@ -77,6 +81,7 @@ names!(Family {
     Glm4Moe => "glm4_moe" | "glm4.5",
     Qwen3Vl => "qwen3_vl" | "qwen3_vl_text",
     Qwen3VlMoe => "qwen3_vl_moe" | "qwen3_vl_moe_text",
+    Qwen25Vl => "qwen2_5_vl" | "qwen2_5_vl_text" | "qwen2.5_vl",
 });
 
 impl TryFrom<String> for Family {
@@ -131,6 +136,10 @@ pub struct FamilyLayout {
     pub gelu: bool,
     /// One fused `qkv_proj` and one fused `gate_up_proj` (Phi-3).
     pub fused_projections: bool,
+    /// q, k and v are all projected before any is viewed into heads (Qwen2.5-VL's attention,
+    /// `modeling_qwen2_5_vl.py:646-652`): backward then copies the q and k views' gradients
+    /// before it runs through any projection.
+    pub views_after_projections: bool,
     /// q, k, v carry biases unless the config says otherwise.
     pub qkv_bias: bool,
     /// Attention and final-logit softcapping unless the config turns them off (Gemma 2).
@@ -154,9 +163,9 @@ pub struct FamilyLayout {
     pub hybrid: Option<HybridLayout>,
     /// The vision tower a vision-language checkpoint of the family carries, when lorafit plans it.
     pub vision: Option<VisionKind>,
-    /// The rotary tables are multimodal (M-RoPE: three position grids interleaved, Qwen3.5 and
+    /// The rotary tables are multimodal (M-RoPE: three position grids, Qwen2.5-VL, Qwen3.5 and
     /// Qwen3-VL), computed as `[3, batch, seq, rotary/2]` products rather than a GEMM.
-    pub mrope: bool,
+    pub mrope: Option<Mrope>,
     /// One rotary embedding per layer type (Gemma 3: the sliding layers' `rope_local_base_freq`
     /// and the global layers' `rope_theta`), each with its inverse frequencies, and its tables
     /// computed in every forward, when the model has both kinds of layer.
@@ -180,6 +189,18 @@ pub struct LigerLayout {
     pub norm_in_place: bool,
 }
 
+/// How a multimodal rotary recomposes its three grids' frequencies into one table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mrope {
+    /// Interleaved (`apply_interleaved_mrope`, Qwen3.5 and Qwen3-VL): one `cat` of the
+    /// recomposed half for each of cos and sin, cos first.
+    Interleaved,
+    /// In `mrope_section` sections (Qwen2.5-VL, `recomposition_frequencies`,
+    /// `modeling_qwen2_5_vl.py:542-548`): each of sin and cos — sin first — is its sections'
+    /// `cat`, then that half concatenated with itself.
+    Sections,
+}
+
 /// How a family's vision tower runs (what [`crate::model::vision::VisionTower`]'s numbers build).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VisionKind {
@@ -190,6 +211,13 @@ pub enum VisionKind {
     /// Qwen3-VL's (`Qwen3VLVisionModel`): Qwen3.5's, plus a deepstack merger after each block
     /// `deepstack_visual_indexes` names.
     Qwen3Vl,
+    /// Qwen2.5-VL's (`Qwen2_5_VisionTransformerPretrainedModel`, `modeling_qwen2_5_vl.py:
+    /// 386-489`): a Conv3d patch embedding without bias, no learned positions, the patches
+    /// reordered into windows of `window_size` pixels, blocks of RMSNorm, attention within each
+    /// window (over each image in the `fullatt_block_indexes` blocks) and a SwiGLU MLP with
+    /// biases, and a 2×2 patch merger behind an RMSNorm, reordered back. A PreTrainedModel
+    /// whose `_input_embed_layer` is `patch_embed`, so `enable_input_require_grads` hooks it.
+    Qwen25Vl,
 }
 
 impl VisionKind {
@@ -198,8 +226,30 @@ impl VisionKind {
     /// mergers whatever config.json says (Qwen3.5's config class has no such key).
     pub fn default_deepstack(self) -> Option<&'static [u64]> {
         match self {
-            VisionKind::Qwen35 => None,
+            VisionKind::Qwen35 | VisionKind::Qwen25Vl => None,
             VisionKind::Qwen3Vl => Some(&[8, 16, 24]),
+        }
+    }
+
+    /// The tower is a PreTrainedModel whose input embedding is its `patch_embed`
+    /// (`_input_embed_layer`, Qwen2.5-VL): `enable_input_require_grads` hooks it too, so with
+    /// gradient checkpointing the frozen tower builds a graph.
+    pub fn input_hooked(self) -> bool {
+        self == VisionKind::Qwen25Vl
+    }
+
+    /// Windowed attention (Qwen2.5-VL): `window_size` and `fullatt_block_indexes` are read.
+    pub fn windowed(self) -> bool {
+        self == VisionKind::Qwen25Vl
+    }
+
+    /// The image processor's pixel limits (`min_pixels`, `max_pixels` of the published
+    /// `preprocessor_config.json`): Qwen3.5's and Qwen3-VL's `size` (64 to 16384 visual tokens),
+    /// Qwen2.5-VL's 3136 and 12845056 (4 to 16384 visual tokens of 28 × 28 pixels).
+    pub fn processor_pixels(self) -> (u64, u64) {
+        match self {
+            VisionKind::Qwen35 | VisionKind::Qwen3Vl => (65_536, 16_777_216),
+            VisionKind::Qwen25Vl => (3_136, 12_845_056),
         }
     }
 }
@@ -407,7 +457,7 @@ impl FamilyLayout {
     /// A Qwen3-VL text model's layers: these, with the multimodal rotary and Qwen3-VL's tower.
     fn multimodal(self) -> FamilyLayout {
         FamilyLayout {
-            mrope: true,
+            mrope: Some(Mrope::Interleaved),
             vision: Some(VisionKind::Qwen3Vl),
             ..self
         }
@@ -431,6 +481,7 @@ impl Family {
             bias_before_repeat_kv: false,
             gelu: false,
             fused_projections: false,
+            views_after_projections: false,
             qkv_bias: false,
             softcapping: false,
             tie_default: false,
@@ -442,7 +493,7 @@ impl Family {
             moe: None,
             hybrid: None,
             vision: None,
-            mrope: false,
+            mrope: None,
             rotary_per_layer_type: false,
             liger: None,
         };
@@ -496,7 +547,7 @@ impl Family {
                 default_conv_kernel: 4,
                 output_gate: true,
             }),
-            mrope: true,
+            mrope: Some(Mrope::Interleaved),
             partial_rotary: Some((1, 4)),
             vision: Some(VisionKind::Qwen35),
             ..base
@@ -512,6 +563,15 @@ impl Family {
                 mask_kwargs: true,
                 liger: liger_llama,
                 ..base
+            },
+            // Qwen2.5-VL's text layers are Qwen2's (a `mask_kwargs` dict too; no Liger patch for
+            // it is planned), with the multimodal rotary in sections and its own tower.
+            Family::Qwen25Vl => FamilyLayout {
+                mrope: Some(Mrope::Sections),
+                views_after_projections: true,
+                vision: Some(VisionKind::Qwen25Vl),
+                liger: None,
+                ..Family::Qwen2.layout()
             },
             Family::Qwen3 => FamilyLayout {
                 qk_norm: QkNorm::PerHead,

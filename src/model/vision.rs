@@ -1,13 +1,18 @@
 //! A vision-language model's vision tower and the images it sees: the tower's config.json
 //! numbers (`vision_config`), its parameters, and how an image of a given size becomes patches
 //! and visual tokens — LLaMA-Factory's resize (`image_max_pixels` / `image_min_pixels`), then
-//! the Qwen2-VL image processor's `smart_resize` to whole merged patches.
+//! the Qwen2-VL image processor's `smart_resize` to whole merged patches — and, for a windowed
+//! tower, the windows its attention runs in.
 
 use serde::{Deserialize, Serialize};
 
-/// The vision tower of a Qwen3.5 checkpoint (`Qwen3_5VisionModel`, transformers 5.24
-/// `modeling_qwen3_5.py:941-1200`), under its `vision_config` keys. A missing number takes the
-/// config class's default (`configuration_qwen3_5.py`, `Qwen3_5VisionConfig`).
+use super::family::VisionKind;
+
+/// The vision tower of a Qwen3.5, Qwen3-VL or Qwen2.5-VL checkpoint (`Qwen3_5VisionModel`,
+/// transformers 5.24 `modeling_qwen3_5.py:941-1200`; `Qwen2_5_VisionTransformerPretrainedModel`,
+/// `modeling_qwen2_5_vl.py:386-489`), under its `vision_config` keys. A missing number takes the
+/// config class's default (`Qwen3_5VisionConfig`, `Qwen2_5_VLVisionConfig`). How the blocks are
+/// built is the family's [`VisionKind`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VisionTower {
     /// ViT blocks.
@@ -29,13 +34,22 @@ pub struct VisionTower {
     pub in_channels: u64,
     /// Width of a visual token (the language model's hidden size).
     pub out_hidden_size: u64,
-    /// Learned position embeddings (a square grid, resampled to each image).
+    /// Learned position embeddings (a square grid, resampled to each image); 0 for a tower
+    /// without them (Qwen2.5-VL's).
     pub num_position_embeddings: u64,
     /// Qwen3-VL's deepstack: the blocks (0-based) whose output also goes through a merger of its
     /// own; the i-th feature is added to the visual tokens' hidden states after decoder layer i
     /// (`Qwen3VLTextModel._deepstack_process`). Empty for Qwen3.5.
     #[serde(default)]
     pub deepstack_visual_indexes: Vec<u64>,
+    /// Qwen2.5-VL's attention window, in pixels (`window_size`, 112: 4 × 4 visual tokens of
+    /// 28 pixels); 0 for a tower without windows.
+    #[serde(default)]
+    pub window_size: u64,
+    /// Qwen2.5-VL's blocks (0-based) that attend over each whole image; the others attend
+    /// within each window.
+    #[serde(default)]
+    pub fullatt_block_indexes: Vec<u64>,
 }
 
 fn three() -> u64 {
@@ -47,8 +61,37 @@ fn three() -> u64 {
 pub const MAX_TOWER_NUMBER: u64 = 1 << 16;
 
 impl VisionTower {
-    /// Checks that every number is positive, bounded, and that the widths divide.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks that every number is positive, bounded, and that the widths divide, for a tower
+    /// built as `kind` builds it.
+    pub fn validate(&self, kind: VisionKind) -> Result<(), String> {
+        if kind.windowed() {
+            if self.num_position_embeddings != 0 {
+                return Err("vision_config.num_position_embeddings: this tower has no learned position embeddings".into());
+            }
+            let side = self.patch_size.saturating_mul(self.spatial_merge_size);
+            if self.window_size < side || self.window_size > MAX_TOWER_NUMBER * 4 {
+                return Err(format!(
+                    "vision_config.window_size = {} must be between one visual token's side ({side} pixels) and {}",
+                    self.window_size,
+                    MAX_TOWER_NUMBER * 4
+                ));
+            }
+        } else if self.window_size != 0 || !self.fullatt_block_indexes.is_empty() {
+            return Err("vision_config: this tower has no attention windows (window_size and fullatt_block_indexes must be absent)".into());
+        }
+        for (i, &b) in self.fullatt_block_indexes.iter().enumerate() {
+            if b >= self.depth || self.fullatt_block_indexes[..i].contains(&b) {
+                return Err(format!(
+                    "vision_config.fullatt_block_indexes: block {b} is past the tower's depth {} or named twice",
+                    self.depth
+                ));
+            }
+        }
+        let positions = if kind.windowed() {
+            1
+        } else {
+            self.num_position_embeddings
+        };
         let fields = [
             ("depth", self.depth),
             ("hidden_size", self.hidden_size),
@@ -59,7 +102,7 @@ impl VisionTower {
             ("temporal_patch_size", self.temporal_patch_size),
             ("in_channels", self.in_channels),
             ("out_hidden_size", self.out_hidden_size),
-            ("num_position_embeddings", self.num_position_embeddings),
+            ("num_position_embeddings", positions),
         ];
         for (k, v) in fields {
             if v == 0 || v > MAX_TOWER_NUMBER * 4 {
@@ -106,66 +149,118 @@ impl VisionTower {
         self.hidden_size * self.spatial_merge_size * self.spatial_merge_size
     }
 
-    /// Parameters of the tower, in `named_parameters()` order by module: the patch embedding
-    /// (a Conv3d with bias), the position embeddings, each block (two LayerNorms, qkv and proj
-    /// with biases, the MLP's fc1 and fc2 with biases), the merger (LayerNorm, fc1, fc2), then
-    /// each deepstack merger (its LayerNorm over the merged width, fc1, fc2).
-    pub fn param_shapes(&self) -> Vec<u64> {
-        let h = self.hidden_size;
-        let i = self.intermediate_size;
-        let m = self.merged_width();
-        let mut v = vec![h * self.patch_values(), h, self.num_position_embeddings * h];
-        for _ in 0..self.depth {
-            v.extend([h, h, h, h, 3 * h * h, 3 * h, h * h, h, i * h, i, h * i, h]);
-        }
-        v.extend([
-            h,
-            h,
-            m * m,
-            m,
-            self.out_hidden_size * m,
-            self.out_hidden_size,
-        ]);
-        for _ in &self.deepstack_visual_indexes {
-            v.extend([
-                m,
-                m,
-                m * m,
-                m,
-                self.out_hidden_size * m,
-                self.out_hidden_size,
-            ]);
-        }
-        v
+    /// Parameters of the tower as `kind` builds it, in `named_parameters()` order by module.
+    /// Qwen3.5 / Qwen3-VL: the patch embedding (a Conv3d with bias), the position embeddings,
+    /// each block (two LayerNorms, qkv and proj with biases, the MLP's fc1 and fc2 with biases),
+    /// the merger (LayerNorm, fc1, fc2), then each deepstack merger (its LayerNorm over the
+    /// merged width, fc1, fc2). Qwen2.5-VL: the Conv3d without bias, each block (two RMSNorms,
+    /// qkv and proj with biases, gate, up and down with biases), the merger (RMSNorm, fc1, fc2).
+    pub fn param_shapes(&self, kind: VisionKind) -> Vec<u64> {
+        self.params_and_linear(kind)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect()
     }
 
     /// Which of [`param_shapes`](Self::param_shapes) are `nn.Linear` weights (what 4-bit
-    /// loading quantizes): each block's qkv, proj, fc1 and fc2, the merger's fc1 and fc2.
-    pub fn linear_weights(&self) -> Vec<bool> {
-        let mut v = vec![false; 3];
+    /// loading quantizes): each block's attention and MLP projections, the mergers' fc1 and fc2.
+    pub fn linear_weights(&self, kind: VisionKind) -> Vec<bool> {
+        self.params_and_linear(kind)
+            .into_iter()
+            .map(|(_, l)| l)
+            .collect()
+    }
+
+    /// Each parameter's values and whether it is a Linear weight, in registration order.
+    fn params_and_linear(&self, kind: VisionKind) -> Vec<(u64, bool)> {
+        let h = self.hidden_size;
+        let i = self.intermediate_size;
+        let m = self.merged_width();
+        let out = self.out_hidden_size;
+        let (w, b, n) = (true, false, false);
+        let mut v = vec![];
+        if kind.windowed() {
+            v.push((h * self.patch_values(), n));
+            for _ in 0..self.depth {
+                v.extend([
+                    (h, n),
+                    (h, n),
+                    (3 * h * h, w),
+                    (3 * h, b),
+                    (h * h, w),
+                    (h, b),
+                    (i * h, w),
+                    (i, b),
+                    (i * h, w),
+                    (i, b),
+                    (h * i, w),
+                    (h, b),
+                ]);
+            }
+            v.extend([(h, n), (m * m, w), (m, b), (out * m, w), (out, b)]);
+            return v;
+        }
+        v.extend([
+            (h * self.patch_values(), n),
+            (h, b),
+            (self.num_position_embeddings * h, n),
+        ]);
         for _ in 0..self.depth {
             v.extend([
-                false, false, false, false, true, false, true, false, true, false, true, false,
+                (h, n),
+                (h, b),
+                (h, n),
+                (h, b),
+                (3 * h * h, w),
+                (3 * h, b),
+                (h * h, w),
+                (h, b),
+                (i * h, w),
+                (i, b),
+                (h * i, w),
+                (h, b),
             ]);
         }
-        for _ in 0..=self.deepstack_visual_indexes.len() {
-            v.extend([false, false, true, false, true, false]);
+        v.extend([(h, n), (h, b), (m * m, w), (m, b), (out * m, w), (out, b)]);
+        for _ in &self.deepstack_visual_indexes {
+            v.extend([(m, n), (m, b), (m * m, w), (m, b), (out * m, w), (out, b)]);
         }
         v
     }
 
     /// Parameters of the tower.
-    pub fn params(&self) -> u64 {
-        self.param_shapes().iter().sum()
+    pub fn params(&self, kind: VisionKind) -> u64 {
+        self.params_and_linear(kind).iter().map(|(n, _)| n).sum()
+    }
+
+    /// The windows of one image of `patches_h × patches_w` patches (`get_vision_window_index`,
+    /// transformers 5.24 `vision_utils.py:130-179`): the visual-token grid cut into squares of
+    /// `window_size / patch_size / spatial_merge_size` tokens from the top left, row by row;
+    /// returns each window's patch count (the partial ones at the right and bottom edges
+    /// included; the empty ones, which `unique_consecutive` drops, left out).
+    pub fn windows(&self, patches_h: u64, patches_w: u64) -> Vec<u64> {
+        let m = self.spatial_merge_size;
+        let side = (self.window_size / m / self.patch_size).max(1);
+        let (th, tw) = (patches_h / m, patches_w / m);
+        let mut out = vec![];
+        for r in 0..th.div_ceil(side) {
+            let rows = side.min(th - r * side);
+            for c in 0..tw.div_ceil(side) {
+                out.push(rows * side.min(tw - c * side) * m * m);
+            }
+        }
+        out
+    }
+
+    /// The number of windows `get_vision_window_index` lays out for one image, the empty ones
+    /// at the padded edges included (`cu_window_seqlens` before `unique_consecutive`).
+    pub fn padded_windows(&self, patches_h: u64, patches_w: u64) -> u64 {
+        let m = self.spatial_merge_size;
+        let side = (self.window_size / m / self.patch_size).max(1);
+        let (th, tw) = (patches_h / m, patches_w / m);
+        (th / side + 1) * (tw / side + 1)
     }
 }
-
-/// The Qwen3.5 image processor's pixel limits (`preprocessor_config.json` `size`:
-/// `shortest_edge`, `longest_edge`) as published with the checkpoints (Qwen/Qwen3.5-2B-Base's
-/// file; Qwen3-VL's are the same): at least 64 and at most 16384 visual tokens per image.
-pub const PROCESSOR_MIN_PIXELS: u64 = 65_536;
-/// See [`PROCESSOR_MIN_PIXELS`].
-pub const PROCESSOR_MAX_PIXELS: u64 = 16_777_216;
 
 /// The images of each sample, as LLaMA-Factory's settings name them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,14 +325,14 @@ impl Visual {
 /// The visual part of a sample for these settings, or why it cannot be planned (no tower, a
 /// trained tower, more visual tokens than `seq`). `None`: a text-only step.
 pub fn visual(
-    tower: Option<&VisionTower>,
+    tower: Option<(&VisionTower, VisionKind)>,
     s: &ImageSettings,
     seq: u64,
 ) -> Result<Option<Visual>, (&'static str, String)> {
     if s.images_per_sample == 0 {
         return Ok(None);
     }
-    let Some(tower) = tower else {
+    let Some((tower, kind)) = tower else {
         return Err((
             "images_per_sample",
             "this model has no vision tower: pick a vision-language model (a config.json with a vision_config) or set 0 images".into(),
@@ -272,6 +367,7 @@ pub fn visual(
     }
     let grid = image_grid(
         tower,
+        kind,
         s.image_width,
         s.image_height,
         s.image_max_pixels,
@@ -398,6 +494,7 @@ pub fn smart_resize(
 /// sees it.
 pub fn image_grid(
     tower: &VisionTower,
+    kind: VisionKind,
     width: u64,
     height: u64,
     max_pixels: u64,
@@ -409,13 +506,8 @@ pub fn image_grid(
         ));
     }
     let (lw, lh) = llamafactory_resize(width, height, max_pixels, min_pixels);
-    let (rh, rw) = smart_resize(
-        lh,
-        lw,
-        tower.factor(),
-        PROCESSOR_MIN_PIXELS,
-        PROCESSOR_MAX_PIXELS,
-    )?;
+    let (min_pixels, max_pixels) = kind.processor_pixels();
+    let (rh, rw) = smart_resize(lh, lw, tower.factor(), min_pixels, max_pixels)?;
     let patches = (rh / tower.patch_size) * (rw / tower.patch_size);
     Ok(ImageGrid {
         loaded_width: lw,
@@ -445,6 +537,8 @@ mod tests {
             out_hidden_size: 2560,
             num_position_embeddings: 2304,
             deepstack_visual_indexes: vec![],
+            window_size: 0,
+            fullatt_block_indexes: vec![],
         }
     }
 
@@ -479,20 +573,44 @@ mod tests {
             llamafactory_resize(448, 448, 768 * 768, 32 * 32),
             (448, 448)
         );
-        let g = image_grid(&q35_4b(), 1024, 1024, 768 * 768, 32 * 32).unwrap();
+        let g = image_grid(
+            &q35_4b(),
+            VisionKind::Qwen35,
+            1024,
+            1024,
+            768 * 768,
+            32 * 32,
+        )
+        .unwrap();
         assert_eq!(
             (g.width, g.height, g.patches, g.tokens),
             (768, 768, 2304, 576)
         );
         // A 12-megapixel photo and a 1080p frame at LLaMA-Factory's defaults (its resize and the
         // processor's smart_resize run in python3: 886×665 → 896×672, 1024×576 → 1024×576).
-        let g = image_grid(&q35_4b(), 4032, 3024, 768 * 768, 32 * 32).unwrap();
+        let g = image_grid(
+            &q35_4b(),
+            VisionKind::Qwen35,
+            4032,
+            3024,
+            768 * 768,
+            32 * 32,
+        )
+        .unwrap();
         assert_eq!((g.loaded_width, g.loaded_height), (886, 665));
         assert_eq!(
             (g.width, g.height, g.patches, g.tokens),
             (896, 672, 2352, 588)
         );
-        let g = image_grid(&q35_4b(), 1920, 1080, 768 * 768, 32 * 32).unwrap();
+        let g = image_grid(
+            &q35_4b(),
+            VisionKind::Qwen35,
+            1920,
+            1080,
+            768 * 768,
+            32 * 32,
+        )
+        .unwrap();
         assert_eq!((g.width, g.height, g.tokens), (1024, 576, 576));
     }
 
@@ -502,9 +620,70 @@ mod tests {
         // tests/data/steptrace/models26.jsonl's VL recording).
         let mut t = q35_4b();
         t.depth = 2;
-        assert_eq!(t.params(), 56_397_312);
-        assert_eq!(t.linear_weights().len(), t.param_shapes().len());
-        assert!(t.validate().is_ok());
+        assert_eq!(t.params(VisionKind::Qwen35), 56_397_312);
+        assert!(t.validate(VisionKind::Qwen35).is_ok());
+    }
+
+    /// Qwen2.5-VL-3B's `vision_config` (the published config.json, as `measure_vl.py` types it).
+    fn q25_3b() -> VisionTower {
+        VisionTower {
+            depth: 32,
+            hidden_size: 1280,
+            intermediate_size: 3420,
+            num_heads: 16,
+            patch_size: 14,
+            spatial_merge_size: 2,
+            temporal_patch_size: 2,
+            in_channels: 3,
+            out_hidden_size: 2048,
+            num_position_embeddings: 0,
+            deepstack_visual_indexes: vec![],
+            window_size: 112,
+            fullatt_block_indexes: vec![7, 15, 23, 31],
+        }
+    }
+
+    #[test]
+    fn the_windowed_tower_has_the_harness_parameter_count() {
+        // vision_params of the `q25vl` and `q25vlqkvo` recordings (tests/data/steptrace/
+        // models26_vl.jsonl): the tower cut to 4 and 5 blocks.
+        let mut t = q25_3b();
+        t.depth = 4;
+        t.fullatt_block_indexes = vec![1, 3];
+        assert_eq!(t.params(VisionKind::Qwen25Vl), 117_022_688);
+        assert!(t.validate(VisionKind::Qwen25Vl).is_ok());
+        t.depth = 5;
+        t.fullatt_block_indexes = vec![2];
+        assert_eq!(t.params(VisionKind::Qwen25Vl), 136_724_888);
+        // A windowed tower's numbers on a tower without windows, and the reverse, are refused.
+        assert!(t.validate(VisionKind::Qwen35).is_err());
+        assert!(q35_4b().validate(VisionKind::Qwen25Vl).is_err());
+        t.fullatt_block_indexes = vec![5];
+        assert!(t
+            .validate(VisionKind::Qwen25Vl)
+            .unwrap_err()
+            .contains("fullatt_block_indexes"));
+    }
+
+    #[test]
+    fn windows_follow_get_vision_window_index() {
+        // Counted by transformers 5.24's get_vision_window_index (vision_utils.py) run in
+        // python3 on these grids: a 448×448 image (32×32 patches) has 16 windows of 64 patches;
+        // 644×476 (34×46 patches, 17×23 visual tokens) 30 windows, the last row 1 token high and
+        // the last column 3 tokens wide, and no empty window to drop; the 448×448 image's
+        // padding adds 9 empty ones, which `unique_consecutive` drops.
+        let t = q25_3b();
+        assert_eq!(t.windows(32, 32), vec![64; 16]);
+        assert_eq!(t.padded_windows(32, 32), 25);
+        let w = t.windows(34, 46);
+        assert_eq!(w.len(), 30);
+        assert_eq!(w.iter().sum::<u64>(), 34 * 46);
+        assert_eq!(&w[..6], &[64, 64, 64, 64, 64, 48]);
+        assert_eq!(&w[24..], &[16, 16, 16, 16, 16, 12]);
+        assert_eq!(t.padded_windows(34, 46), 30);
+        // The processor's own limits: Qwen2.5-VL's smallest image is 4 visual tokens.
+        let g = image_grid(&t, VisionKind::Qwen25Vl, 20, 20, 768 * 768, 32 * 32).unwrap();
+        assert_eq!((g.width, g.height, g.tokens), (56, 56, 4));
     }
 
     #[test]
@@ -515,10 +694,12 @@ mod tests {
         let mut t = q35_4b();
         t.depth = 4;
         t.deepstack_visual_indexes = vec![0, 1, 2];
-        assert_eq!(t.params(), 163_423_232);
-        assert_eq!(t.linear_weights().len(), t.param_shapes().len());
-        assert!(t.validate().is_ok());
+        assert_eq!(t.params(VisionKind::Qwen3Vl), 163_423_232);
+        assert!(t.validate(VisionKind::Qwen3Vl).is_ok());
         t.deepstack_visual_indexes = vec![0, 4];
-        assert!(t.validate().unwrap_err().contains("deepstack"));
+        assert!(t
+            .validate(VisionKind::Qwen3Vl)
+            .unwrap_err()
+            .contains("deepstack"));
     }
 }

@@ -104,6 +104,12 @@ pub fn encode_arch(a: &Architecture) -> String {
                 .collect();
             s.push_str(&format!(".Z{}", l.join("-")));
         }
+        if t.window_size != 0 {
+            // Qwen2.5-VL's window, then its full-attention blocks.
+            let mut l = vec![t.window_size.to_string()];
+            l.extend(t.fullatt_block_indexes.iter().map(u64::to_string));
+            s.push_str(&format!(".X{}", l.join("-")));
+        }
     }
     s
 }
@@ -161,7 +167,18 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
                 out_hidden_size: n[8],
                 num_position_embeddings: n[9],
                 deepstack_visual_indexes: vec![],
+                window_size: 0,
+                fullatt_block_indexes: vec![],
             });
+            continue;
+        }
+        if p == "X" {
+            // Qwen2.5-VL's window and full-attention blocks, after the tower's numbers.
+            let n: Option<Vec<u64>> = rest.split('-').map(|x| x.parse().ok()).collect();
+            let (window, blocks) = n?.split_first().map(|(w, b)| (*w, b.to_vec()))?;
+            let t = a.vision.as_mut()?;
+            t.window_size = window;
+            t.fullatt_block_indexes = blocks;
             continue;
         }
         if p == "Z" {

@@ -113,7 +113,8 @@ fn qwen35_sequences_equal_the_recordings() {
 /// checkpointing (the embedding hook makes the scatter of the visual tokens part of the graph);
 /// the same two on Qwen3.5-35B-A3B (`q35moevl*`), whose tower is Qwen3.5's; three on Qwen3-VL-4B
 /// (`q3vl*`), whose deepstack features are added after the first text layers, and two on
-/// Qwen3-VL-30B-A3B (`q3vlmoe*`), its experts in every text layer.
+/// Qwen3-VL-30B-A3B (`q3vlmoe*`), its experts in every text layer; two on Qwen2.5-VL-3B
+/// (`q25vl*`), whose tower attends within windows (partial ones at a 640×480 image's edges).
 #[test]
 fn qwen35_vl_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
@@ -130,13 +131,14 @@ fn qwen35_vl_sequences_equal_the_recordings() {
         checked += 1;
     }
     assert_eq!(
-        checked, 9,
-        "Qwen3.5, Qwen3.5-MoE, Qwen3-VL and Qwen3-VL-MoE vision-language recordings"
+        checked, 11,
+        "Qwen3.5, Qwen3.5-MoE, Qwen3-VL, Qwen3-VL-MoE and Qwen2.5-VL vision-language recordings"
     );
 }
 
 /// Measured vision-language steps (`tests/data/reference/models26/vl_cases.jsonl`:
-/// Qwen3.5-4B, Qwen3.5-35B-A3B, Qwen3-VL-4B and Qwen3-VL-30B-A3B at full depth, the tower frozen, LoRA on the language model,
+/// Qwen3.5-4B, Qwen3.5-35B-A3B, Qwen3-VL-4B, Qwen3-VL-30B-A3B and Qwen2.5-VL-3B at full depth, the
+/// tower frozen, LoRA on the language model,
 /// images in the processor's shapes): allocated, quick and reserved against the harness and its
 /// replay, the parameter counts (the tower's included), the peak phase, and the plan naming each
 /// image's visual tokens as the harness built them, with the tower its own group.
@@ -188,12 +190,15 @@ fn qwen35_vl_within_tolerance_of_the_harness_and_its_replay() {
             v["image"]["visual_tokens"].as_u64().expect("visual_tokens"),
             "{id}: visual tokens"
         );
+        // The processor's resize as the harness ran it (`smart_resize`, `[width, height]`).
         assert_eq!(
             vec![vis.width, vis.height],
-            vec![
-                v["image"]["width"].as_u64().unwrap(),
-                v["image"]["height"].as_u64().unwrap()
-            ],
+            v["image"]["resized"]
+                .as_array()
+                .expect("resized")
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect::<Vec<_>>(),
             "{id}: the image the tower sees"
         );
         let tower = sim
@@ -222,7 +227,7 @@ fn qwen35_vl_within_tolerance_of_the_harness_and_its_replay() {
     for (id, a, r, q) in &rows {
         println!("{id:<52} {a:>+8.3} {r:>+8.3} {q:>+8.3}");
     }
-    assert_eq!(rows.len(), 10, "vision-language case count");
+    assert_eq!(rows.len(), 13, "vision-language case count");
     for (id, a, r, q) in &rows {
         assert!(
             *a == 0.0 && *q == 0.0,

@@ -229,7 +229,7 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
     }
     if EXTENDED {
         steptrace::check_method(arch, s)?;
-        crate::model::vision::visual(arch.vision.as_ref(), &s.images, s.seq)
+        crate::model::vision::visual(arch.tower(), &s.images, s.seq)
             .map_err(|(field, why)| PlanError::InvalidSetting { field, why })?;
     }
     let images = EXTENDED && s.images.images_per_sample > 0;
@@ -249,6 +249,12 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
         return Err(PlanError::InvalidSetting {
             field: "autocast",
             why: "autocast over the vision tower's forward (its weights cast to the autocast dtype for every op) is not planned yet: plan the model in its training dtype without autocast".into(),
+        });
+    }
+    if images && s.grad_ckpt && arch.tower().is_some_and(|(_, k)| k.input_hooked()) {
+        return Err(PlanError::InvalidSetting {
+            field: "grad_ckpt",
+            why: format!("with gradient checkpointing, transformers' enable_input_require_grads also hooks {}'s visual.patch_embed, so the frozen vision tower builds a graph and backward runs through it: that step is not planned yet; plan the images without gradient checkpointing, or a text-only step", arch.family.name()),
         });
     }
     if images && s.quant.is_some() {
@@ -727,17 +733,17 @@ fn model_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
                 .into(),
         );
     }
-    let Some(tower) = &arch.vision else {
+    let Some((tower, kind)) = arch.tower() else {
         return out;
     };
-    let params = tower.params();
+    let params = tower.params(kind);
     if s.quant.is_some() {
         out.push(
             "4-bit loading quantizes the vision tower's Linear layers with the language model's (transformers keeps only lm_head in 16 bits); prepare_model_for_kbit_training casts its other parameters to fp32"
                 .into(),
         );
     }
-    match crate::model::vision::visual(Some(tower), &s.images, s.seq) {
+    match crate::model::vision::visual(Some((tower, kind)), &s.images, s.seq) {
         Ok(Some(v)) => {
             let g = v.grid;
             out.push(format!(
@@ -761,6 +767,21 @@ fn model_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
                 "the vision tower ({params} parameters, {} blocks) is frozen with no LoRA and runs without a graph: its temporaries are freed during the forward; only the pixel values and its two outputs outlive it until the loss",
                 tower.depth
             ));
+            if kind.windowed() {
+                let (gh, gw) = (g.height / tower.patch_size, g.width / tower.patch_size);
+                let side = tower.window_size / tower.factor();
+                let windows = tower.windows(gh, gw).len();
+                out.push(if tower.fullatt_block_indexes.is_empty() {
+                    format!("its attention runs within windows of {side}×{side} visual tokens ({windows} per image) in every block; the merger's output is put back in image order")
+                } else {
+                    let blocks: Vec<String> =
+                        tower.fullatt_block_indexes.iter().map(u64::to_string).collect();
+                    format!(
+                        "its attention runs within windows of {side}×{side} visual tokens ({windows} per image), but over each whole image in blocks {}; the merger's output is put back in image order",
+                        blocks.join(", ")
+                    )
+                });
+            }
             let deep = tower.deepstack_visual_indexes.len();
             if deep > 0 {
                 out.push(format!(

@@ -5,7 +5,7 @@
 use super::tape::{Edge, Mode, Op, Tape, G, NO_LAYER, T, X};
 use super::{Block, Event, StepPhase, Trace, What};
 use crate::model::arch::{
-    AttentionKind, KwargsOrder, LayerKind, LinearShape, NormKind, QkNorm, Target,
+    AttentionKind, KwargsOrder, LayerKind, LinearShape, Mrope, NormKind, QkNorm, Target,
 };
 use crate::model::bnb_adamw;
 use crate::model::ctx::{Ctx, SdpaMask};
@@ -222,6 +222,7 @@ mod preference;
 mod trl_sft;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod vision;
+mod vision_window;
 
 impl<'c, 'a> Prog<'c, 'a> {
     /// Tokens of one forward pass: every sequence it sees (`2 × batch` for preference pairs).
@@ -1476,8 +1477,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             q
         };
-        // OLMoE views q and k into heads after all three projections.
-        let mut qv = if whole_norm || gated || !view_copies(multi.0) {
+        // OLMoE and Qwen2.5-VL view q and k into heads after all three projections.
+        let views_late = a.family.layout().views_after_projections;
+        let mut qv = if whole_norm || views_late || gated || !view_copies(multi.0) {
             q
         } else {
             let t = self.view_clone(q);
@@ -1500,7 +1502,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             k
         };
-        let mut kv = if whole_norm || !view_copies(multi.1) {
+        let mut kv = if whole_norm || views_late || !view_copies(multi.1) {
             k
         } else {
             let t = self.view_clone(k);
@@ -1536,6 +1538,18 @@ impl<'c, 'a> Prog<'c, 'a> {
             let t = self.view_clone(kv);
             self.drop(kv);
             kv = t;
+        }
+        if views_late {
+            if view_copies(multi.0) {
+                let t = self.view_clone(qv);
+                self.drop(qv);
+                qv = t;
+            }
+            if view_copies(multi.1) {
+                let t = self.view_clone(kv);
+                self.drop(kv);
+                kv = t;
+            }
         }
         // v's view also copies its gradient back when it arrives contiguous in (b, h, s, d):
         // from eager matmuls or from repeat_kv's reduction (a masked sdpa with GQA).
@@ -2144,11 +2158,11 @@ impl<'c, 'a> Prog<'c, 'a> {
             AttentionKind::Standard => {}
         }
         // (the multimodal rotary is the full planner's, `extended::needed`)
-        if self.ctx.arch.family.layout().mrope {
+        if let Some(kind) = self.ctx.arch.family.layout().mrope {
             if let Some(tables) = extended!(
                 self,
                 "the multimodal rotary",
-                Some(self.rotary_mrope(es)),
+                Some(self.rotary_mrope(es, kind)),
                 None
             ) {
                 return tables;
@@ -2200,7 +2214,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// the inverse frequencies (no GEMM), cos and sin scaled, each recomposed by a `cat` into
     /// `[batch, seq, rotary]`, then cast to the model's dtype.
     #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
-    fn rotary_mrope(&mut self, es: u64) -> (X, X) {
+    fn rotary_mrope(&mut self, es: u64, kind: Mrope) -> (X, X) {
         let s = self.ctx.s;
         let bs = s.sequences() * s.seq;
         let rd = self.ctx.arch.rotary_dim();
@@ -2213,10 +2227,29 @@ impl<'c, 'a> Prog<'c, 'a> {
         let sn = self.t(freqs.n, 4, What::Rotary);
         let ss = self.t(freqs.n, 4, What::Rotary);
         self.drop(sn);
-        let sin_cat = self.t(bs * rd, 4, What::Rotary);
-        self.drop(ss);
-        let cos_cat = self.t(bs * rd, 4, What::Rotary);
-        self.drop(cs);
+        let (sin_cat, cos_cat) = match kind {
+            Mrope::Interleaved => {
+                let sin_cat = self.t(bs * rd, 4, What::Rotary);
+                self.drop(ss);
+                let cos_cat = self.t(bs * rd, 4, What::Rotary);
+                self.drop(cs);
+                (sin_cat, cos_cat)
+            }
+            Mrope::Sections => {
+                // Each of sin, then cos: its sections' `cat` (half the table), that half
+                // concatenated with itself; the half dies when the helper returns, the scaled
+                // products when the caller rebinds its name.
+                let mut cats = vec![];
+                for x in [ss, cs] {
+                    let half = self.t(bs * rd / 2, 4, What::Rotary);
+                    let full = self.t(bs * rd, 4, What::Rotary);
+                    self.drop(half);
+                    self.drop(x);
+                    cats.push(full);
+                }
+                (cats[0], cats[1])
+            }
+        };
         let cos = self.cast(cos_cat, es, What::Rotary);
         let sin = self.cast(sin_cat, es, What::Rotary);
         self.drop(freqs);

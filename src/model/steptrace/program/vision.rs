@@ -6,6 +6,7 @@
 //! replace the image placeholders of the embedding output (`masked_scatter`).
 
 use super::{bytes, Prog, X};
+use crate::model::family::VisionKind;
 use crate::model::steptrace::tape::{Op, Step, NO_LAYER};
 use crate::model::steptrace::What;
 use crate::model::vision::VisionTower;
@@ -28,6 +29,16 @@ pub(super) struct VisionLocals {
 }
 
 impl Prog<'_, '_> {
+    /// How the family builds its tower.
+    pub(super) fn vision_kind(&self) -> VisionKind {
+        self.ctx
+            .arch
+            .family
+            .layout()
+            .vision
+            .unwrap_or(VisionKind::Qwen35)
+    }
+
     /// The tower's parameters, registered before the language model's (`Qwen3_5Model`
     /// creates `visual` first): frozen, in the model's dtype. A 4-bit load quantizes its Linear
     /// layers like the language model's (transformers keeps only the output embedding and the
@@ -36,9 +47,10 @@ impl Prog<'_, '_> {
     pub(super) fn register_vision(&mut self, t: &VisionTower) {
         let es = bytes(self.ctx.aux_weight);
         let four_bit = self.ctx.s.quant.is_some();
+        let kind = self.vision_kind();
         self.tp.exec = NO_LAYER;
         self.tp.block = crate::model::steptrace::Block::Vision;
-        for (n, linear) in t.param_shapes().into_iter().zip(t.linear_weights()) {
+        for (n, linear) in t.param_shapes(kind).into_iter().zip(t.linear_weights(kind)) {
             if four_bit && linear {
                 self.param(n.div_ceil(2), 1, 1, false, What::Weight);
             } else {
@@ -51,11 +63,11 @@ impl Prog<'_, '_> {
     /// The quantization states of the tower's 4-bit Linear weights (before the language
     /// model's).
     pub(super) fn vision_quant_state(&mut self) {
-        let Some(t) = self.ctx.arch.vision.as_ref() else {
+        let Some((t, kind)) = self.ctx.arch.tower() else {
             return;
         };
         self.tp.block = crate::model::steptrace::Block::Vision;
-        for (n, linear) in t.param_shapes().into_iter().zip(t.linear_weights()) {
+        for (n, linear) in t.param_shapes(kind).into_iter().zip(t.linear_weights(kind)) {
             if linear {
                 // 4-bit: the state depends on the value count alone (an 8-bit base with a
                 // vision tower is refused by the plan's checks).
@@ -96,69 +108,17 @@ impl Prog<'_, '_> {
         let es = bytes(self.ctx.aux_weight);
         let images = s.sequences() * v.images;
         let p = images * v.grid.patches;
-        let hv = t.hidden_size;
-        let hd = t.head_dim();
         let tok = images * v.grid.tokens;
         let what = What::Vision;
         self.tp.block = crate::model::steptrace::Block::Vision;
         // get_image_features: pixel_values.type(visual.dtype).
         let pix = self.t(p * t.patch_values(), es, what);
-        let (idx, w4) = self.interpolation_indices(images, p);
-        let pos_ids = self.vision_position_ids(t, v, images);
-        let cu = self.cu_seqlens(images);
-        // Patch embedding (Conv3d) and the resampled position embeddings.
-        let conv = self.t(p * hv, es, what);
-        let pe = self.t(p * 4 * hv, es, what);
-        let pw = self.t(p * 4 * hv, 4, what);
-        self.drop(pe);
-        let pos_sum = self.t(p * hv, 4, what);
-        self.drop(pw);
-        let pos_cast = self.t(p * hv, es, what);
-        let mut h = self.t(p * hv, es, what);
-        self.drop(pos_cast);
-        self.drop(conv);
-        // The axial rotary: (h, w) positions × inverse frequencies, cos and sin recomposed
-        // into `[patches, head_dim]` fp32 tables.
-        let pf = self.t(p * 2, 4, what);
-        let freqs = self.t(p * hd / 2, 4, what);
-        self.drop(pf);
-        let mut tables = vec![];
-        let mut scaled = vec![];
-        for _ in 0..2 {
-            let c = self.t(p * hd / 2, 4, what);
-            let cs = self.t(p * hd / 2, 4, what);
-            self.drop(c);
-            scaled.push(cs);
-        }
-        for cs in scaled {
-            let half = self.t(p * hd / 2, 4, what);
-            let full = self.t(p * hd, 4, what);
-            self.drop(half);
-            self.drop(cs);
-            tables.push(full);
-        }
-        self.drop(freqs);
-        let mut deepstack = vec![];
-        for b in 0..t.depth {
-            h = self.vision_block(h, t, p, images, v.grid.patches);
-            if t.deepstack_visual_indexes.contains(&b) {
-                deepstack.push(self.deepstack_merger(t, tok, es));
-            }
-        }
-        // The merger: LayerNorm, then 2×2 patches side by side through fc1, GELU, fc2.
-        let ln = self.vision_layernorm(p, hv, es);
-        let fc1 = self.t(p * hv, es, what);
-        let act = self.t(p * hv, es, what);
-        self.drop(fc1);
-        let merged = self.t(tok * t.out_hidden_size, es, what);
-        self.drop(act);
-        self.drop(ln);
-        for x in [idx, w4, pos_ids, cu, pos_sum] {
-            self.drop(x);
-        }
-        for x in tables.into_iter().rev() {
-            self.drop(x);
-        }
+        let (h, merged, deepstack) = if self.vision_kind().windowed() {
+            let (h, merged) = self.windowed_tower(t, v, images);
+            (h, merged, vec![])
+        } else {
+            self.learned_tower(t, v, images)
+        };
         // The split sizes (`grid_thw.prod(-1) // merge²`), then get_image_features returns.
         let prod = self.t(images, 8, what);
         let sizes = self.t(images, 8, what);
@@ -210,6 +170,82 @@ impl Prog<'_, '_> {
             .map(|f| self.t(f.n, f.es, What::Hidden))
             .collect();
         (out, locals)
+    }
+
+    /// Qwen3.5's and Qwen3-VL's tower (`Qwen3_5VisionModel.forward`): the position grid
+    /// resampled to every patch, the axial rotary tables, the blocks (with Qwen3-VL's deepstack
+    /// mergers after the blocks it names) and the merger; returns the last block's output, the
+    /// merger's and the deepstack features.
+    fn learned_tower(
+        &mut self,
+        t: &VisionTower,
+        v: crate::model::vision::Visual,
+        images: u64,
+    ) -> (X, X, Vec<X>) {
+        let es = bytes(self.ctx.aux_weight);
+        let p = images * v.grid.patches;
+        let hv = t.hidden_size;
+        let hd = t.head_dim();
+        let tok = images * v.grid.tokens;
+        let what = What::Vision;
+        let chunks = vec![v.grid.patches; images as usize];
+        let (idx, w4) = self.interpolation_indices(images, p);
+        let pos_ids = self.vision_position_ids(t, v, images);
+        let cu = self.cu_seqlens(images);
+        // Patch embedding (Conv3d) and the resampled position embeddings.
+        let conv = self.t(p * hv, es, what);
+        let pe = self.t(p * 4 * hv, es, what);
+        let pw = self.t(p * 4 * hv, 4, what);
+        self.drop(pe);
+        let pos_sum = self.t(p * hv, 4, what);
+        self.drop(pw);
+        let pos_cast = self.t(p * hv, es, what);
+        let mut h = self.t(p * hv, es, what);
+        self.drop(pos_cast);
+        self.drop(conv);
+        // The axial rotary: (h, w) positions × inverse frequencies, cos and sin recomposed
+        // into `[patches, head_dim]` fp32 tables.
+        let pf = self.t(p * 2, 4, what);
+        let freqs = self.t(p * hd / 2, 4, what);
+        self.drop(pf);
+        let mut tables = vec![];
+        let mut scaled = vec![];
+        for _ in 0..2 {
+            let c = self.t(p * hd / 2, 4, what);
+            let cs = self.t(p * hd / 2, 4, what);
+            self.drop(c);
+            scaled.push(cs);
+        }
+        for cs in scaled {
+            let half = self.t(p * hd / 2, 4, what);
+            let full = self.t(p * hd, 4, what);
+            self.drop(half);
+            self.drop(cs);
+            tables.push(full);
+        }
+        self.drop(freqs);
+        let mut deepstack = vec![];
+        for b in 0..t.depth {
+            h = self.vision_block(h, t, p, &chunks);
+            if t.deepstack_visual_indexes.contains(&b) {
+                deepstack.push(self.deepstack_merger(t, tok, es));
+            }
+        }
+        // The merger: LayerNorm, then 2×2 patches side by side through fc1, GELU, fc2.
+        let ln = self.vision_layernorm(p, hv, es);
+        let fc1 = self.t(p * hv, es, what);
+        let act = self.t(p * hv, es, what);
+        self.drop(fc1);
+        let merged = self.t(tok * t.out_hidden_size, es, what);
+        self.drop(act);
+        self.drop(ln);
+        for x in [idx, w4, pos_ids, cu, pos_sum] {
+            self.drop(x);
+        }
+        for x in tables.into_iter().rev() {
+            self.drop(x);
+        }
+        (h, merged, deepstack)
     }
 
     /// `get_vision_interpolation_indices_and_weights` (`modeling_qwen3_5.py`): the bilinear
@@ -304,7 +340,7 @@ impl Prog<'_, '_> {
 
     /// `get_vision_position_ids`: each image's (h, w) patch positions in merge order, stacked
     /// and repeated per frame, then concatenated (`[patches, 2]` int64).
-    fn vision_position_ids(
+    pub(super) fn vision_position_ids(
         &mut self,
         t: &VisionTower,
         v: crate::model::vision::Visual,
@@ -347,7 +383,7 @@ impl Prog<'_, '_> {
 
     /// `get_vision_attention_seqlens`: each image's patch count, cumulated and padded with a 0
     /// (`cu_seqlens`, int32).
-    fn cu_seqlens(&mut self, images: u64) -> X {
+    pub(super) fn cu_seqlens(&mut self, images: u64) -> X {
         let w = What::Vision;
         let m = self.t(images, 8, w);
         let r = self.t(images, 8, w);
@@ -378,6 +414,7 @@ impl Prog<'_, '_> {
             v.grid.width / t.patch_size / m,
         );
         let text_tail = s.seq - v.sequence_tokens() + 1;
+        let integer_interval = self.vision_kind().windowed();
         let pos = self.t(3 * self.tokens(), 8, w);
         let mut deltas = vec![];
         let mut current: Option<X> = None;
@@ -403,11 +440,22 @@ impl Prog<'_, '_> {
             self.drop(ar);
             list.push(add);
             for i in 0..v.images {
+                // The temporal positions: `arange × time_interval`, which Qwen3.5 and Qwen3-VL
+                // leave at its float default (a float product cast back by `.long()`) and
+                // Qwen2.5-VL passes as the integer 1.
                 let ar = self.t(1, 8, w);
-                let mu = self.t(1, 4, w);
-                self.drop(ar);
-                let tt = self.t(1, 8, w);
-                self.drop(mu);
+                let tt = if integer_interval {
+                    self.t(1, 8, w)
+                } else {
+                    let mu = self.t(1, 4, w);
+                    self.drop(ar);
+                    let tt = self.t(1, 8, w);
+                    self.drop(mu);
+                    tt
+                };
+                if integer_interval {
+                    self.drop(ar);
+                }
                 let ah = self.t(lh, 8, w);
                 let hh = self.t(lh, 8, w);
                 self.drop(ah);
@@ -554,14 +602,41 @@ impl Prog<'_, '_> {
         y
     }
 
-    /// One ViT block (`Qwen3_5VisionBlock`): LayerNorm, qkv, the rotary in fp32, attention over
-    /// each image on its own (SDPA per `cu_seqlens` chunk), proj and the residual; LayerNorm,
-    /// fc1, GELU-tanh, fc2 and the residual.
-    fn vision_block(&mut self, x: X, t: &VisionTower, p: u64, images: u64, per_image: u64) -> X {
+    /// The norm of a tower's block without a graph: `nn.LayerNorm` (its output, and the mean
+    /// and rstd it frees at once) or, in Qwen2.5-VL's tower, `Qwen2_5_VLRMSNorm` (in fp32, then
+    /// the weight times its cast back).
+    pub(super) fn vision_norm(&mut self, rows: u64, width: u64, es: u64) -> X {
+        if !self.vision_kind().windowed() {
+            return self.vision_layernorm(rows, width, es);
+        }
+        let what = What::Vision;
+        let x32 = self.t(rows * width, 4, what);
+        let pow = self.t(rows * width, 4, what);
+        let var = self.t(rows, 4, what);
+        self.drop(pow);
+        let add = self.t(rows, 4, what);
+        let rs = self.t(rows, 4, what);
+        self.drop(add);
+        let normed = self.t(rows * width, 4, what);
+        self.drop(rs);
+        self.drop(x32);
+        let cast = self.t(rows * width, es, what);
+        let y = self.t(rows * width, es, what);
+        self.drop(cast);
+        self.drop(normed);
+        self.drop(var);
+        y
+    }
+
+    /// One ViT block (`Qwen3_5VisionBlock`, `Qwen2_5_VLVisionBlock`): the norm, qkv, the rotary
+    /// in fp32, attention over each chunk of `chunks` patches on its own (SDPA per `cu_seqlens`
+    /// chunk: an image, or a window), proj and the residual; the norm, the MLP (fc1, GELU-tanh,
+    /// fc2; or Qwen2.5-VL's gate, SiLU, up, their product, down) and the residual.
+    pub(super) fn vision_block(&mut self, x: X, t: &VisionTower, p: u64, chunks: &[u64]) -> X {
         let es = bytes(self.ctx.aux_weight);
         let hv = t.hidden_size;
         let what = What::Vision;
-        let n1 = self.vision_layernorm(p, hv, es);
+        let n1 = self.vision_norm(p, hv, es);
         let qkv = self.t(p * 3 * hv, es, what);
         self.tp.gemm(false);
         // apply_rotary_pos_emb_vision: q and k in fp32, each `q·cos + rotate_half(q)·sin`.
@@ -586,12 +661,12 @@ impl Prog<'_, '_> {
         self.drop(rotated[1]);
         self.drop(qf);
         self.drop(kf);
-        let lengths = self.t(images, 4, what);
-        // One SDPA per image: its output, and the logsumexp and seeds it frees at once.
+        let lengths = self.t(chunks.len() as u64, 4, what);
+        // One SDPA per chunk: its output, and the logsumexp and seeds it frees at once.
         let mut outs = vec![];
-        for _ in 0..images {
-            let o = self.t(per_image * hv, es, what);
-            let lse = self.t(per_image * t.num_heads, 4, what);
+        for &n in chunks {
+            let o = self.t(n * hv, es, what);
+            let lse = self.t(n * t.num_heads, 4, what);
             let s1 = self.t(1, 8, what);
             let s2 = self.t(1, 8, what);
             self.drop(lse);
@@ -613,15 +688,30 @@ impl Prog<'_, '_> {
         self.drop(n1);
         let h1 = self.t(p * hv, es, what);
         self.drop(proj);
-        let n2 = self.vision_layernorm(p, hv, es);
-        let fc1 = self.t(p * t.intermediate_size, es, what);
-        let act = self.t(p * t.intermediate_size, es, what);
-        self.drop(fc1);
-        let fc2 = self.t(p * hv, es, what);
-        self.drop(act);
+        let n2 = self.vision_norm(p, hv, es);
+        let wi = p * t.intermediate_size;
+        let down = if self.vision_kind().windowed() {
+            let gate = self.t(wi, es, what);
+            let act = self.t(wi, es, what);
+            self.drop(gate);
+            let up = self.t(wi, es, what);
+            let prod = self.t(wi, es, what);
+            self.drop(act);
+            self.drop(up);
+            let down = self.t(p * hv, es, what);
+            self.drop(prod);
+            down
+        } else {
+            let fc1 = self.t(wi, es, what);
+            let act = self.t(wi, es, what);
+            self.drop(fc1);
+            let fc2 = self.t(p * hv, es, what);
+            self.drop(act);
+            fc2
+        };
         self.drop(n2);
         let out = self.t(p * hv, es, what);
-        self.drop(fc2);
+        self.drop(down);
         self.drop(h1);
         self.drop(x);
         out

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Measures the vision-language cases of vl_cases.jsonl with the harness's measure_vl.py
 (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration,
-Qwen3VLForConditionalGeneration and Qwen3VLMoeForConditionalGeneration, full depth, images built in the processor's shapes) and replays
+Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration and
+Qwen2_5_VLForConditionalGeneration, full depth, images built in the processor's shapes) and replays
 each step's allocation sequence through PyTorch's caching allocator (replay.py). Run from the
 harness folder (`../../harness`, a copy of `shared/truth`, with its .venv):
 
@@ -18,6 +19,7 @@ import subprocess
 import sys
 
 Q35 = dict(min_pixels=65536, max_pixels=16777216)
+Q25 = dict(min_pixels=3136, max_pixels=12845056)
 CASES = [
     # 448×448: 196 visual tokens; 512 text tokens.
     ("qwen3.5-4b-vl_bf16_img448_t512_b1_all_nogc",
@@ -55,6 +57,19 @@ CASES = [
     ("qwen3-vl-30b-a3b_bf16_img448_t512_b1_qkvo_nogc",
      {"model": "qwen3-vl-30b-a3b", "seq": 512, "batch": 1, "target_modules": "qkvo",
       "image": dict(width=448, height=448, **Q35)}),
+    # Qwen2.5-VL-3B-Instruct (measured 2026-12-07): Qwen2 text layers, the windowed tower (full
+    # attention in blocks 7, 15, 23, 31); the processor's limits are Qwen2.5-VL's published
+    # preprocessor_config.json ones (min_pixels 3136, max_pixels 12845056). Without
+    # checkpointing: with it, enable_input_require_grads hooks visual.patch_embed and the tower
+    # builds a graph, which lorafit does not plan yet.
+    ("qwen2.5-vl-3b_bf16_img448_t512_b1_all_nogc",
+     {"model": "qwen2.5-vl-3b", "seq": 512, "batch": 1, "image": dict(width=448, height=448, **Q25)}),
+    ("qwen2.5-vl-3b_bf16_img640x480_t1024_b1_qkvo_nogc",
+     {"model": "qwen2.5-vl-3b", "seq": 1024, "batch": 1, "target_modules": "qkvo",
+      "image": dict(width=640, height=480, **Q25)}),
+    ("qwen2.5-vl-3b_bf16_2img448_t256_b2_all_nogc",
+     {"model": "qwen2.5-vl-3b", "seq": 256, "batch": 2,
+      "image": dict(width=448, height=448, count=2, **Q25)}),
 ]
 
 
