@@ -151,7 +151,9 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
         && root
             .get("model_type")
             .and_then(Value::as_str)
-            .and_then(Family::parse)
+            .map(str::to_string)
+            .or_else(|| family_from_architectures(root))
+            .and_then(|t| Family::parse(&t))
             .is_some_and(|f| f.layout().vision.is_some());
     if !nested && !flat_vision && root.get("vision_config").is_some() {
         return Err("vision-language configs without a text_config are not supported".into());
@@ -655,6 +657,57 @@ mod tests {
         // The vision tower is not planned: the import says so instead of dropping it quietly.
         // Its model_type repeats text_config's, which is the one read.
         assert_eq!(read.ignored, vec!["model_type", "vision_config"]);
+    }
+
+    #[test]
+    fn qwen2_5_vl_reads_its_flat_config_and_windowed_tower() {
+        // Qwen2.5-VL-3B-Instruct's config.json as published (verbatim in the harness's
+        // measure_vl.py): the language model's keys at the top, beside vision_config.
+        let q = r#"{"architectures":["Qwen2_5_VLForConditionalGeneration"],"attention_dropout":0.0,
+            "bos_token_id":151643,"eos_token_id":151645,"vision_start_token_id":151652,"vision_end_token_id":151653,
+            "vision_token_id":151654,"image_token_id":151655,"video_token_id":151656,"hidden_act":"silu",
+            "hidden_size":2048,"initializer_range":0.02,"intermediate_size":11008,"max_position_embeddings":128000,
+            "max_window_layers":70,"model_type":"qwen2_5_vl","num_attention_heads":16,"num_hidden_layers":36,
+            "num_key_value_heads":2,"rms_norm_eps":1e-06,"rope_theta":1000000.0,"sliding_window":32768,
+            "tie_word_embeddings":true,"torch_dtype":"bfloat16","transformers_version":"4.41.2","use_cache":true,
+            "use_sliding_window":false,
+            "vision_config":{"depth":32,"hidden_act":"silu","hidden_size":1280,"intermediate_size":3420,"num_heads":16,
+            "in_chans":3,"out_hidden_size":2048,"patch_size":14,"spatial_merge_size":2,"spatial_patch_size":14,
+            "window_size":112,"fullatt_block_indexes":[7,15,23,31],"tokens_per_second":2,"temporal_patch_size":2},
+            "rope_scaling":{"type":"mrope","mrope_section":[16,24,24]},"vocab_size":151936}"#;
+        let read = parse_config(q).unwrap();
+        let a = &read.value;
+        assert_eq!(a.family, Family::Qwen25Vl);
+        assert!(a.tie_word_embeddings);
+        let t = a.vision.as_ref().expect("the tower");
+        assert_eq!((t.window_size, t.num_position_embeddings), (112, 0));
+        assert_eq!(t.fullatt_block_indexes, vec![7, 15, 23, 31]);
+        // 3,754,622,976 parameters in all, 668,684,288 of them the tower's (params of the
+        // harness's full-depth Qwen2.5-VL-3B steps, tests/data/reference/models26/vl_cases.jsonl).
+        assert_eq!(a.vision_params(), 668_684_288);
+        assert_eq!(a.total_params(), 3_754_622_976);
+        // transformers' vision config class reads no `in_chans` (its key is `in_channels`): said.
+        assert!(read.ignored.iter().any(|k| k == "vision_config.in_chans"));
+        assert!(!read
+            .ignored
+            .iter()
+            .any(|k| k == "vision_config.window_size"));
+        // The architectures entry alone names the family (not Qwen2's).
+        let v: Value = serde_json::from_str(q).unwrap();
+        let mut arch_only = v.clone();
+        arch_only.as_object_mut().unwrap().remove("model_type");
+        assert_eq!(
+            parse_config_value(&arch_only).unwrap().value.family,
+            Family::Qwen25Vl
+        );
+        // A full-attention block past the tower's depth is refused by name.
+        let mut bad = v.clone();
+        bad["vision_config"]["fullatt_block_indexes"] = serde_json::json!([7, 32]);
+        let e = parse_config_value(&bad).unwrap_err();
+        assert!(e.contains("fullatt_block_indexes"), "{e}");
+        // A flat config.json of a family without a planned tower is still refused.
+        let gemma = q.replace("\"model_type\":\"qwen2_5_vl\"", "\"model_type\":\"gemma3\"");
+        assert!(parse_config(&gemma).is_err());
     }
 
     #[test]

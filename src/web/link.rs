@@ -595,6 +595,19 @@ mod tests {
             Some(vec![5, 11, 17])
         );
         assert_eq!(back.total_params(), a.total_params());
+        // Qwen2.5-VL's window and full-attention blocks travel too (a flat config.json).
+        let q25 = r#"{"model_type":"qwen2_5_vl","hidden_size":2048,"intermediate_size":11008,
+            "num_hidden_layers":36,"num_attention_heads":16,"num_key_value_heads":2,"vocab_size":151936,
+            "tie_word_embeddings":true,"vision_config":{"depth":32,"hidden_size":1280,"intermediate_size":3420,
+            "num_heads":16,"out_hidden_size":2048,"patch_size":14,"spatial_merge_size":2,"window_size":112,
+            "fullatt_block_indexes":[7,15,23,31],"temporal_patch_size":2}}"#;
+        let a = crate::formats::config_json::parse_config(q25)
+            .unwrap()
+            .value;
+        let back = decode_arch(&encode_arch(&a)).expect("decodes");
+        assert_eq!(back.vision, a.vision);
+        assert_eq!(back.total_params(), a.total_params());
+        assert!(encode_arch(&a).ends_with(".X112-7-15-23-31"));
     }
 
     #[test]

@@ -113,8 +113,9 @@ fn qwen35_sequences_equal_the_recordings() {
 /// checkpointing (the embedding hook makes the scatter of the visual tokens part of the graph);
 /// the same two on Qwen3.5-35B-A3B (`q35moevl*`), whose tower is Qwen3.5's; three on Qwen3-VL-4B
 /// (`q3vl*`), whose deepstack features are added after the first text layers, and two on
-/// Qwen3-VL-30B-A3B (`q3vlmoe*`), its experts in every text layer; two on Qwen2.5-VL-3B
-/// (`q25vl*`), whose tower attends within windows (partial ones at a 640×480 image's edges).
+/// Qwen3-VL-30B-A3B (`q3vlmoe*`), its experts in every text layer; four on Qwen2.5-VL-3B
+/// (`q25vl*`), whose tower attends within windows (partial ones at a 640×480 image's edges), and
+/// with checkpointing builds a graph through the tower (its blocks checkpointed).
 #[test]
 fn qwen35_vl_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
@@ -131,7 +132,7 @@ fn qwen35_vl_sequences_equal_the_recordings() {
         checked += 1;
     }
     assert_eq!(
-        checked, 11,
+        checked, 13,
         "Qwen3.5, Qwen3.5-MoE, Qwen3-VL, Qwen3-VL-MoE and Qwen2.5-VL vision-language recordings"
     );
 }
@@ -227,7 +228,7 @@ fn qwen35_vl_within_tolerance_of_the_harness_and_its_replay() {
     for (id, a, r, q) in &rows {
         println!("{id:<52} {a:>+8.3} {r:>+8.3} {q:>+8.3}");
     }
-    assert_eq!(rows.len(), 13, "vision-language case count");
+    assert_eq!(rows.len(), 16, "vision-language case count");
     for (id, a, r, q) in &rows {
         assert!(
             *a == 0.0 && *q == 0.0,
@@ -254,6 +255,7 @@ fn the_catalog_qwen35_models_are_the_measured_ones() {
         ("qwen3.6-35b-a3b", "Qwen/Qwen3.5-35B-A3B"),
         ("qwen3-vl-4b", "Qwen/Qwen3-VL-4B-Instruct"),
         ("qwen3-vl-30b-a3b", "Qwen/Qwen3-VL-30B-A3B-Instruct"),
+        ("qwen2.5-vl-3b", "Qwen/Qwen2.5-VL-3B-Instruct"),
     ] {
         let v: Value = text
             .lines()
@@ -280,7 +282,7 @@ fn the_catalog_qwen35_models_are_the_measured_ones() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 5);
+    assert_eq!(checked, 6);
 }
 
 /// What a vision-language plan does not cover is refused with the setting and the reason, never

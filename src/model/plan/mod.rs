@@ -251,12 +251,6 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
             why: "autocast over the vision tower's forward (its weights cast to the autocast dtype for every op) is not planned yet: plan the model in its training dtype without autocast".into(),
         });
     }
-    if images && s.grad_ckpt && arch.tower().is_some_and(|(_, k)| k.input_hooked()) {
-        return Err(PlanError::InvalidSetting {
-            field: "grad_ckpt",
-            why: format!("with gradient checkpointing, transformers' enable_input_require_grads also hooks {}'s visual.patch_embed, so the frozen vision tower builds a graph and backward runs through it: that step is not planned yet; plan the images without gradient checkpointing, or a text-only step", arch.family.name()),
-        });
-    }
     if images && s.quant.is_some() {
         return Err(PlanError::InvalidSetting {
             field: "quant",
@@ -763,10 +757,17 @@ fn model_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
                 s.seq,
                 s.seq - v.sequence_tokens()
             ));
-            out.push(format!(
-                "the vision tower ({params} parameters, {} blocks) is frozen with no LoRA and runs without a graph: its temporaries are freed during the forward; only the pixel values and its two outputs outlive it until the loss",
-                tower.depth
-            ));
+            if s.grad_ckpt && kind.input_hooked() {
+                out.push(format!(
+                    "the vision tower ({params} parameters, {} blocks) is frozen with no LoRA, but with gradient checkpointing transformers' enable_input_require_grads also hooks its patch embedding: the tower builds a graph (each block checkpointed, its input kept), the merger keeps what its backward needs, and backward runs through every block again, recomputed, down to the patch embedding",
+                    tower.depth
+                ));
+            } else {
+                out.push(format!(
+                    "the vision tower ({params} parameters, {} blocks) is frozen with no LoRA and runs without a graph: its temporaries are freed during the forward; only the pixel values and its two outputs outlive it until the loss",
+                    tower.depth
+                ));
+            }
             if kind.windowed() {
                 let (gh, gw) = (g.height / tower.patch_size, g.width / tower.patch_size);
                 let side = tower.window_size / tower.factor();

@@ -119,6 +119,14 @@ struct Prog<'c, 'a> {
     graph_held: Vec<X>,
     /// The embedding output as a leaf needing a gradient (checkpointing).
     emb_leaf: Option<X>,
+    /// The vision tower's patch embedding output as a leaf needing a gradient (Qwen2.5-VL with
+    /// checkpointing: `enable_input_require_grads` hooks `visual.patch_embed`).
+    vision_leaf: Option<X>,
+    /// The vision tower's parameters in registration order.
+    vision_weights: Vec<X>,
+    /// Checkpointed tower blocks' inputs (hidden states, the attention boundaries, cos, sin),
+    /// by block.
+    vision_ckpt: Vec<Option<(X, X, X, X)>>,
     /// The 4-D mask of the current step, if any.
     causal: Option<X>,
     /// Router logits the output recorder holds (`output_router_logits`).
@@ -2799,8 +2807,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         let pg = self.tp.take_param_grads();
         let mut leaf = vec![];
         for (p, t) in pg {
-            if p == u32::MAX {
-                leaf.push(t);
+            if p >= super::tape::VISION_LEAF {
+                leaf.push((p, t));
                 continue;
             }
             match self.grads[p as usize] {
@@ -2808,14 +2816,20 @@ impl<'c, 'a> Prog<'c, 'a> {
                 Some(_) => self.tp.drop_t(t),
             }
         }
-        // `del loss` frees the graph: the embedding leaf (its .grad first), saved tensors of
-        // nodes that never ran, then the loss itself.
-        for t in leaf {
-            self.tp.drop_t(t);
+        // `del loss` frees the graph: the vision tower's leaf and the embedding leaf (each its
+        // .grad first), saved tensors of nodes that never ran, then the loss itself.
+        for (which, x) in [
+            (super::tape::VISION_LEAF, self.vision_leaf.take()),
+            (u32::MAX, self.emb_leaf.take()),
+        ] {
+            for &(_, t) in leaf.iter().filter(|(p, _)| *p == which) {
+                self.tp.drop_t(t);
+            }
+            if let Some(x) = x {
+                self.drop(x);
+            }
         }
-        if let Some(e) = self.emb_leaf.take() {
-            self.drop(e);
-        }
+        self.vision_ckpt.clear();
         for x in std::mem::take(&mut self.graph_held) {
             self.drop(x);
         }
@@ -2825,6 +2839,10 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Recomputes checkpointed `layer` from its saved input until its last saved tensor exists.
     fn recompute(&mut self, layer: u32) {
+        if layer >= super::tape::TOWER_BLOCKS {
+            extended!(self, "images", self.recompute_tower_block(layer), ());
+            return;
+        }
         let Some((h, cos, sin, mask)) = self.ckpt_in.get(layer as usize).copied().flatten() else {
             return;
         };
@@ -3159,6 +3177,9 @@ pub(super) fn run<const AFTER: u8>(
         phases: vec![],
         grads: vec![],
         ckpt_in: vec![],
+        vision_leaf: None,
+        vision_weights: vec![],
+        vision_ckpt: vec![],
         emb_leaf: None,
         ac_cache: vec![],
         int8_idx: vec![],

@@ -169,6 +169,12 @@ pub(super) enum Op {
     Join,
     /// [`Op::Join`] of three outputs.
     Join3,
+    /// A `split` / `unbind` into any number of views (Qwen2.5-VL's tower: q, k, v per attention
+    /// window; q, k, v of the fused projection): the node waits for every view's gradient and
+    /// concatenates (stacks) them into one tensor of the input's size, then frees them in the
+    /// views' order (the reverse of their arrival).
+    #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+    JoinN,
     /// Liger's RMSNorm: the input's gradient is the incoming one (`in_place`) or a new
     /// `zeros_like` of it, after a `contiguous()` copy of it when it arrives strided
     /// (`copy_grad`).
@@ -254,12 +260,21 @@ pub(super) struct Node {
     tag: u32,
 }
 
-/// A parameter's index into `Tape::grad_slot` (slot 0: the embedding leaf, `u32::MAX`).
+/// The vision tower's patch embedding output as a leaf needing a gradient (Qwen2.5-VL's
+/// `enable_input_require_grads` hook on `visual.patch_embed`).
+pub(super) const VISION_LEAF: u32 = u32::MAX - 1;
+
+/// Checkpointed layers from this id on are the vision tower's blocks: their events belong to no
+/// decoder layer.
+pub(super) const TOWER_BLOCKS: u32 = 1 << 30;
+
+/// A parameter's index into `Tape::grad_slot` (slot 0: the embedding leaf, `u32::MAX`; slot 1:
+/// the vision tower's, [`VISION_LEAF`]).
 fn grad_slot(p: u32) -> usize {
-    if p == u32::MAX {
-        0
-    } else {
-        p as usize + 1
+    match p {
+        u32::MAX => 0,
+        VISION_LEAF => 1,
+        _ => p as usize + 2,
     }
 }
 
@@ -312,6 +327,9 @@ pub(super) struct Tape {
     pub param_grads: Vec<(u32, T)>,
     /// Index into `param_grads` per parameter (slot 0: the embedding leaf), `u32::MAX` if none.
     grad_slot: Vec<u32>,
+    /// Gradients waiting in [`Op::JoinN`] nodes beyond the first (node, gradient), in arrival
+    /// order.
+    join_extra: Vec<(u32, T)>,
     /// First node of each checkpointed layer.
     layer_start: Vec<(u32, usize)>,
     /// Per checkpointed layer: the first node that saved something (its release frees the
@@ -381,6 +399,7 @@ impl Tape {
             stopped: false,
             param_grads: vec![],
             grad_slot: vec![],
+            join_extra: vec![],
             layer_start: vec![],
             ckpt: vec![],
             live: 0,
@@ -490,7 +509,7 @@ impl Tape {
             block: self.block,
             elem_bytes: 0,
         });
-        self.storage_tags.push(self.layer.unwrap_or(self.exec));
+        self.storage_tags.push(self.tag_now());
         self.gone.push(false);
         t
     }
@@ -535,7 +554,7 @@ impl Tape {
             return;
         }
         self.gone[t as usize] = false;
-        self.alloc_event(t, self.layer.unwrap_or(self.exec));
+        self.alloc_event(t, self.tag_now());
     }
 
     /// `storage.resize_(0)`: the storage's memory is freed while its references remain.
@@ -544,7 +563,7 @@ impl Tape {
             return;
         }
         self.gone[t as usize] = true;
-        self.free_event(t, self.layer.unwrap_or(self.exec));
+        self.free_event(t, self.tag_now());
     }
 
     /// Storage `t`'s memory allocated (its bytes, on the current stream), the event tagged
@@ -560,6 +579,15 @@ impl Tape {
         self.live += bytes;
         self.peak_before = self.peak;
         self.peak = self.peak.max(self.live);
+    }
+
+    /// The decoder layer whose ops run now ([`NO_LAYER`] in the vision tower's blocks).
+    fn tag_now(&self) -> u32 {
+        match self.layer {
+            Some(l) if l >= TOWER_BLOCKS => NO_LAYER,
+            Some(l) => l,
+            None => self.exec,
+        }
     }
 
     /// Storage `t`'s memory freed, the event tagged `tag`.
@@ -614,7 +642,7 @@ impl Tape {
                     return;
                 }
             }
-            let now = self.layer.unwrap_or(self.exec);
+            let now = self.tag_now();
             let tag = if now == NO_LAYER {
                 self.storage_tags[t as usize]
             } else {
@@ -757,7 +785,7 @@ impl Tape {
             buf2: None,
             buf3: None,
             layer: if keep { None } else { self.layer },
-            tag: self.layer.unwrap_or(self.exec),
+            tag: self.tag_now(),
             forgotten: false,
         });
         G::Node(idx as u32)
@@ -1114,6 +1142,22 @@ impl Tape {
                 }
             }
             #[cfg(feature = "extended-ops")]
+            Op::JoinN => {
+                let e = edges[0];
+                grads[0] = Some(self.new_t(e.n * e.es, what));
+                // The later arrivals, last first; the first one is the incoming gradient.
+                let mine: Vec<T> = self
+                    .join_extra
+                    .iter()
+                    .filter(|&&(n, _)| n as usize == i)
+                    .map(|&(_, t)| t)
+                    .collect();
+                self.join_extra.retain(|&(n, _)| n as usize != i);
+                for t in mine.into_iter().rev() {
+                    self.drop_t(t);
+                }
+            }
+            #[cfg(feature = "extended-ops")]
             Op::LigerNorm {
                 in_place,
                 copy_grad,
@@ -1370,6 +1414,10 @@ impl Tape {
             }
             G::Node(j) => {
                 let j = j as usize;
+                if matches!(self.nodes[j].op, Op::JoinN) && self.nodes[j].buf.is_some() {
+                    self.join_extra.push((j as u32, t));
+                    return;
+                }
                 if matches!(
                     self.nodes[j].op,
                     Op::Join | Op::Join3 | Op::RopeInPlace { .. }
@@ -1416,7 +1464,7 @@ impl Tape {
     pub fn take_grads_of(&mut self, of: impl Fn(u32) -> bool) -> Vec<(u32, T)> {
         let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.param_grads)
             .into_iter()
-            .partition(|&(p, _)| p != u32::MAX && of(p));
+            .partition(|&(p, _)| p < VISION_LEAF && of(p));
         self.param_grads = kept;
         self.grad_slot.clear();
         for (k, &(p, _)) in self.param_grads.iter().enumerate() {
@@ -1448,6 +1496,9 @@ impl Tape {
             for b in [n.buf2, n.buf3].into_iter().flatten() {
                 self.drop_t(b);
             }
+        }
+        for (_, t) in std::mem::take(&mut self.join_extra) {
+            self.drop_t(t);
         }
         self.layer_start.clear();
         for (_, _, keeps, _) in std::mem::take(&mut self.ckpt) {

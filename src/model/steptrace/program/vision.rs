@@ -51,11 +51,12 @@ impl Prog<'_, '_> {
         self.tp.exec = NO_LAYER;
         self.tp.block = crate::model::steptrace::Block::Vision;
         for (n, linear) in t.param_shapes(kind).into_iter().zip(t.linear_weights(kind)) {
-            if four_bit && linear {
-                self.param(n.div_ceil(2), 1, 1, false, What::Weight);
+            let w = if four_bit && linear {
+                self.param(n.div_ceil(2), 1, 1, false, What::Weight)
             } else {
-                self.param(n, es, 0, false, What::Weight);
-            }
+                self.param(n, es, 0, false, What::Weight)
+            };
+            self.vision_weights.push(w.x);
         }
         self.tp.block = Default::default();
     }
@@ -129,7 +130,12 @@ impl Prog<'_, '_> {
         locals.in_output.extend(deepstack.iter().copied());
         // Qwen3_5Model.forward: torch.cat of the per-image splits, the placeholder masks and
         // their count check, the scatter into the embedding output.
-        let cat = self.t(tok * t.out_hidden_size, es, What::Hidden);
+        // (With a graph through the tower, Qwen2.5-VL's: the concatenation of the per-image
+        // views, whose backward concatenates their gradients.)
+        let mut cat = self.t(tok * t.out_hidden_size, es, What::Hidden);
+        cat.g = self
+            .tp
+            .node(Op::JoinN, merged.n, es, &[Self::edge(&merged)], &[]);
         self.tp.block = Default::default();
         let tokens = self.tokens();
         let image_mask = self.t(tokens, 1, What::Input);
@@ -147,14 +153,25 @@ impl Prog<'_, '_> {
         let mut out = self.t(emb.n, emb.es, What::Hidden);
         if emb.grad() {
             // MaskedScatterBackward0 keeps the mask; the embedding output's gradient is the
-            // incoming one with the image positions zeroed.
-            out.g = self.tp.node(
-                Op::MulConst,
-                emb.n,
-                emb.es,
-                &[Self::edge(&emb)],
-                &[image_mask.t],
-            );
+            // incoming one with the image positions zeroed, then (a tower with a graph) the
+            // visual tokens' gathered: one new gradient per input, as a fused attention's.
+            out.g = if cat.grad() {
+                self.tp.node(
+                    Op::Attention,
+                    emb.n,
+                    emb.es,
+                    &[Self::edge(&emb), Self::edge(&cat)],
+                    &[image_mask.t],
+                )
+            } else {
+                self.tp.node(
+                    Op::MulConst,
+                    emb.n,
+                    emb.es,
+                    &[Self::edge(&emb)],
+                    &[image_mask.t],
+                )
+            };
             locals.at_return = vec![cat, video_mask, image_mask];
         } else {
             locals.at_return = vec![cat, image_mask, video_mask];

@@ -59,9 +59,9 @@ CASES = [
       "image": dict(width=448, height=448, **Q35)}),
     # Qwen2.5-VL-3B-Instruct (measured 2026-12-07): Qwen2 text layers, the windowed tower (full
     # attention in blocks 7, 15, 23, 31); the processor's limits are Qwen2.5-VL's published
-    # preprocessor_config.json ones (min_pixels 3136, max_pixels 12845056). Without
-    # checkpointing: with it, enable_input_require_grads hooks visual.patch_embed and the tower
-    # builds a graph, which lorafit does not plan yet.
+    # preprocessor_config.json ones (min_pixels 3136, max_pixels 12845056). With checkpointing,
+    # enable_input_require_grads hooks visual.patch_embed: the tower builds a graph (its blocks
+    # checkpointed) and backward runs through it.
     ("qwen2.5-vl-3b_bf16_img448_t512_b1_all_nogc",
      {"model": "qwen2.5-vl-3b", "seq": 512, "batch": 1, "image": dict(width=448, height=448, **Q25)}),
     ("qwen2.5-vl-3b_bf16_img640x480_t1024_b1_qkvo_nogc",
@@ -70,6 +70,17 @@ CASES = [
     ("qwen2.5-vl-3b_bf16_2img448_t256_b2_all_nogc",
      {"model": "qwen2.5-vl-3b", "seq": 256, "batch": 2,
       "image": dict(width=448, height=448, count=2, **Q25)}),
+    ("qwen2.5-vl-3b_bf16_img640x480_t1024_b1_all_gc",
+     {"model": "qwen2.5-vl-3b", "seq": 1024, "batch": 1, "grad_ckpt": True,
+      "image": dict(width=640, height=480, **Q25)}),
+    ("qwen2.5-vl-3b_bf16_2img448_t256_b2_qkvo_gc",
+     {"model": "qwen2.5-vl-3b", "seq": 256, "batch": 2, "grad_ckpt": True, "target_modules": "qkvo",
+      "image": dict(width=448, height=448, count=2, **Q25)}),
+    # A 1280×720 photo, which LLaMA-Factory scales to 1024×576 (image_max_pixels 768²): the
+    # processor rounds it to 1036×588, 777 visual tokens.
+    ("qwen2.5-vl-3b_bf16_img1280x720_t2048_b1_all_gc",
+     {"model": "qwen2.5-vl-3b", "seq": 2048, "batch": 1, "grad_ckpt": True,
+      "image": dict(width=1024, height=576, **Q25), "image_before_llamafactory": [1280, 720]}),
 ]
 
 
