@@ -36,6 +36,7 @@ pub struct VisionTower {
     pub out_hidden_size: u64,
     /// Learned position embeddings (a square grid, resampled to each image); 0 for a tower
     /// without them (Qwen2.5-VL's).
+    #[serde(default)]
     pub num_position_embeddings: u64,
     /// Qwen3-VL's deepstack: the blocks (0-based) whose output also goes through a merger of its
     /// own; the i-th feature is added to the visual tokens' hidden states after decoder layer i

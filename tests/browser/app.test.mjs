@@ -151,6 +151,13 @@ test("vision-language models show their image settings and the tower as its own 
   assert.ok(await page.locator('[data-testid="segment-vision_tower"]').count() === 1);
   await expectMatchesCli(page, ["--model", "qwen3-vl-8b", "--gpu", "rtx4090", "--seq", "2048", "--gc", "--images-per-sample", "1", "--image-width", "1280", "--image-height", "720"]);
   await page.screenshot({ path: path.join(artifacts, "vision-qwen3vl.png"), fullPage: true });
+  // Qwen2.5-VL-7B with checkpointing: its windowed tower builds a graph (the patch embedding hook).
+  await page.selectOption('[data-testid="select-model"]', "qwen2.5-vl-7b");
+  await page.waitForFunction(() => document.querySelector('[data-testid="plan-notes"]')?.textContent.includes("within windows"));
+  assert.match(await page.textContent('[data-testid="plan-notes"]'), /hooks its patch embedding/);
+  assert.ok(await page.locator('[data-testid="segment-vision_tower"]').count() === 1);
+  await expectMatchesCli(page, ["--model", "qwen2.5-vl-7b", "--gpu", "rtx4090", "--seq", "2048", "--gc", "--images-per-sample", "1", "--image-width", "1280", "--image-height", "720"]);
+  await page.screenshot({ path: path.join(artifacts, "vision-qwen25vl.png"), fullPage: true });
   await page.selectOption('[data-testid="select-model"]', "llama2-7b");
   assert.equal(await page.locator('[data-testid="image-settings"]').count(), 0);
   assert.deepEqual(errors, []);
