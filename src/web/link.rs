@@ -617,7 +617,7 @@ mod tests {
         assert_eq!(st.settings.seq, 2048);
         assert_eq!(st.gpu, "h100-80");
         assert_eq!(st.settings.batch, 1);
-        assert_eq!(st.model, "llama2-7b");
+        assert_eq!(st.model, "qwen3-8b");
         assert_eq!(notices.len(), 7, "{notices:?}");
         assert!(notices.iter().any(|n| n.contains("zzz")));
     }

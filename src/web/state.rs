@@ -33,7 +33,9 @@ pub struct UiState {
 impl Default for UiState {
     fn default() -> Self {
         UiState {
-            model: "llama2-7b".into(),
+            // The first screen opens on a model people fine-tune now (a dense one, which the
+            // first bundle plans alone).
+            model: "qwen3-8b".into(),
             gpu: "a100-80".into(),
             settings: Settings::default(),
             embed: false,

@@ -27,7 +27,9 @@ async function expectMatchesCli(page, args) {
 
 test("default view matches the CLI and has every output", async () => {
   const { page, errors } = await openApp(browser, server.url);
-  await expectMatchesCli(page, ["--model", "llama2-7b", "--gpu", "a100-80"]);
+  // The first screen opens on Qwen3-8B, a dense model people fine-tune now.
+  assert.equal(await page.inputValue('[data-testid="select-model"]'), "qwen3-8b");
+  await expectMatchesCli(page, ["--model", "qwen3-8b", "--gpu", "a100-80"]);
   assert.match(await page.getAttribute('[data-testid="verdict"]', "data-status"), /^(fits|tight|oom)$/);
   assert.match(await page.textContent('[data-testid="max-batch"]'), /^\d+$/);
   assert.match(await page.textContent('[data-testid="max-seq"]'), /^\d+$/);
@@ -238,7 +240,7 @@ test("release build works under a sub-path", async () => {
   const sub = await serve("/docs/lorafit/");
   try {
     const { page, errors } = await openApp(browser, sub.url);
-    await expectMatchesCli(page, ["--model", "llama2-7b", "--gpu", "a100-80"]);
+    await expectMatchesCli(page, ["--model", "qwen3-8b", "--gpu", "a100-80"]);
     assert.deepEqual(errors, []);
     await page.close();
   } finally {

@@ -27,7 +27,7 @@ after(async () => {
 const near = (a, b) => Math.abs(a - b) <= 0.006;
 
 test("fixes appear when it does not fit, and applying one re-plans", async () => {
-  const { page } = await openApp(browser, server.url + "?gpu=rtx4090&b=4&s=2048");
+  const { page } = await openApp(browser, server.url + "?model=llama2-7b&gpu=rtx4090&b=4&s=2048");
   assert.equal(await page.getAttribute('[data-testid="verdict"]', "data-status"), "oom");
   await page.waitForSelector('[data-testid="fix-grad_ckpt"]');
   const first = await page.locator('[data-testid="fixes"] li').first().textContent();
@@ -99,7 +99,7 @@ test("config.json by model id from a Hub-layout server; gated and invalid ids ex
 });
 
 test("length distribution: typical vs longest batch and the expected OOM step", async () => {
-  const { page } = await openApp(browser, server.url + "?gpu=a100-40&b=4");
+  const { page } = await openApp(browser, server.url + "?model=llama2-7b&gpu=a100-40&b=4");
   await page.fill('[data-testid="lengths-input"]', Array(990).fill("300").concat(Array(10).fill("8000")).join("\n"));
   await page.click('[data-testid="lengths-analyze"]');
   await page.waitForSelector('[data-testid="lengths-report"]');

@@ -77,7 +77,7 @@ test("embed mode is a compact widget with an embed snippet", async () => {
 });
 
 test("focusing a segment shows its formula with numbers", async () => {
-  const { page } = await openApp(browser, server.url);
+  const { page } = await openApp(browser, server.url + "?model=llama2-7b");
   // The settled plan: its terms are the tensors live at the step's peak, grouped.
   await settled(page);
   await page.focus('[data-testid="segment-act_dropout"]');
@@ -90,7 +90,7 @@ test("focusing a segment shows its formula with numbers", async () => {
 });
 
 test("pin and compare shows per-component deltas", async () => {
-  const { page } = await openApp(browser, server.url);
+  const { page } = await openApp(browser, server.url + "?model=llama2-7b");
   await page.click('[data-testid="pin"]');
   await page.fill('[data-testid="input-batch"]', "2");
   await page.waitForSelector('[data-testid="compare"]');
@@ -118,7 +118,7 @@ test("curve chart marks the largest fitting value and switches axis", async () =
 });
 
 test("target modules, modules_to_save, autocast and mask controls reach the model", async () => {
-  const { page } = await openApp(browser, server.url);
+  const { page } = await openApp(browser, server.url + "?model=llama2-7b");
   const cases = [
     [(p) => p.uncheck('[data-testid="target-all"]'), ["--targets", "q,v"]],
     [(p) => p.check('[data-testid="target-o"]'), ["--targets", "q,v,o"]],
@@ -138,7 +138,7 @@ test("model search filters the picker", async () => {
   const { page } = await openApp(browser, server.url);
   await page.fill('[data-testid="search-model"]', "gemma");
   const values = await page.$$eval('[data-testid="select-model"] option', (os) => os.map((o) => o.value));
-  assert.ok(values.length >= 3 && values.every((v) => v.startsWith("gemma") || v === "llama2-7b"), values.join(","));
+  assert.ok(values.length >= 3 && values.every((v) => v.startsWith("gemma") || v === "qwen3-8b"), values.join(","));
   await page.selectOption('[data-testid="select-model"]', "gemma2-9b");
   assert.match(await page.textContent('[data-testid="peak-allocated"]'), /GiB$/);
   await page.close();
@@ -210,7 +210,7 @@ test("FSDP2 is planned per GPU as Trainer wraps a LoRA model, with the fix and t
 });
 
 test("a visit loads the page only; the sections load when one is opened and follow the page both ways", async () => {
-  const { page, errors } = await openApp(browser, server.url + "?gpu=rtx4090&b=4&s=2048", { sections: false });
+  const { page, errors } = await openApp(browser, server.url + "?model=llama2-7b&gpu=rtx4090&b=4&s=2048", { sections: false });
   const loaded = () => page.evaluate(() => performance.getEntriesByType("resource").map((r) => r.name.split("/").pop()));
   assert.equal(await page.getAttribute('[data-testid="sections"]', "data-state"), "closed");
   assert.ok(!(await loaded()).some((f) => f.startsWith("lorafit-sections")), (await loaded()).join(" "));
