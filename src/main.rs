@@ -13,6 +13,10 @@ fn main() {
 
 #[cfg(target_arch = "wasm32")]
 fn main() {
-    console_error_panic_hook::set_once();
+    // The panic's message and place in the console (console_error_panic_hook's JavaScript stack
+    // costs the first visit about 1 KiB of gzip; the full planner's page keeps it).
+    std::panic::set_hook(Box::new(|info| {
+        web_sys::console::error_1(&info.to_string().into());
+    }));
     lorafit::web::app::mount();
 }

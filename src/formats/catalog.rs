@@ -266,8 +266,18 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
                     out_hidden_size: n("out_hidden_size")?,
                     num_position_embeddings: n("num_position_embeddings").unwrap_or(0),
                     deepstack_visual_indexes: blocks("deepstack_visual_indexes")?,
-                    window_size: n("window_size").unwrap_or(0),
-                    fullatt_block_indexes: blocks("fullatt_block_indexes")?,
+                    // (what only a windowed tower's step reads: the full planner's,
+                    // `model::extended`)
+                    window_size: if crate::model::extended::EXTENDED {
+                        n("window_size").unwrap_or(0)
+                    } else {
+                        0
+                    },
+                    fullatt_block_indexes: if crate::model::extended::EXTENDED {
+                        blocks("fullatt_block_indexes")?
+                    } else {
+                        vec![]
+                    },
                 })
             }
         },

@@ -292,20 +292,6 @@ fn vision_config(root: &Value, family: Family) -> Result<Option<VisionTower>, St
             .map_err(|e| format!("vision_config: {e}"))?
             .unwrap_or(default))
     };
-    let deepstack = match (kind.default_deepstack(), v.get("deepstack_visual_indexes")) {
-        // Qwen3.5's tower reads no such key: it stays among the unused ones.
-        (None, _) => vec![],
-        (Some(d), None | Some(Value::Null)) => d.to_vec(),
-        (_, Some(x)) => x
-            .as_array()
-            .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
-            .ok_or_else(|| {
-                format!(
-                    "vision_config.deepstack_visual_indexes must be a list of block numbers, got {}",
-                    short(x)
-                )
-            })?,
-    };
     let block_list = |key: &str, default: &[u64]| -> Result<Vec<u64>, String> {
         match v.get(key) {
             None | Some(Value::Null) => Ok(default.to_vec()),
@@ -320,39 +306,49 @@ fn vision_config(root: &Value, family: Family) -> Result<Option<VisionTower>, St
                 }),
         }
     };
-    if kind.windowed() {
-        // `Qwen2_5_VLVisionConfig`'s defaults (`configuration_qwen2_5_vl.py`): no learned
-        // positions; `in_chans`, which published configs carry, is not a key it reads.
-        return Ok(Some(VisionTower {
-            depth: get("depth", "num_hidden_layers", 32)?,
-            hidden_size: get("hidden_size", "hidden_size", 3584)?,
-            intermediate_size: get("intermediate_size", "intermediate_size", 3420)?,
-            num_heads: get("num_heads", "num_attention_heads", 16)?,
-            patch_size: get("patch_size", "patch_size", 14)?,
-            spatial_merge_size: get("spatial_merge_size", "spatial_merge_size", 2)?,
-            temporal_patch_size: get("temporal_patch_size", "temporal_patch_size", 2)?,
-            in_channels: get("in_channels", "in_channels", 3)?,
-            out_hidden_size: get("out_hidden_size", "out_hidden_size", 3584)?,
-            num_position_embeddings: 0,
-            deepstack_visual_indexes: vec![],
-            window_size: get("window_size", "window_size", 112)?,
-            fullatt_block_indexes: block_list("fullatt_block_indexes", &[7, 15, 23, 31])?,
-        }));
-    }
+    // The config class's defaults: `Qwen3_5VisionConfig` (Qwen3-VL's has the same), or
+    // `Qwen2_5_VLVisionConfig` (`configuration_qwen2_5_vl.py`: no learned positions; the
+    // `in_chans` published configs carry is not a key it reads).
+    let windowed = kind.windowed();
+    let (depth, hidden, inter, patch) = if windowed {
+        (32, 3584, 3420, 14)
+    } else {
+        (27, 1152, 4304, 16)
+    };
     Ok(Some(VisionTower {
-        depth: get("depth", "num_hidden_layers", 27)?,
-        hidden_size: get("hidden_size", "hidden_size", 1152)?,
-        intermediate_size: get("intermediate_size", "intermediate_size", 4304)?,
+        depth: get("depth", "num_hidden_layers", depth)?,
+        hidden_size: get("hidden_size", "hidden_size", hidden)?,
+        intermediate_size: get("intermediate_size", "intermediate_size", inter)?,
         num_heads: get("num_heads", "num_attention_heads", 16)?,
-        patch_size: get("patch_size", "patch_size", 16)?,
+        patch_size: get("patch_size", "patch_size", patch)?,
         spatial_merge_size: get("spatial_merge_size", "spatial_merge_size", 2)?,
         temporal_patch_size: get("temporal_patch_size", "temporal_patch_size", 2)?,
-        in_channels: get("in_channels", "in_chans", 3)?,
+        in_channels: get(
+            "in_channels",
+            if windowed { "in_channels" } else { "in_chans" },
+            3,
+        )?,
         out_hidden_size: get("out_hidden_size", "out_hidden_size", 3584)?,
-        num_position_embeddings: get("num_position_embeddings", "num_position_embeddings", 2304)?,
-        deepstack_visual_indexes: deepstack,
-        window_size: 0,
-        fullatt_block_indexes: vec![],
+        num_position_embeddings: if windowed {
+            0
+        } else {
+            get("num_position_embeddings", "num_position_embeddings", 2304)?
+        },
+        // Qwen3.5's tower reads no deepstack key: it stays among the unused ones.
+        deepstack_visual_indexes: match kind.default_deepstack() {
+            Some(d) => block_list("deepstack_visual_indexes", d)?,
+            None => vec![],
+        },
+        window_size: if windowed {
+            get("window_size", "window_size", 112)?
+        } else {
+            0
+        },
+        fullatt_block_indexes: if windowed {
+            block_list("fullatt_block_indexes", &[7, 15, 23, 31])?
+        } else {
+            vec![]
+        },
     }))
 }
 

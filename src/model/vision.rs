@@ -172,59 +172,41 @@ impl VisionTower {
             .collect()
     }
 
-    /// Each parameter's values and whether it is a Linear weight, in registration order.
+    /// Each parameter's values and whether it is a Linear weight, in registration order: a
+    /// LayerNorm (Qwen3.5's tower) has a bias after its weight, an RMSNorm (Qwen2.5-VL's) none;
+    /// Qwen2.5-VL's SwiGLU MLP has a gate before the up and down projections that stand where
+    /// fc1 and fc2 stand in Qwen3.5's.
     fn params_and_linear(&self, kind: VisionKind) -> Vec<(u64, bool)> {
         let h = self.hidden_size;
         let i = self.intermediate_size;
         let m = self.merged_width();
         let out = self.out_hidden_size;
         let (w, b, n) = (true, false, false);
-        let mut v = vec![];
-        if kind.windowed() {
-            v.push((h * self.patch_values(), n));
-            for _ in 0..self.depth {
-                v.extend([
-                    (h, n),
-                    (h, n),
-                    (3 * h * h, w),
-                    (3 * h, b),
-                    (h * h, w),
-                    (h, b),
-                    (i * h, w),
-                    (i, b),
-                    (i * h, w),
-                    (i, b),
-                    (h * i, w),
-                    (h, b),
-                ]);
+        let windowed = kind.windowed();
+        let mut v = vec![(h * self.patch_values(), n)];
+        let norm = |v: &mut Vec<(u64, bool)>, width: u64| {
+            v.push((width, n));
+            if !windowed {
+                v.push((width, b));
             }
-            v.extend([(h, n), (m * m, w), (m, b), (out * m, w), (out, b)]);
-            return v;
+        };
+        if !windowed {
+            v.extend([(h, b), (self.num_position_embeddings * h, n)]);
         }
-        v.extend([
-            (h * self.patch_values(), n),
-            (h, b),
-            (self.num_position_embeddings * h, n),
-        ]);
         for _ in 0..self.depth {
-            v.extend([
-                (h, n),
-                (h, b),
-                (h, n),
-                (h, b),
-                (3 * h * h, w),
-                (3 * h, b),
-                (h * h, w),
-                (h, b),
-                (i * h, w),
-                (i, b),
-                (h * i, w),
-                (h, b),
-            ]);
+            norm(&mut v, h);
+            norm(&mut v, h);
+            v.extend([(3 * h * h, w), (3 * h, b), (h * h, w), (h, b)]);
+            if windowed {
+                v.extend([(i * h, w), (i, b)]);
+            }
+            v.extend([(i * h, w), (i, b), (h * i, w), (h, b)]);
         }
-        v.extend([(h, n), (h, b), (m * m, w), (m, b), (out * m, w), (out, b)]);
+        norm(&mut v, h);
+        v.extend([(m * m, w), (m, b), (out * m, w), (out, b)]);
         for _ in &self.deepstack_visual_indexes {
-            v.extend([(m, n), (m, b), (m * m, w), (m, b), (out * m, w), (out, b)]);
+            norm(&mut v, m);
+            v.extend([(m * m, w), (m, b), (out * m, w), (out, b)]);
         }
         v
     }

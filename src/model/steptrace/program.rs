@@ -230,6 +230,7 @@ mod preference;
 mod trl_sft;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod vision;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod vision_window;
 
 impl<'c, 'a> Prog<'c, 'a> {
@@ -1486,7 +1487,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             q
         };
         // OLMoE and Qwen2.5-VL view q and k into heads after all three projections.
-        let views_late = a.family.layout().views_after_projections;
+        // (Qwen2.5-VL is the full planner's, `extended::needed`: its multimodal rotary)
+        let views_late =
+            crate::model::extended::EXTENDED && a.family.layout().views_after_projections;
         let mut qv = if whole_norm || views_late || gated || !view_copies(multi.0) {
             q
         } else {
@@ -2167,6 +2170,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         // (the multimodal rotary is the full planner's, `extended::needed`)
         if let Some(kind) = self.ctx.arch.family.layout().mrope {
+            #[cfg(not(feature = "extended-ops"))]
+            let _ = kind;
             if let Some(tables) = extended!(
                 self,
                 "the multimodal rotary",
@@ -2818,8 +2823,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         // `del loss` frees the graph: the vision tower's leaf and the embedding leaf (each its
         // .grad first), saved tensors of nodes that never ran, then the loss itself.
+        // (a tower is the full planner's, `extended::needed`)
+        let tower_leaf = self
+            .vision_leaf
+            .take()
+            .filter(|_| crate::model::extended::EXTENDED);
         for (which, x) in [
-            (super::tape::VISION_LEAF, self.vision_leaf.take()),
+            (super::tape::VISION_LEAF, tower_leaf),
             (u32::MAX, self.emb_leaf.take()),
         ] {
             for &(_, t) in leaf.iter().filter(|(p, _)| *p == which) {
@@ -2839,7 +2849,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Recomputes checkpointed `layer` from its saved input until its last saved tensor exists.
     fn recompute(&mut self, layer: u32) {
-        if layer >= super::tape::TOWER_BLOCKS {
+        if crate::model::extended::EXTENDED && layer >= super::tape::TOWER_BLOCKS {
             extended!(self, "images", self.recompute_tower_block(layer), ());
             return;
         }

@@ -584,7 +584,7 @@ impl Tape {
     /// The decoder layer whose ops run now ([`NO_LAYER`] in the vision tower's blocks).
     fn tag_now(&self) -> u32 {
         match self.layer {
-            Some(l) if l >= TOWER_BLOCKS => NO_LAYER,
+            Some(l) if crate::model::extended::EXTENDED && l >= TOWER_BLOCKS => NO_LAYER,
             Some(l) => l,
             None => self.exec,
         }
@@ -1414,7 +1414,10 @@ impl Tape {
             }
             G::Node(j) => {
                 let j = j as usize;
-                if matches!(self.nodes[j].op, Op::JoinN) && self.nodes[j].buf.is_some() {
+                if crate::model::extended::EXTENDED
+                    && matches!(self.nodes[j].op, Op::JoinN)
+                    && self.nodes[j].buf.is_some()
+                {
                     self.join_extra.push((j as u32, t));
                     return;
                 }
