@@ -220,27 +220,7 @@ impl Prog<'_, '_> {
         let mut h = self.t(p * hv, es, what);
         self.drop(pos_cast);
         self.drop(conv);
-        // The axial rotary: (h, w) positions × inverse frequencies, cos and sin recomposed
-        // into `[patches, head_dim]` fp32 tables.
-        let pf = self.t(p * 2, 4, what);
-        let freqs = self.t(p * hd / 2, 4, what);
-        self.drop(pf);
-        let mut tables = vec![];
-        let mut scaled = vec![];
-        for _ in 0..2 {
-            let c = self.t(p * hd / 2, 4, what);
-            let cs = self.t(p * hd / 2, 4, what);
-            self.drop(c);
-            scaled.push(cs);
-        }
-        for cs in scaled {
-            let half = self.t(p * hd / 2, 4, what);
-            let full = self.t(p * hd, 4, what);
-            self.drop(half);
-            self.drop(cs);
-            tables.push(full);
-        }
-        self.drop(freqs);
+        let tables = self.axial_rotary(p, hd);
         let mut deepstack = vec![];
         for b in 0..t.depth {
             h = self.vision_block(h, t, p, &chunks);
@@ -263,6 +243,33 @@ impl Prog<'_, '_> {
             self.drop(x);
         }
         (h, merged, deepstack)
+    }
+
+    /// The towers' axial rotary (`VisionRotaryEmbedding`): the (h, w) positions in fp32 times
+    /// the inverse frequencies, cos and sin each scaled and recomposed into a `[patches,
+    /// head_dim]` fp32 table (`cat` of the two axes, then with itself); returns [cos, sin].
+    pub(super) fn axial_rotary(&mut self, p: u64, hd: u64) -> Vec<X> {
+        let what = What::Vision;
+        let pf = self.t(p * 2, 4, what);
+        let freqs = self.t(p * hd / 2, 4, what);
+        self.drop(pf);
+        let mut scaled = vec![];
+        for _ in 0..2 {
+            let c = self.t(p * hd / 2, 4, what);
+            let cs = self.t(p * hd / 2, 4, what);
+            self.drop(c);
+            scaled.push(cs);
+        }
+        let mut tables = vec![];
+        for cs in scaled {
+            let half = self.t(p * hd / 2, 4, what);
+            let full = self.t(p * hd, 4, what);
+            self.drop(half);
+            self.drop(cs);
+            tables.push(full);
+        }
+        self.drop(freqs);
+        tables
     }
 
     /// `get_vision_interpolation_indices_and_weights` (`modeling_qwen3_5.py`): the bilinear

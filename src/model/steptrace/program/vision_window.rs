@@ -74,28 +74,8 @@ impl Prog<'_, '_> {
             .tp
             .node(Op::Scatter, p * hv, es, &[Self::edge(&conv)], &[]);
         self.drop(conv);
-        // The axial rotary: (h, w) positions × inverse frequencies, cos and sin each recomposed
-        // into `[patches, head_dim]` fp32 tables (`cat` of the two axes, then with itself), then
-        // both reordered into windows.
-        let pf = self.t(p * 2, 4, what);
-        let freqs = self.t(p * hd / 2, 4, what);
-        self.drop(pf);
-        let mut scaled = vec![];
-        for _ in 0..2 {
-            let c = self.t(p * hd / 2, 4, what);
-            let cs = self.t(p * hd / 2, 4, what);
-            self.drop(c);
-            scaled.push(cs);
-        }
-        let mut tables = vec![];
-        for cs in scaled {
-            let half = self.t(p * hd / 2, 4, what);
-            let full = self.t(p * hd, 4, what);
-            self.drop(half);
-            self.drop(cs);
-            tables.push(full);
-        }
-        self.drop(freqs);
+        // The axial rotary tables, then both reordered into windows.
+        let tables = self.axial_rotary(p, hd);
         let cos = self.t(p * hd, 4, what);
         let sin = self.t(p * hd, 4, what);
         // The tuple of unordered tables is rebound: its items die last first.
