@@ -409,25 +409,18 @@ impl Architecture {
         // a build without them refuses those architectures before it reads them).
         let extended = super::extended::EXTENDED;
         if let Some(t) = self.vision.as_ref().filter(|_| extended) {
-            if self.family.layout().vision.is_none() {
+            let Some(kind) = self.family.layout().vision else {
                 return bad(
                     "vision_config",
                     format!("lorafit plans no vision tower for {}", self.family.name()),
                 );
-            }
-            let kind = self.family.layout().vision.unwrap_or(VisionKind::Qwen35);
+            };
             t.validate(kind)
                 .map_err(|why| PlanError::InvalidArchitecture {
                     field: "vision_config",
                     why,
                 })?;
-            if !t.deepstack_visual_indexes.is_empty()
-                && self
-                    .family
-                    .layout()
-                    .vision
-                    .is_some_and(|k| k.default_deepstack().is_none())
-            {
+            if !t.deepstack_visual_indexes.is_empty() && kind.default_deepstack().is_none() {
                 return bad(
                     "vision_config",
                     format!(

@@ -216,15 +216,26 @@ impl VisionTower {
         self.params_and_linear(kind).iter().map(|(n, _)| n).sum()
     }
 
-    /// The windows of one image of `patches_h × patches_w` patches (`get_vision_window_index`,
-    /// transformers 5.24 `vision_utils.py:130-179`): the visual-token grid cut into squares of
-    /// `window_size / patch_size / spatial_merge_size` tokens from the top left, row by row;
-    /// returns each window's patch count (the partial ones at the right and bottom edges
-    /// included; the empty ones, which `unique_consecutive` drops, left out).
-    pub fn windows(&self, patches_h: u64, patches_w: u64) -> Vec<u64> {
+    /// Visual tokens per side of an attention window (`window_size / patch_size /
+    /// spatial_merge_size`, `vit_merger_window_size`).
+    pub fn window_side(&self) -> u64 {
+        (self.window_size / self.factor()).max(1)
+    }
+
+    /// An image's visual-token grid (rows, columns).
+    pub fn token_grid(&self, g: &ImageGrid) -> (u64, u64) {
+        (g.height / self.factor(), g.width / self.factor())
+    }
+
+    /// The windows of one image (`get_vision_window_index`, transformers 5.24
+    /// `vision_utils.py:130-179`): the visual-token grid cut into squares of
+    /// [`window_side`](Self::window_side) tokens from the top left, row by row; returns each
+    /// window's patch count (the partial ones at the right and bottom edges included; the
+    /// empty ones, which `unique_consecutive` drops, left out).
+    pub fn windows(&self, g: &ImageGrid) -> Vec<u64> {
         let m = self.spatial_merge_size;
-        let side = (self.window_size / m / self.patch_size).max(1);
-        let (th, tw) = (patches_h / m, patches_w / m);
+        let side = self.window_side();
+        let (th, tw) = self.token_grid(g);
         let mut out = vec![];
         for r in 0..th.div_ceil(side) {
             let rows = side.min(th - r * side);
@@ -237,10 +248,9 @@ impl VisionTower {
 
     /// The number of windows `get_vision_window_index` lays out for one image, the empty ones
     /// at the padded edges included (`cu_window_seqlens` before `unique_consecutive`).
-    pub fn padded_windows(&self, patches_h: u64, patches_w: u64) -> u64 {
-        let m = self.spatial_merge_size;
-        let side = (self.window_size / m / self.patch_size).max(1);
-        let (th, tw) = (patches_h / m, patches_w / m);
+    pub fn padded_windows(&self, g: &ImageGrid) -> u64 {
+        let side = self.window_side();
+        let (th, tw) = self.token_grid(g);
         (th / side + 1) * (tw / side + 1)
     }
 }
@@ -656,14 +666,17 @@ mod tests {
         // the last column 3 tokens wide, and no empty window to drop; the 448×448 image's
         // padding adds 9 empty ones, which `unique_consecutive` drops.
         let t = q25_3b();
-        assert_eq!(t.windows(32, 32), vec![64; 16]);
-        assert_eq!(t.padded_windows(32, 32), 25);
-        let w = t.windows(34, 46);
+        let square = image_grid(&t, VisionKind::Qwen25Vl, 448, 448, 768 * 768, 32 * 32).unwrap();
+        assert_eq!(t.windows(&square), vec![64; 16]);
+        assert_eq!(t.padded_windows(&square), 25);
+        let wide = image_grid(&t, VisionKind::Qwen25Vl, 640, 480, 768 * 768, 32 * 32).unwrap();
+        assert_eq!((wide.width, wide.height), (644, 476));
+        let w = t.windows(&wide);
         assert_eq!(w.len(), 30);
         assert_eq!(w.iter().sum::<u64>(), 34 * 46);
         assert_eq!(&w[..6], &[64, 64, 64, 64, 64, 48]);
         assert_eq!(&w[24..], &[16, 16, 16, 16, 16, 12]);
-        assert_eq!(t.padded_windows(34, 46), 30);
+        assert_eq!(t.padded_windows(&wide), 30);
         // The processor's own limits: Qwen2.5-VL's smallest image is 4 visual tokens.
         let g = image_grid(&t, VisionKind::Qwen25Vl, 20, 20, 768 * 768, 32 * 32).unwrap();
         assert_eq!((g.width, g.height, g.tokens), (56, 56, 4));

@@ -769,9 +769,8 @@ fn model_notes(arch: &Architecture, s: &Settings) -> Vec<String> {
                 ));
             }
             if kind.windowed() {
-                let (gh, gw) = (g.height / tower.patch_size, g.width / tower.patch_size);
-                let side = tower.window_size / tower.factor();
-                let windows = tower.windows(gh, gw).len();
+                let side = tower.window_side();
+                let windows = tower.windows(&g).len();
                 out.push(if tower.fullatt_block_indexes.is_empty() {
                     format!("its attention runs within windows of {side}×{side} visual tokens ({windows} per image) in every block; the merger's output is put back in image order")
                 } else {

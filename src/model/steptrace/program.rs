@@ -2849,8 +2849,9 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Recomputes checkpointed `layer` from its saved input until its last saved tensor exists.
     fn recompute(&mut self, layer: u32) {
+        // (a tower is the full planner's, `extended::needed`)
         if crate::model::extended::EXTENDED && layer >= super::tape::TOWER_BLOCKS {
-            extended!(self, "images", self.recompute_tower_block(layer), ());
+            self.recompute_tower_block(layer);
             return;
         }
         let Some((h, cos, sin, mask)) = self.ckpt_in.get(layer as usize).copied().flatten() else {

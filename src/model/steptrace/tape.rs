@@ -662,9 +662,6 @@ impl Tape {
         self.drop_t(x.t);
     }
 
-    /// Creates (or, when recomputing, finds) the node of a forward op whose inputs are `ins`
-    /// (only those needing a gradient get an edge), saving `saved` (in release order).
-    /// Returns where the output's gradient goes.
     /// A node of one input whose backward runs `steps` ([`Op::Script`]): a chain of small ops
     /// recorded as one node.
     #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
@@ -674,6 +671,9 @@ impl Tape {
         self.node(Op::Script(id), out_n, out_es, &[input], &[])
     }
 
+    /// Creates (or, when recomputing, finds) the node of a forward op whose inputs are `ins`
+    /// (only those needing a gradient get an edge), saving `saved` (in release order).
+    /// Returns where the output's gradient goes.
     pub fn node(&mut self, op: Op, out_n: u64, out_es: u64, ins: &[Edge], saved: &[T]) -> G {
         if self.stopped || self.mode == Mode::NoGrad || ins.iter().all(|e| e.to == G::No) {
             return G::No;

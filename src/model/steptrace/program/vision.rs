@@ -432,11 +432,7 @@ impl Prog<'_, '_> {
         };
         let w = What::Input;
         let s = self.ctx.s;
-        let m = t.spatial_merge_size;
-        let (lh, lw) = (
-            v.grid.height / t.patch_size / m,
-            v.grid.width / t.patch_size / m,
-        );
+        let (lh, lw) = t.token_grid(&v.grid);
         let text_tail = s.seq - v.sequence_tokens() + 1;
         let integer_interval = self.vision_kind().windowed();
         let pos = self.t(3 * self.tokens(), 8, w);
@@ -469,7 +465,9 @@ impl Prog<'_, '_> {
                 // Qwen2.5-VL passes as the integer 1.
                 let ar = self.t(1, 8, w);
                 let tt = if integer_interval {
-                    self.t(1, 8, w)
+                    let tt = self.t(1, 8, w);
+                    self.drop(ar);
+                    tt
                 } else {
                     let mu = self.t(1, 4, w);
                     self.drop(ar);
@@ -477,9 +475,6 @@ impl Prog<'_, '_> {
                     self.drop(mu);
                     tt
                 };
-                if integer_interval {
-                    self.drop(ar);
-                }
                 let ah = self.t(lh, 8, w);
                 let hh = self.t(lh, 8, w);
                 self.drop(ah);

@@ -33,7 +33,7 @@ impl Prog<'_, '_> {
         if t.fullatt_block_indexes.contains(&b) {
             return vec![v.grid.patches; images as usize];
         }
-        let w = t.windows(v.grid.height / t.patch_size, v.grid.width / t.patch_size);
+        let w = t.windows(&v.grid);
         (0..images).flat_map(|_| w.iter().copied()).collect()
     }
 
@@ -52,9 +52,8 @@ impl Prog<'_, '_> {
         // get_vision_window_index: the window order is built on the host; the boundaries of
         // every window, the empty ones at the padded edges included, go to the device as one
         // int32 tensor, deduplicated by `unique_consecutive` (its two other outputs empty).
-        let (gh, gw) = (v.grid.height / t.patch_size, v.grid.width / t.patch_size);
-        let windows = t.windows(gh, gw).len() as u64;
-        let listed = self.t(1 + images * t.padded_windows(gh, gw), 4, what);
+        let windows = t.windows(&v.grid).len() as u64;
+        let listed = self.t(1 + images * t.padded_windows(&v.grid), 4, what);
         let cu_windows = self.t(1 + images * windows, 4, what);
         let inverse = self.t(0, 8, what);
         let counts = self.t(0, 8, what);
