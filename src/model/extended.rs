@@ -65,6 +65,13 @@ pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
 
 /// Without the extended ops, refuses a step that needs them ([`needed`]).
 pub fn check(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
+    // The first bundle reads no allocator configuration but expandable segments
+    // (`AllocConf::first_bundle`); the others' parser is the full planner's.
+    if !EXTENDED && super::allocator::AllocConf::first_bundle(&s.alloc_conf).is_none() {
+        return Err(PlanError::Unbundled {
+            ops: "an allocator configuration",
+        });
+    }
     match needed(arch, s).filter(|_| !EXTENDED) {
         Some(ops) => Err(PlanError::Unbundled { ops }),
         None => Ok(()),

@@ -96,6 +96,12 @@ impl AllocConf {
     /// `"expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:4"`.
     /// The empty string gives the defaults. Never panics.
     pub fn parse(s: &str) -> Result<AllocConf, ConfError> {
+        // (the planner page's first bundle, built without `extended-ops`, reads only what
+        // `first_bundle` reads: the extended ops' check gives it no other)
+        if !cfg!(feature = "extended-ops") {
+            return Self::first_bundle(s)
+                .ok_or_else(|| ConfError("read by the full planner".into()));
+        }
         let tokens = Tokenizer::new(s);
         let mut conf = AllocConf::default();
         // large_segment_size_mb is read first: the minimum of max_split_size_mb
@@ -126,6 +132,21 @@ impl AllocConf {
             i += 1;
         }
         Ok(conf)
+    }
+
+    /// The configurations the planner page's first bundle reads itself: none, and expandable
+    /// segments alone (what the fixes offer from none); any other is the full planner's
+    /// (the extended ops' check refuses them there), which keeps the first visit small.
+    pub fn first_bundle(s: &str) -> Option<AllocConf> {
+        let expandable = match s.split_whitespace().collect::<String>().as_str() {
+            "" | "expandable_segments:False" => false,
+            "expandable_segments:True" => true,
+            _ => return None,
+        };
+        Some(AllocConf {
+            expandable_segments: expandable,
+            ..AllocConf::default()
+        })
     }
 
     /// Parses the key at token `i` and its value; returns the index of the

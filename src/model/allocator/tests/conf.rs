@@ -148,3 +148,32 @@ fn parse_never_panics_on_random_input() {
         let _ = AllocConf::parse(&s);
     }
 }
+
+/// The first bundle's reader (`AllocConf::first_bundle`) reads none and expandable segments
+/// alone, as the full parser does, and leaves every other configuration to the full planner.
+#[test]
+fn first_bundle_reads_expandable_segments_as_the_parser_does() {
+    for s in [
+        "",
+        "expandable_segments:True",
+        " expandable_segments : True ",
+        "expandable_segments:False",
+    ] {
+        let first = AllocConf::first_bundle(s).expect("read by the first bundle");
+        if cfg!(feature = "extended-ops") {
+            assert_eq!(first, AllocConf::parse(s).unwrap(), "{s:?}");
+        }
+    }
+    assert!(
+        AllocConf::first_bundle("expandable_segments:True")
+            .unwrap()
+            .expandable_segments
+    );
+    for s in [
+        "max_split_size_mb:128",
+        "expandable_segments:True,max_split_size_mb:128",
+        "expandable_segments:true",
+    ] {
+        assert!(AllocConf::first_bundle(s).is_none(), "{s:?}");
+    }
+}
