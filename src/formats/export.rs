@@ -189,6 +189,13 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
             "max_length = {}  # tokenize with truncation=True, max_length=max_length (or pack to it)\n",
             s.seq
         ));
+        // (packing is the full planner's, `extended::needed`)
+        if crate::model::extended::EXTENDED && s.packing {
+            out.push_str("# padding-free packing: Trainer(..., data_collator=transformers.DataCollatorWithFlattening()) puts each batch in one row\n");
+        }
+    }
+    if crate::model::extended::EXTENDED && s.neat_packing {
+        out.push_str("# neat_packing (the plan's) is LLaMA-Factory's collator (SFTDataCollatorWith4DAttentionMask): Trainer and TRL have no such argument\n");
     }
     if liger {
         // Before the model is loaded: Liger patches the modelling module's classes.
@@ -373,6 +380,10 @@ fn trl_config(s: &Settings, trl: bool) -> (&'static str, &'static str, String) {
                     "    completion_only_loss=True,  # a prompt-completion dataset; planned with {} prompt tokens per sample\n",
                     s.prompt_tokens()
                 ));
+            }
+            if crate::model::extended::EXTENDED && s.packing {
+                // SFTTrainer makes its default bfd packing padding-free (sft_trainer.py:916).
+                args.push_str("    packing=True,  # padding-free: each batch in one row\n");
             }
             if !s.sft_fused_head() {
                 args.push_str("    # SFTTrainer computes the loss through TRL's fused LM head (trl/trainer/sft_trainer.py:1140-1146), which needs less than this plan's loss: plan with logits fused to match it\n");
@@ -585,6 +596,14 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     if s.use_dora {
         out.push_str("use_dora: true\n");
     }
+    if crate::model::extended::EXTENDED && s.packing {
+        // LLaMA-Factory's packing keeps one row per packed sample (attention over the whole
+        // row, or neat_packing's block-diagonal mask): no key flattens the batch.
+        out.push_str("# padding-free packing (the plan's: the batch in one row) has no LLaMA-Factory key; packing: true keeps a row per packed sample\n");
+    }
+    if crate::model::extended::EXTENDED && s.neat_packing {
+        out.push_str("packing: true\nneat_packing: true\n");
+    }
     if s.use_rslora {
         out.push_str("use_rslora: true\n");
     }
@@ -781,6 +800,12 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     }
     if s.use_dora {
         out.push_str("peft_use_dora: true\n");
+    }
+    if crate::model::extended::EXTENDED && s.neat_packing {
+        out.push_str("# neat_packing (the plan's) is LLaMA-Factory's: axolotl has no such key\n");
+    }
+    if crate::model::extended::EXTENDED && s.packing {
+        out.push_str("# padding-free packing (the plan's: the batch in one row) is not axolotl's sample_packing, which is not planned\n");
     }
     if s.use_rslora {
         out.push_str("peft_use_rslora: true\n");
@@ -1023,6 +1048,10 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         arg("target_modules", targets);
         if s.use_dora {
             arg("use_dora", "true".into());
+        }
+        if crate::model::extended::EXTENDED && s.packing {
+            // ms-swift's collator puts a padding-free batch in one row (swift/template/base.py)
+            arg("padding_free", "true".into());
         }
         if s.use_rslora {
             arg("use_rslora", "true".into());

@@ -623,10 +623,49 @@ pub static FIELDS: &[Field] = &[
             s.padded_mask = match v.trim() {
                 "padded" => true,
                 "none" | "" => false,
+                // (the measuring harness's name for padding-free packing: no mask is given)
+                "packed" if crate::model::extended::EXTENDED => {
+                    s.packing = true;
+                    false
+                }
+                "neat" if crate::model::extended::EXTENDED => {
+                    s.neat_packing = true;
+                    false
+                }
                 other => boolean(other)?,
             };
             Ok(())
         },
+    },
+    Field {
+        name: "packing",
+        json_aliases: &["padding_free"],
+        url: Some("pf"),
+        flag: cli!(Some("--packing"), None),
+        flag_aliases: cli!(&["--padding-free"], &[]),
+        no_flag: None,
+        label: beyond_first_screen!("Padding-free packing (the batch in one row)"),
+        help: cli!("the batch's samples flattened into one row of batch × seq tokens, position ids restarting per document (TRL packing, DataCollatorWithFlattening); sdpa then builds a (batch × seq)² block-causal mask", ""),
+        testid: Some("toggle-packing"),
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.packing),
+        set: |s, v| boolean(v).map(|x| s.packing = x),
+    },
+    Field {
+        name: "neat_packing",
+        json_aliases: &[],
+        url: Some("np"),
+        flag: cli!(Some("--neat-packing"), None),
+        flag_aliases: &[],
+        no_flag: None,
+        label: beyond_first_screen!("LLaMA-Factory's neat_packing (a 4-D mask per row)"),
+        help: cli!("rows of packed documents with the block-diagonal causal 4-D mask LLaMA-Factory's collator builds in the compute dtype (batch × seq² elements); under flash_attention_2 one unpadded row, as padding-free packing", ""),
+        testid: None,
+        kind: Kind::Bool,
+        slider: None,
+        get: |s| bool_text(s.neat_packing),
+        set: |s, v| boolean(v).map(|x| s.neat_packing = x),
     },
     Field {
         name: "fused_ce",

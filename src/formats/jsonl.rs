@@ -77,7 +77,8 @@ fn version_of(software: Option<&Value>, name: &str) -> Option<(u32, u32)> {
 /// - `transformers` 4 stored a mixture-of-experts model's experts as per-expert `nn.Linear`
 ///   layers (`experts_layout`), and before 4.49 the causal-LM loss copied the shifted fp32
 ///   logits (`loss_shift`, [`crate::model::LossShift`]);
-/// - `trl`: TRL's SFTTrainer up to 0.21 runs peft's `prepare_model_for_kbit_training` on a 4-bit
+/// - `trl`: before 0.19 its `packing=True` made rows of the full length, not padding-free ones
+///   ([`crate::model::Settings::packing`]); TRL's SFTTrainer up to 0.21 runs peft's `prepare_model_for_kbit_training` on a 4-bit
 ///   model unless its `Params4bit` sit on the CPU or the meta device, as FSDP and ZeRO-3 load
 ///   them ("sharded QLoRA", `trl/trainer/sft_trainer.py:182-201` in 0.13.0, the same in 0.21.0);
 ///   from 0.22 it prepares none (`prepare_kbit`). With `bf16` the older versions then cast
@@ -97,10 +98,22 @@ fn from_software(settings: &mut Value, software: Option<&Value>) -> Vec<&'static
             obj.insert("loss_shift".into(), json!("logits"));
         }
     }
-    let quant = obj.get("quant").is_some_and(|q| !q.is_null());
-    // TRL's version decides only how a 4-bit base is prepared.
-    if let Some(version) = version_of(software, "trl").filter(|_| quant) {
+    let trl = version_of(software, "trl");
+    // Before 0.19 TRL's `packing=True` cut the concatenated samples into rows of
+    // `max_seq_length` tokens (`ConstantLengthDataset`, `trl/trainer/sft_trainer.py:474` in
+    // 0.13.0), one attention over each whole row: the rows are planned as given. From 0.19
+    // packing is padding-free (`self.padding_free = … args.packing and args.packing_strategy ==
+    // "ffd"`, `sft_trainer.py:394` in 0.19.0; "bfd" from 0.20).
+    if trl.is_some_and(|v| v < (0, 19)) && obj.get("packing") == Some(&json!(true)) {
         read.push("trl");
+        obj.insert("packing".into(), json!(false));
+    }
+    let quant = obj.get("quant").is_some_and(|q| !q.is_null());
+    // TRL's version decides how a 4-bit base is prepared.
+    if let Some(version) = trl.filter(|_| quant) {
+        if !read.contains(&"trl") {
+            read.push("trl");
+        }
         let sharded = obj
             .get("strategy")
             .and_then(Value::as_str)

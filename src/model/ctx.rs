@@ -162,6 +162,10 @@ impl<'a> Ctx<'a> {
     pub fn sdpa_mask(&self) -> SdpaMask {
         if self.s.attn_impl != AttnImpl::Sdpa {
             SdpaMask::None
+        } else if crate::model::extended::EXTENDED && self.s.packing {
+            SdpaMask::Packed
+        } else if crate::model::extended::EXTENDED && self.s.neat_packing {
+            SdpaMask::Given
         } else if self.s.padded_mask {
             SdpaMask::Padded
         } else if self.sliding_window_reached() {
@@ -174,7 +178,9 @@ impl<'a> Ctx<'a> {
     /// Of layers `from..to`, how many give sdpa a materialised 4-D mask ([`Self::sdpa_mask`]).
     pub fn masked_layers(&self, from: u64, to: u64) -> u128 {
         match (self.sdpa_mask(), self.arch.family.layout().sliding) {
-            (SdpaMask::Padded, _) => to.saturating_sub(from) as u128,
+            (SdpaMask::Padded | SdpaMask::Packed | SdpaMask::Given, _) => {
+                to.saturating_sub(from) as u128
+            }
             (SdpaMask::Sliding, Some(w)) => (from..to).filter(|&li| w.local(li)).count() as u128,
             _ => 0,
         }
@@ -210,6 +216,11 @@ pub enum SdpaMask {
     None,
     /// The padded batch's mask, shared by every layer.
     Padded,
+    /// Padding-free packing's block-causal mask over the one packed row, found from its
+    /// position ids (`find_packed_sequence_indices`), shared by every layer.
+    Packed,
+    /// An additive 4-D mask the batch brings (LLaMA-Factory's neat_packing), used as it is.
+    Given,
     /// The sliding-window mask of the local layers.
     Sliding,
 }

@@ -479,6 +479,25 @@ pub struct Settings {
     pub attn_impl: AttnImpl,
     /// An explicit padded 4-D attention mask is materialised.
     pub padded_mask: bool,
+    /// Padding-free packing: the micro-batch's `batch` samples of `seq` tokens flattened into
+    /// one row of `batch × seq` tokens, with no attention mask and position ids that restart at
+    /// every packed document (transformers' `DataCollatorWithFlattening`, TRL's `packing=True`
+    /// with its default `bfd` strategy or `padding_free=True`). The step runs on that one row
+    /// ([`Settings::as_run`]); sdpa then builds the documents' block-causal mask.
+    #[serde(default)]
+    pub packing: bool,
+    /// LLaMA-Factory's `neat_packing` under sdpa: rows of `seq` tokens of packed documents with
+    /// their position ids, and the block-diagonal causal 4-D mask its collator builds on the host
+    /// in the compute dtype (`prepare_4d_attention_mask`, `data/collator.py`) given to sdpa as
+    /// it is. Under flash-attention-2 LLaMA-Factory unpads one row instead: padding-free
+    /// packing ([`Settings::as_run`]).
+    #[serde(default)]
+    pub neat_packing: bool,
+    /// The documents of the packed row the step runs ([`Settings::as_run`] sets it: one per
+    /// packed sample, two in a row of one sample — the fewest that make a row packed; 0 in the
+    /// settings as given). Not a setting.
+    #[serde(skip)]
+    pub packed_documents: u64,
     /// Optimizer.
     pub optimizer: Optimizer,
     /// A fused / chunked linear cross-entropy (e.g. Liger's) that never materialises the full
@@ -705,6 +724,9 @@ impl Default for Settings {
             grad_ckpt: false,
             attn_impl: AttnImpl::Sdpa,
             padded_mask: false,
+            packing: false,
+            neat_packing: false,
+            packed_documents: 0,
             optimizer: Optimizer::AdamwTorchFused,
             fused_ce: false,
             liger: Liger::NONE,
@@ -949,10 +971,14 @@ impl Settings {
 
     /// Tokens of each sequence whose next-token log-prob the loss scores: the completion of a
     /// preference sequence or of an SFT sample with `completion_only_loss`, every position but
-    /// the last of another SFT row.
+    /// the last of another SFT row (of a packed row: every document's but the first).
     pub fn scored_tokens(&self) -> u64 {
         if self.preference() || self.grpo() || self.completion_only_loss {
             self.completion_tokens()
+        } else if crate::model::extended::EXTENDED && self.packing {
+            // TRL's padding-free labels are -100 at every document's first token
+            // (`sft_trainer.py:208`): the row's first is not scored anyway.
+            self.seq.saturating_sub(self.packed_documents.max(1))
         } else {
             self.seq.saturating_sub(1)
         }
@@ -1323,16 +1349,41 @@ impl Settings {
     }
 
     /// The settings as transformers runs them for `arch`: a family without sdpa support
-    /// (gpt-oss, `_supports_sdpa = False`) runs eager attention when sdpa is asked for.
+    /// (gpt-oss, `_supports_sdpa = False`) runs eager attention when sdpa is asked for, and
+    /// padding-free packing ([`Settings::packing`]) runs the micro-batch as one row.
     pub fn as_run(&self, arch: &super::arch::Architecture) -> std::borrow::Cow<'_, Settings> {
-        if self.attn_impl == AttnImpl::Sdpa && !arch.family.layout().sdpa {
-            std::borrow::Cow::Owned(Settings {
-                attn_impl: AttnImpl::Eager,
-                ..self.clone()
-            })
-        } else {
-            std::borrow::Cow::Borrowed(self)
+        let eager = self.attn_impl == AttnImpl::Sdpa && !arch.family.layout().sdpa;
+        // Padding-free packing runs one row of every token of the micro-batch, with the fewest
+        // documents that make it a packed row: one per sample, two in a row of one sample;
+        // LLaMA-Factory's neat_packing under flash-attention-2 unpads its one row (its
+        // collator asserts a batch of one): padding-free packing too. (Packing is the full
+        // planner's, `extended::needed`; the settings of a run are run as they are.)
+        let neat_fa2 = self.neat_packing && self.attn_impl == AttnImpl::FlashAttention2;
+        let flatten = crate::model::extended::EXTENDED
+            && (self.packing || neat_fa2)
+            && self.packed_documents == 0;
+        if !eager && !flatten {
+            return std::borrow::Cow::Borrowed(self);
         }
+        let mut run = self.clone();
+        if eager {
+            run.attn_impl = AttnImpl::Eager;
+        }
+        if flatten {
+            run.neat_packing = false;
+            run.packing = true;
+            run.seq = self.batch.saturating_mul(self.seq);
+            run.packed_documents = self.batch.max(2);
+            run.batch = 1;
+        }
+        std::borrow::Cow::Owned(run)
+    }
+
+    /// The dtype of the 4-D mask LLaMA-Factory's collator builds for `neat_packing`: its compute
+    /// dtype (`prepare_4d_attention_mask(…, self.compute_dtype)`), the autocast dtype or else the
+    /// model's.
+    pub fn neat_mask_dtype(&self) -> Dtype {
+        self.autocast.unwrap_or(self.dtype)
     }
 
     /// Tokens in one micro-batch.

@@ -47,6 +47,8 @@ pub const TRAINING: &[&str] = &[
     "disable_dropout",
     "logits",
     "padded_mask",
+    "packing",
+    "neat_packing",
 ];
 
 /// The "Several GPUs" section.
@@ -134,6 +136,9 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         "pref_loss" => s.stage == crate::model::Stage::Dpo,
         "max_prompt_length" => s.preference() || s.sft_fused_head() && s.completion_only_loss,
         "completion_only_loss" => s.sft_fused_head(),
+        // Padding-free packing is planned for SFT steps; its row has no padding.
+        "packing" | "neat_packing" => s.stage == crate::model::Stage::Sft,
+        "padded_mask" => !s.packing && !s.neat_packing,
         "disable_dropout" => s.preference() || s.grpo(),
         "precompute_ref_log_probs" => s.uses_reference() && !s.grpo(),
         // GRPO's own settings (β changes memory only there: its reference pass).

@@ -378,3 +378,20 @@ test("GRPO is picked on the first screen, gets a generation batch TRL accepts, a
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test("padding-free packing is the full planner's: the batch planned as one row, with its mask's note and its link", async () => {
+  const { page, errors } = await openApp(browser, server.url + "?model=llama3-8b&b=4&s=1024");
+  await openSections(page);
+  await page.check('[data-testid="toggle-packing"]');
+  await plannerIs(page, "full");
+  await page.waitForFunction(() => location.search.includes("pf=1"), null, { timeout: 5000 });
+  await settled(page);
+  const want = cliPlan(["--model", "llama3-8b", "--batch", "4", "--seq", "1024", "--packing"]).plan;
+  assert.ok(Math.abs((await gibOf(page, "peak-allocated")) - want.peak_allocated_bytes / GIB) <= 0.006);
+  assert.match(await page.textContent('[data-testid="plan-notes"]'), /run as one row of 4096 tokens/);
+  await openSections(page);
+  await page.locator('[data-testid="toggle-packing"]').scrollIntoViewIfNeeded();
+  await page.screenshot({ path: path.join(artifacts, "packing.png") });
+  assert.deepEqual(errors, []);
+  await page.close();
+});

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { execFileSync } from "node:child_process";
-import { serve, launch, openView, openSections, axeViolations, layoutOf, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
+import { serve, launch, openView, openSections, settled, axeViolations, layoutOf, cliPlan, gibOf, GIB, artifacts } from "./harness.mjs";
 
 let server, browser;
 before(async () => {
@@ -99,6 +99,9 @@ for (const [width, height] of [[640, 400], [480, 360], [800, 600]]) {
 test("the bar: grouped segments, allocator cache and CUDA context, capacity, formula on focus", async () => {
   const { page, close } = await openView(browser, server.url + CASES.fits, { width: 1280, height: 800 });
   try {
+    // The CLI's plan is the settled one (reserved from the allocator simulation): so is the
+    // page's once it has settled.
+    await settled(page);
     const want = cliPlan(["--model", "llama2-7b", "--gpu", "a100-80"]).plan;
     const label = async (id) => page.getAttribute(`[data-testid="${id}"]`, "aria-label");
     const gibIn = (t) => Number(t.match(/(-?[0-9]+\.[0-9]{2}) GiB/)[1]);

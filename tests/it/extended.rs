@@ -40,6 +40,20 @@ fn needed_is_what_the_program_runs() {
             ..Settings::default()
         },
         Settings {
+            packing: true,
+            batch: 2,
+            ..Settings::default()
+        },
+        Settings {
+            packing: true,
+            attn_impl: lorafit::model::AttnImpl::FlashAttention2,
+            ..Settings::default()
+        },
+        Settings {
+            neat_packing: true,
+            ..Settings::default()
+        },
+        Settings {
             quant: Some(lorafit::model::Quant::Nf4),
             parallel: lorafit::model::Parallel {
                 gpus_per_node: 2,

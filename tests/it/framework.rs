@@ -389,6 +389,21 @@ fn exports_read_back_to_the_same_settings() {
             },
         ),
         (
+            "padding-free packing",
+            Settings {
+                packing: true,
+                grad_ckpt: true,
+                ..lora.clone()
+            },
+        ),
+        (
+            "LLaMA-Factory's neat packing",
+            Settings {
+                neat_packing: true,
+                ..lora.clone()
+            },
+        ),
+        (
             "full, pure bf16",
             Settings {
                 finetuning_type: FinetuningType::Full,
@@ -449,6 +464,20 @@ fn exports_read_back_to_the_same_settings() {
             }
             let (a, b) = (settings_json(&s), settings_json(&back.settings));
             for (k, v) in a.as_object().unwrap() {
+                // Padding-free packing is TRL's packing=True; Trainer's collator, LLaMA-Factory
+                // and axolotl have no key for it: the export says so.
+                if k == "packing" && s.packing && format != "trl" {
+                    assert!(text.contains("padding-free packing"), "{what} via {format}");
+                    continue;
+                }
+                // neat_packing is LLaMA-Factory's: the others say they have no key for it.
+                if k == "neat_packing" && s.neat_packing && format != "llama-factory" {
+                    assert!(
+                        text.contains("neat_packing (the plan's)"),
+                        "{what} via {format}"
+                    );
+                    continue;
+                }
                 // Full tuning: the LoRA numbers are not in the export and do not apply.
                 if s.base_trained() && k.starts_with("lora_") {
                     continue;
@@ -1510,5 +1539,92 @@ fn grpo_exports_read_back() {
             ),
             "{format}\n{text}"
         );
+    }
+}
+
+/// Packing as each door spells it: TRL's `packing` is padding-free with its default `bfd`
+/// strategy and not with `wrapped`, `padding_free` is padding-free whatever the strategy, and a
+/// TRL script plans the packed row through SFTTrainer's fused head; ms-swift's `--packing` and
+/// `--padding_free` flatten the batch; an unknown strategy is an error naming the key.
+#[test]
+fn packing_is_read_as_each_trainer_packs() {
+    let trl = |extra: &str| {
+        format!("{{\"model_name_or_path\": \"meta-llama/Meta-Llama-3-8B\", \"per_device_train_batch_size\": 4, \"max_length\": 1024{extra}}}")
+    };
+    assert!(
+        framework::read(&trl(", \"packing\": true"))
+            .unwrap()
+            .settings
+            .packing
+    );
+    assert!(
+        !framework::read(&trl(
+            ", \"packing\": true, \"packing_strategy\": \"wrapped\""
+        ))
+        .unwrap()
+        .settings
+        .packing
+    );
+    assert!(
+        framework::read(&trl(
+            ", \"padding_free\": true, \"packing_strategy\": \"wrapped\""
+        ))
+        .unwrap()
+        .settings
+        .packing
+    );
+    assert!(!framework::read(&trl("")).unwrap().settings.packing);
+    let err = framework::read(&trl(", \"packing\": true, \"packing_strategy\": \"ffd2\""))
+        .map(|r| r.settings.packing)
+        .expect_err("an unknown strategy is refused");
+    assert!(err.contains("packing_strategy"), "{err}");
+
+    let script = r#"
+import torch
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM
+from trl import SFTConfig, SFTTrainer
+
+model = AutoModelForCausalLM.from_pretrained("meta-llama/Meta-Llama-3-8B", torch_dtype=torch.bfloat16)
+args = SFTConfig(output_dir="out", per_device_train_batch_size=4, max_length=1024, packing=True)
+trainer = SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=16, target_modules="all-linear"))
+"#;
+    let mut r = framework::read(script).unwrap();
+    assert!(r.settings.packing && r.settings.sft_fused_head());
+    let arch = r
+        .catalog_model()
+        .unwrap()
+        .expect("catalog model")
+        .arch
+        .clone();
+    let p = lorafit::model::plan(&arch, &r.settings).expect("plans the packed row");
+    assert!(p.notes.iter().any(|n| n.contains("one row of 4096 tokens")));
+
+    // LLaMA-Factory: neat_packing (which sets packing) is its rows with the 4-D mask; packing
+    // alone is rows with one attention over each, planned as rows and said so.
+    let lf = "model_name_or_path: meta-llama/Meta-Llama-3-8B\nstage: sft\nfinetuning_type: lora\ncutoff_len: 1024\npacking: true\n";
+    let r = framework::read(&format!("{lf}neat_packing: true\n")).unwrap();
+    assert!(r.settings.neat_packing && !r.settings.packing);
+    assert!(r.not_modeled.is_empty(), "{:?}", r.not_modeled);
+    let r = framework::read(lf).unwrap();
+    assert!(!r.settings.neat_packing && !r.settings.packing);
+    assert!(r
+        .not_modeled
+        .iter()
+        .any(|n| n.key == "packing" && n.why.contains("one attention over each whole row")));
+
+    let packed = Settings {
+        packing: true,
+        ..Settings::default()
+    };
+    let text = export("ms-swift", "meta-llama/Meta-Llama-3-8B", &arch, &packed).unwrap();
+    assert!(framework::read(&text).unwrap().settings.packing, "{text}");
+    for flag in ["--packing true", "--padding_free true"] {
+        let r = framework::read(&format!(
+            "swift sft --model meta-llama/Meta-Llama-3-8B --train_type lora {flag}\n"
+        ))
+        .unwrap();
+        assert!(r.settings.packing, "{flag}");
+        assert!(r.not_modeled.is_empty(), "{:?}", r.not_modeled);
     }
 }

@@ -14,36 +14,12 @@ fn cases() -> Vec<Value> {
 }
 
 fn case(id: &str) -> Value {
-    cases()
-        .into_iter()
-        .find(|v| v["id"] == id)
-        .unwrap_or_else(|| panic!("{id} missing"))
+    crate::case_of(cases(), id)
 }
 
 #[test]
 fn int8_steps_are_planned_to_the_byte() {
-    let mut n = 0;
-    for v in cases() {
-        let id = v["id"].as_str().expect("id");
-        let m = crate::plan_measured_line(&v);
-        assert!(
-            m.quick_pct.abs() <= 0.001,
-            "{id}: quick {:+.4} %",
-            m.quick_pct
-        );
-        assert!(
-            m.settled_pct.abs() <= 0.001,
-            "{id}: settled {:+.4} %",
-            m.settled_pct
-        );
-        assert!(
-            m.reserved_pct.abs() <= 0.001,
-            "{id}: reserved {:+.4} %",
-            m.reserved_pct
-        );
-        n += 1;
-    }
-    assert_eq!(n, 4);
+    assert_eq!(crate::assert_planned_to_the_byte(&cases()), 4);
 }
 
 /// The quantization state the harness counted (SCB: one fp32 scale per output row of every

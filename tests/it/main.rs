@@ -26,6 +26,7 @@ mod liger;
 mod methods;
 mod models26;
 mod moe_layout;
+mod packing;
 mod periodic;
 mod planning;
 mod properties;
@@ -283,6 +284,32 @@ pub fn fix_saves_each_measured_pair(
         pairs += 1;
     }
     pairs
+}
+
+/// The line of `cases` whose `id` is `id`.
+pub fn case_of(cases: Vec<serde_json::Value>, id: &str) -> serde_json::Value {
+    cases
+        .into_iter()
+        .find(|v| v["id"] == id)
+        .unwrap_or_else(|| panic!("{id} missing"))
+}
+
+/// Asserts that every measured line of `cases` is planned to the byte — allocated by the quick
+/// and the settled plan, reserved against the allocator's replay of the measured step, each
+/// within 0.001 % — and returns how many lines there are.
+pub fn assert_planned_to_the_byte(cases: &[serde_json::Value]) -> usize {
+    for v in cases {
+        let id = v["id"].as_str().expect("id");
+        let m = plan_measured_line(v);
+        for (what, pct) in [
+            ("quick", m.quick_pct),
+            ("settled", m.settled_pct),
+            ("reserved", m.reserved_pct),
+        ] {
+            assert!(pct.abs() <= 0.001, "{id}: {what} {pct:+.4} %");
+        }
+    }
+    cases.len()
 }
 
 pub fn plan_measured_line(v: &serde_json::Value) -> MeasuredLine {

@@ -111,16 +111,9 @@ pub(super) const TABLE: Table = &[
         "eval_accumulation_steps",
         Rule::To("eval_accumulation_steps"),
     ),
-    (
-        "packing",
-        Rule::NotModeled("packing: planned as rows of the full sequence length, with padding"),
-    ),
-    (
-        "padding_free",
-        Rule::NotModeled(
-            "padding-free batches: planned as rows of the full sequence length, with padding",
-        ),
-    ),
+    ("packing", Rule::Read(trl_packing)),
+    ("padding_free", Rule::Read(trl_packing)),
+    ("packing_strategy", Rule::Read(trl_packing)),
     (
         "torch_compile",
         Rule::NotModeled("torch.compile's fused kernels and their saved tensors: planned eager"),
@@ -352,4 +345,48 @@ fn resume(rd: &mut Reader, v: &Value) -> Result<(), String> {
         _ => return Err("a checkpoint's path, true or false".into()),
     };
     rd.set("resume_from_checkpoint", if on { "1" } else { "0" })
+}
+
+/// TRL's `packing`, `padding_free` and `packing_strategy` (`SFTConfig`): padding-free when
+/// `padding_free` is set, or with `packing` and the `bfd` strategies (the default since 0.20),
+/// as `SFTTrainer.__init__` decides (`self.padding_free = args.padding_free or (args.packing and
+/// args.packing_strategy in {"bfd", "bfd_split"})`, `trl/trainer/sft_trainer.py:916` in 1.16);
+/// the `wrapped` strategy cuts the concatenated samples into rows of `max_length` with one
+/// attention over each row, planned as those rows. Each key sets the one setting from all three.
+fn trl_packing(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let key = rd.key().to_string();
+    let given = |name: &str| -> Result<Option<Value>, String> {
+        Ok(if name == key {
+            Some(v.clone())
+        } else {
+            rd.obj.get(name).cloned()
+        })
+    };
+    let on = |name: &str, v: Option<Value>| -> Result<bool, String> {
+        v.map_or(Ok(false), |v| flag(name, &v))
+    };
+    let padding_free = on("padding_free", given("padding_free")?)?;
+    let packing = on("packing", given("packing")?)?;
+    let strategy = match given("packing_strategy")? {
+        Some(Value::String(s)) => s,
+        Some(other) => return Err(format!("packing_strategy: expected a name, got {other}")),
+        None => "bfd".into(),
+    };
+    let bfd = match strategy.as_str() {
+        "bfd" | "bfd_split" | "bfd-requeue" => true,
+        "wrapped" => false,
+        other => {
+            return Err(format!(
+                "packing_strategy: {other:?} is not TRL's (bfd, bfd_split, wrapped)"
+            ))
+        }
+    };
+    rd.set(
+        "packing",
+        if padding_free || (packing && bfd) {
+            "true"
+        } else {
+            "false"
+        },
+    )
 }

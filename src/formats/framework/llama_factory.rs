@@ -49,7 +49,7 @@ const DEFAULTS: &[Default] = &[
 
 const VIDEO: &str = "video frames: not planned yet (images are)";
 const PACKING: &str =
-    "packing: planned as rows of cutoff_len tokens with padding (the same tokens per row)";
+    "packing without neat_packing: rows of cutoff_len tokens, one attention over each whole row, planned as such (the position ids restarting at each sample, one int64 per token, are not planned)";
 
 /// How the evaluation's generation samples, whatever a config's sampling keys say.
 const SAMPLING: &str = "the evaluation's generation is planned sampling with temperature, top-k 50 and top-p 0.7 (LLaMA-Factory's defaults): other processors make other [batch × vocab] buffers";
@@ -124,8 +124,10 @@ const TABLE: Table = &[
     ),
     ("enable_liger_kernel", Rule::Read(liger)),
     ("use_unsloth", Rule::NotModeled("Unsloth's patched model (its own kernels and checkpointing): planned as transformers + peft")),
-    ("packing", Rule::NotModeled(PACKING)),
-    ("neat_packing", Rule::NotModeled("neat_packing's block-diagonal attention: planned as rows of cutoff_len tokens with the causal mask")),
+    ("packing", Rule::Read(packing)),
+    // data_args.py: neat_packing sets packing (its rows, and the collator's block-diagonal
+    // 4D mask, SFTDataCollatorWith4DAttentionMask)
+    ("neat_packing", Rule::To("neat_packing")),
     ("image_max_pixels", Rule::To("image_max_pixels")),
     ("image_min_pixels", Rule::To("image_min_pixels")),
     ("freeze_vision_tower", Rule::To("freeze_vision_tower")),
@@ -275,4 +277,20 @@ pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
             )
         },
     )
+}
+
+/// `packing`: rows of cutoff_len tokens of packed samples, whose position ids restart at each
+/// sample; without `neat_packing` one causal attention over each whole row (the all-ones
+/// attention mask), planned as rows of cutoff_len tokens; with it, `neat_packing`'s rows.
+fn packing(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    let neat = rd
+        .obj
+        .get("neat_packing")
+        .map_or(Ok(false), |n| flag("neat_packing", n))?;
+    if neat || !flag(rd.key(), v)? {
+        rd.r.ignored.push(rd.key().to_string());
+    } else {
+        rd.not_modeled(PACKING);
+    }
+    Ok(())
 }

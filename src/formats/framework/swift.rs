@@ -116,14 +116,12 @@ const TABLE: Table = &[
         }),
     ),
     ("use_liger_kernel", Rule::Read(liger)),
-    (
-        "packing",
-        Rule::NotModeled("packing: planned as rows of max_length tokens with padding"),
-    ),
-    (
-        "padding_free",
-        Rule::NotModeled("padding-free batches: planned as rows of max_length tokens with padding"),
-    ),
+    // ms-swift flattens a packed or padding-free batch into one row with position ids
+    // restarting at each sample (`Template._data_collator`: `batch[:] =
+    // [self.packing_row(batch)]`, `swift/template/base.py:1869-1886` at 3d61b93), as
+    // transformers' DataCollatorWithFlattening does.
+    ("packing", Rule::To("packing")),
+    ("padding_free", Rule::To("packing")),
     ("beta", Rule::To("beta")),
     ("loss_type", Rule::Read(loss_type)),
     // ms-swift's vLLM sleep (0: none; 1: the weights offloaded, the KV cache freed; 2: both

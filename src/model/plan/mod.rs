@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::arch::Architecture;
-use super::ctx::Ctx;
+use super::ctx::{Ctx, SdpaMask};
 use super::distributed;
 use super::error::PlanError;
 use super::extended::EXTENDED;
@@ -232,6 +232,18 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
         crate::model::vision::visual(arch.tower(), &s.images, s.seq)
             .map_err(|(field, why)| PlanError::InvalidSetting { field, why })?;
     }
+    if EXTENDED && (s.packing || s.neat_packing) {
+        if let Some(why) = packing_unplanned(arch, s) {
+            return Err(PlanError::InvalidSetting {
+                field: if s.neat_packing {
+                    "neat_packing"
+                } else {
+                    "packing"
+                },
+                why: why.into(),
+            });
+        }
+    }
     let images = EXTENDED && s.images.images_per_sample > 0;
     if images && s.base_trained() {
         return Err(PlanError::InvalidSetting {
@@ -324,6 +336,98 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
         });
     }
     Ok(())
+}
+
+/// Why packing — padding-free ([`Settings::packing`]) or LLaMA-Factory's neat packing
+/// ([`Settings::neat_packing`]) — with these settings is not planned, if it is not: what it is
+/// measured for is a dense SFT step whose attention is full (sdpa or eager with the documents'
+/// mask, or flash-attention-2's variable-length kernel).
+fn packing_unplanned(arch: &Architecture, s: &Settings) -> Option<&'static str> {
+    let layout = arch.family.layout();
+    if s.neat_packing {
+        if s.packing {
+            return Some("LLaMA-Factory's neat_packing keeps a row per packed sample; padding-free packing puts the batch in one row: plan one of them");
+        } else if s.sft_fused_head() {
+            return Some("neat_packing is LLaMA-Factory's, whose Trainer computes the full logits: plan logits full");
+        } else if s.attn_impl == AttnImpl::FlashAttention2 && s.batch > 1 {
+            return Some("LLaMA-Factory's neat_packing under flash_attention_2 unpads one row, and its collator asserts a batch of one (\"bsz should be 1 for neat packing\"): plan batch 1");
+        }
+    }
+    if s.padded_mask {
+        Some("a packed row has no padding: padding-free packing and a padded attention mask exclude each other")
+    } else if s.stage != super::settings::Stage::Sft {
+        Some("padding-free packing is planned for SFT steps: the preference and RL trainers' padding-free batches are not planned yet")
+    } else if layout.sliding.is_some() {
+        Some("the packed masks of sliding-window layers are not planned yet")
+    } else if layout.hybrid.is_some() {
+        Some("linear-attention layers read packed documents from seq_idx and cu_seqlens, which is not planned yet")
+    } else if s.images.images_per_sample > 0 || arch.vision.is_some() {
+        Some("TRL refuses packing for vision datasets (\"Packing is not supported for vision datasets\"): plan the images unpacked")
+    } else {
+        None
+    }
+}
+
+/// With grouped-query attention and a mask, sdpa is given k and v repeated for every query head:
+/// transformers uses sdpa's own grouped-query attention only without a mask
+/// (`integrations/sdpa_attention.py`, `use_gqa_in_sdpa`), and the kernel keeps what it is given.
+fn repeated_kv_note(arch: &Architecture, s: &Settings) -> Option<String> {
+    let run = s.as_run(arch);
+    let ctx = Ctx::new(arch, &run);
+    let masked = matches!(
+        ctx.sdpa_mask(),
+        SdpaMask::Padded | SdpaMask::Packed | SdpaMask::Given
+    );
+    let heads = arch.num_attention_heads;
+    let standard = arch.family.layout().attention == super::family::AttentionKind::Standard;
+    if !masked || arch.kv_heads() >= heads || !standard {
+        return None;
+    }
+    let tokens = u128::from(run.sequences()) * u128::from(run.seq);
+    let per_layer = 2 * tokens * arch.q_dim() * ctx.attn.bytes();
+    Some(format!(
+        "with a mask, sdpa is given k and v repeated for each of the {heads} query heads (transformers uses sdpa's own grouped-query attention only without one): {:.0} MiB per layer, kept for backward",
+        per_layer as f64 / f64::from(1u32 << 20)
+    ))
+}
+
+/// What packing runs: padding-free, one row, and under sdpa the row's block-causal mask and each
+/// layer's bias made from it; neat packing, each row's 4-D mask from the collator (sizes from
+/// the step's own dtypes).
+fn packing_note(arch: &Architecture, s: &Settings) -> String {
+    let run = s.as_run(arch);
+    let tokens = u128::from(run.seq);
+    let mib = |b: u128| b as f64 / f64::from(1u32 << 20);
+    if run.neat_packing {
+        let es = run.neat_mask_dtype();
+        let mask = u128::from(run.batch) * tokens * tokens * es.bytes();
+        return format!(
+            "LLaMA-Factory's neat_packing: each of the {} rows of {} tokens carries its documents' block-diagonal causal mask, which the collator builds on the host in {} ({:.0} MiB for the batch) and every layer's sdpa takes as it is; position ids restart at every document",
+            run.batch,
+            run.seq,
+            es.name(),
+            mib(mask)
+        );
+    }
+    let row = format!(
+        "padding-free packing: the {} samples of {} tokens run as one row of {} tokens, with position ids restarting at every packed document",
+        s.batch, s.seq, run.seq
+    );
+    if run.attn_impl == AttnImpl::FlashAttention2 {
+        return format!("{row}; flash_attention_2 takes the documents' boundaries into its variable-length kernel, with no mask (the per-layer boundary tensors, a few bytes per document, are not planned)");
+    }
+    let mask = tokens.saturating_mul(tokens);
+    let bias = mask.saturating_mul(Ctx::new(arch, &run).attn.bytes());
+    format!(
+        "{row}; transformers finds the documents in the position ids and gives sdpa the row's block-causal mask ({tokens}² booleans, {:.0} MiB), which every layer's attention turns into a {:.0} MiB bias {}; flash_attention_2's variable-length kernel needs neither",
+        mib(mask),
+        mib(bias),
+        if s.grad_ckpt {
+            "(with checkpointing, one layer's at a time)"
+        } else {
+            "kept for backward"
+        }
+    )
 }
 
 /// Whether LoRA's target modules match nothing in the model: only MLP projections, on a
@@ -961,6 +1065,14 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         } else {
             "FSDP1 with this set-up (offload, hybrid or grad-op sharding, an 8-bit base or a 4-bit one stored in uint8 or prepared by prepare_model_for_kbit_training, experts, linear attention, images, DoRA, LoRA-FA, modules_to_save, freeze tuning, preference or RL training, Liger or a fused loss, an optimizer other than torch's AdamW) is planned with the rank model: two gathered decoder layers held through the step, not FSDP1's per-unit gathers".into()
         });
+    }
+    // Packing is the full planner's (`extended::needed`).
+    if EXTENDED && (s.packing || s.neat_packing) {
+        out.push(packing_note(arch, s));
+    }
+    // (the full planner's note: the first bundle's budget)
+    if EXTENDED {
+        out.extend(repeated_kv_note(arch, s));
     }
     // A 4-bit base under FSDP is the full planner's (`extended::needed`).
     if EXTENDED && s.fsdp_4bit() {

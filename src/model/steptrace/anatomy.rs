@@ -43,9 +43,12 @@ pub fn component(label: &Label, made_in_backward: bool) -> Component {
         What::LoraCast | What::Lora | What::Dora => Component::ActLora,
         What::Dropout | What::DropoutMask => Component::ActDropout,
         What::WeightCopy | What::Int8Quant => Component::ActWeightCopies,
-        What::Rope | What::Attention | What::Scores | What::LinearAttn | What::KvCache => {
-            Component::ActAttention
-        }
+        What::Rope
+        | What::Attention
+        | What::Scores
+        | What::Mask
+        | What::LinearAttn
+        | What::KvCache => Component::ActAttention,
         What::Mlp => Component::ActMlp,
         What::Experts => Component::ActExperts,
         What::Logits | What::Loss => Component::LogitsLoss,
@@ -314,9 +317,9 @@ fn shape_kind(what: What) -> Shape {
 }
 
 /// The named widths an element count is explained with, in the order they are tried: a
-/// parameter's dimensions, or for an activation the tokens first, then the widths, heads and the
-/// sequence (twice, for attention scores).
-fn widths(ctx: &Ctx, shape: Shape) -> Vec<(&'static str, u128)> {
+/// parameter's dimensions, or for an activation the tokens first (a mask's square before them),
+/// then the widths, heads and the sequence (twice, for attention scores).
+fn widths(ctx: &Ctx, shape: Shape, square: bool) -> Vec<(&'static str, u128)> {
     let a = ctx.arch;
     let s = ctx.s;
     // An activation's widths: 0 (left out) for a parameter; the experts' for MoE models only.
@@ -338,7 +341,17 @@ fn widths(ctx: &Ctx, shape: Shape) -> Vec<(&'static str, u128)> {
         0
     };
     let part = |v: u64| if split { act(v) } else { 0 };
+    // A mask is a square over the sequence, tried first: over the one row a packed micro-batch
+    // runs as (the step's settings, `Settings::as_run`), with that name.
+    let side = if square { act(s.seq) } else { 0 };
+    let side_name = if crate::model::extended::EXTENDED && s.packing {
+        "packed row"
+    } else {
+        "seq"
+    };
     [
+        (side_name, side),
+        (side_name, side),
         ("tokens", act(seqs) * s.seq as u128),
         ("scored tokens", scored),
         (if s.paired() { "sequences" } else { "batch" }, part(seqs)),
@@ -410,7 +423,7 @@ fn shape_factors(bytes: u64, what: What, elem_bytes: u8, ctx: &Ctx) -> Vec<Facto
     if shape == Shape::Bytes || bytes <= 8 || split(ctx, what) {
         return vec![bytes_of(bytes)];
     }
-    let ws = widths(ctx, shape);
+    let ws = widths(ctx, shape, what == What::Mask);
     let own = [u128::from(elem_bytes)];
     let tried: &[u128] = if elem_bytes == 0 { &[4, 2, 1, 8] } else { &own };
     for &es in tried {

@@ -177,6 +177,9 @@ pub enum What {
     Attention,
     /// Eager attention scores and probabilities.
     Scores,
+    /// A materialised attention mask (causal with padding, a sliding window or packed
+    /// documents; eager's additive form) and the bias sdpa makes of a boolean one.
+    Mask,
     /// MLP gate, activation, up and product.
     Mlp,
     /// Gated DeltaNet linear attention: the convolution, the fp32 q/k/v/β/decay copies padded
@@ -222,7 +225,7 @@ pub enum What {
 
 impl What {
     /// Every kind, in declaration order.
-    pub const ALL: [What; 39] = [
+    pub const ALL: [What; 40] = [
         What::Weight,
         What::QuantState,
         What::Trainable,
@@ -242,6 +245,7 @@ impl What {
         What::Rope,
         What::Attention,
         What::Scores,
+        What::Mask,
         What::Mlp,
         What::LinearAttn,
         What::Vision,
@@ -286,6 +290,7 @@ impl What {
             What::Rope => "rotary q/k",
             What::Attention => "attention output",
             What::Scores => "attention scores",
+            What::Mask => "attention mask / bias",
             What::Mlp => "MLP activations",
             What::LinearAttn => "linear-attention (Gated DeltaNet) activations",
             What::Vision => "vision tower temporaries and outputs",

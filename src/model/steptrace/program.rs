@@ -122,6 +122,11 @@ struct Prog<'c, 'a> {
     /// The vision tower's patch embedding output as a leaf needing a gradient (Qwen2.5-VL with
     /// checkpointing: `enable_input_require_grads` hooks `visual.patch_embed`).
     vision_leaf: Option<X>,
+    /// Padding-free packing: the collator's position ids (one row), an input of the step; with
+    /// neat packing, a row per sample.
+    pub(super) packed_pos: Option<X>,
+    /// Neat packing: the collator's additive 4-D mask, an input of the step.
+    pub(super) neat_mask: Option<X>,
     /// The vision tower's parameters in registration order.
     vision_weights: Vec<X>,
     /// Checkpointed tower blocks' inputs (hidden states, the attention boundaries, cos, sin),
@@ -224,6 +229,8 @@ pub(super) mod job;
 mod liger;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod moe;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+mod packing;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod preference;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
@@ -735,10 +742,25 @@ impl<'c, 'a> Prog<'c, 'a> {
         if images {
             extended!(self, "images", self.vision_inputs_before(), ());
         }
-        self.t(n, 8, What::Input);
-        self.t(n, 8, What::Input);
+        if crate::model::extended::EXTENDED && self.ctx.s.neat_packing {
+            extended!(self, "packing", self.neat_inputs(), ());
+        } else {
+            self.t(n, 8, What::Input);
+            self.t(n, 8, What::Input);
+        }
         if self.ctx.s.padded_mask {
             self.t(n, 8, What::Input);
+        }
+        // (packing is the full planner's, `extended::needed`)
+        if crate::model::extended::EXTENDED && self.ctx.s.packing {
+            // `DataCollatorWithFlattening` (transformers `data_collator.py:1261-1380`): input
+            // ids, labels, then position ids, each one row of every token.
+            extended!(
+                self,
+                "packing",
+                self.packed_pos = Some(self.t(n, 8, What::Input)),
+                ()
+            );
         }
         if images {
             extended!(self, "images", self.vision_inputs_after(), ());
@@ -1619,31 +1641,43 @@ impl<'c, 'a> Prog<'c, 'a> {
             o
         } else {
             let efficient = ctx.attn == crate::model::dtype::Dtype::Fp32;
+            let early_bias = a.family.layout().bias_before_repeat_kv;
+            // A masked sdpa with GQA: `sdpa_attention_forward` repeats k and v before the call,
+            // in their own dtype, and autocast casts the repeated ones.
+            let repeat_first = mask.is_some() && rep > 1 && !early_bias;
+            let (kr, vr) = if repeat_first {
+                (self.repeat_kv(ke, rep), self.repeat_kv(vv, rep))
+            } else {
+                self.tp.keep_local(ke.t);
+                self.tp.keep_local(vv.t);
+                (ke, vv)
+            };
             // Under autocast the kernel's inputs are cast to the autocast dtype (kept for backward).
             // (autocast's wrapper casts the arguments right to left)
-            let vc = self.cast(vv, ad, What::Attention);
-            let kc = self.cast(ke, ad, What::Attention);
+            let vc = self.cast(vr, ad, What::Attention);
+            let kc = self.cast(kr, ad, What::Attention);
             let qc = self.cast(qe, ad, What::Attention);
             // A boolean mask becomes an additive bias in the attention dtype (Gemma 3 converts
             // it before repeating k, v; the others after).
             let mut bias = None;
             // The boolean mask broadcasts over the batch (an expanded view); its bias is made for
             // every sequence (`zeros_like` of an expanded tensor is dense).
+            // (an additive mask the batch brings is used as it is)
+            let additive = crate::model::extended::EXTENDED && ctx.sdpa_mask() == SdpaMask::Given;
             let make_bias = |p: &mut Self| {
-                mask.map(|m| {
+                mask.filter(|_| !additive).map(|m| {
                     let s1 = p.t(1, ad, What::Attention);
                     let s2 = p.t(1, ad, What::Attention);
-                    let w = p.t(m.n.max(b * sq * sq), ad, What::Attention);
+                    let w = p.t(m.n.max(b * sq * sq), ad, What::Mask);
                     p.drop(s2);
                     p.drop(s1);
                     w
                 })
             };
-            let early_bias = a.family.layout().bias_before_repeat_kv;
             if early_bias {
                 bias = make_bias(self);
             }
-            let (kk, vk) = if mask.is_some() && rep > 1 {
+            let (kk, vk) = if mask.is_some() && rep > 1 && !repeat_first {
                 (self.repeat_kv(kc, rep), self.repeat_kv(vc, rep))
             } else {
                 self.tp.keep_local(kc.t);
@@ -1686,6 +1720,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(kk);
             self.drop(vk);
             self.drop(qe);
+            // (the repeated k and v are `sdpa_attention_forward`'s locals until it returns)
+            self.drop(kr);
+            self.drop(vr);
             if let Some(b) = bias {
                 self.drop(b);
             }
@@ -2018,40 +2055,47 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
+    /// `sdpa_mask`'s index tensors (`masking_utils`): its batch_arange (one int64 per row),
+    /// head_arange (one), then the query and key positions (each an arange plus its offset, the
+    /// arange freed): (batch, head, query, key).
+    fn mask_indices(&mut self, rows: u64, sq: u64) -> [X; 4] {
+        let batch = self.t(rows, 8, What::Input);
+        let head = self.t(1, 8, What::Input);
+        let a1 = self.t(sq, 8, What::Input);
+        let q = self.t(sq, 8, What::Input);
+        self.drop(a1);
+        let a2 = self.t(sq, 8, What::Input);
+        let kv = self.t(sq, 8, What::Input);
+        self.drop(a2);
+        [batch, head, q, kv]
+    }
+
     /// The boolean 4-D mask sdpa receives: causal and padding (`padded`) or causal and window.
     fn sdpa_mask(&mut self, padded: bool) -> X {
         let s = self.ctx.s;
         let (b, sq) = (s.sequences(), s.seq);
         let tc = padded.then(|| self.t(b * sq, 1, What::Input));
-        // masking_utils' batch_arange (one int64 per sequence), then its head_arange (one).
-        let t1 = self.t(b, 8, What::Input);
-        let t2 = self.t(1, 8, What::Input);
-        let a1 = self.t(sq, 8, What::Input);
-        let b1 = self.t(sq, 8, What::Input);
-        self.drop(a1);
-        let a2 = self.t(sq, 8, What::Input);
-        let b2 = self.t(sq, 8, What::Input);
-        self.drop(a2);
+        let [t1, t2, b1, b2] = self.mask_indices(b, sq);
         let one = self.t(1, 1, What::Input);
         let out = if padded {
-            let le = self.t(sq * sq, 1, What::Scores);
-            let and1 = self.t(sq * sq, 1, What::Scores);
+            let le = self.t(sq * sq, 1, What::Mask);
+            let and1 = self.t(sq * sq, 1, What::Mask);
             self.drop(le);
             self.drop(one);
             let idx = self.t(b * sq, 1, What::Input);
-            let and2 = self.t(b * sq * sq, 1, What::Scores);
+            let and2 = self.t(b * sq * sq, 1, What::Mask);
             self.drop(idx);
             self.drop(and1);
             and2
         } else {
             let sub = self.t(sq, 8, What::Input);
-            let gt = self.t(sq * sq, 1, What::Scores);
+            let gt = self.t(sq * sq, 1, What::Mask);
             self.drop(sub);
-            let and1 = self.t(sq * sq, 1, What::Scores);
+            let and1 = self.t(sq * sq, 1, What::Mask);
             self.drop(gt);
             self.drop(one);
-            let le = self.t(sq * sq, 1, What::Scores);
-            let and2 = self.t(sq * sq, 1, What::Scores);
+            let le = self.t(sq * sq, 1, What::Mask);
+            let and2 = self.t(sq * sq, 1, What::Mask);
             self.drop(le);
             self.drop(and1);
             and2
@@ -2075,23 +2119,16 @@ impl<'c, 'a> Prog<'c, 'a> {
         let bool_ss = s.seq * s.seq * if s.padded_mask { s.sequences() } else { 1 };
         let ss = s.sequences() * s.seq * s.seq;
         let es = bytes(self.ctx.attn);
-        let t1 = self.t(s.sequences(), 8, What::Input);
-        let t2 = self.t(1, 8, What::Input);
-        let a1 = self.t(s.seq, 8, What::Input);
-        let b1 = self.t(s.seq, 8, What::Input);
-        self.drop(a1);
-        let a2 = self.t(s.seq, 8, What::Input);
-        let b2 = self.t(s.seq, 8, What::Input);
-        self.drop(a2);
+        let [t1, t2, b1, b2] = self.mask_indices(s.sequences(), s.seq);
         let one = self.t(1, 1, What::Input);
         let sub = self.t(s.seq, 8, What::Input);
-        let gt = self.t(bool_ss, 1, What::Scores);
+        let gt = self.t(bool_ss, 1, What::Mask);
         self.drop(sub);
-        let and1 = self.t(bool_ss, 1, What::Scores);
+        let and1 = self.t(bool_ss, 1, What::Mask);
         self.drop(gt);
         self.drop(one);
-        let le = self.t(bool_ss, 1, What::Scores);
-        let and2 = self.t(bool_ss, 1, What::Scores);
+        let le = self.t(bool_ss, 1, What::Mask);
+        let and2 = self.t(bool_ss, 1, What::Mask);
         self.drop(le);
         self.drop(and1);
         self.drop(t1);
@@ -2100,7 +2137,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(b2);
         let z = self.t(1, es, What::Input);
         let st = self.t(1, es, What::Input);
-        let w = self.t(ss, es, What::Scores);
+        let w = self.t(ss, es, What::Mask);
         self.drop(st);
         self.drop(z);
         self.drop(and2);
@@ -2183,7 +2220,15 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         // generate's position ids have a row per sequence: so have the tables. Their width is
         // the rotating part of a head (all of it but for a partial rotary).
-        let sq = sq * self.gen.as_ref().map_or(1, |g| g.rows);
+        // (neat packing's position ids have a row per sample too)
+        let rows = match &self.gen {
+            Some(g) => g.rows,
+            None if crate::model::extended::EXTENDED && self.ctx.s.neat_packing => {
+                self.ctx.s.sequences()
+            }
+            None => 1,
+        };
+        let sq = sq * rows;
         let hd = self.ctx.arch.rotary_dim();
         let pos = self.t(sq, 4, What::Rotary);
         // `inv_freq.float()` copies buffers FSDP1's mixed precision cast (`buffer_dtype`).
@@ -2388,6 +2433,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             None
         } else if self.ctx.visual.is_some() {
             extended!(self, "images", Some(self.rope_index()), None)
+        } else if let Some(p) = self.packed_pos {
+            // The collator's position ids: the model makes none (`modeling_llama.py:377-380`).
+            self.tp.keep_local(p.t);
+            Some(p)
         } else {
             let ar = self.t(s.seq, 8, What::Input);
             let pos = self.t(s.seq, 8, What::Input);
@@ -2405,6 +2454,17 @@ impl<'c, 'a> Prog<'c, 'a> {
         let causal = if !eager {
             match ctx.sdpa_mask() {
                 SdpaMask::Padded => Some(self.sdpa_mask(true)),
+                SdpaMask::Packed => extended!(
+                    self,
+                    "packing",
+                    {
+                        let (mask, docs) = self.packed_mask();
+                        self.drop(docs);
+                        Some(mask)
+                    },
+                    None
+                ),
+                SdpaMask::Given => self.neat_mask.inspect(|m| self.tp.keep_local(m.t)),
                 SdpaMask::Sliding => {
                     let w = self.sdpa_mask(false);
                     self.sliding = Some(w);
@@ -2412,26 +2472,21 @@ impl<'c, 'a> Prog<'c, 'a> {
                 }
                 SdpaMask::None => None,
             }
+        } else if crate::model::extended::EXTENDED && (s.packing || s.neat_packing) {
+            extended!(self, "packing", self.packed_eager_mask(), None)
         } else if eager {
-            let t1 = self.t(s.sequences(), 8, What::Input);
-            let t2 = self.t(1, 8, What::Input);
-            let a1 = self.t(s.seq, 8, What::Input);
-            let b1 = self.t(s.seq, 8, What::Input);
-            self.drop(a1);
-            let a2 = self.t(s.seq, 8, What::Input);
-            let b2 = self.t(s.seq, 8, What::Input);
-            self.drop(a2);
+            let [t1, t2, b1, b2] = self.mask_indices(s.sequences(), s.seq);
             // The boolean causal mask broadcasts over the batch unless a padding mask is
             // folded in; the additive mask is expanded to every sequence.
             let rows = if s.padded_mask { s.sequences() } else { 1 };
-            let le = self.t(rows * s.seq * s.seq, 1, What::Scores);
+            let le = self.t(rows * s.seq * s.seq, 1, What::Mask);
             self.drop(t1);
             self.drop(t2);
             self.drop(b1);
             self.drop(b2);
             let z = self.t(1, bytes(ctx.attn), What::Input);
             let st = self.t(1, bytes(ctx.attn), What::Input);
-            let w = self.t(s.sequences() * s.seq * s.seq, bytes(ctx.attn), What::Scores);
+            let w = self.t(s.sequences() * s.seq * s.seq, bytes(ctx.attn), What::Mask);
             self.drop(st);
             self.drop(z);
             self.drop(le);
@@ -3189,6 +3244,8 @@ pub(super) fn run<const AFTER: u8>(
         grads: vec![],
         ckpt_in: vec![],
         vision_leaf: None,
+        packed_pos: None,
+        neat_mask: None,
         vision_weights: vec![],
         vision_ckpt: vec![],
         emb_leaf: None,

@@ -37,6 +37,9 @@ pub struct StepFlops {
 /// FLOPs of one micro-batch step. Mixture-of-experts models count the parameters a token
 /// runs through (its k routed experts and the router), not all of them.
 pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
+    // The step as it runs (a packed micro-batch is one row).
+    let run = s.as_run(a);
+    let s = &*run;
     // Every sequence the forward sees: 2 × batch for preference pairs.
     let seqs = s.sequences() as f64;
     let t = seqs * (s.seq as f64);
@@ -105,7 +108,23 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
     } else {
         0.5
     };
-    let attn_per_layer = 2.0 * seqs * (s.seq as f64).powi(2) * (qk_dim + v_dim) * causal;
+    // A packed row (`Settings::as_run`): flash-attention-2's variable-length kernel attends
+    // within each document; sdpa's kernel is given the documents' mask and computes the whole
+    // square.
+    let packed = crate::model::extended::EXTENDED && s.packing;
+    let (rows, len, causal) = match (packed, s.attn_impl) {
+        (true, AttnImpl::FlashAttention2) => {
+            let docs = s.packed_documents.max(1) as f64;
+            (seqs * docs, s.seq as f64 / docs, causal)
+        }
+        (true, _) => (seqs, s.seq as f64, 1.0),
+        // LLaMA-Factory's neat_packing: sdpa is given each row's mask and computes its square.
+        (false, _) if crate::model::extended::EXTENDED && s.neat_packing => {
+            (seqs, s.seq as f64, 1.0)
+        }
+        (false, _) => (seqs, s.seq as f64, causal),
+    };
+    let attn_per_layer = 2.0 * rows * len.powi(2) * (qk_dim + v_dim) * causal;
     let forward_frozen = 2.0 * t * (lin * layers + head);
     let forward_lora = 2.0 * t * lora_per_layer * layers;
     let forward_attention = attn_per_layer * layers;
@@ -181,6 +200,34 @@ pub(super) mod tests {
             .unwrap()
             .arch
             .clone()
+    }
+
+    /// A packed micro-batch attends as it runs: under sdpa the whole square of its one row
+    /// (the documents' mask is given to a kernel that computes every block), under
+    /// flash-attention-2 within each document (one per sample), causally.
+    #[test]
+    fn packed_attention_counts_what_each_kernel_computes() {
+        let a = llama();
+        let (b, l) = (4.0, 1024.0);
+        let qd = a.q_dim() as f64;
+        let layers = a.num_hidden_layers as f64;
+        let packed = Settings {
+            batch: 4,
+            seq: 1024,
+            packing: true,
+            ..Settings::default()
+        };
+        let sdpa = step_flops(&a, &packed).forward_attention;
+        assert_eq!(sdpa, 2.0 * (b * l) * (b * l) * 2.0 * qd * layers);
+        let fa2 = step_flops(
+            &a,
+            &Settings {
+                attn_impl: AttnImpl::FlashAttention2,
+                ..packed.clone()
+            },
+        )
+        .forward_attention;
+        assert_eq!(fa2, 2.0 * b * l * l * 2.0 * qd * 0.5 * layers);
     }
 
     #[test]

@@ -226,6 +226,20 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// completion mask, `[sequences, seq]` int64 each, alive through the run.
     pub(super) fn pref_inputs(&mut self) {
         let n = self.tokens();
+        let s = self.ctx.s;
+        if s.packing && s.sft_fused_head() {
+            // TRL's padding-free collator (`sft_trainer.py:168-226`): input ids, labels,
+            // position ids, the documents' boundaries as cu_seq_lens_q and _k (one host tensor
+            // moved twice) and each token's document (`seq_idx`, int32).
+            self.t(n, 8, What::Input);
+            self.t(n, 8, What::Input);
+            self.packed_pos = Some(self.t(n, 8, What::Input));
+            let bounds = s.packed_documents.max(1) + 1;
+            self.t(bounds, 4, What::Input);
+            self.t(bounds, 4, What::Input);
+            self.t(n, 4, What::Input);
+            return;
+        }
         for _ in 0..3 {
             self.t(n, 8, What::Input);
         }

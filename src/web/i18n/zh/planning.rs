@@ -12,7 +12,9 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("#-bit AdamW", "# 位 AdamW"),
     ("#-bit AdamW (torchao)", "# 位 AdamW（torchao）"),
     ("optim {=} → adamw_torch_4bit (torchao)", "修改 optim：{=} → adamw_torch_4bit（torchao）"),
-    ("states in # bits, one scale per # values: torchao reports loss curves close to #-bit AdamW; each parameter's update is a torch.compile'd kernel (compiled at the first step)", "优化器状态用 # 位存储，每 # 个值一个缩放系数：torchao 报告的 loss 曲线与 # 位 AdamW 接近；每个参数的更新是一个 torch.compile 编译的内核（第一步时编译）"),
+    // (the two halves of torchao's cost, which a combined fix's list joins with others)
+    ("states in # bits, one scale per # values: torchao reports loss curves close to #-bit AdamW", "优化器状态用 # 位存储，每 # 个值一个缩放系数：torchao 报告的 loss 曲线与 # 位 AdamW 接近"),
+    ("each parameter's update is a torch.compile'd kernel (compiled at the first step)", "每个参数的更新是一个 torch.compile 编译的内核（第一步时编译）"),
     ("LoRA dropout #", "LoRA dropout 设为 #"),
     ("LoRA on q_proj, v_proj only", "LoRA 只加在 q_proj、v_proj 上"),
     ("QLoRA (#-bit nf4)", "QLoRA（# 位 nf4）"),
