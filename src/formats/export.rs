@@ -162,7 +162,15 @@ pub fn export(
 fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> String {
     let gpt_oss = arch.moe_layout().is_some_and(|m| m.mxfp4_checkpoint);
     let mut out = String::from("import torch\nfrom peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n");
-    let (import, config, pref_args) = trl_config(s, trl);
+    let (import, config, mut pref_args) = trl_config(s, trl);
+    for (k, v) in ddp_keys(s, None) {
+        let v = match v.as_str() {
+            "true" => "True".to_string(),
+            "false" => "False".to_string(),
+            _ => v,
+        };
+        pref_args.push_str(&format!("    {k}={v},\n"));
+    }
     if !import.is_empty() {
         out.push_str(import);
         out.push('\n');
@@ -682,6 +690,10 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
             "deepspeed: examples/deepspeed/ds_z{stage}{offload}_config.json\n"
         ));
     }
+    let lf_unused = (s.finetuning_type == crate::model::FinetuningType::Lora).then_some(false);
+    for (k, v) in ddp_keys(s, lf_unused) {
+        out.push_str(&format!("{k}: {v}\n"));
+    }
     out.push_str(&launch_comment(
         s,
         "llamafactory-cli train this.yaml",
@@ -892,6 +904,9 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
             s.job.fsdp_state_dict.name().to_ascii_uppercase()
         ));
     }
+    for (k, v) in ddp_keys(s, None) {
+        out.push_str(&format!("{k}: {v}\n"));
+    }
     out.push_str(&launch_comment(
         s,
         "axolotl train this.yml",
@@ -916,6 +931,28 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
 
 /// How a YAML export of several GPUs is launched (its number of GPUs is the launcher's, not the
 /// YAML's), as a comment; nothing on one GPU.
+/// DistributedDataParallel's Trainer arguments a DDP plan over several GPUs was made with, as
+/// (key, value) pairs: `ddp_find_unused_parameters` when given, or when `framework_default`
+/// (LLaMA-Factory's off for LoRA) differs from the plan's; the bucket size when given; the
+/// buffers' broadcast when off.
+fn ddp_keys(s: &Settings, framework_default: Option<bool>) -> Vec<(&'static str, String)> {
+    let mut out = vec![];
+    if s.parallel.strategy != crate::model::Strategy::Ddp || s.parallel.world() <= 1 {
+        return out;
+    }
+    let unused = s.ddp_finds_unused();
+    if s.ddp_find_unused_parameters.is_some() || framework_default.is_some_and(|d| d != unused) {
+        out.push(("ddp_find_unused_parameters", unused.to_string()));
+    }
+    if let Some(mb) = s.ddp_bucket_cap_mb {
+        out.push(("ddp_bucket_cap_mb", mb.to_string()));
+    }
+    if !s.ddp_broadcast_buffers {
+        out.push(("ddp_broadcast_buffers", "false".into()));
+    }
+    out
+}
+
 fn launch_comment(s: &Settings, cli: &str, script: &str) -> String {
     let world = s.parallel.world();
     if world <= 1 {
@@ -1095,6 +1132,9 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
     }
     if let Some(j) = fsdp {
         arg("fsdp", format!("'{j}'"));
+    }
+    for (k, v) in ddp_keys(s, None) {
+        arg(k, v);
     }
     let lines: Vec<String> = args.iter().map(|(k, v)| format!("    --{k} {v}")).collect();
     out.push_str(&lines.join(" \\\n"));

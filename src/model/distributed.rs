@@ -15,8 +15,8 @@ const ZERO_REDUCE_BUCKET_ELEMENTS: u128 = 500_000_000;
 /// ZeRO-3; under FSDP2 without a unit per layer,
 /// [`crate::model::Settings::fsdp2_layer_units`], the whole decoder stack twice, its all-gather
 /// output and its unsharded copy, as the measured FSDP2 ranks hold them at the forward's start),
-/// FSDP's root unit beyond this rank's shard, DDP's gradient buckets (every gradient once) or
-/// DeepSpeed's reduce bucket. `grad_bytes` are the step's gradients on one GPU.
+/// FSDP's root unit beyond this rank's shard or DeepSpeed's reduce bucket (DDP's construction
+/// and buckets are the step program's, `steptrace/program/ddp.rs`). `grad_bytes` are the step's gradients on one GPU.
 pub fn comm_buffers(ctx: &Ctx, grad_bytes: u128) -> Vec<(CommBuffer, u128)> {
     let p = &ctx.s.parallel;
     let ps = p.param_shards();
@@ -41,8 +41,8 @@ pub fn comm_buffers(ctx: &Ctx, grad_bytes: u128) -> Vec<(CommBuffer, u128)> {
             out.push((CommBuffer::Root, ((ps - 1) * root).div_ceil(ps)));
         }
     }
+    // (DDP's buckets are the step program's own, `steptrace/program/ddp.rs`)
     match p.strategy {
-        Strategy::Ddp => out.push((CommBuffer::Bucket, grad_bytes)),
         Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3 => out.push((
             CommBuffer::Bucket,
             grad_bytes.min(ZERO_REDUCE_BUCKET_ELEMENTS * 2),

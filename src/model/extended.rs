@@ -2,7 +2,7 @@
 //! planner page's first bundle (`index.html`) has the `extended-ops` feature: a vision tower
 //! and images, Gated DeltaNet layers, mixture-of-experts layers, the multimodal rotary (M-RoPE:
 //! Qwen3.5, Qwen3-VL), latent attention, attention
-//! sinks, DoRA, padding-free and neat packing, preference training, GRPO, a fused linear cross-entropy, TRL's fused LM head for SFT,
+//! sinks, DoRA, padding-free and neat packing, DistributedDataParallel's reducer, preference training, GRPO, a fused linear cross-entropy, TRL's fused LM head for SFT,
 //! Liger-Kernel's decoder kernels. The first bundle plans the
 //! other steps — a dense decoder's LoRA / QLoRA / full or freeze tuning SFT step, the steps a
 //! first visit plans — and refuses these with [`PlanError::Unbundled`], which the page answers
@@ -60,6 +60,8 @@ pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
         Some("torchao's low-bit AdamW")
     } else if s.packing || s.neat_packing {
         Some("packing")
+    } else if s.parallel.strategy == super::parallel::Strategy::Ddp && s.parallel.world() > 1 {
+        Some("DistributedDataParallel")
     } else {
         None
     }

@@ -606,6 +606,18 @@ pub struct Settings {
     /// Multi-GPU layout (one GPU by default).
     #[serde(default)]
     pub parallel: super::parallel::Parallel,
+    /// DistributedDataParallel's `find_unused_parameters` (Trainer's
+    /// `ddp_find_unused_parameters`); `None`: Trainer's choice ([`Settings::ddp_finds_unused`]).
+    #[serde(default)]
+    pub ddp_find_unused_parameters: Option<bool>,
+    /// DistributedDataParallel's `bucket_cap_mb` (Trainer's `ddp_bucket_cap_mb`); `None`:
+    /// PyTorch's 25 MiB, with a first bucket of 1 MiB ([`Settings::ddp_bucket_caps`]).
+    #[serde(default)]
+    pub ddp_bucket_cap_mb: Option<u64>,
+    /// DistributedDataParallel's `broadcast_buffers` (Trainer's `ddp_broadcast_buffers`): the
+    /// module's buffers sent from rank 0 before every forward.
+    #[serde(default = "yes")]
+    pub ddp_broadcast_buffers: bool,
     /// The phases around the training step: evaluation, checkpoint saving, the merge.
     #[serde(default)]
     pub job: super::job_settings::JobSettings,
@@ -646,6 +658,10 @@ fn default_finetuning_type() -> FinetuningType {
 
 fn default_lora_init() -> LoraInit {
     LoraInit::Default
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_stage() -> Stage {
@@ -756,6 +772,9 @@ impl Default for Settings {
             disable_dropout: None,
             logits: None,
             parallel: Default::default(),
+            ddp_find_unused_parameters: None,
+            ddp_bucket_cap_mb: None,
+            ddp_broadcast_buffers: true,
             job: Default::default(),
             alloc_conf: String::new(),
             cublas_workspace_config: String::new(),
@@ -1384,6 +1403,28 @@ impl Settings {
     /// model's.
     pub fn neat_mask_dtype(&self) -> Dtype {
         self.autocast.unwrap_or(self.dtype)
+    }
+
+    /// Whether DistributedDataParallel looks for unused parameters: as set, or as transformers'
+    /// Trainer decides (`trainer.py:749-756`, transformers 5.24): a peft model is no
+    /// `PreTrainedModel`, so yes; a transformers model, only without gradient checkpointing.
+    pub fn ddp_finds_unused(&self) -> bool {
+        self.ddp_find_unused_parameters
+            .unwrap_or(!self.base_trained() || !self.grad_ckpt)
+    }
+
+    /// DistributedDataParallel's bucket size limits in bytes, `(first bucket, the others)`:
+    /// PyTorch's 1 MiB and 25 MiB when `bucket_cap_mb` is not given, else that size for both
+    /// (`torch/nn/parallel/distributed.py` `_BucketCapacityConfig.create`).
+    pub fn ddp_bucket_caps(&self) -> (u64, u64) {
+        const MIB: u64 = 1024 * 1024;
+        match self.ddp_bucket_cap_mb {
+            None => (MIB, 25 * MIB),
+            Some(mb) => {
+                let cap = mb.saturating_mul(MIB);
+                (cap, cap)
+            }
+        }
     }
 
     /// Tokens in one micro-batch.

@@ -57,6 +57,9 @@ pub const GPUS: &[&str] = &[
     "nodes",
     "strategy",
     "fsdp_version",
+    "ddp_find_unused_parameters",
+    "ddp_bucket_cap_mb",
+    "ddp_broadcast_buffers",
     "offload",
 ];
 
@@ -174,6 +177,9 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         "save_only_model" => s.job.saves(),
         "fsdp_state_dict_type" => s.job.saves() && s.parallel.strategy.is_fsdp(),
         "fsdp_version" => s.parallel.strategy.is_fsdp(),
+        "ddp_find_unused_parameters" | "ddp_bucket_cap_mb" | "ddp_broadcast_buffers" => {
+            s.parallel.strategy == crate::model::parallel::Strategy::Ddp && s.parallel.world() > 1
+        }
         // An image's size and resize limits once a sample has images.
         "image_width" | "image_height" | "image_max_pixels" | "image_min_pixels" => {
             s.images.images_per_sample > 0

@@ -8,6 +8,7 @@ mod bnb_optim;
 mod catalog;
 mod cli;
 mod crosscheck;
+mod ddp;
 mod distributed;
 mod extended;
 mod framework;
@@ -143,8 +144,23 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
         v["strategy"] = "fsdp_full_shard".into();
         v["fsdp_version"] = f["version"].to_string().into();
     }
+    // Rank 0 of a DistributedDataParallel run (`ddp: {world: N, find_unused_parameters, ...}`).
+    if let Some(d) = v.get("ddp").filter(|d| d.is_object()).cloned() {
+        v["gpus_per_node"] = d["world"].clone();
+        v["strategy"] = "ddp".into();
+        for k in [
+            "find_unused_parameters",
+            "bucket_cap_mb",
+            "broadcast_buffers",
+        ] {
+            if !d[k].is_null() {
+                v[format!("ddp_{k}")] = d[k].clone();
+            }
+        }
+    }
     if let Some(o) = v.as_object_mut() {
         o.remove("fsdp");
+        o.remove("ddp");
     }
     let mut s = lorafit::formats::fields::settings_from_json(&v)
         .expect("valid settings")

@@ -380,7 +380,17 @@ pub(crate) fn assert_matches_recording(id: &str, case: &Value, path: &std::path:
     let s = crate::harness_settings(&case["settings"]);
     let t = lorafit::model::steptrace::generate_exact_on(&arch, &s, Device::Emulated)
         .expect("generates");
-    let generated = t.events.iter().map(|e| match *e {
+    // A recording of the first step alone (`"steps": 1`: the emulated device cannot run what a
+    // later step of it needs) is compared with the generated sequence up to the second step.
+    let end = match case["settings"]["steps"].as_u64() {
+        Some(1) => t
+            .phases
+            .iter()
+            .find(|p| p.1 == 2)
+            .map_or(t.events.len(), |p| p.0),
+        _ => t.events.len(),
+    };
+    let generated = t.events[..end].iter().map(|e| match *e {
         Event::Alloc { id, bytes, stream } => (true, id as u64, bytes, stream),
         Event::Free { id } => (false, id as u64, 0, 0),
     });
@@ -449,7 +459,7 @@ fn generated_sequences_equal_two_layer_recordings() {
         assert_matches_recording(id, &case, &dir.join(format!("{id}.events.json.gz")));
         checked += 1;
     }
-    assert_eq!(checked, 158, "two-layer recordings");
+    assert_eq!(checked, 163, "two-layer recordings");
 }
 
 /// the byte, and its live peak is the measured one.

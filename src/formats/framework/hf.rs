@@ -183,6 +183,12 @@ pub(super) const TRAINER: Table = &[
     ("seed", Rule::NoEffect),
     ("dataloader_num_workers", Rule::NoEffect),
     ("ddp_timeout", Rule::NoEffect),
+    (
+        "ddp_find_unused_parameters",
+        Rule::To("ddp_find_unused_parameters"),
+    ),
+    ("ddp_bucket_cap_mb", Rule::To("ddp_bucket_cap_mb")),
+    ("ddp_broadcast_buffers", Rule::To("ddp_broadcast_buffers")),
     ("run_name", Rule::NoEffect),
     ("logging_dir", Rule::NoEffect),
     ("do_train", Rule::NoEffect),

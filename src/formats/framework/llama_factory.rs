@@ -271,6 +271,16 @@ pub(super) fn read(o: &Map<String, Value>) -> Result<Reading, String> {
                     "LLaMA-Factory stores a 4-bit weight in its compute dtype (model/model_utils/quantization.py:173-179, BitsAndBytesConfig(bnb_4bit_quant_storage=model_args.compute_dtype), \"crucial for fsdp+qlora\")",
                 )?;
             }
+            if rd.r.settings.finetuning_type == crate::model::FinetuningType::Lora
+                && rd.other("ddp_find_unused_parameters").is_none()
+            {
+                assume(
+                    rd,
+                    "ddp_find_unused_parameters",
+                    "false",
+                    "LLaMA-Factory turns DDP's find_unused_parameters off for LoRA (hparams/parser.py, get_train_args: \"`ddp_find_unused_parameters` needs to be set as False for LoRA in DDP training\")",
+                )?;
+            }
             assume_gpus(
                 rd,
                 "several GPUs (LLaMA-Factory's YAML does not say how many)",

@@ -391,6 +391,38 @@ fn repeated_kv_note(arch: &Architecture, s: &Settings) -> Option<String> {
     ))
 }
 
+/// What DistributedDataParallel adds on each GPU (`steptrace/program/ddp.rs`), and what of it
+/// the plan leaves out.
+fn ddp_note(s: &Settings) -> String {
+    let (first, cap) = s.ddp_bucket_caps();
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    let why = match s.ddp_find_unused_parameters {
+        Some(_) => "as set",
+        None if !s.base_trained() => "Trainer's default for a peft model",
+        None => "Trainer's default for a full model",
+    };
+    let mut parts = vec![
+        "DistributedDataParallel as accelerate wraps the model for Trainer: each GPU holds the whole model, its gradients and a second copy of every trainable gradient in the reducer's buckets".to_string(),
+        if s.ddp_finds_unused() {
+            format!("find_unused_parameters on ({why}): buckets of {:.0} then {:.0} MiB from the start, and the loss and logits cloned after every forward", mib(first), mib(cap))
+        } else {
+            format!("find_unused_parameters off ({why}): one bucket of every gradient, rebuilt before the second step into buckets of {:.0} then {:.0} MiB in the order the first backward made the gradients", mib(first), mib(cap))
+        },
+        if s.ddp_broadcast_buffers {
+            "at construction the module's states are sent from rank 0 in buckets of 250 MiB per dtype, each concatenated into a temporary the allocator keeps cached, and the buffers are sent again before every forward".to_string()
+        } else {
+            "at construction the module's states are sent from rank 0 in buckets of 250 MiB per dtype, each concatenated into a temporary the allocator keeps cached".to_string()
+        },
+        "rank 0's first step measured under a fake process group matches to the byte; the rebuild and the clones follow PyTorch's source and a real run on the CPU".to_string(),
+    ];
+    if s.preference() || s.grpo() || s.sft_fused_head() {
+        parts.push("under TRL's trainers the reducer's construction and buckets are planned, not what DDP does around each of their forwards (the buffers sent, the outputs cloned)".into());
+    } else if s.output_router_logits && s.ddp_finds_unused() {
+        parts.push("the router logits DDP clones with the outputs are not planned".into());
+    }
+    parts.join("; ")
+}
+
 /// What packing runs: padding-free, one row, and under sdpa the row's block-causal mask and each
 /// layer's bias made from it; neat packing, each row's 4-D mask from the collator (sizes from
 /// the step's own dtypes).
@@ -1065,6 +1097,10 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         } else {
             "FSDP1 with this set-up (offload, hybrid or grad-op sharding, an 8-bit base or a 4-bit one stored in uint8 or prepared by prepare_model_for_kbit_training, experts, linear attention, images, DoRA, LoRA-FA, modules_to_save, freeze tuning, preference or RL training, Liger or a fused loss, an optimizer other than torch's AdamW) is planned with the rank model: two gathered decoder layers held through the step, not FSDP1's per-unit gathers".into()
         });
+    }
+    // DDP's reducer is the full planner's (`extended::needed`).
+    if EXTENDED && s.parallel.strategy == super::parallel::Strategy::Ddp && s.parallel.world() > 1 {
+        out.push(ddp_note(s));
     }
     // Packing is the full planner's (`extended::needed`).
     if EXTENDED && (s.packing || s.neat_packing) {

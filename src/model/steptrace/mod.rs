@@ -213,7 +213,8 @@ pub enum What {
     GatheredLayer,
     /// Several GPUs: FSDP's root unit (embeddings, final norm, lm_head) beyond this rank's shard.
     GatheredRoot,
-    /// Several GPUs: DDP's gradient buckets, DeepSpeed's reduce bucket.
+    /// Several GPUs: DDP's gradient buckets and what its setup and forward send (the shape
+    /// check, the module's states and buffers concatenated), DeepSpeed's reduce bucket.
     CommBucket,
     /// Evaluation: the losses, logits and labels kept for `compute_metrics`.
     EvalOutputs,
@@ -309,7 +310,7 @@ impl What {
             What::GatheredRoot => {
                 "gathered embedding / lm_head (all-gather output or unsharded copy)"
             }
-            What::CommBucket => "gradient communication bucket",
+            What::CommBucket => "communication buffer (gradient bucket, broadcast staging)",
             What::EvalOutputs => "evaluation outputs kept (losses, logits, labels)",
             What::MergeTemp => "merge temporary (LoRA delta, dequantized weight)",
             What::KvCache => "KV cache (generation)",

@@ -82,7 +82,11 @@ struct Prog<'c, 'a> {
     /// FSDP1's units when the rank runs it op by op
     /// ([`crate::model::Settings::fsdp1_op_by_op`]).
     fsdp1: Option<fsdp1::Fsdp1>,
+    /// DistributedDataParallel's reducer (`ddp.rs`), under that strategy.
+    ddp: Option<ddp::Ddp>,
     params: Vec<Param>,
+    /// The module's buffers, in `named_buffers` order.
+    buffers: Vec<X>,
     trainable: Vec<u32>,
     layers: Vec<Vec<Lin>>,
     /// Each layer's MoE block (None for a dense layer).
@@ -211,6 +215,8 @@ fn module_order(a: &crate::model::arch::Architecture, kind: LayerKind) -> Vec<Li
 }
 
 // The extended ops' modules: without `extended-ops` nothing calls most of their functions.
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+mod ddp;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod dora;
 mod fsdp1;
@@ -398,7 +404,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         self.fsdp1_finish_setup();
         if a.family.layout().scaled_embedding {
-            self.t(1, aux, What::Buffer);
+            let b = self.t(1, aux, What::Buffer);
+            self.buffers.push(b);
         }
         // The sigmoid routing's correction biases (fp32 buffers), layer by layer: the model is
         // moved to the GPU parameters first, then buffers.
@@ -407,7 +414,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             for li in (0..a.num_hidden_layers).filter(|&li| a.layer_kind(li).is_moe()) {
                 // (each its layer's: the short runs line up layer by layer)
                 self.tp.exec = li as u32;
-                self.t(e, 4, What::Buffer);
+                let b = self.t(e, 4, What::Buffer);
+                self.buffers.push(b);
             }
             self.tp.exec = NO_LAYER;
         }
@@ -415,13 +423,15 @@ impl<'c, 'a> Prog<'c, 'a> {
         // (`head_dim / 4` each), then the language model's, of the rotating part of a head.
         if let Some(t) = &a.vision {
             for _ in 0..2 {
-                self.t(t.head_dim() / 4, 4, What::Buffer);
+                let b = self.t(t.head_dim() / 4, 4, What::Buffer);
+                self.buffers.push(b);
             }
         }
         let half = a.rotary_dim() / 2;
         let rotaries = if self.two_rotaries() { 2 } else { 1 };
         for _ in 0..rotaries * 2 {
             let b = self.t(half, 4, What::Buffer);
+            self.buffers.push(b);
             if let Some(f) = self.fsdp1.as_mut() {
                 f.buffers.push(b);
             }
@@ -460,6 +470,9 @@ impl<'c, 'a> Prog<'c, 'a> {
                 CommBuffer::Bucket => What::CommBucket,
             };
             self.t(u64::try_from(b).unwrap_or(u64::MAX), 1, what);
+        }
+        if self.ddp_rank() {
+            extended!(self, "DistributedDataParallel", self.ddp_setup(), ());
         }
         // A real run's measured overhead, kept as a calibration: resident through the step.
         if s.measured_overhead_bytes > 0 {
@@ -2703,6 +2716,13 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(sin);
             self.drop_global_rotary();
         }
+        // DistributedDataParallel's post-forward: the outputs cloned when it looks for unused
+        // parameters.
+        let (g, loss, logits) = if crate::model::extended::EXTENDED {
+            self.ddp_sink(g, loss, logits)
+        } else {
+            (g, loss, logits)
+        };
         // Leaving `with autocast:` clears its cache; `del out` then frees the logits (and the
         // router logits it holds).
         self.clear_autocast_cache();
@@ -2865,6 +2885,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.ckpt_in.clear();
         // Parameter gradients: the first one for a parameter is stored as is.
         let pg = self.tp.take_param_grads();
+        if crate::model::extended::EXTENDED {
+            self.ddp_record_ready(&pg);
+        }
         let mut leaf = vec![];
         for (p, t) in pg {
             if p >= super::tape::VISION_LEAF {
@@ -3233,7 +3256,9 @@ pub(super) fn run<const AFTER: u8>(
         tp: Tape::new(ctx.arch.num_hidden_layers),
         fsdp2: None,
         fsdp1: None,
+        ddp: None,
         params: vec![],
+        buffers: vec![],
         trainable: vec![],
         layers: vec![],
         moe: vec![],
@@ -3346,6 +3371,9 @@ pub(super) fn run<const AFTER: u8>(
             );
         }
         p.phase(step, StepPhase::Forward);
+        if crate::model::extended::EXTENDED && !grpo && !pref && !fused_sft {
+            p.ddp_pre_forward();
+        }
         let (root, loss) = if let Some(r) = rollout.as_ref().filter(|_| grpo) {
             extended!(p, "GRPO", p.grpo_forward(r), {
                 let _ = r;
