@@ -250,3 +250,35 @@ fn the_ddp_note_is_said_in_both_languages() {
         .iter()
         .any(|n| n.starts_with("DistributedDataParallel")));
 }
+
+/// The plan's quick figures (the program's short runs) are those of the whole run, simulated:
+/// DDP's construction, rebuild and clones repeat nothing per layer that the short runs miss.
+#[test]
+fn quick_and_simulated_plans_agree_under_ddp() {
+    use lorafit::model::{plan, plan_simulated, FinetuningType, Settings, Strategy};
+    for (model, full) in [
+        ("llama2-7b", false),
+        ("qwen2.5-7b", false),
+        ("llama3.2-1b", true),
+    ] {
+        let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!(model))
+            .expect("model")
+            .value;
+        for unused in [false, true] {
+            let mut s = Settings::default();
+            s.parallel.strategy = Strategy::Ddp;
+            s.parallel.gpus_per_node = 4;
+            s.ddp_find_unused_parameters = Some(unused);
+            if full {
+                s.finetuning_type = FinetuningType::Full;
+                s.grad_ckpt = true;
+            }
+            let quick = plan(&arch, &s).expect("plans");
+            let sim = plan_simulated(&arch, &s).expect("simulates");
+            assert_eq!(
+                quick.peak_allocated_bytes, sim.peak_allocated_bytes,
+                "{model} full {full} unused {unused}"
+            );
+        }
+    }
+}

@@ -94,6 +94,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let trainable: Vec<u32> = self.trainable.clone();
         // verify_params_across_processes: the count (1 int64) and its all-gather's outputs,
         // then the trainable parameters' sizes and strides (2 int64 per dimension) on the GPU.
+        // (Past 65,536 ranks the outputs are planned as 65,536 blocks of 512 bytes: 32 MiB.)
         let count = self.t(1, 8, What::CommBucket);
         let gathered: Vec<X> = (0..world.min(1 << 16))
             .map(|_| self.t(1, 8, What::CommBucket))
@@ -115,13 +116,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.broadcast_coalesced(&states);
         // The reducer's buckets over the trainable parameters.
         let find_unused = s.ddp_finds_unused();
-        let sizes: Vec<(u64, u64)> = trainable
-            .iter()
-            .map(|&i| {
-                let x = self.params[i as usize].x;
-                (x.n * x.es, x.es)
-            })
-            .collect();
+        let sizes = self.sizes_of(&trainable);
         let order = if find_unused {
             let (first, cap) = s.ddp_bucket_caps();
             let mut b = bucket_assignment(&sizes, &[first, cap], true);
@@ -144,13 +139,24 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// Trainable parameter `k`'s number of dimensions as the module holds it: 1 for a norm's
-    /// or bias's vector (no columns), 2 for a matrix.
+    /// or bias's vector (no columns), 2 for a matrix. (A trained Gated DeltaNet's convolution
+    /// weight has 3, counted as 1: 32 bytes per layer less in a transient the check frees.)
     fn param_dims(&self, k: usize) -> u64 {
         if self.param_cols.get(k).copied().unwrap_or(0) > 0 {
             2
         } else {
             1
         }
+    }
+
+    /// The (bytes, element bytes) of parameters `of` (indices into `params`).
+    fn sizes_of(&self, of: &[u32]) -> Vec<(u64, u64)> {
+        of.iter()
+            .map(|&i| {
+                let x = self.params[i as usize].x;
+                (x.n * x.es, x.es)
+            })
+            .collect()
     }
 
     /// One flat tensor per bucket of `order` (indices into `params_of`).
@@ -210,13 +216,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             let ready = d.ready.clone();
             let old = std::mem::take(&mut d.buckets);
             let (first, cap) = s.ddp_bucket_caps();
-            let sizes: Vec<(u64, u64)> = ready
-                .iter()
-                .map(|&i| {
-                    let x = self.params[i as usize].x;
-                    (x.n * x.es, x.es)
-                })
-                .collect();
+            let sizes = self.sizes_of(&ready);
             let order = bucket_assignment(&sizes, &[first, cap], false);
             // sync_bucket_indices: every index and the bucket count, then the bucket sizes, as
             // int32 on the GPU, freed on return.
