@@ -282,3 +282,67 @@ fn quick_and_simulated_plans_agree_under_ddp() {
         }
     }
 }
+
+/// Several GPUs get their own fixes, ranked with the others: FSDP instead of DDP (what it saves
+/// is the difference of the two rank steps, each planned op by op) and ZeRO-3 instead of ZeRO-1 /
+/// ZeRO-2, each slower for the gathers it adds.
+#[test]
+fn sharding_is_offered_as_a_fix_with_its_communication() {
+    use lorafit::model::{plan, FinetuningType, Settings, Strategy};
+    use lorafit::planning::fixes::suggest;
+    const GIB: u128 = 1 << 30;
+    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("llama3-8b"))
+        .expect("model")
+        .value;
+    let mut s = Settings {
+        finetuning_type: FinetuningType::Full,
+        grad_ckpt: true,
+        seq: 2048,
+        batch: 1,
+        ..Settings::default()
+    };
+    s.parallel.strategy = Strategy::Ddp;
+    s.parallel.gpus_per_node = 8;
+    let fixes = suggest(&arch, &s, 80 * GIB, true);
+    let f = fixes.iter().find(|f| f.id == "fsdp").expect("FSDP offered");
+    assert_eq!(f.settings.parallel.strategy, Strategy::FsdpFullShard);
+    let before = plan(&arch, &s).expect("plans").peak_allocated_bytes as i128;
+    let after = plan(&arch, &f.settings)
+        .expect("plans")
+        .peak_allocated_bytes as i128;
+    assert_eq!(f.saved_bytes, before - after);
+    assert!(f.saved_bytes > 0, "{}", f.saved_bytes);
+    // For LoRA DDP reduces only the adapters' gradients, FSDP gathers the whole base twice a
+    // step: slower.
+    let mut lora = Settings {
+        seq: 2048,
+        ..Settings::default()
+    };
+    lora.parallel.strategy = Strategy::Ddp;
+    lora.parallel.gpus_per_node = 8;
+    let fixes = suggest(&arch, &lora, 80 * GIB, true);
+    let f = fixes.iter().find(|f| f.id == "fsdp").expect("FSDP offered");
+    assert!(
+        f.saved_bytes > 0 && f.time_factor > 1.0,
+        "{} {}",
+        f.saved_bytes,
+        f.time_factor
+    );
+    let mut z = s.clone();
+    z.parallel.strategy = Strategy::Zero2;
+    let fixes = suggest(&arch, &z, 80 * GIB, true);
+    let f = fixes
+        .iter()
+        .find(|f| f.id == "zero3")
+        .expect("ZeRO-3 offered");
+    assert_eq!(f.settings.parallel.strategy, Strategy::Zero3);
+    assert!(f.saved_bytes > 0, "{}", f.saved_bytes);
+    // One GPU has nothing to shard.
+    let one = Settings {
+        finetuning_type: FinetuningType::Full,
+        ..Settings::default()
+    };
+    assert!(!suggest(&arch, &one, 80 * GIB, true)
+        .iter()
+        .any(|f| f.id == "fsdp" || f.id == "zero3"));
+}

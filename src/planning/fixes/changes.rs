@@ -75,6 +75,10 @@ pub enum FixId {
     /// FSDP1 instead of FSDP2 for a peft model under Trainer (which gathers FSDP2's whole
     /// decoder stack).
     Fsdp1,
+    /// FSDP (full shard, accelerate's FSDP1) instead of DDP.
+    Fsdp,
+    /// DeepSpeed ZeRO-3 instead of ZeRO-1 / ZeRO-2.
+    Zero3,
     /// The last resort: a shorter sequence.
     ShorterSeq,
     /// Several changes together.
@@ -119,7 +123,7 @@ pub enum ChangeKind {
     EvalGeneration,
     /// Where the merge after training runs.
     Export,
-    /// How FSDP wraps and shards the model.
+    /// How the ranks share the model (the strategy, FSDP's version).
     Sharding,
     /// A preference or GRPO step's reference pass.
     Reference,
@@ -170,6 +174,8 @@ impl FixId {
             FixId::ShorterEvalGeneration => "shorter_eval_generation",
             FixId::CpuExport => "cpu_export",
             FixId::Fsdp1 => "fsdp1",
+            FixId::Fsdp => "fsdp",
+            FixId::Zero3 => "zero3",
             FixId::ShorterSeq => "shorter_seq",
             FixId::Combined => "combined",
         }
@@ -200,7 +206,7 @@ impl FixId {
             FixId::SmallerEvalBatch => ChangeKind::EvalBatch,
             FixId::ShorterEvalGeneration => ChangeKind::EvalGeneration,
             FixId::CpuExport => ChangeKind::Export,
-            FixId::Fsdp1 => ChangeKind::Sharding,
+            FixId::Fsdp1 | FixId::Fsdp | FixId::Zero3 => ChangeKind::Sharding,
             FixId::ShorterSeq | FixId::Combined => ChangeKind::Several,
         }
     }
@@ -286,6 +292,10 @@ pub enum Patch {
     CpuExport,
     /// This `fsdp_version`.
     FsdpVersion(crate::model::FsdpVersion),
+    /// FSDP full shard, version 1 (accelerate's default).
+    Fsdp,
+    /// DeepSpeed ZeRO-3.
+    Zero3,
 }
 
 impl Patch {
@@ -343,6 +353,11 @@ impl Patch {
             Patch::MaxNewTokens(n) => t.job.max_new_tokens = Some(n.max(1)),
             Patch::CpuExport => t.job.export_device = crate::model::job::ExportDevice::Cpu,
             Patch::FsdpVersion(v) => t.parallel.fsdp_version = v,
+            Patch::Fsdp => {
+                t.parallel.strategy = crate::model::Strategy::FsdpFullShard;
+                t.parallel.fsdp_version = crate::model::FsdpVersion::V1;
+            }
+            Patch::Zero3 => t.parallel.strategy = crate::model::Strategy::Zero3,
         }
     }
 }
@@ -362,7 +377,8 @@ pub struct Change {
     /// Cost weight, roughly "per cent slower, or a quality risk judged comparable": sdpa 1,
     /// 16-bit weights 1, no dropout 2, 8-bit AdamW 2, fused cross-entropy 3, paged AdamW 4,
     /// micro-batch 4 per halving, plain LoRA instead of DoRA 10, fewer targets 25, checkpointing
-    /// 30, QLoRA 40, LoRA instead of full fine-tuning 40. The job's phases after training: the
+    /// 30, QLoRA 40, LoRA instead of full fine-tuning 40; several GPUs: FSDP1 for LoRA under FSDP2
+    /// 3, FSDP instead of DDP 10, ZeRO-3 instead of ZeRO-1/2 10. The job's phases after training: the
     /// eval outputs moved every batch 1, a smaller eval batch 1 per halving, a merge in host
     /// memory 3, the loss only (no metrics) 10.
     pub weight: u32,
@@ -612,9 +628,35 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             FixId::Fsdp1,
             "fsdp_version 2 → 1".into(),
             "FSDP1 for LoRA",
-            "FSDP1 applies Trainer's peft wrapping (each decoder layer and each LoRA module a unit of its own), so a layer is gathered at a time instead of the whole stack; planned with the rank model, not op by op",
+            "FSDP1 applies Trainer's peft wrapping (each decoder layer and each LoRA module a unit of its own), so a layer is gathered at a time instead of the whole stack",
             3,
             Patch::FsdpVersion(crate::model::FsdpVersion::V1),
+        );
+    }
+    let world = s.parallel.world();
+    if world > 1 && s.parallel.strategy == crate::model::Strategy::Ddp {
+        push(
+            FixId::Fsdp,
+            "strategy: ddp → fsdp (FULL_SHARD, fsdp_version 1)".into(),
+            "FSDP instead of DDP",
+            "each GPU keeps its share of the weights, gradients and optimizer states and gathers each unit before its forward and again before its backward (the gathers are counted in the time)",
+            10,
+            Patch::Fsdp,
+        );
+    }
+    if world > 1
+        && matches!(
+            s.parallel.strategy,
+            crate::model::Strategy::Zero1 | crate::model::Strategy::Zero2
+        )
+    {
+        push(
+            FixId::Zero3,
+            format!("strategy: {} → zero3", s.parallel.strategy.name()),
+            "ZeRO-3",
+            "the parameters are sharded too, each layer gathered for its forward and again for its backward (the gathers are counted in the time); ZeRO-3 is planned with two gathered layers held through the step",
+            10,
+            Patch::Zero3,
         );
     }
     if s.dropout_run() > 0.0 && !s.targets.is_empty() && !s.base_trained() {

@@ -41,8 +41,9 @@ pub struct Fix {
     pub changes: Vec<FixId>,
     /// Cost weight (the sum of its changes' [`Change::weight`]): what "cheapest" orders by.
     pub weight: u32,
-    /// Compute time per trained token after / before ([`time::relative_time`]: FLOPs and the 4-bit
-    /// dequantisation; not modelled: smaller matmuls' lower efficiency, paging).
+    /// Compute time per trained token after / before ([`time::relative_time`]: FLOPs, memory
+    /// traffic, launches and on several GPUs the gathers and gradient reductions; not modelled:
+    /// smaller matmuls' lower efficiency, paging, offloading).
     pub time_factor: f64,
     /// The settings after the change.
     pub settings: Settings,

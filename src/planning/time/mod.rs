@@ -165,8 +165,9 @@ fn micro_parts(
 /// Compute time per trained token of `after` relative to `before` (same model), each with the
 /// work its plan's step program does, on `gpu` (`None`: an A100 80 GB). 1.3 means 30 % slower.
 /// The balance of GEMMs, memory traffic and launches differs between cards, and so does the
-/// ratio: a longer sequence saves more per token where launches weigh more. Communication and
-/// offloading are not in it.
+/// ratio: a longer sequence saves more per token where launches weigh more. Communication is in
+/// it on several GPUs (the gathers and gradient reductions of each layout, [`communication`]),
+/// offloading is not.
 pub fn relative_time(
     a: &Architecture,
     before: &Settings,
@@ -187,9 +188,11 @@ pub fn relative_time(
             })
         });
     let card = |s: &Settings| gpu.and_then(|g| Card::calibrated(s, g)).or(reference);
+    let link = gpu.or_else(|| crate::formats::catalog::find_gpu(REFERENCE_GPU).ok());
     let per_token = |s: &Settings, w: &StepWork| {
         let (_, g, m, o) = micro_parts(a, s, w, card(s)?);
-        Some((g + m + o) / ((s.sequences() as f64) * (s.seq as f64)).max(1.0))
+        let comm = link.map_or(0.0, |l| step_communication(a, s, l) / s.grad_accum as f64);
+        Some((g + m + o + comm) / ((s.sequences() as f64) * (s.seq as f64)).max(1.0))
     };
     match (per_token(before, before_work), per_token(after, after_work)) {
         (Some(b), Some(x)) if b > 0.0 && (x / b).is_finite() => x / b,
@@ -330,14 +333,7 @@ fn estimate_at(
         });
     }
     if par.world() > 1 {
-        // Layers gathered whole in the dtype the step computes with (FSDP's mixed precision).
-        let step = crate::model::distributed::compute_settings(&run);
-        let step_ctx = Ctx::new(a, step.as_ref().unwrap_or(&run));
-        let layer = crate::model::distributed::gathered_layer_bytes(&step_ctx) as f64;
-        let root =
-            ((a.embedding_params() + a.lm_head_params()) * step_ctx.aux_weight.bytes()) as f64;
-        let all_trainable = plan.params.trainable_params as f64;
-        parts.push(communication(s, a, layer, root, gpu, all_trainable));
+        parts.push(communication_part(a, s, gpu));
     }
     if par.offload_optimizer || par.offload_params || par.offload_activations {
         parts.push(offload(s, w, gpu, trainable));
@@ -396,6 +392,28 @@ fn estimate_at(
         usd_per_epoch,
         explanation,
     })
+}
+
+/// [`communication`] of `s`'s layout: layers gathered whole in the dtype the step computes with
+/// (FSDP's mixed precision), the embedding and lm_head as FSDP's root, every trainable
+/// parameter's gradient reduced.
+fn communication_part(a: &Architecture, s: &Settings, gpu: &GpuEntry) -> TimePart {
+    let run = s.as_run(a);
+    let step = crate::model::distributed::compute_settings(&run);
+    let step_ctx = Ctx::new(a, step.as_ref().unwrap_or(&run));
+    let layer = crate::model::distributed::gathered_layer_bytes(&step_ctx) as f64;
+    let root = ((a.embedding_params() + a.lm_head_params()) * step_ctx.aux_weight.bytes()) as f64;
+    let all_trainable = crate::model::weights::param_counts(&step_ctx).trainable_params as f64;
+    communication(s, a, layer, root, gpu, all_trainable)
+}
+
+/// Seconds of communication per optimizer step on several GPUs (0 on one).
+fn step_communication(a: &Architecture, s: &Settings, gpu: &GpuEntry) -> f64 {
+    if s.parallel.world() > 1 {
+        communication_part(a, s, gpu).seconds
+    } else {
+        0.0
+    }
 }
 
 /// The collectives of one optimizer step on this rank: under FSDP FULL_SHARD / HYBRID_SHARD and
