@@ -87,7 +87,8 @@ test("config.json by model id from a Hub-layout server; gated and invalid ids ex
   const { page } = await openApp(browser, server.url + "?hub=./hub");
   await page.fill('[data-testid="hub-id"]', "acme/tiny-mistral");
   await page.click('[data-testid="hub-fetch"]');
-  await page.waitForSelector('[data-testid="config-status"].ok');
+  // (the status is ".ok" already while it says "fetching …": wait for the fetch's own result)
+  await page.waitForFunction(() => !/fetching/.test(document.querySelector('[data-testid="config-status"]')?.textContent || "fetching"));
   assert.match(await page.textContent('[data-testid="config-status"]'), /mistral config: 7\.242 B/);
   await page.fill('[data-testid="hub-id"]', "acme/gated");
   await page.click('[data-testid="hub-fetch"]');
