@@ -36,13 +36,9 @@ fn main() {
         _ => generate_exact_on(&arch, &s, device),
     }
     .expect("trace");
-    let mut phase = 0;
     let mut out = vec![];
-    for (i, e) in t.events.iter().enumerate() {
-        while phase + 1 < t.phases.len() && t.phases[phase + 1].0 <= i {
-            phase += 1;
-        }
-        let (_, step, p) = t.phases[phase];
+    let phases = lorafit::model::steptrace::anatomy::event_phases(&t);
+    for (e, (step, p)) in t.events.iter().zip(phases) {
         out.push(match *e {
             Event::Alloc { id, bytes, stream } => {
                 let l = t.labels[id as usize];

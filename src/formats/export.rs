@@ -164,11 +164,7 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
     let mut out = String::from("import torch\nfrom peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments\n");
     let (import, config, mut pref_args) = trl_config(s, trl);
     for (k, v) in ddp_keys(s, None) {
-        let v = match v.as_str() {
-            "true" => "True".to_string(),
-            "false" => "False".to_string(),
-            _ => v,
-        };
+        let v = v.parse().map_or(v, |b| py_bool(b).to_string());
         pref_args.push_str(&format!("    {k}={v},\n"));
     }
     if !import.is_empty() {
@@ -937,7 +933,7 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
 /// buffers' broadcast when off.
 fn ddp_keys(s: &Settings, framework_default: Option<bool>) -> Vec<(&'static str, String)> {
     let mut out = vec![];
-    if s.parallel.strategy != crate::model::Strategy::Ddp || s.parallel.world() <= 1 {
+    if !s.parallel.ddp_ranks() {
         return out;
     }
     let unused = s.ddp_finds_unused();

@@ -60,7 +60,7 @@ pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
         Some("torchao's low-bit AdamW")
     } else if s.packing || s.neat_packing {
         Some("packing")
-    } else if s.parallel.strategy == super::parallel::Strategy::Ddp && s.parallel.world() > 1 {
+    } else if s.parallel.ddp_ranks() {
         Some("DistributedDataParallel")
     } else {
         None

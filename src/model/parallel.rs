@@ -121,6 +121,12 @@ impl Parallel {
         self.gpus_per_node as u128 * self.nodes as u128
     }
 
+    /// DistributedDataParallel over several GPUs: what DDP's settings and its reducer
+    /// (`steptrace/program/ddp.rs`) apply to.
+    pub fn ddp_ranks(&self) -> bool {
+        self.strategy == Strategy::Ddp && self.world() > 1
+    }
+
     /// Ranks one tensor is sharded over.
     pub fn group(&self) -> u128 {
         if self.strategy == Strategy::FsdpHybridShard {

@@ -178,7 +178,7 @@ pub fn relevant(name: &str, s: &Settings) -> bool {
         "fsdp_state_dict_type" => s.job.saves() && s.parallel.strategy.is_fsdp(),
         "fsdp_version" => s.parallel.strategy.is_fsdp(),
         "ddp_find_unused_parameters" | "ddp_bucket_cap_mb" | "ddp_broadcast_buffers" => {
-            s.parallel.strategy == crate::model::parallel::Strategy::Ddp && s.parallel.world() > 1
+            s.parallel.ddp_ranks()
         }
         // An image's size and resize limits once a sample has images.
         "image_width" | "image_height" | "image_max_pixels" | "image_min_pixels" => {

@@ -73,14 +73,10 @@ fn the_reducer_allocates_what_real_runs_allocate() {
             .value;
         let s = crate::harness_settings(&case["settings"]);
         let t = generate_on(&arch, &s, Device::Cuda).expect("generates");
-        let mut phase = 0;
         let mut got = vec![];
         let mut first_forward = vec![];
-        for (i, e) in t.events.iter().enumerate() {
-            while phase + 1 < t.phases.len() && t.phases[phase + 1].0 <= i {
-                phase += 1;
-            }
-            let (_, step, p) = t.phases[phase];
+        let phases = lorafit::model::steptrace::anatomy::event_phases(&t);
+        for (e, (step, p)) in t.events.iter().zip(phases) {
             if let Event::Alloc { id: sid, bytes, .. } = *e {
                 if t.labels[sid as usize].what == What::CommBucket {
                     got.push((bytes, p.name().to_string(), u64::from(step)));
@@ -129,8 +125,8 @@ fn full_depth_first_steps_are_planned_to_the_byte() {
             .value;
         let s = crate::harness_settings(&case["settings"]);
         let mut t = generate_exact_on(&arch, &s, Device::Emulated).expect("generates");
-        let end = t.phases.iter().find(|p| p.1 == 2).expect("a second step").0;
-        t.events.truncate(end);
+        t.events
+            .truncate(crate::second_step_start(&t).expect("a second step"));
         let (mut live, mut peak) = (0u64, 0u64);
         let mut size = std::collections::HashMap::new();
         for e in &t.events {

@@ -101,13 +101,9 @@ fn a_long_generation_keeps_its_peaks_with_the_middle_calls_compressed() {
         .value;
     let s = crate::harness_settings(&case["settings"]);
     let t = generate_on(&arch, &s, Device::Emulated).expect("generates");
-    let mut phase = 0;
     let mut generated = vec![];
-    for (i, e) in t.events.iter().enumerate() {
-        while phase + 1 < t.phases.len() && t.phases[phase + 1].0 <= i {
-            phase += 1;
-        }
-        let (_, step, p) = t.phases[phase];
+    let phases = lorafit::model::steptrace::anatomy::event_phases(&t);
+    for (e, (step, p)) in t.events.iter().zip(phases) {
         generated.push(match *e {
             Event::Alloc { id, bytes, .. } => serde_json::json!(["a", id, bytes, p.name(), step]),
             Event::Free { id } => serde_json::json!(["f", id]),

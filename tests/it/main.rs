@@ -169,6 +169,12 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
     s
 }
 
+/// The index of the generated sequence's first event of the second training step, if it has one
+/// (a recording of the first step alone ends there).
+pub fn second_step_start(t: &lorafit::model::steptrace::Trace) -> Option<usize> {
+    t.phases.iter().find(|p| p.1 == 2).map(|p| p.0)
+}
+
 /// The JSON objects of a JSONL file of the repository, one per non-empty line.
 pub fn jsonl(path: &str) -> Vec<serde_json::Value> {
     let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);

@@ -383,11 +383,7 @@ pub(crate) fn assert_matches_recording(id: &str, case: &Value, path: &std::path:
     // A recording of the first step alone (`"steps": 1`: the emulated device cannot run what a
     // later step of it needs) is compared with the generated sequence up to the second step.
     let end = match case["settings"]["steps"].as_u64() {
-        Some(1) => t
-            .phases
-            .iter()
-            .find(|p| p.1 == 2)
-            .map_or(t.events.len(), |p| p.0),
+        Some(1) => crate::second_step_start(&t).unwrap_or(t.events.len()),
         _ => t.events.len(),
     };
     let generated = t.events[..end].iter().map(|e| match *e {

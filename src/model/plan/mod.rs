@@ -1099,7 +1099,7 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
         });
     }
     // DDP's reducer is the full planner's (`extended::needed`).
-    if EXTENDED && s.parallel.strategy == super::parallel::Strategy::Ddp && s.parallel.world() > 1 {
+    if EXTENDED && s.parallel.ddp_ranks() {
         out.push(ddp_note(s));
     }
     // Packing is the full planner's (`extended::needed`).

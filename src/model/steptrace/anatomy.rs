@@ -227,7 +227,7 @@ impl Highs {
 }
 
 /// The step and phase of each event of `trace`, in order.
-pub(super) fn event_phases(trace: &Trace) -> impl Iterator<Item = (u8, StepPhase)> + '_ {
+pub fn event_phases(trace: &Trace) -> impl Iterator<Item = (u8, StepPhase)> + '_ {
     let mut next = 0usize;
     let (mut step, mut phase) = (0u8, StepPhase::Setup);
     (0..trace.events.len()).map(move |i| {

@@ -471,7 +471,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             };
             self.t(u64::try_from(b).unwrap_or(u64::MAX), 1, what);
         }
-        if self.ddp_rank() {
+        if self.ctx.s.parallel.ddp_ranks() {
             extended!(self, "DistributedDataParallel", self.ddp_setup(), ());
         }
         // A real run's measured overhead, kept as a calibration: resident through the step.

@@ -633,8 +633,7 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             Patch::FsdpVersion(crate::model::FsdpVersion::V1),
         );
     }
-    let world = s.parallel.world();
-    if world > 1 && s.parallel.strategy == crate::model::Strategy::Ddp {
+    if s.parallel.ddp_ranks() {
         push(
             FixId::Fsdp,
             "strategy: ddp → fsdp (FULL_SHARD, fsdp_version 1)".into(),
@@ -644,7 +643,7 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             Patch::Fsdp,
         );
     }
-    if world > 1
+    if s.parallel.world() > 1
         && matches!(
             s.parallel.strategy,
             crate::model::Strategy::Zero1 | crate::model::Strategy::Zero2

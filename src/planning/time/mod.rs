@@ -333,7 +333,12 @@ fn estimate_at(
         });
     }
     if par.world() > 1 {
-        parts.push(communication_part(a, s, gpu));
+        parts.push(communication_part(
+            a,
+            s,
+            gpu,
+            Some(plan.params.trainable_params),
+        ));
     }
     if par.offload_optimizer || par.offload_params || par.offload_activations {
         parts.push(offload(s, w, gpu, trainable));
@@ -395,22 +400,28 @@ fn estimate_at(
 }
 
 /// [`communication`] of `s`'s layout: layers gathered whole in the dtype the step computes with
-/// (FSDP's mixed precision), the embedding and lm_head as FSDP's root, every trainable
-/// parameter's gradient reduced.
-fn communication_part(a: &Architecture, s: &Settings, gpu: &GpuEntry) -> TimePart {
+/// (FSDP's mixed precision), the embedding and lm_head as FSDP's root, the gradients of the
+/// trainable parameters reduced (`trainable_params`, the plan's count, or counted here).
+fn communication_part(
+    a: &Architecture,
+    s: &Settings,
+    gpu: &GpuEntry,
+    trainable_params: Option<u128>,
+) -> TimePart {
     let run = s.as_run(a);
     let step = crate::model::distributed::compute_settings(&run);
     let step_ctx = Ctx::new(a, step.as_ref().unwrap_or(&run));
     let layer = crate::model::distributed::gathered_layer_bytes(&step_ctx) as f64;
     let root = ((a.embedding_params() + a.lm_head_params()) * step_ctx.aux_weight.bytes()) as f64;
-    let all_trainable = crate::model::weights::param_counts(&step_ctx).trainable_params as f64;
-    communication(s, a, layer, root, gpu, all_trainable)
+    let trainable = trainable_params
+        .unwrap_or_else(|| crate::model::weights::param_counts(&step_ctx).trainable_params);
+    communication(s, a, layer, root, gpu, trainable as f64)
 }
 
 /// Seconds of communication per optimizer step on several GPUs (0 on one).
 fn step_communication(a: &Architecture, s: &Settings, gpu: &GpuEntry) -> f64 {
     if s.parallel.world() > 1 {
-        communication_part(a, s, gpu).seconds
+        communication_part(a, s, gpu, None).seconds
     } else {
         0.0
     }

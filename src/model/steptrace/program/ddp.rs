@@ -80,13 +80,13 @@ pub(super) fn bucket_assignment(
     out
 }
 
-impl<'c, 'a> Prog<'c, 'a> {
-    /// Whether this rank runs under DistributedDataParallel.
-    pub(super) fn ddp_rank(&self) -> bool {
-        let p = &self.ctx.s.parallel;
-        p.strategy == crate::model::parallel::Strategy::Ddp && p.world() > 1
-    }
+/// A storage's bytes and element bytes, the (size, dtype key) [`bucket_assignment`] takes (the
+/// element size stands for the dtype: a model's tensors of one size share one).
+fn size_key(x: X) -> (u64, u64) {
+    (x.n * x.es, x.es)
+}
 
+impl<'c, 'a> Prog<'c, 'a> {
     /// DDP's construction (see the module's doc), after the model is on the GPU.
     pub(super) fn ddp_setup(&mut self) {
         let s = self.ctx.s;
@@ -107,12 +107,13 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
         self.drop(count);
         // _sync_module_states: parameters, then buffers, 250 MiB buckets by dtype.
-        let mut states: Vec<(u64, u64)> = self
+        let states: Vec<(u64, u64)> = self
             .params
             .iter()
-            .map(|p| (p.x.n * p.x.es, p.x.es))
+            .map(|p| p.x)
+            .chain(self.buffers.iter().copied())
+            .map(size_key)
             .collect();
-        states.extend(self.buffers.iter().map(|b| (b.n * b.es, b.es)));
         self.broadcast_coalesced(&states);
         // The reducer's buckets over the trainable parameters.
         let find_unused = s.ddp_finds_unused();
@@ -152,10 +153,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// The (bytes, element bytes) of parameters `of` (indices into `params`).
     fn sizes_of(&self, of: &[u32]) -> Vec<(u64, u64)> {
         of.iter()
-            .map(|&i| {
-                let x = self.params[i as usize].x;
-                (x.n * x.es, x.es)
-            })
+            .map(|&i| size_key(self.params[i as usize].x))
             .collect()
     }
 
@@ -234,7 +232,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             }
         }
         if s.ddp_broadcast_buffers && !self.buffers.is_empty() {
-            let sizes: Vec<(u64, u64)> = self.buffers.iter().map(|b| (b.n * b.es, b.es)).collect();
+            let sizes: Vec<(u64, u64)> = self.buffers.iter().copied().map(size_key).collect();
             self.broadcast_coalesced(&sizes);
         }
     }
