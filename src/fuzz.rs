@@ -159,7 +159,7 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                     crate::model::AttnImpl::Sdpa,
                     crate::model::AttnImpl::FlashAttention2,
                 ][(w[11] >> 1) as usize % 3],
-                fused_ce: w[11] & 16 != 0,
+                fused_ce: crate::model::FusedCe::ALL[((w[11] >> 4) % 3) as usize],
                 parallel: crate::model::Parallel {
                     gpus_per_node: pick(w[11] >> 8, 1, 16),
                     nodes: pick(w[11] >> 16, 1, 4),

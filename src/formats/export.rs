@@ -5,8 +5,8 @@
 //! and the DeepSpeed JSON over the training config they launch).
 
 use crate::model::{
-    Architecture, AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, Optimizer, Quant, SavedModule,
-    Settings, Target,
+    Architecture, AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FusedCe, Optimizer, Quant,
+    SavedModule, Settings, Target,
 };
 
 /// Export formats.
@@ -177,7 +177,7 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
     if s.quant.is_some() && s.prepare_kbit {
         out.push_str("from peft import prepare_model_for_kbit_training\n");
     }
-    let liger = s.fused_ce || s.liger.any();
+    let liger = s.fused_ce == FusedCe::Liger || s.liger.any();
     if liger {
         out.push_str(&format!(
             "from liger_kernel.transformers import apply_liger_kernel_to_{}\n",
@@ -209,7 +209,7 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
             py_bool(l.rope),
             py_bool(l.rms_norm),
             py_bool(l.swiglu),
-            py_bool(s.fused_ce),
+            py_bool(s.fused_ce == FusedCe::Liger),
             f = arch.family.name(),
         ));
     }
@@ -253,6 +253,9 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
         torch_dtype(load_dtype),
         attn_name(attn),
     ));
+    if s.fused_ce == FusedCe::Cce {
+        out.push_str(CCE_PYTHON);
+    }
     if s.quant.is_some() && s.prepare_kbit {
         out.push_str(&format!(
             "model = prepare_model_for_kbit_training(model, use_gradient_checkpointing={})\n",
@@ -326,15 +329,27 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
     out
 }
 
+/// Cut cross-entropy in a Python script: axolotl's fork patched onto the loaded model's forward
+/// (`cce_patch` takes the model; before peft wraps it).
+const CCE_PYTHON: &str = "# cut cross-entropy as axolotl installs it (pip install \"cut-cross-entropy[transformers] @ git+https://github.com/axolotl-ai-cloud/ml-cross-entropy.git\")\nfrom cut_cross_entropy.transformers import cce_patch\nmodel = cce_patch(model)\n";
+
+/// A comment for a framework with no cut cross-entropy switch when the plan has it.
+fn cce_note(s: &Settings, whose: &str) -> Option<String> {
+    (s.fused_ce == FusedCe::Cce).then(|| {
+        format!("# the plan has cut cross-entropy (fused_ce cce), which {whose} has no switch for (axolotl's cut_cross_entropy plugin has): without it the logits are computed whole\n")
+    })
+}
+
 /// The frameworks' one Liger switch (`enable_liger_kernel`, `use_liger_kernel`): on for any of
 /// its kernels, with a comment when the plan had only some of what the switch installs.
 fn liger_switch(s: &Settings, key: &str) -> Option<(String, Option<String>)> {
-    if !s.fused_ce && !s.liger.any() {
+    let liger_ce = s.fused_ce == FusedCe::Liger;
+    if !liger_ce && !s.liger.any() {
         return None;
     }
-    let all = s.fused_ce && s.liger == crate::model::Liger::ALL;
+    let all = liger_ce && s.liger == crate::model::Liger::ALL;
     let note = (!all).then(|| {
-        format!("# {key} installs Liger's RMSNorm, SwiGLU, RoPE and fused linear cross-entropy together; the plan had only some of them (liger_kernel: {}, fused_ce: {})", crate::formats::fields::by_name("liger_kernel").map(|f| (f.get)(s)).unwrap_or_default(), s.fused_ce)
+        format!("# {key} installs Liger's RMSNorm, SwiGLU, RoPE and fused linear cross-entropy together; the plan had only some of them (liger_kernel: {}, fused_ce: {})", crate::formats::fields::by_name("liger_kernel").map(|f| (f.get)(s)).unwrap_or_default(), s.fused_ce.name())
     });
     Some((format!("{key}: true"), note))
 }
@@ -668,6 +683,7 @@ fn llama_factory(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         out.push_str(&line);
         out.push('\n');
     }
+    out.push_str(&cce_note(s, "LLaMA-Factory").unwrap_or_default());
     if s.parallel.offload_activations {
         // Unsloth's offloaded checkpointing: the checkpoints' inputs in host memory.
         out.push_str("use_unsloth_gc: true\n");
@@ -908,18 +924,30 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         "axolotl train this.yml",
         "-m axolotl.cli.train this.yml",
     ));
-    if s.fused_ce || s.liger.any() {
-        // axolotl's LigerPlugin takes each kernel on its own.
-        out.push_str("plugins:\n  - axolotl.integrations.liger.LigerPlugin\n");
-        for (on, key) in [
-            (s.liger.rope, "liger_rope"),
-            (s.liger.rms_norm, "liger_rms_norm"),
-            (s.liger.swiglu, "liger_glu_activation"),
-            (s.fused_ce, "liger_fused_linear_cross_entropy"),
-        ] {
-            if on {
-                out.push_str(&format!("{key}: true\n"));
-            }
+    let liger = s.fused_ce == FusedCe::Liger || s.liger.any();
+    let cce = s.fused_ce == FusedCe::Cce;
+    if liger || cce {
+        out.push_str("plugins:\n");
+        if liger {
+            out.push_str("  - axolotl.integrations.liger.LigerPlugin\n");
+        }
+        if cce {
+            out.push_str("  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n");
+        }
+    }
+    // axolotl's LigerPlugin takes each kernel on its own.
+    for (on, key) in [
+        (s.liger.rope, "liger_rope"),
+        (s.liger.rms_norm, "liger_rms_norm"),
+        (s.liger.swiglu, "liger_glu_activation"),
+        (
+            s.fused_ce == FusedCe::Liger,
+            "liger_fused_linear_cross_entropy",
+        ),
+        (cce, "cut_cross_entropy"),
+    ] {
+        if on {
+            out.push_str(&format!("{key}: true\n"));
         }
     }
     out
@@ -1147,6 +1175,7 @@ fn swift(model_id: &str, arch: &Architecture, s: &Settings) -> String {
         out.push_str(&n.replace("use_liger_kernel", "--use_liger_kernel"));
         out.push('\n');
     }
+    out.push_str(&cce_note(s, "ms-swift").unwrap_or_default());
     out
 }
 

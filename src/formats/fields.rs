@@ -11,9 +11,9 @@ use crate::model::settings::{
     parse_expert_params, parse_target_names, MAX_BATCH, MAX_RANK, MAX_SEQ,
 };
 use crate::model::{
-    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Generation, GrpoLoss, Liger,
-    Logits, LoraInit, LossShift, Optimizer, PrefLoss, Quant, QuantStorage, SavedModule, Settings,
-    Stage, Strategy, Target,
+    AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, FusedCe, Generation, GrpoLoss,
+    Liger, Logits, LoraInit, LossShift, Optimizer, PrefLoss, Quant, QuantStorage, SavedModule,
+    Settings, Stage, Strategy, Target,
 };
 
 /// What values a setting takes (decides the page control and the CLI's argument).
@@ -674,13 +674,23 @@ pub static FIELDS: &[Field] = &[
         flag: cli!(Some("--fused-ce"), None),
         flag_aliases: &[],
         no_flag: None,
-        label: beyond_first_screen!("Fused / chunked cross-entropy (e.g. Liger)"),
-        help: cli!("never materialises the full tokens × vocab logits", ""),
+        label: beyond_first_screen!("Fused linear cross-entropy"),
+        help: cli!("the head and the loss without the full tokens × vocab logits: off, liger (Liger-Kernel's, chunked; true) or cce (cut cross-entropy, as axolotl's cut_cross_entropy plugin installs it)", ""),
         testid: None,
-        kind: Kind::Bool,
+        kind: Kind::Choice(|| {
+            vec![
+                ("off", "off (the full logits)"),
+                ("liger", "Liger's fused linear cross-entropy"),
+                ("cce", "cut cross-entropy"),
+            ]
+        }),
         slider: None,
-        get: |s| bool_text(s.fused_ce),
-        set: |s, v| boolean(v).map(|x| s.fused_ce = x),
+        get: |s| s.fused_ce.name().to_string(),
+        set: |s, v| {
+            FusedCe::parse(v)
+                .map(|f| s.fused_ce = f)
+                .ok_or_else(|| format!("{v:?}: expected {}", FusedCe::choices()))
+        },
     },
     Field {
         name: "liger_kernel",

@@ -47,8 +47,7 @@ pub struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     /// Derives the dtypes of the step.
     pub fn new(arch: &'a Architecture, s: &'a Settings) -> Ctx<'a> {
-        let kbit = s.quant.is_some() && s.prepare_kbit;
-        let aux_weight = if kbit { Dtype::Fp32 } else { s.dtype };
+        let aux_weight = s.aux_weight_dtype();
         let resid = aux_weight;
         // bitsandbytes casts a 4-bit layer's output back to its input dtype, even under autocast.
         let module_out = match (s.quant, s.autocast) {

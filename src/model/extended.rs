@@ -44,7 +44,7 @@ pub fn needed(arch: &Architecture, s: &Settings) -> Option<&'static str> {
         Some("preference training")
     } else if s.grpo() {
         Some("GRPO")
-    } else if s.fused_ce {
+    } else if s.fused_ce.any() {
         Some("a fused linear cross-entropy")
     } else if s.sft_fused_head() {
         Some("TRL's fused LM head")

@@ -31,7 +31,8 @@ pub use error::PlanError;
 pub use parallel::{FsdpVersion, Parallel, Strategy};
 pub use plan::{plan, plan_simulated, plan_simulated_on, Phase, Plan, QuickSurface};
 pub use settings::{
-    AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, FinetuningType, Generation, GrpoLoss, Liger,
-    Logits, LoraInit, LossShift, Optimizer, PrefLoss, SavedModule, Settings, Stage,
+    AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, FinetuningType, FusedCe, Generation,
+    GrpoLoss, Liger, Logits, LoraInit, LossShift, Optimizer, PrefLoss, SavedModule, Settings,
+    Stage,
 };
 pub use term::{Component, Term};

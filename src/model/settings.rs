@@ -438,6 +438,58 @@ impl Liger {
     }
 }
 
+/// A fused linear cross-entropy in place of lm_head and the loss: which library's, if any.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FusedCe {
+    /// lm_head's full `[tokens × vocab]` logits, then the loss.
+    #[default]
+    Off,
+    /// Liger-Kernel's fused linear cross-entropy (`LigerFusedLinearCrossEntropyFunction`): the
+    /// rows in chunks, each chunk's logits turned into the gradients in the forward, which keeps
+    /// the hidden states' gradient for backward.
+    Liger,
+    /// Cut cross-entropy (Apple's `cut_cross_entropy`, as axolotl's plugin installs it from
+    /// axolotl-ai-cloud/ml-cross-entropy): the log-sum-exp of every scored row in the forward,
+    /// the gradients computed in the backward; no logits are stored.
+    Cce,
+}
+
+names!(FusedCe {
+    Off => "off" | "false" | "0" | "no" | "none",
+    Liger => "liger" | "true" | "1" | "yes" | "on",
+    Cce => "cce" | "cut_cross_entropy",
+});
+
+impl FusedCe {
+    /// Whether the logits are fused away (either library).
+    pub fn any(self) -> bool {
+        self != FusedCe::Off
+    }
+}
+
+/// Reads `fused_ce` as a JSON boolean (true: Liger's, the setting's meaning before cut
+/// cross-entropy) or one of the names.
+impl<'de> Deserialize<'de> for FusedCe {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bool(true) => Ok(FusedCe::Liger),
+            Raw::Bool(false) => Ok(FusedCe::Off),
+            Raw::Text(t) => FusedCe::parse(&t).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "fused_ce: unknown {t:?} (expected off, liger or cce)"
+                ))
+            }),
+        }
+    }
+}
+
 /// A validated training configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -500,10 +552,10 @@ pub struct Settings {
     pub packed_documents: u64,
     /// Optimizer.
     pub optimizer: Optimizer,
-    /// A fused / chunked linear cross-entropy (e.g. Liger's) that never materialises the full
-    /// [tokens × vocab] logits.
+    /// A fused linear cross-entropy (Liger's or cut cross-entropy) that never materialises the
+    /// full [tokens × vocab] logits.
     #[serde(default)]
-    pub fused_ce: bool,
+    pub fused_ce: FusedCe,
     /// Liger-Kernel's kernels in the decoder layers (its fused linear cross-entropy is
     /// `fused_ce`).
     #[serde(default)]
@@ -744,7 +796,7 @@ impl Default for Settings {
             neat_packing: false,
             packed_documents: 0,
             optimizer: Optimizer::AdamwTorchFused,
-            fused_ce: false,
+            fused_ce: FusedCe::Off,
             liger: Liger::NONE,
             use_dora: false,
             use_rslora: false,
@@ -1327,6 +1379,17 @@ impl Settings {
             )
     }
 
+    /// The dtype of lm_head, the embedding and the norms: fp32 after peft's
+    /// `prepare_model_for_kbit_training` (which upcasts every non-quantized 16-bit parameter,
+    /// `peft/utils/other.py`), else the weights' dtype.
+    pub fn aux_weight_dtype(&self) -> Dtype {
+        if self.quant.is_some() && self.prepare_kbit {
+            Dtype::Fp32
+        } else {
+            self.dtype
+        }
+    }
+
     /// A 4-bit base as TRL's "sharded QLoRA" runs it under FSDP: LoRA on 4-bit weights stored
     /// in the 16-bit model's own dtype (`bnb_4bit_quant_storage`), without
     /// `prepare_model_for_kbit_training`, so that each unit's parameters share one dtype and
@@ -1363,7 +1426,7 @@ impl Settings {
             && !self.preference()
             && !self.grpo()
             && !self.sft_fused_head()
-            && !self.fused_ce
+            && !self.fused_ce.any()
             && !self.liger.any()
     }
 

@@ -483,7 +483,7 @@ mod tests {
         s.attn_impl = AttnImpl::Eager;
         s.grad_ckpt = true;
         s.padded_mask = true;
-        s.fused_ce = true;
+        s.fused_ce = crate::model::FusedCe::Cce;
         s.parallel = crate::model::Parallel {
             gpus_per_node: 4,
             nodes: 2,

@@ -210,6 +210,7 @@ fn every_door_names_what_it_did_not_use() {
         "--stage",
         "dpo",
         "--fused-ce",
+        "liger",
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("fused_ce"), "{err}");

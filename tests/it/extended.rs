@@ -20,7 +20,7 @@ fn needed_is_what_the_program_runs() {
             ..Settings::default()
         },
         Settings {
-            fused_ce: true,
+            fused_ce: lorafit::model::FusedCe::Liger,
             ..Settings::default()
         },
         Settings {

@@ -353,7 +353,7 @@ fn exports_read_back_to_the_same_settings() {
             "dora, Liger's kernels and fused loss",
             Settings {
                 use_dora: true,
-                fused_ce: true,
+                fused_ce: lorafit::model::FusedCe::Liger,
                 liger: lorafit::model::Liger::ALL,
                 grad_ckpt: true,
                 ..lora.clone()
@@ -425,7 +425,7 @@ fn exports_read_back_to_the_same_settings() {
                 continue;
             }
             let text = export(format, "meta-llama/Meta-Llama-3-8B", &arch, &s).unwrap();
-            if format == "llama-factory" && s.liger.any() && !s.fused_ce {
+            if format == "llama-factory" && s.liger.any() && !s.fused_ce.any() {
                 // One switch installs all four of Liger's kernels: the export says what the
                 // plan had instead of reading back as it.
                 assert!(
@@ -986,7 +986,7 @@ fn deepspeed_and_swift_exports_read_back() {
             "dora, liger",
             Settings {
                 use_dora: true,
-                fused_ce: true,
+                fused_ce: lorafit::model::FusedCe::Liger,
                 liger: lorafit::model::Liger::ALL,
                 ..lora.clone()
             },
@@ -1092,7 +1092,10 @@ fn liger_switches_read_as_the_kernels_they_install() {
     };
     let mut r = framework::read(&lf("meta-llama/Meta-Llama-3-8B")).unwrap();
     assert!(r.catalog_model().unwrap().is_some());
-    assert_eq!((r.settings.liger, r.settings.fused_ce), (Liger::ALL, true));
+    assert_eq!(
+        (r.settings.liger, r.settings.fused_ce),
+        (Liger::ALL, lorafit::model::FusedCe::Liger)
+    );
     assert!(r.not_modeled.is_empty(), "{:?}", r.not_modeled);
 
     // Gemma 2's Liger modules (GeGLU, Gemma's norms) are planned too.
@@ -1103,13 +1106,19 @@ fn liger_switches_read_as_the_kernels_they_install() {
     // Phi-3's (LigerPhi3SwiGLUMLP over the fused gate_up projection) too.
     let mut r = framework::read(&lf("microsoft/Phi-3-mini-4k-instruct")).unwrap();
     assert!(r.catalog_model().unwrap().is_some());
-    assert_eq!((r.settings.liger, r.settings.fused_ce), (Liger::ALL, true));
+    assert_eq!(
+        (r.settings.liger, r.settings.fused_ce),
+        (Liger::ALL, lorafit::model::FusedCe::Liger)
+    );
     assert!(r.not_modeled.is_empty(), "{:?}", r.not_modeled);
 
     let mut r = framework::read(&lf("mistralai/Mixtral-8x7B-v0.1")).unwrap();
     assert_eq!(r.settings.liger, Liger::ALL);
     assert!(r.catalog_model().unwrap().is_some());
-    assert_eq!((r.settings.liger, r.settings.fused_ce), (Liger::NONE, true));
+    assert_eq!(
+        (r.settings.liger, r.settings.fused_ce),
+        (Liger::NONE, lorafit::model::FusedCe::Liger)
+    );
     assert!(r.not_modeled.iter().any(|n| n.key == "enable_liger_kernel"));
     assert!(!r.used.iter().any(|u| u.setting == "liger_kernel"));
 
@@ -1122,7 +1131,7 @@ fn liger_switches_read_as_the_kernels_they_install() {
                 rms_norm: false,
                 ..Liger::ALL
             },
-            false
+            lorafit::model::FusedCe::Off
         )
     );
 }
@@ -1323,7 +1332,7 @@ fn liger_fused_loss_under_sft_trainer_is_named_not_planned() {
     ] {
         let r = framework::read(text).unwrap_or_else(|e| panic!("{text}: {e}"));
         assert!(r.settings.sft_fused_head(), "{text}");
-        assert!(!r.settings.fused_ce, "{text}");
+        assert!(!r.settings.fused_ce.any(), "{text}");
         assert!(
             !r.used.iter().any(|u| u.setting == "fused_ce"),
             "{text}: {:?}",

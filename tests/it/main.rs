@@ -6,6 +6,7 @@ mod anatomy;
 mod architecture;
 mod bnb_optim;
 mod catalog;
+mod cce;
 mod cli;
 mod crosscheck;
 mod ddp;
@@ -158,9 +159,14 @@ pub fn harness_settings(v: &serde_json::Value) -> lorafit::model::Settings {
             }
         }
     }
+    // Its cut cross-entropy (`cce: true`, axolotl's plugin) is fused_ce cce.
+    if v["cce"] == serde_json::Value::Bool(true) {
+        v["fused_ce"] = "cce".into();
+    }
     if let Some(o) = v.as_object_mut() {
         o.remove("fsdp");
         o.remove("ddp");
+        o.remove("cce");
     }
     let mut s = lorafit::formats::fields::settings_from_json(&v)
         .expect("valid settings")

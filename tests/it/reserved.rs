@@ -286,7 +286,7 @@ fn every_catalog_model_and_option_simulates() {
         (
             "fused CE",
             Settings {
-                fused_ce: true,
+                fused_ce: lorafit::model::FusedCe::Liger,
                 ..base.clone()
             },
         ),
@@ -455,7 +455,7 @@ fn generated_sequences_equal_two_layer_recordings() {
         assert_matches_recording(id, &case, &dir.join(format!("{id}.events.json.gz")));
         checked += 1;
     }
-    assert_eq!(checked, 163, "two-layer recordings");
+    assert_eq!(checked, 167, "two-layer recordings");
 }
 
 /// the byte, and its live peak is the measured one.

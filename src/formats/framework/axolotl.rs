@@ -150,7 +150,7 @@ const TABLE: Table = &[
     })),
     ("plugins", Rule::NoEffect),
     ("liger_fused_linear_cross_entropy", Rule::Read(liger_ce)),
-    ("cut_cross_entropy", Rule::Read(liger_ce)),
+    ("cut_cross_entropy", Rule::Read(cut_ce)),
     ("liger_rms_norm", Rule::Read(|rd, v| liger_part(rd, v, "rms_norm"))),
     ("liger_glu_activation", Rule::Read(|rd, v| liger_part(rd, v, "swiglu"))),
     ("liger_rope", Rule::Read(|rd, v| liger_part(rd, v, "rope"))),
@@ -338,7 +338,23 @@ fn bf16(rd: &mut Reader, v: &Value) -> Result<(), String> {
 }
 
 fn liger_ce(rd: &mut Reader, v: &Value) -> Result<(), String> {
-    super::on_or_confirm(rd, v, "fused_ce")
+    if super::flag(rd.key(), v)? {
+        rd.set("fused_ce", "liger")
+    } else {
+        rd.confirms("fused_ce");
+        Ok(())
+    }
+}
+
+/// axolotl's CutCrossEntropyPlugin (`cut_cross_entropy: true`): `cce_patch` of the model type
+/// with its defaults (`integrations/cut_cross_entropy/__init__.py`).
+fn cut_ce(rd: &mut Reader, v: &Value) -> Result<(), String> {
+    if super::flag(rd.key(), v)? {
+        rd.set("fused_ce", "cce")
+    } else {
+        rd.confirms("fused_ce");
+        Ok(())
+    }
 }
 
 /// One of Liger's decoder kernels (axolotl's LigerPlugin: `liger_rms_norm`,

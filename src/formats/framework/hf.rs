@@ -271,7 +271,7 @@ pub(super) fn mixed(rd: &mut Reader, v: &Value, dtype: &str) -> Result<(), Strin
 pub(super) fn liger(rd: &mut Reader, v: &Value) -> Result<(), String> {
     if flag(rd.key(), v)? {
         rd.set("liger_kernel", "true")?;
-        rd.set("fused_ce", "true")?;
+        rd.set("fused_ce", "liger")?;
     } else {
         rd.confirms("liger_kernel");
         rd.confirms("fused_ce");

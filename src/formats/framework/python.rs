@@ -346,11 +346,11 @@ pub(super) fn read(text: &str) -> Result<Reading, String> {
     if text.contains("requires_grad_(") || text.contains(".requires_grad =") {
         r.notes.push("parameters frozen or unfrozen by hand are not read: the trained parameters are the LoraConfig's, or every parameter without one".into());
     }
-    if r.settings.sft_fused_head() && r.settings.fused_ce {
+    if r.settings.sft_fused_head() && r.settings.fused_ce.any() {
         // SFTTrainer turns off the fused cross-entropy of its use_liger_kernel
         // (sft_trainer.py:1126-1139), and its fused head calls the backbone, not the causal-LM
         // forward that apply_liger_kernel_to_* replaces (trl/trainer/utils.py:1611-1620).
-        r.settings.fused_ce = false;
+        r.settings.fused_ce = crate::model::FusedCe::Off;
         let keys = r.unuse("fused_ce");
         r.not_modeled.push(super::NotModeled {
             key: keys.join(", "),

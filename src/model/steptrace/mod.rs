@@ -544,13 +544,24 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
     // A build without the extended ops refuses their steps before this (`extended::check`):
     // their checks are left out of it.
     let extended = super::extended::EXTENDED;
-    if extended && s.preference() && s.fused_ce {
+    if extended && s.preference() && s.fused_ce.any() {
         return Err(PlanError::InvalidSetting {
             field: "fused_ce",
             why: "a fused linear cross-entropy replaces the SFT loss; a preference trainer scores its sequences through its own head (logits: TRL's fused LM head or the full logits)".into(),
         });
     }
-    if extended && s.sft_fused_head() && s.fused_ce {
+    if extended && s.fused_ce == crate::model::FusedCe::Cce && s.aux_weight_dtype().bytes() != 2 {
+        let why = if s.quant.is_some() && s.prepare_kbit {
+            "cut cross-entropy's backward asserts a 16-bit lm_head (cce_backward.py), and prepare_model_for_kbit_training upcasts it to fp32; axolotl casts it back to the compute dtype when cut_cross_entropy is on (loaders/model.py _configure_embedding_dtypes): plan with prepare_kbit false"
+        } else {
+            "cut cross-entropy's backward asserts 16-bit hidden states and lm_head (cce_backward.py): plan with bf16 or fp16 weights"
+        };
+        return Err(PlanError::InvalidSetting {
+            field: "fused_ce",
+            why: why.into(),
+        });
+    }
+    if extended && s.sft_fused_head() && s.fused_ce.any() {
         return Err(PlanError::InvalidSetting {
             field: "fused_ce",
             why: "TRL's SFTTrainer turns Liger's fused cross-entropy off and scores through its own fused LM head (trl/trainer/sft_trainer.py:1126-1139): plan with logits fused or with fused_ce, not both".into(),

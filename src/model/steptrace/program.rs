@@ -11,7 +11,7 @@ use crate::model::bnb_adamw;
 use crate::model::ctx::{Ctx, SdpaMask};
 use crate::model::dtype::{Dtype, Quant};
 use crate::model::error::PlanError;
-use crate::model::settings::{AttnImpl, ExpertParam, LossShift, Optimizer, SavedModule};
+use crate::model::settings::{AttnImpl, ExpertParam, FusedCe, LossShift, Optimizer, SavedModule};
 use crate::model::torchao_adamw;
 
 /// A parameter of the model, in `named_parameters()` order.
@@ -215,6 +215,8 @@ fn module_order(a: &crate::model::arch::Architecture, kind: LayerKind) -> Vec<Li
 }
 
 // The extended ops' modules: without `extended-ops` nothing calls most of their functions.
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+mod cce;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod ddp;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
@@ -2651,11 +2653,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(cos);
             self.drop_global_rotary();
         }
-        let (mut g, loss, logits) = if ctx.s.fused_ce {
+        let (mut g, loss, logits) = if ctx.s.fused_ce.any() {
             let (g, loss) = extended!(
                 self,
                 "a fused linear cross-entropy",
-                self.fused_ce(fin),
+                match ctx.s.fused_ce {
+                    FusedCe::Cce => self.cce(fin),
+                    _ => self.fused_ce(fin),
+                },
                 (G::No, fin)
             );
             (g, loss, None)

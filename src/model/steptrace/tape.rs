@@ -230,6 +230,9 @@ pub(super) enum Step {
     Release(T),
     /// Free the node's incoming gradient now (else it is freed after the steps, as for any node).
     FreeIncoming,
+    /// Input `input`'s gradient is the script's local `local` (without any, the last local is
+    /// input 0's).
+    GradOf { input: u8, local: u16 },
 }
 
 #[derive(Clone, Debug)]
@@ -666,9 +669,16 @@ impl Tape {
     /// recorded as one node.
     #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
     pub fn script_node(&mut self, steps: Vec<Step>, out_n: u64, out_es: u64, input: Edge) -> G {
+        self.script_node_of(steps, out_n, out_es, &[input])
+    }
+
+    /// A node of up to three inputs whose backward runs `steps` ([`Op::Script`]), which name
+    /// each input's gradient ([`Step::GradOf`]).
+    #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+    pub fn script_node_of(&mut self, steps: Vec<Step>, out_n: u64, out_es: u64, ins: &[Edge]) -> G {
         self.scripts.push(steps);
         let id = (self.scripts.len() - 1) as u32;
-        self.node(Op::Script(id), out_n, out_es, &[input], &[])
+        self.node(Op::Script(id), out_n, out_es, ins, &[])
     }
 
     /// Creates (or, when recomputing, finds) the node of a forward op whose inputs are `ins`
@@ -1218,6 +1228,7 @@ impl Tape {
             Op::Script(k) => {
                 let steps = std::mem::take(&mut self.scripts[k as usize]);
                 let mut locals: Vec<T> = vec![];
+                let mut named = false;
                 for st in &steps {
                     match *st {
                         Step::Alloc(b) => locals.push(self.new_t(b, What::BackwardTemp)),
@@ -1227,9 +1238,22 @@ impl Tape {
                             self.drop_t(g);
                             incoming_freed = true;
                         }
+                        Step::GradOf { input, local } => {
+                            named = true;
+                            let t = locals[local as usize];
+                            match grads
+                                .get_mut(input as usize)
+                                .filter(|_| wants(input as usize))
+                            {
+                                Some(slot) => *slot = Some(t),
+                                None => self.drop_t(t),
+                            }
+                        }
                     }
                 }
-                grads[0] = locals.last().copied();
+                if !named {
+                    grads[0] = locals.last().copied();
+                }
             }
             #[cfg(feature = "extended-ops")]
             Op::ChunkedLogprob {

@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use crate::model::{
-    Architecture, AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, Liger, Optimizer,
-    Quant, Settings, Target,
+    Architecture, AttnImpl, Dtype, ExpertsImpl, ExpertsLayout, FinetuningType, FusedCe, Liger,
+    Optimizer, Quant, Settings, Target,
 };
 
 /// The stable id of a change, of a combination (`combined`) and of the last resort
@@ -30,8 +30,10 @@ pub enum FixId {
     Paged,
     /// torchao's 4-bit AdamW.
     Adamw4bit,
-    /// A fused cross-entropy.
+    /// Liger's fused linear cross-entropy.
     FusedCe,
+    /// Cut cross-entropy.
+    Cce,
     /// Liger-Kernel's RMSNorm, SwiGLU and RoPE.
     Liger,
     /// Gradient checkpointing.
@@ -153,6 +155,7 @@ impl FixId {
             FixId::Paged => "paged",
             FixId::Adamw4bit => "adamw4bit",
             FixId::FusedCe => "fused_ce",
+            FixId::Cce => "cce",
             FixId::Liger => "liger_kernel",
             FixId::GradCkpt => "grad_ckpt",
             FixId::SmallerBatch => "smaller_batch",
@@ -191,7 +194,7 @@ impl FixId {
             FixId::Bf16Weights | FixId::Qlora => ChangeKind::Weights,
             FixId::Dropout0 => ChangeKind::Dropout,
             FixId::Adamw8bit | FixId::Paged | FixId::Adamw4bit => ChangeKind::Optimizer,
-            FixId::FusedCe | FixId::FusedLogprobs => ChangeKind::Loss,
+            FixId::FusedCe | FixId::Cce | FixId::FusedLogprobs => ChangeKind::Loss,
             FixId::Liger => ChangeKind::Kernels,
             FixId::PrecomputeRef | FixId::GrpoBeta0 => ChangeKind::Reference,
             FixId::OneIteration => ChangeKind::OldPolicy,
@@ -241,8 +244,8 @@ pub enum Patch {
     Dropout0,
     /// Another optimizer.
     Optimizer(Optimizer),
-    /// Fused / chunked cross-entropy.
-    FusedCe,
+    /// This fused linear cross-entropy.
+    FusedCe(FusedCe),
     /// These Liger-Kernel kernels on.
     Liger(Liger),
     /// Gradient checkpointing on.
@@ -311,7 +314,7 @@ impl Patch {
             }
             Patch::Dropout0 => t.lora_dropout = 0.0,
             Patch::Optimizer(o) => t.optimizer = o,
-            Patch::FusedCe => t.fused_ce = true,
+            Patch::FusedCe(f) => t.fused_ce = f,
             Patch::Liger(l) => t.liger = l,
             Patch::GradCkpt => t.grad_ckpt = true,
             Patch::MicroBatch(b) => {
@@ -608,7 +611,7 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             Patch::PrecomputeRef,
         );
     }
-    if s.logits_run() == crate::model::Logits::Full && !s.fused_ce {
+    if s.logits_run() == crate::model::Logits::Full && !s.fused_ce.any() {
         let (title, cost) = if s.preference() {
             ("TRL ≥ 1's fused log-prob head (DPOTrainer / KTOTrainer)", "none in the result: the same log-probs from [4096 × 32768] tiles instead of the fp32 logits; needs TRL's trainer instead of LLaMA-Factory's")
         } else {
@@ -714,14 +717,32 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
             Patch::Optimizer(Optimizer::PagedAdamw8bit),
         );
     }
-    if !s.fused_ce && !s.preference() && !s.sft_fused_head() {
+    if !s.fused_ce.any() && !s.preference() && !s.sft_fused_head() {
         push(
             FixId::FusedCe,
             "use a fused / chunked cross-entropy (e.g. Liger's FusedLinearCrossEntropy)".into(),
             "fused cross-entropy",
             "an extra dependency; the [tokens × vocab] logits are never materialised",
             3,
-            Patch::FusedCe,
+            Patch::FusedCe(FusedCe::Liger),
+        );
+    }
+    // Cut cross-entropy needs a 16-bit head (the plan refuses it otherwise); it is the full
+    // planner's (`extended::needed`).
+    if crate::model::extended::EXTENDED
+        && s.fused_ce != FusedCe::Cce
+        && !s.preference()
+        && !s.grpo()
+        && !s.sft_fused_head()
+        && s.aux_weight_dtype().bytes() == 2
+    {
+        push(
+            FixId::Cce,
+            "use cut cross-entropy (axolotl's cut_cross_entropy plugin)".into(),
+            "cut cross-entropy",
+            "axolotl's plugin (or its cut-cross-entropy package patched in); no logits are stored: each row's log-sum-exp in the forward, the gradients in one blockwise backward kernel",
+            3,
+            Patch::FusedCe(FusedCe::Cce),
         );
     }
     // Liger's RMSNorm with trained norm weights is not planned (its weight gradient's buffer is

@@ -66,7 +66,7 @@ pub fn eval_settings(s: &crate::model::Settings) -> crate::model::Settings {
     crate::model::Settings {
         batch: s.job.eval_batch(),
         lora_dropout: 0.0,
-        fused_ce: false,
+        fused_ce: crate::model::FusedCe::Off,
         ..s.clone()
     }
 }
