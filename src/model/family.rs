@@ -187,6 +187,9 @@ pub struct LigerLayout {
     /// (`in_place=True`, Llama's casting); Gemma's norms (`in_place=False`, Gemma's casting and
     /// offset) make it a new tensor.
     pub norm_in_place: bool,
+    /// Whether Liger has a RoPE kernel for the family (`apply_liger_kernel_to_qwen3_5` raises
+    /// NotImplementedError for `rope=True`, and its default leaves it off).
+    pub rope: bool,
 }
 
 /// How a multimodal rotary recomposes its three grids' frequencies into one table.
@@ -518,10 +521,12 @@ impl Family {
         // Liger's modules for the families that share Llama's (its llama casting, in place).
         let liger_llama = Some(LigerLayout {
             norm_in_place: true,
+            rope: true,
         });
         let gemma = FamilyLayout {
             liger: Some(LigerLayout {
                 norm_in_place: false,
+                rope: true,
             }),
             norms_per_layer: 4,
             norm: NormKind::Gemma,
@@ -550,6 +555,14 @@ impl Family {
             mrope: Some(Mrope::Interleaved),
             partial_rotary: Some((1, 4)),
             vision: Some(VisionKind::Qwen35),
+            // `apply_liger_kernel_to_qwen3_5` (liger-kernel 0.8.5 `monkey_patch.py:3219-3316`):
+            // `LigerRMSNormForQwen3Next` (offset 1, Gemma's casting, not in place) for
+            // Qwen3_5RMSNorm — the layers' norms, attention's q/k norms, the final norm, not
+            // the Gated DeltaNet's gated norm — and `LigerQwen3MoeSwiGLUMLP` for the MLP; no RoPE.
+            liger: Some(LigerLayout {
+                norm_in_place: false,
+                rope: false,
+            }),
             ..base
         };
         match self {
@@ -718,6 +731,8 @@ impl Family {
                     default_moe_width: 512,
                     ..moe
                 }),
+                // (Liger's experts, `LigerExperts`, are not planned)
+                liger: None,
                 ..qwen35
             },
             Family::GptOss => FamilyLayout {

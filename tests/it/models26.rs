@@ -14,7 +14,7 @@ use lorafit::model::{plan, plan_simulated_on};
 use serde_json::Value;
 
 /// Cases in the committed file; a change to the data must change this number too.
-const EXPECTED_CASES: usize = 10;
+const EXPECTED_CASES: usize = 12;
 
 #[test]
 fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
@@ -81,6 +81,79 @@ fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
     }
 }
 
+/// Liger-Kernel on Qwen3.5 (`apply_liger_kernel_to_qwen3_5`: its RMSNorm and SwiGLU, no RoPE):
+/// each measured pair (`ID`, `ID_liger`) — the fix the planner offers for `ID` is those two
+/// kernels, and it saves exactly what the two measured steps differ by; RoPE, which Liger does
+/// not have for Qwen3.5, is refused by name, and a framework switch reads as the two kernels
+/// with a note.
+#[test]
+fn liger_on_qwen35_is_its_norm_and_swiglu_and_saves_the_measured_difference() {
+    use lorafit::model::Liger;
+    use lorafit::planning::fixes::{suggest, FixId};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/reference/models26/cases.jsonl"
+    );
+    let cases: Vec<Value> = std::fs::read_to_string(path)
+        .expect("models26 cases")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let two = Liger {
+        rope: false,
+        ..Liger::ALL
+    };
+    let mut pairs = 0;
+    for with in cases
+        .iter()
+        .filter(|v| v["id"].as_str().unwrap().ends_with("_liger"))
+    {
+        let id = with["id"].as_str().unwrap();
+        let base = cases
+            .iter()
+            .find(|v| v["id"] == id.trim_end_matches("_liger"))
+            .expect("the pair's step without Liger");
+        let arch = resolve_model(&base["model"]).expect("model").value;
+        let s = crate::harness_settings(&base["settings"]);
+        let fixes = suggest(&arch, &s, 1u128 << 50, true);
+        let fix = fixes
+            .iter()
+            .find(|f| f.id == FixId::Liger)
+            .unwrap_or_else(|| panic!("{id}: no Liger fix"));
+        assert_eq!(fix.settings.liger, two, "{id}");
+        let peak = |v: &Value| v["result"]["peak_bytes"].as_i64().expect("peak");
+        let measured = i128::from(peak(base) - peak(with));
+        assert!(
+            measured > 0,
+            "{id}: Liger saves memory in the measured steps"
+        );
+        assert_eq!(fix.saved_bytes, measured, "{id}: the fix's saving");
+        // RoPE is refused by name.
+        let mut rope = crate::harness_settings(&with["settings"]);
+        rope.liger = Liger::ALL;
+        let err = plan(&arch, &rope).expect_err("refused").to_string();
+        assert!(
+            err.contains("liger_kernel") && err.contains("no RoPE kernel"),
+            "{err}"
+        );
+        pairs += 1;
+    }
+    assert_eq!(pairs, 2);
+    // LLaMA-Factory's switch on a Qwen3.5 model: its two kernels and the fused loss, said so.
+    let mut r = lorafit::formats::framework::read(
+        "model_name_or_path: Qwen/Qwen3.5-4B\nstage: sft\nfinetuning_type: lora\nenable_liger_kernel: true\n",
+    )
+    .expect("reads");
+    assert!(r.catalog_model().expect("catalog").is_some());
+    assert_eq!(r.settings.liger, two);
+    assert!(
+        r.notes.iter().any(|n| n.contains("no RoPE kernel")),
+        "{:?}",
+        r.notes
+    );
+}
+
 /// The generated allocation sequence of short Qwen3.5 models is the harness's recording event
 /// for event (`tests/data/steptrace/models26.jsonl`, five layers — three Gated DeltaNet, one
 /// full attention, one more Gated DeltaNet — two steps each): LoRA on q, k, v, o only (so the
@@ -104,7 +177,7 @@ fn qwen35_sequences_equal_the_recordings() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 6, "Qwen3.5 and Qwen3.5-MoE recordings");
+    assert_eq!(checked, 8, "Qwen3.5 and Qwen3.5-MoE recordings");
 }
 
 /// The generated allocation sequence of short Qwen3.5 vision-language steps is the harness's

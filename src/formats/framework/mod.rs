@@ -292,9 +292,14 @@ impl Reading {
             for key in self.unuse("liger_kernel") {
                 self.not_modeled.push(NotModeled {
                     key,
-                    why: format!("Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels for {}: not planned yet (planned for Llama, Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3); planned as transformers' modules", e.arch.family.name()),
+                    why: format!("Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels for {}: not planned yet (planned for Llama, Mistral, Qwen2, Qwen3, Qwen3.5, Gemma 2, Gemma 3 and Phi-3); planned as transformers' modules", e.arch.family.name()),
                 });
             }
+        }
+        if self.settings.liger.rope && e.arch.family.layout().liger.is_some_and(|l| !l.rope) {
+            // Liger has no RoPE kernel for this family: its switch installs the others.
+            self.settings.liger.rope = false;
+            self.notes.push(format!("Liger-Kernel has no RoPE kernel for {}: its switch installs Liger's RMSNorm and SwiGLU there (apply_liger_kernel_to_{}'s defaults)", e.arch.family.name(), e.arch.family.name()));
         }
         Ok(Some(e))
     }

@@ -1489,9 +1489,15 @@ impl<'c, 'a> Prog<'c, 'a> {
         // copies before the head view's reshape copies it again.
         let liger_rope = s.liger.rope;
         let liger_late = late_norm && s.liger.rms_norm;
+        // Liger's norm that makes a new input gradient (Qwen3.5's, `in_place=False`) on the head
+        // views: its `ensure_contiguous` copies the transposed gradient, so the head view's
+        // backward has a contiguous one to reshape.
+        let liger_copies_grad = qk_norm
+            && s.liger.rms_norm
+            && a.family.layout().liger.is_some_and(|l| !l.norm_in_place);
         let multi = (a.num_attention_heads > 1, a.kv_heads() > 1);
         // (A single head's tensor is contiguous in either layout: its view never copies.)
-        let view_copies = |many: bool| many && (!liger_rope || liger_late);
+        let view_copies = |many: bool| many && (!liger_rope || liger_late) && !liger_copies_grad;
         // q_proj(x).view(...) [→ q_norm] .transpose(1, 2): the view's backward copies the
         // transposed gradient.
         // Phi-3 projects q, k, v at once and slices the fused output (views).
@@ -1535,7 +1541,17 @@ impl<'c, 'a> Prog<'c, 'a> {
             t
         };
         if qk_norm {
-            let n = self.rmsnorm(qv, hd);
+            // Qwen3.5's query is a chunk of q_proj's output (strided): Liger's norm copies it.
+            let n = if liger_copies_grad {
+                extended!(
+                    self,
+                    "Liger-Kernel's kernels",
+                    self.liger_rmsnorm_strided(qv, hd, gated, multi.0),
+                    qv
+                )
+            } else {
+                self.rmsnorm(qv, hd)
+            };
             self.drop(qv);
             qv = n;
         }
@@ -1558,7 +1574,16 @@ impl<'c, 'a> Prog<'c, 'a> {
             t
         };
         if qk_norm {
-            let n = self.rmsnorm(kv, hd);
+            let n = if liger_copies_grad {
+                extended!(
+                    self,
+                    "Liger-Kernel's kernels",
+                    self.liger_rmsnorm_strided(kv, hd, false, multi.1),
+                    kv
+                )
+            } else {
+                self.rmsnorm(kv, hd)
+            };
             self.drop(kv);
             kv = n;
         }

@@ -506,9 +506,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         let gf = self.cast(z, 4, What::Norm);
         let sg = self.unary(gf, 4, What::Norm, true, false);
         self.drop(gf);
+        // `hidden_states = hidden_states * F.silu(gate.to(float32))`: the SiLU temporary goes
+        // first, the rebound name's old tensor after.
         let prod = self.mul(hw, sg, hw.n, 4, What::Norm);
-        self.drop(hw);
         self.drop(sg);
+        self.drop(hw);
         let normed = self.cast(prod, es, What::LinearAttn);
         self.drop(prod);
         self.drop(var);

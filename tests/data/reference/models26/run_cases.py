@@ -26,6 +26,11 @@ CASES = [
                                                "target_modules": "qkvo"}),
     ("qwen3.5-35b-a3b_bf16_s4096_b1_all_do0_gc", {"model": "qwen3.5-35b-a3b-text", "seq": 4096, "batch": 1,
                                                  "lora_dropout": 0.0, "grad_ckpt": True}),
+    # Liger-Kernel's RMSNorm and SwiGLU as apply_liger_kernel_to_qwen3_5 installs them (liger-kernel 0.8.5,
+    # measured 2026-12-07; its Triton kernels stubbed), beside the same steps above without them
+    ("qwen3.5-4b_bf16_s1024_b1_all_nogc_liger", {"seq": 1024, "batch": 1, "liger_kernel": ["rms_norm", "swiglu"]}),
+    ("qwen3.5-4b_bf16_s2048_b1_all_gc_liger", {"seq": 2048, "batch": 1, "grad_ckpt": True,
+                                               "liger_kernel": ["rms_norm", "swiglu"]}),
 ]
 # measure_vl.py's resolved settings that lorafit's settings table reads; target_modules becomes the
 # list of module names peft adapted (`target_modules_list`).
@@ -56,6 +61,8 @@ def commit(raw):
         r = json.loads(line)
         st = {k: r["settings"][k] for k in KEEP}
         st["target_modules"] = r["target_modules_list"]
+        if r["measured_with"].get("liger_kernel"):
+            st["liger_kernel"] = r["measured_with"]["liger_kernel"]
         res = r["result"]
         slim = {k: res[k] for k in ["peak_bytes", "peak_step", "peak_phase", "peak_op", "at_peak", "per_step",
                                     "baseline_live_bytes"]}
