@@ -190,6 +190,9 @@ pub struct LigerLayout {
     /// Whether Liger has a RoPE kernel for the family (`apply_liger_kernel_to_qwen3_5` raises
     /// NotImplementedError for `rope=True`, and its default leaves it off).
     pub rope: bool,
+    /// Whether its SwiGLU replaces the fused experts (`LigerExperts`, transformers 5) rather
+    /// than a dense MLP; the dense MLP layers of such a family keep transformers' module.
+    pub experts: bool,
 }
 
 /// How a multimodal rotary recomposes its three grids' frequencies into one table.
@@ -522,11 +525,20 @@ impl Family {
         let liger_llama = Some(LigerLayout {
             norm_in_place: true,
             rope: true,
+            experts: false,
+        });
+        // `apply_liger_kernel_to_qwen3_moe` / `_mixtral` (monkey_patch.py:834-906, 1876-1940):
+        // Llama's norm and RoPE, and `LigerExperts` for the fused experts.
+        let liger_experts = Some(LigerLayout {
+            norm_in_place: true,
+            rope: true,
+            experts: true,
         });
         let gemma = FamilyLayout {
             liger: Some(LigerLayout {
                 norm_in_place: false,
                 rope: true,
+                experts: false,
             }),
             norms_per_layer: 4,
             norm: NormKind::Gemma,
@@ -562,6 +574,7 @@ impl Family {
             liger: Some(LigerLayout {
                 norm_in_place: false,
                 rope: false,
+                experts: false,
             }),
             ..base
         };
@@ -656,6 +669,7 @@ impl Family {
                 ..base
             },
             Family::Qwen3Moe => FamilyLayout {
+                liger: liger_experts,
                 qk_norm: QkNorm::PerHead,
                 bos_default: false,
                 o_bias: true,

@@ -23,7 +23,7 @@ fn liger_steps_are_planned_to_the_byte() {
         assert!(r.abs() <= 0.01, "{id}: reserved {r:+.3} %");
         n += 1;
     }
-    assert_eq!(n, 21);
+    assert_eq!(n, 25);
 }
 
 /// Each measured pair (`ID` without, `ID_liger` with the three kernels): the fix the planner
@@ -33,5 +33,31 @@ fn the_liger_fix_saves_what_the_measured_steps_differ_by() {
     let pairs = crate::fix_saves_each_measured_pair(&cases(), "_liger", FixId::Liger, |id, s| {
         assert_eq!(s.liger, lorafit::model::Liger::ALL, "{id}");
     });
-    assert_eq!(pairs, 9);
+    assert_eq!(pairs, 11);
+}
+
+/// Liger's fused experts read the expert weights themselves: LoRA on them (`target_parameters`)
+/// with Liger's SwiGLU is refused by name, and the plan without it is the fused experts'.
+#[test]
+fn liger_experts_refuse_lora_on_the_experts() {
+    use lorafit::model::{plan, ExpertParam, Liger, Settings};
+    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("qwen3-30b-a3b"))
+        .expect("model")
+        .value;
+    let s = Settings {
+        liger: Liger::ALL,
+        target_parameters: ExpertParam::ALL.to_vec(),
+        lora_dropout: 0.0,
+        ..Settings::default()
+    };
+    let err = plan(&arch, &s).expect_err("refused").to_string();
+    assert!(
+        err.contains("liger_kernel") && err.contains("LigerExperts"),
+        "{err}"
+    );
+    let attention_only = Settings {
+        target_parameters: vec![],
+        ..s
+    };
+    assert!(plan(&arch, &attention_only).is_ok());
 }

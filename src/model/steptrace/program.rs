@@ -1976,7 +1976,15 @@ impl<'c, 'a> Prog<'c, 'a> {
         else {
             return x;
         };
-        if self.ctx.s.liger.swiglu {
+        // (For a family whose Liger SwiGLU is its experts', the dense MLP is transformers'.)
+        let liger_mlp = self
+            .ctx
+            .arch
+            .family
+            .layout()
+            .liger
+            .is_some_and(|l| !l.experts);
+        if self.ctx.s.liger.swiglu && liger_mlp {
             return extended!(
                 self,
                 "Liger-Kernel's kernels",

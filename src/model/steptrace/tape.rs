@@ -78,10 +78,10 @@ impl<U: Copy + Default, const N: usize> Inline<U, N> {
     }
     fn push(&mut self, u: U) {
         let i = self.len as usize;
-        if i < N {
-            self.v[i] = u;
-            self.len += 1;
-        }
+        // An op with more than N is a program error, not something an input can cause.
+        assert!(i < N, "an inline list of {N} overflowed");
+        self.v[i] = u;
+        self.len += 1;
     }
     fn as_slice(&self) -> &[U] {
         &self.v[..self.len as usize]
@@ -243,7 +243,8 @@ pub(super) struct Node {
     out_es: u64,
     edges: Inline<Edge, 3>,
     /// Saved tensors, in release order.
-    saved: Inline<T, 8>,
+    /// (LigerExperts' function saves nine storages.)
+    saved: Inline<T, 10>,
     /// Saved tensors the forward discarded (checkpointing) and recomputation must provide.
     pending: u8,
     /// Gradient accumulated for this node's output.
@@ -324,6 +325,10 @@ pub(super) struct Tape {
     re_forgotten: Vec<usize>,
     /// Depth of the Python frame the program is in, when it marks frames (0: unmarked).
     frame: u32,
+    /// The next node saves its tensors after its output exists (a custom autograd Function's
+    /// `save_for_backward` at the end of its forward): a recomputation stopping there keeps the
+    /// output.
+    late_saves: bool,
     /// Recomputation reached its last saved tensor: the rest of the layer's forward is skipped.
     pub stopped: bool,
     /// Gradients stored into parameters, in arrival order: (param, storage).
@@ -400,6 +405,7 @@ impl Tape {
             re_forgotten: vec![],
             frame: 0,
             stopped: false,
+            late_saves: false,
             param_grads: vec![],
             grad_slot: vec![],
             join_extra: vec![],
@@ -669,16 +675,28 @@ impl Tape {
     /// recorded as one node.
     #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
     pub fn script_node(&mut self, steps: Vec<Step>, out_n: u64, out_es: u64, input: Edge) -> G {
-        self.script_node_of(steps, out_n, out_es, &[input])
+        self.script_node_of(steps, out_n, out_es, &[input], &[])
     }
 
     /// A node of up to three inputs whose backward runs `steps` ([`Op::Script`]), which name
-    /// each input's gradient ([`Step::GradOf`]).
+    /// each input's gradient ([`Step::GradOf`]), saving `saved` as a custom autograd Function
+    /// does, once its output exists (released after the steps; a checkpointed layer's are
+    /// recomputed).
     #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
-    pub fn script_node_of(&mut self, steps: Vec<Step>, out_n: u64, out_es: u64, ins: &[Edge]) -> G {
+    pub fn script_node_of(
+        &mut self,
+        steps: Vec<Step>,
+        out_n: u64,
+        out_es: u64,
+        ins: &[Edge],
+        saved: &[T],
+    ) -> G {
         self.scripts.push(steps);
         let id = (self.scripts.len() - 1) as u32;
-        self.node(Op::Script(id), out_n, out_es, ins, &[])
+        self.late_saves = !saved.is_empty();
+        let g = self.node(Op::Script(id), out_n, out_es, ins, saved);
+        self.late_saves = false;
+        g
     }
 
     /// Creates (or, when recomputing, finds) the node of a forward op whose inputs are `ins`
@@ -735,7 +753,7 @@ impl Tape {
                 // and its Python frames release their locals, newest first. Inputs are saved
                 // before the op runs, so an op saving only inputs never allocates its output.
                 if let Some(&Event::Alloc { id, bytes, .. }) = self.events.last() {
-                    if !saved.contains(&id) {
+                    if !saved.contains(&id) && !self.late_saves {
                         self.events.pop();
                         self.event_tags.pop();
                         self.live -= bytes;

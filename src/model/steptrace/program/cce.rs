@@ -105,7 +105,7 @@ impl Prog<'_, '_> {
         self.tp.keep(fin.t);
         loss.g = self
             .tp
-            .script_node_of(steps, 1, 4, &[Self::edge(&fin), Self::edge(&head)]);
+            .script_node_of(steps, 1, 4, &[Self::edge(&fin), Self::edge(&head)], &[]);
         // The autograd context's parameters keep the flat indices until the graph is freed.
         self.graph_held.push(valids);
         (loss.g, loss)

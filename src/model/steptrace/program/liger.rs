@@ -17,6 +17,8 @@
 //!   sin; backward rotates the gradients in place (sdpa's are laid out like q and k, so
 //!   `contiguous()` copies nothing; eager attention's and repeat_kv's are copied first), and the
 //!   head view's backward then has a contiguous gradient to reshape.
+//! - `LigerExperts` → `LigerFusedMoEFunction` (`ops/fused_moe.py:174-434`) for transformers 5's
+//!   fused experts (Qwen3-MoE): see [`Prog::liger_experts`].
 
 use super::Prog;
 use crate::model::steptrace::tape::{Op, X};
@@ -128,4 +130,113 @@ impl<'c, 'a> Prog<'c, 'a> {
         );
         (X { g, ..qr }, X { g, ..kr })
     }
+}
+
+impl Prog<'_, '_> {
+    /// `LigerExperts` (transformers 5's fused experts as `apply_liger_kernel_to_qwen3_moe` /
+    /// `_mixtral` replace them, liger-kernel 0.8.5 `transformers/swiglu.py:75-115`) over the
+    /// experts' input `h` with the routing weights `wts`: the indices copied to int32, then
+    /// `LigerFusedMoEFunction` (`ops/fused_moe.py:174-434`). Its forward computes the routing
+    /// metadata (`compute_routing_metadata`: a per-tile histogram, each expert's count, start
+    /// and tile offset, the sorted rows' tiles — one `.item()` sizes them, here a balanced
+    /// routing's Σ ⌈rows / 64⌉ — and three int32 permutations), the gate/up product before the
+    /// activation and after it, the down product and the weighted sum; it saves the input, the
+    /// pre-activation and the routing tensors. Its backward makes the pre-activation's and the
+    /// weighted activation's gradients, the routing weights' gradient, the input's (expanded,
+    /// then summed), and the two expert weights' gradients — `zeros_like` each, whole, whether
+    /// the weights are trained or not (a frozen one's is dropped as the function returns).
+    pub(super) fn liger_experts(&mut self, h: X, wts: X, m: &super::FusedExperts) -> X {
+        use crate::model::steptrace::tape::Step;
+        let (t, e, k, i, hd) = self.expert_sizes();
+        let tk = t * k;
+        let es = h.es;
+        let idx32 = self.t(tk, 4, What::Mlp);
+        // compute_routing_metadata (`TOKENS_PER_BLOCK = max(1, 1024 / next_pow2(k))`).
+        let per_tile = (1024 / k.max(1).next_power_of_two()).max(1);
+        let counts = self.t(e * t.div_ceil(per_tile), 4, What::Mlp);
+        let token_count = self.t(e, 4, What::Mlp);
+        let start = self.t(e + 1, 4, What::Mlp);
+        let tile_offset = self.t(e + 1, 4, What::Mlp);
+        let tiles = balanced_tiles(tk, e, 64);
+        let tile_row_start = self.t(tiles, 4, What::Mlp);
+        let tile_expert = self.t(tiles, 4, What::Mlp);
+        let scatter = self.t(tk, 4, What::Mlp);
+        let reverse = self.t(tk, 4, What::Mlp);
+        let gather = self.t(tk, 4, What::Mlp);
+        self.drop(counts);
+        self.drop(tile_offset);
+        let pre_act = self.t(tk * 2 * i, es, What::Mlp);
+        let post_act = self.t(tk * i, es, What::Mlp);
+        let y = self.t(tk * hd, es, What::Mlp);
+        let mut out = self.t(t * hd, es, What::Mlp);
+        // Backward: d_pre_act, weighted_act, dS (zeros), the down weight's gradient, the
+        // expanded input gradient, dx (zeros), the gate/up weight's gradient; the kernel's
+        // locals go as it returns, with the saved tensors and the two weight gradients (frozen:
+        // nobody takes them).
+        let (gu, down) = (m.gate_up.x, m.down.x);
+        let mut steps = vec![
+            Step::Alloc(tk * 2 * i * es),
+            Step::Alloc(tk * i * es),
+            Step::Alloc(tk * es),
+            Step::Alloc(down.n * down.es),
+            Step::Alloc(tk * hd * es),
+            Step::Alloc(t * hd * es),
+            Step::Alloc(gu.n * gu.es),
+            Step::Free(0),
+            Step::Free(1),
+            Step::Free(4),
+        ];
+        steps.extend([
+            Step::Free(6),
+            Step::Free(3),
+            Step::GradOf { input: 0, local: 5 },
+            Step::GradOf { input: 1, local: 2 },
+        ]);
+        let saved: Vec<_> = [
+            h,
+            pre_act,
+            wts,
+            start,
+            gather,
+            scatter,
+            reverse,
+            tile_row_start,
+            tile_expert,
+        ]
+        .iter()
+        .map(|x| x.t)
+        .collect();
+        out.g = self.tp.script_node_of(
+            steps,
+            out.n,
+            es,
+            &[Self::edge(&h), Self::edge(&wts)],
+            &saved,
+        );
+        for x in [
+            start,
+            gather,
+            scatter,
+            reverse,
+            tile_row_start,
+            tile_expert,
+            pre_act,
+        ] {
+            self.drop(x);
+        }
+        // The forward's locals (`_`, post_act, Y), then LigerExperts' int32 indices.
+        self.drop(token_count);
+        self.drop(post_act);
+        self.drop(y);
+        self.drop(idx32);
+        out
+    }
+}
+
+/// The 64-row tiles of a balanced routing of `rows` token–expert pairs over `experts`: each
+/// expert ⌊rows / experts⌋ or ⌈rows / experts⌉ rows, its tiles ⌈its rows / 64⌉.
+fn balanced_tiles(rows: u64, experts: u64, tile: u64) -> u64 {
+    let experts = experts.max(1);
+    let (q, r) = (rows / experts, rows % experts);
+    r * (q + 1).div_ceil(tile) + (experts - r) * q.div_ceil(tile)
 }

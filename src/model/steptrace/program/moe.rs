@@ -60,6 +60,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.tp.push_frame();
         let mut out = match (&m.experts, self.ctx.s.experts_run()) {
             (Experts::PerExpert(pe), _) => self.per_expert_experts(xe, weights, pe),
+            // Liger's SwiGLU replaces the fused experts' class (`LigerExperts`), whatever
+            // `experts_implementation` says.
+            (Experts::Fused(f), _) if self.ctx.s.liger.swiglu => extended!(
+                self,
+                "Liger-Kernel's kernels",
+                self.liger_experts(xe, weights, f),
+                xe
+            ),
             (Experts::Fused(f), ExpertsImpl::GroupedMm) => {
                 self.grouped_experts(xe, idx, weights, f)
             }
@@ -473,7 +481,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// The routed experts' sizes: tokens, experts, experts per token, expert width, hidden.
-    fn expert_sizes(&self) -> (u64, u64, u64, u64, u64) {
+    pub(super) fn expert_sizes(&self) -> (u64, u64, u64, u64, u64) {
         let a = self.ctx.arch;
         (
             self.tokens(),

@@ -30,6 +30,12 @@ for cid, c in {
     "phi3-mini-4k_lora_s2048": dict(LORA, model="phi3-mini-4k", seq=2048, batch=1, grad_ckpt=False),
     "phi3-mini-4k_lora_gc_b2_s2048": dict(LORA, model="phi3-mini-4k", seq=2048, batch=2, grad_ckpt=True),
     "phi3-mini-4k_qlora_s4096": dict(QLORA, model="phi3-mini-4k", seq=4096, batch=1),
+    # Qwen3-MoE (added 2026-12-07): LigerExperts for transformers 5's fused experts, LoRA on the
+    # attention projections (Liger's fused kernel reads the expert weights itself)
+    "qwen3-30b-a3b_lora_qkvo_s2048": dict(LORA, model="qwen3-30b-a3b", seq=2048, batch=1, grad_ckpt=False,
+                                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
+    "qwen3-30b-a3b_lora_qkvo_gc_b2_s2048": dict(LORA, model="qwen3-30b-a3b", seq=2048, batch=2, grad_ckpt=True,
+                                                target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
 }.items():
     CASES[cid] = dict(c, liger_kernel=[])
     CASES[cid + "_liger"] = dict(c, liger_kernel=ALL)
