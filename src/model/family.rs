@@ -658,6 +658,7 @@ impl Family {
                 ..base
             },
             Family::Mixtral => FamilyLayout {
+                liger: liger_experts,
                 checkpoint_kwargs: KwargsOrder::PositionEmbeddingsFirst,
                 moe: Some(MoeLayout {
                     fp32_routing: true,

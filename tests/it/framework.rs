@@ -1083,7 +1083,7 @@ fn offloading_the_optimizer_keeps_offloaded_checkpoints() {
 /// Liger's switches: LLaMA-Factory's `enable_liger_kernel` is its three decoder kernels and the
 /// fused loss; axolotl's LigerPlugin keys each turn on one kernel; for a family whose Liger
 /// modules are not planned, the decoder kernels move to "not modelled" once the model is known
-/// (Mixtral's experts; the fused loss stays).
+/// (OLMoE's; the fused loss stays).
 #[test]
 fn liger_switches_read_as_the_kernels_they_install() {
     use lorafit::model::Liger;
@@ -1112,7 +1112,15 @@ fn liger_switches_read_as_the_kernels_they_install() {
     );
     assert!(r.not_modeled.is_empty(), "{:?}", r.not_modeled);
 
-    let mut r = framework::read(&lf("mistralai/Mixtral-8x7B-v0.1")).unwrap();
+    // Mixtral's and Qwen3-MoE's fused experts are Liger's (LigerExperts): planned.
+    for model in ["mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-30B-A3B"] {
+        let mut r = framework::read(&lf(model)).unwrap();
+        assert!(r.catalog_model().unwrap().is_some());
+        assert_eq!(r.settings.liger, Liger::ALL, "{model}");
+        assert!(r.not_modeled.is_empty(), "{model}: {:?}", r.not_modeled);
+    }
+
+    let mut r = framework::read(&lf("allenai/OLMoE-1B-7B-0924")).unwrap();
     assert_eq!(r.settings.liger, Liger::ALL);
     assert!(r.catalog_model().unwrap().is_some());
     assert_eq!(

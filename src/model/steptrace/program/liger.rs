@@ -186,12 +186,20 @@ impl Prog<'_, '_> {
             Step::Free(1),
             Step::Free(4),
         ];
-        steps.extend([
-            Step::Free(6),
-            Step::Free(3),
-            Step::GradOf { input: 0, local: 5 },
-            Step::GradOf { input: 1, local: 2 },
-        ]);
+        steps.push(Step::GradOf { input: 0, local: 5 });
+        if wts.es == es {
+            steps.push(Step::GradOf { input: 1, local: 2 });
+        } else {
+            // dS is made in the incoming gradient's dtype; autograd casts it to the routing
+            // weights' (Mixtral's fp32) as the function returns (`validate_outputs`), before
+            // the unused weight gradients go.
+            steps.extend([
+                Step::Alloc(tk * wts.es),
+                Step::Free(2),
+                Step::GradOf { input: 1, local: 7 },
+            ]);
+        }
+        steps.extend([Step::Free(6), Step::Free(3)]);
         let saved: Vec<_> = [
             h,
             pre_act,

@@ -36,6 +36,9 @@ for cid, c in {
                                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
     "qwen3-30b-a3b_lora_qkvo_gc_b2_s2048": dict(LORA, model="qwen3-30b-a3b", seq=2048, batch=2, grad_ckpt=True,
                                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
+    # Mixtral: its fp32 routing weights take the fused backward's bf16 gradient cast
+    "mixtral-8x7b_lora_qkvo_gc_s4096": dict(LORA, model="mixtral-8x7b", seq=4096, batch=1, grad_ckpt=True,
+                                            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
 }.items():
     CASES[cid] = dict(c, liger_kernel=[])
     CASES[cid + "_liger"] = dict(c, liger_kernel=ALL)
