@@ -11,7 +11,7 @@ use crate::model::bnb_adamw;
 use crate::model::ctx::{Ctx, SdpaMask};
 use crate::model::dtype::{Dtype, Quant};
 use crate::model::error::PlanError;
-use crate::model::settings::{AttnImpl, ExpertParam, FusedCe, LossShift, Optimizer, SavedModule};
+use crate::model::settings::{AttnImpl, ExpertParam, LossShift, Optimizer, SavedModule};
 use crate::model::torchao_adamw;
 
 /// A parameter of the model, in `named_parameters()` order.
@@ -2691,7 +2691,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 self,
                 "a fused linear cross-entropy",
                 match ctx.s.fused_ce {
-                    FusedCe::Cce => self.cce(fin),
+                    crate::model::FusedCe::Cce => self.cce(fin),
                     _ => self.fused_ce(fin),
                 },
                 (G::No, fin)

@@ -130,9 +130,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         );
         (X { g, ..qr }, X { g, ..kr })
     }
-}
 
-impl Prog<'_, '_> {
     /// `LigerExperts` (transformers 5's fused experts as `apply_liger_kernel_to_qwen3_moe` /
     /// `_mixtral` replace them, liger-kernel 0.8.5 `transformers/swiglu.py:75-115`) over the
     /// experts' input `h` with the routing weights `wts`: the indices copied to int32, then
