@@ -149,8 +149,8 @@ const TABLE: Table = &[
         None => Err(format!("{}: expected the path of a DeepSpeed JSON", rd.key())),
     })),
     ("plugins", Rule::NoEffect),
-    ("liger_fused_linear_cross_entropy", Rule::Read(liger_ce)),
-    ("cut_cross_entropy", Rule::Read(cut_ce)),
+    ("liger_fused_linear_cross_entropy", Rule::Read(|rd, v| fused_ce(rd, v, "liger"))),
+    ("cut_cross_entropy", Rule::Read(|rd, v| fused_ce(rd, v, "cce"))),
     ("liger_rms_norm", Rule::Read(|rd, v| liger_part(rd, v, "rms_norm"))),
     ("liger_glu_activation", Rule::Read(|rd, v| liger_part(rd, v, "swiglu"))),
     ("liger_rope", Rule::Read(|rd, v| liger_part(rd, v, "rope"))),
@@ -337,20 +337,13 @@ fn bf16(rd: &mut Reader, v: &Value) -> Result<(), String> {
     }
 }
 
-fn liger_ce(rd: &mut Reader, v: &Value) -> Result<(), String> {
+/// A fused loss's switch: on, `fused_ce` is `which` (`liger` for LigerPlugin's
+/// `liger_fused_linear_cross_entropy`; `cce` for the CutCrossEntropyPlugin's
+/// `cut_cross_entropy`, `cce_patch` of the model type with its defaults,
+/// `integrations/cut_cross_entropy/__init__.py`).
+fn fused_ce(rd: &mut Reader, v: &Value, which: &str) -> Result<(), String> {
     if super::flag(rd.key(), v)? {
-        rd.set("fused_ce", "liger")
-    } else {
-        rd.confirms("fused_ce");
-        Ok(())
-    }
-}
-
-/// axolotl's CutCrossEntropyPlugin (`cut_cross_entropy: true`): `cce_patch` of the model type
-/// with its defaults (`integrations/cut_cross_entropy/__init__.py`).
-fn cut_ce(rd: &mut Reader, v: &Value) -> Result<(), String> {
-    if super::flag(rd.key(), v)? {
-        rd.set("fused_ce", "cce")
+        rd.set("fused_ce", which)
     } else {
         rd.confirms("fused_ce");
         Ok(())

@@ -973,6 +973,28 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
+    /// A q or k norm over heads of `hd` before their transpose: transformers' RMSNorm, or with
+    /// `liger_copies_grad` Liger's norm that makes a new input gradient (Qwen3.5's), copying a
+    /// strided input (`copy_in`) and, with several heads, the transposed incoming gradient.
+    fn head_norm(
+        &mut self,
+        x: X,
+        hd: u64,
+        liger_copies_grad: bool,
+        copy_in: bool,
+        many: bool,
+    ) -> X {
+        if !liger_copies_grad {
+            return self.rmsnorm(x, hd);
+        }
+        extended!(
+            self,
+            "Liger-Kernel's kernels",
+            self.liger_rmsnorm_strided(x, hd, copy_in, many),
+            x
+        )
+    }
+
     /// RMSNorm over rows of `width`: llama's (`hidden.to(fp32)`, variance, rsqrt, cast back,
     /// times the weight) or Gemma's (`x * rsqrt(mean(x²) + eps)` in fp32, times `1 + weight`).
     fn rmsnorm(&mut self, x: X, width: u64) -> X {
@@ -1542,16 +1564,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         };
         if qk_norm {
             // Qwen3.5's query is a chunk of q_proj's output (strided): Liger's norm copies it.
-            let n = if liger_copies_grad {
-                extended!(
-                    self,
-                    "Liger-Kernel's kernels",
-                    self.liger_rmsnorm_strided(qv, hd, gated, multi.0),
-                    qv
-                )
-            } else {
-                self.rmsnorm(qv, hd)
-            };
+            let n = self.head_norm(qv, hd, liger_copies_grad, gated, multi.0);
             self.drop(qv);
             qv = n;
         }
@@ -1574,16 +1587,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             t
         };
         if qk_norm {
-            let n = if liger_copies_grad {
-                extended!(
-                    self,
-                    "Liger-Kernel's kernels",
-                    self.liger_rmsnorm_strided(kv, hd, false, multi.1),
-                    kv
-                )
-            } else {
-                self.rmsnorm(kv, hd)
-            };
+            let n = self.head_norm(kv, hd, liger_copies_grad, false, multi.1);
             self.drop(kv);
             kv = n;
         }

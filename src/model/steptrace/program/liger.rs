@@ -198,20 +198,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             ]);
         }
         steps.extend([Step::Free(6), Step::Free(3)]);
-        let saved: Vec<_> = [
-            h,
-            pre_act,
-            wts,
-            start,
-            gather,
-            scatter,
-            reverse,
-            tile_row_start,
-            tile_expert,
-        ]
-        .iter()
-        .map(|x| x.t)
-        .collect();
+        // save_for_backward(x, gate_up_proj, down_proj, pre_act, topk_weights_flat, the routing
+        // tensors): the weights are parameters, the rest storages the program drops after.
+        let routing = [start, gather, scatter, reverse, tile_row_start, tile_expert];
+        let saved: Vec<_> = [h, pre_act, wts]
+            .iter()
+            .chain(&routing)
+            .map(|x| x.t)
+            .collect();
         out.g = self.tp.script_node_of(
             steps,
             out.n,
@@ -219,15 +213,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             &[Self::edge(&h), Self::edge(&wts)],
             &saved,
         );
-        for x in [
-            start,
-            gather,
-            scatter,
-            reverse,
-            tile_row_start,
-            tile_expert,
-            pre_act,
-        ] {
+        for x in routing.into_iter().chain([pre_act]) {
             self.drop(x);
         }
         // The forward's locals (`_`, post_act, Y), then LigerExperts' int32 indices.

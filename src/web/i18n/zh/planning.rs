@@ -21,7 +21,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("QLoRA: load_in_4bit (nf4, double quant), bf16 autocast", "QLoRA：load_in_4bit（nf4，双重量化），bf16 autocast 混合精度"),
     ("QLoRA: load_in_4bit (nf4, double quant), fp16 autocast", "QLoRA：load_in_4bit（nf4，双重量化），fp16 autocast 混合精度"),
     ("fused cross-entropy", "融合交叉熵"),
-    ("cut cross-entropy", "cut cross-entropy（CCE）"),
+    ("cut cross-entropy", "切分交叉熵（cut cross-entropy）"),
     ("use cut cross-entropy (axolotl's cut_cross_entropy plugin)", "使用 cut cross-entropy（axolotl 的 cut_cross_entropy 插件）"),
     ("axolotl's plugin (or its cut-cross-entropy package patched in); no logits are stored: each row's log-sum-exp in the forward, the gradients in one blockwise backward kernel", "需要 axolotl 的插件（或打上其 cut-cross-entropy 包的补丁）；不存储 logits：前向只算每行的 log-sum-exp，梯度在一个分块的反向内核里算出"),
     ("experts_implementation: {=} → grouped_mm (transformers' default)", "修改 experts_implementation：{=} → grouped_mm（transformers 的默认值）"),
