@@ -746,8 +746,15 @@ impl Family {
                     default_moe_width: 512,
                     ..moe
                 }),
-                // (Liger's experts, `LigerExperts`, are not planned)
-                liger: None,
+                // `apply_liger_kernel_to_qwen3_5_moe` (monkey_patch.py:3319-3424) installed before
+                // the model is built, as LLaMA-Factory does: Qwen3.5's norm and `LigerExperts`;
+                // the shared expert keeps transformers' MLP (Trainer's `use_liger_kernel` patches
+                // the built model and swaps it too).
+                liger: Some(LigerLayout {
+                    norm_in_place: false,
+                    rope: false,
+                    experts: true,
+                }),
                 ..qwen35
             },
             Family::GptOss => FamilyLayout {

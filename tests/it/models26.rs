@@ -14,7 +14,7 @@ use lorafit::model::{plan, plan_simulated_on};
 use serde_json::Value;
 
 /// Cases in the committed file; a change to the data must change this number too.
-const EXPECTED_CASES: usize = 12;
+const EXPECTED_CASES: usize = 14;
 
 #[test]
 fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
@@ -81,7 +81,8 @@ fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
     }
 }
 
-/// Liger-Kernel on Qwen3.5 (`apply_liger_kernel_to_qwen3_5`: its RMSNorm and SwiGLU, no RoPE):
+/// Liger-Kernel on Qwen3.5 (`apply_liger_kernel_to_qwen3_5`: its RMSNorm and SwiGLU, no RoPE) and
+/// Qwen3.5-MoE (its RMSNorm and fused experts, as `apply_liger_kernel_to_qwen3_5_moe` installs them):
 /// each measured pair (`ID`, `ID_liger`) — the fix the planner offers for `ID` is those two
 /// kernels, and it saves exactly what the two measured steps differ by; RoPE, which Liger does
 /// not have for Qwen3.5, is refused by name, and a framework switch reads as the two kernels
@@ -139,7 +140,7 @@ fn liger_on_qwen35_is_its_norm_and_swiglu_and_saves_the_measured_difference() {
         );
         pairs += 1;
     }
-    assert_eq!(pairs, 2);
+    assert_eq!(pairs, 4);
     // LLaMA-Factory's switch on a Qwen3.5 model: its two kernels and the fused loss, said so.
     let mut r = lorafit::formats::framework::read(
         "model_name_or_path: Qwen/Qwen3.5-4B\nstage: sft\nfinetuning_type: lora\nenable_liger_kernel: true\n",
@@ -177,7 +178,7 @@ fn qwen35_sequences_equal_the_recordings() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 8, "Qwen3.5 and Qwen3.5-MoE recordings");
+    assert_eq!(checked, 10, "Qwen3.5 and Qwen3.5-MoE recordings");
 }
 
 /// The generated allocation sequence of short Qwen3.5 vision-language steps is the harness's

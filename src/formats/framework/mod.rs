@@ -292,9 +292,21 @@ impl Reading {
             for key in self.unuse("liger_kernel") {
                 self.not_modeled.push(NotModeled {
                     key,
-                    why: format!("Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels for {}: not planned yet (planned for Llama, Mistral, Qwen2, Qwen3, Qwen3.5, Qwen3-MoE, Mixtral, Gemma 2, Gemma 3 and Phi-3); planned as transformers' modules", e.arch.family.name()),
+                    why: format!("Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels for {}: not planned yet (planned for Llama, Mistral, Qwen2, Qwen3, Qwen3.5, Qwen3-MoE, Qwen3.5-MoE, Mixtral, Gemma 2, Gemma 3 and Phi-3); planned as transformers' modules", e.arch.family.name()),
                 });
             }
+        }
+        let trainer_switch = self
+            .used
+            .iter()
+            .any(|u| u.setting == "liger_kernel" && u.key.ends_with("use_liger_kernel"));
+        if self.settings.liger.swiglu
+            && trainer_switch
+            && e.arch.family == crate::model::Family::Qwen35Moe
+        {
+            // Trainer patches the built model (`_apply_liger_kernel_to_instance`), which swaps the
+            // shared expert's MLP too; the plan is the class-level patch (LLaMA-Factory's).
+            self.notes.push("Trainer's use_liger_kernel patches the built Qwen3.5-MoE model, which also makes each layer's shared expert Liger's SwiGLU (apply_liger_kernel_to_qwen3_5_moe, monkey_patch.py:3419); planned with transformers' shared expert, as LLaMA-Factory's enable_liger_kernel leaves it (its activations a little above Liger's)".into());
         }
         if self.settings.liger.rope && e.arch.family.layout().liger.is_some_and(|l| !l.rope) {
             // Liger has no RoPE kernel for this family: its switch installs the others.

@@ -571,7 +571,7 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
     if extended && s.liger.any() && arch.family.layout().liger.is_none() {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
-            why: format!("Liger-Kernel's RMSNorm, SwiGLU / GeGLU and RoPE are planned for Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3 and Phi-3 layers, its RMSNorm and SwiGLU for Qwen3.5's, and its RMSNorm, RoPE and fused experts for Qwen3-MoE's and Mixtral's; its modules for {} differ (other experts, another norm) and are not planned yet: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name()),
+            why: format!("Liger-Kernel's RMSNorm, SwiGLU / GeGLU and RoPE are planned for Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3 and Phi-3 layers, its RMSNorm and SwiGLU for Qwen3.5's, its RMSNorm, RoPE and fused experts for Qwen3-MoE's and Mixtral's, and its RMSNorm and fused experts for Qwen3.5-MoE's; its modules for {} differ (other experts, another norm) and are not planned yet: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name()),
         });
     }
     if extended && s.liger.rope && arch.family.layout().liger.is_some_and(|l| !l.rope) {

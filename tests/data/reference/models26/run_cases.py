@@ -31,6 +31,12 @@ CASES = [
     ("qwen3.5-4b_bf16_s1024_b1_all_nogc_liger", {"seq": 1024, "batch": 1, "liger_kernel": ["rms_norm", "swiglu"]}),
     ("qwen3.5-4b_bf16_s2048_b1_all_gc_liger", {"seq": 2048, "batch": 1, "grad_ckpt": True,
                                                "liger_kernel": ["rms_norm", "swiglu"]}),
+    # ... and on Qwen3.5-35B-A3B (apply_liger_kernel_to_qwen3_5_moe before the model is built:
+    # LigerExperts for the fused experts; the shared expert stays transformers')
+    ("qwen3.5-35b-a3b_bf16_s1024_b1_all_nogc_liger", {"model": "qwen3.5-35b-a3b-text", "seq": 1024, "batch": 1,
+                                                     "liger_kernel": ["rms_norm", "swiglu"]}),
+    ("qwen3.5-35b-a3b_bf16_s2048_b1_all_gc_liger", {"model": "qwen3.5-35b-a3b-text", "seq": 2048, "batch": 1,
+                                                   "grad_ckpt": True, "liger_kernel": ["rms_norm", "swiglu"]}),
 ]
 # measure_vl.py's resolved settings that lorafit's settings table reads; target_modules becomes the
 # list of module names peft adapted (`target_modules_list`).
