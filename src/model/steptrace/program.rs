@@ -976,6 +976,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// A q or k norm over heads of `hd` before their transpose: transformers' RMSNorm, or with
     /// `liger_copies_grad` Liger's norm that makes a new input gradient (Qwen3.5's), copying a
     /// strided input (`copy_in`) and, with several heads, the transposed incoming gradient.
+    #[cfg_attr(not(feature = "extended-ops"), allow(unused_variables))]
     fn head_norm(
         &mut self,
         x: X,
