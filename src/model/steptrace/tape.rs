@@ -325,10 +325,6 @@ pub(super) struct Tape {
     re_forgotten: Vec<usize>,
     /// Depth of the Python frame the program is in, when it marks frames (0: unmarked).
     frame: u32,
-    /// The next node saves its tensors after its output exists (a custom autograd Function's
-    /// `save_for_backward` at the end of its forward): a recomputation stopping there keeps the
-    /// output.
-    late_saves: bool,
     /// Recomputation reached its last saved tensor: the rest of the layer's forward is skipped.
     pub stopped: bool,
     /// Gradients stored into parameters, in arrival order: (param, storage).
@@ -405,7 +401,6 @@ impl Tape {
             re_forgotten: vec![],
             frame: 0,
             stopped: false,
-            late_saves: false,
             param_grads: vec![],
             grad_slot: vec![],
             join_extra: vec![],
@@ -693,10 +688,7 @@ impl Tape {
     ) -> G {
         self.scripts.push(steps);
         let id = (self.scripts.len() - 1) as u32;
-        self.late_saves = !saved.is_empty();
-        let g = self.node(Op::Script(id), out_n, out_es, ins, saved);
-        self.late_saves = false;
-        g
+        self.node(Op::Script(id), out_n, out_es, ins, saved)
     }
 
     /// Creates (or, when recomputing, finds) the node of a forward op whose inputs are `ins`
@@ -751,9 +743,11 @@ impl Tape {
             if i >= self.re_last {
                 // Early stop: every saved tensor exists again; the rest of the forward is skipped
                 // and its Python frames release their locals, newest first. Inputs are saved
-                // before the op runs, so an op saving only inputs never allocates its output.
+                // before the op runs, so an op saving only inputs never allocates its output;
+                // a custom autograd Function (a `Script` node) saves at the end of its forward,
+                // once its output exists.
                 if let Some(&Event::Alloc { id, bytes, .. }) = self.events.last() {
-                    if !saved.contains(&id) && !self.late_saves {
+                    if !saved.contains(&id) && !matches!(op, Op::Script(_)) {
                         self.events.pop();
                         self.event_tags.pop();
                         self.live -= bytes;

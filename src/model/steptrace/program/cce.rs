@@ -70,7 +70,7 @@ impl Prog<'_, '_> {
         // The backward's steps: the vocabulary's order (sort's values and int64 indices, an
         // int32 copy), the gradients (zeros_like: the hidden states' rows, the weight when
         // trained), their locks `[⌈rows / 128⌉, ⌈hidden / 64⌉]` int32, freed as the kernel's
-        // wrapper returns, then the order and the saved tensors.
+        // wrapper returns, then the order; the saved tensors go after the steps.
         let lock_cols = h.div_ceil(64);
         let rows = fin.n / h.max(1);
         let mut steps = vec![
@@ -93,19 +93,25 @@ impl Prog<'_, '_> {
             steps.push(Step::Free(4));
         }
         steps.push(Step::Free(2));
-        steps.push(Step::Release(fin.t));
-        steps.push(Step::Release(lse.t));
-        if let Some(l) = logit_avg {
-            steps.push(Step::Release(l.t));
-        }
         steps.push(Step::GradOf { input: 0, local: 3 });
         if weight_grad {
             steps.push(Step::GradOf { input: 1, local: 4 });
         }
-        self.tp.keep(fin.t);
-        loss.g = self
-            .tp
-            .script_node_of(steps, 1, 4, &[Self::edge(&fin), Self::edge(&head)], &[]);
+        // save_for_backward(e, c, bias, lse, targets, valids, logit_avg): the hidden states, the
+        // log-sum-exps and the average logits (the weight is a parameter, the labels the
+        // batch's, the flat indices below).
+        let saved: Vec<_> = [fin, lse]
+            .into_iter()
+            .chain(logit_avg)
+            .map(|x| x.t)
+            .collect();
+        loss.g =
+            self.tp
+                .script_node_of(steps, 1, 4, &[Self::edge(&fin), Self::edge(&head)], &saved);
+        self.drop(lse);
+        if let Some(l) = logit_avg {
+            self.drop(l);
+        }
         // The autograd context's parameters keep the flat indices until the graph is freed.
         self.graph_held.push(valids);
         (loss.g, loss)
