@@ -686,11 +686,7 @@ pub static FIELDS: &[Field] = &[
         }),
         slider: None,
         get: |s| s.fused_ce.name().to_string(),
-        set: |s, v| {
-            FusedCe::parse(v)
-                .map(|f| s.fused_ce = f)
-                .ok_or_else(|| format!("{v:?}: expected {}", FusedCe::choices()))
-        },
+        set: |s, v| named(FusedCe::parse, v, FusedCe::choices()).map(|x| s.fused_ce = x),
     },
     Field {
         name: "liger_kernel",

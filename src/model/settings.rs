@@ -478,15 +478,17 @@ impl<'de> Deserialize<'de> for FusedCe {
             Bool(bool),
             Text(String),
         }
-        match Raw::deserialize(d)? {
-            Raw::Bool(true) => Ok(FusedCe::Liger),
-            Raw::Bool(false) => Ok(FusedCe::Off),
-            Raw::Text(t) => FusedCe::parse(&t).ok_or_else(|| {
-                serde::de::Error::custom(format!(
-                    "fused_ce: unknown {t:?} (expected off, liger or cce)"
-                ))
-            }),
-        }
+        // (A boolean is read as its name: the aliases `true` and `false`.)
+        let t = match Raw::deserialize(d)? {
+            Raw::Bool(b) => b.to_string(),
+            Raw::Text(t) => t,
+        };
+        FusedCe::parse(&t).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "fused_ce: unknown {t:?} (expected {})",
+                FusedCe::choices()
+            ))
+        })
     }
 }
 
@@ -668,7 +670,7 @@ pub struct Settings {
     pub ddp_bucket_cap_mb: Option<u64>,
     /// DistributedDataParallel's `broadcast_buffers` (Trainer's `ddp_broadcast_buffers`): the
     /// module's buffers sent from rank 0 before every forward.
-    #[serde(default = "yes")]
+    #[serde(default = "default_true")]
     pub ddp_broadcast_buffers: bool,
     /// The phases around the training step: evaluation, checkpoint saving, the merge.
     #[serde(default)]
@@ -710,10 +712,6 @@ fn default_finetuning_type() -> FinetuningType {
 
 fn default_lora_init() -> LoraInit {
     LoraInit::Default
-}
-
-fn yes() -> bool {
-    true
 }
 
 fn default_stage() -> Stage {

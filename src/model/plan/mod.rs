@@ -408,11 +408,14 @@ fn ddp_note(s: &Settings) -> String {
         } else {
             format!("find_unused_parameters off ({why}): one bucket of every gradient, rebuilt before the second step into buckets of {:.0} then {:.0} MiB in the order the first backward made the gradients", mib(first), mib(cap))
         },
-        if s.ddp_broadcast_buffers {
-            "at construction the module's states are sent from rank 0 in buckets of 250 MiB per dtype, each concatenated into a temporary the allocator keeps cached, and the buffers are sent again before every forward".to_string()
-        } else {
-            "at construction the module's states are sent from rank 0 in buckets of 250 MiB per dtype, each concatenated into a temporary the allocator keeps cached".to_string()
-        },
+        format!(
+            "at construction the module's states are sent from rank 0 in buckets of 250 MiB per dtype, each concatenated into a temporary the allocator keeps cached{}",
+            if s.ddp_broadcast_buffers {
+                ", and the buffers are sent again before every forward"
+            } else {
+                ""
+            }
+        ),
         "rank 0's first step measured under a fake process group matches to the byte; the rebuild and the clones follow PyTorch's source and a real run on the CPU".to_string(),
     ];
     if s.preference() || s.grpo() || s.sft_fused_head() {

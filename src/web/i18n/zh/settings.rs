@@ -28,7 +28,6 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("Liger-Kernel's kernels are planned for text steps; with images (the vision-language model's forward and its tower) not yet: plan without liger_kernel", "Liger-Kernel 的内核只对纯文本训练步建模；带图像的步（视觉语言模型的前向及其视觉塔）尚未建模：请不用 liger_kernel 估算"),
     ("off (the full logits)", "关（完整 logits）"),
     ("Liger's fused linear cross-entropy", "Liger 的融合线性交叉熵"),
-    ("{=}: expected off, liger, cce", "{=}：应为 off、liger、cce"),
     ("cut cross-entropy's backward asserts a #-bit lm_head (cce_backward.py), and prepare_model_for_kbit_training upcasts it to fp32; axolotl casts it back to the compute dtype when cut_cross_entropy is on (loaders/model.py _configure_embedding_dtypes): plan with prepare_kbit false", "cut cross-entropy 的反向要求 lm_head 为 # 位（cce_backward.py 中的断言），而 prepare_model_for_kbit_training 会把它升到 fp32；开启 cut_cross_entropy 时 axolotl 会把它转回计算精度（loaders/model.py 的 _configure_embedding_dtypes）：请用 prepare_kbit false 估算"),
     ("cut cross-entropy's backward asserts #-bit hidden states and lm_head (cce_backward.py): plan with bf16 or fp16 weights", "cut cross-entropy 的反向要求隐藏状态和 lm_head 为 # 位（cce_backward.py 中的断言）：请用 bf16 或 fp16 权重估算"),
     ("Liger kernels", "Liger 内核"),
