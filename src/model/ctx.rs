@@ -199,12 +199,22 @@ impl<'a> Ctx<'a> {
     /// sequence, q after the rotary embedding keeps the (batch, seq, heads, dim) layout of its
     /// projection, which `matmul` cannot view as (batch·heads, seq, dim), so it clones q — and kᵀ
     /// too when k is a view of its projection (no grouped-query `repeat_kv` copy). The bmm saves
-    /// the clones instead of the originals. Returns (q copied, k copied).
+    /// the clones instead of the originals. Returns (q copied, k copied). DeepSeek's latent
+    /// attention makes both new tensors, contiguous in (batch, heads, seq, dim): no copy.
     pub fn eager_matmul_copies_qk(&self) -> (bool, bool) {
-        let heads = self.arch.num_attention_heads;
-        let rep = heads / self.arch.kv_heads().max(1);
-        let copies = self.s.batch > 1 && heads > 1;
+        if self.arch.family.layout().attention == crate::model::family::AttentionKind::Latent {
+            return (false, false);
+        }
+        let rep = self.arch.num_attention_heads / self.arch.kv_heads().max(1);
+        let copies = self.eager_output_grad_copies();
         (copies, copies && rep == 1)
+    }
+
+    /// Whether the gradient of eager attention's `transpose(1, 2).contiguous()`, a transposed
+    /// view, is copied by the bmm's backward, which cannot view it as (batch·heads, seq, dim)
+    /// with more than one sequence.
+    pub fn eager_output_grad_copies(&self) -> bool {
+        self.s.batch > 1 && self.arch.num_attention_heads > 1
     }
 }
 

@@ -188,11 +188,15 @@ pub struct LigerLayout {
     /// offset) make it a new tensor.
     pub norm_in_place: bool,
     /// Whether Liger has a RoPE kernel for the family (`apply_liger_kernel_to_qwen3_5` raises
-    /// NotImplementedError for `rope=True`, and its default leaves it off).
+    /// NotImplementedError for `rope=True`, `_deepseek_v2` warns and skips it; both default to
+    /// off).
     pub rope: bool,
-    /// Whether its SwiGLU replaces the fused experts (`LigerExperts`, transformers 5) rather
-    /// than a dense MLP; the dense MLP layers of such a family keep transformers' module.
+    /// Whether its SwiGLU replaces the fused experts (`LigerExperts`, transformers 5).
     pub experts: bool,
+    /// Whether its SwiGLU replaces the dense MLP modules (a dense family's MLP; DeepSeek-V2's
+    /// first dense layers and shared experts, `LigerQwen3MoeSwiGLUMLP`). Qwen3-MoE's, Mixtral's
+    /// and Qwen3.5-MoE's keep transformers' module for theirs.
+    pub dense_mlp: bool,
 }
 
 /// How a multimodal rotary recomposes its three grids' frequencies into one table.
@@ -471,6 +475,17 @@ impl FamilyLayout {
 }
 
 impl Family {
+    /// The families whose Liger-Kernel modules are planned (a [`LigerLayout`] in their row), by
+    /// model type, for the messages that list them.
+    pub fn with_liger() -> String {
+        Family::ALL
+            .iter()
+            .filter(|f| f.layout().liger.is_some())
+            .map(|f| f.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The family's layout flags.
     pub fn layout(self) -> FamilyLayout {
         let base = FamilyLayout {
@@ -526,6 +541,7 @@ impl Family {
             norm_in_place: true,
             rope: true,
             experts: false,
+            dense_mlp: true,
         });
         // `apply_liger_kernel_to_qwen3_moe` / `_mixtral` (monkey_patch.py:834-906, 1876-1940):
         // Llama's norm and RoPE, and `LigerExperts` for the fused experts.
@@ -533,12 +549,14 @@ impl Family {
             norm_in_place: true,
             rope: true,
             experts: true,
+            dense_mlp: false,
         });
         let gemma = FamilyLayout {
             liger: Some(LigerLayout {
                 norm_in_place: false,
                 rope: true,
                 experts: false,
+                dense_mlp: true,
             }),
             norms_per_layer: 4,
             norm: NormKind::Gemma,
@@ -575,6 +593,7 @@ impl Family {
                 norm_in_place: false,
                 rope: false,
                 experts: false,
+                dense_mlp: true,
             }),
             ..base
         };
@@ -702,12 +721,25 @@ impl Family {
                     moe_width: true,
                     fp32_routing: true,
                     fp32_router: true,
+                    // `DeepseekV2Moe.__init__` builds its experts before its router
+                    // (modeling_deepseek_v2.py:124-125).
+                    router_first: false,
                     renorm: Renorm::Never,
                     shared: SharedExperts::Added { default_count: 2 },
                     dense: DenseLayers::FirstK { default: 0 },
                     default_experts_per_tok: None,
                     default_moe_width: 1407,
                     ..moe
+                }),
+                // `apply_liger_kernel_to_deepseek_v2` (monkey_patch.py:3548-3652): Llama's norm
+                // (the latent attention's q_a / kv_a norms too), `LigerExperts`, and
+                // `LigerQwen3MoeSwiGLUMLP` for the dense layers and the shared experts; no RoPE
+                // (its interleaved partial rotary: `rope=True` warns and is skipped).
+                liger: Some(LigerLayout {
+                    norm_in_place: true,
+                    rope: false,
+                    experts: true,
+                    dense_mlp: true,
                 }),
                 ..base
             },
@@ -754,6 +786,7 @@ impl Family {
                     norm_in_place: false,
                     rope: false,
                     experts: true,
+                    dense_mlp: false,
                 }),
                 ..qwen35
             },

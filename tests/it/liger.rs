@@ -23,24 +23,32 @@ fn liger_steps_are_planned_to_the_byte() {
         assert!(r.abs() <= 0.01, "{id}: reserved {r:+.3} %");
         n += 1;
     }
-    assert_eq!(n, 27);
+    assert_eq!(n, 31);
 }
 
-/// Each measured pair (`ID` without, `ID_liger` with the three kernels): the fix the planner
-/// offers for `ID` is the three kernels, and it saves exactly what the measurements differ by.
+/// Each measured pair (`ID` without, `ID_liger` with the three kernels, DeepSeek-V2's two): the
+/// fix the planner offers for `ID` is those kernels, and it saves exactly what the measurements
+/// differ by.
 #[test]
 fn the_liger_fix_saves_what_the_measured_steps_differ_by() {
     let pairs = crate::fix_saves_each_measured_pair(&cases(), "_liger", FixId::Liger, |id, s| {
-        assert_eq!(s.liger, lorafit::model::Liger::ALL, "{id}");
+        // (DeepSeek-V2's Liger has no RoPE kernel.)
+        let rope = !id.starts_with("deepseek-v2");
+        let want = lorafit::model::Liger {
+            rope,
+            ..lorafit::model::Liger::ALL
+        };
+        assert_eq!(s.liger, want, "{id}");
     });
-    assert_eq!(pairs, 11);
+    assert_eq!(pairs, 13);
 }
 
-/// Liger's fused experts read the expert weights themselves: LoRA on them (`target_parameters`)
-/// with Liger's SwiGLU is refused by name, and the plan without it is the fused experts'.
+/// Liger's fused experts read the expert weights themselves: LoRA on them with Liger's SwiGLU —
+/// by `target_parameters`, or by the MLP names peft maps onto Qwen3-MoE's experts — is refused
+/// by name, and the plan with LoRA on the attention alone is the fused experts'.
 #[test]
 fn liger_experts_refuse_lora_on_the_experts() {
-    use lorafit::model::{plan, ExpertParam, Liger, Settings};
+    use lorafit::model::{plan, ExpertParam, Liger, Settings, Target};
     let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("qwen3-30b-a3b"))
         .expect("model")
         .value;
@@ -55,9 +63,16 @@ fn liger_experts_refuse_lora_on_the_experts() {
         err.contains("liger_kernel") && err.contains("LigerExperts"),
         "{err}"
     );
-    let attention_only = Settings {
+    let mapped = Settings {
         target_parameters: vec![],
-        ..s
+        targets: vec![Target::Q, Target::V, Target::Gate, Target::Up, Target::Down],
+        ..s.clone()
+    };
+    let err = plan(&arch, &mapped).expect_err("refused").to_string();
+    assert!(err.contains("peft maps onto them"), "{err}");
+    let attention_only = Settings {
+        targets: vec![Target::Q, Target::K, Target::V, Target::O],
+        ..mapped
     };
     assert!(plan(&arch, &attention_only).is_ok());
 }
@@ -78,4 +93,60 @@ fn liger_on_mixtral_costs_memory_and_is_not_offered() {
     assert!(fixes.iter().all(|f| f.id != FixId::Liger));
     let w = crate::plan_measured_line(&with);
     assert!(w.settled.peak_allocated_bytes > m.settled.peak_allocated_bytes);
+}
+
+/// DeepSeek-V2's Liger (`apply_liger_kernel_to_deepseek_v2`) has no RoPE kernel: asking for it is
+/// refused by name, and a framework's switch reads as the norm and SwiGLU with a note. peft maps
+/// `gate_proj` / `up_proj` / `down_proj` onto DeepSeek's fused experts, which `LigerExperts`
+/// reads directly: LoRA reaching them that way is refused with Liger's SwiGLU too.
+#[test]
+fn deepseek_v2_liger_is_its_norm_and_swiglu() {
+    use lorafit::model::{plan, Liger, Settings, Target};
+    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("deepseek-v2-lite"))
+        .expect("model")
+        .value;
+    let attn = Settings {
+        targets: vec![Target::Q, Target::K, Target::V, Target::O],
+        ..Settings::default()
+    };
+    let rope = Settings {
+        liger: Liger::ALL,
+        ..attn.clone()
+    };
+    let err = plan(&arch, &rope).expect_err("refused").to_string();
+    assert!(
+        err.contains("no RoPE kernel for deepseek_v2") && err.contains("rms_norm,swiglu"),
+        "{err}"
+    );
+    let two = Settings {
+        liger: Liger {
+            rope: false,
+            ..Liger::ALL
+        },
+        ..attn.clone()
+    };
+    assert!(plan(&arch, &two).is_ok());
+    let mlp = Settings {
+        targets: vec![Target::Q, Target::O, Target::Gate, Target::Up, Target::Down],
+        lora_dropout: 0.0,
+        ..two.clone()
+    };
+    let err = plan(&arch, &mlp).expect_err("refused").to_string();
+    assert!(
+        err.contains("LigerExperts") && err.contains("peft maps onto them"),
+        "{err}"
+    );
+    let mut read = lorafit::formats::framework::read(
+        "model_name_or_path: deepseek-ai/DeepSeek-V2-Lite\nstage: sft\nfinetuning_type: lora\nlora_target: q_proj,o_proj\nenable_liger_kernel: true\n",
+    )
+    .expect("reads");
+    assert!(read.catalog_model().expect("catalog").is_some());
+    assert_eq!(read.settings.liger, two.liger);
+    assert!(
+        read.notes
+            .iter()
+            .any(|n| n.contains("no RoPE kernel for deepseek_v2")),
+        "{:?}",
+        read.notes
+    );
 }

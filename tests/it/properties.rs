@@ -31,14 +31,14 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
             let liger_refused = s.liger.any()
                 && liger.is_none()
                 && e.contains(
-                    "liger_kernel: Liger-Kernel's RMSNorm, SwiGLU / GeGLU and RoPE are planned for",
+                    "liger_kernel: Liger-Kernel's modules are planned for",
                 )
                 // Liger's RoPE where it has none (Qwen3.5), its fused experts beside LoRA on
                 // them, its kernels with images.
                 || s.liger.rope && liger.is_some_and(|l| !l.rope) && e.contains("no RoPE kernel")
                 || s.liger.swiglu
                     && liger.is_some_and(|l| l.experts)
-                    && !s.target_parameters.is_empty()
+                    && !lorafit::model::peft_targets::expert_loras(a, s).is_empty()
                     && e.contains("LigerExperts")
                 || s.liger.any() && s.images.images_per_sample > 0 && e.contains("text steps");
             // Cut cross-entropy's backward asserts a 16-bit head.

@@ -292,7 +292,7 @@ impl Reading {
             for key in self.unuse("liger_kernel") {
                 self.not_modeled.push(NotModeled {
                     key,
-                    why: format!("Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels for {}: not planned yet (planned for Llama, Mistral, Qwen2, Qwen3, Qwen3.5, Qwen3-MoE, Qwen3.5-MoE, Mixtral, Gemma 2, Gemma 3 and Phi-3); planned as transformers' modules", e.arch.family.name()),
+                    why: format!("Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels for {}: not planned yet (planned for {}); planned as transformers' modules", e.arch.family.name(), crate::model::Family::with_liger()),
                 });
             }
         }

@@ -571,23 +571,28 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
     if extended && s.liger.any() && arch.family.layout().liger.is_none() {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
-            why: format!("Liger-Kernel's RMSNorm, SwiGLU / GeGLU and RoPE are planned for Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3 and Phi-3 layers, its RMSNorm and SwiGLU for Qwen3.5's, its RMSNorm, RoPE and fused experts for Qwen3-MoE's and Mixtral's, and its RMSNorm and fused experts for Qwen3.5-MoE's; its modules for {} differ (other experts, another norm) and are not planned yet: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name()),
+            why: format!("Liger-Kernel's modules are planned for {}; its modules for {} differ (other experts, another norm) and are not planned yet: plan without liger_kernel (its fused cross-entropy is fused_ce)", crate::model::Family::with_liger(), arch.family.name()),
         });
     }
     if extended && s.liger.rope && arch.family.layout().liger.is_some_and(|l| !l.rope) {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
-            why: format!("Liger-Kernel has no RoPE kernel for {} (its apply_liger_kernel_to_{} raises NotImplementedError for rope=True and leaves it off by default): plan with liger_kernel rms_norm,swiglu", arch.family.name(), arch.family.name()),
+            why: format!("Liger-Kernel has no RoPE kernel for {} (its apply_liger_kernel_to_{} installs none for rope=True and leaves it off by default): plan with liger_kernel rms_norm,swiglu", arch.family.name(), arch.family.name()),
         });
     }
     if extended
         && s.liger.swiglu
         && arch.family.layout().liger.is_some_and(|l| l.experts)
-        && !s.target_parameters.is_empty()
+        && !crate::model::peft_targets::expert_loras(arch, s).is_empty()
     {
+        let how = if s.target_parameters.is_empty() {
+            "gate_proj / up_proj / down_proj in target_modules, which peft maps onto them for this family"
+        } else {
+            "target_parameters"
+        };
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
-            why: "Liger-Kernel's SwiGLU replaces the fused experts (LigerExperts), whose weights its fused kernel reads directly; LoRA on them (target_parameters) is not planned with it: plan with liger_kernel rms_norm,rope or without target_parameters".into(),
+            why: format!("Liger-Kernel's SwiGLU replaces the fused experts (LigerExperts), whose weights its fused kernel reads directly; LoRA on them ({how}) is not planned with it: plan with liger_kernel rms_norm,rope or without LoRA on the experts"),
         });
     }
     if extended && s.liger.any() && s.images.images_per_sample > 0 {

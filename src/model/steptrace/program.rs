@@ -996,6 +996,21 @@ impl<'c, 'a> Prog<'c, 'a> {
         )
     }
 
+    /// RMSNorm of a non-contiguous view (DeepSeek's latent part of the compressed kv, split
+    /// from its rotary part): transformers' norm reads it strided (its fp32 cast is a new
+    /// tensor anyway); Liger's `ensure_contiguous` copies it first and saves the copy.
+    fn rmsnorm_of_view(&mut self, x: X, width: u64) -> X {
+        if self.ctx.s.liger.rms_norm {
+            return extended!(
+                self,
+                "Liger-Kernel's kernels",
+                self.liger_rmsnorm_strided(x, width, true, false),
+                x
+            );
+        }
+        self.rmsnorm(x, width)
+    }
+
     /// RMSNorm over rows of `width`: llama's (`hidden.to(fp32)`, variance, rsqrt, cast back,
     /// times the weight) or Gemma's (`x * rsqrt(mean(x²) + eps)` in fp32, times `1 + weight`).
     fn rmsnorm(&mut self, x: X, width: u64) -> X {
@@ -1918,7 +1933,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         // transpose(1, 2).contiguous(): its gradient is a transposed view, which the bmm's
         // backward copies where it cannot view it (more than one sequence).
         let mut c = self.t(on, es, What::Attention);
-        let back = if copy_q { Op::ViewClone } else { Op::Pass };
+        let back = if ctx.eager_output_grad_copies() {
+            Op::ViewClone
+        } else {
+            Op::Pass
+        };
         c.g = self.tp.node(back, on, es, &[Self::edge(&o)], &[]);
         self.drop(o);
         self.drop(kk);
@@ -1981,14 +2000,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         else {
             return x;
         };
-        // (For a family whose Liger SwiGLU is its experts', the dense MLP is transformers'.)
+        // (Qwen3-MoE's, Mixtral's and Qwen3.5-MoE's dense MLP stays transformers'.)
         let liger_mlp = self
             .ctx
             .arch
             .family
             .layout()
             .liger
-            .is_some_and(|l| !l.experts);
+            .is_some_and(|l| l.dense_mlp);
         if self.ctx.s.liger.swiglu && liger_mlp {
             return extended!(
                 self,

@@ -233,6 +233,11 @@ pub(super) enum Step {
     /// Input `input`'s gradient is the script's local `local` (without any, the last local is
     /// input 0's).
     GradOf { input: u8, local: u16 },
+    /// The custom Function's backward returns here, before autograd casts its gradients to
+    /// their inputs' dtypes (`validate_outputs`): in a checkpointed layer the saved tensors it
+    /// unpacked (whose only holders are then its locals) die now; otherwise its context keeps
+    /// them until the node is released.
+    Returns,
 }
 
 #[derive(Clone, Debug)]
@@ -990,6 +995,9 @@ impl Tape {
         let what = What::Grad;
         #[cfg_attr(not(feature = "extended-ops"), allow(unused_mut))]
         let mut incoming_freed = false;
+        // A script's unpacked saved tensors died as its Function returned ([`Step::Returns`]).
+        #[cfg_attr(not(feature = "extended-ops"), allow(unused_mut))]
+        let mut saved_gone = false;
         match node.op {
             Op::Cast => {
                 if wants(0) {
@@ -1243,6 +1251,14 @@ impl Tape {
                 let mut named = false;
                 for st in &steps {
                     match *st {
+                        Step::Returns => {
+                            if unpacked && !saved_gone {
+                                for &s in node.saved.as_slice().iter().rev() {
+                                    self.drop_t(s);
+                                }
+                                saved_gone = true;
+                            }
+                        }
                         Step::Alloc(b) => locals.push(self.new_t(b, What::BackwardTemp)),
                         Step::Free(i) => self.drop_t(locals[i as usize]),
                         Step::Release(t) => self.drop_t(t),
@@ -1346,7 +1362,7 @@ impl Tape {
                 }
             }
         }
-        if unpacked {
+        if unpacked && !saved_gone {
             // Unpacked saved tensors die with the formula's locals, last unpacked first.
             for &s in node.saved.as_slice().iter().rev() {
                 self.drop_t(s);

@@ -189,9 +189,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             steps.push(Step::GradOf { input: 1, local: 2 });
         } else {
             // dS is made in the incoming gradient's dtype; autograd casts it to the routing
-            // weights' (Mixtral's fp32) as the function returns (`validate_outputs`), before
-            // the unused weight gradients go.
+            // weights' (Mixtral's and DeepSeek's fp32) once the function returned
+            // (`validate_outputs`), before the unused weight gradients go.
             steps.extend([
+                Step::Returns,
                 Step::Alloc(tk * wts.es),
                 Step::Free(2),
                 Step::GradOf { input: 1, local: 7 },

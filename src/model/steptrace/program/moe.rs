@@ -7,7 +7,7 @@
 use super::{bytes, Experts, FusedExperts, Lin, MoeParams, PerExpert, Prog};
 use crate::model::arch::MoeLayout;
 use crate::model::settings::{ExpertParam, ExpertsImpl};
-use crate::model::steptrace::tape::{Edge, Mode, Op, X};
+use crate::model::steptrace::tape::{Edge, Mode, Op, Step, G, X};
 use crate::model::steptrace::What;
 
 const W: What = What::Experts;
@@ -889,14 +889,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         };
         let ckv = self.lora_linear(x, &kva);
         let (kv_nope, k_pe) = self.split2(ckv, t * kvr, t * rope);
-        let k_lat = self.rmsnorm(kv_nope, kvr);
+        let k_lat = self.rmsnorm_of_view(kv_nope, kvr);
         // apply_rotary_emb: fp32 copies viewed as complex, times freqs_cis, back to the dtype.
         let fq = self.cast(q_pe, 4, What::Rope);
         let fk = self.cast(k_pe, 4, What::Rope);
-        let cq = self.mul_by(fq, freqs);
+        let cq = self.complex_mul_by(fq, freqs);
         let q_rot = self.cast(cq, q_pe.es, What::Rope);
         self.drop(cq);
-        let ck = self.mul_by(fk, freqs);
+        let ck = self.complex_mul_by(fk, freqs);
         let k_rot = self.cast(ck, k_pe.es, What::Rope);
         self.drop(ck);
         self.drop(fq);
@@ -911,33 +911,32 @@ impl<'c, 'a> Prog<'c, 'a> {
         let kvv = self.view_clone(kvo);
         self.drop(kvo);
         let (k_nope, value) = self.split2(kvv, t * heads * nope, t * heads * vd);
-        let mut key = self.t(t * heads * (nope + rope), kvv.es, What::Attention);
-        key.g = self.tp.node(
-            Op::Split,
-            key.n,
-            key.es,
-            &[
-                Self::edge(&k_nope),
-                Edge {
-                    to: k_rot.g,
-                    n: t * heads * rope,
-                    es: k_rot.es,
-                    sum_to: t * rope,
-                },
-            ],
-            &[],
-        );
+        let key = self.assemble_key(k_nope, k_rot, t * heads, nope, rope);
         self.drop(kvv);
         self.drop(k_nope);
+        // (Eager attention's probabilities are the decoder layer's `_` until it returns.)
+        let mut weights = None;
         let out = if ctx.s.attn_impl == crate::model::settings::AttnImpl::Eager {
             let (o, w) = self.eager_attention(query, key, value, mask);
-            self.drop(w);
+            weights = Some(w);
             o
         } else {
-            self.fused_attention(query, key, value, mask, t * heads * vd)
+            let o = self.fused_attention(query, key, value, mask, t * heads * vd);
+            let efficient = ctx.attn == crate::model::dtype::Dtype::Fp32 || mask.is_some();
+            if efficient {
+                o
+            } else {
+                // The query is a new cat, contiguous in (b, h, s, d): so is cuDNN's output, and
+                // `sdpa_attention_forward`'s `transpose(1, 2).contiguous()` copies it (the
+                // memory-efficient kernel writes (b, s, h, d) whatever q's layout: no copy).
+                let mut c = self.t(o.n, o.es, What::Attention);
+                c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
+                self.drop(o);
+                c
+            }
         };
         let Some(op) = named("o_proj") else {
-            return (out, None);
+            return (out, weights);
         };
         let o = self.lora_linear(out, &op);
         self.drop(out);
@@ -946,7 +945,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         ] {
             self.drop(v);
         }
-        (o, None)
+        (o, weights)
     }
 
     /// gpt-oss's rotary: the two halves of the head rotated by cos/sin (half the head width)
@@ -977,6 +976,93 @@ impl<'c, 'a> Prog<'c, 'a> {
         y.g = self
             .tp
             .node(Op::MulConst, x.n, y.es, &[Self::edge(&x)], &[c.t]);
+        y
+    }
+
+    /// `expand_kv`'s key (modeling_deepseek_v2.py:359-364): `new_empty`, then
+    /// `key[..., :nope].copy_(k_nope)` and `key[..., nope:].copy_(k_rot.expand(heads))`. Each
+    /// in-place copy into a slice is a `CopySlices` node (torch/csrc/autograd/functions/
+    /// tensor.cpp, `CopySlices::apply_impl`) whose backward copies the incoming gradient into a
+    /// new tensor of the whole key (`new_empty_strided`), clones the slice's part contiguously
+    /// for the copied source, and, when the key before the copy needs a gradient (the second
+    /// copy's), zeroes that part through a `zeros_like` of it; the rotary part's expand sums its
+    /// gradient over the heads in a node of its own, which runs after the first copy's.
+    fn assemble_key(&mut self, k_nope: X, k_rot: X, rows: u64, nope: u64, rope: u64) -> X {
+        let es = k_nope.es;
+        let mut key = self.t(rows * (nope + rope), es, What::Attention);
+        let expanded = self.tp.node(
+            Op::Pass,
+            rows * rope,
+            k_rot.es,
+            &[Edge {
+                to: k_rot.g,
+                n: rows * rope,
+                es: k_rot.es,
+                sum_to: k_rot.n,
+            }],
+            &[],
+        );
+        let first = self.tp.script_node_of(
+            vec![
+                Step::Alloc(key.n * es),
+                Step::Alloc(rows * nope * es),
+                Step::Free(0),
+                Step::GradOf { input: 0, local: 1 },
+            ],
+            key.n,
+            es,
+            &[Self::edge(&k_nope)],
+            &[],
+        );
+        let zeroed = first != G::No;
+        let mut steps = vec![Step::Alloc(key.n * es), Step::Alloc(rows * rope * es)];
+        if zeroed {
+            steps.extend([Step::Alloc(rows * rope * es), Step::Free(2)]);
+        }
+        steps.extend([
+            Step::GradOf { input: 0, local: 0 },
+            Step::GradOf { input: 1, local: 1 },
+        ]);
+        key.g = self.tp.script_node_of(
+            steps,
+            key.n,
+            es,
+            &[
+                Edge {
+                    to: first,
+                    n: key.n,
+                    es,
+                    sum_to: 0,
+                },
+                Edge {
+                    to: expanded,
+                    n: rows * rope,
+                    es: k_rot.es,
+                    sum_to: 0,
+                },
+            ],
+            &[],
+        );
+        key
+    }
+
+    /// `x * c` of complex64 numbers: `x` is fp32 viewed as complex (pairs of its elements), `c`
+    /// the complex table (saved for x's gradient); the product has x's bytes. Its backward,
+    /// `grad * c.conj()`, resolves the lazy conjugate into a copy of `c` first.
+    fn complex_mul_by(&mut self, x: X, c: X) -> X {
+        let mut y = self.t(x.n, x.es, What::Rope);
+        y.g = self.tp.script_node_of(
+            vec![
+                Step::Alloc(c.n * c.es),
+                Step::Alloc(x.n * x.es),
+                Step::Free(0),
+                Step::GradOf { input: 0, local: 1 },
+            ],
+            x.n,
+            y.es,
+            &[Self::edge(&x)],
+            &[c.t],
+        );
         y
     }
 

@@ -42,6 +42,27 @@ for cid, c in {
 }.items():
     CASES[cid] = dict(c, liger_kernel=[])
     CASES[cid + "_liger"] = dict(c, liger_kernel=ALL)
+# DeepSeek-V2-Lite (added 2026-12-07; its config.json as the planner's catalog cites it,
+# data/models.json): latent attention, a dense first layer, 64 routed and 2 shared experts.
+# apply_liger_kernel_to_deepseek_v2 has no RoPE kernel (rope=True warns and is skipped): its norm,
+# LigerQwen3MoeSwiGLUMLP for the dense layer and the shared experts, LigerExperts for the routed.
+DSV2_LITE = dict(family="deepseek_v2", hf_name="deepseek-ai/DeepSeek-V2-Lite", hidden_size=2048,
+                 intermediate_size=10944, num_hidden_layers=27, num_attention_heads=16,
+                 num_key_value_heads=16, vocab_size=102400, tie_word_embeddings=False, q_lora_rank=None,
+                 kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                 n_routed_experts=64, n_shared_experts=2, num_experts_per_tok=6, moe_intermediate_size=1408,
+                 first_k_dense_replace=1, moe_layer_freq=1, topk_method="greedy", n_group=1, topk_group=1,
+                 norm_topk_prob=False, routed_scaling_factor=1.0, scoring_func="softmax", rms_norm_eps=1e-6,
+                 rope_theta=10000.0)
+DSV2_ATTN = ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]
+for cid, c in {
+    "deepseek-v2-lite_lora_attn_s2048": dict(LORA, model=DSV2_LITE, seq=2048, batch=1, grad_ckpt=False,
+                                             target_modules=DSV2_ATTN),
+    "deepseek-v2-lite_lora_attn_gc_b2_s2048": dict(LORA, model=DSV2_LITE, seq=2048, batch=2, grad_ckpt=True,
+                                                   target_modules=DSV2_ATTN),
+}.items():
+    CASES[cid] = dict(c, liger_kernel=[])
+    CASES[cid + "_liger"] = dict(c, liger_kernel=["rms_norm", "swiglu"])
 # One kernel at a time, at full depth.
 CASES["llama2-7b_lora_s2048_swiglu"] = dict(CASES["llama2-7b_lora_s2048"], liger_kernel=["swiglu"])
 CASES["llama2-7b_lora_s2048_rms_norm"] = dict(CASES["llama2-7b_lora_s2048"], liger_kernel=["rms_norm"])
