@@ -178,6 +178,18 @@ pub struct FamilyLayout {
     /// `transformers/swiglu.py:118-137`: the fused gate_up output chunked into the SiLU-mul).
     /// Other families' Liger modules differ (experts, gpt-oss's norm).
     pub liger: Option<LigerLayout>,
+    /// Liger-Kernel's switch for the family fails before training: liger-kernel 0.8.5's
+    /// `apply_liger_kernel_to_qwen2_5_vl` / `_qwen3_vl` import their fused-loss forward
+    /// (`transformers/model/qwen2_5_vl.py:14`, `qwen3_vl.py`), which imports an output class
+    /// `model/output_classes.py` defines only when transformers has the family's
+    /// `…CausalLMOutputWithPast` — transformers 5.24 has none — so the call raises ImportError
+    /// (checked in the harness's environment, 2026-12-07).
+    pub liger_unimportable: bool,
+}
+
+/// What happens to Liger-Kernel's switch on a family whose `liger_unimportable` is set.
+pub fn liger_import_failure(f: Family) -> String {
+    format!("liger-kernel 0.8.5's apply_liger_kernel_to_{0} raises ImportError under transformers 5.24 (its fused-loss forward imports an output class Liger defines only when transformers has {0}'s CausalLMOutputWithPast, which 5.x removed): the run stops before training; plan without liger_kernel, or with the transformers and Liger versions that pair", f.name())
 }
 
 /// How Liger-Kernel's modules run for a family.
@@ -517,6 +529,7 @@ impl Family {
             mrope: None,
             rotary_per_layer_type: false,
             liger: None,
+            liger_unimportable: false,
         };
         let moe = MoeLayout {
             moe_width: false,
@@ -609,13 +622,14 @@ impl Family {
                 liger: liger_llama,
                 ..base
             },
-            // Qwen2.5-VL's text layers are Qwen2's (a `mask_kwargs` dict too; no Liger patch for
-            // it is planned), with the multimodal rotary in sections and its own tower.
+            // Qwen2.5-VL's text layers are Qwen2's (a `mask_kwargs` dict too; Liger's switch
+            // fails to import for it), with the multimodal rotary in sections and its own tower.
             Family::Qwen25Vl => FamilyLayout {
                 mrope: Some(Mrope::Sections),
                 views_after_projections: true,
                 vision: Some(VisionKind::Qwen25Vl),
                 liger: None,
+                liger_unimportable: true,
                 ..Family::Qwen2.layout()
             },
             Family::Qwen3 => FamilyLayout {
@@ -626,7 +640,7 @@ impl Family {
                 ..base
             },
             // Qwen3-VL's text layers are Qwen3's, run by a text model without a `mask_kwargs`
-            // dict (no Liger patch for it is planned); its MoE sibling's are Qwen3-MoE's, whose
+            // dict (Liger's switch fails to import for it); its MoE sibling's are Qwen3-MoE's, whose
             // router always renormalises and whose experts peft maps no MLP names onto
             // (transformers' conversion of `qwen3_vl_moe` only transposes them).
             Family::Qwen3Vl => FamilyLayout {
@@ -634,6 +648,7 @@ impl Family {
                 head_dim_default: Some(128),
                 mask_kwargs: false,
                 liger: None,
+                liger_unimportable: true,
                 ..Family::Qwen3.layout().multimodal()
             },
             Family::Qwen3VlMoe => {

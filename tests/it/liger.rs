@@ -118,6 +118,8 @@ fn deepseek_v2_liger_is_its_norm_and_swiglu() {
         err.contains("no RoPE kernel for deepseek_v2") && err.contains("rms_norm,swiglu"),
         "{err}"
     );
+    let why = &err[err.find("Liger-Kernel has").expect("the reason")..];
+    assert!(lorafit::web::i18n::has(why), "no Chinese for {why}");
     let two = Settings {
         liger: Liger {
             rope: false,
@@ -136,6 +138,8 @@ fn deepseek_v2_liger_is_its_norm_and_swiglu() {
         err.contains("LigerExperts") && err.contains("peft maps onto them"),
         "{err}"
     );
+    let why = &err[err.find("Liger-Kernel's").expect("the reason")..];
+    assert!(lorafit::web::i18n::has(why), "no Chinese for {why}");
     let mut read = lorafit::formats::framework::read(
         "model_name_or_path: deepseek-ai/DeepSeek-V2-Lite\nstage: sft\nfinetuning_type: lora\nlora_target: q_proj,o_proj\nenable_liger_kernel: true\n",
     )
@@ -148,5 +152,55 @@ fn deepseek_v2_liger_is_its_norm_and_swiglu() {
             .any(|n| n.contains("no RoPE kernel for deepseek_v2")),
         "{:?}",
         read.notes
+    );
+}
+
+/// liger-kernel 0.8.5's switch for Qwen2.5-VL and Qwen3-VL raises ImportError under transformers
+/// 5.24 (its fused-loss forward imports an output class it defines only when transformers has the
+/// family's): asking for Liger's kernels or its fused loss there is refused with that reason, and a
+/// framework config that switches Liger on is planned without it, the key named with why.
+#[test]
+fn liger_on_qwen_vl_fails_to_import_and_says_so() {
+    use lorafit::model::{plan, FusedCe, Liger, Settings};
+    for model in ["qwen2.5-vl-3b", "qwen3-vl-4b"] {
+        let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!(model))
+            .expect("model")
+            .value;
+        for s in [
+            Settings {
+                liger: Liger::ALL,
+                ..Settings::default()
+            },
+            Settings {
+                fused_ce: FusedCe::Liger,
+                ..Settings::default()
+            },
+        ] {
+            let err = plan(&arch, &s).expect_err("refused").to_string();
+            assert!(
+                err.contains("raises ImportError") && err.contains(arch.family.name()),
+                "{model}: {err}"
+            );
+            let why = &err[err.find("liger-kernel ").expect("the reason")..];
+            assert!(
+                lorafit::web::i18n::has(why),
+                "{model}: no Chinese for {why}"
+            );
+        }
+        assert!(plan(&arch, &Settings::default()).is_ok(), "{model}");
+    }
+    let mut read = lorafit::formats::framework::read(
+        "model_name_or_path: Qwen/Qwen2.5-VL-3B-Instruct\nstage: sft\nfinetuning_type: lora\nenable_liger_kernel: true\n",
+    )
+    .expect("reads");
+    assert!(read.catalog_model().expect("catalog").is_some());
+    assert_eq!(read.settings.liger, Liger::NONE);
+    assert_eq!(read.settings.fused_ce, FusedCe::Off);
+    assert!(
+        read.not_modeled
+            .iter()
+            .any(|n| n.key == "enable_liger_kernel" && n.why.contains("raises ImportError")),
+        "{:?}",
+        read.not_modeled
     );
 }

@@ -28,7 +28,12 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
         Err(e) => {
             let e = e.to_string();
             let liger = a.family.layout().liger;
-            let liger_refused = s.liger.any()
+            // Liger's switch fails to import for Qwen2.5-VL and Qwen3-VL (its fused loss too).
+            let unimportable = a.family.layout().liger_unimportable
+                && (s.liger.any() || s.fused_ce == lorafit::model::FusedCe::Liger)
+                && e.contains("raises ImportError");
+            let liger_refused = unimportable
+                || s.liger.any()
                 && liger.is_none()
                 && e.contains(
                     "liger_kernel: Liger-Kernel's modules are planned for",

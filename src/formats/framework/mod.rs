@@ -285,7 +285,24 @@ impl Reading {
         };
         let (e, note) = super::catalog::find_model_by_id(&id)?;
         self.notes.extend(note);
-        if self.settings.liger.any() && e.arch.family.layout().liger.is_none() {
+        let liger_loss = self.settings.fused_ce == crate::model::settings::FusedCe::Liger;
+        if (self.settings.liger.any() || liger_loss) && e.arch.family.layout().liger_unimportable {
+            // Liger's switch (its decoder kernels and its fused loss alike) fails for this
+            // family: the run stops before training.
+            self.settings.liger = crate::model::Liger::NONE;
+            let mut keys = self.unuse("liger_kernel");
+            if liger_loss {
+                self.settings.fused_ce = crate::model::settings::FusedCe::Off;
+                keys.extend(self.unuse("fused_ce"));
+            }
+            keys.dedup();
+            for key in keys {
+                self.not_modeled.push(NotModeled {
+                    key,
+                    why: crate::model::family::liger_import_failure(e.arch.family),
+                });
+            }
+        } else if self.settings.liger.any() && e.arch.family.layout().liger.is_none() {
             // Liger's decoder kernels are planned for the families that share Llama's modules;
             // for this one the plan keeps transformers' modules and says so.
             self.settings.liger = crate::model::Liger::NONE;

@@ -568,6 +568,19 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
         });
     }
     // (Without the extended ops Liger's kernels are refused before this: `extended::check`.)
+    if extended
+        && arch.family.layout().liger_unimportable
+        && (s.liger.any() || s.fused_ce == crate::model::settings::FusedCe::Liger)
+    {
+        return Err(PlanError::InvalidSetting {
+            field: if s.liger.any() {
+                "liger_kernel"
+            } else {
+                "fused_ce"
+            },
+            why: crate::model::family::liger_import_failure(arch.family),
+        });
+    }
     if extended && s.liger.any() && arch.family.layout().liger.is_none() {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
