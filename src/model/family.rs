@@ -185,6 +185,10 @@ pub struct FamilyLayout {
     /// `…CausalLMOutputWithPast` — transformers 5.24 has none — so the call raises ImportError
     /// (checked in the harness's environment, 2026-12-07).
     pub liger_unimportable: bool,
+    /// `chunk_mem_const` of Liger's fused linear cross-entropy in the family's causal-LM forward:
+    /// its chunks hold at most this many times the hidden states' bytes of logits (1, Liger's
+    /// default; gpt-oss's forward passes 8, liger-kernel 0.8.5 `transformers/model/gpt_oss.py:14`).
+    pub flce_chunk_mem_const: u64,
 }
 
 /// What happens to Liger-Kernel's switch on a family whose `liger_unimportable` is set.
@@ -209,6 +213,14 @@ pub struct LigerLayout {
     /// first dense layers and shared experts, `LigerQwen3MoeSwiGLUMLP`). Qwen3-MoE's, Mixtral's
     /// and Qwen3.5-MoE's keep transformers' module for theirs.
     pub dense_mlp: bool,
+}
+
+impl LigerLayout {
+    /// Whether Liger has a SwiGLU kernel for the family: for its experts or its dense MLP
+    /// (gpt-oss's `apply_liger_kernel_to_gpt_oss` patches none for its clamped experts).
+    pub fn swiglu(self) -> bool {
+        self.experts || self.dense_mlp
+    }
 }
 
 /// How a multimodal rotary recomposes its three grids' frequencies into one table.
@@ -530,6 +542,7 @@ impl Family {
             rotary_per_layer_type: false,
             liger: None,
             liger_unimportable: false,
+            flce_chunk_mem_const: 1,
         };
         let moe = MoeLayout {
             moe_width: false,
@@ -827,6 +840,16 @@ impl Family {
                     mxfp4_checkpoint: true,
                     ..moe
                 }),
+                // `apply_liger_kernel_to_gpt_oss` (monkey_patch.py:1943-2013): Llama's norm and
+                // RoPE over the whole head (`liger_rotary_pos_emb_gpt_oss`); no SwiGLU kernel
+                // for its clamped experts.
+                liger: Some(LigerLayout {
+                    norm_in_place: true,
+                    rope: true,
+                    experts: false,
+                    dense_mlp: false,
+                }),
+                flce_chunk_mem_const: 8,
                 ..base
             },
         }

@@ -23,24 +23,25 @@ fn liger_steps_are_planned_to_the_byte() {
         assert!(r.abs() <= 0.01, "{id}: reserved {r:+.3} %");
         n += 1;
     }
-    assert_eq!(n, 31);
+    assert_eq!(n, 33);
 }
 
-/// Each measured pair (`ID` without, `ID_liger` with the three kernels, DeepSeek-V2's two): the
+/// Each measured pair (`ID` without, `ID_liger` with the three kernels, DeepSeek-V2's and
+/// gpt-oss's two): the
 /// fix the planner offers for `ID` is those kernels, and it saves exactly what the measurements
 /// differ by.
 #[test]
 fn the_liger_fix_saves_what_the_measured_steps_differ_by() {
     let pairs = crate::fix_saves_each_measured_pair(&cases(), "_liger", FixId::Liger, |id, s| {
-        // (DeepSeek-V2's Liger has no RoPE kernel.)
-        let rope = !id.starts_with("deepseek-v2");
+        // (DeepSeek-V2's Liger has no RoPE kernel, gpt-oss's no SwiGLU.)
         let want = lorafit::model::Liger {
-            rope,
+            rope: !id.starts_with("deepseek-v2"),
+            swiglu: !id.starts_with("gpt-oss"),
             ..lorafit::model::Liger::ALL
         };
         assert_eq!(s.liger, want, "{id}");
     });
-    assert_eq!(pairs, 13);
+    assert_eq!(pairs, 14);
 }
 
 /// Liger's fused experts read the expert weights themselves: LoRA on them with Liger's SwiGLU —
@@ -202,5 +203,56 @@ fn liger_on_qwen_vl_fails_to_import_and_says_so() {
             .any(|n| n.key == "enable_liger_kernel" && n.why.contains("raises ImportError")),
         "{:?}",
         read.not_modeled
+    );
+}
+
+/// gpt-oss's Liger (`apply_liger_kernel_to_gpt_oss`) is its norm and RoPE over the whole head: it
+/// has no SwiGLU for the clamped experts. Asking for one is refused by name, a framework's switch
+/// reads as the other two with a note, and its fused loss chunks with gpt-oss's own
+/// `chunk_mem_const` (8; the two-layer recordings `ligergptoss*` check it event for event).
+#[test]
+fn gpt_oss_liger_is_its_norm_and_rope() {
+    use lorafit::model::{plan, Liger, Settings, Target};
+    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("gpt-oss-20b"))
+        .expect("model")
+        .value;
+    let attn = Settings {
+        targets: vec![Target::Q, Target::K, Target::V, Target::O],
+        ..Settings::default()
+    };
+    let all = Settings {
+        liger: Liger::ALL,
+        ..attn.clone()
+    };
+    let err = plan(&arch, &all).expect_err("refused").to_string();
+    assert!(
+        err.contains("no SwiGLU kernel for gpt_oss") && err.contains("rms_norm,rope"),
+        "{err}"
+    );
+    let why = &err[err.find("Liger-Kernel has").expect("the reason")..];
+    assert!(lorafit::web::i18n::has(why), "no Chinese for {why}");
+    let two = Liger {
+        swiglu: false,
+        ..Liger::ALL
+    };
+    let planned = Settings {
+        liger: two,
+        ..attn.clone()
+    };
+    let with = plan(&arch, &planned).expect("planned");
+    let without = plan(&arch, &attn).expect("planned");
+    assert!(with.peak_allocated_bytes < without.peak_allocated_bytes);
+    let mut read = lorafit::formats::framework::read(
+        "model_name_or_path: openai/gpt-oss-20b\nstage: sft\nfinetuning_type: lora\nlora_target: q_proj,k_proj,v_proj,o_proj\nenable_liger_kernel: true\n",
+    )
+    .expect("reads");
+    assert!(read.catalog_model().expect("catalog").is_some());
+    assert_eq!(read.settings.liger, two);
+    assert!(
+        read.notes
+            .iter()
+            .any(|n| n.contains("no SwiGLU kernel for gpt_oss")),
+        "{:?}",
+        read.notes
     );
 }

@@ -42,6 +42,9 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
                 // them, its kernels with images.
                 || s.liger.rope && liger.is_some_and(|l| !l.rope) && e.contains("no RoPE kernel")
                 || s.liger.swiglu
+                    && liger.is_some_and(|l| !l.swiglu())
+                    && e.contains("no SwiGLU kernel")
+                || s.liger.swiglu
                     && liger.is_some_and(|l| l.experts)
                     && !lorafit::model::peft_targets::expert_loras(a, s).is_empty()
                     && e.contains("LigerExperts")

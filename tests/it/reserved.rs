@@ -455,7 +455,7 @@ fn generated_sequences_equal_two_layer_recordings() {
         assert_matches_recording(id, &case, &dir.join(format!("{id}.events.json.gz")));
         checked += 1;
     }
-    assert_eq!(checked, 174, "two-layer recordings");
+    assert_eq!(checked, 177, "two-layer recordings");
 }
 
 /// the byte, and its live peak is the measured one.

@@ -21,16 +21,16 @@ fn the_compacted_measurements_match_tests_data() {
 fn every_measured_case_is_compared() {
     let v = lorafit::formats::validation::validate().expect("validates");
     // 68 dense + 28 mixture-of-experts cases + 10 QLoRA steps without
-    // prepare_model_for_kbit_training + 5 steps with bitsandbytes' AdamW + 31 steps with and
+    // prepare_model_for_kbit_training + 5 steps with bitsandbytes' AdamW + 33 steps with and
     // without Liger's kernels + 11 steps as TRL's SFTTrainer and as Trainer runs them + 4 steps on
     // an LLM.int8 base and beside it.
-    assert_eq!(v.cases.len(), 157);
+    assert_eq!(v.cases.len(), 159);
     assert_eq!(
         v.cases
             .iter()
             .filter(|c| c.replayed_reserved_bytes.is_some())
             .count(),
-        121
+        123
     );
     // 9 published A100 runs + 20 runs on an H200.
     assert_eq!(v.published.len(), 29);
@@ -47,8 +47,8 @@ fn reserved_and_nvidia_smi_meet_their_targets() {
     let v = lorafit::formats::validation::validate().expect("validates");
     let r = &v.reserved;
     assert_eq!(
-        r.n, 121,
-        "56 dense + 4 MoE + 10 unprepared QLoRA + 5 bitsandbytes AdamW + 31 Liger + 11 TRL SFT + 4 LLM.int8 replays"
+        r.n, 123,
+        "56 dense + 4 MoE + 10 unprepared QLoRA + 5 bitsandbytes AdamW + 33 Liger + 11 TRL SFT + 4 LLM.int8 replays"
     );
     assert!(
         r.max_abs_pct <= 3.0 && r.median_abs_pct <= 1.5 && r.worst_under_pct >= -3.0,

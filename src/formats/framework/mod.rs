@@ -325,6 +325,11 @@ impl Reading {
             // shared expert's MLP too; the plan is the class-level patch (LLaMA-Factory's).
             self.notes.push("Trainer's use_liger_kernel patches the built Qwen3.5-MoE model, which also makes each layer's shared expert Liger's SwiGLU (apply_liger_kernel_to_qwen3_5_moe, monkey_patch.py:3419); planned with transformers' shared expert, as LLaMA-Factory's enable_liger_kernel leaves it (its activations a little above Liger's)".into());
         }
+        if self.settings.liger.swiglu && e.arch.family.layout().liger.is_some_and(|l| !l.swiglu()) {
+            // Liger has no SwiGLU kernel for this family: its switch installs the others.
+            self.settings.liger.swiglu = false;
+            self.notes.push(format!("Liger-Kernel has no SwiGLU kernel for {}: its switch installs Liger's RMSNorm and RoPE there (apply_liger_kernel_to_{} patches no MLP)", e.arch.family.name(), e.arch.family.name()));
+        }
         if self.settings.liger.rope && e.arch.family.layout().liger.is_some_and(|l| !l.rope) {
             // Liger has no RoPE kernel for this family: its switch installs the others.
             self.settings.liger.rope = false;

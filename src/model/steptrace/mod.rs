@@ -593,6 +593,12 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: format!("Liger-Kernel has no RoPE kernel for {} (its apply_liger_kernel_to_{} installs none for rope=True and leaves it off by default): plan with liger_kernel rms_norm,swiglu", arch.family.name(), arch.family.name()),
         });
     }
+    if extended && s.liger.swiglu && arch.family.layout().liger.is_some_and(|l| !l.swiglu()) {
+        return Err(PlanError::InvalidSetting {
+            field: "liger_kernel",
+            why: format!("Liger-Kernel has no SwiGLU kernel for {} (its apply_liger_kernel_to_{} patches none: the experts' SwiGLU is clamped): plan with liger_kernel rms_norm,rope", arch.family.name(), arch.family.name()),
+        });
+    }
     if extended
         && s.liger.swiglu
         && arch.family.layout().liger.is_some_and(|l| l.experts)

@@ -482,9 +482,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         }
     }
 
-    /// A Linear layer's weight, bias and LoRA A/B, then the norms and sinks its attention module
-    /// registers right after it (q/k norms and sinks after o_proj, MLA's latent norms after
-    /// their projections).
+    /// A Linear layer's weight, bias and LoRA A/B, then the norms its attention module registers
+    /// right after it (q/k norms after o_proj, MLA's latent norms after their projections);
+    /// gpt-oss's sinks, the attention module's own parameter, come before its q_proj.
     fn register_linear(&mut self, l: LinearShape, adapted: &[LinearShape], lins: &mut Vec<Lin>) {
         let ctx = self.ctx;
         let a = ctx.arch;
@@ -493,6 +493,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         let r = s.lora_r;
         let ad = bytes(s.adapter_dtype);
         let (inf, outf) = (l.in_features as u64, l.out_features as u64);
+        if l.name == "q_proj" && a.family.layout().attention == AttentionKind::Sinks {
+            // gpt-oss's sinks are the attention module's own parameter: the model's parameters
+            // reach the device module by module, each module's own before its children's.
+            self.param(a.num_attention_heads, aux, 0, false, What::Weight);
+        }
         let w = match (s.quant, ctx.linear_weight) {
             (Some(Quant::Int8), _) => self.param(inf * outf, 1, inf, false, What::Weight),
             // bitsandbytes stores a 4-bit weight packed as `[n / 2, 1]` bytes, viewed as its
@@ -536,7 +541,6 @@ impl<'c, 'a> Prog<'c, 'a> {
             bias,
             lora,
         });
-        let layout = a.family.layout();
         match name {
             "o_proj" if a.qk_norm() == QkNorm::Whole => {
                 let q = self.weight(a.q_dim() as u64, aux, 0);
@@ -548,9 +552,6 @@ impl<'c, 'a> Prog<'c, 'a> {
                 let q = self.weight(a.head_dim(), aux, 0);
                 let k = self.weight(a.head_dim(), aux, 0);
                 self.qk_norms.extend([q.x, k.x]);
-            }
-            "o_proj" if layout.attention == AttentionKind::Sinks => {
-                self.param(a.num_attention_heads, aux, 0, false, What::Weight);
             }
             "q_a_proj" => {
                 let m = a.mla().map_or(0, |m| m.q_rank.unwrap_or(0));

@@ -747,11 +747,11 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
     }
     // Liger's RMSNorm with trained norm weights is not planned (its weight gradient's buffer is
     // sized by the GPU): full and freeze tuning get the other two; a family without Liger's
-    // RoPE kernel gets none.
+    // RoPE kernel gets none, one without its SwiGLU (gpt-oss) none of that.
     let liger = Liger {
         rms_norm: !s.base_trained(),
         rope: arch.family.layout().liger.is_none_or(|l| l.rope),
-        ..Liger::ALL
+        swiglu: arch.family.layout().liger.is_none_or(|l| l.swiglu()),
     };
     // (A build without the extended ops cannot plan Liger's kernels: it offers no such fix.)
     if crate::model::extended::EXTENDED && arch.family.layout().liger.is_some() && s.liger != liger

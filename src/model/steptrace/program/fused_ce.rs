@@ -13,12 +13,16 @@ use super::{bytes, Prog, What, X};
 use crate::model::steptrace::tape::G;
 
 impl Prog<'_, '_> {
-    /// Rows per chunk: the next power of two of `rows / ⌈vocab / hidden⌉`, at most `rows`
+    /// Rows per chunk: the next power of two of `rows / ⌈vocab / (c × hidden)⌉`, at most `rows`
     /// (`chunk_size = min(next_power_of_2(cdiv(BT, inc_factor)), BT)`, `inc_factor =
-    /// cdiv(V, chunk_mem_const × H)` with `chunk_mem_const` 1).
+    /// cdiv(V, chunk_mem_const × H)`; `chunk_mem_const` is the family's, 1 but for gpt-oss).
     pub(super) fn fused_ce_chunk_rows(&self, rows: u64) -> u64 {
         let a = self.ctx.arch;
-        let inc = a.vocab_size.div_ceil(a.hidden_size.max(1)).max(1);
+        let c = a.family.layout().flce_chunk_mem_const.max(1);
+        let inc = a
+            .vocab_size
+            .div_ceil(a.hidden_size.saturating_mul(c).max(1))
+            .max(1);
         rows.div_ceil(inc)
             .max(1)
             .next_power_of_two()

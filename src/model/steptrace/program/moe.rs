@@ -565,6 +565,28 @@ impl<'c, 'a> Prog<'c, 'a> {
         out
     }
 
+    /// `x.clamp(max=limit)` or (`two_sided`) `x.clamp(-limit, limit)`, saving its input. Its
+    /// backward (`clamp_backward`) is `where(mask, grad, 0)`: a zero scalar tensor, a bool mask
+    /// per bound (`x > min`, `x < max`, the second anded into the first), then the `where`.
+    fn clamp(&mut self, x: X, two_sided: bool) -> X {
+        let mut y = self.t(x.n, x.es, W);
+        let mut steps = vec![Step::Alloc(2), Step::Alloc(x.n)];
+        if two_sided {
+            steps.push(Step::Alloc(x.n));
+        }
+        let out = steps.len() as u16;
+        steps.push(Step::Alloc(x.n * x.es));
+        steps.extend((0..out).rev().map(Step::Free));
+        steps.push(Step::GradOf {
+            input: 0,
+            local: out,
+        });
+        y.g = self
+            .tp
+            .script_node_of(steps, x.n, x.es, &[Self::edge(&x)], &[x.t]);
+        y
+    }
+
     /// `act(gate) * up` over the chunked gate_up output (one split node), or gpt-oss's clamped
     /// SwiGLU over its interleaved halves.
     fn apply_gate(&mut self, gu: X) -> X {
@@ -572,9 +594,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         if self.ctx.arch.moe_layout().is_some_and(|l| l.clamped_glu) {
             let gate = self.slice_of(gu, n);
             let up = self.slice_of(gu, n);
-            let gc = self.unary(gate, gu.es, W, true, false);
+            // gate.clamp(max=limit), up.clamp(-limit, limit)
+            let gc = self.clamp(gate, false);
             self.drop(gate);
-            let uc = self.unary(up, gu.es, W, true, false);
+            let uc = self.clamp(up, true);
             self.drop(up);
             let ga = self.mul_const(gc, W);
             let sg = self.unary(ga, gu.es, W, false, true);
@@ -953,9 +976,24 @@ impl<'c, 'a> Prog<'c, 'a> {
     fn half_rope(&mut self, x: X, cos: X, sin: X) -> X {
         let half = x.n / 2;
         let (first, second) = self.split2(x, half, half);
+        // Each half takes two gradients, summed in its own slot of the chunk's node as they
+        // arrive: a pass-through node per half keeps the two sums apart.
+        let slot = |p: &mut Self, h: X| X {
+            g: p.tp.node(Op::Pass, h.n, h.es, &[Self::edge(&h)], &[]),
+            ..h
+        };
+        let first = slot(self, first);
+        let second = slot(self, second);
         let t1 = self.mul_by(first, cos);
         let t2 = self.mul_by(second, sin);
-        let f = self.add(t1, t2, What::Rope);
+        // first_ = first_half * cos - second_half * sin: the subtrahend's gradient is negated.
+        let f = {
+            let mut y = self.t(t1.n, t1.es.max(t2.es), What::Rope);
+            y.g = self
+                .tp
+                .node(Op::Sub, y.n, y.es, &[Self::edge(&t1), Self::edge(&t2)], &[]);
+            y
+        };
         self.drop(t1);
         self.drop(t2);
         let t3 = self.mul_by(second, cos);
@@ -1093,17 +1131,40 @@ impl<'c, 'a> Prog<'c, 'a> {
         ) else {
             return (x, None);
         };
+        let eager = s.attn_impl != crate::model::settings::AttnImpl::FlashAttention2;
+        let liger_rope = s.liger.rope;
+        // Liger's RoPE hands back q's and k's gradients copied contiguous (eager attention's
+        // arrive in (batch, heads, seq, dim)): their views' backward then copies nothing.
+        let rope_copies = (eager && heads > 1, eager && kvh > 1);
+        let view = |p: &mut Self, x: X, copied: bool| {
+            if liger_rope && copied {
+                x
+            } else {
+                let t = p.view_clone(x);
+                p.drop(x);
+                t
+            }
+        };
         let q = self.lora_linear(x, &ql);
-        let qv = self.view_clone(q);
-        self.drop(q);
+        let qv = view(self, q, rope_copies.0);
         let k = self.lora_linear(x, &kl);
-        let kv = self.view_clone(k);
-        self.drop(k);
+        let kv = view(self, k, rope_copies.1);
         let v = self.lora_linear(x, &vl);
         let vv = self.view_clone(v);
         self.drop(v);
-        let qe = self.half_rope(qv, cos, sin);
-        let ke = self.half_rope(kv, cos, sin);
+        let (qe, ke) = if liger_rope {
+            // `liger_rotary_pos_emb_gpt_oss`: Liger's RoPE over the whole head, in place on the
+            // projections' views; eager attention's gradients arrive contiguous in (batch,
+            // heads, seq, dim), which its backward copies (k's through repeat_kv's sum).
+            extended!(
+                self,
+                "Liger-Kernel's kernels",
+                self.liger_rope((qv, kv), (cos, sin), (false, false), rope_copies),
+                (qv, kv)
+            )
+        } else {
+            (self.half_rope(qv, cos, sin), self.half_rope(kv, cos, sin))
+        };
         self.drop(qv);
         self.drop(kv);
         let t = self.tokens();
@@ -1125,14 +1186,35 @@ impl<'c, 'a> Prog<'c, 'a> {
             (ke, vv)
         };
         let sn = b * heads * sq * sq;
+        // After Liger's RoPE q (and k without repeat_kv's copy) are views of their projections,
+        // which matmul copies where it cannot view them (saved in their place).
+        let (copy_q, copy_k) = if liger_rope {
+            ctx.eager_matmul_copies_qk()
+        } else {
+            (false, false)
+        };
+        let operand = |p: &mut Self, x: X, copy: bool| {
+            if copy {
+                let mut c = p.t(x.n, x.es, What::Attention);
+                c.g = p.tp.node(Op::Pass, x.n, x.es, &[Self::edge(&x)], &[]);
+                c
+            } else {
+                p.tp.keep_local(x.t);
+                x
+            }
+        };
+        let qb = operand(self, qe, copy_q);
+        let kb = operand(self, kk, copy_k);
         let mut sc = self.t(sn, es, What::Scores);
         sc.g = self.tp.node(
             Op::Bmm,
             sn,
             es,
-            &[Self::edge(&qe), Self::edge(&kk)],
-            &[kk.t, qe.t],
+            &[Self::edge(&qb), Self::edge(&kb)],
+            &[kb.t, qb.t],
         );
+        self.drop(qb);
+        self.drop(kb);
         let scaled = self.mul_const(sc, What::Scores);
         self.drop(sc);
         let masked = {
@@ -1145,13 +1227,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         let cn = b * heads * sq * (sq + 1);
         let mut comb = self.t(cn, es, What::Scores);
         comb.g = self.tp.node(Op::Split, cn, es, &[Self::edge(&masked)], &[]);
-        self.drop(masked);
         // combined - combined.max(-1, keepdim=True).values
         let mut mx = self.t(b * heads * sq, es, What::Scores);
         let mi = self.t(b * heads * sq, 8, What::Scores);
         mx.g = self
             .tp
             .node(Op::Scatter, mx.n, es, &[Self::edge(&comb)], &[mi.t]);
+        // (`.values` of the (values, indices) pair: the indices live on only if saved.)
+        self.drop(mi);
         let sub = {
             let mut y = self.t(cn, es, What::Scores);
             let em = Edge {
@@ -1160,11 +1243,10 @@ impl<'c, 'a> Prog<'c, 'a> {
                 es,
                 sum_to: mx.n,
             };
-            y.g = self.tp.node(Op::Add, cn, es, &[Self::edge(&comb), em], &[]);
+            y.g = self.tp.node(Op::Sub, cn, es, &[Self::edge(&comb), em], &[]);
             y
         };
         self.drop(mx);
-        self.drop(mi);
         self.drop(comb);
         let probs = {
             let mut y = self.t(cn, es, What::Scores);
@@ -1173,11 +1255,12 @@ impl<'c, 'a> Prog<'c, 'a> {
                 .node(Op::Softmax, cn, es, &[Self::edge(&sub)], &[y.t]);
             y
         };
-        self.drop(sub);
         // scores = probs[..., :-1] (a view; its backward pads a zero tensor of the full size)
         let g = self.tp.node(Op::Slice, sn, es, &[Self::edge(&probs)], &[]);
         self.tp.keep_local(probs.t);
         let scores = X { n: sn, g, ..probs };
+        // (`attn_weights`, the masked scores, is rebound to the dropped-out scores only now.)
+        self.drop(masked);
         let on = vk.n;
         let mut o = self.t(on, es, What::Attention);
         o.g = self.tp.node(
@@ -1187,11 +1270,20 @@ impl<'c, 'a> Prog<'c, 'a> {
             &[Self::edge(&scores), Self::edge(&vk)],
             &[vk.t, scores.t],
         );
+        // transpose(1, 2).contiguous(): its gradient is a transposed view, which the bmm's
+        // backward copies where it cannot view it (more than one sequence).
+        let back = if ctx.eager_output_grad_copies() {
+            Op::ViewClone
+        } else {
+            Op::Pass
+        };
         let mut c = self.t(on, es, What::Attention);
-        c.g = self.tp.node(Op::Pass, on, es, &[Self::edge(&o)], &[]);
+        c.g = self.tp.node(back, on, es, &[Self::edge(&o)], &[]);
         self.drop(o);
         self.drop(kk);
         self.drop(vk);
+        // (`combined_logits` is the function's local until it returns.)
+        self.drop(sub);
         self.drop(probs);
         let out = self.lora_linear(c, &ol);
         self.drop(c);

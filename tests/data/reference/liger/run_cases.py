@@ -63,6 +63,21 @@ for cid, c in {
 }.items():
     CASES[cid] = dict(c, liger_kernel=[])
     CASES[cid + "_liger"] = dict(c, liger_kernel=["rms_norm", "swiglu"])
+# gpt-oss-20b (added 2026-12-07; its config.json as the planner's catalog cites it, the MXFP4 experts
+# dequantized to bf16 for training as the MoE cases do): apply_liger_kernel_to_gpt_oss installs its
+# norm and RoPE over the whole head, and no SwiGLU for the clamped experts; eager attention with sinks.
+GPT_OSS_20B = dict(family="gpt_oss", hf_name="openai/gpt-oss-20b", hidden_size=2880, intermediate_size=2880,
+                   num_hidden_layers=24, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                   vocab_size=201088, tie_word_embeddings=False, num_local_experts=32, num_experts_per_tok=4,
+                   experts_per_token=4, attention_bias=True, sliding_window=128,
+                   layer_types=["sliding_attention", "full_attention"] * 12, max_position_embeddings=131072,
+                   initial_context_length=4096, rope_theta=150000.0, rms_norm_eps=1e-5,
+                   router_aux_loss_coef=0.9, swiglu_limit=7.0, output_router_logits=False)
+GPT_OSS_ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
+c = dict(LORA, model=GPT_OSS_20B, seq=2048, batch=1, grad_ckpt=False, attn_impl="eager",
+         target_modules=GPT_OSS_ATTN)
+CASES["gpt-oss-20b_lora_qkvo_eager_s2048"] = dict(c, liger_kernel=[])
+CASES["gpt-oss-20b_lora_qkvo_eager_s2048_liger"] = dict(c, liger_kernel=["rms_norm", "rope"])
 # One kernel at a time, at full depth.
 CASES["llama2-7b_lora_s2048_swiglu"] = dict(CASES["llama2-7b_lora_s2048"], liger_kernel=["swiglu"])
 CASES["llama2-7b_lora_s2048_rms_norm"] = dict(CASES["llama2-7b_lora_s2048"], liger_kernel=["rms_norm"])
