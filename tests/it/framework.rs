@@ -1120,12 +1120,14 @@ fn liger_switches_read_as_the_kernels_they_install() {
         assert!(r.not_modeled.is_empty(), "{model}: {:?}", r.not_modeled);
     }
 
+    // liger-kernel has no function for OLMoE: the switch installs neither kernels nor the fused
+    // loss (LLaMA-Factory's apply_liger_kernel returns before calling one).
     let mut r = framework::read(&lf("allenai/OLMoE-1B-7B-0924")).unwrap();
     assert_eq!(r.settings.liger, Liger::ALL);
     assert!(r.catalog_model().unwrap().is_some());
     assert_eq!(
         (r.settings.liger, r.settings.fused_ce),
-        (Liger::NONE, lorafit::model::FusedCe::Liger)
+        (Liger::NONE, lorafit::model::FusedCe::Off)
     );
     assert!(r.not_modeled.iter().any(|n| n.key == "enable_liger_kernel"));
     assert!(!r.used.iter().any(|u| u.setting == "liger_kernel"));

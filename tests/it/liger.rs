@@ -256,3 +256,43 @@ fn gpt_oss_liger_is_its_norm_and_rope() {
         read.notes
     );
 }
+
+/// liger-kernel 0.8.5 has no kernels for OLMoE or GLM-4.5 (no `apply_liger_kernel_to_olmoe` /
+/// `_glm4_moe` in `MODEL_TYPE_TO_APPLY_LIGER_FN`): Trainer's and LLaMA-Factory's switches leave
+/// the model as it is. Asking for them is refused with that reason; a framework config's switch
+/// is planned without them (its fused loss too), the key named with why.
+#[test]
+fn families_without_liger_kernels_say_so() {
+    use lorafit::model::{plan, FusedCe, Liger, Settings, Target};
+    for model in ["olmoe-1b-7b", "glm4.5-air"] {
+        let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!(model))
+            .expect("model")
+            .value;
+        let s = Settings {
+            liger: Liger::ALL,
+            targets: vec![Target::Q, Target::K, Target::V, Target::O],
+            ..Settings::default()
+        };
+        let err = plan(&arch, &s).expect_err("refused").to_string();
+        assert!(
+            err.contains(&format!("has no kernels for {}", arch.family.name())),
+            "{model}: {err}"
+        );
+        let why = &err[err.find("liger-kernel").expect("the reason")..];
+        assert!(lorafit::web::i18n::has(why), "no Chinese for {why}");
+    }
+    let mut read = lorafit::formats::framework::read(
+        "model_name_or_path: allenai/OLMoE-1B-7B-0924\nstage: sft\nfinetuning_type: lora\nlora_target: q_proj,k_proj,v_proj,o_proj\nenable_liger_kernel: true\n",
+    )
+    .expect("reads");
+    assert!(read.catalog_model().expect("catalog").is_some());
+    assert_eq!(read.settings.liger, Liger::NONE);
+    assert_eq!(read.settings.fused_ce, FusedCe::Off);
+    let n = read
+        .not_modeled
+        .iter()
+        .find(|n| n.key == "enable_liger_kernel")
+        .expect("named");
+    assert!(n.why.contains("has no kernels for olmoe"), "{}", n.why);
+    assert!(lorafit::web::i18n::has(&n.why), "no Chinese for {}", n.why);
+}

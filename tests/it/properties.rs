@@ -36,7 +36,7 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
                 || s.liger.any()
                 && liger.is_none()
                 && e.contains(
-                    "liger_kernel: Liger-Kernel's modules are planned for",
+                    "has no kernels for",
                 )
                 // Liger's RoPE where it has none (Qwen3.5), its fused experts beside LoRA on
                 // them, its kernels with images.

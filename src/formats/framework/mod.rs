@@ -286,12 +286,22 @@ impl Reading {
         let (e, note) = super::catalog::find_model_by_id(&id)?;
         self.notes.extend(note);
         let liger_loss = self.settings.fused_ce == crate::model::settings::FusedCe::Liger;
-        if (self.settings.liger.any() || liger_loss) && e.arch.family.layout().liger_unimportable {
-            // Liger's switch (its decoder kernels and its fused loss alike) fails for this
-            // family: the run stops before training.
+        let layout = e.arch.family.layout();
+        if (self.settings.liger.any() || liger_loss) && layout.liger.is_none() {
+            // Liger's switch installs nothing for this family — it has no kernels for it, or
+            // its function fails to import (the run stops before training) —: neither its
+            // decoder kernels nor its fused loss.
+            let why = if layout.liger_unimportable {
+                crate::model::family::liger_import_failure(e.arch.family)
+            } else {
+                format!("liger-kernel 0.8.5 has no kernels for {0} (no apply_liger_kernel_to_{0}; it has them for {1}): the switch leaves transformers' modules and loss, as planned", e.arch.family.name(), crate::model::Family::with_liger())
+            };
+            // (A fused loss asked for alone, not by the switch, stays unless the family's Liger
+            // function fails to import.)
+            let loss_too = liger_loss && (self.settings.liger.any() || layout.liger_unimportable);
             self.settings.liger = crate::model::Liger::NONE;
             let mut keys = self.unuse("liger_kernel");
-            if liger_loss {
+            if loss_too {
                 self.settings.fused_ce = crate::model::settings::FusedCe::Off;
                 keys.extend(self.unuse("fused_ce"));
             }
@@ -299,17 +309,7 @@ impl Reading {
             for key in keys {
                 self.not_modeled.push(NotModeled {
                     key,
-                    why: crate::model::family::liger_import_failure(e.arch.family),
-                });
-            }
-        } else if self.settings.liger.any() && e.arch.family.layout().liger.is_none() {
-            // Liger's decoder kernels are planned for the families that share Llama's modules;
-            // for this one the plan keeps transformers' modules and says so.
-            self.settings.liger = crate::model::Liger::NONE;
-            for key in self.unuse("liger_kernel") {
-                self.not_modeled.push(NotModeled {
-                    key,
-                    why: format!("Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels for {}: not planned yet (planned for {}); planned as transformers' modules", e.arch.family.name(), crate::model::Family::with_liger()),
+                    why: why.clone(),
                 });
             }
         }

@@ -584,7 +584,7 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
     if extended && s.liger.any() && arch.family.layout().liger.is_none() {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
-            why: format!("Liger-Kernel's modules are planned for {}; its modules for {} differ (other experts, another norm) and are not planned yet: plan without liger_kernel (its fused cross-entropy is fused_ce)", crate::model::Family::with_liger(), arch.family.name()),
+            why: format!("liger-kernel 0.8.5 has no kernels for {0} (no apply_liger_kernel_to_{0}; it has them for {1}), and its switch leaves the model as it is: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name(), crate::model::Family::with_liger()),
         });
     }
     if extended && s.liger.rope && arch.family.layout().liger.is_some_and(|l| !l.rope) {
