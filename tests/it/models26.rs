@@ -189,7 +189,10 @@ fn qwen35_sequences_equal_the_recordings() {
 /// (`q3vl*`), whose deepstack features are added after the first text layers, and two on
 /// Qwen3-VL-30B-A3B (`q3vlmoe*`), its experts in every text layer; four on Qwen2.5-VL-3B
 /// (`q25vl*`), whose tower attends within windows (partial ones at a 640×480 image's edges), and
-/// with checkpointing builds a graph through the tower (its blocks checkpointed).
+/// with checkpointing builds a graph through the tower (its blocks checkpointed); and two
+/// text-only batches of Qwen3-VL-30B-A3B with Liger's norm, RoPE and fused experts
+/// (`q3vlmoeliger*`, `apply_liger_kernel_to_qwen3_vl_moe`: Qwen3-MoE's), with and without
+/// checkpointing.
 #[test]
 fn qwen35_vl_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
@@ -206,7 +209,7 @@ fn qwen35_vl_sequences_equal_the_recordings() {
         checked += 1;
     }
     assert_eq!(
-        checked, 13,
+        checked, 15,
         "Qwen3.5, Qwen3.5-MoE, Qwen3-VL, Qwen3-VL-MoE and Qwen2.5-VL vision-language recordings"
     );
 }
