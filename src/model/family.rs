@@ -209,6 +209,10 @@ pub struct LigerLayout {
     pub rope: bool,
     /// Whether its SwiGLU replaces the fused experts (`LigerExperts`, transformers 5).
     pub experts: bool,
+    /// Whether its patch leaves the vision tower as transformers builds it (Qwen3.5's: its ViT's
+    /// LayerNorms and rotary are not the classes Liger replaces), so that steps with images are
+    /// planned: the tower's ops as without Liger, the text layers' under it.
+    pub tower_untouched: bool,
     /// Whether its SwiGLU replaces the dense MLP modules (a dense family's MLP; DeepSeek-V2's
     /// first dense layers and shared experts, `LigerQwen3MoeSwiGLUMLP`). Qwen3-MoE's, Mixtral's
     /// and Qwen3.5-MoE's keep transformers' module for theirs.
@@ -564,6 +568,7 @@ impl Family {
         };
         // Liger's modules for the families that share Llama's (its llama casting, in place).
         let liger_llama = Some(LigerLayout {
+            tower_untouched: false,
             norm_in_place: true,
             rope: true,
             experts: false,
@@ -572,6 +577,7 @@ impl Family {
         // `apply_liger_kernel_to_qwen3_moe` / `_mixtral` (monkey_patch.py:834-906, 1876-1940):
         // Llama's norm and RoPE, and `LigerExperts` for the fused experts.
         let liger_experts = Some(LigerLayout {
+            tower_untouched: false,
             norm_in_place: true,
             rope: true,
             experts: true,
@@ -579,6 +585,7 @@ impl Family {
         });
         let gemma = FamilyLayout {
             liger: Some(LigerLayout {
+                tower_untouched: false,
                 norm_in_place: false,
                 rope: true,
                 experts: false,
@@ -615,7 +622,9 @@ impl Family {
             // `LigerRMSNormForQwen3Next` (offset 1, Gemma's casting, not in place) for
             // Qwen3_5RMSNorm — the layers' norms, attention's q/k norms, the final norm, not
             // the Gated DeltaNet's gated norm — and `LigerQwen3MoeSwiGLUMLP` for the MLP; no RoPE.
+            // Its tower's LayerNorms, MLP and rotary are none of those classes.
             liger: Some(LigerLayout {
+                tower_untouched: true,
                 norm_in_place: false,
                 rope: false,
                 experts: false,
@@ -764,6 +773,7 @@ impl Family {
                 // `LigerQwen3MoeSwiGLUMLP` for the dense layers and the shared experts; no RoPE
                 // (its interleaved partial rotary: `rope=True` warns and is skipped).
                 liger: Some(LigerLayout {
+                    tower_untouched: false,
                     norm_in_place: true,
                     rope: false,
                     experts: true,
@@ -811,6 +821,7 @@ impl Family {
                 // the shared expert keeps transformers' MLP (Trainer's `use_liger_kernel` patches
                 // the built model and swaps it too).
                 liger: Some(LigerLayout {
+                    tower_untouched: true,
                     norm_in_place: false,
                     rope: false,
                     experts: true,
@@ -844,6 +855,7 @@ impl Family {
                 // RoPE over the whole head (`liger_rotary_pos_emb_gpt_oss`); no SwiGLU kernel
                 // for its clamped experts.
                 liger: Some(LigerLayout {
+                    tower_untouched: false,
                     norm_in_place: true,
                     rope: true,
                     experts: false,

@@ -296,3 +296,48 @@ fn families_without_liger_kernels_say_so() {
     assert!(n.why.contains("has no kernels for olmoe"), "{}", n.why);
     assert!(lorafit::web::i18n::has(&n.why), "no Chinese for {}", n.why);
 }
+
+/// With images: Qwen3.5's and Qwen3.5-MoE's Liger patch leaves the vision tower as transformers
+/// builds it (the recordings `q35vlliger*`, `q35moevlliger` check the sequence event for event),
+/// so their steps with images are planned under Liger, the tower's bytes as without it; Qwen3-VL-MoE's
+/// patch also replaces the tower's RoPE (`liger_rotary_pos_emb_vision`), not planned: refused.
+#[test]
+fn liger_with_images_is_planned_where_the_tower_is_untouched() {
+    use lorafit::model::{plan, Liger, Settings};
+    let images = |s: Settings| {
+        let mut s = s;
+        s.images.images_per_sample = 1;
+        s.images.image_width = 448;
+        s.images.image_height = 448;
+        s.seq = 326;
+        s
+    };
+    for model in ["qwen3.5-4b", "qwen3.5-35b-a3b"] {
+        let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!(model))
+            .expect("model")
+            .value;
+        let base = images(Settings::default());
+        let with = Settings {
+            liger: Liger {
+                rope: false,
+                ..Liger::ALL
+            },
+            ..base.clone()
+        };
+        let p = plan(&arch, &with).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let q = plan(&arch, &base).expect("planned");
+        // (On the MoE model Liger's fused experts zero both expert weights' gradients whole:
+        // there it can cost memory, as on Mixtral.)
+        assert_ne!(p.peak_allocated_bytes, q.peak_allocated_bytes, "{model}");
+    }
+    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("qwen3-vl-30b-a3b"))
+        .expect("model")
+        .value;
+    let s = images(Settings {
+        liger: Liger::ALL,
+        targets: vec![lorafit::model::Target::Q, lorafit::model::Target::V],
+        ..Settings::default()
+    });
+    let err = plan(&arch, &s).expect_err("refused").to_string();
+    assert!(err.contains("text steps"), "{err}");
+}

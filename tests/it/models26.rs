@@ -192,7 +192,8 @@ fn qwen35_sequences_equal_the_recordings() {
 /// with checkpointing builds a graph through the tower (its blocks checkpointed); and two
 /// text-only batches of Qwen3-VL-30B-A3B with Liger's norm, RoPE and fused experts
 /// (`q3vlmoeliger*`, `apply_liger_kernel_to_qwen3_vl_moe`: Qwen3-MoE's), with and without
-/// checkpointing.
+/// checkpointing; and Qwen3.5's and Qwen3.5-MoE's steps with images under Liger
+/// (`q35vlliger*`, `q35moevlliger`), whose patch leaves the tower as it is.
 #[test]
 fn qwen35_vl_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
@@ -209,7 +210,7 @@ fn qwen35_vl_sequences_equal_the_recordings() {
         checked += 1;
     }
     assert_eq!(
-        checked, 15,
+        checked, 18,
         "Qwen3.5, Qwen3.5-MoE, Qwen3-VL, Qwen3-VL-MoE and Qwen2.5-VL vision-language recordings"
     );
 }

@@ -614,7 +614,15 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: format!("Liger-Kernel's SwiGLU replaces the fused experts (LigerExperts), whose weights its fused kernel reads directly; LoRA on them ({how}) is not planned with it: plan with liger_kernel rms_norm,rope or without LoRA on the experts"),
         });
     }
-    if extended && s.liger.any() && s.images.images_per_sample > 0 {
+    if extended
+        && s.liger.any()
+        && s.images.images_per_sample > 0
+        && !arch
+            .family
+            .layout()
+            .liger
+            .is_some_and(|l| l.tower_untouched)
+    {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
             why: "Liger-Kernel's kernels are planned for text steps; with images (the vision-language model's forward and its tower) not yet: plan without liger_kernel".into(),
