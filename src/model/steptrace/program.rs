@@ -865,6 +865,39 @@ impl<'c, 'a> Prog<'c, 'a> {
         y
     }
 
+    /// A copy of `x` into a new tensor (`clone`, `contiguous()`), whose backward hands the
+    /// gradient on.
+    fn copy_of(&mut self, x: X, what: What) -> X {
+        let mut c = self.t(x.n, x.es, what);
+        c.g = self.tp.node(Op::Pass, x.n, x.es, &[Self::edge(&x)], &[]);
+        c
+    }
+
+    /// Eager attention's `attn_output.transpose(1, 2).contiguous()`: a copy, whose gradient is a
+    /// transposed view, which the bmm's backward copies where it cannot view it (more than one
+    /// sequence).
+    fn eager_output(&mut self, o: X) -> X {
+        let back = if self.ctx.eager_output_grad_copies() {
+            Op::ViewClone
+        } else {
+            Op::Pass
+        };
+        let mut c = self.t(o.n, o.es, What::Attention);
+        c.g = self.tp.node(back, o.n, o.es, &[Self::edge(&o)], &[]);
+        c
+    }
+
+    /// An operand of eager attention's matmul: copied where matmul cannot view it (`copy`; the
+    /// bmm saves the copy), else the tensor itself.
+    fn matmul_operand(&mut self, x: X, copy: bool) -> X {
+        if copy {
+            self.copy_of(x, What::Attention)
+        } else {
+            self.tp.keep_local(x.t);
+            x
+        }
+    }
+
     /// `torch.matmul(x, W.t())` with a weight: frozen (`w.g == No`) or trainable.
     fn linear(&mut self, x: X, w: X, out_n: u64, es: u64, what: What) -> X {
         self.linear_with(x, w, None, out_n, es, what)
@@ -1258,8 +1291,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             return o;
         }
         // peft's `result.clone()`.
-        let mut c = self.t(o.n, o.es, What::LinearOut);
-        c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
+        let c = self.copy_of(o, What::LinearOut);
         self.drop(o);
         c
     }
@@ -1792,8 +1824,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 // `transpose(1, 2).contiguous()` copies it (the memory-efficient kernel, fp32,
                 // writes (b, s, h, d) whatever q's layout: no copy; nor after Liger's RoPE,
                 // whose q is contiguous in (b, s, h, d)).
-                let mut c = self.t(o.n, o.es, What::Attention);
-                c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
+                let c = self.copy_of(o, What::Attention);
                 self.drop(o);
                 c
             } else {
@@ -1861,18 +1892,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         let sn = b * heads * sq * sq;
         // matmul's copies of its operands where it cannot view them (saved in their place).
         let (copy_q, copy_k) = ctx.eager_matmul_copies_qk();
-        let operand = |p: &mut Self, x: X, copy: bool| {
-            if copy {
-                let mut c = p.t(x.n, x.es, What::Attention);
-                c.g = p.tp.node(Op::Pass, x.n, x.es, &[Self::edge(&x)], &[]);
-                c
-            } else {
-                p.tp.keep_local(x.t);
-                x
-            }
-        };
-        let qb = operand(self, q, copy_q);
-        let kb = operand(self, kk, copy_k);
+        let qb = self.matmul_operand(q, copy_q);
+        let kb = self.matmul_operand(kk, copy_k);
         let mut sc = self.t(sn, es, What::Scores);
         sc.g = self.tp.node(
             Op::Bmm,
@@ -1914,14 +1935,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(sm);
         let on = v.n * rep;
         // The bmm keeps a copy of v where reshaping it for the bmm copies it.
-        let vb = if ctx.eager_matmul_copies_v() {
-            let mut c = self.t(vv.n, vv.es, What::Attention);
-            c.g = self.tp.node(Op::Pass, vv.n, vv.es, &[Self::edge(&vv)], &[]);
-            c
-        } else {
-            self.tp.keep_local(vv.t);
-            vv
-        };
+        let vb = self.matmul_operand(vv, ctx.eager_matmul_copies_v());
         let mut o = self.t(on, es, What::Attention);
         o.g = self.tp.node(
             Op::Bmm,
@@ -1931,15 +1945,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             &[vb.t, p.t],
         );
         self.drop(vb);
-        // transpose(1, 2).contiguous(): its gradient is a transposed view, which the bmm's
-        // backward copies where it cannot view it (more than one sequence).
-        let mut c = self.t(on, es, What::Attention);
-        let back = if ctx.eager_output_grad_copies() {
-            Op::ViewClone
-        } else {
-            Op::Pass
-        };
-        c.g = self.tp.node(back, on, es, &[Self::edge(&o)], &[]);
+        let c = self.eager_output(o);
         self.drop(o);
         self.drop(kk);
         self.drop(vv);

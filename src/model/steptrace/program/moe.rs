@@ -952,8 +952,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 // The query is a new cat, contiguous in (b, h, s, d): so is cuDNN's output, and
                 // `sdpa_attention_forward`'s `transpose(1, 2).contiguous()` copies it (the
                 // memory-efficient kernel writes (b, s, h, d) whatever q's layout: no copy).
-                let mut c = self.t(o.n, o.es, What::Attention);
-                c.g = self.tp.node(Op::Pass, o.n, o.es, &[Self::edge(&o)], &[]);
+                let c = self.copy_of(o, What::Attention);
                 self.drop(o);
                 c
             }
@@ -1193,18 +1192,8 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             (false, false)
         };
-        let operand = |p: &mut Self, x: X, copy: bool| {
-            if copy {
-                let mut c = p.t(x.n, x.es, What::Attention);
-                c.g = p.tp.node(Op::Pass, x.n, x.es, &[Self::edge(&x)], &[]);
-                c
-            } else {
-                p.tp.keep_local(x.t);
-                x
-            }
-        };
-        let qb = operand(self, qe, copy_q);
-        let kb = operand(self, kk, copy_k);
+        let qb = self.matmul_operand(qe, copy_q);
+        let kb = self.matmul_operand(kk, copy_k);
         let mut sc = self.t(sn, es, What::Scores);
         sc.g = self.tp.node(
             Op::Bmm,
@@ -1270,15 +1259,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             &[Self::edge(&scores), Self::edge(&vk)],
             &[vk.t, scores.t],
         );
-        // transpose(1, 2).contiguous(): its gradient is a transposed view, which the bmm's
-        // backward copies where it cannot view it (more than one sequence).
-        let back = if ctx.eager_output_grad_copies() {
-            Op::ViewClone
-        } else {
-            Op::Pass
-        };
-        let mut c = self.t(on, es, What::Attention);
-        c.g = self.tp.node(back, on, es, &[Self::edge(&o)], &[]);
+        let c = self.eager_output(o);
         self.drop(o);
         self.drop(kk);
         self.drop(vk);
