@@ -11,6 +11,19 @@ fn cases() -> Vec<Value> {
     crate::jsonl("tests/data/reference/liger/cases.jsonl")
 }
 
+/// A catalog model's architecture.
+fn catalog(model: &str) -> lorafit::model::Architecture {
+    lorafit::formats::catalog::resolve_model(&serde_json::json!(model))
+        .expect("model")
+        .value
+}
+
+/// A refusal's reason, from `start` on, has its Chinese.
+fn assert_translated(err: &str, start: &str) {
+    let why = &err[err.find(start).expect("the reason")..];
+    assert!(lorafit::web::i18n::has(why), "no Chinese for {why}");
+}
+
 #[test]
 fn liger_steps_are_planned_to_the_byte() {
     let mut n = 0;
@@ -50,9 +63,7 @@ fn the_liger_fix_saves_what_the_measured_steps_differ_by() {
 #[test]
 fn liger_experts_refuse_lora_on_the_experts() {
     use lorafit::model::{plan, ExpertParam, Liger, Settings, Target};
-    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("qwen3-30b-a3b"))
-        .expect("model")
-        .value;
+    let arch = catalog("qwen3-30b-a3b");
     let s = Settings {
         liger: Liger::ALL,
         target_parameters: ExpertParam::ALL.to_vec(),
@@ -103,9 +114,7 @@ fn liger_on_mixtral_costs_memory_and_is_not_offered() {
 #[test]
 fn deepseek_v2_liger_is_its_norm_and_swiglu() {
     use lorafit::model::{plan, Liger, Settings, Target};
-    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("deepseek-v2-lite"))
-        .expect("model")
-        .value;
+    let arch = catalog("deepseek-v2-lite");
     let attn = Settings {
         targets: vec![Target::Q, Target::K, Target::V, Target::O],
         ..Settings::default()
@@ -119,8 +128,7 @@ fn deepseek_v2_liger_is_its_norm_and_swiglu() {
         err.contains("no RoPE kernel for deepseek_v2") && err.contains("rms_norm,swiglu"),
         "{err}"
     );
-    let why = &err[err.find("Liger-Kernel has").expect("the reason")..];
-    assert!(lorafit::web::i18n::has(why), "no Chinese for {why}");
+    assert_translated(&err, "Liger-Kernel has");
     let two = Settings {
         liger: Liger {
             rope: false,
@@ -139,8 +147,7 @@ fn deepseek_v2_liger_is_its_norm_and_swiglu() {
         err.contains("LigerExperts") && err.contains("peft maps onto them"),
         "{err}"
     );
-    let why = &err[err.find("Liger-Kernel's").expect("the reason")..];
-    assert!(lorafit::web::i18n::has(why), "no Chinese for {why}");
+    assert_translated(&err, "Liger-Kernel's");
     let mut read = lorafit::formats::framework::read(
         "model_name_or_path: deepseek-ai/DeepSeek-V2-Lite\nstage: sft\nfinetuning_type: lora\nlora_target: q_proj,o_proj\nenable_liger_kernel: true\n",
     )
@@ -164,9 +171,7 @@ fn deepseek_v2_liger_is_its_norm_and_swiglu() {
 fn liger_on_qwen_vl_fails_to_import_and_says_so() {
     use lorafit::model::{plan, FusedCe, Liger, Settings};
     for model in ["qwen2.5-vl-3b", "qwen3-vl-4b"] {
-        let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!(model))
-            .expect("model")
-            .value;
+        let arch = catalog(model);
         for s in [
             Settings {
                 liger: Liger::ALL,
@@ -182,11 +187,7 @@ fn liger_on_qwen_vl_fails_to_import_and_says_so() {
                 err.contains("raises ImportError") && err.contains(arch.family.name()),
                 "{model}: {err}"
             );
-            let why = &err[err.find("liger-kernel ").expect("the reason")..];
-            assert!(
-                lorafit::web::i18n::has(why),
-                "{model}: no Chinese for {why}"
-            );
+            assert_translated(&err, "liger-kernel ");
         }
         assert!(plan(&arch, &Settings::default()).is_ok(), "{model}");
     }
@@ -213,9 +214,7 @@ fn liger_on_qwen_vl_fails_to_import_and_says_so() {
 #[test]
 fn gpt_oss_liger_is_its_norm_and_rope() {
     use lorafit::model::{plan, Liger, Settings, Target};
-    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("gpt-oss-20b"))
-        .expect("model")
-        .value;
+    let arch = catalog("gpt-oss-20b");
     let attn = Settings {
         targets: vec![Target::Q, Target::K, Target::V, Target::O],
         ..Settings::default()
@@ -229,8 +228,7 @@ fn gpt_oss_liger_is_its_norm_and_rope() {
         err.contains("no SwiGLU kernel for gpt_oss") && err.contains("rms_norm,rope"),
         "{err}"
     );
-    let why = &err[err.find("Liger-Kernel has").expect("the reason")..];
-    assert!(lorafit::web::i18n::has(why), "no Chinese for {why}");
+    assert_translated(&err, "Liger-Kernel has");
     let two = Liger {
         swiglu: false,
         ..Liger::ALL
@@ -265,9 +263,7 @@ fn gpt_oss_liger_is_its_norm_and_rope() {
 fn families_without_liger_kernels_say_so() {
     use lorafit::model::{plan, FusedCe, Liger, Settings, Target};
     for model in ["olmoe-1b-7b", "glm4.5-air"] {
-        let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!(model))
-            .expect("model")
-            .value;
+        let arch = catalog(model);
         let s = Settings {
             liger: Liger::ALL,
             targets: vec![Target::Q, Target::K, Target::V, Target::O],
@@ -278,8 +274,7 @@ fn families_without_liger_kernels_say_so() {
             err.contains(&format!("has no kernels for {}", arch.family.name())),
             "{model}: {err}"
         );
-        let why = &err[err.find("liger-kernel").expect("the reason")..];
-        assert!(lorafit::web::i18n::has(why), "no Chinese for {why}");
+        assert_translated(&err, "liger-kernel");
     }
     let mut read = lorafit::formats::framework::read(
         "model_name_or_path: allenai/OLMoE-1B-7B-0924\nstage: sft\nfinetuning_type: lora\nlora_target: q_proj,k_proj,v_proj,o_proj\nenable_liger_kernel: true\n",
@@ -313,9 +308,7 @@ fn liger_with_images_is_planned_where_the_tower_is_untouched() {
         s
     };
     for model in ["qwen3.5-4b", "qwen3.5-35b-a3b"] {
-        let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!(model))
-            .expect("model")
-            .value;
+        let arch = catalog(model);
         let base = images(Settings::default());
         let with = Settings {
             liger: Liger {
@@ -330,9 +323,7 @@ fn liger_with_images_is_planned_where_the_tower_is_untouched() {
         // there it can cost memory, as on Mixtral.)
         assert_ne!(p.peak_allocated_bytes, q.peak_allocated_bytes, "{model}");
     }
-    let arch = lorafit::formats::catalog::resolve_model(&serde_json::json!("qwen3-vl-30b-a3b"))
-        .expect("model")
-        .value;
+    let arch = catalog("qwen3-vl-30b-a3b");
     let s = images(Settings {
         liger: Liger::ALL,
         targets: vec![lorafit::model::Target::Q, lorafit::model::Target::V],
