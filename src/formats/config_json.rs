@@ -176,12 +176,7 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
         return Err(format!(
             "{} is a mixture-of-experts model lorafit does not plan yet (supported MoE families: {})",
             short(&Value::String(model_type.clone())),
-            Family::ALL
-                .iter()
-                .filter(|f| f.layout().moe.is_some())
-                .map(|f| f.name())
-                .collect::<Vec<_>>()
-                .join(", ")
+            Family::names_where(|l| l.moe.is_some())
         ));
     }
     let family = family.ok_or_else(|| {

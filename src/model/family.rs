@@ -175,8 +175,9 @@ pub struct FamilyLayout {
     /// them (liger-kernel 0.8.5 `transformers/monkey_patch.py`: llama :259-323, mistral
     /// :723-784, qwen2 :1750-1814, qwen3 :1817-1873 — q/k norms included — gemma2 :1142-1213,
     /// gemma3_text :1216-1297, phi3 :2371-2432 — Llama's norm and RoPE, and `LigerPhi3SwiGLUMLP`,
-    /// `transformers/swiglu.py:118-137`: the fused gate_up output chunked into the SiLU-mul).
-    /// Other families' Liger modules differ (experts, gpt-oss's norm).
+    /// `transformers/swiglu.py:118-137`: the fused gate_up output chunked into the SiLU-mul),
+    /// and the MoE, Qwen3.5 and gpt-oss rows' (each cited there). None: liger-kernel 0.8.5 has
+    /// no function for the family, or (`liger_unimportable`) one that fails to import.
     pub liger: Option<LigerLayout>,
     /// Liger-Kernel's switch for the family fails before training: liger-kernel 0.8.5's
     /// `apply_liger_kernel_to_qwen2_5_vl` / `_qwen3_vl` import their fused-loss forward
@@ -503,15 +504,20 @@ impl FamilyLayout {
 }
 
 impl Family {
-    /// The families whose Liger-Kernel modules are planned (a [`LigerLayout`] in their row), by
-    /// model type, for the messages that list them.
-    pub fn with_liger() -> String {
+    /// The families whose row has what `has` asks for, by model type, for the messages that
+    /// list them.
+    pub fn names_where(has: impl Fn(&FamilyLayout) -> bool) -> String {
         Family::ALL
             .iter()
-            .filter(|f| f.layout().liger.is_some())
+            .filter(|f| has(&f.layout()))
             .map(|f| f.name())
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// The families whose Liger-Kernel modules are planned (a [`LigerLayout`] in their row).
+    pub fn with_liger() -> String {
+        Family::names_where(|l| l.liger.is_some())
     }
 
     /// The family's layout flags.

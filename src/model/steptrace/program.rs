@@ -865,6 +865,23 @@ impl<'c, 'a> Prog<'c, 'a> {
         y
     }
 
+    /// `a + b` or `a − b` (`op`) over `n` elements, either side broadcast when smaller (its
+    /// gradient summed down to its size); neither is saved, and `a − b`'s backward negates
+    /// `b`'s gradient.
+    pub(super) fn broadcast(&mut self, a: X, b: X, n: u64, op: Op, what: What) -> X {
+        let mut y = self.t(n, a.es.max(b.es), what);
+        let mut eb = Self::edge(&b);
+        if b.n < n {
+            eb.sum_to = b.n;
+        }
+        let mut ea = Self::edge(&a);
+        if a.n < n {
+            ea.sum_to = a.n;
+        }
+        y.g = self.tp.node(op, n, y.es, &[ea, eb], &[]);
+        y
+    }
+
     /// A copy of `x` into a new tensor (`clone`, `contiguous()`), whose backward hands the
     /// gradient on.
     fn copy_of(&mut self, x: X, what: What) -> X {

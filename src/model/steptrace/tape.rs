@@ -1253,9 +1253,7 @@ impl Tape {
                     match *st {
                         Step::Returns => {
                             if unpacked && !saved_gone {
-                                for &s in node.saved.as_slice().iter().rev() {
-                                    self.drop_t(s);
-                                }
+                                self.drop_unpacked(node.saved.as_slice());
                                 saved_gone = true;
                             }
                         }
@@ -1363,10 +1361,7 @@ impl Tape {
             }
         }
         if unpacked && !saved_gone {
-            // Unpacked saved tensors die with the formula's locals, last unpacked first.
-            for &s in node.saved.as_slice().iter().rev() {
-                self.drop_t(s);
-            }
+            self.drop_unpacked(node.saved.as_slice());
         }
         // validate_outputs: broadcast reduction, then the input's dtype.
         for (k, e) in edges.iter().enumerate() {
@@ -1422,6 +1417,14 @@ impl Tape {
         // The node's outputs die with it (an addend of an out-of-place sum too).
         for t in std::mem::take(&mut self.held) {
             self.drop_t(t);
+        }
+    }
+
+    /// A node's saved tensors unpacked from a recomputation die with the formula's locals, last
+    /// unpacked first.
+    fn drop_unpacked(&mut self, saved: &[T]) {
+        for &s in saved.iter().rev() {
+            self.drop_t(s);
         }
     }
 

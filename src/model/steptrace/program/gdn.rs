@@ -68,26 +68,12 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// `a + b` with broadcasting (neither saved).
     fn add_bcast(&mut self, a: X, b: X, n: u64) -> X {
-        self.add_or_sub(a, b, n, Op::Add)
+        self.broadcast(a, b, n, Op::Add, What::LinearAttn)
     }
 
     /// `a − b` with broadcasting (neither saved; backward negates `b`'s gradient).
     fn sub_bcast(&mut self, a: X, b: X, n: u64) -> X {
-        self.add_or_sub(a, b, n, Op::Sub)
-    }
-
-    fn add_or_sub(&mut self, a: X, b: X, n: u64, op: Op) -> X {
-        let mut y = self.t(n, a.es.max(b.es), What::LinearAttn);
-        let mut eb = Self::edge(&b);
-        if b.n < n {
-            eb.sum_to = b.n;
-        }
-        let mut ea = Self::edge(&a);
-        if a.n < n {
-            ea.sum_to = a.n;
-        }
-        y.g = self.tp.node(op, n, y.es, &[ea, eb], &[]);
-        y
+        self.broadcast(a, b, n, Op::Sub, What::LinearAttn)
     }
 
     /// `l2norm(x)`: `x * rsqrt(sum(x·x) + eps)` over rows of `width`.

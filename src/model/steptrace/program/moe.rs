@@ -986,13 +986,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let t1 = self.mul_by(first, cos);
         let t2 = self.mul_by(second, sin);
         // first_ = first_half * cos - second_half * sin: the subtrahend's gradient is negated.
-        let f = {
-            let mut y = self.t(t1.n, t1.es.max(t2.es), What::Rope);
-            y.g = self
-                .tp
-                .node(Op::Sub, y.n, y.es, &[Self::edge(&t1), Self::edge(&t2)], &[]);
-            y
-        };
+        let f = self.broadcast(t1, t2, t1.n, Op::Sub, What::Rope);
         self.drop(t1);
         self.drop(t2);
         let t3 = self.mul_by(second, cos);
@@ -1224,17 +1218,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             .node(Op::Scatter, mx.n, es, &[Self::edge(&comb)], &[mi.t]);
         // (`.values` of the (values, indices) pair: the indices live on only if saved.)
         self.drop(mi);
-        let sub = {
-            let mut y = self.t(cn, es, What::Scores);
-            let em = Edge {
-                to: mx.g,
-                n: mx.n,
-                es,
-                sum_to: mx.n,
-            };
-            y.g = self.tp.node(Op::Sub, cn, es, &[Self::edge(&comb), em], &[]);
-            y
-        };
+        let sub = self.broadcast(comb, mx, cn, Op::Sub, What::Scores);
         self.drop(mx);
         self.drop(comb);
         let probs = {
