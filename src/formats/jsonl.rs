@@ -258,6 +258,19 @@ pub fn plan_request(v: &Value) -> Result<Value, String> {
         .as_object()
         .ok_or(r#"expected {"model": "llama2-7b", "settings": {...}}"#)?;
     let r = read_request(obj, &["gpu", "dataset_tokens", "usd_per_gpu_hour"])?;
+    // A request that fails says too what it did not use (a setting put beside "settings"
+    // rather than in it is often why).
+    answer(obj, &r).map_err(|e| {
+        if r.ignored.is_empty() {
+            e
+        } else {
+            format!("{e} (not used: {})", r.ignored.join(", "))
+        }
+    })
+}
+
+/// [`plan_request`]'s answer to a request already read.
+fn answer(obj: &Map<String, Value>, r: &Request) -> Result<Value, String> {
     let rate = match obj.get("usd_per_gpu_hour") {
         None => None,
         Some(d) => Some(
@@ -440,6 +453,20 @@ mod tests {
         assert!(!ok && e.contains("dataset_tokens"), "{e}");
         let (ok, e) = output_line(r#"{"model": "llama2-7b", "gpu": "nope"}"#);
         assert!(!ok && e.contains("unknown GPU"), "{e}");
+    }
+
+    #[test]
+    fn a_line_that_fails_names_what_it_did_not_use() {
+        // The dropout put beside "settings" is not used, so the default's is refused: the error
+        // says so.
+        let (ok, e) = output_line(r#"{"model": "qwen3-30b-a3b", "lora_dropout": 0, "seq": 512}"#);
+        assert!(
+            !ok && e.contains("lora_dropout") && e.contains("(not used: lora_dropout, seq)"),
+            "{e}"
+        );
+        // Nothing left over: the error alone.
+        let (ok, e) = output_line(r#"{"model": "qwen3-30b-a3b", "settings": {"seq": 512}}"#);
+        assert!(!ok && !e.contains("not used"), "{e}");
     }
 
     #[test]
