@@ -21,7 +21,6 @@ const UNSUPPORTED_MOE: &[&str] = &[
     "phimoe",
     "llama4",
     "llama4_text",
-    "qwen3_next",
 ];
 
 fn family_from_architectures(v: &Value) -> Option<String> {
@@ -33,6 +32,7 @@ fn family_from_architectures(v: &Value) -> Option<String> {
         ("mistral", "mistral"),
         ("qwen3moe", "qwen3_moe"),
         ("qwen3_5moe", "qwen3_5_moe"),
+        ("qwen3next", "qwen3_next"),
         ("qwen3_5", "qwen3_5"),
         ("qwen3vlmoe", "qwen3_vl_moe"),
         ("qwen3vl", "qwen3_vl"),
@@ -265,7 +265,10 @@ fn intermediate_size(cfg: &Value, family: Family) -> Result<u64, String> {
         (None, Some(m)) => {
             Ok(optional_positive(cfg, "moe_intermediate_size")?.unwrap_or(m.default_moe_width))
         }
-        (None, None) => positive(cfg, "intermediate_size"),
+        (None, None) => match family.layout().intermediate_default {
+            Some(d) => Ok(d),
+            None => positive(cfg, "intermediate_size"),
+        },
     }
 }
 

@@ -305,6 +305,12 @@ pub enum Target {
     /// Gated DeltaNet's out_proj
     #[serde(rename = "out_proj")]
     OutProj,
+    /// Qwen3-Next's Gated DeltaNet in_proj_qkvz (q, k, v and the output gate, fused)
+    #[serde(rename = "in_proj_qkvz")]
+    InProjQkvz,
+    /// Qwen3-Next's Gated DeltaNet in_proj_ba (β and the decay, fused)
+    #[serde(rename = "in_proj_ba")]
+    InProjBa,
     /// Qwen3.5-MoE's shared_expert_gate (`Linear(hidden, 1)`)
     #[serde(rename = "shared_expert_gate")]
     SharedExpertGate,
@@ -323,6 +329,8 @@ names!(Target {
     InProjB => "in_proj_b",
     InProjA => "in_proj_a",
     OutProj => "out_proj",
+    InProjQkvz => "in_proj_qkvz",
+    InProjBa => "in_proj_ba",
     SharedExpertGate => "shared_expert_gate",
 });
 
@@ -347,6 +355,8 @@ impl Target {
             Target::InProjB => "in_proj_b",
             Target::InProjA => "in_proj_a",
             Target::OutProj => "out_proj",
+            Target::InProjQkvz => "in_proj_qkvz",
+            Target::InProjBa => "in_proj_ba",
             Target::SharedExpertGate => "shared_expert_gate",
         }
     }
@@ -1086,13 +1096,21 @@ impl Architecture {
                     selected_by,
                     bias: false,
                 };
-                vec![
-                    lin("in_proj_qkv", h, conv, &[InProjQkv]),
-                    lin("in_proj_z", h, vw, &[InProjZ]),
-                    lin("in_proj_b", h, vh, &[InProjB]),
-                    lin("in_proj_a", h, vh, &[InProjA]),
-                    lin("out_proj", vw, h, &[OutProj]),
-                ]
+                if self.family.layout().hybrid.is_some_and(|l| l.fused_in_proj) {
+                    vec![
+                        lin("in_proj_qkvz", h, conv + vw, &[InProjQkvz]),
+                        lin("in_proj_ba", h, 2 * vh, &[InProjBa]),
+                        lin("out_proj", vw, h, &[OutProj]),
+                    ]
+                } else {
+                    vec![
+                        lin("in_proj_qkv", h, conv, &[InProjQkv]),
+                        lin("in_proj_z", h, vw, &[InProjZ]),
+                        lin("in_proj_b", h, vh, &[InProjB]),
+                        lin("in_proj_a", h, vh, &[InProjA]),
+                        lin("out_proj", vw, h, &[OutProj]),
+                    ]
+                }
             }
             None => vec![
                 LinearShape {

@@ -46,6 +46,11 @@ pub enum Family {
     /// with a mixture of experts — a router, fused routed experts and one shared expert scaled by
     /// a sigmoid gate — instead of a dense MLP.
     Qwen35Moe,
+    /// Qwen3-Next (`qwen3_next`: Qwen3-Next-80B-A3B): Qwen3.5-MoE's forerunner, text only — the
+    /// same hybrid layers, experts and gated shared expert, with the Gated DeltaNet's four input
+    /// projections fused into two (`in_proj_qkvz`, `in_proj_ba`), a one-dimensional rotary, and
+    /// dense layers by `mlp_only_layers` / `decoder_sparse_step`.
+    Qwen3Next,
     /// GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (`glm4_moe`): q/k/v biases, half the head rotating,
     /// optional q/k norms, the first layers dense, then sigmoid-scored group-limited routing over
     /// fused experts beside a shared expert.
@@ -78,6 +83,7 @@ names!(Family {
     GptOss => "gpt_oss" | "gptoss",
     Qwen35 => "qwen3_5" | "qwen3_5_text" | "qwen3.5",
     Qwen35Moe => "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3.5_moe",
+    Qwen3Next => "qwen3_next",
     Glm4Moe => "glm4_moe" | "glm4.5",
     Qwen3Vl => "qwen3_vl" | "qwen3_vl_text",
     Qwen3VlMoe => "qwen3_vl_moe" | "qwen3_vl_moe_text",
@@ -151,6 +157,9 @@ pub struct FamilyLayout {
     pub bos_default: bool,
     /// `head_dim` when config.json omits it (else hidden / heads).
     pub head_dim_default: Option<u64>,
+    /// `intermediate_size` when config.json omits it (the config class's default: Qwen3-Next's
+    /// 5632, `configuration_qwen3_next.py:93`, the width of a layer `mlp_only_layers` keeps dense).
+    pub intermediate_default: Option<u64>,
     /// `attention_bias` also gives o_proj a bias (gpt-oss, OLMoE, Qwen3-MoE).
     pub o_bias: bool,
     /// How attention is built.
@@ -163,6 +172,9 @@ pub struct FamilyLayout {
     pub hybrid: Option<HybridLayout>,
     /// The vision tower a vision-language checkpoint of the family carries, when lorafit plans it.
     pub vision: Option<VisionKind>,
+    /// The rotary tables are the positions times the inverse frequencies, an elementwise product
+    /// rather than a GEMM (`Qwen3NextRotaryEmbedding.forward`, `modeling_qwen3_next.py:117-123`).
+    pub rotary_product: bool,
     /// The rotary tables are multimodal (M-RoPE: three position grids, Qwen2.5-VL, Qwen3.5 and
     /// Qwen3-VL), computed as `[3, batch, seq, rotary/2]` products rather than a GEMM.
     pub mrope: Option<Mrope>,
@@ -204,10 +216,14 @@ pub struct LigerLayout {
     /// (`in_place=True`, Llama's casting); Gemma's norms (`in_place=False`, Gemma's casting and
     /// offset) make it a new tensor.
     pub norm_in_place: bool,
-    /// Whether Liger has a RoPE kernel for the family (`apply_liger_kernel_to_qwen3_5` raises
+    /// Whether Liger's RoPE is planned for the family (`apply_liger_kernel_to_qwen3_5` raises
     /// NotImplementedError for `rope=True`, `_deepseek_v2` warns and skips it; both default to
     /// off).
     pub rope: bool,
+    /// Whether the family's switch installs Liger's RoPE for `rope=True` at all
+    /// (`apply_liger_kernel_to_qwen3_next` does, over the rotating quarter of each head, though
+    /// lorafit does not plan it).
+    pub rope_kernel: bool,
     /// Whether its SwiGLU replaces the fused experts (`LigerExperts`, transformers 5).
     pub experts: bool,
     /// Whether its patch leaves the vision tower as transformers builds it (Qwen3.5's: its ViT's
@@ -315,6 +331,12 @@ pub struct HybridLayout {
     /// Full attention's q_proj also projects a sigmoid output gate (twice the width), unless
     /// config.json says `attn_output_gate: false`.
     pub output_gate: bool,
+    /// The four input projections are two (Qwen3-Next, `modeling_qwen3_next.py:606-611`):
+    /// `in_proj_qkvz` (q, k, v and the output gate z) and `in_proj_ba` (β's and the decay's
+    /// inputs), their outputs grouped per key head and untangled by
+    /// `fix_query_key_value_ordering` (:620-646): views and splits, reshapes that copy v, z, b
+    /// and a, then q, k and v flattened (copies of q and k) and concatenated for the convolution.
+    pub fused_in_proj: bool,
 }
 
 /// Where a family RMS-normalises q and k.
@@ -542,6 +564,7 @@ impl Family {
             tie_default: false,
             bos_default: true,
             head_dim_default: None,
+            intermediate_default: None,
             o_bias: false,
             attention: AttentionKind::Standard,
             sdpa: true,
@@ -549,6 +572,7 @@ impl Family {
             hybrid: None,
             vision: None,
             mrope: None,
+            rotary_product: false,
             rotary_per_layer_type: false,
             liger: None,
             liger_unimportable: false,
@@ -577,6 +601,7 @@ impl Family {
             tower_untouched: false,
             norm_in_place: true,
             rope: true,
+            rope_kernel: true,
             experts: false,
             dense_mlp: true,
         });
@@ -586,6 +611,7 @@ impl Family {
             tower_untouched: false,
             norm_in_place: true,
             rope: true,
+            rope_kernel: true,
             experts: true,
             dense_mlp: false,
         });
@@ -594,6 +620,7 @@ impl Family {
                 tower_untouched: false,
                 norm_in_place: false,
                 rope: true,
+                rope_kernel: true,
                 experts: false,
                 dense_mlp: true,
             }),
@@ -620,6 +647,7 @@ impl Family {
                 default_value_head_dim: 128,
                 default_conv_kernel: 4,
                 output_gate: true,
+                fused_in_proj: false,
             }),
             mrope: Some(Mrope::Interleaved),
             partial_rotary: Some((1, 4)),
@@ -633,6 +661,7 @@ impl Family {
                 tower_untouched: true,
                 norm_in_place: false,
                 rope: false,
+                rope_kernel: false,
                 experts: false,
                 dense_mlp: true,
             }),
@@ -782,6 +811,7 @@ impl Family {
                     tower_untouched: false,
                     norm_in_place: true,
                     rope: false,
+                    rope_kernel: false,
                     experts: true,
                     dense_mlp: true,
                 }),
@@ -830,11 +860,51 @@ impl Family {
                     tower_untouched: true,
                     norm_in_place: false,
                     rope: false,
+                    rope_kernel: false,
                     experts: true,
                     dense_mlp: false,
                 }),
                 ..qwen35
             },
+            // Qwen3-Next's text model: Qwen3.5-MoE's layers (`modular_qwen3_5_moe.py` builds them from
+            // these), a plain rotary of position products, and the `qwen2_moe` conversion pattern
+            // (`conversion_mapping.py:72`), so peft maps the MLP names onto the experts.
+            Family::Qwen3Next => {
+                let q35moe = Family::Qwen35Moe.layout();
+                FamilyLayout {
+                    intermediate_default: Some(5632),
+                    mrope: None,
+                    rotary_product: true,
+                    vision: None,
+                    hybrid: qwen35.hybrid.map(|h| HybridLayout {
+                        fused_in_proj: true,
+                        ..h
+                    }),
+                    moe: q35moe.moe.map(|m| MoeLayout {
+                        renorm: Renorm::Config { default: true },
+                        dense: DenseLayers::SparseStep,
+                        peft_maps_mlp_names: true,
+                        default_experts: 512,
+                        default_experts_per_tok: Some(10),
+                        ..m
+                    }),
+                    // `apply_liger_kernel_to_qwen3_next` (monkey_patch.py:3117-3214) before the model
+                    // is built: `LigerRMSNormForQwen3Next` for the norms (not the gated one),
+                    // `LigerExperts` for the fused experts; the shared expert and a dense layer's MLP
+                    // keep transformers' module. Liger's RoPE (off by default; `rope=True` installs
+                    // `liger_rotary_pos_emb`, which rotates the leading quarter of each head the
+                    // width of cos gives) is not planned: not measured.
+                    liger: Some(LigerLayout {
+                        tower_untouched: false,
+                        norm_in_place: false,
+                        rope: false,
+                        rope_kernel: true,
+                        experts: true,
+                        dense_mlp: false,
+                    }),
+                    ..q35moe
+                }
+            }
             Family::GptOss => FamilyLayout {
                 qkv_bias: true,
                 o_bias: true,
@@ -864,6 +934,7 @@ impl Family {
                     tower_untouched: false,
                     norm_in_place: true,
                     rope: true,
+                    rope_kernel: true,
                     experts: false,
                     dense_mlp: false,
                 }),

@@ -330,10 +330,21 @@ impl Reading {
             self.settings.liger.swiglu = false;
             self.notes.push(format!("Liger-Kernel has no SwiGLU kernel for {}: its switch installs Liger's RMSNorm and RoPE there (apply_liger_kernel_to_{} patches no MLP)", e.arch.family.name(), e.arch.family.name()));
         }
-        if self.settings.liger.rope && e.arch.family.layout().liger.is_some_and(|l| !l.rope) {
-            // Liger has no RoPE kernel for this family: its switch installs the others.
+        if let Some(l) = e
+            .arch
+            .family
+            .layout()
+            .liger
+            .filter(|l| self.settings.liger.rope && !l.rope)
+        {
+            // Liger's RoPE is off by default for this family: its switch installs the others.
             self.settings.liger.rope = false;
-            self.notes.push(format!("Liger-Kernel has no RoPE kernel for {}: its switch installs Liger's RMSNorm and SwiGLU there (apply_liger_kernel_to_{}'s defaults)", e.arch.family.name(), e.arch.family.name()));
+            let f = e.arch.family.name();
+            self.notes.push(if l.rope_kernel {
+                format!("apply_liger_kernel_to_{f} leaves Liger's RoPE off by default: its switch installs Liger's RMSNorm and SwiGLU there")
+            } else {
+                format!("Liger-Kernel has no RoPE kernel for {f}: its switch installs Liger's RMSNorm and SwiGLU there (apply_liger_kernel_to_{f}'s defaults)")
+            });
         }
         Ok(Some(e))
     }

@@ -587,10 +587,20 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: format!("liger-kernel 0.8.5 has no kernels for {0} (no apply_liger_kernel_to_{0}; it has them for {1}), and its switch leaves the model as it is: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name(), crate::model::Family::with_liger()),
         });
     }
-    if extended && s.liger.rope && arch.family.layout().liger.is_some_and(|l| !l.rope) {
+    if let Some(l) = arch
+        .family
+        .layout()
+        .liger
+        .filter(|l| extended && s.liger.rope && !l.rope)
+    {
+        let f = arch.family.name();
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
-            why: format!("Liger-Kernel has no RoPE kernel for {} (its apply_liger_kernel_to_{} installs none for rope=True and leaves it off by default): plan with liger_kernel rms_norm,swiglu", arch.family.name(), arch.family.name()),
+            why: if l.rope_kernel {
+                format!("Liger-Kernel's RoPE on {f} is not planned yet (apply_liger_kernel_to_{f}(rope=True) installs liger_rotary_pos_emb over the rotating part of each head; it is off by default), nor measured: plan with liger_kernel rms_norm,swiglu")
+            } else {
+                format!("Liger-Kernel has no RoPE kernel for {f} (its apply_liger_kernel_to_{f} installs none for rope=True and leaves it off by default): plan with liger_kernel rms_norm,swiglu")
+            },
         });
     }
     if extended && s.liger.swiglu && arch.family.layout().liger.is_some_and(|l| !l.swiglu()) {

@@ -354,11 +354,22 @@ impl<'c, 'a> Prog<'c, 'a> {
             if kind.is_linear() {
                 // Qwen3_5GatedDeltaNet's own parameters (dt_bias, A_log) come first, then its
                 // modules in registration order: conv1d, the gated norm, out_proj, and the
-                // input projections.
+                // input projections — Qwen3-Next's two fused projections right after conv1d,
+                // then the gated norm and out_proj.
+                let fused = a.family.layout().hybrid.is_some_and(|l| l.fused_in_proj);
                 if let Some(g) = a.gdn() {
                     self.weight(g.value_heads, aux, 0);
                     self.weight(g.value_heads, aux, 0);
                     self.weight(g.conv_dim() * g.conv_kernel, aux, 0);
+                    if fused {
+                        let (inputs, rest) = order
+                            .into_iter()
+                            .partition(|l| l.name.starts_with("in_proj"));
+                        for l in inputs {
+                            self.register_linear(l, &adapted, &mut lins);
+                        }
+                        order = rest;
+                    }
                     self.weight(g.value_dim, aux, 0);
                 }
                 if let Some(i) = order.iter().position(|l| l.name == "out_proj") {
@@ -2332,7 +2343,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             .fsdp1_buffers_cast()
             .then(|| self.t(self.ctx.arch.rotary_dim() / 2, 4, What::Rotary));
         let freqs = self.t(sq * hd / 2, 4, What::Rotary);
-        self.tp.gemm(false); // inv_freq @ positions: the forward's first GEMM
+        if !self.ctx.arch.family.layout().rotary_product {
+            self.tp.gemm(false); // inv_freq @ positions: the forward's first GEMM
+        }
         self.drop(pos);
         if let Some(i) = inv {
             self.drop(i);

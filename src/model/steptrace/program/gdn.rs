@@ -2,7 +2,8 @@
 //! it without the fla / causal-conv1d kernels (`Qwen3_5GatedDeltaNet.forward`,
 //! `models/qwen3_5/modeling_qwen3_5.py:543-656`, and the torch fallbacks `causal_conv1d_fn`
 //! (:256-277), `l2norm` (:280-284) and `torch_chunk_gated_delta_rule` (:287-426)):
-//! - the four input projections, the depthwise causal convolution over q, k, v (its output
+//! - the four input projections (Qwen3-Next's two fused ones untangled into copies, see
+//!   [`Prog::untangle`]), the depthwise causal convolution over q, k, v (its output
 //!   `kernel − 1` positions longer, sliced) and its SiLU;
 //! - β = sigmoid(b) and the decay `g = −exp(A_log) · softplus(a + dt_bias)` in fp32;
 //! - q and k repeated to the value heads, everything copied to fp32 and transposed, q and k
@@ -22,6 +23,19 @@ use crate::model::steptrace::What;
 
 /// The chunk the torch fallback scans the sequence in (`chunk_size=64`).
 const CHUNK: u64 = 64;
+
+/// What the input projections hand the rest of the layer: the convolution's input, the output
+/// gate z, β's and the decay's inputs, and what else the forward keeps bound.
+struct Front {
+    qkv: X,
+    z: X,
+    bb: X,
+    aa: X,
+    /// q, k and v as the convolution's input was concatenated from (Qwen3-Next).
+    parts: Vec<X>,
+    /// The projections' outputs, bound until the forward returns (Qwen3-Next).
+    projections: Vec<X>,
+}
 
 impl<'c, 'a> Prog<'c, 'a> {
     /// A view of `x` (no new storage) of `n` elements whose gradient goes through `g`.
@@ -106,7 +120,8 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// The Gated DeltaNet token mixer of a linear layer, from the normed hidden states `x`;
-    /// `lins` are the layer's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a and out_proj.
+    /// `lins` are the layer's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (Qwen3-Next:
+    /// in_proj_qkvz, in_proj_ba) and out_proj.
     pub(super) fn gated_delta_net(&mut self, x: X, lins: &[Lin]) -> X {
         let ctx = self.ctx;
         let Some(g) = ctx.arch.gdn() else { return x };
@@ -120,26 +135,57 @@ impl<'c, 'a> Prog<'c, 'a> {
         let sp = sq.div_ceil(CHUNK) * CHUNK;
         let nck = sp / CHUNK;
         let named = |n: &str| lins.iter().find(|l| l.shape.name == n).cloned();
-        let (Some(l_qkv), Some(l_z), Some(l_b), Some(l_a), Some(l_out)) = (
-            named("in_proj_qkv"),
-            named("in_proj_z"),
-            named("in_proj_b"),
-            named("in_proj_a"),
-            named("out_proj"),
-        ) else {
+        let Some(l_out) = named("out_proj") else {
             return x;
         };
-        // The convolution reads in_proj_qkv's output transposed, and β is transposed into
-        // heads-major fp32: with several sequences their gradients come back strided, and
-        // the views of these projections' outputs copy them.
-        self.strided_grad = b > 1;
-        let qkv = self.lora_linear(x, &l_qkv);
-        self.strided_grad = false;
-        let z = self.lora_linear(x, &l_z);
-        self.strided_grad = b > 1;
-        let bb = self.lora_linear(x, &l_b);
-        self.strided_grad = false;
-        let aa = self.lora_linear(x, &l_a);
+        let front = if ctx
+            .arch
+            .family
+            .layout()
+            .hybrid
+            .is_some_and(|h| h.fused_in_proj)
+        {
+            let (Some(l_qkvz), Some(l_ba)) = (named("in_proj_qkvz"), named("in_proj_ba")) else {
+                return x;
+            };
+            self.untangle(x, &l_qkvz, &l_ba, [t * kd, t * vd, t * hv])
+        } else {
+            let (Some(l_qkv), Some(l_z), Some(l_b), Some(l_a)) = (
+                named("in_proj_qkv"),
+                named("in_proj_z"),
+                named("in_proj_b"),
+                named("in_proj_a"),
+            ) else {
+                return x;
+            };
+            // The convolution reads in_proj_qkv's output transposed, and β is transposed into
+            // heads-major fp32: with several sequences their gradients come back strided, and
+            // the views of these projections' outputs copy them.
+            self.strided_grad = b > 1;
+            let qkv = self.lora_linear(x, &l_qkv);
+            self.strided_grad = false;
+            let z = self.lora_linear(x, &l_z);
+            self.strided_grad = b > 1;
+            let bb = self.lora_linear(x, &l_b);
+            self.strided_grad = false;
+            let aa = self.lora_linear(x, &l_a);
+            Front {
+                qkv,
+                z,
+                bb,
+                aa,
+                parts: vec![],
+                projections: vec![],
+            }
+        };
+        let Front {
+            qkv,
+            z,
+            bb,
+            aa,
+            parts,
+            projections,
+        } = front;
 
         // causal_conv1d_fn: F.conv1d(padding = kernel − 1) saves its input; [:, :, :seq] is a
         // view; SiLU saves that view.
@@ -155,8 +201,12 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(conv_out);
         let mixed = self.unary(sliced, es, What::LinearAttn, true, false);
         self.drop(sliced);
-        // `mixed_qkv` is rebound to the convolution's output when the function returns.
+        // `mixed_qkv` is rebound to the convolution's output when the function returns;
+        // Qwen3-Next's flattened q, k and v when `query, key, value` are rebound to its split.
         self.drop(qkv);
+        for x in parts {
+            self.drop(x);
+        }
         // split into q, k, v views (one node whose backward concatenates the three gradients),
         // each reshaped into heads: v's gradient arrives transposed, so its view's backward
         // copies (as do q's and k's when no repeat_interleave made theirs contiguous).
@@ -502,10 +552,59 @@ impl<'c, 'a> Prog<'c, 'a> {
         self.drop(var);
         self.drop(o);
         let out = self.lora_linear(normed, &l_out);
-        // Qwen3_5GatedDeltaNet.forward's locals, in binding order.
-        for x in [z, bb, aa, q, k, v, mixed, beta, gdec, normed] {
+        // Qwen3_5GatedDeltaNet.forward's locals, in binding order (Qwen3-Next binds its fused
+        // projections' outputs first).
+        for x in projections
+            .into_iter()
+            .chain([z, bb, aa, q, k, v, mixed, beta, gdec, normed])
+        {
             self.drop(x);
         }
         out
+    }
+
+    /// Qwen3-Next's fused input projections, untangled as `fix_query_key_value_ordering`
+    /// (`modeling_qwen3_next.py:620-646`) and its caller (:678-681) do it: `in_proj_qkvz` and
+    /// `in_proj_ba` viewed per key head and split (one node each, whose backward concatenates
+    /// the pieces' gradients); v, z, b and a reshaped across the key heads' groups — copies —, q
+    /// and k flattened — copies too —, and q, k, v concatenated for the convolution. `n` holds
+    /// the elements of q (and k), of v (and z), of b (and a).
+    fn untangle(&mut self, x: X, l_qkvz: &Lin, l_ba: &Lin, n: [u64; 3]) -> Front {
+        let es = x.es;
+        let [qk_n, v_n, b_n] = n;
+        let qkvz = self.lora_linear(x, l_qkvz);
+        let ba = self.lora_linear(x, l_ba);
+        let j4 = self
+            .tp
+            .node(Op::JoinN, qkvz.n, es, &[Self::edge(&qkvz)], &[]);
+        let j2 = self.tp.node(Op::Join, ba.n, es, &[Self::edge(&ba)], &[]);
+        // A reshape that cannot view: a contiguous copy, whose backward views the gradient.
+        let copy = |p: &mut Self, n: u64, g: G| -> X {
+            let mut y = p.t(n, es, What::LinearAttn);
+            y.g = g;
+            y
+        };
+        let v = copy(self, v_n, j4);
+        let z = copy(self, v_n, j4);
+        let bb = copy(self, b_n, j2);
+        let aa = copy(self, b_n, j2);
+        let q = copy(self, qk_n, j4);
+        let k = copy(self, qk_n, j4);
+        let mut qkv = self.t(2 * qk_n + v_n, es, What::LinearAttn);
+        qkv.g = self.tp.node(
+            Op::Split,
+            qkv.n,
+            es,
+            &[Self::edge(&q), Self::edge(&k), Self::edge(&v)],
+            &[],
+        );
+        Front {
+            qkv,
+            z,
+            bb,
+            aa,
+            parts: vec![q, k, v],
+            projections: vec![qkvz, ba],
+        }
     }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Measures the Qwen3.5 and Qwen3.5-MoE cases of cases.jsonl with the harness's measure_vl.py and
+"""Measures the Qwen3.5, Qwen3.5-MoE and Qwen3-Next cases of cases.jsonl with the harness's measure_vl.py and
 replays each step's allocation sequence through PyTorch's caching allocator (replay.py). Run from the
 harness folder (`../../harness`, a copy of `shared/truth`, with its .venv):
 
@@ -10,6 +10,11 @@ import json
 import os
 import subprocess
 import sys
+
+# Qwen3-Next's Linear layers by name: every one, and all but the MLP names peft maps onto the experts.
+QN_NO_MLP = ["in_proj_qkvz", "in_proj_ba", "q_proj", "k_proj", "v_proj", "o_proj", "out_proj",
+             "shared_expert_gate"]
+QN_ALL = QN_NO_MLP + ["gate_proj", "up_proj", "down_proj"]
 
 CASES = [
     ("qwen3.5-4b_bf16_s512_b1_qkvo_nogc", {"seq": 512, "batch": 1, "target_modules": "qkvo"}),
@@ -37,6 +42,25 @@ CASES = [
                                                      "liger_kernel": ["rms_norm", "swiglu"]}),
     ("qwen3.5-35b-a3b_bf16_s2048_b1_all_gc_liger", {"model": "qwen3.5-35b-a3b-text", "seq": 2048, "batch": 1,
                                                    "grad_ckpt": True, "liger_kernel": ["rms_norm", "swiglu"]}),
+    # Qwen3-Next-80B-A3B (measured 2026-12-07): Qwen3.5-MoE's hybrid layers with fused Gated DeltaNet
+    # projections (in_proj_qkvz, in_proj_ba), 512 experts of width 512 (top-10) and a shared expert.
+    # Every Linear by name, as LLaMA-Factory's `lora_target: all` lists them: peft maps gate_proj /
+    # up_proj / down_proj onto the fused experts (qwen2_moe pattern), whose ParamWrapper refuses
+    # dropout, so those lines have none.
+    ("qwen3-next-80b-a3b_bf16_s1024_b1_all_do0_nogc", {"model": "qwen3-next-80b-a3b", "seq": 1024, "batch": 1,
+                                                      "lora_dropout": 0.0, "target_modules": QN_ALL}),
+    ("qwen3-next-80b-a3b_bf16_s2048_b1_all_do0_gc", {"model": "qwen3-next-80b-a3b", "seq": 2048, "batch": 1,
+                                                    "lora_dropout": 0.0, "grad_ckpt": True,
+                                                    "target_modules": QN_ALL}),
+    ("qwen3-next-80b-a3b_bf16_s512_b2_qkvo_nogc", {"model": "qwen3-next-80b-a3b", "seq": 512, "batch": 2,
+                                                  "target_modules": "qkvo"}),
+    ("qwen3-next-80b-a3b_bf16_s4096_b1_nomlp_gc", {"model": "qwen3-next-80b-a3b", "seq": 4096, "batch": 1,
+                                                  "grad_ckpt": True, "target_modules": QN_NO_MLP}),
+    # ... and with Liger-Kernel's RMSNorm and fused experts (apply_liger_kernel_to_qwen3_next before the
+    # model is built; LoRA off the experts, which Liger's SwiGLU replaces)
+    ("qwen3-next-80b-a3b_bf16_s4096_b1_nomlp_gc_liger", {"model": "qwen3-next-80b-a3b", "seq": 4096, "batch": 1,
+                                                        "grad_ckpt": True, "target_modules": QN_NO_MLP,
+                                                        "liger_kernel": ["rms_norm", "swiglu"]}),
 ]
 # measure_vl.py's resolved settings that lorafit's settings table reads; target_modules becomes the
 # list of module names peft adapted (`target_modules_list`).
@@ -67,6 +91,10 @@ def commit(raw):
         r = json.loads(line)
         st = {k: r["settings"][k] for k in KEEP}
         st["target_modules"] = r["target_modules_list"]
+        if isinstance(r["measured_with"].get("target_modules"), list):
+            # the names given, as a user lists them (peft maps some onto the fused experts, which
+            # then appear under other names in what it adapted)
+            st["target_modules"] = sorted(r["measured_with"]["target_modules"])
         if r["measured_with"].get("liger_kernel"):
             st["liger_kernel"] = r["measured_with"]["liger_kernel"]
         res = r["result"]
