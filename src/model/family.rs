@@ -514,9 +514,20 @@ pub enum Renorm {
     Never,
 }
 
+/// Every family's row ([`Family::row`]), in [`Family::ALL`]'s order, which is the variants'.
+static ROWS: [FamilyLayout; Family::ALL.len()] = {
+    let mut rows = [Family::Llama.row(); Family::ALL.len()];
+    let mut i = 0;
+    while i < Family::ALL.len() {
+        rows[Family::ALL[i] as usize] = Family::ALL[i].row();
+        i += 1;
+    }
+    rows
+};
+
 impl FamilyLayout {
     /// A Qwen3-VL text model's layers: these, with the multimodal rotary and Qwen3-VL's tower.
-    fn multimodal(self) -> FamilyLayout {
+    const fn multimodal(self) -> FamilyLayout {
         FamilyLayout {
             mrope: Some(Mrope::Interleaved),
             vision: Some(VisionKind::Qwen3Vl),
@@ -542,8 +553,14 @@ impl Family {
         Family::names_where(|l| l.liger.is_some())
     }
 
-    /// The family's layout flags.
+    /// The family's layout flags: its row of [`ROWS`].
     pub fn layout(self) -> FamilyLayout {
+        ROWS[self as usize]
+    }
+
+    /// The family's row as the table is built (at compile time, into [`ROWS`]: one copy of
+    /// the data, rather than the code that builds every row, in each binary).
+    const fn row(self) -> FamilyLayout {
         let base = FamilyLayout {
             norms_per_layer: 2,
             qk_norm: QkNorm::None,
@@ -687,7 +704,7 @@ impl Family {
                 vision: Some(VisionKind::Qwen25Vl),
                 liger: None,
                 liger_unimportable: true,
-                ..Family::Qwen2.layout()
+                ..Family::Qwen2.row()
             },
             Family::Qwen3 => FamilyLayout {
                 qk_norm: QkNorm::PerHead,
@@ -706,20 +723,23 @@ impl Family {
                 mask_kwargs: false,
                 liger: None,
                 liger_unimportable: true,
-                ..Family::Qwen3.layout().multimodal()
+                ..Family::Qwen3.row().multimodal()
             },
             Family::Qwen3VlMoe => {
-                let text = Family::Qwen3Moe.layout();
+                let text = Family::Qwen3Moe.row();
                 FamilyLayout {
                     tie_default: true,
-                    moe: text.moe.map(|m| MoeLayout {
-                        renorm: Renorm::Always,
-                        peft_maps_mlp_names: false,
-                        default_experts: 60,
-                        default_experts_per_tok: Some(4),
-                        default_moe_width: 1408,
-                        ..m
-                    }),
+                    moe: match text.moe {
+                        Some(m) => Some(MoeLayout {
+                            renorm: Renorm::Always,
+                            peft_maps_mlp_names: false,
+                            default_experts: 60,
+                            default_experts_per_tok: Some(4),
+                            default_moe_width: 1408,
+                            ..m
+                        }),
+                        None => None,
+                    },
                     ..text.multimodal()
                 }
             }
@@ -870,24 +890,30 @@ impl Family {
             // these), a plain rotary of position products, and the `qwen2_moe` conversion pattern
             // (`conversion_mapping.py:72`), so peft maps the MLP names onto the experts.
             Family::Qwen3Next => {
-                let q35moe = Family::Qwen35Moe.layout();
+                let q35moe = Family::Qwen35Moe.row();
                 FamilyLayout {
                     intermediate_default: Some(5632),
                     mrope: None,
                     rotary_product: true,
                     vision: None,
-                    hybrid: qwen35.hybrid.map(|h| HybridLayout {
-                        fused_in_proj: true,
-                        ..h
-                    }),
-                    moe: q35moe.moe.map(|m| MoeLayout {
-                        renorm: Renorm::Config { default: true },
-                        dense: DenseLayers::SparseStep,
-                        peft_maps_mlp_names: true,
-                        default_experts: 512,
-                        default_experts_per_tok: Some(10),
-                        ..m
-                    }),
+                    hybrid: match qwen35.hybrid {
+                        Some(h) => Some(HybridLayout {
+                            fused_in_proj: true,
+                            ..h
+                        }),
+                        None => None,
+                    },
+                    moe: match q35moe.moe {
+                        Some(m) => Some(MoeLayout {
+                            renorm: Renorm::Config { default: true },
+                            dense: DenseLayers::SparseStep,
+                            peft_maps_mlp_names: true,
+                            default_experts: 512,
+                            default_experts_per_tok: Some(10),
+                            ..m
+                        }),
+                        None => None,
+                    },
                     // `apply_liger_kernel_to_qwen3_next` (monkey_patch.py:3117-3214) before the model
                     // is built: `LigerRMSNormForQwen3Next` for the norms (not the gated one),
                     // `LigerExperts` for the fused experts; the shared expert and a dense layer's MLP
