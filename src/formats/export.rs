@@ -35,6 +35,15 @@ fn module_names(arch: &Architecture, s: &Settings) -> Vec<String> {
             }
         }
     }
+    // The MLP names peft maps onto the fused experts reach them whether or not a Linear is so
+    // named (`model::peft_targets`).
+    if crate::model::peft_targets::mlp_names_reach_experts(arch, s) {
+        for t in s.targets.iter().filter(|t| t.is_mlp()) {
+            if !out.iter().any(|x| x == t.module_name()) {
+                out.push(t.module_name().to_string());
+            }
+        }
+    }
     out
 }
 
@@ -288,8 +297,13 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
         s.lora_alpha,
         s.lora_dropout,
         lora_config_variants(s),
-        if s.targets.len() == Target::ALL.len() {
-            // peft's own spelling of every Linear but the output layer.
+        if s.targets.len() == Target::ALL.len()
+            && !arch.moe_layout().is_some_and(|m| m.peft_maps_mlp_names)
+        {
+            // peft's own spelling of every Linear but the output layer. Where peft maps the MLP
+            // names onto the fused experts (the qwen2_moe pattern), its "all-linear" also reaches
+            // the router's weight (`gate` → `gate.weight`), which the plan does not adapt: the
+            // names, as the frameworks expand theirs.
             "\"all-linear\"".to_string()
         } else {
             py_list(&module_names(arch, s))

@@ -1659,3 +1659,58 @@ trainer = SFTTrainer(model=model, args=args, peft_config=LoraConfig(r=16, target
         assert!(r.not_modeled.is_empty(), "{:?}", r.not_modeled);
     }
 }
+
+/// peft's `target_modules="all-linear"` on a family whose MLP names peft maps onto the fused
+/// experts also adapts the router's weight (measured: `Qwen3NextForCausalLM` under peft 0.21,
+/// `tests/data/harness/MODELS26.md`), which no plan does: the Python exports list the Linear
+/// names there, as the frameworks expand theirs, and read back to the same targets; a dense
+/// model keeps peft's spelling.
+#[test]
+fn python_exports_name_the_linears_where_all_linear_would_reach_the_router() {
+    use lorafit::formats::catalog::find_model;
+    for (name, all_linear) in [
+        ("llama2-7b", true),
+        ("qwen3-30b-a3b", false),
+        ("qwen3-next-80b-a3b", false),
+    ] {
+        let arch = find_model(name).unwrap().arch.clone();
+        let s = Settings {
+            lora_dropout: 0.0,
+            ..Settings::default()
+        };
+        for format in ["python", "trl"] {
+            let text = export(format, "m", &arch, &s).unwrap();
+            assert_eq!(
+                text.contains("target_modules=\"all-linear\""),
+                all_linear,
+                "{name} {format}:\n{text}"
+            );
+            if format == "trl" {
+                continue; // (TRL's trainer is another step: its own plan)
+            }
+            // (the names list only the model's modules: the same plan)
+            let r = framework::read(&text).unwrap();
+            let peak = |s: &Settings| lorafit::model::plan(&arch, s).unwrap().peak_allocated_bytes;
+            assert_eq!(peak(&r.settings), peak(&s), "{name} {format}");
+        }
+    }
+    // A script of peft's own all-linear on such a model reads with a note of the routers it
+    // also adapts; a framework's list of names, or a dense model, without.
+    let script = |model: &str, targets: &str| {
+        format!("from peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, TrainingArguments\nmodel = AutoModelForCausalLM.from_pretrained(\"{model}\")\nlora = LoraConfig(r=16, lora_dropout=0.0, target_modules={targets})\nargs = TrainingArguments(output_dir=\"out\", per_device_train_batch_size=1, bf16=True)\n")
+    };
+    for (model, targets, noted) in [
+        ("Qwen/Qwen3-30B-A3B", "\"all-linear\"", true),
+        ("Qwen/Qwen3-30B-A3B", "[\"q_proj\", \"v_proj\"]", false),
+        ("meta-llama/Llama-2-7b-hf", "\"all-linear\"", false),
+    ] {
+        let mut r = framework::read(&script(model, targets)).unwrap();
+        assert!(r.catalog_model().unwrap().is_some(), "{model}");
+        assert_eq!(
+            r.notes.iter().any(|n| n.contains("router weight")),
+            noted,
+            "{model} {targets}: {:?}",
+            r.notes
+        );
+    }
+}

@@ -38,9 +38,11 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
                 && e.contains(
                     "has no kernels for",
                 )
-                // Liger's RoPE where it has none (Qwen3.5), its fused experts beside LoRA on
-                // them, its kernels with images.
-                || s.liger.rope && liger.is_some_and(|l| !l.rope) && e.contains("no RoPE kernel")
+                // Liger's RoPE where it has none (Qwen3.5) or is not planned (Qwen3-Next), its
+                // fused experts beside LoRA on them, its kernels with images.
+                || s.liger.rope
+                    && liger.is_some_and(|l| !l.rope)
+                    && (e.contains("no RoPE kernel") || e.contains("is not planned yet"))
                 || s.liger.swiglu
                     && liger.is_some_and(|l| !l.swiglu())
                     && e.contains("no SwiGLU kernel")

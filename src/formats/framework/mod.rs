@@ -276,6 +276,10 @@ impl NotModeled {
     }
 }
 
+/// What peft's `target_modules="all-linear"` does beyond the plan on a family whose MLP names it
+/// maps onto the fused experts.
+const ALL_LINEAR_ROUTER: &str = "peft's target_modules=\"all-linear\" on this model also adapts each layer's router weight (it maps gate onto gate.weight with the MLP names, transformers' qwen2_moe pattern): a LoRA pair on an [experts × hidden] weight per layer, a few MiB that the plan leaves out; list the Linear names to leave the routers out";
+
 impl Reading {
     /// The catalog model the config names (by Hub id, or a published variant of it, which a note
     /// then says), None when it names none.
@@ -345,6 +349,16 @@ impl Reading {
             } else {
                 format!("Liger-Kernel has no RoPE kernel for {f}: its switch installs Liger's RMSNorm and SwiGLU there (apply_liger_kernel_to_{f}'s defaults)")
             });
+        }
+        if matches!(
+            self.source,
+            Source::Python | Source::TrainingArguments | Source::AdapterConfig
+        ) && self.settings.targets.len() == crate::model::Target::ALL.len()
+            && !self.settings.base_trained()
+            && e.arch.moe_layout().is_some_and(|m| m.peft_maps_mlp_names)
+        {
+            // peft's own all-linear, not a framework's list of Linear names.
+            self.notes.push(ALL_LINEAR_ROUTER.into());
         }
         Ok(Some(e))
     }
