@@ -353,22 +353,13 @@ fn the_catalog_qwen35_models_are_the_measured_ones() {
             .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
             .find(|v| v["hf_name"] == hf)
             .unwrap_or_else(|| panic!("a measured case of {hf}"));
-        let p = &v["params"];
-        let base = p["total_params"].as_u64().unwrap() - p["trainable_params"].as_u64().unwrap();
         let cat = &lorafit::formats::catalog::find_model(name)
             .expect("in the catalog")
             .arch;
-        assert_eq!(cat.total_params(), u128::from(base), "{name}");
+        assert_is_the_measured_model(cat, &v, name);
         assert_eq!(
             cat.vision_params(),
-            u128::from(p["vision_params"].as_u64().unwrap()),
-            "{name}"
-        );
-        let own = resolve_model(&v["model"]).expect("imports").value;
-        let s = crate::harness_settings(&v["settings"]);
-        assert_eq!(
-            plan(cat, &s).expect("plans").peak_allocated_bytes,
-            plan(&own, &s).expect("plans").peak_allocated_bytes,
+            u128::from(v["params"]["vision_params"].as_u64().unwrap()),
             "{name}"
         );
         checked += 1;
@@ -394,20 +385,25 @@ fn the_catalog_qwen3_next_is_the_measured_one() {
         .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
         .filter(|v| v["hf_name"] == "Qwen/Qwen3-Next-80B-A3B-Instruct")
     {
-        let id = v["id"].as_str().expect("id");
-        let p = &v["params"];
-        let base = p["total_params"].as_u64().unwrap() - p["trainable_params"].as_u64().unwrap();
-        assert_eq!(cat.total_params(), u128::from(base), "{id}");
-        let own = resolve_model(&v["model"]).expect("imports").value;
-        let s = crate::harness_settings(&v["settings"]);
-        assert_eq!(
-            plan(cat, &s).expect("plans").peak_allocated_bytes,
-            plan(&own, &s).expect("plans").peak_allocated_bytes,
-            "{id}"
-        );
+        assert_is_the_measured_model(cat, &v, v["id"].as_str().expect("id"));
         checked += 1;
     }
     assert_eq!(checked, 5);
+}
+
+/// A catalog model is the one a measured case was built from: its base parameters are the
+/// case's, and it plans the case's step as the case's own config.json does.
+fn assert_is_the_measured_model(cat: &lorafit::model::Architecture, v: &Value, what: &str) {
+    let p = &v["params"];
+    let base = p["total_params"].as_u64().unwrap() - p["trainable_params"].as_u64().unwrap();
+    assert_eq!(cat.total_params(), u128::from(base), "{what}");
+    let own = resolve_model(&v["model"]).expect("imports").value;
+    let s = crate::harness_settings(&v["settings"]);
+    assert_eq!(
+        plan(cat, &s).expect("plans").peak_allocated_bytes,
+        plan(&own, &s).expect("plans").peak_allocated_bytes,
+        "{what}"
+    );
 }
 
 /// What a vision-language plan does not cover is refused with the setting and the reason, never
