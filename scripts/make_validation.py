@@ -75,6 +75,20 @@ harness_lines("liger")
 harness_lines("trl_sft")
 # Steps on an LLM.int8 base (bitsandbytes Linear8bitLt), one beside the same step on nf4.
 harness_lines("int8")
+# The 2026 families' text steps (measure_vl.py's lines: Qwen3.5, Qwen3.5-MoE and Qwen3-Next at full
+# depth, the config.json they were built from as the model, the adapted modules by name).
+for line in open(os.path.join(ref, "models26", "cases.jsonl")):
+    c = json.loads(line)
+    r = c["result"]
+    cases.append({
+        "id": c["id"],
+        "model": c["model"],
+        "settings": dict(c["settings"], cublas_workspace_config=":0:0"),
+        "peak_allocated_bytes": r["peak_bytes"],
+        "peak_phase": r["peak_phase"],
+        "replayed_max_allocated_bytes": c["replay"]["max_allocated"],
+        "replayed_max_reserved_bytes": c["replay"]["max_reserved"],
+    })
 
 # Published real-GPU runs (A100-80GB, torch 2.4.1, transformers 4.48.1): their settings as the
 # published schema gives them, with the software versions; lorafit reads them as `estimate
@@ -115,7 +129,7 @@ for line in open(os.path.join(ref, "gpu_probe_h200.jsonl")):
     })
 
 out = {
-    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, unprepared/cases.jsonl, bnb_optim/cases.jsonl, liger/cases.jsonl, trl_sft/cases.jsonl, int8/cases.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
+    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, unprepared/cases.jsonl, bnb_optim/cases.jsonl, liger/cases.jsonl, trl_sft/cases.jsonl, int8/cases.jsonl, models26/cases.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
     "cases": cases,
     "published": published,
 }
