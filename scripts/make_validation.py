@@ -75,9 +75,11 @@ harness_lines("liger")
 harness_lines("trl_sft")
 # Steps on an LLM.int8 base (bitsandbytes Linear8bitLt), one beside the same step on nf4.
 harness_lines("int8")
-# The 2026 families' text steps (measure_vl.py's lines: Qwen3.5, Qwen3.5-MoE and Qwen3-Next at full
-# depth, the config.json they were built from as the model, the adapted modules by name).
-for line in open(os.path.join(ref, "models26", "cases.jsonl")):
+# The 2026 families' steps (measure_vl.py's lines: Qwen3.5, Qwen3.5-MoE and Qwen3-Next text steps,
+# then the vision-language steps with their images in the settings table's names; full depth, the
+# config.json they were built from as the model, the adapted modules by name).
+for line in list(open(os.path.join(ref, "models26", "cases.jsonl"))) + list(
+        open(os.path.join(ref, "models26", "vl_cases.jsonl"))):
     c = json.loads(line)
     r = c["result"]
     cases.append({
@@ -129,7 +131,7 @@ for line in open(os.path.join(ref, "gpu_probe_h200.jsonl")):
     })
 
 out = {
-    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, unprepared/cases.jsonl, bnb_optim/cases.jsonl, liger/cases.jsonl, trl_sft/cases.jsonl, int8/cases.jsonl, models26/cases.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
+    "source": "tests/data/reference (cases.jsonl, allocator/reserved.jsonl, moe/cases.jsonl, moe/reserved.jsonl, unprepared/cases.jsonl, bnb_optim/cases.jsonl, liger/cases.jsonl, trl_sft/cases.jsonl, int8/cases.jsonl, models26/cases.jsonl, models26/vl_cases.jsonl, published_gpu.jsonl, gpu_probe_h200.jsonl); see tests/data/README.md",
     "cases": cases,
     "published": published,
 }
