@@ -298,12 +298,10 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
         s.lora_dropout,
         lora_config_variants(s),
         if s.targets.len() == Target::ALL.len()
-            && !arch.moe_layout().is_some_and(|m| m.peft_maps_mlp_names)
+            && !crate::model::peft_targets::all_linear_reaches_routers(arch, s)
         {
-            // peft's own spelling of every Linear but the output layer. Where peft maps the MLP
-            // names onto the fused experts (the qwen2_moe pattern), its "all-linear" also reaches
-            // the router's weight (`gate` → `gate.weight`), which the plan does not adapt: the
-            // names, as the frameworks expand theirs.
+            // peft's own spelling of every Linear but the output layer; where it would also
+            // adapt the routers, the names, as the frameworks expand theirs.
             "\"all-linear\"".to_string()
         } else {
             py_list(&module_names(arch, s))

@@ -216,14 +216,9 @@ pub struct LigerLayout {
     /// (`in_place=True`, Llama's casting); Gemma's norms (`in_place=False`, Gemma's casting and
     /// offset) make it a new tensor.
     pub norm_in_place: bool,
-    /// Whether Liger's RoPE is planned for the family (`apply_liger_kernel_to_qwen3_5` raises
-    /// NotImplementedError for `rope=True`, `_deepseek_v2` warns and skips it; both default to
-    /// off).
-    pub rope: bool,
-    /// Whether the family's switch installs Liger's RoPE for `rope=True` at all
-    /// (`apply_liger_kernel_to_qwen3_next` does, over the rotating quarter of each head, though
-    /// lorafit does not plan it).
-    pub rope_kernel: bool,
+    /// Liger's RoPE for the family: what its switch installs for `rope=True`, and whether that
+    /// is planned.
+    pub rope: LigerRope,
     /// Whether its SwiGLU replaces the fused experts (`LigerExperts`, transformers 5).
     pub experts: bool,
     /// Whether its patch leaves the vision tower as transformers builds it (Qwen3.5's: its ViT's
@@ -236,7 +231,25 @@ pub struct LigerLayout {
     pub dense_mlp: bool,
 }
 
+/// Liger-Kernel's RoPE for a family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LigerRope {
+    /// Installed for `rope=True` and planned.
+    Planned,
+    /// Installed for `rope=True` (off by default) but not planned, not being measured
+    /// (`apply_liger_kernel_to_qwen3_next`: over the rotating quarter of each head).
+    Unplanned,
+    /// None: `rope=True` installs no RoPE (`apply_liger_kernel_to_qwen3_5` raises
+    /// NotImplementedError, `_deepseek_v2` warns and skips it; both default to off).
+    Absent,
+}
+
 impl LigerLayout {
+    /// Whether Liger's RoPE is planned for the family.
+    pub fn rope_planned(self) -> bool {
+        self.rope == LigerRope::Planned
+    }
+
     /// Whether Liger has a SwiGLU kernel for the family: for its experts or its dense MLP
     /// (gpt-oss's `apply_liger_kernel_to_gpt_oss` patches none for its clamped experts).
     pub fn swiglu(self) -> bool {
@@ -617,8 +630,7 @@ impl Family {
         let liger_llama = Some(LigerLayout {
             tower_untouched: false,
             norm_in_place: true,
-            rope: true,
-            rope_kernel: true,
+            rope: LigerRope::Planned,
             experts: false,
             dense_mlp: true,
         });
@@ -627,8 +639,7 @@ impl Family {
         let liger_experts = Some(LigerLayout {
             tower_untouched: false,
             norm_in_place: true,
-            rope: true,
-            rope_kernel: true,
+            rope: LigerRope::Planned,
             experts: true,
             dense_mlp: false,
         });
@@ -636,8 +647,7 @@ impl Family {
             liger: Some(LigerLayout {
                 tower_untouched: false,
                 norm_in_place: false,
-                rope: true,
-                rope_kernel: true,
+                rope: LigerRope::Planned,
                 experts: false,
                 dense_mlp: true,
             }),
@@ -677,8 +687,7 @@ impl Family {
             liger: Some(LigerLayout {
                 tower_untouched: true,
                 norm_in_place: false,
-                rope: false,
-                rope_kernel: false,
+                rope: LigerRope::Absent,
                 experts: false,
                 dense_mlp: true,
             }),
@@ -830,8 +839,7 @@ impl Family {
                 liger: Some(LigerLayout {
                     tower_untouched: false,
                     norm_in_place: true,
-                    rope: false,
-                    rope_kernel: false,
+                    rope: LigerRope::Absent,
                     experts: true,
                     dense_mlp: true,
                 }),
@@ -879,8 +887,7 @@ impl Family {
                 liger: Some(LigerLayout {
                     tower_untouched: true,
                     norm_in_place: false,
-                    rope: false,
-                    rope_kernel: false,
+                    rope: LigerRope::Absent,
                     experts: true,
                     dense_mlp: false,
                 }),
@@ -923,8 +930,7 @@ impl Family {
                     liger: Some(LigerLayout {
                         tower_untouched: false,
                         norm_in_place: false,
-                        rope: false,
-                        rope_kernel: true,
+                        rope: LigerRope::Unplanned,
                         experts: true,
                         dense_mlp: false,
                     }),
@@ -959,8 +965,7 @@ impl Family {
                 liger: Some(LigerLayout {
                     tower_untouched: false,
                     norm_in_place: true,
-                    rope: true,
-                    rope_kernel: true,
+                    rope: LigerRope::Planned,
                     experts: false,
                     dense_mlp: false,
                 }),

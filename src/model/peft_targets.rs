@@ -32,6 +32,16 @@ pub fn mlp_names_reach_experts(arch: &Architecture, s: &Settings) -> bool {
         && s.targets.iter().any(|t| t.is_mlp())
 }
 
+/// Whether peft's `target_modules="all-linear"` for these targets would also adapt the routers'
+/// weights, which no plan does: every target named, LoRA, on a family whose MLP names peft maps
+/// onto the fused experts — its resolution of the string against the `qwen2_moe` table also
+/// matches `gate` → `gate.weight` (measured on Qwen3-Next, `tests/data/harness/MODELS26.md`).
+pub fn all_linear_reaches_routers(arch: &Architecture, s: &Settings) -> bool {
+    !s.base_trained()
+        && s.targets.len() == Target::ALL.len()
+        && arch.moe_layout().is_some_and(|m| m.peft_maps_mlp_names)
+}
+
 /// The targets that name only one of `gate_proj` and `up_proj`, which peft refuses to map onto
 /// their fused `gate_up_proj` ("Cannot convert PEFT target(s) … without also targeting …").
 pub fn lone_gate_or_up(arch: &Architecture, s: &Settings) -> Option<(&'static str, &'static str)> {

@@ -41,7 +41,7 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
                 // Liger's RoPE where it has none (Qwen3.5) or is not planned (Qwen3-Next), its
                 // fused experts beside LoRA on them, its kernels with images.
                 || s.liger.rope
-                    && liger.is_some_and(|l| !l.rope)
+                    && liger.is_some_and(|l| !l.rope_planned())
                     && (e.contains("no RoPE kernel") || e.contains("is not planned yet"))
                 || s.liger.swiglu
                     && liger.is_some_and(|l| !l.swiglu())

@@ -329,22 +329,19 @@ impl Reading {
             // shared expert's MLP too; the plan is the class-level patch (LLaMA-Factory's).
             self.notes.push("Trainer's use_liger_kernel patches the built Qwen3.5-MoE model, which also makes each layer's shared expert Liger's SwiGLU (apply_liger_kernel_to_qwen3_5_moe, monkey_patch.py:3419); planned with transformers' shared expert, as LLaMA-Factory's enable_liger_kernel leaves it (its activations a little above Liger's)".into());
         }
-        if self.settings.liger.swiglu && e.arch.family.layout().liger.is_some_and(|l| !l.swiglu()) {
+        if self.settings.liger.swiglu && layout.liger.is_some_and(|l| !l.swiglu()) {
             // Liger has no SwiGLU kernel for this family: its switch installs the others.
             self.settings.liger.swiglu = false;
             self.notes.push(format!("Liger-Kernel has no SwiGLU kernel for {}: its switch installs Liger's RMSNorm and RoPE there (apply_liger_kernel_to_{} patches no MLP)", e.arch.family.name(), e.arch.family.name()));
         }
-        if let Some(l) = e
-            .arch
-            .family
-            .layout()
+        if let Some(l) = layout
             .liger
-            .filter(|l| self.settings.liger.rope && !l.rope)
+            .filter(|l| self.settings.liger.rope && !l.rope_planned())
         {
             // Liger's RoPE is off by default for this family: its switch installs the others.
             self.settings.liger.rope = false;
             let f = e.arch.family.name();
-            self.notes.push(if l.rope_kernel {
+            self.notes.push(if l.rope == crate::model::family::LigerRope::Unplanned {
                 format!("apply_liger_kernel_to_{f} leaves Liger's RoPE off by default: its switch installs Liger's RMSNorm and SwiGLU there")
             } else {
                 format!("Liger-Kernel has no RoPE kernel for {f}: its switch installs Liger's RMSNorm and SwiGLU there (apply_liger_kernel_to_{f}'s defaults)")
@@ -353,9 +350,7 @@ impl Reading {
         if matches!(
             self.source,
             Source::Python | Source::TrainingArguments | Source::AdapterConfig
-        ) && self.settings.targets.len() == crate::model::Target::ALL.len()
-            && !self.settings.base_trained()
-            && e.arch.moe_layout().is_some_and(|m| m.peft_maps_mlp_names)
+        ) && crate::model::peft_targets::all_linear_reaches_routers(&e.arch, &self.settings)
         {
             // peft's own all-linear, not a framework's list of Linear names.
             self.notes.push(ALL_LINEAR_ROUTER.into());

@@ -591,12 +591,12 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
         .family
         .layout()
         .liger
-        .filter(|l| extended && s.liger.rope && !l.rope)
+        .filter(|l| extended && s.liger.rope && !l.rope_planned())
     {
         let f = arch.family.name();
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
-            why: if l.rope_kernel {
+            why: if l.rope == crate::model::family::LigerRope::Unplanned {
                 format!("Liger-Kernel's RoPE on {f} is not planned yet (apply_liger_kernel_to_{f}(rope=True) installs liger_rotary_pos_emb over the rotating part of each head; it is off by default), nor measured: plan with liger_kernel rms_norm,swiglu")
             } else {
                 format!("Liger-Kernel has no RoPE kernel for {f} (its apply_liger_kernel_to_{f} installs none for rope=True and leaves it off by default): plan with liger_kernel rms_norm,swiglu")

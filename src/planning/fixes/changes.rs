@@ -750,7 +750,7 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
     // RoPE kernel gets none, one without its SwiGLU (gpt-oss) none of that.
     let liger = Liger {
         rms_norm: !s.base_trained(),
-        rope: arch.family.layout().liger.is_none_or(|l| l.rope),
+        rope: arch.family.layout().liger.is_none_or(|l| l.rope_planned()),
         swiglu: arch.family.layout().liger.is_none_or(|l| l.swiglu()),
     };
     // (A build without the extended ops cannot plan Liger's kernels: it offers no such fix.)
