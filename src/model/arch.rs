@@ -97,6 +97,8 @@ pub struct Gdn {
     pub value_dim: u64,
     /// Convolution kernel.
     pub conv_kernel: u64,
+    /// The input projections are Qwen3-Next's fused two (`HybridLayout::fused_in_proj`).
+    pub fused_in_proj: bool,
 }
 
 impl Gdn {
@@ -678,6 +680,7 @@ impl Architecture {
             key_dim: l.linear_key_head_dim.unwrap_or(h.default_key_head_dim),
             value_dim: l.linear_value_head_dim.unwrap_or(h.default_value_head_dim),
             conv_kernel: l.linear_conv_kernel_dim.unwrap_or(h.default_conv_kernel),
+            fused_in_proj: h.fused_in_proj,
         })
     }
 
@@ -1083,6 +1086,7 @@ impl Architecture {
                     key_dim: 1,
                     value_dim: 1,
                     conv_kernel: 1,
+                    fused_in_proj: false,
                 });
                 let (conv, vw, vh) = (
                     g.conv_dim() as u128,
@@ -1096,7 +1100,7 @@ impl Architecture {
                     selected_by,
                     bias: false,
                 };
-                if self.family.layout().hybrid.is_some_and(|l| l.fused_in_proj) {
+                if g.fused_in_proj {
                     vec![
                         lin("in_proj_qkvz", h, conv + vw, &[InProjQkvz]),
                         lin("in_proj_ba", h, 2 * vh, &[InProjBa]),

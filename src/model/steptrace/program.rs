@@ -356,12 +356,11 @@ impl<'c, 'a> Prog<'c, 'a> {
                 // modules in registration order: conv1d, the gated norm, out_proj, and the
                 // input projections — Qwen3-Next's two fused projections right after conv1d,
                 // then the gated norm and out_proj.
-                let fused = a.family.layout().hybrid.is_some_and(|l| l.fused_in_proj);
                 if let Some(g) = a.gdn() {
                     self.weight(g.value_heads, aux, 0);
                     self.weight(g.value_heads, aux, 0);
                     self.weight(g.conv_dim() * g.conv_kernel, aux, 0);
-                    if fused {
+                    if g.fused_in_proj {
                         let (inputs, rest) = order
                             .into_iter()
                             .partition(|l| l.name.starts_with("in_proj"));
@@ -1469,10 +1468,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let out = self.rotate(q, cos, sin);
         if self.ctx.arch.family.layout().rotary_cat {
             // Partial rotary: cat([rotated, pass-through]) copies even when nothing passes.
-            let mut c = self.t(out.n, out.es, What::Rope);
-            c.g = self
-                .tp
-                .node(Op::Pass, out.n, out.es, &[Self::edge(&out)], &[]);
+            let c = self.copy_of(out, What::Rope);
             self.drop(out);
             return c;
         }
@@ -1614,8 +1610,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let (q, gate) = if gated {
             let (qh, gv) = self.split2(q, tokens_ * qd, tokens_ * qd);
             self.drop(q);
-            let mut gate = self.t(gv.n, gv.es, What::Attention);
-            gate.g = self.tp.node(Op::Pass, gv.n, gv.es, &[Self::edge(&gv)], &[]);
+            let gate = self.copy_of(gv, What::Attention);
             self.drop(gv);
             (qh, Some(gate))
         } else {

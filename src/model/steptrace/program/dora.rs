@@ -79,11 +79,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let base = if dropout {
             self.matmul(d, wx, out_n, What::Dora)
         } else if lin.shape.bias {
-            let mut y = self.t(result.n, result.es, What::Dora);
-            y.g = self
-                .tp
-                .node(Op::Pass, result.n, result.es, &[Self::edge(&result)], &[]);
-            y
+            self.copy_of(result, What::Dora)
         } else {
             self.tp.keep_local(result.t);
             result

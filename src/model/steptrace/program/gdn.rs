@@ -32,9 +32,9 @@ struct Front {
     bb: X,
     aa: X,
     /// q, k and v as the convolution's input was concatenated from (Qwen3-Next).
-    parts: Vec<X>,
-    /// The projections' outputs, bound until the forward returns (Qwen3-Next).
-    projections: Vec<X>,
+    parts: Option<[X; 3]>,
+    /// The two projections' outputs, bound until the forward returns (Qwen3-Next).
+    projections: Option<[X; 2]>,
 }
 
 impl<'c, 'a> Prog<'c, 'a> {
@@ -138,13 +138,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let Some(l_out) = named("out_proj") else {
             return x;
         };
-        let front = if ctx
-            .arch
-            .family
-            .layout()
-            .hybrid
-            .is_some_and(|h| h.fused_in_proj)
-        {
+        let front = if g.fused_in_proj {
             let (Some(l_qkvz), Some(l_ba)) = (named("in_proj_qkvz"), named("in_proj_ba")) else {
                 return x;
             };
@@ -174,8 +168,8 @@ impl<'c, 'a> Prog<'c, 'a> {
                 z,
                 bb,
                 aa,
-                parts: vec![],
-                projections: vec![],
+                parts: None,
+                projections: None,
             }
         };
         let Front {
@@ -204,7 +198,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         // `mixed_qkv` is rebound to the convolution's output when the function returns;
         // Qwen3-Next's flattened q, k and v when `query, key, value` are rebound to its split.
         self.drop(qkv);
-        for x in parts {
+        for x in parts.into_iter().flatten() {
             self.drop(x);
         }
         // split into q, k, v views (one node whose backward concatenates the three gradients),
@@ -556,6 +550,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         // projections' outputs first).
         for x in projections
             .into_iter()
+            .flatten()
             .chain([z, bb, aa, q, k, v, mixed, beta, gdec, normed])
         {
             self.drop(x);
@@ -603,8 +598,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             z,
             bb,
             aa,
-            parts: vec![q, k, v],
-            projections: vec![qkvz, ba],
+            parts: Some([q, k, v]),
+            projections: Some([qkvz, ba]),
         }
     }
 }
