@@ -18,6 +18,25 @@ fn catalog(model: &str) -> lorafit::model::Architecture {
         .value
 }
 
+/// A LLaMA-Factory config switching Liger on (`enable_liger_kernel: true`) for the Hub model
+/// `model_id`, with `lora_target` when given, as read with its catalog model resolved (which
+/// adjusts the switch to the family's kernels and says how).
+pub(crate) fn read_liger_switch(
+    model_id: &str,
+    lora_target: Option<&str>,
+) -> lorafit::formats::framework::Reading {
+    let target = lora_target.map_or(String::new(), |t| format!("lora_target: {t}\n"));
+    let mut read = lorafit::formats::framework::read(&format!(
+        "model_name_or_path: {model_id}\nstage: sft\nfinetuning_type: lora\n{target}enable_liger_kernel: true\n"
+    ))
+    .expect("reads");
+    assert!(
+        read.catalog_model().expect("catalog").is_some(),
+        "{model_id}"
+    );
+    read
+}
+
 /// A refusal's reason, from `start` on, has its Chinese.
 fn assert_translated(err: &str, start: &str) {
     let why = &err[err.find(start).expect("the reason")..];
@@ -148,11 +167,7 @@ fn deepseek_v2_liger_is_its_norm_and_swiglu() {
         "{err}"
     );
     assert_translated(&err, "Liger-Kernel's");
-    let mut read = lorafit::formats::framework::read(
-        "model_name_or_path: deepseek-ai/DeepSeek-V2-Lite\nstage: sft\nfinetuning_type: lora\nlora_target: q_proj,o_proj\nenable_liger_kernel: true\n",
-    )
-    .expect("reads");
-    assert!(read.catalog_model().expect("catalog").is_some());
+    let read = read_liger_switch("deepseek-ai/DeepSeek-V2-Lite", Some("q_proj,o_proj"));
     assert_eq!(read.settings.liger, two.liger);
     assert!(
         read.notes
@@ -191,11 +206,7 @@ fn liger_on_qwen_vl_fails_to_import_and_says_so() {
         }
         assert!(plan(&arch, &Settings::default()).is_ok(), "{model}");
     }
-    let mut read = lorafit::formats::framework::read(
-        "model_name_or_path: Qwen/Qwen2.5-VL-3B-Instruct\nstage: sft\nfinetuning_type: lora\nenable_liger_kernel: true\n",
-    )
-    .expect("reads");
-    assert!(read.catalog_model().expect("catalog").is_some());
+    let read = read_liger_switch("Qwen/Qwen2.5-VL-3B-Instruct", None);
     assert_eq!(read.settings.liger, Liger::NONE);
     assert_eq!(read.settings.fused_ce, FusedCe::Off);
     assert!(
@@ -240,11 +251,7 @@ fn gpt_oss_liger_is_its_norm_and_rope() {
     let with = plan(&arch, &planned).expect("planned");
     let without = plan(&arch, &attn).expect("planned");
     assert!(with.peak_allocated_bytes < without.peak_allocated_bytes);
-    let mut read = lorafit::formats::framework::read(
-        "model_name_or_path: openai/gpt-oss-20b\nstage: sft\nfinetuning_type: lora\nlora_target: q_proj,k_proj,v_proj,o_proj\nenable_liger_kernel: true\n",
-    )
-    .expect("reads");
-    assert!(read.catalog_model().expect("catalog").is_some());
+    let read = read_liger_switch("openai/gpt-oss-20b", Some("q_proj,k_proj,v_proj,o_proj"));
     assert_eq!(read.settings.liger, two);
     assert!(
         read.notes
@@ -276,11 +283,10 @@ fn families_without_liger_kernels_say_so() {
         );
         assert_translated(&err, "liger-kernel");
     }
-    let mut read = lorafit::formats::framework::read(
-        "model_name_or_path: allenai/OLMoE-1B-7B-0924\nstage: sft\nfinetuning_type: lora\nlora_target: q_proj,k_proj,v_proj,o_proj\nenable_liger_kernel: true\n",
-    )
-    .expect("reads");
-    assert!(read.catalog_model().expect("catalog").is_some());
+    let read = read_liger_switch(
+        "allenai/OLMoE-1B-7B-0924",
+        Some("q_proj,k_proj,v_proj,o_proj"),
+    );
     assert_eq!(read.settings.liger, Liger::NONE);
     assert_eq!(read.settings.fused_ce, FusedCe::Off);
     let n = read

@@ -20,15 +20,9 @@ const EXPECTED_CASES: usize = 19;
 
 #[test]
 fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/reference/models26/cases.jsonl"
-    );
-    let text = std::fs::read_to_string(path).expect("models26 cases");
     let err = |got: u128, want: f64| (got as f64 - want) / want * 100.0;
     let mut rows = vec![];
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: Value = serde_json::from_str(line).expect("case line is JSON");
+    for v in crate::jsonl("tests/data/reference/models26/cases.jsonl") {
         let id = v["id"].as_str().expect("id").to_string();
         let arch = resolve_model(&v["model"])
             .unwrap_or_else(|e| panic!("{id}: config.json does not import: {e}"))
@@ -94,16 +88,7 @@ fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
 fn liger_on_qwen35_is_its_norm_and_swiglu_and_saves_the_measured_difference() {
     use lorafit::model::Liger;
     use lorafit::planning::fixes::{suggest, FixId};
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/reference/models26/cases.jsonl"
-    );
-    let cases: Vec<Value> = std::fs::read_to_string(path)
-        .expect("models26 cases")
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("JSON"))
-        .collect();
+    let cases = crate::jsonl("tests/data/reference/models26/cases.jsonl");
     let two = Liger {
         rope: false,
         ..Liger::ALL
@@ -148,11 +133,7 @@ fn liger_on_qwen35_is_its_norm_and_swiglu_and_saves_the_measured_difference() {
     }
     assert_eq!(pairs, 5);
     // LLaMA-Factory's switch on a Qwen3.5 model: its two kernels and the fused loss, said so.
-    let mut r = lorafit::formats::framework::read(
-        "model_name_or_path: Qwen/Qwen3.5-4B\nstage: sft\nfinetuning_type: lora\nenable_liger_kernel: true\n",
-    )
-    .expect("reads");
-    assert!(r.catalog_model().expect("catalog").is_some());
+    let r = crate::liger::read_liger_switch("Qwen/Qwen3.5-4B", None);
     assert_eq!(r.settings.liger, two);
     assert!(
         r.notes.iter().any(|n| n.contains("no RoPE kernel")),
@@ -176,10 +157,8 @@ fn liger_on_qwen35_is_its_norm_and_swiglu_and_saves_the_measured_difference() {
 #[test]
 fn qwen35_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
-    let text = std::fs::read_to_string(dir.join("models26.jsonl")).expect("models26.jsonl");
     let mut checked = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let case: Value = serde_json::from_str(line).expect("JSON");
+    for case in crate::jsonl("tests/data/steptrace/models26.jsonl") {
         let id = case["id"].as_str().expect("id");
         crate::reserved::assert_matches_recording(
             id,
@@ -210,10 +189,8 @@ fn qwen35_sequences_equal_the_recordings() {
 #[test]
 fn qwen35_vl_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
-    let text = std::fs::read_to_string(dir.join("models26_vl.jsonl")).expect("models26_vl.jsonl");
     let mut checked = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let case: Value = serde_json::from_str(line).expect("JSON");
+    for case in crate::jsonl("tests/data/steptrace/models26_vl.jsonl") {
         let id = case["id"].as_str().expect("id");
         crate::reserved::assert_matches_recording(
             id,
@@ -237,15 +214,9 @@ fn qwen35_vl_sequences_equal_the_recordings() {
 /// Target (issue 23): ±3 %.
 #[test]
 fn qwen35_vl_within_tolerance_of_the_harness_and_its_replay() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/reference/models26/vl_cases.jsonl"
-    );
-    let text = std::fs::read_to_string(path).expect("models26 vl cases");
     let err = |got: u128, want: f64| (got as f64 - want) / want * 100.0;
     let mut rows = vec![];
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: Value = serde_json::from_str(line).expect("case line is JSON");
+    for v in crate::jsonl("tests/data/reference/models26/vl_cases.jsonl") {
         let id = v["id"].as_str().expect("id").to_string();
         let arch = resolve_model(&v["model"])
             .unwrap_or_else(|e| panic!("{id}: config.json does not import: {e}"))
@@ -334,11 +305,7 @@ fn qwen35_vl_within_tolerance_of_the_harness_and_its_replay() {
 /// `vl_cases.jsonl`) and the same plan as the case's own config.json.
 #[test]
 fn the_catalog_qwen35_models_are_the_measured_ones() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/reference/models26/vl_cases.jsonl"
-    );
-    let text = std::fs::read_to_string(path).expect("models26 vl cases");
+    let cases = crate::jsonl("tests/data/reference/models26/vl_cases.jsonl");
     let mut checked = 0;
     for (name, hf) in [
         ("qwen3.5-4b", "Qwen/Qwen3.5-4B"),
@@ -348,15 +315,14 @@ fn the_catalog_qwen35_models_are_the_measured_ones() {
         ("qwen3-vl-30b-a3b", "Qwen/Qwen3-VL-30B-A3B-Instruct"),
         ("qwen2.5-vl-3b", "Qwen/Qwen2.5-VL-3B-Instruct"),
     ] {
-        let v: Value = text
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
+        let v = cases
+            .iter()
             .find(|v| v["hf_name"] == hf)
             .unwrap_or_else(|| panic!("a measured case of {hf}"));
         let cat = &lorafit::formats::catalog::find_model(name)
             .expect("in the catalog")
             .arch;
-        assert_is_the_measured_model(cat, &v, name);
+        assert_is_the_measured_model(cat, v, name);
         assert_eq!(
             cat.vision_params(),
             u128::from(v["params"]["vision_params"].as_u64().unwrap()),
@@ -371,18 +337,12 @@ fn the_catalog_qwen35_models_are_the_measured_ones() {
 /// and the same plan as each measured case's own config.json.
 #[test]
 fn the_catalog_qwen3_next_is_the_measured_one() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/reference/models26/cases.jsonl"
-    );
-    let text = std::fs::read_to_string(path).expect("models26 cases");
     let cat = &lorafit::formats::catalog::find_model("qwen3-next-80b-a3b")
         .expect("in the catalog")
         .arch;
     let mut checked = 0;
-    for v in text
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("JSON"))
+    for v in crate::jsonl("tests/data/reference/models26/cases.jsonl")
+        .into_iter()
         .filter(|v| v["hf_name"] == "Qwen/Qwen3-Next-80B-A3B-Instruct")
     {
         assert_is_the_measured_model(cat, &v, v["id"].as_str().expect("id"));
