@@ -39,15 +39,16 @@ for line in lines:
         row["replayed_max_reserved_bytes"] = reserved[c["id"]]["max_reserved"]
     cases.append(row)
 
-def harness_lines(folder, suffix=""):
-    """A data folder of the harness's own output lines (measure.py's, with the replay inline): the
-    harness's target shorthands written out as the modules they adapted, its `full_ft` as the
-    settings table's finetuning_type full, its TRL SFTTrainer step as an SFT step with logits
-    fused."""
-    for line in open(os.path.join(ref, folder, "cases.jsonl")):
+def harness_lines(folder, suffix="", files=("cases.jsonl",)):
+    """A data folder of the harness's own output lines (measure.py's or measure_vl.py's, with the
+    replay inline): the harness's target shorthands written out as the modules they adapted (where
+    its settings do not list them already), its `full_ft` as the settings table's finetuning_type
+    full, its TRL SFTTrainer step as an SFT step with logits fused."""
+    for line in (l for f in files for l in open(os.path.join(ref, folder, f))):
         c = json.loads(line)
         r = c["result"]
-        settings = dict(c["settings"], cublas_workspace_config=":0:0", target_modules=c["target_modules_list"])
+        targets = c.get("target_modules_list", c["settings"]["target_modules"])
+        settings = dict(c["settings"], cublas_workspace_config=":0:0", target_modules=targets)
         if settings.pop("full_ft", False):
             settings["finetuning_type"] = "full"
         if settings.get("method_kind") == "trl_sft":
@@ -78,19 +79,7 @@ harness_lines("int8")
 # The 2026 families' steps (measure_vl.py's lines: Qwen3.5, Qwen3.5-MoE and Qwen3-Next text steps,
 # then the vision-language steps with their images in the settings table's names; full depth, the
 # config.json they were built from as the model, the adapted modules by name).
-for line in list(open(os.path.join(ref, "models26", "cases.jsonl"))) + list(
-        open(os.path.join(ref, "models26", "vl_cases.jsonl"))):
-    c = json.loads(line)
-    r = c["result"]
-    cases.append({
-        "id": c["id"],
-        "model": c["model"],
-        "settings": dict(c["settings"], cublas_workspace_config=":0:0"),
-        "peak_allocated_bytes": r["peak_bytes"],
-        "peak_phase": r["peak_phase"],
-        "replayed_max_allocated_bytes": c["replay"]["max_allocated"],
-        "replayed_max_reserved_bytes": c["replay"]["max_reserved"],
-    })
+harness_lines("models26", files=("cases.jsonl", "vl_cases.jsonl"))
 
 # Published real-GPU runs (A100-80GB, torch 2.4.1, transformers 4.48.1): their settings as the
 # published schema gives them, with the software versions; lorafit reads them as `estimate
