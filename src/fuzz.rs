@@ -133,6 +133,7 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                     Default::default()
                 },
                 mla: Default::default(),
+                nope: Default::default(),
                 linear: Default::default(),
                 vision: None,
             };

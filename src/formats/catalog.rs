@@ -244,6 +244,20 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
             linear_conv_kernel_dim: u("linear_conv_kernel_dim"),
             attn_output_gate: b("attn_output_gate"),
         },
+        nope: crate::model::arch::NopeConfig {
+            no_rope_layers: match v.field("no_rope_layers") {
+                None => None,
+                Some(a) => Some(
+                    a.as_array()?
+                        .iter()
+                        .map(Json::as_u64)
+                        .collect::<Option<_>>()?,
+                ),
+            },
+            no_rope_layer_interval: u("no_rope_layer_interval"),
+            attn_temperature_tuning: b("attn_temperature_tuning"),
+            attention_chunk_size: u("attention_chunk_size"),
+        },
         vision: match v.field("vision_config") {
             None => None,
             Some(t) => {

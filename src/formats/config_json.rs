@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::unused::Parsed;
-use crate::model::arch::{LayerType, LinearAttnConfig, MlaConfig, MoeConfig};
+use crate::model::arch::{LayerType, LinearAttnConfig, MlaConfig, MoeConfig, NopeConfig};
 use crate::model::vision::VisionTower;
 use crate::model::{Architecture, Family};
 
@@ -19,14 +19,13 @@ const UNSUPPORTED_MOE: &[&str] = &[
     "jamba",
     "granitemoe",
     "phimoe",
-    "llama4",
-    "llama4_text",
 ];
 
 fn family_from_architectures(v: &Value) -> Option<String> {
     let a = v.get("architectures")?.as_array()?.first()?.as_str()?;
     let a = a.to_ascii_lowercase();
     [
+        ("llama4", "llama4_text"),
         ("llama", "llama"),
         ("mixtral", "mixtral"),
         ("mistral", "mistral"),
@@ -233,7 +232,7 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
         attn_logit_softcapping: optional_f64(cfg, "attn_logit_softcapping")?,
         final_logit_softcapping: optional_f64(cfg, "final_logit_softcapping")?,
         partial_rotary_factor: partial_rotary_factor(cfg, family)?,
-        use_qk_norm: if family.layout().qk_norm_by_config {
+        use_qk_norm: if family.layout().qk_norm_by_config.is_some() {
             optional_bool(cfg, "use_qk_norm")?
         } else {
             None
@@ -241,6 +240,7 @@ fn from_config(root: &Value) -> Result<Architecture, String> {
         moe: moe_config(cfg, family)?,
         mla: mla_config(cfg, family)?,
         linear: linear_config(cfg, family)?,
+        nope: nope_config(cfg, family)?,
         vision: if nested || flat_vision {
             vision_config(root, family)?
         } else {
@@ -379,6 +379,49 @@ fn linear_config(cfg: &Value, family: Family) -> Result<LinearAttnConfig, String
         linear_value_head_dim: optional_positive(cfg, "linear_value_head_dim")?,
         linear_conv_kernel_dim: optional_positive(cfg, "linear_conv_kernel_dim")?,
         attn_output_gate: optional_bool(cfg, "attn_output_gate")?,
+    })
+}
+
+/// Which layers rotate, for a family with layers that do not (Llama 4; none for the others).
+/// Llama 4's dense layers between the MoE ones (`interleave_moe_layer_step` above 1, or
+/// `moe_layers` leaving some out: Maverick) are refused: lorafit does not plan them yet.
+fn nope_config(cfg: &Value, family: Family) -> Result<NopeConfig, String> {
+    if family.layout().nope_interval_default.is_none() {
+        return Ok(NopeConfig::default());
+    }
+    let layers = |key: &str| -> Result<Option<Vec<u64>>, String> {
+        match cfg.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(x) => x
+                .as_array()
+                .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
+                .map(Some)
+                .ok_or_else(|| format!("\"{key}\" must be a list of integers, got {}", short(x))),
+        }
+    };
+    let n = optional_positive(cfg, "num_hidden_layers")?.unwrap_or(0);
+    let step = optional_positive(cfg, "interleave_moe_layer_step")?.unwrap_or(1);
+    let dense_between = match layers("moe_layers")? {
+        Some(l) => (0..n).any(|i| !l.contains(&i)),
+        None => step > 1,
+    };
+    if dense_between {
+        return Err(format!("{} with dense layers between its MoE layers (interleave_moe_layer_step {step}, or moe_layers leaving layers out: Llama-4-Maverick) is not planned yet: lorafit plans Llama 4 with every layer a mixture of experts (Scout)", family.name()));
+    }
+    let no_rope_layers = layers("no_rope_layers")?;
+    if let Some(l) = &no_rope_layers {
+        if l.len() as u64 != n || l.iter().any(|f| *f > 1) {
+            return Err(format!(
+                "\"no_rope_layers\" must hold one 0 or 1 per layer ({n}), got {} entries",
+                l.len()
+            ));
+        }
+    }
+    Ok(NopeConfig {
+        no_rope_layers,
+        no_rope_layer_interval: optional_positive(cfg, "no_rope_layer_interval")?,
+        attn_temperature_tuning: optional_bool(cfg, "attn_temperature_tuning")?,
+        attention_chunk_size: optional_positive(cfg, "attention_chunk_size")?,
     })
 }
 

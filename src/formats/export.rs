@@ -299,6 +299,7 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
         lora_config_variants(s),
         if s.targets.len() == Target::ALL.len()
             && !crate::model::peft_targets::all_linear_reaches_routers(arch, s)
+            && !crate::model::peft_targets::all_linear_breaks_router(arch, s)
         {
             // peft's own spelling of every Linear but the output layer; where it would also
             // adapt the routers, the names, as the frameworks expand theirs.

@@ -84,6 +84,27 @@ pub struct LinearAttnConfig {
     pub attn_output_gate: Option<bool>,
 }
 
+/// The config.json numbers of a family whose layers rotate or not by layer (Llama 4,
+/// [`crate::model::family::AttentionKind::RotaryOrNope`]), each under its config.json key; a
+/// missing number takes the config class's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NopeConfig {
+    /// One flag per layer: 1 where the layer rotates q and k, 0 where it does not (the name is
+    /// transformers').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_rope_layers: Option<Vec<u64>>,
+    /// Without `no_rope_layers`: every `no_rope_layer_interval`-th layer does not rotate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_rope_layer_interval: Option<u64>,
+    /// The layers without rotary scale their queries by position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_temperature_tuning: Option<bool>,
+    /// The rotary layers attend within chunks of this many tokens (`None` in config.json: they
+    /// attend causally over the whole sequence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_chunk_size: Option<u64>,
+}
+
 /// Gated DeltaNet widths with the config class's defaults applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gdn {
@@ -157,7 +178,7 @@ pub struct Architecture {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partial_rotary_factor: Option<f64>,
     /// q/k RMSNorms, for families whose config switches them
-    /// ([`FamilyLayout::qk_norm_by_config`]; `None`: the class default, off).
+    /// ([`FamilyLayout::qk_norm_by_config`]; `None`: the config class's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_qk_norm: Option<bool>,
     /// Mixture-of-experts numbers (config.json keys; empty for dense models).
@@ -169,6 +190,9 @@ pub struct Architecture {
     /// A hybrid model's linear-attention numbers (config.json keys; empty otherwise).
     #[serde(flatten)]
     pub linear: LinearAttnConfig,
+    /// Which layers rotate, for Llama 4 (config.json keys; empty otherwise).
+    #[serde(flatten)]
+    pub nope: NopeConfig,
     /// A vision-language checkpoint's vision tower (`vision_config`): its weights load with the
     /// model whether or not a sample has an image.
     #[serde(
@@ -703,6 +727,35 @@ impl Architecture {
         }
     }
 
+    /// Whether layer `li` (0-based) rotates q and k: always, but for the layers a family with
+    /// layers without rotary leaves out (Llama 4: `no_rope_layers`, else every
+    /// `no_rope_layer_interval`-th layer, `configuration_llama4.py:169-172`).
+    pub fn rotates(&self, li: u64) -> bool {
+        let Some(default) = self.family.layout().nope_interval_default else {
+            return true;
+        };
+        match &self.nope.no_rope_layers {
+            Some(l) => l.get(li as usize).is_none_or(|f| *f != 0),
+            None => (li + 1) % self.nope.no_rope_layer_interval.unwrap_or(default).max(1) != 0,
+        }
+    }
+
+    /// Whether the layers without rotary scale their queries by position
+    /// (`attn_temperature_tuning`, default true).
+    pub fn temperature_tuned(&self) -> bool {
+        self.family.layout().nope_interval_default.is_some()
+            && self.nope.attn_temperature_tuning.unwrap_or(true)
+    }
+
+    /// The chunk the rotary layers attend within, for Llama 4 (`attention_chunk_size`, default
+    /// 8192; `None` where config.json sets it to null or the family has no chunks).
+    pub fn attention_chunk(&self) -> Option<u64> {
+        self.family
+            .layout()
+            .nope_interval_default
+            .map(|_| self.nope.attention_chunk_size.unwrap_or(8192))
+    }
+
     /// Full attention's q_proj also projects the sigmoid output gate (Qwen3.5).
     pub fn attn_output_gate(&self) -> bool {
         self.family
@@ -728,7 +781,9 @@ impl Architecture {
     /// norms and config.json leaves them off.
     pub fn qk_norm(&self) -> QkNorm {
         let l = self.family.layout();
-        if l.qk_norm_by_config && self.use_qk_norm != Some(true) {
+        if l.qk_norm_by_config
+            .is_some_and(|default| !self.use_qk_norm.unwrap_or(default))
+        {
             QkNorm::None
         } else {
             l.qk_norm
@@ -822,6 +877,7 @@ impl Architecture {
             Some(SharedExperts::Added { default_count }) => {
                 self.expert_width() * self.moe.n_shared_experts.unwrap_or(default_count) as u128
             }
+            Some(SharedExperts::Summed) => self.expert_width(),
             Some(SharedExperts::Gated { default_width }) => {
                 self.moe
                     .shared_expert_intermediate_size
@@ -1232,7 +1288,8 @@ impl Architecture {
             return biases + self.family.norms_per_layer() * h + g;
         }
         let qk_norm = match self.qk_norm() {
-            QkNorm::None => 0,
+            // (Llama 4's L2 norm has no weight.)
+            QkNorm::None | QkNorm::L2AfterRotary => 0,
             QkNorm::PerHead | QkNorm::PerHeadAfterProjections | QkNorm::PerHeadAfterViews => {
                 2 * self.head_dim() as u128
             }
@@ -1325,6 +1382,17 @@ impl Architecture {
     /// The vision tower and how the family builds it, when the model has one lorafit plans.
     pub fn tower(&self) -> Option<(&crate::model::vision::VisionTower, VisionKind)> {
         Some((self.vision.as_ref()?, self.family.layout().vision?))
+    }
+
+    /// Routed experts whose matmuls run for each token: its top-k, or every expert where the
+    /// family runs them all on every token (Llama 4 in transformers, [`MoeLayout::all_experts`]:
+    /// the unchosen ones on inputs scaled to zero).
+    pub fn experts_run_per_tok(&self) -> u128 {
+        if self.moe_layout().is_some_and(|m| m.all_experts) {
+            self.num_experts()
+        } else {
+            self.experts_per_tok()
+        }
     }
 
     /// Parameters one token runs through: all but the routed experts it is not sent to

@@ -66,6 +66,13 @@ pub enum Family {
     /// sections, and a ViT of RMSNorms, SwiGLU MLPs and windowed attention (full attention in
     /// the blocks `fullatt_block_indexes` names).
     Qwen25Vl,
+    /// Llama 4 (`llama4_text`: Llama-4-Scout-17B-16E's text model): every layer a mixture of
+    /// 16 experts that all run on every token — its input repeated per expert and scaled by the
+    /// sigmoid of its top-1 router logit, then two batched matmuls — beside a shared expert; a
+    /// complex rotary on three layers of four, chunked attention there and q/k L2 norms after
+    /// the rotary; no rotary on every fourth layer, whose queries are scaled by position
+    /// (temperature tuning).
+    Llama4,
 }
 
 names!(Family {
@@ -88,6 +95,7 @@ names!(Family {
     Qwen3Vl => "qwen3_vl" | "qwen3_vl_text",
     Qwen3VlMoe => "qwen3_vl_moe" | "qwen3_vl_moe_text",
     Qwen25Vl => "qwen2_5_vl" | "qwen2_5_vl_text" | "qwen2.5_vl",
+    Llama4 => "llama4_text" | "llama4",
 });
 
 impl TryFrom<String> for Family {
@@ -112,9 +120,10 @@ pub struct FamilyLayout {
     pub norms_per_layer: u128,
     /// Where q and k are RMS-normalised, if at all.
     pub qk_norm: QkNorm,
-    /// The q/k norms exist only when config.json says `use_qk_norm: true` (GLM-4.5's config class
-    /// defaults to false).
-    pub qk_norm_by_config: bool,
+    /// The q/k norms exist only when `use_qk_norm` is true, and this is its value when
+    /// config.json omits it (GLM-4.5's config class defaults to false, Llama 4's to true).
+    /// `None`: the family always has its `qk_norm`.
+    pub qk_norm_by_config: Option<bool>,
     /// Only part of each head rotates: the config class's `partial_rotary_factor` (numerator,
     /// denominator) where config.json does not give it; q and k are sliced, the rotating part
     /// rotated and concatenated back with the rest. `None`: the whole head rotates.
@@ -198,6 +207,17 @@ pub struct FamilyLayout {
     /// `…CausalLMOutputWithPast` — transformers 5.24 has none — so the call raises ImportError
     /// (checked in the harness's environment, 2026-12-07).
     pub liger_unimportable: bool,
+    /// The decoder layer binds the attention's output to its own local (`attention_states`,
+    /// `Llama4TextDecoderLayer.forward`, `modeling_llama4.py:421-433`): the normed input then
+    /// lives until the residual add, the attention's output until the layer returns.
+    pub attention_output_local: bool,
+    /// Liger-Kernel's function for the family, which lorafit does not plan yet, not having
+    /// measured it (`apply_liger_kernel_to_llama4`, liger-kernel 0.8.5 `monkey_patch.py:470-560`).
+    pub liger_unplanned: Option<&'static str>,
+    /// Every `n`-th layer has no rotary when config.json has no `no_rope_layers`
+    /// (`no_rope_layer_interval`, Llama 4's default 4); its queries are temperature-scaled
+    /// instead ([`AttentionKind::RotaryOrNope`]). `None`: every layer rotates.
+    pub nope_interval_default: Option<u64>,
     /// `chunk_mem_const` of Liger's fused linear cross-entropy in the family's causal-LM forward:
     /// its chunks hold at most this many times the hidden states' bytes of logits (1, Liger's
     /// default; gpt-oss's forward passes 8, liger-kernel 0.8.5 `transformers/model/gpt_oss.py:14`).
@@ -366,6 +386,9 @@ pub enum QkNorm {
     PerHeadAfterViews,
     /// Over the whole projection, before the view into heads (OLMoE).
     Whole,
+    /// Llama 4's `Llama4TextL2Norm` (`modeling_llama4.py:106-118`): per head, without a weight,
+    /// after the rotary, on the layers that rotate only.
+    L2AfterRotary,
 }
 
 /// How a family's RMSNorm computes (`x * rsqrt(mean(x²) + eps)` in fp32 for all of them).
@@ -377,6 +400,9 @@ pub enum NormKind {
     Gemma,
     /// gpt-oss's: `(weight * x).to(input_dtype)`, the product in fp32.
     ProductInFp32,
+    /// Llama 4's (`Llama4TextRMSNorm`, `modeling_llama4.py:121-138`): `x * rsqrt(mean(x²) +
+    /// eps)` in one expression (the mean is no local), cast back, then `output * weight`.
+    OneExpression,
 }
 
 /// Which layers attend through a sliding window.
@@ -425,6 +451,12 @@ pub enum AttentionKind {
     Latent,
     /// gpt-oss: eager softmax over the scores and one learned sink logit per head.
     Sinks,
+    /// Llama 4 (`Llama4TextAttention`, `modeling_llama4.py:301-391`): q and k viewed into heads
+    /// (v transposed too), on the rotary layers rotated as complex numbers
+    /// (`apply_rotary_emb`: fp32 copies times the complex table) and L2-normalised; on the
+    /// others (`no_rope_layers`) the queries scaled by `log1p(floor((pos + 1) / floor_scale)) ×
+    /// attn_scale + 1` in fp32 (`attn_temperature_tuning`).
+    RotaryOrNope,
 }
 
 /// Which layers of an MoE family keep a dense MLP.
@@ -470,6 +502,15 @@ pub struct MoeLayout {
     pub transposed_experts: bool,
     /// The router is registered before the experts (all but Qwen3-MoE).
     pub router_first: bool,
+    /// The router is an `nn.Linear` subclass whose forward returns (scores, logits)
+    /// (`Llama4Router`, `modeling_llama4.py:141-153`): peft's all-linear wraps it, and LoRA's
+    /// forward then fails ([`crate::model::peft_targets::all_linear_breaks_router`]).
+    pub router_returns_tuple: bool,
+    /// Every expert runs on every token (Llama 4, `Llama4TextMoe.forward`,
+    /// `modeling_llama4.py:166-175`): the router's top-k logits scattered into a row of −∞ and
+    /// passed through a sigmoid (`Llama4Router`, :141-153), the input repeated once per expert
+    /// and scaled by its score, two batched matmuls over all experts, the outputs summed.
+    pub all_experts: bool,
     /// Shared experts next to the routed ones, if any, and how the block runs them.
     pub shared: SharedExperts,
     /// Which layers stay dense.
@@ -511,6 +552,10 @@ pub enum SharedExperts {
         /// `shared_expert_intermediate_size` when config.json omits it.
         default_width: u64,
     },
+    /// Llama 4's `shared_expert`: one MLP of the experts' width, run after the routed experts;
+    /// their output summed over the experts is added into its output in place
+    /// (`out.add_(routed_out….sum(dim=0))`, `modeling_llama4.py:173-174`).
+    Summed,
 }
 
 /// Whether the top-k routing weights are renormalised to sum to one.
@@ -577,7 +622,7 @@ impl Family {
         let base = FamilyLayout {
             norms_per_layer: 2,
             qk_norm: QkNorm::None,
-            qk_norm_by_config: false,
+            qk_norm_by_config: None,
             partial_rotary: None,
             norm: NormKind::Llama,
             scaled_embedding: false,
@@ -606,6 +651,9 @@ impl Family {
             rotary_per_layer_type: false,
             liger: None,
             liger_unimportable: false,
+            liger_unplanned: None,
+            attention_output_local: false,
+            nope_interval_default: None,
             flce_chunk_mem_const: 1,
         };
         let moe = MoeLayout {
@@ -618,6 +666,8 @@ impl Family {
             clamped_glu: false,
             transposed_experts: false,
             router_first: true,
+            all_experts: false,
+            router_returns_tuple: false,
             shared: SharedExperts::None,
             dense: DenseLayers::None,
             default_experts: 64,
@@ -707,6 +757,33 @@ impl Family {
             },
             // Qwen2.5-VL's text layers are Qwen2's (a `mask_kwargs` dict too; Liger's switch
             // fails to import for it), with the multimodal rotary in sections and its own tower.
+            // `Llama4TextModel` (`modeling_llama4.py:475-569`) and its config class's defaults
+            // (`configuration_llama4.py:129-163`: Scout's numbers).
+            Family::Llama4 => FamilyLayout {
+                norm: NormKind::OneExpression,
+                qk_norm: QkNorm::L2AfterRotary,
+                qk_norm_by_config: Some(true),
+                attention: AttentionKind::RotaryOrNope,
+                rotary_product: true,
+                mask_kwargs: true,
+                head_dim_default: Some(128),
+                intermediate_default: Some(8192),
+                nope_interval_default: Some(4),
+                moe: Some(MoeLayout {
+                    // `Llama4TextMoe.__init__` builds the experts, the router, then the shared
+                    // expert (:157-164).
+                    router_first: false,
+                    all_experts: true,
+                    router_returns_tuple: true,
+                    shared: SharedExperts::Summed,
+                    default_experts: 16,
+                    default_experts_per_tok: Some(1),
+                    ..moe
+                }),
+                liger_unplanned: Some("apply_liger_kernel_to_llama4"),
+                attention_output_local: true,
+                ..base
+            },
             Family::Qwen25Vl => FamilyLayout {
                 mrope: Some(Mrope::Sections),
                 views_after_projections: true,
@@ -848,7 +925,7 @@ impl Family {
             Family::Qwen35 => qwen35,
             Family::Glm4Moe => FamilyLayout {
                 qk_norm: QkNorm::PerHeadAfterViews,
-                qk_norm_by_config: true,
+                qk_norm_by_config: Some(false),
                 partial_rotary: Some((1, 2)),
                 rotary_cat: true,
                 bos_default: false,

@@ -42,6 +42,18 @@ pub fn all_linear_reaches_routers(arch: &Architecture, s: &Settings) -> bool {
         && arch.moe_layout().is_some_and(|m| m.peft_maps_mlp_names)
 }
 
+/// Whether peft's `target_modules="all-linear"` for these targets would wrap a router whose
+/// forward a LoRA layer cannot run: every target named, LoRA, on a family whose router is an
+/// `nn.Linear` subclass returning a tuple (Llama 4's `Llama4Router`; peft 0.21's all-linear takes
+/// every `nn.Linear` but the output layer, `tuners/tuners_utils.py`
+/// `_maybe_include_all_linear_layers`), so the first forward fails in `lora.Linear.forward`
+/// (`'tuple' object has no attribute 'dtype'`, measured with the harness).
+pub fn all_linear_breaks_router(arch: &Architecture, s: &Settings) -> bool {
+    !s.base_trained()
+        && s.targets.len() == Target::ALL.len()
+        && arch.moe_layout().is_some_and(|m| m.router_returns_tuple)
+}
+
 /// The targets that name only one of `gate_proj` and `up_proj`, which peft refuses to map onto
 /// their fused `gate_up_proj` ("Cannot convert PEFT target(s) … without also targeting …").
 pub fn lone_gate_or_up(arch: &Architecture, s: &Settings) -> Option<(&'static str, &'static str)> {

@@ -57,6 +57,9 @@ pub fn encode_arch(a: &Architecture) -> String {
             "R",
             a.partial_rotary_factor.map(|f| (f * 1000.0).round() as u64),
         ),
+        ("N", a.nope.no_rope_layer_interval),
+        ("U", a.nope.attn_temperature_tuning.map(u64::from)),
+        ("K", a.nope.attention_chunk_size),
     ] {
         if let Some(v) = v {
             s.push_str(&format!(".{p}{v}"));
@@ -71,6 +74,11 @@ pub fn encode_arch(a: &Architecture) -> String {
             })
             .collect();
         s.push_str(&format!(".T{l}"));
+    }
+    if let Some(l) = &a.nope.no_rope_layers {
+        // Llama 4's rotary flags, one digit per layer.
+        let l: String = l.iter().map(|f| if *f == 0 { '0' } else { '1' }).collect();
+        s.push_str(&format!(".P{l}"));
     }
     if let Some(only) = &m.mlp_only_layers {
         if !only.is_empty() {
@@ -117,7 +125,7 @@ pub fn encode_arch(a: &Architecture) -> String {
 /// Parses [`encode_arch`]'s form; None when malformed or invalid.
 pub fn decode_arch(v: &str) -> Option<Architecture> {
     let parts: Vec<&str> = v.split('.').collect();
-    if parts.len() < 9 || parts.len() > 9 + 25 {
+    if parts.len() < 9 || parts.len() > 9 + 29 {
         return None;
     }
     let n = |i: usize| parts[i].parse::<u64>().ok();
@@ -140,6 +148,7 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
         moe: Default::default(),
         mla: Default::default(),
         linear: Default::default(),
+        nope: Default::default(),
         vision: None,
     };
     for part in &parts[9..] {
@@ -187,6 +196,12 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
             a.vision.as_mut()?.deepstack_visual_indexes = n?;
             continue;
         }
+        if p == "P" {
+            let flags: Option<Vec<u64>> =
+                rest.chars().map(|c| c.to_digit(2).map(u64::from)).collect();
+            a.nope.no_rope_layers = Some(flags?);
+            continue;
+        }
         if p == "T" {
             use crate::model::arch::LayerType;
             let types: Option<Vec<LayerType>> = rest
@@ -227,6 +242,9 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
             "I" => a.linear.full_attention_interval = Some(x),
             "G" => a.linear.attn_output_gate = Some(x == 1),
             "R" => a.partial_rotary_factor = Some(x as f64 / 1000.0),
+            "N" => a.nope.no_rope_layer_interval = Some(x),
+            "U" => a.nope.attn_temperature_tuning = Some(x == 1),
+            "K" => a.nope.attention_chunk_size = Some(x),
             _ => return None,
         }
     }
@@ -537,6 +555,17 @@ mod tests {
         let back = decode_arch(&encode_arch(&q)).unwrap();
         assert_eq!(back.shared_width(), 768);
         assert_eq!(back.total_params(), q.total_params());
+        // Llama 4's rotary layers, temperature tuning and chunk, as an imported config gives them.
+        let mut l = crate::formats::catalog::find_model("llama-4-scout-17b-16e")
+            .unwrap()
+            .arch
+            .clone();
+        l.nope.no_rope_layers = Some((0..48).map(|i| u64::from(i % 2 == 0)).collect());
+        l.nope.attn_temperature_tuning = Some(false);
+        l.nope.attention_chunk_size = Some(4096);
+        let back = decode_arch(&encode_arch(&l)).unwrap();
+        assert_eq!(back.nope, l.nope);
+        assert!((0..48).all(|i| back.rotates(i) == (i % 2 == 0)));
         let mut st = UiState {
             model: "qwen3-30b-a3b".into(),
             ..UiState::default()

@@ -16,7 +16,7 @@ use lorafit::model::{plan, plan_simulated_on};
 use serde_json::Value;
 
 /// Cases in the committed file; a change to the data must change this number too.
-const EXPECTED_CASES: usize = 19;
+const EXPECTED_CASES: usize = 24;
 
 #[test]
 fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
@@ -154,6 +154,10 @@ fn liger_on_qwen35_is_its_norm_and_swiglu_and_saves_the_measured_difference() {
 /// without and with checkpointing, the attention and Gated DeltaNet projections with
 /// checkpointing over two sequences, and q, k, v, o only; and those projections under
 /// Liger-Kernel's RMSNorm and fused experts without and with checkpointing (`qnliger*`).
+/// Llama-4-Scout cut the same way (`l4_*`: three rotary layers, one without rotary, one more
+/// rotary, every layer's 16 experts run on every token): every Linear by name without and with
+/// checkpointing, q, k, v, o with checkpointing, and every Linear with the q/k norms and the
+/// temperature tuning off.
 #[test]
 fn qwen35_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
@@ -168,8 +172,8 @@ fn qwen35_sequences_equal_the_recordings() {
         checked += 1;
     }
     assert_eq!(
-        checked, 16,
-        "Qwen3.5, Qwen3.5-MoE and Qwen3-Next recordings"
+        checked, 20,
+        "Qwen3.5, Qwen3.5-MoE, Qwen3-Next and Llama 4 recordings"
     );
 }
 
@@ -443,4 +447,123 @@ fn what_a_vision_plan_does_not_cover_is_refused_with_its_reason() {
     s.parallel.gpus_per_node = 2;
     s.parallel.strategy = lorafit::model::Strategy::FsdpFullShard;
     assert_eq!(field(vl, &s), "images_per_sample");
+}
+
+/// The catalog's Llama-4-Scout is the model the harness measured: the same base parameters and
+/// the same plan as each measured case's own config.json.
+#[test]
+fn the_catalog_llama4_scout_is_the_measured_one() {
+    let cat = &lorafit::formats::catalog::find_model("llama-4-scout-17b-16e")
+        .expect("in the catalog")
+        .arch;
+    let mut checked = 0;
+    for v in crate::jsonl("tests/data/reference/models26/cases.jsonl")
+        .into_iter()
+        .filter(|v| v["hf_name"] == "meta-llama/Llama-4-Scout-17B-16E")
+    {
+        assert_is_the_measured_model(cat, &v, v["id"].as_str().expect("id"));
+        checked += 1;
+    }
+    assert_eq!(checked, 5);
+}
+
+/// What a Llama 4 plan does not cover is refused with the setting and a reason that has its
+/// Chinese translation, never planned as something else: attention other than sdpa, a
+/// sequence that reaches one attention chunk (8191 tokens plan, 8192 do not: the chunked mask is
+/// built from there on), padding and packing, a quantized base, LoRA on the experts,
+/// `output_router_logits`, Liger's kernels; Maverick's dense layers at import; peft's own
+/// all-linear (which wraps the routers and fails) from a script, where LLaMA-Factory's `all`
+/// plans.
+#[test]
+fn what_a_llama4_plan_does_not_cover_is_refused_with_its_reason() {
+    use lorafit::model::{AttnImpl, ExpertParam, PlanError, Quant, Settings};
+    let a = &lorafit::formats::catalog::find_model("llama-4-scout-17b-16e")
+        .unwrap()
+        .arch;
+    let refused = |s: &Settings| match plan(a, s) {
+        Err(PlanError::InvalidSetting { field, why }) => {
+            assert!(lorafit::web::i18n::has(&why), "no translation: {why}");
+            field
+        }
+        other => panic!("not refused: {:?}", other.map(|p| p.peak_allocated_bytes)),
+    };
+    let with = |f: fn(&mut Settings)| {
+        let mut s = Settings::default();
+        f(&mut s);
+        s
+    };
+    assert!(plan(a, &with(|s| s.seq = 8191)).is_ok());
+    for (s, field) in [
+        (with(|s| s.attn_impl = AttnImpl::Eager), "attn_impl"),
+        (
+            with(|s| s.attn_impl = AttnImpl::FlashAttention2),
+            "attn_impl",
+        ),
+        (with(|s| s.seq = 8192), "seq"),
+        (with(|s| s.padded_mask = true), "padded_mask"),
+        (with(|s| s.quant = Some(Quant::Nf4)), "quant"),
+        (
+            with(|s| {
+                s.lora_dropout = 0.0;
+                s.target_parameters = vec![ExpertParam::Down];
+            }),
+            "target_parameters",
+        ),
+        (
+            with(|s| s.output_router_logits = true),
+            "output_router_logits",
+        ),
+        (with(|s| s.liger.rms_norm = true), "liger_kernel"),
+    ] {
+        assert_eq!(refused(&s), field);
+    }
+    // Maverick: dense layers between the MoE ones.
+    let maverick = r#"{"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
+        "num_key_value_heads": 8, "vocab_size": 202048, "num_local_experts": 128,
+        "interleave_moe_layer_step": 2}"#;
+    let e = lorafit::formats::config_json::parse_config(maverick).unwrap_err();
+    assert!(e.contains("Maverick") && lorafit::web::i18n::has(&e), "{e}");
+    // peft's all-linear from a script fails at the first step; the names plan.
+    let script = |targets: &str| {
+        format!("from peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, TrainingArguments\nmodel = AutoModelForCausalLM.from_pretrained(\"meta-llama/Llama-4-Scout-17B-16E-Instruct\")\nlora = LoraConfig(r=16, target_modules={targets})\nargs = TrainingArguments(output_dir=\"out\", per_device_train_batch_size=1, bf16=True)\n")
+    };
+    let mut r = lorafit::formats::framework::read(&script("\"all-linear\"")).unwrap();
+    let e = r.catalog_model().unwrap_err();
+    assert!(
+        e.contains("'tuple' object") && lorafit::web::i18n::has(&e),
+        "{e}"
+    );
+    let names = "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]";
+    let mut r = lorafit::formats::framework::read(&script(names)).unwrap();
+    assert!(r.catalog_model().unwrap().is_some());
+    assert!(plan(a, &r.settings).is_ok());
+    // LLaMA-Factory's Liger switch: planned without it, and said so.
+    let yaml = "model_name_or_path: meta-llama/Llama-4-Scout-17B-16E-Instruct
+stage: sft
+finetuning_type: lora
+lora_target: all
+enable_liger_kernel: true
+bf16: true
+";
+    let mut r = lorafit::formats::framework::read(yaml).unwrap();
+    assert!(r.catalog_model().unwrap().is_some());
+    let why = r
+        .not_modeled
+        .iter()
+        .find(|n| n.key == "enable_liger_kernel")
+        .map(|n| n.why.clone())
+        .unwrap_or_else(|| panic!("{:?}", r.not_modeled));
+    assert!(why.contains("apply_liger_kernel_to_llama4") && lorafit::web::i18n::has(&why));
+    assert!(plan(a, &r.settings).is_ok());
+    // The step time counts every expert for every token, and says so.
+    let s = Settings::default();
+    let p = plan(a, &s).unwrap();
+    let g = lorafit::formats::catalog::find_gpu("h200").unwrap();
+    let e = lorafit::planning::time::estimate(a, &s, &p, g, None, 1e8).unwrap();
+    assert!(
+        e.explanation.contains("all 16 experts") && lorafit::web::i18n::has(&e.explanation),
+        "{}",
+        e.explanation
+    );
 }

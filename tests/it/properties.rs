@@ -18,7 +18,7 @@ use proptest::prelude::*;
 /// passes 2^60, an exbibyte); only MLP targets on a mixture of experts without a dense MLP,
 /// which match no module; full fine-tuning or preference training of a mixture of experts; Liger's
 /// kernels for a family they are not planned for, or beside what they do not plan; cut
-/// cross-entropy with an fp32 head. (The
+/// cross-entropy with an fp32 head; what Llama 4's plan does not cover yet. (The
 /// `bool` is kept for the callers that compare two plans of one model: every plan is the step
 /// program's.)
 fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
@@ -55,9 +55,13 @@ fn planned(a: &Architecture, s: &Settings) -> Option<(u128, bool)> {
             let cce_refused = s.fused_ce == lorafit::model::FusedCe::Cce
                 && s.aux_weight_dtype().bytes() != 2
                 && e.contains("cut cross-entropy's backward asserts");
+            // Llama 4 is planned under sdpa, below one attention chunk, on a 16-bit base,
+            // without Liger's kernels, as measured; the rest is refused as not planned yet.
+            let llama4_refused = a.attention_chunk().is_some() && e.contains("is not planned yet");
             assert!(
                 liger_refused
                     || cce_refused
+                    || llama4_refused
                     || a.is_moe()
                         && (e.contains("target_modules") && e.contains("is named")
                             || s.base_trained() && e.contains("finetuning_type")
@@ -286,7 +290,7 @@ proptest! {
 
     #[test]
     fn arbitrary_numbers_never_panic(h in 0u64..=u64::MAX, i in 0u64..=u64::MAX, l in 0u64..=u64::MAX, heads in 0u64..=u64::MAX, kv in proptest::option::of(0u64..=u64::MAX), hd in proptest::option::of(0u64..=u64::MAX), v in 0u64..=u64::MAX, b in 0u64..=u64::MAX, t in 0u64..=u64::MAX, r in 0u64..=u64::MAX) {
-        let a = Architecture { name: String::new(), family: lorafit::model::Family::Llama, hidden_size: h, intermediate_size: i, num_hidden_layers: l, num_attention_heads: heads, num_key_value_heads: kv, head_dim: hd, vocab_size: v, tie_word_embeddings: false, qkv_bias: None, attn_logit_softcapping: None, final_logit_softcapping: None, partial_rotary_factor: None, use_qk_norm: None, moe: Default::default(), mla: Default::default(), linear: Default::default(), vision: None };
+        let a = Architecture { name: String::new(), family: lorafit::model::Family::Llama, hidden_size: h, intermediate_size: i, num_hidden_layers: l, num_attention_heads: heads, num_key_value_heads: kv, head_dim: hd, vocab_size: v, tie_word_embeddings: false, qkv_bias: None, attn_logit_softcapping: None, final_logit_softcapping: None, partial_rotary_factor: None, use_qk_norm: None, moe: Default::default(), mla: Default::default(), linear: Default::default(), nope: Default::default(), vision: None };
         let s = Settings { batch: b, seq: t, lora_r: r, ..Settings::default() };
         if let Ok(p) = plan(&a, &s) {
             prop_assert!(p.peak_allocated_bytes > 0);

@@ -117,6 +117,9 @@ pub struct Reading {
     /// What else the reader (or its caller) has to say: how the model was found, a DeepSpeed
     /// file that could not be read.
     pub notes: Vec<String>,
+    /// `target_modules` was given as `all` / `all-linear` (peft's own resolution of it where
+    /// the config is peft's or Trainer's), not as a list of names.
+    pub(crate) all_linear_literal: bool,
 }
 
 /// How one key of a framework enters the settings.
@@ -297,12 +300,17 @@ impl Reading {
             // decoder kernels nor its fused loss.
             let why = if layout.liger_unimportable {
                 crate::model::family::liger_import_failure(e.arch.family)
+            } else if let Some(function) = layout.liger_unplanned {
+                format!("liger-kernel 0.8.5's {function} is not planned yet, nor measured: the plan is transformers' modules and loss, not the run's Liger kernels")
             } else {
                 format!("liger-kernel 0.8.5 has no kernels for {0} (no apply_liger_kernel_to_{0}; it has them for {1}): the switch leaves transformers' modules and loss, as planned", e.arch.family.name(), crate::model::Family::with_liger())
             };
             // (A fused loss asked for alone, not by the switch, stays unless the family's Liger
             // function fails to import.)
-            let loss_too = liger_loss && (self.settings.liger.any() || layout.liger_unimportable);
+            let loss_too = liger_loss
+                && (self.settings.liger.any()
+                    || layout.liger_unimportable
+                    || layout.liger_unplanned.is_some());
             self.settings.liger = crate::model::Liger::NONE;
             let mut keys = self.unuse("liger_kernel");
             if loss_too {
@@ -347,10 +355,18 @@ impl Reading {
                 format!("Liger-Kernel has no RoPE kernel for {f}: its switch installs Liger's RMSNorm and SwiGLU there (apply_liger_kernel_to_{f}'s defaults)")
             });
         }
-        if matches!(
-            self.source,
-            Source::Python | Source::TrainingArguments | Source::AdapterConfig
-        ) && crate::model::peft_targets::all_linear_reaches_routers(&e.arch, &self.settings)
+        let peft_all_linear = self.all_linear_literal
+            && matches!(
+                self.source,
+                Source::Python | Source::TrainingArguments | Source::AdapterConfig
+            );
+        if peft_all_linear
+            && crate::model::peft_targets::all_linear_breaks_router(&e.arch, &self.settings)
+        {
+            return Err(format!("peft's target_modules=\"all-linear\" on {0} also wraps each layer's router (Llama4Router, an nn.Linear subclass returning scores and logits) in a LoRA layer, whose forward then fails (AttributeError: 'tuple' object has no attribute 'dtype'): the run stops at its first step; list the Linear names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj), as LLaMA-Factory's lora_target all does", e.arch.family.name()));
+        }
+        if peft_all_linear
+            && crate::model::peft_targets::all_linear_reaches_routers(&e.arch, &self.settings)
         {
             // peft's own all-linear, not a framework's list of Linear names.
             self.notes.push(ALL_LINEAR_ROUTER.into());
@@ -382,6 +398,7 @@ impl Reading {
             not_modeled: vec![],
             launch_path: None,
             notes: vec![],
+            all_linear_literal: false,
         }
     }
 
@@ -975,7 +992,10 @@ pub(crate) fn targets(rd: &mut Reader, v: &Value) -> Result<(), String> {
     }
     let text = fields::json_text(v).map_err(|e| format!("{}: {e}", rd.key()))?;
     let text = match text.trim() {
-        "all" | "all-linear" | "all_linear" => "all-linear".to_string(),
+        "all" | "all-linear" | "all_linear" => {
+            rd.r.all_linear_literal = true;
+            "all-linear".to_string()
+        }
         t => t.to_string(),
     };
     rd.set("target_modules", &text)

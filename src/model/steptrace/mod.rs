@@ -581,7 +581,11 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: crate::model::family::liger_import_failure(arch.family),
         });
     }
-    if extended && s.liger.any() && arch.family.layout().liger.is_none() {
+    if extended
+        && s.liger.any()
+        && arch.family.layout().liger.is_none()
+        && arch.family.layout().liger_unplanned.is_none()
+    {
         return Err(PlanError::InvalidSetting {
             field: "liger_kernel",
             why: format!("liger-kernel 0.8.5 has no kernels for {0} (no apply_liger_kernel_to_{0}; it has them for {1}), and its switch leaves the model as it is: plan without liger_kernel (its fused cross-entropy is fused_ce)", arch.family.name(), crate::model::Family::with_liger()),
@@ -678,7 +682,60 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
             why: "full or freeze tuning of a mixture of experts (its routers and fused experts trained) is not planned yet: plan LoRA, or a dense model".into(),
         });
     }
+    // (Llama 4 is a mixture of experts: a build without the extended ops refuses it earlier.)
+    if extended {
+        if let Some((field, why)) = rotary_or_nope_unplanned(arch, s) {
+            return Err(PlanError::InvalidSetting { field, why });
+        }
+    }
     Ok(())
+}
+
+/// What of a Llama 4 step ([`crate::model::family::AttentionKind::RotaryOrNope`]) is not planned
+/// yet: the step is measured under sdpa, within one attention chunk, without padding or
+/// packing, on a 16-bit base, with LoRA on the Linear layers and transformers' modules.
+fn rotary_or_nope_unplanned(arch: &Architecture, s: &Settings) -> Option<(&'static str, String)> {
+    let layout = arch.family.layout();
+    if layout.attention != crate::model::family::AttentionKind::RotaryOrNope {
+        return None;
+    }
+    let f = arch.family.name();
+    if let Some(function) = layout
+        .liger_unplanned
+        .filter(|_| s.liger.any() || s.fused_ce == crate::model::settings::FusedCe::Liger)
+    {
+        return Some((
+            if s.liger.any() { "liger_kernel" } else { "fused_ce" },
+            format!("liger-kernel 0.8.5's {function} (its RMSNorm, SwiGLU for the shared expert, RoPE and fused cross-entropy) is not planned yet, nor measured: plan without liger_kernel and fused_ce liger"),
+        ));
+    }
+    if s.attn_impl != crate::model::AttnImpl::Sdpa {
+        return Some(("attn_impl", format!("{f}'s attention is planned under sdpa, as measured; {} is not planned yet: plan attn_impl sdpa", s.attn_impl.name())));
+    }
+    if let Some(c) = arch
+        .attention_chunk()
+        .filter(|c| s.seq >= *c && (0..arch.num_hidden_layers).any(|li| arch.rotates(li)))
+    {
+        // (`_ignore_causal_mask_sdpa` skips the mask only while the keys are fewer than the
+        // chunk: `kv_length < local_attention_size`, masking_utils.py.)
+        return Some(("seq", format!("from attention_chunk_size ({c} tokens) on, {f}'s rotary layers attend through a materialized chunked mask, and sdpa gets k and v repeated for every head, which is not planned yet: plan seq below {c}")));
+    }
+    if s.padded_mask || s.packing || s.neat_packing {
+        return Some((
+            if s.padded_mask { "padded_mask" } else if s.packing { "packing" } else { "neat_packing" },
+            format!("{f} with padded or packed batches (the chunked mask's left padding read from the attention mask, the masks of both kinds of layer) is not planned yet: plan unpadded sequences"),
+        ));
+    }
+    if s.quant.is_some() {
+        return Some(("quant", format!("a quantized {f} base is not planned yet, nor measured (bitsandbytes would replace its router, an nn.Linear subclass whose forward also takes the top-k): plan the base in 16 bits")));
+    }
+    if !s.target_parameters.is_empty() {
+        return Some(("target_parameters", format!("LoRA on {f}'s experts (peft's ParamWrapper on gate_up_proj / down_proj) is not planned yet, nor measured: plan LoRA on the Linear layers")));
+    }
+    if s.output_router_logits {
+        return Some(("output_router_logits", format!("{f}'s causal-LM forward adds no load-balancing loss; output_router_logits only keeps each layer's logits in the output, which is not planned yet: plan without it")));
+    }
+    None
 }
 
 /// Refuses steps whose memory or number of events a sequence could not hold (sizes are u64

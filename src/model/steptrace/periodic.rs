@@ -38,21 +38,44 @@ enum Place {
 }
 
 /// What a layer's events depend on besides its index: its kind, whether it attends locally,
-/// and whether its own weights are trained (freeze tuning trains some layers only).
-fn signature(a: &Architecture, s: &Settings, li: u64) -> (LayerKind, bool, bool) {
+/// whether its own weights are trained (freeze tuning trains some layers only), and whether it
+/// rotates q and k (Llama 4's layers without rotary).
+fn signature(a: &Architecture, s: &Settings, li: u64) -> (LayerKind, bool, bool, bool) {
     let local = a.family.layout().sliding.is_some_and(|w| w.local(li));
     (
         a.layer_kind(li),
         local,
         s.layer_trained(li, a.num_hidden_layers),
+        a.rotates(li),
     )
+}
+
+/// The period of the layers' pattern: the sliding-window pattern's, and that of the layers
+/// without rotary where it is every `no_rope_layer_interval`-th layer (a list in config.json
+/// is checked layer by layer instead: the shortened models then differ and run in full).
+fn period(a: &Architecture) -> u64 {
+    let sliding = a.family.layout().sliding.map_or(1, |w| w.period.max(1));
+    let nope = match (
+        a.family.layout().nope_interval_default,
+        &a.nope.no_rope_layers,
+    ) {
+        (Some(d), None) => a.nope.no_rope_layer_interval.unwrap_or(d).max(1),
+        _ => 1,
+    };
+    let gcd = |mut x: u64, mut y: u64| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    sliding / gcd(sliding, nope) * nope
 }
 
 /// The two depths to run, when the model is deep enough to gain: `(L₁, L₂, p, head)` with
 /// `head` the layers kept at their own index (the prefix and two periods).
 fn depths(a: &Architecture, s: &Settings) -> Option<(u64, u64, u64, u64)> {
     let l = a.num_hidden_layers;
-    let p = a.family.layout().sliding.map_or(1, |w| w.period.max(1));
+    let p = period(a);
     // The prefix: up to the last layer whose signature differs from the one a period on.
     let k = (0..l.saturating_sub(p))
         .rev()

@@ -236,6 +236,8 @@ pub(super) mod job;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod liger;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
+mod llama4;
+#[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod moe;
 #[cfg_attr(not(feature = "extended-ops"), allow(dead_code))]
 mod packing;
@@ -557,7 +559,8 @@ impl<'c, 'a> Prog<'c, 'a> {
                 let k = self.weight(a.kv_dim() as u64, aux, 0);
                 self.qk_norms.extend([q.x, k.x]);
             }
-            "o_proj" if a.qk_norm() != QkNorm::None => {
+            // (Llama 4's L2 norm has no weight.)
+            "o_proj" if !matches!(a.qk_norm(), QkNorm::None | QkNorm::L2AfterRotary) => {
                 // q_norm, k_norm are registered in the attention module after o_proj.
                 let q = self.weight(a.head_dim(), aux, 0);
                 let k = self.weight(a.head_dim(), aux, 0);
@@ -1104,7 +1107,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             y.g = self.tp.node(Op::Pass, rows, 4, &[Self::edge(&var)], &[]);
             y
         };
-        if gemma {
+        let one_expression = self.ctx.arch.family.layout().norm == NormKind::OneExpression;
+        if gemma || one_expression {
             self.drop(var);
         }
         let rs = {
@@ -1158,14 +1162,22 @@ impl<'c, 'a> Prog<'c, 'a> {
             return out;
         }
         let c = self.cast(normed, x.es, What::Hidden);
-        // `self.weight * hidden_states.to(input_dtype)`: a trained weight saves the cast input.
+        if one_expression {
+            // `self._norm(x.float()).type_as(x)`: the fp32 product is a temporary.
+            self.drop(normed);
+        }
+        // `self.weight * hidden_states.to(input_dtype)`: a trained weight saves the cast input
+        // (Llama 4 multiplies the other way round).
         let out = match self.norm_weight(width) {
+            Some(w) if one_expression => self.mul(c, w, c.n, c.es, What::Hidden),
             Some(w) => self.mul(w, c, c.n, c.es, What::Hidden),
             None => self.mul_const(c, What::Hidden),
         };
         self.drop(c);
-        self.drop(normed);
-        self.drop(var);
+        if !one_expression {
+            self.drop(normed);
+            self.drop(var);
+        }
         out
     }
 
@@ -1541,8 +1553,26 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Self-attention; returns the output and the eager attention probabilities (which the
     /// decoder layer keeps in `_` until it returns).
-    fn attention(&mut self, x: X, lins: &[Lin], cos: X, sin: X, mask: Option<X>) -> (X, Option<X>) {
+    fn attention(
+        &mut self,
+        x: X,
+        lins: &[Lin],
+        (cos, sin): (X, X),
+        mask: Option<X>,
+        li: usize,
+    ) -> (X, Option<X>) {
+        // (only Llama 4's attention, an extended op, reads the layer's index)
+        #[cfg(not(feature = "extended-ops"))]
+        let _ = li;
         match self.ctx.arch.family.layout().attention {
+            AttentionKind::RotaryOrNope => {
+                return extended!(
+                    self,
+                    "Llama 4's attention",
+                    self.rotary_or_nope_attention(x, lins, cos, li),
+                    (x, None)
+                )
+            }
             AttentionKind::Latent => {
                 return extended!(
                     self,
@@ -2087,17 +2117,24 @@ impl<'c, 'a> Prog<'c, 'a> {
                 None,
             )
         } else {
-            self.attention(normed, &lins, cos, sin, mask)
+            self.attention(normed, &lins, (cos, sin), mask, li)
         };
         self.tp.block = Block::Other;
-        self.drop(normed);
+        let attention_local = self.ctx.arch.family.layout().attention_output_local;
+        if !attention_local {
+            self.drop(normed);
+        }
         if sandwich {
             let n = self.rmsnorm(attn, width);
             self.drop(attn);
             attn = n;
         }
         let h2 = self.add(h, attn, What::Hidden);
-        self.drop(attn);
+        if attention_local {
+            self.drop(normed);
+        } else {
+            self.drop(attn);
+        }
         let normed2 = self.rmsnorm(h2, width);
         let mut weights = weights;
         let mut m = if self.moe.get(li).is_some_and(|m| m.is_some()) {
@@ -2132,6 +2169,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         let h3 = self.add(h2, m, What::Hidden);
         self.drop(m);
         self.drop(h2);
+        if attention_local {
+            self.drop(attn);
+        }
         if let Some(w) = weights {
             self.drop(w);
         }
@@ -2270,12 +2310,16 @@ impl<'c, 'a> Prog<'c, 'a> {
         let sq = self.ctx.s.seq;
         let hd = self.ctx.arch.head_dim();
         match self.ctx.arch.family.layout().attention {
-            AttentionKind::Latent => {
+            AttentionKind::Latent | AttentionKind::RotaryOrNope => {
                 // DeepSeek: freqs [seq, rope/2] fp32, polar(ones_like(freqs), freqs) complex64,
-                // times attention_scaling: one complex table for q and k.
+                // times attention_scaling: one complex table for q and k. Llama 4 alike
+                // (`Llama4TextRotaryEmbedding.forward`, `modeling_llama4.py:217-222`), its
+                // frequencies a product rather than a GEMM.
                 let pos = self.t(sq, 4, What::Rotary);
                 let freqs = self.t(sq * hd / 2, 4, What::Rotary);
-                self.tp.gemm(false); // inv_freq @ positions: the forward's first GEMM
+                if !self.ctx.arch.family.layout().rotary_product {
+                    self.tp.gemm(false); // inv_freq @ positions: the forward's first GEMM
+                }
                 self.drop(pos);
                 let ones = self.t(sq * hd / 2, 4, What::Rotary);
                 let polar = self.t(sq * hd / 2, 8, What::Rotary);
@@ -2554,6 +2598,13 @@ impl<'c, 'a> Prog<'c, 'a> {
             let mask_tokens = self.gen.as_ref().map_or(tokens, |g| g.rows * g.mask_len);
             let m = self.t(mask_tokens, 1, What::Input);
             self.drop(m);
+        }
+        if a.attention_chunk().is_some() && (0..a.num_hidden_layers).any(|li| a.rotates(li)) {
+            // `create_chunked_causal_mask`'s left padding of each sequence, without an
+            // attention mask `torch.zeros(batch_size)` (`masking_utils.py:1436`); the mask
+            // itself is skipped (causal) while the sequence fits one chunk.
+            let left = self.t(s.sequences(), 8, What::Input);
+            self.drop(left);
         }
         let causal = if !eager {
             match ctx.sdpa_mask() {

@@ -13,7 +13,8 @@
 //!
 //! Families with sliding-window layers change allocations where the sequence reaches the
 //! window (sdpa then needs the sliding mask materialised): their nodes start at the window and
-//! shorter sequences are left to the plan itself.
+//! shorter sequences are left to the plan itself. Llama 4's rotary layers build their chunked
+//! mask from the attention chunk on: the surface answers below it only.
 //!
 //! One size is not a polynomial: memory-efficient attention pads its log-sum-exp rows to a
 //! multiple of 32 (`b·heads·⌈s/32⌉·32·4 B`), so off the multiples of 32 the surface may be
@@ -51,6 +52,9 @@ pub struct Surface {
     from: u64,
     /// The shortest sequence answered.
     min_seq: u64,
+    /// The longest sequence answered: below Llama 4's attention chunk, from which the step
+    /// builds the chunked mask (and is refused: not planned yet).
+    max_seq: u64,
 }
 
 fn run(a: &Architecture, s: &Settings, b: u64, seq: u64) -> Option<Vec<(What, u64)>> {
@@ -162,11 +166,16 @@ impl Surface {
         let q = (hs - from) as i128;
         let one = nodes(a, s, from, &[1], (1, hs), &|y, i| value_one(y, i, q));
         let many = nodes(a, s, from, &B, (4, hs), &|y, i| value_many(y, i, 4, q));
+        let max_seq = a
+            .attention_chunk()
+            .filter(|_| (0..a.num_hidden_layers).any(|li| a.rotates(li)))
+            .map_or(u64::MAX, |c| c.saturating_sub(1));
         (one.is_some() || many.is_some()).then_some(Surface {
             one,
             many,
             from,
             min_seq,
+            max_seq,
         })
     }
 
@@ -176,16 +185,16 @@ impl Surface {
     }
 
     /// Whether it answers for a batch of `b` sequences of `seq` tokens (not below the sliding
-    /// window).
+    /// window, nor from Llama 4's attention chunk on).
     pub fn answers(&self, b: u64, seq: u64) -> bool {
-        seq >= self.min_seq && self.part(b).is_some()
+        (self.min_seq..=self.max_seq).contains(&seq) && self.part(b).is_some()
     }
 
     /// The step's peak of live bytes and the bytes left once it has run, at batch `b` and
     /// sequence `seq` (where [`Surface::answers`]); `None` past u64 (a step too large to plan)
     /// or where it does not answer.
     pub fn peak_and_end(&self, b: u64, seq: u64) -> Option<(u64, u64)> {
-        if seq < self.min_seq {
+        if !(self.min_seq..=self.max_seq).contains(&seq) {
             return None;
         }
         let q = seq as i128 - self.from as i128;

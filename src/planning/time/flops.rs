@@ -61,9 +61,10 @@ pub fn step_flops(a: &Architecture, s: &Settings) -> StepFlops {
             _ => groups.iter().map(|&(k, n)| n as f64 * f(k)).sum::<f64>() / layers.max(1.0),
         }
     };
+    // (the experts that compute for each token: Llama 4's run all of them)
     let (e, k, i, h) = (
         a.num_experts() as f64,
-        a.experts_per_tok() as f64,
+        a.experts_run_per_tok() as f64,
         a.expert_width() as f64,
         a.hidden_size as f64,
     );
@@ -324,5 +325,35 @@ pub(super) mod tests {
             },
         );
         assert!(with.forward_lora > f.forward_lora && with.backward_lora > f.backward_lora);
+    }
+
+    #[test]
+    fn llama4_runs_every_expert_for_every_token() {
+        // transformers' Llama 4 multiplies every token by all 16 experts (the unchosen ones on an
+        // input scaled to zero): the forward is 2 × every matmul weight × tokens, experts and all,
+        // though a token's routing picks one.
+        let a = crate::formats::catalog::find_model("llama-4-scout-17b-16e")
+            .unwrap()
+            .arch
+            .clone();
+        let s = Settings {
+            batch: 1,
+            seq: 1,
+            ..Settings::default()
+        };
+        let f = step_flops(&a, &s);
+        let embed = a.embedding_params() as f64;
+        let small =
+            (a.total_params() - a.linear_weight_params() - a.expert_params() - a.router_params())
+                as f64
+                - embed
+                - a.lm_head_params() as f64;
+        let every_matmul = a.total_params() as f64 - embed - small;
+        assert!(
+            (f.forward_frozen / 2.0 - every_matmul).abs() < 1.0,
+            "{} vs {every_matmul}",
+            f.forward_frozen / 2.0
+        );
+        assert!(a.active_params() < a.total_params() / 5);
     }
 }

@@ -349,7 +349,16 @@ fn estimate_at(
     let seconds_per_epoch = (dataset_tokens / tokens_per_step).ceil() * seconds_per_step;
     let price = gpu.usd_per_gpu_hour.filter(|p| p.is_finite() && *p >= 0.0);
     let usd_per_epoch = price.map(|p| seconds_per_epoch / 3600.0 * world * p);
-    let active = if a.is_moe() {
+    let active = if a.is_moe() && a.experts_run_per_tok() > a.experts_per_tok() {
+        format!(
+            "; FLOPs of all {} experts for every token, as transformers runs them ({:.2} B active of {:.2} B parameters by the routing, {} of {} experts per token)",
+            a.num_experts(),
+            a.active_params() as f64 / 1e9,
+            a.total_params() as f64 / 1e9,
+            a.experts_per_tok(),
+            a.num_experts()
+        )
+    } else if a.is_moe() {
         format!(
             "; FLOPs from the {:.2} B active of {:.2} B parameters ({} of {} experts per token)",
             a.active_params() as f64 / 1e9,

@@ -29,6 +29,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         let Some(m) = self.moe.get(li).cloned().flatten() else {
             return (x, None);
         };
+        if a.moe_layout().is_some_and(|l| l.all_experts) {
+            let (out, logits) = self.all_experts_block(x, &m, lins);
+            if self.ctx.s.output_router_logits && self.tp.mode != Mode::Recompute {
+                self.tp.keep_local(logits.t);
+                self.router_logits.push(logits);
+            }
+            return (out, Some(logits));
+        }
         self.tp.push_frame();
         // Qwen3.5-MoE runs its shared expert first (`Qwen3NextSparseMoeBlock.forward`).
         let gated = a.gated_shared_expert().then(|| self.mlp(x, lins));
@@ -127,7 +135,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// Top-k of `x` (`[tokens, cols]`): values (in x's dtype) and int64 indices; the backward
     /// scatters into a zero tensor of x's size.
-    fn topk(&mut self, x: X, k: u64) -> (X, X) {
+    pub(super) fn topk(&mut self, x: X, k: u64) -> (X, X) {
         let n = self.tokens() * k;
         self.topk_n(x, n)
     }
@@ -810,7 +818,7 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// A fused attention kernel (sdpa, flash) over q, k, v: output, logsumexp, rng state (and
     /// the additive mask when one is given), all saved.
-    fn fused_attention(&mut self, q: X, k: X, v: X, mask: Option<X>, out_n: u64) -> X {
+    pub(super) fn fused_attention(&mut self, q: X, k: X, v: X, mask: Option<X>, out_n: u64) -> X {
         let ctx = self.ctx;
         let s = ctx.s;
         let heads = ctx.arch.num_attention_heads;
@@ -1080,7 +1088,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// `x * c` of complex64 numbers: `x` is fp32 viewed as complex (pairs of its elements), `c`
     /// the complex table (saved for x's gradient); the product has x's bytes. Its backward,
     /// `grad * c.conj()`, resolves the lazy conjugate into a copy of `c` first.
-    fn complex_mul_by(&mut self, x: X, c: X) -> X {
+    pub(super) fn complex_mul_by(&mut self, x: X, c: X) -> X {
         let mut y = self.t(x.n, x.es, What::Rope);
         y.g = self.tp.script_node_of(
             vec![

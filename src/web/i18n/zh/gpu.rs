@@ -65,6 +65,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("(# × # GB of checkpoints + # × # GB of parameters) × # micro-batches ÷ (# GB/s PCIe × #)", "（# × # GB 检查点 + # × # GB 参数）× # 个微批 ÷（# GB/s PCIe × #）"),
     ("(# × # GB of checkpoints + # × # GB of parameters) × # micro-batches + # M parameters' gradients out and values back, # bytes each, the CPU's update not timed ÷ (# GB/s PCIe × #)", "（# × # GB 检查点 + # × # GB 参数）× # 个微批 + # M 个参数的梯度送出、数值取回（每个 # 字节，未计 CPU 上的更新）÷（# GB/s PCIe × #）"),
     ("FLOPs from the # B active of # B parameters (# of # experts per token)", "FLOPs 按 # B 激活参数计（共 # B；每个 token # / # 个专家）"),
+    ("FLOPs of all # experts for every token, as transformers runs them (# B active of # B parameters by the routing, # of # experts per token)", "按 transformers 的实际运行方式，每个 token 计全部 # 个专家的 FLOPs（按路由激活 # B / 共 # B 参数，每个 token # / # 个专家）"),
     ("with GC recompute", "含梯度检查点重计算"),
     ("no GC recompute", "不含重计算"),
     ("with GC recompute, with the reference's no-grad forward", "含梯度检查点重计算，含参考模型的无梯度前向"),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Measures the Qwen3.5, Qwen3.5-MoE and Qwen3-Next cases of cases.jsonl with the harness's measure_vl.py and
+"""Measures the Qwen3.5, Qwen3.5-MoE, Qwen3-Next and Llama 4 cases of cases.jsonl with the harness's measure_vl.py and
 replays each step's allocation sequence through PyTorch's caching allocator (replay.py). Run from the
 harness folder (`../../harness`, a copy of `shared/truth`, with its .venv):
 
@@ -15,6 +15,9 @@ import sys
 QN_NO_MLP = ["in_proj_qkvz", "in_proj_ba", "q_proj", "k_proj", "v_proj", "o_proj", "out_proj",
              "shared_expert_gate"]
 QN_ALL = QN_NO_MLP + ["gate_proj", "up_proj", "down_proj"]
+# Llama 4's Linear layers by name (the shared expert's MLP among them): its routers are nn.Linear
+# subclasses that peft's own "all-linear" would wrap and break, so the names are listed.
+L4_ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 CASES = [
     ("qwen3.5-4b_bf16_s512_b1_qkvo_nogc", {"seq": 512, "batch": 1, "target_modules": "qkvo"}),
@@ -61,6 +64,20 @@ CASES = [
     ("qwen3-next-80b-a3b_bf16_s4096_b1_nomlp_gc_liger", {"model": "qwen3-next-80b-a3b", "seq": 4096, "batch": 1,
                                                         "grad_ckpt": True, "target_modules": QN_NO_MLP,
                                                         "liger_kernel": ["rms_norm", "swiglu"]}),
+    # Llama-4-Scout-17B-16E's text model (measured 2026-12-07): every layer's 16 experts run on every
+    # token beside a shared expert; three layers of four rotate (complex rotary, q/k L2 norms), the
+    # fourth scales its queries by position; the sequences are shorter than one 8192-token attention
+    # chunk (from 8192 tokens on, the chunked mask is built: masking_utils' `kv_length < local_size`).
+    ("llama4-scout_bf16_s1024_b1_all_nogc", {"model": "llama4-scout-text", "seq": 1024, "batch": 1,
+                                            "target_modules": L4_ALL}),
+    ("llama4-scout_bf16_s2048_b1_all_gc", {"model": "llama4-scout-text", "seq": 2048, "batch": 1,
+                                          "grad_ckpt": True, "target_modules": L4_ALL}),
+    ("llama4-scout_bf16_s512_b2_qkvo_nogc", {"model": "llama4-scout-text", "seq": 512, "batch": 2,
+                                            "target_modules": "qkvo"}),
+    ("llama4-scout_bf16_s8000_b1_qkvo_gc", {"model": "llama4-scout-text", "seq": 8000, "batch": 1,
+                                           "grad_ckpt": True, "target_modules": "qkvo"}),
+    ("llama4-scout_bf16_s4096_b1_all_do0_gc", {"model": "llama4-scout-text", "seq": 4096, "batch": 1,
+                                              "lora_dropout": 0.0, "grad_ckpt": True, "target_modules": L4_ALL}),
 ]
 # measure_vl.py's resolved settings that lorafit's settings table reads; target_modules becomes the
 # list of module names peft adapted (`target_modules_list`).

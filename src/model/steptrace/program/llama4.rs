@@ -1,0 +1,222 @@
+//! Llama 4's layer parts, op by op as transformers 5.24 runs them (`modeling_llama4.py`): the
+//! attention that rotates q and k as complex numbers and L2-normalises them on three layers of
+//! four and scales the queries by position on the fourth (`Llama4TextAttention`), and the
+//! mixture of experts in which every expert runs on every token (`Llama4TextMoe`,
+//! `Llama4TextExperts`, `Llama4Router`).
+
+use super::{Experts, Lin, MoeParams, Prog};
+use crate::model::arch::QkNorm;
+use crate::model::steptrace::tape::{Op, Step, X};
+use crate::model::steptrace::What;
+
+const W: What = What::Experts;
+
+impl<'c, 'a> Prog<'c, 'a> {
+    /// `Llama4TextAttention.forward` (:335-391) of layer `li`, over sdpa without a mask (the
+    /// sequence fits one attention chunk: `create_chunked_causal_mask` and
+    /// `create_causal_mask` then both let the kernel be causal).
+    pub(super) fn rotary_or_nope_attention(
+        &mut self,
+        x: X,
+        lins: &[Lin],
+        freqs: X,
+        li: usize,
+    ) -> (X, Option<X>) {
+        let a = self.ctx.arch;
+        let named = |n: &str| lins.iter().find(|l| l.shape.name == n).cloned();
+        let (Some(ql), Some(kl), Some(vl), Some(ol)) = (
+            named("q_proj"),
+            named("k_proj"),
+            named("v_proj"),
+            named("o_proj"),
+        ) else {
+            return (x, None);
+        };
+        let t = self.tokens();
+        let hd = a.head_dim();
+        // q_proj(x).view(...), k_proj(x).view(...), v_proj(x).view(...).transpose(1, 2).
+        let q = self.lora_linear(x, &ql);
+        let k = self.lora_linear(x, &kl);
+        let v = self.lora_linear(x, &vl);
+        let rotates = a.rotates(li as u64);
+        let mut locals = vec![];
+        let (qn, kn) = if rotates {
+            // apply_rotary_emb (:239-248): fp32 copies viewed as complex, times the table, back
+            // to the dtype; its locals die when it returns.
+            let fq = self.cast(q, 4, What::Rope);
+            let fk = self.cast(k, 4, What::Rope);
+            let cq = self.complex_mul_by(fq, freqs);
+            let ck = self.complex_mul_by(fk, freqs);
+            let qr = self.cast(cq, q.es, What::Rope);
+            let kr = self.cast(ck, k.es, What::Rope);
+            for y in [fq, fk, cq, ck, q, k] {
+                self.drop(y);
+            }
+            if a.qk_norm() == QkNorm::L2AfterRotary {
+                let qn = self.l2_norm(qr, hd);
+                self.drop(qr);
+                let kn = self.l2_norm(kr, hd);
+                self.drop(kr);
+                (qn, kn)
+            } else {
+                (qr, kr)
+            }
+        } else if a.temperature_tuned() {
+            // `positions` and `attn_scales` are the forward's locals until it returns.
+            let (qs, kept) = self.temperature_scaled(q);
+            locals.extend(kept);
+            self.drop(q);
+            (qs, k)
+        } else {
+            (q, k)
+        };
+        let out = self.fused_attention(qn, kn, v, None, t * a.q_dim() as u64);
+        let o = self.lora_linear(out, &ol);
+        self.drop(out);
+        for y in [qn, kn, v] {
+            self.drop(y);
+        }
+        for y in locals {
+            self.drop(y);
+        }
+        (o, None)
+    }
+
+    /// `Llama4TextL2Norm` (:106-118) over rows of `width`: `x.float()`, `x * rsqrt(mean(x²) +
+    /// eps)` in one expression, `.type_as(x)`; the product saves the fp32 copy and the rsqrt.
+    fn l2_norm(&mut self, x: X, width: u64) -> X {
+        let rows = x.n / width;
+        let hs = self.cast(x, 4, What::Norm);
+        let mut p = self.t(hs.n, 4, What::Norm);
+        p.g = self
+            .tp
+            .node(Op::PowLike, hs.n, 4, &[Self::edge(&hs)], &[hs.t]);
+        let mut var = self.t(rows, 4, What::Norm);
+        var.g = self.tp.node(Op::Mean, rows, 4, &[Self::edge(&p)], &[]);
+        self.drop(p);
+        let mut eps = self.t(rows, 4, What::Norm);
+        eps.g = self.tp.node(Op::Pass, rows, 4, &[Self::edge(&var)], &[]);
+        self.drop(var);
+        let mut rs = self.t(rows, 4, What::Norm);
+        rs.g = self
+            .tp
+            .node(Op::PowLike, rows, 4, &[Self::edge(&eps)], &[rs.t]);
+        self.drop(eps);
+        let normed = self.mul(hs, rs, hs.n, 4, What::Norm);
+        self.drop(rs);
+        self.drop(hs);
+        let out = self.cast(normed, x.es, What::Hidden);
+        self.drop(normed);
+        out
+    }
+
+    /// Temperature tuning (:366-373): the positions (an arange plus the cache offset), their
+    /// scales `log1p(floor((pos + 1) / floor_scale)) × attn_scale + 1` in fp32, one op at a
+    /// time, and the queries times the scales (fp32, saving the scales) cast back. Returns the
+    /// scaled queries and the two locals (positions, scales).
+    fn temperature_scaled(&mut self, q: X) -> (X, [X; 2]) {
+        let sq = self.ctx.s.seq;
+        let ar = self.t(sq, 8, What::Attention);
+        let pos = self.t(sq, 8, What::Attention);
+        self.drop(ar);
+        let mut prev = self.t(sq, 4, What::Attention);
+        // + 1.0, / floor_scale, floor, log1p, × attn_scale, + 1.0
+        for _ in 0..6 {
+            let next = self.t(sq, 4, What::Attention);
+            self.drop(prev);
+            prev = next;
+        }
+        let scales = prev;
+        let mut y = self.t(q.n, 4, What::Attention);
+        y.g = self
+            .tp
+            .node(Op::MulConst, q.n, 4, &[Self::edge(&q)], &[scales.t]);
+        let out = self.cast(y, q.es, What::Attention);
+        self.drop(y);
+        (out, [pos, scales])
+    }
+
+    /// `Llama4TextMoe.forward` (:166-175) with its router (:147-153) and experts (:66-85):
+    /// returns the block's output and the router logits (the decoder layer's `_` until it
+    /// returns).
+    pub(super) fn all_experts_block(&mut self, x: X, m: &MoeParams, lins: &[Lin]) -> (X, X) {
+        let (t, e, k, i, h) = self.expert_sizes();
+        let es = x.es;
+        let Experts::Fused(f) = &m.experts else {
+            return (x, x);
+        };
+        // The router: logits, top-k, the values scattered into a row of −∞ (whose backward
+        // gathers the values' gradient), the sigmoid of that in fp32, cast back.
+        self.tp.push_frame();
+        let logits = self.matmul(x, m.router.x, t * e, W);
+        let (vals, idx) = self.topk(logits, k);
+        let mut full = self.t(t * e, es, W);
+        full.g = self.tp.script_node_of(
+            vec![Step::Alloc(t * k * es)],
+            t * e,
+            es,
+            &[Self::edge(&vals)],
+            &[idx.t],
+        );
+        let f32 = self.cast(full, 4, W);
+        let sig = self.unary(f32, 4, W, false, true);
+        self.drop(f32);
+        let scores = self.cast(sig, es, W);
+        self.drop(sig);
+        self.drop(full);
+        self.drop(vals);
+        self.drop(idx);
+        self.tp.pop_frame();
+        // routed_in = x.repeat(E, 1) * scores.transpose(0, 1).reshape(-1, 1)
+        let mut rep = self.t(e * t * h, es, W);
+        rep.g = self.tp.script_node_of(
+            vec![Step::Alloc(t * h * es)],
+            e * t * h,
+            es,
+            &[Self::edge(&x)],
+            &[],
+        );
+        let col = self.copy_of(scores, W);
+        let routed_in = self.mul(rep, col, e * t * h, es, W);
+        self.drop(rep);
+        self.drop(col);
+        // The experts: bmm with gate_up_proj, chunk, up * silu(gate), bmm with down_proj.
+        self.tp.push_frame();
+        let gu = self.linear(routed_in, f.gate_up.x, e * t * 2 * i, es, W);
+        let (gate, up) = self.split2(gu, e * t * i, e * t * i);
+        let act = self.unary(gate, es, What::Mlp, true, false);
+        let prod = self.mul(up, act, e * t * i, es, What::Mlp);
+        self.drop(act);
+        let routed_out = self.linear(prod, f.down.x, e * t * h, es, W);
+        self.drop(prod);
+        for y in [gu, gate, up] {
+            self.drop(y);
+        }
+        self.tp.pop_frame();
+        // out = shared_expert(x); out.add_(routed_out.reshape(E, T, H).sum(dim=0))
+        let out = self.mlp(x, lins);
+        // The sum's gradient is the incoming one expanded over the experts (a stride-0 view),
+        // which the reshape's backward copies into a tensor of the experts' output size.
+        let mut sum = self.t(t * h, es, W);
+        sum.g = self.tp.script_node_of(
+            vec![Step::Alloc(e * t * h * es)],
+            t * h,
+            es,
+            &[Self::edge(&routed_out)],
+            &[],
+        );
+        let g = self.tp.node(
+            Op::Add,
+            t * h,
+            es,
+            &[Self::edge(&out), Self::edge(&sum)],
+            &[],
+        );
+        self.drop(sum);
+        let out = X { g, ..out };
+        for y in [scores, routed_in, routed_out] {
+            self.drop(y);
+        }
+        (out, logits)
+    }
+}
