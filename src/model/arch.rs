@@ -731,7 +731,13 @@ impl Architecture {
     /// layers without rotary leaves out (Llama 4: `no_rope_layers`, else every
     /// `no_rope_layer_interval`-th layer, `configuration_llama4.py:169-172`).
     pub fn rotates(&self, li: u64) -> bool {
-        let Some(default) = self.family.layout().nope_interval_default else {
+        // (a build without the extended ops plans no Llama 4: every layer rotates there)
+        let Some(default) = self
+            .family
+            .layout()
+            .nope_interval_default
+            .filter(|_| super::extended::EXTENDED)
+        else {
             return true;
         };
         match &self.nope.no_rope_layers {
@@ -753,6 +759,7 @@ impl Architecture {
         self.family
             .layout()
             .nope_interval_default
+            .filter(|_| super::extended::EXTENDED)
             .map(|_| self.nope.attention_chunk_size.unwrap_or(8192))
     }
 

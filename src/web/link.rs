@@ -8,6 +8,141 @@ use crate::planning::evaluate::Axis;
 use crate::web::i18n::Lang;
 use crate::web::state::UiState;
 
+/// The optional numbers of an imported architecture, each under its one-letter prefix in the
+/// link: how [`encode_arch`] reads it and how [`decode_arch`] sets it back (flags as 0 / 1,
+/// `R` the rotary factor in thousandths). One table for both directions.
+type Number = (
+    &'static str,
+    fn(&Architecture) -> Option<u64>,
+    fn(&mut Architecture, u64),
+);
+
+const NUMBERS: &[Number] = &[
+    (
+        "e",
+        |a| a.moe.num_experts,
+        |a, x| a.moe.num_experts = Some(x),
+    ),
+    (
+        "k",
+        |a| a.moe.num_experts_per_tok,
+        |a, x| a.moe.num_experts_per_tok = Some(x),
+    ),
+    (
+        "m",
+        |a| a.moe.moe_intermediate_size,
+        |a, x| a.moe.moe_intermediate_size = Some(x),
+    ),
+    (
+        "s",
+        |a| a.moe.n_shared_experts,
+        |a, x| a.moe.n_shared_experts = Some(x),
+    ),
+    (
+        "S",
+        |a| a.moe.shared_expert_intermediate_size,
+        |a, x| a.moe.shared_expert_intermediate_size = Some(x),
+    ),
+    (
+        "f",
+        |a| a.moe.first_k_dense_replace,
+        |a, x| a.moe.first_k_dense_replace = Some(x),
+    ),
+    (
+        "d",
+        |a| a.moe.decoder_sparse_step,
+        |a, x| a.moe.decoder_sparse_step = Some(x),
+    ),
+    (
+        "n",
+        |a| a.moe.norm_topk_prob.map(u64::from),
+        |a, x| a.moe.norm_topk_prob = Some(x == 1),
+    ),
+    ("g", |a| a.moe.n_group, |a, x| a.moe.n_group = Some(x)),
+    ("t", |a| a.moe.topk_group, |a, x| a.moe.topk_group = Some(x)),
+    (
+        "Q",
+        |a| a.use_qk_norm.map(u64::from),
+        |a, x| a.use_qk_norm = Some(x == 1),
+    ),
+    (
+        "B",
+        |a| a.qkv_bias.map(u64::from),
+        |a, x| a.qkv_bias = Some(x == 1),
+    ),
+    (
+        "c",
+        |a| a.mla.kv_lora_rank,
+        |a, x| a.mla.kv_lora_rank = Some(x),
+    ),
+    (
+        "p",
+        |a| a.mla.qk_nope_head_dim,
+        |a, x| a.mla.qk_nope_head_dim = Some(x),
+    ),
+    (
+        "r",
+        |a| a.mla.qk_rope_head_dim,
+        |a, x| a.mla.qk_rope_head_dim = Some(x),
+    ),
+    ("v", |a| a.mla.v_head_dim, |a, x| a.mla.v_head_dim = Some(x)),
+    (
+        "H",
+        |a| a.linear.linear_num_key_heads,
+        |a, x| a.linear.linear_num_key_heads = Some(x),
+    ),
+    (
+        "V",
+        |a| a.linear.linear_num_value_heads,
+        |a, x| a.linear.linear_num_value_heads = Some(x),
+    ),
+    (
+        "D",
+        |a| a.linear.linear_key_head_dim,
+        |a, x| a.linear.linear_key_head_dim = Some(x),
+    ),
+    (
+        "W",
+        |a| a.linear.linear_value_head_dim,
+        |a, x| a.linear.linear_value_head_dim = Some(x),
+    ),
+    (
+        "C",
+        |a| a.linear.linear_conv_kernel_dim,
+        |a, x| a.linear.linear_conv_kernel_dim = Some(x),
+    ),
+    (
+        "I",
+        |a| a.linear.full_attention_interval,
+        |a, x| a.linear.full_attention_interval = Some(x),
+    ),
+    (
+        "G",
+        |a| a.linear.attn_output_gate.map(u64::from),
+        |a, x| a.linear.attn_output_gate = Some(x == 1),
+    ),
+    (
+        "R",
+        |a| a.partial_rotary_factor.map(|f| (f * 1000.0).round() as u64),
+        |a, x| a.partial_rotary_factor = Some(x as f64 / 1000.0),
+    ),
+    (
+        "N",
+        |a| a.nope.no_rope_layer_interval,
+        |a, x| a.nope.no_rope_layer_interval = Some(x),
+    ),
+    (
+        "U",
+        |a| a.nope.attn_temperature_tuning.map(u64::from),
+        |a, x| a.nope.attn_temperature_tuning = Some(x == 1),
+    ),
+    (
+        "K",
+        |a| a.nope.attention_chunk_size,
+        |a, x| a.nope.attention_chunk_size = Some(x),
+    ),
+];
+
 /// `family.hidden.intermediate.layers.heads.kv_heads.head_dim.vocab.tied` of an imported model,
 /// then, for a mixture-of-experts model, its MoE and MLA numbers as prefixed parts (`e64`,
 /// `k8`, `m1408`, `s2`, `f1`, `d1`, `n0`, `o1-3` (mlp_only_layers), `q1536` (q_lora_rank, 0 =
@@ -29,39 +164,8 @@ pub fn encode_arch(a: &Architecture) -> String {
         u8::from(a.tie_word_embeddings)
     );
     let m = &a.moe;
-    for (p, v) in [
-        ("e", m.num_experts),
-        ("k", m.num_experts_per_tok),
-        ("m", m.moe_intermediate_size),
-        ("s", m.n_shared_experts),
-        ("S", m.shared_expert_intermediate_size),
-        ("f", m.first_k_dense_replace),
-        ("d", m.decoder_sparse_step),
-        ("n", m.norm_topk_prob.map(u64::from)),
-        ("g", m.n_group),
-        ("t", m.topk_group),
-        ("Q", a.use_qk_norm.map(u64::from)),
-        ("B", a.qkv_bias.map(u64::from)),
-        ("c", a.mla.kv_lora_rank),
-        ("p", a.mla.qk_nope_head_dim),
-        ("r", a.mla.qk_rope_head_dim),
-        ("v", a.mla.v_head_dim),
-        ("H", a.linear.linear_num_key_heads),
-        ("V", a.linear.linear_num_value_heads),
-        ("D", a.linear.linear_key_head_dim),
-        ("W", a.linear.linear_value_head_dim),
-        ("C", a.linear.linear_conv_kernel_dim),
-        ("I", a.linear.full_attention_interval),
-        ("G", a.linear.attn_output_gate.map(u64::from)),
-        (
-            "R",
-            a.partial_rotary_factor.map(|f| (f * 1000.0).round() as u64),
-        ),
-        ("N", a.nope.no_rope_layer_interval),
-        ("U", a.nope.attn_temperature_tuning.map(u64::from)),
-        ("K", a.nope.attention_chunk_size),
-    ] {
-        if let Some(v) = v {
+    for (p, get, _) in NUMBERS {
+        if let Some(v) = get(a) {
             s.push_str(&format!(".{p}{v}"));
         }
     }
@@ -216,37 +320,12 @@ pub fn decode_arch(v: &str) -> Option<Architecture> {
             continue;
         }
         let x: u64 = rest.parse().ok()?;
-        match p {
-            "e" => a.moe.num_experts = Some(x),
-            "k" => a.moe.num_experts_per_tok = Some(x),
-            "m" => a.moe.moe_intermediate_size = Some(x),
-            "s" => a.moe.n_shared_experts = Some(x),
-            "S" => a.moe.shared_expert_intermediate_size = Some(x),
-            "f" => a.moe.first_k_dense_replace = Some(x),
-            "d" => a.moe.decoder_sparse_step = Some(x),
-            "n" => a.moe.norm_topk_prob = Some(x == 1),
-            "g" => a.moe.n_group = Some(x),
-            "t" => a.moe.topk_group = Some(x),
-            "Q" => a.use_qk_norm = Some(x == 1),
-            "B" => a.qkv_bias = Some(x == 1),
-            "c" => a.mla.kv_lora_rank = Some(x),
-            "p" => a.mla.qk_nope_head_dim = Some(x),
-            "r" => a.mla.qk_rope_head_dim = Some(x),
-            "v" => a.mla.v_head_dim = Some(x),
-            "q" => a.mla.q_lora_rank = (x > 0).then_some(x),
-            "H" => a.linear.linear_num_key_heads = Some(x),
-            "V" => a.linear.linear_num_value_heads = Some(x),
-            "D" => a.linear.linear_key_head_dim = Some(x),
-            "W" => a.linear.linear_value_head_dim = Some(x),
-            "C" => a.linear.linear_conv_kernel_dim = Some(x),
-            "I" => a.linear.full_attention_interval = Some(x),
-            "G" => a.linear.attn_output_gate = Some(x == 1),
-            "R" => a.partial_rotary_factor = Some(x as f64 / 1000.0),
-            "N" => a.nope.no_rope_layer_interval = Some(x),
-            "U" => a.nope.attn_temperature_tuning = Some(x == 1),
-            "K" => a.nope.attention_chunk_size = Some(x),
-            _ => return None,
+        if p == "q" {
+            a.mla.q_lora_rank = (x > 0).then_some(x);
+            continue;
         }
+        let (_, _, set) = NUMBERS.iter().find(|(name, ..)| *name == p)?;
+        set(&mut a, x);
     }
     if a.mla().is_some() {
         // head_dim is derived (qk_rope_head_dim) for latent attention.

@@ -59,7 +59,9 @@ fn period(a: &Architecture) -> u64 {
         a.family.layout().nope_interval_default,
         &a.nope.no_rope_layers,
     ) {
-        (Some(d), None) => a.nope.no_rope_layer_interval.unwrap_or(d).max(1),
+        (Some(d), None) if crate::model::extended::EXTENDED => {
+            a.nope.no_rope_layer_interval.unwrap_or(d).max(1)
+        }
         _ => 1,
     };
     let gcd = |mut x: u64, mut y: u64| {

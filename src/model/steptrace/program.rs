@@ -1107,7 +1107,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             y.g = self.tp.node(Op::Pass, rows, 4, &[Self::edge(&var)], &[]);
             y
         };
-        let one_expression = self.ctx.arch.family.layout().norm == NormKind::OneExpression;
+        // (Llama 4's, an extended step's)
+        let one_expression = crate::model::extended::EXTENDED
+            && self.ctx.arch.family.layout().norm == NormKind::OneExpression;
         if gemma || one_expression {
             self.drop(var);
         }
@@ -2120,7 +2122,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.attention(normed, &lins, (cos, sin), mask, li)
         };
         self.tp.block = Block::Other;
-        let attention_local = self.ctx.arch.family.layout().attention_output_local;
+        let attention_local = crate::model::extended::EXTENDED
+            && self.ctx.arch.family.layout().attention_output_local;
         if !attention_local {
             self.drop(normed);
         }
