@@ -712,14 +712,6 @@ fn rotary_or_nope_unplanned(arch: &Architecture, s: &Settings) -> Option<(&'stat
     if s.attn_impl != crate::model::AttnImpl::Sdpa {
         return Some(("attn_impl", format!("{f}'s attention is planned under sdpa, as measured; {} is not planned yet: plan attn_impl sdpa", s.attn_impl.name())));
     }
-    if let Some(c) = arch
-        .attention_chunk()
-        .filter(|c| s.seq >= *c && (0..arch.num_hidden_layers).any(|li| arch.rotates(li)))
-    {
-        // (`_ignore_causal_mask_sdpa` skips the mask only while the keys are fewer than the
-        // chunk: `kv_length < local_attention_size`, masking_utils.py.)
-        return Some(("seq", format!("from attention_chunk_size ({c} tokens) on, {f}'s rotary layers attend through a materialized chunked mask, and sdpa gets k and v repeated for every head, which is not planned yet: plan seq below {c}")));
-    }
     if s.padded_mask || s.packing || s.neat_packing {
         return Some((
             if s.padded_mask { "padded_mask" } else if s.packing { "packing" } else { "neat_packing" },
@@ -727,7 +719,7 @@ fn rotary_or_nope_unplanned(arch: &Architecture, s: &Settings) -> Option<(&'stat
         ));
     }
     if s.quant.is_some() {
-        return Some(("quant", format!("a quantized {f} base is not planned yet, nor measured (bitsandbytes would replace its router, an nn.Linear subclass whose forward also takes the top-k): plan the base in 16 bits")));
+        return Some(("quant", format!("a quantized {f} base is not planned yet, nor measured: for bitsandbytes transformers rebuilds its experts as one Linear MLP per expert, quantized and run one after another on every token (SequentialLlama4TextExperts, quantizers/base.py:383-403), while the routers stay 16-bit: plan the base in 16 bits")));
     }
     if !s.target_parameters.is_empty() {
         return Some(("target_parameters", format!("LoRA on {f}'s experts (peft's ParamWrapper on gate_up_proj / down_proj) is not planned yet, nor measured: plan LoRA on the Linear layers")));

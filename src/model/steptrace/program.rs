@@ -106,7 +106,7 @@ struct Prog<'c, 'a> {
     rms: Vec<Option<X>>,
     /// Last dimension of each trainable parameter.
     param_cols: Vec<u64>,
-    /// The sliding-window mask of the current step (Gemma, eager).
+    /// The sliding-window mask of the current step (Gemma, eager), or Llama 4's chunked mask.
     sliding: Option<X>,
     /// The global layers' rotary tables (cos, sin) of the current forward, when the family
     /// computes one set per layer type (Gemma 3).
@@ -1544,7 +1544,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// A view + transpose whose backward `reshape` must copy.
-    fn view_clone(&mut self, x: X) -> X {
+    pub(super) fn view_clone(&mut self, x: X) -> X {
         let mut y = x;
         self.tp.keep_local(x.t);
         y.g = self
@@ -1571,7 +1571,7 @@ impl<'c, 'a> Prog<'c, 'a> {
                 return extended!(
                     self,
                     "Llama 4's attention",
-                    self.rotary_or_nope_attention(x, lins, cos, li),
+                    self.rotary_or_nope_attention(x, lins, cos, mask, li),
                     (x, None)
                 )
             }
@@ -1910,7 +1910,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     /// `repeat_kv`: expand + reshape, a copy unless there is a single kv head (then a view).
-    fn repeat_kv(&mut self, x: X, rep: u64) -> X {
+    pub(super) fn repeat_kv(&mut self, x: X, rep: u64) -> X {
         let mut y = if self.ctx.arch.kv_heads() == 1 {
             self.tp.keep_local(x.t);
             X { n: x.n * rep, ..x }
@@ -2194,6 +2194,11 @@ impl<'c, 'a> Prog<'c, 'a> {
     }
 
     fn mask_for(&self, li: usize) -> Option<X> {
+        // Llama 4's rotary layers attend through the chunked mask (from the chunk on).
+        let a = self.ctx.arch;
+        if a.attention_chunk().is_some() && a.rotates(li as u64) {
+            return self.sliding;
+        }
         match (self.is_local(li), self.sliding) {
             (true, Some(w)) => Some(w),
             _ => self.causal,
@@ -2203,7 +2208,7 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// `sdpa_mask`'s index tensors (`masking_utils`): its batch_arange (one int64 per row),
     /// head_arange (one), then the query and key positions (each an arange plus its offset, the
     /// arange freed): (batch, head, query, key).
-    fn mask_indices(&mut self, rows: u64, sq: u64) -> [X; 4] {
+    pub(super) fn mask_indices(&mut self, rows: u64, sq: u64) -> [X; 4] {
         let batch = self.t(rows, 8, What::Input);
         let head = self.t(1, 8, What::Input);
         let a1 = self.t(sq, 8, What::Input);
@@ -2602,12 +2607,15 @@ impl<'c, 'a> Prog<'c, 'a> {
             let m = self.t(mask_tokens, 1, What::Input);
             self.drop(m);
         }
-        if a.attention_chunk().is_some() && (0..a.num_hidden_layers).any(|li| a.rotates(li)) {
-            // `create_chunked_causal_mask`'s left padding of each sequence, without an
-            // attention mask `torch.zeros(batch_size)` (`masking_utils.py:1436`); the mask
-            // itself is skipped (causal) while the sequence fits one chunk.
-            let left = self.t(s.sequences(), 8, What::Input);
-            self.drop(left);
+        if let Some(c) = a
+            .attention_chunk()
+            .filter(|_| (0..a.num_hidden_layers).any(|li| a.rotates(li)))
+        {
+            // (Llama 4's rotary layers: an extended step's)
+            #[cfg(not(feature = "extended-ops"))]
+            let _ = c;
+            let chunked = extended!(self, "Llama 4's attention", self.chunked_mask(c), None);
+            self.sliding = chunked;
         }
         let causal = if !eager {
             match ctx.sdpa_mask() {

@@ -14,7 +14,8 @@
 //! Families with sliding-window layers change allocations where the sequence reaches the
 //! window (sdpa then needs the sliding mask materialised): their nodes start at the window and
 //! shorter sequences are left to the plan itself. Llama 4's rotary layers build their chunked
-//! mask from the attention chunk on: the surface answers below it only.
+//! mask from the attention chunk on (other allocations): the surface answers below it, and
+//! longer sequences are left to the plan.
 //!
 //! One size is not a polynomial: memory-efficient attention pads its log-sum-exp rows to a
 //! multiple of 32 (`b·heads·⌈s/32⌉·32·4 B`), so off the multiples of 32 the surface may be
@@ -53,7 +54,7 @@ pub struct Surface {
     /// The shortest sequence answered.
     min_seq: u64,
     /// The longest sequence answered: below Llama 4's attention chunk, from which the step
-    /// builds the chunked mask (and is refused: not planned yet).
+    /// builds the chunked mask and repeats k and v (allocations the nodes do not make).
     max_seq: u64,
 }
 

@@ -12,14 +12,15 @@ use crate::model::steptrace::What;
 const W: What = What::Experts;
 
 impl<'c, 'a> Prog<'c, 'a> {
-    /// `Llama4TextAttention.forward` (:335-391) of layer `li`, over sdpa without a mask (the
-    /// sequence fits one attention chunk: `create_chunked_causal_mask` and
-    /// `create_causal_mask` then both let the kernel be causal).
+    /// `Llama4TextAttention.forward` (:335-391) of layer `li`, over sdpa: causal without a mask
+    /// on the layers without rotary, and on the rotary ones while the sequence is shorter than
+    /// the attention chunk; through the chunked `mask` from there on.
     pub(super) fn rotary_or_nope_attention(
         &mut self,
         x: X,
         lins: &[Lin],
         freqs: X,
+        mask: Option<X>,
         li: usize,
     ) -> (X, Option<X>) {
         let a = self.ctx.arch;
@@ -35,10 +36,21 @@ impl<'c, 'a> Prog<'c, 'a> {
         let t = self.tokens();
         let hd = a.head_dim();
         // q_proj(x).view(...), k_proj(x).view(...), v_proj(x).view(...).transpose(1, 2).
+        let rotates = a.rotates(li as u64);
+        // Through the chunked mask, k's and v's gradients come back from repeat_kv's reduction,
+        // contiguous in (batch, heads, seq, dim): v's view copies its gradient, and k's complex
+        // product copies its own before viewing it as complex (one kv head: no copy either).
+        let masked = mask.is_some() && a.kv_heads() > 1;
         let q = self.lora_linear(x, &ql);
         let k = self.lora_linear(x, &kl);
         let v = self.lora_linear(x, &vl);
-        let rotates = a.rotates(li as u64);
+        let v = if masked {
+            let t = self.view_clone(v);
+            self.drop(v);
+            t
+        } else {
+            v
+        };
         let mut locals = vec![];
         let (qn, kn) = if rotates {
             // apply_rotary_emb (:239-248): fp32 copies viewed as complex, times the table, back
@@ -46,7 +58,11 @@ impl<'c, 'a> Prog<'c, 'a> {
             let fq = self.cast(q, 4, What::Rope);
             let fk = self.cast(k, 4, What::Rope);
             let cq = self.complex_mul_by(fq, freqs);
-            let ck = self.complex_mul_by(fk, freqs);
+            let ck = if masked {
+                self.complex_mul_copying_grad(fk, freqs)
+            } else {
+                self.complex_mul_by(fk, freqs)
+            };
             let qr = self.cast(cq, q.es, What::Rope);
             let kr = self.cast(ck, k.es, What::Rope);
             for y in [fq, fk, cq, ck, q, k] {
@@ -70,7 +86,11 @@ impl<'c, 'a> Prog<'c, 'a> {
         } else {
             (q, k)
         };
-        let out = self.fused_attention(qn, kn, v, None, t * a.q_dim() as u64);
+        // From the attention chunk on, the rotary layers attend through the chunked mask.
+        let out = match mask {
+            None => self.fused_attention(qn, kn, v, None, t * a.q_dim() as u64),
+            Some(m) => self.masked_attention(qn, kn, v, m),
+        };
         let o = self.lora_linear(out, &ol);
         self.drop(out);
         for y in [qn, kn, v] {
@@ -80,6 +100,105 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(y);
         }
         (o, None)
+    }
+
+    /// sdpa over the chunked mask (`sdpa_attention_forward`): k and v repeated for every query
+    /// head first (transformers uses sdpa's own grouped-query attention only without a mask),
+    /// the boolean mask made an additive bias in the compute dtype, and cuDNN's kernel, whose
+    /// log-sum-exp has one row per position; the kernel saves its inputs, the bias and its
+    /// outputs. The repeated k and v are `sdpa_attention_forward`'s locals until it returns.
+    fn masked_attention(&mut self, q: X, k: X, v: X, mask: X) -> X {
+        let s = self.ctx.s;
+        let a = self.ctx.arch;
+        let heads = a.num_attention_heads;
+        let rep = heads / a.kv_heads().max(1);
+        let es = q.es;
+        let kr = self.repeat_kv(k, rep);
+        let vr = self.repeat_kv(v, rep);
+        let s1 = self.t(1, es, What::Attention);
+        let s2 = self.t(1, es, What::Attention);
+        let bias = self.t(mask.n, es, What::Mask);
+        self.drop(s2);
+        self.drop(s1);
+        let mut o = self.t(self.tokens() * a.q_dim() as u64, es, What::Attention);
+        let lse = self.t(s.sequences() * heads * s.seq, 4, What::Attention);
+        let seed = self.t(1, 8, What::Attention);
+        let off = self.t(1, 8, What::Attention);
+        o.g = self.tp.node(
+            Op::Attention,
+            o.n,
+            es,
+            &[Self::edge(&q), Self::edge(&kr), Self::edge(&vr)],
+            &[bias.t, kr.t, q.t, vr.t, lse.t, o.t, off.t, seed.t],
+        );
+        for x in [lse, seed, off, bias, kr, vr] {
+            self.drop(x);
+        }
+        o
+    }
+
+    /// `create_chunked_causal_mask` (`masking_utils.py:1380-1460`) for chunks of `chunk`
+    /// tokens: each sequence's left padding (without an attention mask, `torch.zeros(batch)`),
+    /// then — once the keys reach the chunk, below which sdpa runs causal without a mask
+    /// (`_ignore_causal_mask_sdpa`: `kv_length < local_size`) — the boolean `[batch, 1, seq,
+    /// seq]` mask: the index tensors, each side's chunk number (`(idx − left) // chunk`), their
+    /// equality and the causal order. Returns the mask, held until the model's forward returns.
+    pub(super) fn chunked_mask(&mut self, chunk: u64) -> Option<X> {
+        let s = self.ctx.s;
+        let (b, sq) = (s.sequences(), s.seq);
+        let left = self.t(b, 8, What::Input);
+        if sq < chunk {
+            self.drop(left);
+            return None;
+        }
+        let [bi, hi, q, kv] = self.mask_indices(b, sq);
+        let one = self.t(1, 1, What::Input);
+        let chunk_of = |p: &mut Self| {
+            let idx = p.t(b, 8, What::Input);
+            let sub = p.t(b * sq, 8, What::Input);
+            p.drop(idx);
+            let fl = p.t(b * sq, 8, What::Input);
+            p.drop(sub);
+            fl
+        };
+        let kv_chunk = chunk_of(self);
+        let q_chunk = chunk_of(self);
+        let eq = self.t(b * sq * sq, 1, What::Mask);
+        self.drop(kv_chunk);
+        self.drop(q_chunk);
+        let and1 = self.t(b * sq * sq, 1, What::Mask);
+        self.drop(eq);
+        self.drop(one);
+        let le = self.t(sq * sq, 1, What::Mask);
+        let and2 = self.t(b * sq * sq, 1, What::Mask);
+        self.drop(le);
+        self.drop(and1);
+        for x in [bi, hi, q, kv, left] {
+            self.drop(x);
+        }
+        Some(and2)
+    }
+
+    /// [`Prog::complex_mul_by`] whose incoming gradient arrives strided: its backward first
+    /// copies it contiguous (to view it as complex), frees it, then computes `grad * c.conj()`.
+    fn complex_mul_copying_grad(&mut self, x: X, c: X) -> X {
+        let mut y = self.t(x.n, x.es, What::Rope);
+        y.g = self.tp.script_node_of(
+            vec![
+                Step::Alloc(x.n * x.es),
+                Step::FreeIncoming,
+                Step::Alloc(c.n * c.es),
+                Step::Alloc(x.n * x.es),
+                Step::Free(1),
+                Step::Free(0),
+                Step::GradOf { input: 0, local: 2 },
+            ],
+            x.n,
+            y.es,
+            &[Self::edge(&x)],
+            &[c.t],
+        );
+        y
     }
 
     /// `Llama4TextL2Norm` (:106-118) over rows of `width`: `x.float()`, `x * rsqrt(mean(x²) +

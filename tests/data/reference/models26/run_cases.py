@@ -66,7 +66,7 @@ CASES = [
                                                         "liger_kernel": ["rms_norm", "swiglu"]}),
     # Llama-4-Scout-17B-16E's text model (measured 2026-12-07): every layer's 16 experts run on every
     # token beside a shared expert; three layers of four rotate (complex rotary, q/k L2 norms), the
-    # fourth scales its queries by position; the sequences are shorter than one 8192-token attention
+    # fourth scales its queries by position; the first five are shorter than one 8192-token attention
     # chunk (from 8192 tokens on, the chunked mask is built: masking_utils' `kv_length < local_size`).
     ("llama4-scout_bf16_s1024_b1_all_nogc", {"model": "llama4-scout-text", "seq": 1024, "batch": 1,
                                             "target_modules": L4_ALL}),
@@ -78,6 +78,11 @@ CASES = [
                                            "grad_ckpt": True, "target_modules": "qkvo"}),
     ("llama4-scout_bf16_s4096_b1_all_do0_gc", {"model": "llama4-scout-text", "seq": 4096, "batch": 1,
                                               "lora_dropout": 0.0, "grad_ckpt": True, "target_modules": L4_ALL}),
+    # ... past the chunk: the rotary layers attend through the chunked mask, k and v repeated per head
+    ("llama4-scout_bf16_s16384_b1_qkvo_gc", {"model": "llama4-scout-text", "seq": 16384, "batch": 1,
+                                            "grad_ckpt": True, "target_modules": "qkvo"}),
+    ("llama4-scout_bf16_s12000_b1_all_gc", {"model": "llama4-scout-text", "seq": 12000, "batch": 1,
+                                           "grad_ckpt": True, "target_modules": L4_ALL}),
 ]
 # measure_vl.py's resolved settings that lorafit's settings table reads; target_modules becomes the
 # list of module names peft adapted (`target_modules_list`).
