@@ -178,3 +178,40 @@ fn the_terms_of_a_component_have_distinct_names() {
         }
     }
 }
+
+/// A mixture of experts' 3-D weights are explained by the experts' dimensions — `gate_up_proj`
+/// as experts × 2 × expert width × hidden, `down_proj` as experts × expert width × hidden — not
+/// by another product of widths that happens to give the same count (Llama-4-Scout's 16
+/// experts equal its LoRA rank, 2 × 8192 equals 16 × its kv width); a frozen weight names no
+/// LoRA rank.
+#[test]
+fn expert_weights_are_explained_by_the_experts_dimensions() {
+    use lorafit::model::{plan, Settings};
+    for name in ["llama-4-scout-17b-16e", "mixtral-8x7b", "qwen3-30b-a3b"] {
+        let a = &lorafit::formats::catalog::find_model(name).unwrap().arch;
+        let s = Settings {
+            lora_dropout: 0.0,
+            grad_ckpt: true,
+            ..Settings::default()
+        };
+        let p = plan(a, &s).unwrap();
+        let experts = p
+            .terms
+            .iter()
+            .find(|t| t.label.contains("experts") && t.label.contains("weight"))
+            .unwrap_or_else(|| panic!("{name}: no expert weight term"));
+        let f = experts.formula();
+        assert!(
+            f.contains("experts × 2 × expert width × hidden")
+                && f.contains("experts × expert width × hidden"),
+            "{name}: {f}"
+        );
+        for t in p
+            .terms
+            .iter()
+            .filter(|t| t.label.starts_with("frozen weight"))
+        {
+            assert!(!t.formula().contains("rank"), "{name}: {}", t.formula());
+        }
+    }
+}

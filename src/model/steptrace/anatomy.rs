@@ -381,8 +381,13 @@ fn widths(ctx: &Ctx, shape: Shape, square: bool) -> Vec<(&'static str, u128)> {
 }
 
 /// `n` as a product of at most four of `widths`, each used once (the first such product in
-/// their order, fewest factors first), if there is one.
-fn factorise(n: u128, widths: &[(&'static str, u128)]) -> Option<Vec<(&'static str, u128)>> {
+/// their order, fewest factors first; products of three or more in `deep`'s order), if there is
+/// one.
+fn factorise(
+    n: u128,
+    widths: &[(&'static str, u128)],
+    deep: &[(&'static str, u128)],
+) -> Option<Vec<(&'static str, u128)>> {
     fn dfs(
         n: u128,
         from: usize,
@@ -406,7 +411,8 @@ fn factorise(n: u128, widths: &[(&'static str, u128)]) -> Option<Vec<(&'static s
     }
     (1..=4).find_map(|depth| {
         let mut out = vec![];
-        dfs(n, 0, depth, widths, &mut out).then_some(out)
+        let ws = if depth < 3 { widths } else { deep };
+        dfs(n, 0, depth, ws, &mut out).then_some(out)
     })
 }
 
@@ -423,14 +429,27 @@ fn shape_factors(bytes: u64, what: What, elem_bytes: u8, ctx: &Ctx) -> Vec<Facto
     if shape == Shape::Bytes || bytes <= 8 || split(ctx, what) {
         return vec![bytes_of(bytes)];
     }
-    let ws = widths(ctx, shape, what == What::Mask);
+    let mut ws = widths(ctx, shape, what == What::Mask);
+    if what == What::Weight {
+        // A frozen base weight has no LoRA rank among its dimensions.
+        ws.retain(|&(name, _)| name != "rank");
+    }
+    // A mixture of experts' 3-D parameters (three widths or more) are explained by the
+    // experts' dimensions before another product of widths happens to give the same count.
+    let mut deep = ws.clone();
+    if shape == Shape::Parameter && ctx.arch.is_moe() {
+        deep.sort_by_key(|&(name, _)| !name.contains("expert"));
+        // (`gate_up_proj`'s width: the gate and the up projection of every expert)
+        let width = 2 * ctx.arch.expert_width();
+        deep.insert(1, ("2 × expert width", width));
+    }
     let own = [u128::from(elem_bytes)];
     let tried: &[u128] = if elem_bytes == 0 { &[4, 2, 1, 8] } else { &own };
     for &es in tried {
         if bytes % es != 0 {
             continue;
         }
-        if let Some(fs) = factorise(bytes / es, &ws) {
+        if let Some(fs) = factorise(bytes / es, &ws, &deep) {
             let mut out: Vec<Factor> = fs.into_iter().map(|(n, v)| f(n, v)).collect();
             out.push(bytes_of(es));
             return out;
