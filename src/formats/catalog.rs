@@ -172,6 +172,18 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
     let u = |k: &str| v.field(k).and_then(Json::as_u64);
     let b = |k: &str| v.field(k).and_then(Json::as_bool);
     let f = |k: &str| v.field(k).and_then(Json::as_f64);
+    // A list of integers under `k` (`None` inside when absent; `None` outside when malformed).
+    let list = |k: &str| -> Option<Option<Vec<u64>>> {
+        match v.field(k) {
+            None => Some(None),
+            Some(a) => Some(Some(
+                a.as_array()?
+                    .iter()
+                    .map(Json::as_u64)
+                    .collect::<Option<_>>()?,
+            )),
+        }
+    };
     let arch = Architecture {
         name: v
             .field("name")
@@ -202,15 +214,7 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
             shared_expert_intermediate_size: u("shared_expert_intermediate_size"),
             first_k_dense_replace: u("first_k_dense_replace"),
             decoder_sparse_step: u("decoder_sparse_step"),
-            mlp_only_layers: match v.field("mlp_only_layers") {
-                None => None,
-                Some(a) => Some(
-                    a.as_array()?
-                        .iter()
-                        .map(Json::as_u64)
-                        .collect::<Option<_>>()?,
-                ),
-            },
+            mlp_only_layers: list("mlp_only_layers")?,
             norm_topk_prob: b("norm_topk_prob"),
             n_group: u("n_group"),
             topk_group: u("topk_group"),
@@ -245,15 +249,7 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
             attn_output_gate: b("attn_output_gate"),
         },
         nope: crate::model::arch::NopeConfig {
-            no_rope_layers: match v.field("no_rope_layers") {
-                None => None,
-                Some(a) => Some(
-                    a.as_array()?
-                        .iter()
-                        .map(Json::as_u64)
-                        .collect::<Option<_>>()?,
-                ),
-            },
+            no_rope_layers: list("no_rope_layers")?,
             no_rope_layer_interval: u("no_rope_layer_interval"),
             attn_temperature_tuning: b("attn_temperature_tuning"),
             attention_chunk_size: u("attention_chunk_size"),

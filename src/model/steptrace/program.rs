@@ -199,6 +199,17 @@ macro_rules! extended {
     }};
 }
 
+/// The attention's q, k, v and o projections among a layer's Linear layers, by name.
+fn qkvo(lins: &[Lin]) -> Option<[Lin; 4]> {
+    let named = |n: &str| lins.iter().find(|l| l.shape.name == n).cloned();
+    Some([
+        named("q_proj")?,
+        named("k_proj")?,
+        named("v_proj")?,
+        named("o_proj")?,
+    ])
+}
+
 fn bytes(d: crate::model::dtype::Dtype) -> u64 {
     d.bytes() as u64
 }

@@ -288,11 +288,10 @@ pub(super) mod tests {
         );
     }
 
-    #[test]
-    fn moe_models_count_active_parameters() {
-        // Mixtral-8x7B runs 2 of 8 experts per token: the forward is 2 × active params × tokens
-        // (its 12.9 B active matmul weights), not 2 × 46.7 B.
-        let a = crate::formats::catalog::find_model("mixtral-8x7b")
+    /// A catalog model, one token's step of it and its FLOPs, and the parameters that are no
+    /// matmul weight (the embedding and the small ones: norms, biases, …).
+    fn one_token(name: &str) -> (Architecture, Settings, StepFlops, f64) {
+        let a = crate::formats::catalog::find_model(name)
             .unwrap()
             .arch
             .clone();
@@ -308,7 +307,15 @@ pub(super) mod tests {
                 as f64
                 - embed
                 - a.lm_head_params() as f64;
-        let active_matmul = a.active_params() as f64 - embed - small;
+        (a, s, f, embed + small)
+    }
+
+    #[test]
+    fn moe_models_count_active_parameters() {
+        // Mixtral-8x7B runs 2 of 8 experts per token: the forward is 2 × active params × tokens
+        // (its 12.9 B active matmul weights), not 2 × 46.7 B.
+        let (a, s, f, not_matmul) = one_token("mixtral-8x7b");
+        let active_matmul = a.active_params() as f64 - not_matmul;
         assert!(
             (f.forward_frozen / 2.0 - active_matmul).abs() < 1.0,
             "{} vs {active_matmul}",
@@ -332,23 +339,8 @@ pub(super) mod tests {
         // transformers' Llama 4 multiplies every token by all 16 experts (the unchosen ones on an
         // input scaled to zero): the forward is 2 × every matmul weight × tokens, experts and all,
         // though a token's routing picks one.
-        let a = crate::formats::catalog::find_model("llama-4-scout-17b-16e")
-            .unwrap()
-            .arch
-            .clone();
-        let s = Settings {
-            batch: 1,
-            seq: 1,
-            ..Settings::default()
-        };
-        let f = step_flops(&a, &s);
-        let embed = a.embedding_params() as f64;
-        let small =
-            (a.total_params() - a.linear_weight_params() - a.expert_params() - a.router_params())
-                as f64
-                - embed
-                - a.lm_head_params() as f64;
-        let every_matmul = a.total_params() as f64 - embed - small;
+        let (a, _, f, not_matmul) = one_token("llama-4-scout-17b-16e");
+        let every_matmul = a.total_params() as f64 - not_matmul;
         assert!(
             (f.forward_frozen / 2.0 - every_matmul).abs() < 1.0,
             "{} vs {every_matmul}",

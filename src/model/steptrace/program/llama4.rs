@@ -24,13 +24,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         li: usize,
     ) -> (X, Option<X>) {
         let a = self.ctx.arch;
-        let named = |n: &str| lins.iter().find(|l| l.shape.name == n).cloned();
-        let (Some(ql), Some(kl), Some(vl), Some(ol)) = (
-            named("q_proj"),
-            named("k_proj"),
-            named("v_proj"),
-            named("o_proj"),
-        ) else {
+        let Some([ql, kl, vl, ol]) = super::qkvo(lins) else {
             return (x, None);
         };
         let t = self.tokens();

@@ -1123,13 +1123,7 @@ impl<'c, 'a> Prog<'c, 'a> {
         let heads = a.num_attention_heads;
         let kvh = a.kv_heads().max(1);
         let rep = heads / kvh;
-        let named = |n: &str| lins.iter().find(|l| l.shape.name == n).cloned();
-        let (Some(ql), Some(kl), Some(vl), Some(ol)) = (
-            named("q_proj"),
-            named("k_proj"),
-            named("v_proj"),
-            named("o_proj"),
-        ) else {
+        let Some([ql, kl, vl, ol]) = super::qkvo(lins) else {
             return (x, None);
         };
         let eager = s.attn_impl != crate::model::settings::AttnImpl::FlashAttention2;
