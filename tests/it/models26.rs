@@ -339,22 +339,28 @@ fn the_catalog_qwen35_models_are_the_measured_ones() {
     assert_eq!(checked, 6);
 }
 
-/// The catalog's Qwen3-Next-80B-A3B is the model the harness measured: the same base parameters
-/// and the same plan as each measured case's own config.json.
+/// The catalog's Qwen3-Next-80B-A3B and Llama-4-Scout are the models the harness measured: the
+/// same base parameters and the same plan as each measured case's own config.json.
 #[test]
-fn the_catalog_qwen3_next_is_the_measured_one() {
-    let cat = &lorafit::formats::catalog::find_model("qwen3-next-80b-a3b")
-        .expect("in the catalog")
-        .arch;
-    let mut checked = 0;
-    for v in crate::jsonl("tests/data/reference/models26/cases.jsonl")
-        .into_iter()
-        .filter(|v| v["hf_name"] == "Qwen/Qwen3-Next-80B-A3B-Instruct")
-    {
-        assert_is_the_measured_model(cat, &v, v["id"].as_str().expect("id"));
-        checked += 1;
+fn the_catalog_qwen3_next_and_llama4_scout_are_the_measured_ones() {
+    let cases = crate::jsonl("tests/data/reference/models26/cases.jsonl");
+    for (name, hf, n) in [
+        ("qwen3-next-80b-a3b", "Qwen/Qwen3-Next-80B-A3B-Instruct", 5),
+        (
+            "llama-4-scout-17b-16e",
+            "meta-llama/Llama-4-Scout-17B-16E",
+            7,
+        ),
+    ] {
+        let cat = &lorafit::formats::catalog::find_model(name)
+            .expect("in the catalog")
+            .arch;
+        let measured: Vec<&Value> = cases.iter().filter(|v| v["hf_name"] == hf).collect();
+        for v in &measured {
+            assert_is_the_measured_model(cat, v, v["id"].as_str().expect("id"));
+        }
+        assert_eq!(measured.len(), n, "{name}");
     }
-    assert_eq!(checked, 5);
 }
 
 /// A catalog model is the one a measured case was built from: its base parameters are the
@@ -449,24 +455,6 @@ fn what_a_vision_plan_does_not_cover_is_refused_with_its_reason() {
     s.parallel.gpus_per_node = 2;
     s.parallel.strategy = lorafit::model::Strategy::FsdpFullShard;
     assert_eq!(field(vl, &s), "images_per_sample");
-}
-
-/// The catalog's Llama-4-Scout is the model the harness measured: the same base parameters and
-/// the same plan as each measured case's own config.json.
-#[test]
-fn the_catalog_llama4_scout_is_the_measured_one() {
-    let cat = &lorafit::formats::catalog::find_model("llama-4-scout-17b-16e")
-        .expect("in the catalog")
-        .arch;
-    let mut checked = 0;
-    for v in crate::jsonl("tests/data/reference/models26/cases.jsonl")
-        .into_iter()
-        .filter(|v| v["hf_name"] == "meta-llama/Llama-4-Scout-17B-16E")
-    {
-        assert_is_the_measured_model(cat, &v, v["id"].as_str().expect("id"));
-        checked += 1;
-    }
-    assert_eq!(checked, 7);
 }
 
 /// What a Llama 4 plan does not cover is refused with the setting and a reason that has its
