@@ -436,20 +436,31 @@ fn shape_factors(bytes: u64, what: What, elem_bytes: u8, ctx: &Ctx) -> Vec<Facto
     }
     // A mixture of experts' 3-D parameters (three widths or more) are explained by the
     // experts' dimensions before another product of widths happens to give the same count.
-    let mut deep = ws.clone();
-    if shape == Shape::Parameter && ctx.arch.is_moe() {
-        deep.sort_by_key(|&(name, _)| !name.contains("expert"));
-        // (`gate_up_proj`'s width: the gate and the up projection of every expert)
-        let width = 2 * ctx.arch.expert_width();
-        deep.insert(1, ("2 × expert width", width));
-    }
+    // (a build without the extended ops plans no mixture of experts)
+    let experts_first;
+    let deep: &[(&'static str, u128)] =
+        if crate::model::extended::EXTENDED && shape == Shape::Parameter && ctx.arch.is_moe() {
+            let expert = |&(name, _): &(&str, u128)| name.starts_with("expert");
+            // the experts, `gate_up_proj`'s width (the gate and the up projection of every
+            // expert), the expert width, then the others in their order
+            let mut d = vec![
+                ("experts", ctx.arch.num_experts()),
+                ("2 × expert width", 2 * ctx.arch.expert_width()),
+            ];
+            d.extend(ws.iter().filter(|w| expert(w) && w.0 != "experts"));
+            d.extend(ws.iter().filter(|w| !expert(w)));
+            experts_first = d;
+            &experts_first
+        } else {
+            &ws
+        };
     let own = [u128::from(elem_bytes)];
     let tried: &[u128] = if elem_bytes == 0 { &[4, 2, 1, 8] } else { &own };
     for &es in tried {
         if bytes % es != 0 {
             continue;
         }
-        if let Some(fs) = factorise(bytes / es, &ws, &deep) {
+        if let Some(fs) = factorise(bytes / es, &ws, deep) {
             let mut out: Vec<Factor> = fs.into_iter().map(|(n, v)| f(n, v)).collect();
             out.push(bytes_of(es));
             return out;
