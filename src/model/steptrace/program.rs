@@ -1097,6 +1097,19 @@ impl<'c, 'a> Prog<'c, 'a> {
                 x
             );
         }
+        if crate::model::extended::EXTENDED
+            && self.ctx.arch.family.layout().norm == NormKind::OneExpression
+        {
+            // Llama 4's: its q/k L2 norm (no local but the result), then `output * weight`; a
+            // trained weight saves the cast output.
+            let c = self.l2_norm(x, width);
+            let out = match self.norm_weight(width) {
+                Some(w) => self.mul(c, w, c.n, c.es, What::Hidden),
+                None => self.mul_const(c, What::Hidden),
+            };
+            self.drop(c);
+            return out;
+        }
         let rows = x.n / width;
         let gemma = self.ctx.arch.family.layout().norm == NormKind::Gemma;
         let hs = self.cast(x, 4, What::Norm);
@@ -1118,10 +1131,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             y.g = self.tp.node(Op::Pass, rows, 4, &[Self::edge(&var)], &[]);
             y
         };
-        // (Llama 4's, an extended step's)
-        let one_expression = crate::model::extended::EXTENDED
-            && self.ctx.arch.family.layout().norm == NormKind::OneExpression;
-        if gemma || one_expression {
+        if gemma {
             self.drop(var);
         }
         let rs = {
@@ -1175,22 +1185,14 @@ impl<'c, 'a> Prog<'c, 'a> {
             return out;
         }
         let c = self.cast(normed, x.es, What::Hidden);
-        if one_expression {
-            // `self._norm(x.float()).type_as(x)`: the fp32 product is a temporary.
-            self.drop(normed);
-        }
-        // `self.weight * hidden_states.to(input_dtype)`: a trained weight saves the cast input
-        // (Llama 4 multiplies the other way round).
+        // `self.weight * hidden_states.to(input_dtype)`: a trained weight saves the cast input.
         let out = match self.norm_weight(width) {
-            Some(w) if one_expression => self.mul(c, w, c.n, c.es, What::Hidden),
             Some(w) => self.mul(w, c, c.n, c.es, What::Hidden),
             None => self.mul_const(c, What::Hidden),
         };
         self.drop(c);
-        if !one_expression {
-            self.drop(normed);
-            self.drop(var);
-        }
+        self.drop(normed);
+        self.drop(var);
         out
     }
 

@@ -51,12 +51,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             // to the dtype; its locals die when it returns.
             let fq = self.cast(q, 4, What::Rope);
             let fk = self.cast(k, 4, What::Rope);
-            let cq = self.complex_mul_by(fq, freqs);
-            let ck = if masked {
-                self.complex_mul_copying_grad(fk, freqs)
-            } else {
-                self.complex_mul_by(fk, freqs)
-            };
+            let cq = self.complex_mul_by(fq, freqs, false);
+            let ck = self.complex_mul_by(fk, freqs, masked);
             let qr = self.cast(cq, q.es, What::Rope);
             let kr = self.cast(ck, k.es, What::Rope);
             for y in [fq, fk, cq, ck, q, k] {
@@ -173,31 +169,9 @@ impl<'c, 'a> Prog<'c, 'a> {
         Some(and2)
     }
 
-    /// [`Prog::complex_mul_by`] whose incoming gradient arrives strided: its backward first
-    /// copies it contiguous (to view it as complex), frees it, then computes `grad * c.conj()`.
-    fn complex_mul_copying_grad(&mut self, x: X, c: X) -> X {
-        let mut y = self.t(x.n, x.es, What::Rope);
-        y.g = self.tp.script_node_of(
-            vec![
-                Step::Alloc(x.n * x.es),
-                Step::FreeIncoming,
-                Step::Alloc(c.n * c.es),
-                Step::Alloc(x.n * x.es),
-                Step::Free(1),
-                Step::Free(0),
-                Step::GradOf { input: 0, local: 2 },
-            ],
-            x.n,
-            y.es,
-            &[Self::edge(&x)],
-            &[c.t],
-        );
-        y
-    }
-
     /// `Llama4TextL2Norm` (:106-118) over rows of `width`: `x.float()`, `x * rsqrt(mean(x²) +
     /// eps)` in one expression, `.type_as(x)`; the product saves the fp32 copy and the rsqrt.
-    fn l2_norm(&mut self, x: X, width: u64) -> X {
+    pub(super) fn l2_norm(&mut self, x: X, width: u64) -> X {
         let rows = x.n / width;
         let hs = self.cast(x, 4, What::Norm);
         let mut p = self.t(hs.n, 4, What::Norm);

@@ -924,10 +924,10 @@ impl<'c, 'a> Prog<'c, 'a> {
         // apply_rotary_emb: fp32 copies viewed as complex, times freqs_cis, back to the dtype.
         let fq = self.cast(q_pe, 4, What::Rope);
         let fk = self.cast(k_pe, 4, What::Rope);
-        let cq = self.complex_mul_by(fq, freqs);
+        let cq = self.complex_mul_by(fq, freqs, false);
         let q_rot = self.cast(cq, q_pe.es, What::Rope);
         self.drop(cq);
-        let ck = self.complex_mul_by(fk, freqs);
+        let ck = self.complex_mul_by(fk, freqs, false);
         let k_rot = self.cast(ck, k_pe.es, What::Rope);
         self.drop(ck);
         self.drop(fq);
@@ -1087,21 +1087,32 @@ impl<'c, 'a> Prog<'c, 'a> {
 
     /// `x * c` of complex64 numbers: `x` is fp32 viewed as complex (pairs of its elements), `c`
     /// the complex table (saved for x's gradient); the product has x's bytes. Its backward,
-    /// `grad * c.conj()`, resolves the lazy conjugate into a copy of `c` first.
-    pub(super) fn complex_mul_by(&mut self, x: X, c: X) -> X {
+    /// `grad * c.conj()`, resolves the lazy conjugate into a copy of `c` first; an incoming
+    /// gradient that arrives strided (`grad_strided`) is first copied contiguous to be viewed as
+    /// complex, and freed.
+    pub(super) fn complex_mul_by(&mut self, x: X, c: X, grad_strided: bool) -> X {
         let mut y = self.t(x.n, x.es, What::Rope);
-        y.g = self.tp.script_node_of(
-            vec![
-                Step::Alloc(c.n * c.es),
-                Step::Alloc(x.n * x.es),
-                Step::Free(0),
-                Step::GradOf { input: 0, local: 1 },
-            ],
-            x.n,
-            y.es,
-            &[Self::edge(&x)],
-            &[c.t],
-        );
+        let mut steps = vec![];
+        if grad_strided {
+            steps.extend([Step::Alloc(x.n * x.es), Step::FreeIncoming]);
+        }
+        // (the conjugate's and the product's locals follow the copy's, if any)
+        let k = u16::from(grad_strided);
+        steps.extend([
+            Step::Alloc(c.n * c.es),
+            Step::Alloc(x.n * x.es),
+            Step::Free(k),
+        ]);
+        if grad_strided {
+            steps.push(Step::Free(0));
+        }
+        steps.push(Step::GradOf {
+            input: 0,
+            local: k + 1,
+        });
+        y.g = self
+            .tp
+            .script_node_of(steps, x.n, y.es, &[Self::edge(&x)], &[c.t]);
         y
     }
 
