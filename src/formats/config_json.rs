@@ -291,18 +291,10 @@ fn vision_config(root: &Value, family: Family) -> Result<Option<VisionTower>, St
             .unwrap_or(default))
     };
     let block_list = |key: &str, default: &[u64]| -> Result<Vec<u64>, String> {
-        match v.get(key) {
-            None | Some(Value::Null) => Ok(default.to_vec()),
-            Some(x) => x
-                .as_array()
-                .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
-                .ok_or_else(|| {
-                    format!(
-                        "vision_config.{key} must be a list of block numbers, got {}",
-                        short(x)
-                    )
-                }),
-        }
+        Ok(
+            u64_list(v, key, &format!("vision_config.{key}"), "block numbers")?
+                .unwrap_or_else(|| default.to_vec()),
+        )
     };
     // The config class's defaults: `Qwen3_5VisionConfig` (Qwen3-VL's has the same), or
     // `Qwen2_5_VLVisionConfig` (`configuration_qwen2_5_vl.py`: no learned positions; the
@@ -389,20 +381,17 @@ fn nope_config(cfg: &Value, family: Family) -> Result<NopeConfig, String> {
     if family.layout().nope_interval_default.is_none() {
         return Ok(NopeConfig::default());
     }
-    let layers = |key: &str| -> Result<Option<Vec<u64>>, String> {
-        match cfg.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(x) => x
-                .as_array()
-                .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
-                .map(Some)
-                .ok_or_else(|| format!("\"{key}\" must be a list of integers, got {}", short(x))),
-        }
-    };
+    let layers = |key: &str| u64_list(cfg, key, &format!("\"{key}\""), "integers");
     let n = optional_positive(cfg, "num_hidden_layers")?.unwrap_or(0);
     let step = optional_positive(cfg, "interleave_moe_layer_step")?.unwrap_or(1);
     let dense_between = match layers("moe_layers")? {
-        Some(l) => (0..n).any(|i| !l.contains(&i)),
+        // (fewer distinct layers below `n` than `n`: one is left out; a set, as the list and
+        // `n` are untrusted)
+        Some(l) => {
+            let listed: std::collections::BTreeSet<u64> =
+                l.into_iter().filter(|&i| i < n).collect();
+            listed.len() as u64 != n
+        }
         None => step > 1,
     };
     if dense_between {
@@ -423,6 +412,19 @@ fn nope_config(cfg: &Value, family: Family) -> Result<NopeConfig, String> {
         attn_temperature_tuning: optional_bool(cfg, "attn_temperature_tuning")?,
         attention_chunk_size: optional_positive(cfg, "attention_chunk_size")?,
     })
+}
+
+/// The list of integers under `key` of `v` (`None` when absent or null); an error naming it as
+/// `shown` ("must be a list of `what`") when it is anything else.
+fn u64_list(v: &Value, key: &str, shown: &str, what: &str) -> Result<Option<Vec<u64>>, String> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x
+            .as_array()
+            .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
+            .map(Some)
+            .ok_or_else(|| format!("{shown} must be a list of {what}, got {}", short(x))),
+    }
 }
 
 /// `partial_rotary_factor`, for a family with a partial rotary: transformers 5 keeps it in
@@ -680,6 +682,25 @@ mod tests {
             .linears()
             .iter()
             .any(|l| l.name == "q_b_proj"));
+    }
+
+    #[test]
+    fn llama4_moe_layers_must_cover_every_layer() {
+        let cfg = |moe_layers: &str, layers: u64| {
+            format!(
+                r#"{{"model_type":"llama4_text","hidden_size":64,"intermediate_size":128,"num_hidden_layers":{layers},
+                "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100,"moe_layers":{moe_layers}}}"#
+            )
+        };
+        // Every layer, out of order and repeated: Scout's layout.
+        assert!(parse_config(&cfg("[3, 1, 0, 2, 2]", 4)).is_ok());
+        // One left out (Maverick's dense layers): refused.
+        let e = parse_config(&cfg("[0, 1, 3]", 4)).unwrap_err();
+        assert!(e.contains("dense layers between its MoE layers"), "{e}");
+        // A long list against a huge depth is answered, not searched layer by layer.
+        let long: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
+        let e = parse_config(&cfg(&format!("[{}]", long.join(",")), 1 << 40)).unwrap_err();
+        assert!(e.contains("dense layers between its MoE layers"), "{e}");
     }
 
     #[test]

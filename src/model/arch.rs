@@ -99,8 +99,8 @@ pub struct NopeConfig {
     /// The layers without rotary scale their queries by position.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attn_temperature_tuning: Option<bool>,
-    /// The rotary layers attend within chunks of this many tokens (`None` in config.json: they
-    /// attend causally over the whole sequence).
+    /// The rotary layers attend within chunks of this many tokens (absent: the config class's
+    /// 8192; a `null`, which transformers reads as no chunks, reads as absent here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_chunk_size: Option<u64>,
 }
@@ -754,7 +754,7 @@ impl Architecture {
     }
 
     /// The chunk the rotary layers attend within, for Llama 4 (`attention_chunk_size`, default
-    /// 8192; `None` where config.json sets it to null or the family has no chunks).
+    /// 8192); `None` for the families without chunks.
     pub fn attention_chunk(&self) -> Option<u64> {
         self.family
             .layout()
