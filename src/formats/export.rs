@@ -58,8 +58,14 @@ fn expert_params(arch: &Architecture, s: &Settings) -> Vec<String> {
         .collect()
 }
 
-/// transformers 4's per-expert layout, said where the run is set up.
-const PER_EXPERT_NOTE: &str = "# planned for transformers 4 (pip install \"transformers<5\"): an nn.Linear per expert projection, quantized by 4-bit loading\n";
+/// The per-expert layout, said where the run is set up: transformers 4's, or (Llama 4) the
+/// experts of a checkpoint saved in 4 bits.
+fn per_expert_note(arch: &Architecture) -> String {
+    match arch.moe_layout().and_then(|m| m.prequantized_experts) {
+        Some(module) => format!("# planned for a checkpoint saved in 4 bits (bitsandbytes): loading it rebuilds the experts as {module}, one quantized Linear MLP per expert (a 16-bit checkpoint loaded with load_in_4bit keeps its experts 16-bit)\n"),
+        None => "# planned for transformers 4 (pip install \"transformers<5\"): an nn.Linear per expert projection, quantized by 4-bit loading\n".to_string(),
+    }
+}
 
 /// What an MoE run needs that the YAML formats have no key for, as comment lines.
 fn moe_comments(arch: &Architecture, s: &Settings) -> String {
@@ -78,7 +84,7 @@ fn moe_comments(arch: &Architecture, s: &Settings) -> String {
         out.push_str("# output_router_logits=True (load-balancing loss)\n");
     }
     if per_expert(arch, s) {
-        out.push_str(PER_EXPERT_NOTE);
+        out.push_str(&per_expert_note(arch));
     }
     if let Some(name) = experts_implementation(arch, s) {
         out.push_str(&format!("# experts_implementation={name:?}\n"));
@@ -194,7 +200,7 @@ fn python(model_id: &str, arch: &Architecture, s: &Settings, trl: bool) -> Strin
         ));
     }
     if per_expert(arch, s) {
-        out.push_str(PER_EXPERT_NOTE);
+        out.push_str(&per_expert_note(arch));
     }
     out.push('\n');
     if !trl && s.stage == crate::model::Stage::Sft {

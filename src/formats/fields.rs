@@ -1438,7 +1438,7 @@ pub static FIELDS: &[Field] = &[
         flag_aliases: &[],
         no_flag: None,
         label: beyond_first_screen!("Experts layout (transformers version)"),
-        help: cli!("fused (transformers 5: 3-D expert parameters, never quantized) or per_expert (transformers 4: an nn.Linear per expert projection, quantized by 4-bit loading)", ""),
+        help: cli!("fused (transformers 5: 3-D expert parameters, never quantized) or per_expert (transformers 4: an nn.Linear per expert projection, quantized by 4-bit loading; Llama 4: the experts of a checkpoint saved in 4 bits, SequentialLlama4TextExperts)", ""),
         testid: Some("select-experts-layout"),
         kind: Kind::Choice(|| names_of(ExpertsLayout::ALL, ExpertsLayout::name)),
         slider: None,

@@ -506,6 +506,11 @@ pub struct MoeLayout {
     /// (`Llama4Router`, `modeling_llama4.py:141-153`): peft's all-linear wraps it, and LoRA's
     /// forward then fails ([`crate::model::peft_targets::all_linear_breaks_router`]).
     pub router_returns_tuple: bool,
+    /// The module transformers rebuilds the experts as when it loads a checkpoint saved
+    /// quantized (bitsandbytes, compressed-tensors: `MODULES_TO_PATCH_FOR_QUANTIZATION`,
+    /// `quantizers/base.py:383-414`, only for a pre-quantized checkpoint), a different step from
+    /// a 16-bit checkpoint quantized on load, whose fused experts stay 16-bit.
+    pub prequantized_experts: Option<&'static str>,
     /// Every expert runs on every token (Llama 4, `Llama4TextMoe.forward`,
     /// `modeling_llama4.py:166-175`): the router's top-k logits scattered into a row of −∞ and
     /// passed through a sigmoid (`Llama4Router`, :141-153), the input repeated once per expert
@@ -668,6 +673,7 @@ impl Family {
             router_first: true,
             all_experts: false,
             router_returns_tuple: false,
+            prequantized_experts: None,
             shared: SharedExperts::None,
             dense: DenseLayers::None,
             default_experts: 64,
@@ -775,6 +781,7 @@ impl Family {
                     router_first: false,
                     all_experts: true,
                     router_returns_tuple: true,
+                    prequantized_experts: Some("SequentialLlama4TextExperts"),
                     shared: SharedExperts::Summed,
                     default_experts: 16,
                     default_experts_per_tok: Some(1),

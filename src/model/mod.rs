@@ -29,7 +29,7 @@ pub use arch::{Architecture, Family, Target};
 pub use dtype::{Dtype, Quant, QuantStorage};
 pub use error::PlanError;
 pub use parallel::{FsdpVersion, Parallel, Strategy};
-pub use plan::{plan, plan_simulated, plan_simulated_on, Phase, Plan, QuickSurface};
+pub use plan::{plan, plan_on, plan_simulated, plan_simulated_on, Phase, Plan, QuickSurface};
 pub use settings::{
     AttnImpl, ExpertParam, ExpertsImpl, ExpertsLayout, FinetuningType, FusedCe, Generation,
     GrpoLoss, Liger, Logits, LoraInit, LossShift, Optimizer, PrefLoss, SavedModule, Settings,

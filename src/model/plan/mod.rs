@@ -211,8 +211,15 @@ fn check_inputs(arch: &Architecture, s: &Settings) -> Result<(), PlanError> {
         return Err(PlanError::InvalidSetting { field, why });
     }
     if EXTENDED && arch.is_moe() && s.experts_layout == super::settings::ExpertsLayout::PerExpert {
+        let sequential = arch.moe_layout().and_then(|m| m.prequantized_experts);
         let why = if arch.moe_layout().is_some_and(|m| m.mxfp4_checkpoint) {
             Some("gpt-oss's experts are fused 3-D parameters in every transformers release: plan the fused layout".to_string())
+        } else if let Some(module) = sequential {
+            // (LoRA on its experts' Linear layers is planned: peft's MLP names reach them.)
+            (!s.quant.is_some_and(|q| q.is_4bit())).then(|| format!(
+                "{}'s per-expert layout is transformers' {module}, built only when a checkpoint saved in 4 bits is loaded: plan it with quant nf4 (or fp4), or plan the fused layout",
+                arch.family.name()
+            ))
         } else if !s.target_parameters.is_empty() {
             Some("target_parameters adapts fused 3-D expert parameters, which transformers 4's per-expert layout does not have: use the fused layout, or leave target_parameters empty".to_string())
         } else if s.targets.iter().any(|t| t.is_mlp()) {
@@ -484,9 +491,19 @@ fn matches_nothing(arch: &Architecture, s: &Settings) -> bool {
 /// step program's, its sequence run at two short depths and extrapolated to the model's
 /// ([`steptrace::periodic::Short`]), on one GPU or as one rank of several.
 pub fn plan(arch: &Architecture, s: &Settings) -> Result<Plan, PlanError> {
+    plan_on(arch, s, steptrace::Device::Cuda)
+}
+
+/// [`plan`] for the step as `device` runs it (the harness's emulated device: where a real GPU
+/// adds a gradient in place, fake tensors never do).
+pub fn plan_on(
+    arch: &Architecture,
+    s: &Settings,
+    device: steptrace::Device,
+) -> Result<Plan, PlanError> {
     let (mut p, step) = plan_base(arch, s)?;
     let ctx = Ctx::new(arch, &step);
-    let short = steptrace::periodic::Short::run(arch, s, steptrace::Device::Cuda)?;
+    let short = steptrace::periodic::Short::run(arch, s, device)?;
     from_program(&mut p, &ctx, s, short);
     Ok(p)
 }
@@ -1177,7 +1194,14 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
                 .into(),
         );
     }
-    if s.experts_layout == super::settings::ExpertsLayout::PerExpert {
+    if let Some(module) = m
+        .prequantized_experts
+        .filter(|_| s.experts_layout == super::settings::ExpertsLayout::PerExpert)
+    {
+        out.push(format!(
+            "a checkpoint saved in 4 bits: transformers rebuilds the experts as {module}, one Linear MLP per expert (quantized, and adapted where the LoRA targets name gate, up or down projections), each run on every token one after another; the router stays 16-bit"
+        ));
+    } else if s.experts_layout == super::settings::ExpertsLayout::PerExpert {
         out.push(
             "transformers 4 layout: every expert's projections and the router are nn.Linear layers (4-bit loading quantizes them) run by a Python loop over the experts hit"
                 .into(),
@@ -1193,6 +1217,11 @@ fn notes(arch: &Architecture, s: &Settings) -> Vec<String> {
             },
             gib(arch.expert_params() * ctx.expert.bytes())
         ));
+        if let Some(module) = m.prequantized_experts {
+            out.push(format!(
+                "planned as a 16-bit checkpoint quantized on load; a checkpoint saved in 4 bits is loaded with its experts rebuilt as {module} (one quantized Linear MLP per expert, each run on every token: transformers' quantizers/base.py:383-414): plan it with experts_layout per_expert"
+            ));
+        }
     }
     // transformers 4's per-expert layout has no experts_implementation (its note says so).
     if s.experts_layout == super::settings::ExpertsLayout::Fused {

@@ -692,8 +692,8 @@ pub(crate) fn check_method(arch: &Architecture, s: &Settings) -> Result<(), Plan
 }
 
 /// What of a Llama 4 step ([`crate::model::family::AttentionKind::RotaryOrNope`]) is not planned
-/// yet: the step is measured under sdpa, within one attention chunk, without padding or
-/// packing, on a 16-bit base, with LoRA on the Linear layers and transformers' modules.
+/// yet: the step is measured under sdpa, without padding or packing, on a 16-bit base or one
+/// loaded in 4 bits on the fly, with LoRA on the Linear layers and transformers' modules.
 fn rotary_or_nope_unplanned(arch: &Architecture, s: &Settings) -> Option<(&'static str, String)> {
     let layout = arch.family.layout();
     if layout.attention != crate::model::family::AttentionKind::RotaryOrNope {
@@ -718,8 +718,8 @@ fn rotary_or_nope_unplanned(arch: &Architecture, s: &Settings) -> Option<(&'stat
             format!("{f} with padded or packed batches (the chunked mask's left padding read from the attention mask, the masks of both kinds of layer) is not planned yet: plan unpadded sequences"),
         ));
     }
-    if s.quant.is_some() {
-        return Some(("quant", format!("a quantized {f} base is not planned yet, nor measured: for bitsandbytes transformers rebuilds its experts as one Linear MLP per expert, quantized and run one after another on every token (SequentialLlama4TextExperts, quantizers/base.py:383-403), while the routers stay 16-bit: plan the base in 16 bits")));
+    if s.quant.is_some_and(|q| !q.is_4bit()) {
+        return Some(("quant", format!("{f} loaded in 8 bits (LLM.int8) is not planned yet, nor measured: plan it in 4 bits (nf4) or 16 bits")));
     }
     if !s.target_parameters.is_empty() {
         return Some(("target_parameters", format!("LoRA on {f}'s experts (peft's ParamWrapper on gate_up_proj / down_proj) is not planned yet, nor measured: plan LoRA on the Linear layers")));

@@ -46,11 +46,15 @@ struct FusedExperts {
     lora: Vec<(ExpertParam, Param, Param)>,
 }
 
-/// transformers 4's per-expert layout of one MoE block.
+/// One `nn.Linear` MLP per expert: transformers 4's MoE blocks, and Llama 4's experts loaded
+/// from a checkpoint saved quantized (`SequentialLlama4TextExperts`).
 #[derive(Clone, Debug)]
 struct PerExpert {
-    router: Lin,
-    /// gate, up, down of each expert.
+    /// The router as a Linear layer (transformers 4: quantized with the rest); `None` where it
+    /// stays a 16-bit parameter (Llama 4's `Llama4Router`, an `nn.Linear` subclass bitsandbytes
+    /// passes over).
+    router: Option<Lin>,
+    /// gate, up, down of each expert (with LoRA where peft's names reach them: Llama 4).
     experts: Vec<[Lin; 3]>,
 }
 
@@ -609,6 +613,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             a.hidden_size,
         );
         if s.experts_layout == crate::model::settings::ExpertsLayout::PerExpert {
+            if layout.all_experts {
+                return self.register_sequential_experts(shared, adapted, lins);
+            }
             return self.register_per_expert(shared, adapted, lins);
         }
         let router_es = if layout.fp32_router { 4 } else { ed };
@@ -709,7 +716,69 @@ impl<'c, 'a> Prog<'c, 'a> {
             .collect();
         MoeParams {
             router: router.w,
-            experts: Experts::PerExpert(PerExpert { router, experts }),
+            experts: Experts::PerExpert(PerExpert {
+                router: Some(router),
+                experts,
+            }),
+        }
+    }
+
+    /// Llama 4's MoE block loaded from a checkpoint saved quantized: `experts` rebuilt as
+    /// `SequentialLlama4TextExperts` (transformers' `quantizers/base.py:383-414`), one
+    /// `Llama4TextMLP` per expert whose Linear layers are quantized and, for peft's MLP names,
+    /// adapted; then the router (16-bit: bitsandbytes replaces only modules whose type is
+    /// `nn.Linear`) and the shared expert.
+    fn register_sequential_experts(
+        &mut self,
+        shared: &[LinearShape],
+        adapted: &[LinearShape],
+        lins: &mut Vec<Lin>,
+    ) -> MoeParams {
+        let ctx = self.ctx;
+        let a = ctx.arch;
+        let (e, i, h) = (a.num_experts(), a.expert_width(), u128::from(a.hidden_size));
+        let shape = |name, in_features, out_features| LinearShape {
+            name,
+            in_features,
+            out_features,
+            selected_by: &[],
+            bias: false,
+        };
+        let mut expert_lins = vec![];
+        self.tp.block = Block::Experts;
+        for _ in 0..e {
+            for l in [
+                shape("gate_proj", h, i),
+                shape("up_proj", h, i),
+                shape("down_proj", i, h),
+            ] {
+                self.register_linear(l, adapted, &mut expert_lins);
+            }
+        }
+        self.tp.block = Block::Other;
+        let router = self.param(
+            (e * h) as u64,
+            bytes(ctx.aux_weight),
+            h as u64,
+            false,
+            What::Weight,
+        );
+        for l in shared {
+            self.register_linear(*l, adapted, lins);
+        }
+        let mut it = expert_lins.into_iter();
+        let experts = (0..e)
+            .map(|_| {
+                let mut next = || it.next().expect("expert registered");
+                [next(), next(), next()]
+            })
+            .collect();
+        MoeParams {
+            router,
+            experts: Experts::PerExpert(PerExpert {
+                router: None,
+                experts,
+            }),
         }
     }
 
@@ -721,23 +790,26 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.tp.exec = li as u32;
             let a = ctx.arch;
             let kind = a.layer_kind(li);
-            let mut ns: Vec<(&'static str, (u64, u64))> = module_order(a, kind)
-                .iter()
-                .map(|l| (l.name, (l.in_features as u64, l.out_features as u64)))
-                .collect();
-            // transformers 4's per-expert layout: its router's and experts' Linear layers.
+            let shape = |l: &LinearShape| (l.name, (l.in_features as u64, l.out_features as u64));
+            let mut ns: Vec<(&'static str, (u64, u64))> =
+                module_order(a, kind).iter().map(shape).collect();
+            // The per-expert layout: its router's (where quantized) and experts' Linear layers,
+            // in the MoE block before its shared expert.
             if let Some(Some(MoeParams {
                 experts: Experts::PerExpert(pe),
                 ..
             })) = self.moe.get(li as usize)
             {
-                let linears = std::iter::once(&pe.router).chain(pe.experts.iter().flatten());
-                ns.extend(linears.map(|l| {
-                    (
-                        l.shape.name,
-                        (l.shape.in_features as u64, l.shape.out_features as u64),
-                    )
-                }));
+                let linears = pe.router.iter().chain(pe.experts.iter().flatten());
+                let shared_at = if a.moe_layout().is_some_and(|m| m.all_experts) {
+                    let is_ffn = |n: &str| matches!(n, "gate_proj" | "up_proj" | "down_proj");
+                    ns.iter().position(|(n, _)| is_ffn(n)).unwrap_or(ns.len())
+                } else {
+                    ns.len()
+                };
+                let tail = ns.split_off(shared_at);
+                ns.extend(linears.map(|l| shape(&l.shape)));
+                ns.extend(tail);
             }
             let layer = ns
                 .into_iter()

@@ -229,9 +229,6 @@ impl<'c, 'a> Prog<'c, 'a> {
     pub(super) fn all_experts_block(&mut self, x: X, m: &MoeParams, lins: &[Lin]) -> (X, X) {
         let (t, e, k, i, h) = self.expert_sizes();
         let es = x.es;
-        let Experts::Fused(f) = &m.experts else {
-            return (x, x);
-        };
         // The router: logits, top-k, the values scattered into a row of −∞ (whose backward
         // gathers the values' gradient), the sigmoid of that in fp32, cast back.
         self.tp.push_frame();
@@ -267,31 +264,44 @@ impl<'c, 'a> Prog<'c, 'a> {
         let routed_in = self.mul(rep, col, e * t * h, es, W);
         self.drop(rep);
         self.drop(col);
-        // The experts: bmm with gate_up_proj, chunk, up * silu(gate), bmm with down_proj.
         self.tp.push_frame();
-        let gu = self.linear(routed_in, f.gate_up.x, e * t * 2 * i, es, W);
-        let (gate, up) = self.split2(gu, e * t * i, e * t * i);
-        let act = self.unary(gate, es, What::Mlp, true, false);
-        let prod = self.mul(up, act, e * t * i, es, What::Mlp);
-        self.drop(act);
-        let routed_out = self.linear(prod, f.down.x, e * t * h, es, W);
-        self.drop(prod);
-        for y in [gu, gate, up] {
-            self.drop(y);
-        }
+        let routed_out = match &m.experts {
+            // The experts: bmm with gate_up_proj, chunk, up * silu(gate), bmm with down_proj.
+            Experts::Fused(f) => {
+                let gu = self.linear(routed_in, f.gate_up.x, e * t * 2 * i, es, W);
+                let (gate, up) = self.split2(gu, e * t * i, e * t * i);
+                let act = self.unary(gate, es, What::Mlp, true, false);
+                let prod = self.mul(up, act, e * t * i, es, What::Mlp);
+                self.drop(act);
+                let routed_out = self.linear(prod, f.down.x, e * t * h, es, W);
+                self.drop(prod);
+                for y in [gu, gate, up] {
+                    self.drop(y);
+                }
+                routed_out
+            }
+            Experts::PerExpert(pe) => self.sequential_experts(routed_in, pe),
+        };
         self.tp.pop_frame();
         // out = shared_expert(x); out.add_(routed_out.reshape(E, T, H).sum(dim=0))
         let out = self.mlp(x, lins);
-        // The sum's gradient is the incoming one expanded over the experts (a stride-0 view),
-        // which the reshape's backward copies into a tensor of the experts' output size.
+        // The sum's gradient is the incoming one expanded over the experts (a stride-0 view).
+        // The fused experts' output is `[E·T, H]`, and the reshape's backward copies the view
+        // into a tensor of that size; the sequential experts' is `[E, T, H]` already.
         let mut sum = self.t(t * h, es, W);
-        sum.g = self.tp.script_node_of(
-            vec![Step::Alloc(e * t * h * es)],
-            t * h,
-            es,
-            &[Self::edge(&routed_out)],
-            &[],
-        );
+        sum.g = match m.experts {
+            Experts::Fused(_) => self.tp.script_node_of(
+                vec![Step::Alloc(e * t * h * es)],
+                t * h,
+                es,
+                &[Self::edge(&routed_out)],
+                &[],
+            ),
+            Experts::PerExpert(_) => {
+                self.tp
+                    .node(Op::Pass, t * h, es, &[Self::edge(&routed_out)], &[])
+            }
+        };
         let g = self.tp.node(
             Op::Add,
             t * h,
@@ -305,5 +315,53 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.drop(y);
         }
         (out, logits)
+    }
+
+    /// `SequentialLlama4TextExperts.forward` (transformers' `quantizers/base.py:394-403`, the
+    /// experts of a checkpoint saved quantized): the scaled input viewed `[E, T, H]`, a
+    /// `zeros_like` output, and for each expert in turn its `Llama4TextMLP` on its slice of the
+    /// input, written into its slice of the output (`routed_out[e] = ...`). Backward: each
+    /// write's `CopySlices` copies the incoming gradient whole, clones the slice for the MLP
+    /// and (where the previous writes need a gradient) zeroes it with a `zeros_like`; each
+    /// slice's input gradient becomes a whole `select_backward` tensor, summed into the input's.
+    fn sequential_experts(&mut self, routed_in: X, pe: &super::PerExpert) -> X {
+        let (t, e, _, _, h) = self.expert_sizes();
+        let es = routed_in.es;
+        let mut out = self.t(e * t * h, es, W);
+        for lins in &pe.experts {
+            self.tp.keep_local(routed_in.t);
+            let slice = X {
+                n: t * h,
+                g: self.tp.script_node_of(
+                    vec![Step::Alloc(e * t * h * es)],
+                    t * h,
+                    es,
+                    &[Self::edge(&routed_in)],
+                    &[],
+                ),
+                ..routed_in
+            };
+            let y = self.mlp(slice, lins);
+            let zeroes = out.grad();
+            let mut steps = vec![Step::Alloc(e * t * h * es), Step::Alloc(t * h * es)];
+            if zeroes {
+                steps.extend([Step::Alloc(t * h * es), Step::Free(2)]);
+            }
+            steps.extend([
+                Step::FreeIncoming,
+                Step::GradOf { input: 0, local: 0 },
+                Step::GradOf { input: 1, local: 1 },
+            ]);
+            out.g = self.tp.script_node_of(
+                steps,
+                e * t * h,
+                es,
+                &[Self::edge(&out), Self::edge(&y)],
+                &[],
+            );
+            self.drop(y);
+            self.drop(slice);
+        }
+        out
     }
 }

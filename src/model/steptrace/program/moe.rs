@@ -201,8 +201,10 @@ impl<'c, 'a> Prog<'c, 'a> {
             // and OLMoE cast the weights back to the logits' dtype. transformers 4's router is
             // an nn.Linear (a 4-bit one in a 4-bit model).
             let logits = match &m.experts {
-                Experts::PerExpert(pe) => self.plain_linear(x, &pe.router, t * e, W),
-                Experts::Fused(_) => self.matmul(x, w, t * e, W),
+                Experts::PerExpert(PerExpert {
+                    router: Some(r), ..
+                }) => self.plain_linear(x, r, t * e, W),
+                Experts::PerExpert(_) | Experts::Fused(_) => self.matmul(x, w, t * e, W),
             };
             let lf = self.cast(logits, 4, W);
             let sm = self.softmax(lf);

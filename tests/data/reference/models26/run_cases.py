@@ -83,6 +83,28 @@ CASES = [
                                             "grad_ckpt": True, "target_modules": "qkvo"}),
     ("llama4-scout_bf16_s12000_b1_all_gc", {"model": "llama4-scout-text", "seq": 12000, "batch": 1,
                                            "grad_ckpt": True, "target_modules": L4_ALL}),
+    # ... loaded in 4 bits on the fly (measured 2026-12-08): bitsandbytes quantizes the Linear layers
+    # (attention, shared expert); the routers (an nn.Linear subclass) and the fused experts (3-D
+    # parameters) stay 16-bit, or fp32 after prepare_model_for_kbit_training
+    ("llama4-scout_nf4_s2048_b1_all_gc", {"model": "llama4-scout-text", "seq": 2048, "batch": 1,
+                                         "grad_ckpt": True, "target_modules": L4_ALL, "quant": "nf4"}),
+    ("llama4-scout_nf4_s1024_b2_qkvo_nogc", {"model": "llama4-scout-text", "seq": 1024, "batch": 2,
+                                            "target_modules": "qkvo", "quant": "nf4"}),
+    ("llama4-scout_fp4_s4096_b1_qkvo_gc_prep", {"model": "llama4-scout-text", "seq": 4096, "batch": 1,
+                                               "grad_ckpt": True, "target_modules": "qkvo", "quant": "fp4",
+                                               "double_quant": False, "prepare_kbit": True}),
+    # ... loaded from a checkpoint saved in 4 bits (measured 2026-12-08): transformers rebuilds the
+    # experts as SequentialLlama4TextExperts (16 Llama4TextMLPs of quantized Linear layers, each run on
+    # every token); peft's gate/up/down names reach every expert's Linear layers; the router stays bf16
+    ("llama4-scout_nf4seq_s2048_b1_all_gc", {"model": "llama4-scout-text", "seq": 2048, "batch": 1,
+                                            "grad_ckpt": True, "target_modules": L4_ALL, "quant": "nf4",
+                                            "sequential_experts": True}),
+    ("llama4-scout_nf4seq_s1024_b1_qkvo_nogc", {"model": "llama4-scout-text", "seq": 1024, "batch": 1,
+                                               "target_modules": "qkvo", "quant": "nf4",
+                                               "sequential_experts": True}),
+    ("llama4-scout_nf4seq_s4096_b1_qkvo_gc_prep", {"model": "llama4-scout-text", "seq": 4096, "batch": 1,
+                                                  "grad_ckpt": True, "target_modules": "qkvo", "quant": "nf4",
+                                                  "sequential_experts": True, "prepare_kbit": True}),
 ]
 # measure_vl.py's resolved settings that lorafit's settings table reads; target_modules becomes the
 # list of module names peft adapted (`target_modules_list`).
@@ -117,6 +139,9 @@ def commit(raw):
             # the names given, as a user lists them (peft maps some onto the fused experts, which
             # then appear under other names in what it adapted)
             st["target_modules"] = sorted(r["measured_with"]["target_modules"])
+        if r["measured_with"].get("sequential_experts"):
+            # the experts as a checkpoint saved in 4 bits loads them: one Linear MLP per expert
+            st["experts_layout"] = "per_expert"
         if r["measured_with"].get("liger_kernel"):
             st["liger_kernel"] = r["measured_with"]["liger_kernel"]
         res = r["result"]
