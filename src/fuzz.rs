@@ -107,6 +107,7 @@ pub fn run(target: &str, data: &[u8]) -> Result<(), String> {
                 first_k_dense_replace: Some((w[3] >> 48) % 3),
                 decoder_sparse_step: Some(pick(w[9] >> 40, 1, 3)),
                 mlp_only_layers: Some(vec![(w[10] >> 40) % 4]),
+                intermediate_size_mlp: Some(pick(w[4] >> 40, 1, 1 << 16)),
                 norm_topk_prob: Some(w[11] & 512 != 0),
                 n_group: Some(1 << ((w[10] >> 52) % 3)),
                 topk_group: Some(1),

@@ -213,8 +213,10 @@ fn model_entry(v: &Json) -> Option<ModelEntry> {
             n_shared_experts: u("n_shared_experts"),
             shared_expert_intermediate_size: u("shared_expert_intermediate_size"),
             first_k_dense_replace: u("first_k_dense_replace"),
-            decoder_sparse_step: u("decoder_sparse_step"),
+            decoder_sparse_step: u("decoder_sparse_step")
+                .or_else(|| u("interleave_moe_layer_step")),
             mlp_only_layers: list("mlp_only_layers")?,
+            intermediate_size_mlp: u("intermediate_size_mlp"),
             norm_topk_prob: b("norm_topk_prob"),
             n_group: u("n_group"),
             topk_group: u("topk_group"),

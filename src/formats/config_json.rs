@@ -375,28 +375,12 @@ fn linear_config(cfg: &Value, family: Family) -> Result<LinearAttnConfig, String
 }
 
 /// Which layers rotate, for a family with layers that do not (Llama 4; none for the others).
-/// Llama 4's dense layers between the MoE ones (`interleave_moe_layer_step` above 1, or
-/// `moe_layers` leaving some out: Maverick) are refused: lorafit does not plan them yet.
 fn nope_config(cfg: &Value, family: Family) -> Result<NopeConfig, String> {
     if family.layout().nope_interval_default.is_none() {
         return Ok(NopeConfig::default());
     }
     let layers = |key: &str| u64_list(cfg, key, &format!("\"{key}\""), "integers");
     let n = optional_positive(cfg, "num_hidden_layers")?.unwrap_or(0);
-    let step = optional_positive(cfg, "interleave_moe_layer_step")?.unwrap_or(1);
-    let dense_between = match layers("moe_layers")? {
-        // (fewer distinct layers below `n` than `n`: one is left out; a set, as the list and
-        // `n` are untrusted)
-        Some(l) => {
-            let listed: std::collections::BTreeSet<u64> =
-                l.into_iter().filter(|&i| i < n).collect();
-            listed.len() as u64 != n
-        }
-        None => step > 1,
-    };
-    if dense_between {
-        return Err(format!("{} with dense layers between its MoE layers (interleave_moe_layer_step {step}, or moe_layers leaving layers out: Llama-4-Maverick) is not planned yet: lorafit plans Llama 4 with every layer a mixture of experts (Scout)", family.name()));
-    }
     let no_rope_layers = layers("no_rope_layers")?;
     if let Some(l) = &no_rope_layers {
         if l.len() as u64 != n || l.iter().any(|f| *f > 1) {
@@ -412,6 +396,46 @@ fn nope_config(cfg: &Value, family: Family) -> Result<NopeConfig, String> {
         attn_temperature_tuning: optional_bool(cfg, "attn_temperature_tuning")?,
         attention_chunk_size: optional_positive(cfg, "attention_chunk_size")?,
     })
+}
+
+/// Llama 4's dense layers between its MoE ones (Maverick), as transformers 5.24 decides them
+/// (`configuration_llama4.py:175-183`, `modeling_llama4.py:400-404`): the layers `moe_layers`
+/// lists are MoE, else every `interleave_moe_layer_step`-th (`range(step - 1, layers, step)`);
+/// the others run a `Llama4TextMLP` of `intermediate_size_mlp` (the config class's default
+/// 16384). Returned as the sparse step, the dense layers of a list, and the dense width where a
+/// layer is dense.
+#[allow(clippy::type_complexity)]
+fn llama4_dense_layers(
+    cfg: &Value,
+) -> Result<(Option<u64>, Option<Vec<u64>>, Option<u64>), String> {
+    let n = optional_positive(cfg, "num_hidden_layers")?.unwrap_or(0);
+    let (step, dense) = match u64_list(cfg, "moe_layers", "\"moe_layers\"", "integers")? {
+        // (`n` is untrusted: the list of the others only up to the layers a model may have)
+        Some(listed) if n <= crate::model::arch::MAX_LAYERS => {
+            let moe: std::collections::BTreeSet<u64> = listed.into_iter().collect();
+            (
+                None,
+                Some((0..n).filter(|i| !moe.contains(i)).collect::<Vec<u64>>()),
+            )
+        }
+        Some(_) => {
+            return Err(format!(
+                "\"num_hidden_layers\" {n} is more than {} layers",
+                crate::model::arch::MAX_LAYERS
+            ))
+        }
+        None => (optional_positive(cfg, "interleave_moe_layer_step")?, None),
+    };
+    let any_dense = match &dense {
+        Some(d) => !d.is_empty(),
+        None => step.unwrap_or(1) > 1 && n > 0,
+    };
+    let width = if any_dense {
+        Some(optional_positive(cfg, "intermediate_size_mlp")?.unwrap_or(16384))
+    } else {
+        None
+    };
+    Ok((step, dense.filter(|d| !d.is_empty()), width))
 }
 
 /// The list of integers under `key` of `v` (`None` when absent or null); an error naming it as
@@ -510,6 +534,16 @@ fn moe_config(cfg: &Value, family: Family) -> Result<MoeConfig, String> {
                 .into(),
         );
     }
+    let (decoder_sparse_step, mlp_only_layers, intermediate_size_mlp) =
+        if family.layout().moe.is_some_and(|m| m.all_experts) {
+            llama4_dense_layers(cfg)?
+        } else {
+            (
+                optional_positive(cfg, "decoder_sparse_step")?,
+                mlp_only_layers,
+                None,
+            )
+        };
     Ok(MoeConfig {
         num_experts: first_positive(
             cfg,
@@ -520,8 +554,9 @@ fn moe_config(cfg: &Value, family: Family) -> Result<MoeConfig, String> {
         n_shared_experts: optional_count(cfg, "n_shared_experts")?,
         shared_expert_intermediate_size: optional_positive(cfg, "shared_expert_intermediate_size")?,
         first_k_dense_replace: optional_count(cfg, "first_k_dense_replace")?,
-        decoder_sparse_step: optional_positive(cfg, "decoder_sparse_step")?,
+        decoder_sparse_step,
         mlp_only_layers,
+        intermediate_size_mlp,
         // Read only where the router reads it (Mixtral's and Qwen3-VL-MoE's always renormalise).
         norm_topk_prob: if family
             .layout()
@@ -685,22 +720,56 @@ mod tests {
     }
 
     #[test]
-    fn llama4_moe_layers_must_cover_every_layer() {
-        let cfg = |moe_layers: &str, layers: u64| {
+    fn llama4_moe_layers_decide_its_dense_layers() {
+        let cfg = |extra: &str, layers: u64| {
             format!(
                 r#"{{"model_type":"llama4_text","hidden_size":64,"intermediate_size":128,"num_hidden_layers":{layers},
-                "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100,"moe_layers":{moe_layers}}}"#
+                "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100{extra}}}"#
             )
         };
-        // Every layer, out of order and repeated: Scout's layout.
-        assert!(parse_config(&cfg("[3, 1, 0, 2, 2]", 4)).is_ok());
-        // One left out (Maverick's dense layers): refused.
-        let e = parse_config(&cfg("[0, 1, 3]", 4)).unwrap_err();
-        assert!(e.contains("dense layers between its MoE layers"), "{e}");
-        // A long list against a huge depth is answered, not searched layer by layer.
-        let long: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
-        let e = parse_config(&cfg(&format!("[{}]", long.join(",")), 1 << 40)).unwrap_err();
-        assert!(e.contains("dense layers between its MoE layers"), "{e}");
+        let kinds = |text: &str| {
+            let a = parse_config(text).unwrap_or_else(|e| panic!("{e}")).value;
+            let moe: Vec<u64> = (0..a.num_hidden_layers)
+                .filter(|&li| a.layer_kind(li).is_moe())
+                .collect();
+            (moe, a.dense_width())
+        };
+        // Every layer, out of order and repeated: Scout's layout; intermediate_size_mlp unused.
+        let scout = cfg(
+            r#","moe_layers":[3, 1, 0, 2, 2],"intermediate_size_mlp":512"#,
+            4,
+        );
+        assert_eq!(kinds(&scout).0, vec![0, 1, 2, 3]);
+        assert!(parse_config(&scout)
+            .unwrap()
+            .ignored
+            .contains(&"intermediate_size_mlp".to_string()));
+        // One left out: a dense layer of intermediate_size_mlp (the class's 16384 by default).
+        assert_eq!(
+            kinds(&cfg(r#","moe_layers":[0, 1, 3]"#, 4)),
+            (vec![0, 1, 3], 16384)
+        );
+        // Maverick's interleave_moe_layer_step 2: range(1, layers, 2).
+        assert_eq!(
+            kinds(&cfg(
+                r#","interleave_moe_layer_step":2,"intermediate_size_mlp":256"#,
+                6
+            )),
+            (vec![1, 3, 5], 256)
+        );
+        // A list overrides the step, which is then named as not used.
+        let both = cfg(
+            r#","moe_layers":[0,1,2,3],"interleave_moe_layer_step":2"#,
+            4,
+        );
+        assert_eq!(kinds(&both).0, vec![0, 1, 2, 3]);
+        assert!(parse_config(&both)
+            .unwrap()
+            .ignored
+            .contains(&"interleave_moe_layer_step".to_string()));
+        // A list against a huge depth is answered, not searched layer by layer.
+        let e = parse_config(&cfg(r#","moe_layers":[0, 1]"#, 1 << 40)).unwrap_err();
+        assert!(e.contains("num_hidden_layers"), "{e}");
     }
 
     #[test]

@@ -231,9 +231,19 @@ pub struct MoeConfig {
     /// DeepSeek: the first layers keep a dense MLP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_k_dense_replace: Option<u64>,
-    /// Qwen3-MoE: every `decoder_sparse_step`-th layer is MoE.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Qwen3-MoE: every `decoder_sparse_step`-th layer is MoE (Llama 4's
+    /// `interleave_moe_layer_step`: its `moe_layers` default, `range(step - 1, layers, step)`,
+    /// is the same rule).
+    #[serde(
+        default,
+        alias = "interleave_moe_layer_step",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub decoder_sparse_step: Option<u64>,
+    /// Llama 4: the width of the dense layers' MLP between the MoE ones (Maverick's
+    /// `intermediate_size_mlp`; `intermediate_size` is the experts' and the shared expert's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intermediate_size_mlp: Option<u64>,
     /// Qwen3-MoE: layers that keep a dense MLP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mlp_only_layers: Option<Vec<u64>>,
@@ -578,6 +588,7 @@ impl Architecture {
                 self.moe.shared_expert_intermediate_size,
             ),
             ("decoder_sparse_step", self.moe.decoder_sparse_step),
+            ("intermediate_size_mlp", self.moe.intermediate_size_mlp),
             ("q_lora_rank", self.mla.q_lora_rank),
             ("kv_lora_rank", self.mla.kv_lora_rank),
             ("qk_nope_head_dim", self.mla.qk_nope_head_dim),
@@ -878,6 +889,18 @@ impl Architecture {
         }
     }
 
+    /// The MLP width of a dense full-attention layer: `intermediate_size`, or Llama 4's
+    /// `intermediate_size_mlp` where its dense layers sit between MoE ones (Maverick).
+    pub fn dense_width(&self) -> u128 {
+        let llama4 = self.moe_layout().is_some_and(|m| m.all_experts);
+        u128::from(
+            self.moe
+                .intermediate_size_mlp
+                .filter(|_| llama4)
+                .unwrap_or(self.intermediate_size),
+        )
+    }
+
     /// Width of the shared-experts MLP (0 without shared experts).
     pub fn shared_width(&self) -> u128 {
         match self.moe_layout().map(|m| m.shared) {
@@ -1048,7 +1071,8 @@ impl Architecture {
     pub fn block_linears(&self, kind: LayerKind) -> Vec<LinearShape> {
         let h = self.hidden_size as u128;
         let i = match kind {
-            LayerKind::Dense | LayerKind::Linear => self.intermediate_size as u128,
+            LayerKind::Dense => self.dense_width(),
+            LayerKind::Linear => self.intermediate_size as u128,
             LayerKind::Moe | LayerKind::LinearMoe => self.shared_width(),
         };
         let (qd, kvd) = (self.q_dim(), self.kv_dim());

@@ -783,6 +783,11 @@ impl Family {
                     router_returns_tuple: true,
                     prequantized_experts: Some("SequentialLlama4TextExperts"),
                     shared: SharedExperts::Summed,
+                    // Maverick's dense layers between the MoE ones: `moe_layers` defaults to
+                    // `range(interleave_moe_layer_step - 1, layers, step)`
+                    // (configuration_llama4.py:175-183), Qwen3-MoE's sparse-step rule; a
+                    // listed `moe_layers` leaves the others dense (config.json reads both).
+                    dense: DenseLayers::SparseStep,
                     default_experts: 16,
                     default_experts_per_tok: Some(1),
                     ..moe

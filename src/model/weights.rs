@@ -57,10 +57,15 @@ fn adapted_linears(ctx: &Ctx, kind: LayerKind) -> Vec<(u128, u128)> {
         .map(|l| (l.in_features, l.out_features))
         .collect();
     let sequential = ctx.s.experts_layout == super::settings::ExpertsLayout::PerExpert
-        && a.moe_layout().is_some_and(|m| m.prequantized_experts.is_some());
+        && a.moe_layout()
+            .is_some_and(|m| m.prequantized_experts.is_some());
     if kind.is_moe() && sequential {
         let (h, i) = (u128::from(a.hidden_size), a.expert_width());
-        for (name, shape) in [("gate_proj", (h, i)), ("up_proj", (h, i)), ("down_proj", (i, h))] {
+        for (name, shape) in [
+            ("gate_proj", (h, i)),
+            ("up_proj", (h, i)),
+            ("down_proj", (i, h)),
+        ] {
             if adapted.iter().any(|l| l.name == name) {
                 out.extend((0..a.num_experts()).map(|_| shape));
             }

@@ -141,12 +141,17 @@ const NUMBERS: &[Number] = &[
         |a| a.nope.attention_chunk_size,
         |a, x| a.nope.attention_chunk_size = Some(x),
     ),
+    (
+        "M",
+        |a| a.moe.intermediate_size_mlp,
+        |a, x| a.moe.intermediate_size_mlp = Some(x),
+    ),
 ];
 
 /// `family.hidden.intermediate.layers.heads.kv_heads.head_dim.vocab.tied` of an imported model,
 /// then, for a mixture-of-experts model, its MoE and MLA numbers as prefixed parts (`e64`,
 /// `k8`, `m1408`, `s2`, `f1`, `d1`, `n0`, `o1-3` (mlp_only_layers), `q1536` (q_lora_rank, 0 =
-/// none), `c512`, `p128`, `r64`, `v128`); for a hybrid model its linear-attention numbers
+/// none), `c512`, `p128`, `r64`, `v128`, `M16384` (Llama 4's dense MLP width)); for a hybrid model its linear-attention numbers
 /// (`H16` key heads, `V32` value heads, `D128` key width, `W128` value width, `C4` kernel, `I4`
 /// full-attention interval, `G1` output gate, `R250` rotary factor in thousandths, `Tllf…` the
 /// layer types, one letter per layer).

@@ -16,7 +16,7 @@ use lorafit::model::{plan, plan_on, plan_simulated_on};
 use serde_json::Value;
 
 /// Cases in the committed file; a change to the data must change this number too.
-const EXPECTED_CASES: usize = 32;
+const EXPECTED_CASES: usize = 35;
 
 #[test]
 fn qwen35_within_tolerance_of_the_harness_and_its_replay() {
@@ -168,7 +168,11 @@ fn liger_on_qwen35_is_its_norm_and_swiglu_and_saves_the_measured_difference() {
 /// k and v repeated per head), without and with checkpointing, two sequences, and with the
 /// norms and tuning off; and loaded in 4 bits on the fly (`l4_nf4*`: the Linear layers
 /// quantized, the routers and fused experts 16-bit), without and with checkpointing, and in fp4
-/// prepared by `prepare_model_for_kbit_training` (experts and routers cast to fp32).
+/// prepared by `prepare_model_for_kbit_training` (experts and routers cast to fp32); and from a
+/// checkpoint saved in 4 bits (`l4_seq*`: the experts 16 quantized Linear MLPs run in turn), LoRA
+/// on q, k, v, o and on every Linear (every expert's) without and with checkpointing.
+/// Llama-4-Maverick cut the same way (`l4m_*`: dense layers of 16384 between MoE layers of 128
+/// experts): every Linear without and with checkpointing, and from a 4-bit checkpoint.
 #[test]
 fn qwen35_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
@@ -183,7 +187,7 @@ fn qwen35_sequences_equal_the_recordings() {
         checked += 1;
     }
     assert_eq!(
-        checked, 29,
+        checked, 32,
         "Qwen3.5, Qwen3.5-MoE, Qwen3-Next and Llama 4 recordings"
     );
 }
@@ -363,6 +367,11 @@ fn the_catalog_qwen3_next_and_llama4_scout_are_the_measured_ones() {
             "meta-llama/Llama-4-Scout-17B-16E",
             13,
         ),
+        (
+            "llama-4-maverick-17b-128e",
+            "meta-llama/Llama-4-Maverick-17B-128E",
+            3,
+        ),
     ] {
         let cat = &lorafit::formats::catalog::find_model(name)
             .expect("in the catalog")
@@ -476,7 +485,7 @@ fn what_a_vision_plan_does_not_cover_is_refused_with_its_reason() {
 /// Chinese translation, never planned as something else (below the attention chunk sdpa runs
 /// causal, from it on through the chunked mask): attention other than sdpa, padding and
 /// packing, a base loaded in 8 bits, LoRA on the experts, the per-expert layout of a 16-bit base,
-/// `output_router_logits`, Liger's kernels; Maverick's dense layers at import; peft's own
+/// `output_router_logits`, Liger's kernels; peft's own
 /// all-linear (which wraps the routers and fails) from a script, where LLaMA-Factory's `all`
 /// plans.
 #[test]
@@ -531,13 +540,19 @@ fn what_a_llama4_plan_does_not_cover_is_refused_with_its_reason() {
     ] {
         assert_eq!(refused(&s), field);
     }
-    // Maverick: dense layers between the MoE ones.
+    // Maverick: dense layers of intermediate_size_mlp between the MoE ones, the catalog's model.
     let maverick = r#"{"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
         "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
         "num_key_value_heads": 8, "vocab_size": 202048, "num_local_experts": 128,
-        "interleave_moe_layer_step": 2}"#;
-    let e = lorafit::formats::config_json::parse_config(maverick).unwrap_err();
-    assert!(e.contains("Maverick") && lorafit::web::i18n::has(&e), "{e}");
+        "interleave_moe_layer_step": 2, "use_qk_norm": false}"#;
+    let m = lorafit::formats::config_json::parse_config(maverick)
+        .unwrap()
+        .value;
+    let cat = &lorafit::formats::catalog::find_model("llama-4-maverick-17b-128e")
+        .unwrap()
+        .arch;
+    assert_eq!((m.moe_layers(), m.dense_layers()), (24, 24));
+    assert_eq!(m.total_params(), cat.total_params());
     // peft's all-linear from a script fails at the first step; the names plan.
     let script = |targets: &str| {
         format!("from peft import LoraConfig\nfrom transformers import AutoModelForCausalLM, TrainingArguments\nmodel = AutoModelForCausalLM.from_pretrained(\"meta-llama/Llama-4-Scout-17B-16E-Instruct\")\nlora = LoraConfig(r=16, target_modules={targets})\nargs = TrainingArguments(output_dir=\"out\", per_device_train_batch_size=1, bf16=True)\n")
@@ -614,7 +629,13 @@ fn llama4_in_4_bits_keeps_its_experts_16_bit_and_says_so() {
         p
     };
     let p1 = notes(&on_load, &["stay unquantized", "experts_layout per_expert"]);
-    let p2 = notes(&saved, &["a checkpoint saved in 4 bits", "SequentialLlama4TextExperts"]);
+    let p2 = notes(
+        &saved,
+        &[
+            "a checkpoint saved in 4 bits",
+            "SequentialLlama4TextExperts",
+        ],
+    );
     // The experts' bytes: 16-bit fused on load, packed 4-bit when saved so (a quarter); the
     // rest of the step within 2 GiB (LoRA on the attention only; the 4-bit experts'
     // quantization state is 1.4 GiB).
@@ -639,8 +660,13 @@ fn llama4_in_4_bits_keeps_its_experts_16_bit_and_says_so() {
         l * e * r * 3 * (h + i)
     );
     for format in ["python", "llama-factory"] {
-        let text = lorafit::formats::export::export(format, "meta-llama/Llama-4-Scout-17B-16E", a, &saved).expect("exports");
-        assert!(text.contains("checkpoint saved in 4 bits"), "{format}: {text}");
+        let text =
+            lorafit::formats::export::export(format, "meta-llama/Llama-4-Scout-17B-16E", a, &saved)
+                .expect("exports");
+        assert!(
+            text.contains("checkpoint saved in 4 bits"),
+            "{format}: {text}"
+        );
     }
 }
 

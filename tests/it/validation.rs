@@ -23,16 +23,16 @@ fn every_measured_case_is_compared() {
     // 68 dense + 28 mixture-of-experts cases + 10 QLoRA steps without
     // prepare_model_for_kbit_training + 5 steps with bitsandbytes' AdamW + 33 steps with and
     // without Liger's kernels + 11 steps as TRL's SFTTrainer and as Trainer runs them + 4 steps on
-    // an LLM.int8 base and beside it + 48 full-depth steps of the 2026 families (Qwen3.5,
-    // Qwen3.5-MoE, Qwen3-Next and Llama 4 text steps, Llama 4 in 4 bits among them; Qwen3.5,
+    // an LLM.int8 base and beside it + 51 full-depth steps of the 2026 families (Qwen3.5,
+    // Qwen3.5-MoE, Qwen3-Next and Llama 4 Scout and Maverick text steps, in 4 bits among them; Qwen3.5,
     // Qwen3-VL and Qwen2.5-VL with images).
-    assert_eq!(v.cases.len(), 207);
+    assert_eq!(v.cases.len(), 210);
     assert_eq!(
         v.cases
             .iter()
             .filter(|c| c.replayed_reserved_bytes.is_some())
             .count(),
-        171
+        174
     );
     // 9 published A100 runs + 20 runs on an H200.
     assert_eq!(v.published.len(), 29);
@@ -49,8 +49,8 @@ fn reserved_and_nvidia_smi_meet_their_targets() {
     let v = lorafit::formats::validation::validate().expect("validates");
     let r = &v.reserved;
     assert_eq!(
-        r.n, 171,
-        "56 dense + 4 MoE + 10 unprepared QLoRA + 5 bitsandbytes AdamW + 33 Liger + 11 TRL SFT + 4 LLM.int8 + 48 2026-family replays"
+        r.n, 174,
+        "56 dense + 4 MoE + 10 unprepared QLoRA + 5 bitsandbytes AdamW + 33 Liger + 11 TRL SFT + 4 LLM.int8 + 51 2026-family replays"
     );
     assert!(
         r.max_abs_pct <= 3.0 && r.median_abs_pct <= 1.5 && r.worst_under_pct >= -3.0,

@@ -709,6 +709,11 @@ fn rotary_or_nope_unplanned(arch: &Architecture, s: &Settings) -> Option<(&'stat
             format!("liger-kernel 0.8.5's {function} (its RMSNorm, SwiGLU for the shared expert, RoPE and fused cross-entropy) is not planned yet, nor measured: plan without liger_kernel and fused_ce liger"),
         ));
     }
+    if s.attn_impl == crate::model::AttnImpl::FlashAttention2 {
+        // (`Llama4PreTrainedModel._supports_flash_attn = False`, modeling_llama4.py:450:
+        // from_pretrained refuses the implementation)
+        return Some(("attn_impl", format!("transformers 5.24 has no flash_attention_2 for {f} (_supports_flash_attn is False, so loading the model with it fails): plan attn_impl sdpa")));
+    }
     if s.attn_impl != crate::model::AttnImpl::Sdpa {
         return Some(("attn_impl", format!("{f}'s attention is planned under sdpa, as measured; {} is not planned yet: plan attn_impl sdpa", s.attn_impl.name())));
     }

@@ -105,6 +105,15 @@ CASES = [
     ("llama4-scout_nf4seq_s4096_b1_qkvo_gc_prep", {"model": "llama4-scout-text", "seq": 4096, "batch": 1,
                                                   "grad_ckpt": True, "target_modules": "qkvo", "quant": "nf4",
                                                   "sequential_experts": True, "prepare_kbit": True}),
+    # Llama-4-Maverick-17B-128E's text model (measured 2026-12-08): every second layer a mixture of 128
+    # experts (all run on every token) beside a shared expert, the others a dense MLP of 16384; no q/k norm
+    ("llama4-maverick_bf16_s1024_b1_all_gc", {"model": "llama4-maverick-text", "seq": 1024, "batch": 1,
+                                             "grad_ckpt": True, "target_modules": L4_ALL}),
+    ("llama4-maverick_bf16_s512_b1_qkvo_nogc", {"model": "llama4-maverick-text", "seq": 512, "batch": 1,
+                                               "target_modules": "qkvo"}),
+    ("llama4-maverick_nf4seq_s2048_b1_qkvo_gc", {"model": "llama4-maverick-text", "seq": 2048, "batch": 1,
+                                                "grad_ckpt": True, "target_modules": "qkvo", "quant": "nf4",
+                                                "sequential_experts": True}),
 ]
 # measure_vl.py's resolved settings that lorafit's settings table reads; target_modules becomes the
 # list of module names peft adapted (`target_modules_list`).
