@@ -61,7 +61,12 @@ fn expert_params(arch: &Architecture, s: &Settings) -> Vec<String> {
 /// The per-expert layout, said where the run is set up: transformers 4's, or (Llama 4) the
 /// experts of a checkpoint saved in 4 bits.
 fn per_expert_note(arch: &Architecture) -> String {
-    match arch.moe_layout().and_then(|m| m.prequantized_experts) {
+    // (Llama 4 is the full planner's, `extended::needed`)
+    match arch
+        .moe_layout()
+        .and_then(|m| m.prequantized_experts)
+        .filter(|_| crate::model::extended::EXTENDED)
+    {
         Some(module) => format!("# planned for a checkpoint saved in 4 bits (bitsandbytes): loading it rebuilds the experts as {module}, one quantized Linear MLP per expert (a 16-bit checkpoint loaded with load_in_4bit keeps its experts 16-bit)\n"),
         None => "# planned for transformers 4 (pip install \"transformers<5\"): an nn.Linear per expert projection, quantized by 4-bit loading\n".to_string(),
     }

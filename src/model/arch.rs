@@ -892,7 +892,9 @@ impl Architecture {
     /// The MLP width of a dense full-attention layer: `intermediate_size`, or Llama 4's
     /// `intermediate_size_mlp` where its dense layers sit between MoE ones (Maverick).
     pub fn dense_width(&self) -> u128 {
-        let llama4 = self.moe_layout().is_some_and(|m| m.all_experts);
+        // (Llama 4 is the full planner's, `extended::needed`)
+        let llama4 =
+            crate::model::extended::EXTENDED && self.moe_layout().is_some_and(|m| m.all_experts);
         u128::from(
             self.moe
                 .intermediate_size_mlp

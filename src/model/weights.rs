@@ -45,33 +45,31 @@ pub fn expert_lora_params_per_layer(ctx: &Ctx) -> u128 {
         .sum()
 }
 
-/// `(in_features, out_features)` of each adapted Linear layer of one decoder layer of `kind`:
-/// the layer's own, and, where the routed experts are Linear MLPs peft's names reach (Llama 4
-/// loaded from a checkpoint saved in 4 bits, `SequentialLlama4TextExperts`), each expert's
-/// gate, up and down projections that the targets name.
-fn adapted_linears(ctx: &Ctx, kind: LayerKind) -> Vec<(u128, u128)> {
+/// `(in_features, out_features, count)` of the routed experts' Linear layers that peft's names
+/// adapt in one decoder layer of `kind`, where those experts are Linear MLPs (Llama 4 loaded
+/// from a checkpoint saved in 4 bits, `SequentialLlama4TextExperts`: each expert's gate, up
+/// and down projections that the targets name); none elsewhere.
+fn adapted_expert_linears(ctx: &Ctx, kind: LayerKind) -> Vec<(u128, u128, u128)> {
     let a = ctx.arch;
-    let adapted = ctx.adapted_of(kind);
-    let mut out: Vec<(u128, u128)> = adapted
-        .iter()
-        .map(|l| (l.in_features, l.out_features))
-        .collect();
-    let sequential = ctx.s.experts_layout == super::settings::ExpertsLayout::PerExpert
+    let sequential = crate::model::extended::EXTENDED
+        && kind.is_moe()
+        && ctx.s.experts_layout == super::settings::ExpertsLayout::PerExpert
         && a.moe_layout()
             .is_some_and(|m| m.prequantized_experts.is_some());
-    if kind.is_moe() && sequential {
-        let (h, i) = (u128::from(a.hidden_size), a.expert_width());
-        for (name, shape) in [
-            ("gate_proj", (h, i)),
-            ("up_proj", (h, i)),
-            ("down_proj", (i, h)),
-        ] {
-            if adapted.iter().any(|l| l.name == name) {
-                out.extend((0..a.num_experts()).map(|_| shape));
-            }
-        }
+    if !sequential {
+        return vec![];
     }
-    out
+    let adapted = ctx.adapted_of(kind);
+    let (h, i) = (u128::from(a.hidden_size), a.expert_width());
+    [
+        ("gate_proj", (h, i)),
+        ("up_proj", (h, i)),
+        ("down_proj", (i, h)),
+    ]
+    .into_iter()
+    .filter(|(name, _)| adapted.iter().any(|l| l.name == *name))
+    .map(|(_, (inf, outf))| (inf, outf, a.num_experts()))
+    .collect()
 }
 
 /// LoRA parameters of one decoder layer of `kind` (adapted Linear layers, and the experts').
@@ -79,9 +77,15 @@ fn lora_params_of(ctx: &Ctx, kind: LayerKind) -> u128 {
     let r = ctx.s.lora_r as u128;
     // DoRA adds a magnitude vector of out_features to every adapted Linear.
     let dora = u128::from(ctx.s.use_dora);
-    let linear: u128 = adapted_linears(ctx, kind)
+    let linear: u128 = ctx
+        .adapted_of(kind)
         .iter()
-        .map(|&(i, o)| r * (i + o) + dora * o)
+        .map(|l| r * (l.in_features + l.out_features) + dora * l.out_features)
+        .chain(
+            adapted_expert_linears(ctx, kind)
+                .iter()
+                .map(|&(i, o, n)| n * (r * (i + o) + dora * o)),
+        )
         .sum();
     linear
         + if kind.is_moe() {
@@ -127,9 +131,15 @@ pub fn param_counts(ctx: &Ctx) -> ParamCounts {
                 .iter()
                 .map(|&(k, n)| {
                     let r = ctx.s.lora_r as u128;
-                    n * adapted_linears(ctx, k)
+                    n * ctx
+                        .adapted_of(k)
                         .iter()
-                        .map(|&(i, _)| r * i)
+                        .map(|l| r * l.in_features)
+                        .chain(
+                            adapted_expert_linears(ctx, k)
+                                .iter()
+                                .map(|&(i, _, e)| e * r * i),
+                        )
                         .sum::<u128>()
                 })
                 .sum();

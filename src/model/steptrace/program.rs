@@ -396,7 +396,8 @@ impl<'c, 'a> Prog<'c, 'a> {
             for l in order {
                 self.register_linear(l, &adapted, &mut lins);
             }
-            if kind.is_moe() {
+            // (mixture-of-experts layers are the full planner's, `extended::needed`)
+            if crate::model::extended::EXTENDED && kind.is_moe() {
                 let moe = self.register_moe(&ffn_later, &adapted, &mut lins);
                 self.moe.push(Some(moe));
             } else {
@@ -613,7 +614,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             a.hidden_size,
         );
         if s.experts_layout == crate::model::settings::ExpertsLayout::PerExpert {
-            if layout.all_experts {
+            if crate::model::extended::EXTENDED && layout.all_experts {
                 return self.register_sequential_experts(shared, adapted, lins);
             }
             return self.register_per_expert(shared, adapted, lins);
@@ -794,8 +795,9 @@ impl<'c, 'a> Prog<'c, 'a> {
             let mut ns: Vec<(&'static str, (u64, u64))> =
                 module_order(a, kind).iter().map(shape).collect();
             // The per-expert layout: its router's (where quantized) and experts' Linear layers,
-            // in the MoE block before its shared expert.
-            if let Some(Some(MoeParams {
+            // in the MoE block before its shared expert (the full planner's).
+            if !crate::model::extended::EXTENDED {
+            } else if let Some(Some(MoeParams {
                 experts: Experts::PerExpert(pe),
                 ..
             })) = self.moe.get(li as usize)
