@@ -691,3 +691,42 @@ fn real_gpu_accumulates_the_sequential_experts_in_place() {
     let (e, t, h) = (16u128, 4096u128, 5120u128);
     assert!(gpu.peak_allocated_bytes <= measured - e * t * h * 2);
 }
+
+/// The ranked fix "a checkpoint saved in 4 bits" for Llama 4 loaded in 4 bits on the fly is the
+/// measured pair's other step (the same settings, the experts rebuilt as
+/// `SequentialLlama4TextExperts`), and it saves what the two measured steps differ by (the
+/// 16-bit experts against the 4-bit ones, 135 GiB at Scout's size, less what LoRA on every
+/// expert's Linear layers adds: 125.5 GiB).
+#[test]
+fn the_prequantized_checkpoint_fix_saves_the_measured_difference() {
+    use lorafit::model::ExpertsLayout;
+    use lorafit::planning::fixes::{suggest, FixId};
+    let cases = crate::jsonl("tests/data/reference/models26/cases.jsonl");
+    let case = |id: &str| {
+        cases
+            .iter()
+            .find(|v| v["id"] == id)
+            .unwrap_or_else(|| panic!("{id}"))
+    };
+    let (on_load, saved) = (
+        case("llama4-scout_nf4_s2048_b1_all_gc"),
+        case("llama4-scout_nf4seq_s2048_b1_all_gc"),
+    );
+    let arch = resolve_model(&on_load["model"]).expect("model").value;
+    let s = crate::harness_settings(&on_load["settings"]);
+    let fix = suggest(&arch, &s, 1u128 << 50, true)
+        .into_iter()
+        .find(|f| f.id == FixId::Prequantized)
+        .expect("the fix is offered");
+    let mut want = s.clone();
+    want.experts_layout = ExpertsLayout::PerExpert;
+    assert_eq!(fix.settings, want);
+    assert_eq!(fix.settings, crate::harness_settings(&saved["settings"]));
+    let peak = |v: &Value| i128::from(v["result"]["peak_bytes"].as_i64().expect("peak"));
+    let measured = peak(on_load) - peak(saved);
+    assert!(measured > 120 << 30, "{measured}");
+    assert_eq!(fix.saved_bytes, measured);
+    for text in [&fix.title, &fix.summary, &fix.cost] {
+        assert!(lorafit::web::i18n::has(text), "{text}");
+    }
+}

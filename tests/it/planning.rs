@@ -396,6 +396,26 @@ fn myths_are_measured_not_asserted() {
     );
 }
 
+/// A remedy whose comparison the planner refuses for the model (Llama 4 is planned under sdpa
+/// only) gets no figure and the refusal as its reason, in both languages — never the difference
+/// with a refused plan (which read as −peak before).
+#[test]
+fn a_myth_the_model_cannot_compare_says_why() {
+    let a = arch("llama-4-scout-17b-16e");
+    let s = Settings {
+        seq: 1024,
+        ..Settings::default()
+    };
+    let m = myths(&a, &s);
+    let kv = m.iter().find(|x| x.claim.contains("squared")).unwrap();
+    assert_eq!(kv.delta_bytes, None);
+    assert!(kv.why.contains("plan attn_impl sdpa"), "{}", kv.why);
+    assert!(lorafit::web::i18n::has(&kv.why), "{}", kv.why);
+    // The comparisons that plan still have their figures.
+    let adam8 = m.iter().find(|x| x.claim.contains("Adam8bit")).unwrap();
+    assert!(adam8.delta_bytes.is_some_and(|d| d < 0), "{adam8:?}");
+}
+
 fn python_kwargs(code: &str, call: &str) -> serde_json::Value {
     // Parse the snippet with Python's own parser and return the literal keyword arguments of `call`.
     let script = format!(

@@ -42,6 +42,9 @@ pub enum FixId {
     SmallerBatch,
     /// QLoRA.
     Qlora,
+    /// A checkpoint saved in 4 bits, whose experts transformers rebuilds as quantized Linear
+    /// MLPs (Llama 4: `SequentialLlama4TextExperts`).
+    Prequantized,
     /// LoRA on q_proj and v_proj only.
     FewerTargets,
     /// Plain LoRA instead of DoRA.
@@ -160,6 +163,7 @@ impl FixId {
             FixId::GradCkpt => "grad_ckpt",
             FixId::SmallerBatch => "smaller_batch",
             FixId::Qlora => "qlora",
+            FixId::Prequantized => "prequantized_checkpoint",
             FixId::FewerTargets => "fewer_targets",
             FixId::NoDora => "no_dora",
             FixId::Lora => "lora",
@@ -191,7 +195,7 @@ impl FixId {
             FixId::NoRouterLogits => ChangeKind::Router,
             FixId::NoExpertLora => ChangeKind::ExpertLora,
             FixId::Sdpa => ChangeKind::Attention,
-            FixId::Bf16Weights | FixId::Qlora => ChangeKind::Weights,
+            FixId::Bf16Weights | FixId::Qlora | FixId::Prequantized => ChangeKind::Weights,
             FixId::Dropout0 => ChangeKind::Dropout,
             FixId::Adamw8bit | FixId::Paged | FixId::Adamw4bit => ChangeKind::Optimizer,
             FixId::FusedCe | FixId::Cce | FixId::FusedLogprobs => ChangeKind::Loss,
@@ -255,6 +259,9 @@ pub enum Patch {
     MicroBatch(u64),
     /// QLoRA: nf4 with double quantisation, this autocast dtype.
     Qlora(Dtype),
+    /// A checkpoint saved in 4 bits: its experts are Linear MLPs (`experts_layout` per_expert),
+    /// 4-bit (QLoRA's settings with this autocast dtype where the base was not 4-bit).
+    Prequantized(Dtype),
     /// Adapt only q_proj and v_proj.
     QvOnly,
     /// MoE: transformers' default grouped_mm experts.
@@ -328,6 +335,12 @@ impl Patch {
                 t.dtype = d;
                 t.autocast = Some(d);
             }
+            Patch::Prequantized(d) => {
+                if !t.quant.is_some_and(Quant::is_4bit) {
+                    Patch::Qlora(d).apply(t);
+                }
+                t.experts_layout = ExpertsLayout::PerExpert;
+            }
             Patch::QvOnly => t.targets = vec![Target::Q, Target::V],
             Patch::GroupedMm => t.experts_impl = ExpertsImpl::GroupedMm,
             Patch::NoRouterLogits => t.output_router_logits = false,
@@ -380,7 +393,8 @@ pub struct Change {
     /// Cost weight, roughly "per cent slower, or a quality risk judged comparable": sdpa 1,
     /// 16-bit weights 1, no dropout 2, 8-bit AdamW 2, fused cross-entropy 3, paged AdamW 4,
     /// micro-batch 4 per halving, plain LoRA instead of DoRA 10, fewer targets 25, checkpointing
-    /// 30, QLoRA 40, LoRA instead of full fine-tuning 40; several GPUs: FSDP1 for LoRA under FSDP2
+    /// 30, QLoRA 40, LoRA instead of full fine-tuning 40, Llama 4 from a checkpoint saved in 4
+    /// bits 5 (from a 4-bit base quantized on load; 40 from 16 bits); several GPUs: FSDP1 for LoRA under FSDP2
     /// 3, FSDP instead of DDP 10, ZeRO-3 instead of ZeRO-1/2 10. The job's phases after training: the
     /// eval outputs moved every batch 1, a smaller eval batch 1 per halving, a merge in host
     /// memory 3, the loss only (no metrics) 10.
@@ -805,6 +819,27 @@ pub fn changes(arch: &Architecture, s: &Settings, bf16_ok: bool) -> Vec<Change> 
                 .into(),
             weight: 40,
             patch: Patch::Qlora(low),
+        });
+    }
+    // Llama 4: a checkpoint saved in 4 bits has 4-bit experts; quantized on load they stay
+    // 16-bit (bitsandbytes replaces nn.Linear modules only).
+    if let Some(module) = arch
+        .moe_layout()
+        .and_then(|m| m.prequantized_experts)
+        .filter(|_| s.experts_layout == ExpertsLayout::Fused && !s.base_trained())
+    {
+        let four = s.quant.is_some_and(Quant::is_4bit);
+        out.push(Change {
+            id: FixId::Prequantized,
+            title: format!(
+                "a checkpoint saved in 4 bits (bitsandbytes{}): transformers loads its experts as {module}, 4-bit",
+                if four { "" } else { " nf4, double quant" }
+            ),
+            short: "a 4-bit checkpoint (4-bit experts)".into(),
+            cost: "needs the model published already quantized with bitsandbytes (its config.json carries the quantization_config); the experts then run one after another instead of in one batched matmul"
+                .into(),
+            weight: if four { 5 } else { 40 },
+            patch: Patch::Prequantized(low),
         });
     }
     if s.targets.len() > 2
