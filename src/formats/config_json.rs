@@ -394,7 +394,11 @@ fn nope_config(cfg: &Value, family: Family) -> Result<NopeConfig, String> {
         no_rope_layers,
         no_rope_layer_interval: optional_positive(cfg, "no_rope_layer_interval")?,
         attn_temperature_tuning: optional_bool(cfg, "attn_temperature_tuning")?,
-        attention_chunk_size: optional_positive(cfg, "attention_chunk_size")?,
+        // (`null`: no chunks, which the architecture writes 0)
+        attention_chunk_size: match cfg.get("attention_chunk_size") {
+            Some(Value::Null) => Some(0),
+            _ => optional_positive(cfg, "attention_chunk_size")?,
+        },
     })
 }
 
@@ -717,6 +721,22 @@ mod tests {
             .linears()
             .iter()
             .any(|l| l.name == "q_b_proj"));
+    }
+
+    #[test]
+    fn llama4_attention_chunk_null_means_no_chunks() {
+        let cfg = |chunk: &str| {
+            format!(
+                r#"{{"model_type":"llama4_text","hidden_size":64,"intermediate_size":128,"num_hidden_layers":4,
+                "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100{chunk}}}"#
+            )
+        };
+        let chunk = |text: &str| parse_config(text).unwrap().value.attention_chunk();
+        assert_eq!(chunk(&cfg("")), Some(8192));
+        assert_eq!(chunk(&cfg(r#","attention_chunk_size":4096"#)), Some(4096));
+        // transformers then gives every layer a full_attention layer type: no chunked mask
+        assert_eq!(chunk(&cfg(r#","attention_chunk_size":null"#)), None);
+        assert!(parse_config(&cfg(r#","attention_chunk_size":0"#)).is_err());
     }
 
     #[test]

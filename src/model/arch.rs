@@ -100,7 +100,8 @@ pub struct NopeConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attn_temperature_tuning: Option<bool>,
     /// The rotary layers attend within chunks of this many tokens (absent: the config class's
-    /// 8192; a `null`, which transformers reads as no chunks, reads as absent here).
+    /// 8192; 0: none, config.json's `null`, with which transformers makes every layer's
+    /// `layer_types` entry `full_attention`, `configuration_llama4.py:187-191`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_chunk_size: Option<u64>,
 }
@@ -765,13 +766,14 @@ impl Architecture {
     }
 
     /// The chunk the rotary layers attend within, for Llama 4 (`attention_chunk_size`, default
-    /// 8192); `None` for the families without chunks.
+    /// 8192); `None` for the families without chunks, and for a Llama 4 without them.
     pub fn attention_chunk(&self) -> Option<u64> {
         self.family
             .layout()
             .nope_interval_default
             .filter(|_| super::extended::EXTENDED)
             .map(|_| self.nope.attention_chunk_size.unwrap_or(8192))
+            .filter(|&c| c > 0)
     }
 
     /// Full attention's q_proj also projects the sigmoid output gate (Qwen3.5).

@@ -172,7 +172,9 @@ fn liger_on_qwen35_is_its_norm_and_swiglu_and_saves_the_measured_difference() {
 /// checkpoint saved in 4 bits (`l4_seq*`: the experts 16 quantized Linear MLPs run in turn), LoRA
 /// on q, k, v, o and on every Linear (every expert's) without and with checkpointing.
 /// Llama-4-Maverick cut the same way (`l4m_*`: dense layers of 16384 between MoE layers of 128
-/// experts): every Linear without and with checkpointing, and from a 4-bit checkpoint.
+/// experts): every Linear without and with checkpointing, and from a 4-bit checkpoint. And
+/// Scout with `attention_chunk_size: null` past 8192 tokens (`l4_nochunk`: every layer full
+/// attention, no chunked mask).
 #[test]
 fn qwen35_sequences_equal_the_recordings() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/steptrace");
@@ -187,7 +189,7 @@ fn qwen35_sequences_equal_the_recordings() {
         checked += 1;
     }
     assert_eq!(
-        checked, 32,
+        checked, 33,
         "Qwen3.5, Qwen3.5-MoE, Qwen3-Next and Llama 4 recordings"
     );
 }
