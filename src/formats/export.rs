@@ -831,8 +831,12 @@ fn axolotl(model_id: &str, arch: &Architecture, s: &Settings) -> String {
             s.lora_r,
             s.lora_alpha,
             s.lora_dropout,
-            // Every Linear: axolotl's lora_target_linear (peft's all-linear).
-            if s.targets.len() == Target::ALL.len() {
+            // Every Linear: axolotl's lora_target_linear (peft's all-linear), except where its
+            // list of nn.Linear instances takes a router whose LoRA layer fails (Llama 4): the
+            // names.
+            if s.targets.len() == Target::ALL.len()
+                && !crate::model::peft_targets::all_linear_breaks_router(arch, s)
+            {
                 "lora_target_linear: true\n".to_string()
             } else {
                 "lora_target_modules:\n".to_string()

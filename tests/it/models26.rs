@@ -488,8 +488,9 @@ fn what_a_vision_plan_does_not_cover_is_refused_with_its_reason() {
 /// causal, from it on through the chunked mask): attention other than sdpa, padding and
 /// packing, a base loaded in 8 bits, LoRA on the experts, the per-expert layout of a 16-bit base,
 /// `output_router_logits`, Liger's kernels; peft's own
-/// all-linear (which wraps the routers and fails) from a script, where LLaMA-Factory's `all`
-/// plans.
+/// all-linear (which wraps the routers and fails) from a script or axolotl's string, and
+/// axolotl's `lora_target_linear` (its list of every `nn.Linear` instance takes the routers
+/// too), where LLaMA-Factory's `all` plans and the axolotl export lists the names.
 #[test]
 fn what_a_llama4_plan_does_not_cover_is_refused_with_its_reason() {
     use lorafit::model::{AttnImpl, ExpertParam, PlanError, Quant, Settings};
@@ -569,6 +570,37 @@ fn what_a_llama4_plan_does_not_cover_is_refused_with_its_reason() {
     let mut r = lorafit::formats::framework::read(&script(names)).unwrap();
     assert!(r.catalog_model().unwrap().is_some());
     assert!(plan(a, &r.settings).is_ok());
+    // axolotl's lora_target_linear lists every nn.Linear instance (the routers too), and its
+    // lora_target_modules string goes to peft as it is: both fail at the first step; its
+    // export lists the names instead, and reads back.
+    let axolotl = |targets: &str| {
+        format!("base_model: meta-llama/Llama-4-Scout-17B-16E-Instruct\nadapter: lora\nlora_r: 16\nlora_alpha: 32\nlora_dropout: 0.0\n{targets}\nsequence_len: 1024\nmicro_batch_size: 1\nbf16: true\n")
+    };
+    for (targets, says) in [
+        ("lora_target_linear: true", "find_all_linear_names"),
+        ("lora_target_modules: all-linear", "peft's target_modules"),
+    ] {
+        let mut r = lorafit::formats::framework::read(&axolotl(targets)).unwrap();
+        let e = r.catalog_model().unwrap_err();
+        assert!(
+            e.contains(says) && e.contains("'tuple' object") && lorafit::web::i18n::has(&e),
+            "{targets}: {e}"
+        );
+    }
+    let exported = lorafit::formats::export::export(
+        "axolotl",
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        a,
+        &r.settings,
+    )
+    .unwrap();
+    assert!(
+        !exported.contains("lora_target_linear: true") && exported.contains("  - gate_proj"),
+        "{exported}"
+    );
+    let mut back = lorafit::formats::framework::read(&exported).unwrap();
+    assert!(back.catalog_model().unwrap().is_some());
+    assert!(plan(a, &back.settings).is_ok());
     // LLaMA-Factory's Liger switch: planned without it, and said so.
     let yaml = "model_name_or_path: meta-llama/Llama-4-Scout-17B-16E-Instruct
 stage: sft

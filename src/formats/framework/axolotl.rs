@@ -89,6 +89,9 @@ const TABLE: Table = &[
     ("lora_target_modules", Rule::Read(targets)),
     ("lora_target_linear", Rule::Read(|rd, v| {
         if flag(rd.key(), v)? {
+            // (axolotl's find_all_linear_names: every nn.Linear instance by name, which the
+            // check of the model read afterwards holds against routers that subclass it)
+            rd.r.axolotl_linear_names = true;
             rd.set("target_modules", "all-linear")
         } else {
             rd.confirms("target_modules");

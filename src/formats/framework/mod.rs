@@ -118,8 +118,12 @@ pub struct Reading {
     /// file that could not be read.
     pub notes: Vec<String>,
     /// `target_modules` was given as `all` / `all-linear` (peft's own resolution of it where
-    /// the config is peft's or Trainer's), not as a list of names.
+    /// the config is peft's or Trainer's, or axolotl's, which passes the string to peft), not as
+    /// a list of names.
     pub(crate) all_linear_literal: bool,
+    /// axolotl's `lora_target_linear`: the names of every module that is an `nn.Linear`
+    /// (`find_all_linear_names`), routers that subclass it included.
+    pub(crate) axolotl_linear_names: bool,
 }
 
 /// How one key of a framework enters the settings.
@@ -358,8 +362,16 @@ impl Reading {
         let peft_all_linear = self.all_linear_literal
             && matches!(
                 self.source,
-                Source::Python | Source::TrainingArguments | Source::AdapterConfig
+                Source::Python
+                    | Source::TrainingArguments
+                    | Source::AdapterConfig
+                    | Source::Axolotl
             );
+        if self.axolotl_linear_names
+            && crate::model::peft_targets::all_linear_breaks_router(&e.arch, &self.settings)
+        {
+            return Err(format!("axolotl's lora_target_linear lists every module that is an nn.Linear (find_all_linear_names, src/axolotl/loaders/adapter.py), which on {0} includes each layer's router (Llama4Router, an nn.Linear subclass returning scores and logits): its LoRA layer's forward then fails (AttributeError: 'tuple' object has no attribute 'dtype') and the run stops at its first step; set lora_target_linear: false and list lora_target_modules (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)", e.arch.family.name()));
+        }
         if peft_all_linear
             && crate::model::peft_targets::all_linear_breaks_router(&e.arch, &self.settings)
         {
@@ -399,6 +411,7 @@ impl Reading {
             launch_path: None,
             notes: vec![],
             all_linear_literal: false,
+            axolotl_linear_names: false,
         }
     }
 
