@@ -218,6 +218,18 @@ fn bytes(d: crate::model::dtype::Dtype) -> u64 {
     d.bytes() as u64
 }
 
+/// A Linear layer no target selects by itself (an expert's projection, a router): its name
+/// decides whether LoRA wraps it.
+fn unadapted(name: &'static str, in_features: u128, out_features: u128) -> LinearShape {
+    LinearShape {
+        name,
+        in_features,
+        out_features,
+        selected_by: &[],
+        bias: false,
+    }
+}
+
 /// A layer's Linear modules in the order the module registers them: the forward's order, except
 /// that Phi-3's attention creates o_proj before qkv_proj (`Phi3Attention.__init__`), so its
 /// parameters and its 4-bit quantization states come in that order.
@@ -683,38 +695,14 @@ impl<'c, 'a> Prog<'c, 'a> {
         lins: &mut Vec<Lin>,
     ) -> MoeParams {
         let a = self.ctx.arch;
-        let (e, i, h) = (a.num_experts(), a.expert_width(), u128::from(a.hidden_size));
-        let shape = |name, in_features, out_features| LinearShape {
-            name,
-            in_features,
-            out_features,
-            selected_by: &[],
-            bias: false,
-        };
-        let mut scratch = vec![];
-        self.register_linear(shape("gate", h, e), &[], &mut scratch);
-        self.tp.block = Block::Experts;
-        for _ in 0..e {
-            for l in [
-                shape("gate_proj", h, i),
-                shape("up_proj", h, i),
-                shape("down_proj", i, h),
-            ] {
-                self.register_linear(l, &[], &mut scratch);
-            }
-        }
-        self.tp.block = Block::Other;
+        let (e, h) = (a.num_experts(), u128::from(a.hidden_size));
+        let mut routers = vec![];
+        self.register_linear(unadapted("gate", h, e), &[], &mut routers);
+        let experts = self.register_expert_mlps(&[]);
         for l in shared {
             self.register_linear(*l, adapted, lins);
         }
-        let mut it = scratch.into_iter();
-        let router = it.next().expect("router registered");
-        let experts = (0..e)
-            .map(|_| {
-                let mut next = || it.next().expect("expert registered");
-                [next(), next(), next()]
-            })
-            .collect();
+        let router = routers.pop().expect("router registered");
         MoeParams {
             router: router.w,
             experts: Experts::PerExpert(PerExpert {
@@ -737,43 +725,12 @@ impl<'c, 'a> Prog<'c, 'a> {
     ) -> MoeParams {
         let ctx = self.ctx;
         let a = ctx.arch;
-        let (e, i, h) = (a.num_experts(), a.expert_width(), u128::from(a.hidden_size));
-        let shape = |name, in_features, out_features| LinearShape {
-            name,
-            in_features,
-            out_features,
-            selected_by: &[],
-            bias: false,
-        };
-        let mut expert_lins = vec![];
-        self.tp.block = Block::Experts;
-        for _ in 0..e {
-            for l in [
-                shape("gate_proj", h, i),
-                shape("up_proj", h, i),
-                shape("down_proj", i, h),
-            ] {
-                self.register_linear(l, adapted, &mut expert_lins);
-            }
-        }
-        self.tp.block = Block::Other;
-        let router = self.param(
-            (e * h) as u64,
-            bytes(ctx.aux_weight),
-            h as u64,
-            false,
-            What::Weight,
-        );
+        let experts = self.register_expert_mlps(adapted);
+        let n = a.num_experts() as u64 * a.hidden_size;
+        let router = self.param(n, bytes(ctx.aux_weight), a.hidden_size, false, What::Weight);
         for l in shared {
             self.register_linear(*l, adapted, lins);
         }
-        let mut it = expert_lins.into_iter();
-        let experts = (0..e)
-            .map(|_| {
-                let mut next = || it.next().expect("expert registered");
-                [next(), next(), next()]
-            })
-            .collect();
         MoeParams {
             router,
             experts: Experts::PerExpert(PerExpert {
@@ -781,6 +738,29 @@ impl<'c, 'a> Prog<'c, 'a> {
                 experts,
             }),
         }
+    }
+
+    /// Each routed expert's MLP as Linear layers (`gate_proj`, `up_proj`, `down_proj`) in module
+    /// order, adapted where `adapted` names them.
+    fn register_expert_mlps(&mut self, adapted: &[LinearShape]) -> Vec<[Lin; 3]> {
+        let a = self.ctx.arch;
+        let (i, h) = (a.expert_width(), u128::from(a.hidden_size));
+        self.tp.block = Block::Experts;
+        let mut experts = vec![];
+        for _ in 0..a.num_experts() {
+            let mut mlp = vec![];
+            for l in [
+                unadapted("gate_proj", h, i),
+                unadapted("up_proj", h, i),
+                unadapted("down_proj", i, h),
+            ] {
+                self.register_linear(l, adapted, &mut mlp);
+            }
+            let three: [Lin; 3] = mlp.try_into().expect("three Linear layers");
+            experts.push(three);
+        }
+        self.tp.block = Block::Other;
+        experts
     }
 
     /// bitsandbytes quant state of every 4-bit Linear: absmax (uint8 with double quant), the

@@ -171,7 +171,7 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("output_router_logits: keeps every MoE layer's router logits for the auxiliary loss", "output_router_logits：为辅助损失保留每个 MoE 层的路由 logits"),
     ("labels (transformers # and later: the labels are shifted) or logits (before #: the loss copies the fp32 logits without their last position)", "labels（transformers # 及以后：错位的是标签）或 logits（# 之前：损失函数复制一份去掉最后一个位置的 fp32 logits）"),
     ("grouped_mm (default) sorts the tokens by expert; eager loops over experts; batched_mm copies each expert's weights per token", "grouped_mm（默认）按专家对 token 排序；eager 逐个专家循环计算；batched_mm 为每个 token 复制一份其专家的权重"),
-    ("fused (transformers #: #-D expert parameters, never quantized) or per_expert (transformers #: an nn.Linear per expert projection, quantized by #-bit loading)", "fused（transformers #：专家为 #-D 参数，永不量化）或 per_expert（transformers #：每个专家投影是一个 nn.Linear，#-bit 加载时会被量化）"),
+    ("fused (transformers #: #-D expert parameters, never quantized) or per_expert (transformers #: an nn.Linear per expert projection, quantized by #-bit loading; Llama #: the experts of a checkpoint saved in # bits, SequentialLlama4TextExperts)", "fused（transformers #：专家为 #-D 参数，永不量化）或 per_expert（transformers #：每个专家投影是一个 nn.Linear，#-bit 加载时会被量化；Llama #：以 # 位保存的检查点的专家，SequentialLlama4TextExperts）"),
     ("modules peft copies and trains in full", "peft 复制一份并全量训练的模块"),
     ("peft keeps LoRA weights in fp32 by default (autocast_adapter_dtype=True)", "peft 默认以 fp32 保存 LoRA 权重（autocast_adapter_dtype=True）"),
     ("dtype the model is loaded in (torch_dtype)", "加载模型所用的 dtype（torch_dtype）"),
