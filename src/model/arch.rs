@@ -1361,6 +1361,25 @@ impl Architecture {
         e * 3 * i * h + bias
     }
 
+    /// One routed expert's MLP as Linear layers, in module order (`gate_proj`, `up_proj`,
+    /// `down_proj`: transformers 4's per-expert layout, Llama 4's sequential experts); no target
+    /// selects them by itself, their names decide whether LoRA wraps them.
+    pub fn expert_linears(&self) -> [LinearShape; 3] {
+        let (i, h) = (self.expert_width(), self.hidden_size as u128);
+        let linear = |name, in_features, out_features| LinearShape {
+            name,
+            in_features,
+            out_features,
+            selected_by: &[],
+            bias: false,
+        };
+        [
+            linear("gate_proj", h, i),
+            linear("up_proj", h, i),
+            linear("down_proj", i, h),
+        ]
+    }
+
     /// Router parameters of one MoE layer: `weight [E, H]` (gpt-oss: and `bias [E]`).
     pub fn router_params_per_layer(&self) -> u128 {
         let Some(m) = self.moe_layout() else { return 0 };

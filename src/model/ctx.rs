@@ -108,6 +108,18 @@ impl<'a> Ctx<'a> {
         self.s.tokens()
     }
 
+    /// Whether the routed experts are transformers' per-expert Linear MLPs of a checkpoint saved
+    /// quantized (Llama 4's `SequentialLlama4TextExperts`, `experts_layout` per_expert; an
+    /// extended step's).
+    pub fn sequential_experts(&self) -> bool {
+        crate::model::extended::EXTENDED
+            && self.s.experts_layout == super::settings::ExpertsLayout::PerExpert
+            && self
+                .arch
+                .moe_layout()
+                .is_some_and(|m| m.prequantized_experts.is_some())
+    }
+
     /// Linear layers of a block that LoRA adapts.
     pub fn adapted(&self) -> Vec<LinearShape> {
         self.adapted_of(LayerKind::Dense)

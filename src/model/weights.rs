@@ -46,30 +46,20 @@ pub fn expert_lora_params_per_layer(ctx: &Ctx) -> u128 {
 }
 
 /// `(in_features, out_features, count)` of the routed experts' Linear layers that peft's names
-/// adapt in one decoder layer of `kind`, where those experts are Linear MLPs (Llama 4 loaded
-/// from a checkpoint saved in 4 bits, `SequentialLlama4TextExperts`: each expert's gate, up
-/// and down projections that the targets name); none elsewhere.
+/// adapt in one decoder layer of `kind`, where those experts are Linear MLPs
+/// ([`Ctx::sequential_experts`]: each expert's gate, up and down projections that the targets
+/// name); none elsewhere.
 fn adapted_expert_linears(ctx: &Ctx, kind: LayerKind) -> Vec<(u128, u128, u128)> {
-    let a = ctx.arch;
-    let sequential = crate::model::extended::EXTENDED
-        && kind.is_moe()
-        && ctx.s.experts_layout == super::settings::ExpertsLayout::PerExpert
-        && a.moe_layout()
-            .is_some_and(|m| m.prequantized_experts.is_some());
-    if !sequential {
+    if !(kind.is_moe() && ctx.sequential_experts()) {
         return vec![];
     }
+    let a = ctx.arch;
     let adapted = ctx.adapted_of(kind);
-    let (h, i) = (u128::from(a.hidden_size), a.expert_width());
-    [
-        ("gate_proj", (h, i)),
-        ("up_proj", (h, i)),
-        ("down_proj", (i, h)),
-    ]
-    .into_iter()
-    .filter(|(name, _)| adapted.iter().any(|l| l.name == *name))
-    .map(|(_, (inf, outf))| (inf, outf, a.num_experts()))
-    .collect()
+    a.expert_linears()
+        .into_iter()
+        .filter(|l| adapted.iter().any(|x| x.name == l.name))
+        .map(|l| (l.in_features, l.out_features, a.num_experts()))
+        .collect()
 }
 
 /// LoRA parameters of one decoder layer of `kind` (adapted Linear layers, and the experts').

@@ -367,14 +367,12 @@ impl Reading {
                     | Source::AdapterConfig
                     | Source::Axolotl
             );
-        if self.axolotl_linear_names
-            && crate::model::peft_targets::all_linear_breaks_router(&e.arch, &self.settings)
-        {
+        let breaks_router =
+            crate::model::peft_targets::all_linear_breaks_router(&e.arch, &self.settings);
+        if self.axolotl_linear_names && breaks_router {
             return Err(format!("axolotl's lora_target_linear lists every module that is an nn.Linear (find_all_linear_names, src/axolotl/loaders/adapter.py), which on {0} includes each layer's router (Llama4Router, an nn.Linear subclass returning scores and logits): its LoRA layer's forward then fails (AttributeError: 'tuple' object has no attribute 'dtype') and the run stops at its first step; set lora_target_linear: false and list lora_target_modules (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)", e.arch.family.name()));
         }
-        if peft_all_linear
-            && crate::model::peft_targets::all_linear_breaks_router(&e.arch, &self.settings)
-        {
+        if peft_all_linear && breaks_router {
             return Err(format!("peft's target_modules=\"all-linear\" on {0} also wraps each layer's router (Llama4Router, an nn.Linear subclass returning scores and logits) in a LoRA layer, whose forward then fails (AttributeError: 'tuple' object has no attribute 'dtype'): the run stops at its first step; list the Linear names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj), as LLaMA-Factory's lora_target all does", e.arch.family.name()));
         }
         if peft_all_linear

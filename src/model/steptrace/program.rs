@@ -218,16 +218,12 @@ fn bytes(d: crate::model::dtype::Dtype) -> u64 {
     d.bytes() as u64
 }
 
-/// A Linear layer no target selects by itself (an expert's projection, a router): its name
-/// decides whether LoRA wraps it.
-fn unadapted(name: &'static str, in_features: u128, out_features: u128) -> LinearShape {
-    LinearShape {
-        name,
-        in_features,
-        out_features,
-        selected_by: &[],
-        bias: false,
-    }
+/// Whether a Linear layer of an MoE decoder layer belongs to its MoE block, registered after
+/// the routed experts (the shared experts' MLP and gate).
+fn in_moe_block(l: &LinearShape) -> bool {
+    l.selected_by
+        .iter()
+        .any(|t| t.is_mlp() || *t == Target::SharedExpertGate)
 }
 
 /// A layer's Linear modules in the order the module registers them: the forward's order, except
@@ -366,8 +362,6 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.weight(embed_n, aux, h)
         };
         self.embed_trained = embed.x.grad().then_some(embed);
-        let is_ffn = |l: &LinearShape| l.selected_by.iter().any(|t| t.is_mlp());
-        let is_shared_gate = |l: &LinearShape| l.selected_by.contains(&Target::SharedExpertGate);
         for li in 0..a.num_hidden_layers {
             // The layer's parameters belong to it (their optimizer states and updates too).
             self.tp.exec = li as u32;
@@ -379,7 +373,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             let order = module_order(a, kind);
             let (ffn_later, mut order): (Vec<LinearShape>, Vec<LinearShape>) = order
                 .into_iter()
-                .partition(|l| kind.is_moe() && (is_ffn(l) || is_shared_gate(l)));
+                .partition(|l| kind.is_moe() && in_moe_block(l));
             if kind.is_linear() {
                 // Qwen3_5GatedDeltaNet's own parameters (dt_bias, A_log) come first, then its
                 // modules in registration order: conv1d, the gated norm, out_proj, and the
@@ -626,7 +620,7 @@ impl<'c, 'a> Prog<'c, 'a> {
             a.hidden_size,
         );
         if s.experts_layout == crate::model::settings::ExpertsLayout::PerExpert {
-            if crate::model::extended::EXTENDED && layout.all_experts {
+            if ctx.sequential_experts() {
                 return self.register_sequential_experts(shared, adapted, lins);
             }
             return self.register_per_expert(shared, adapted, lins);
@@ -696,8 +690,15 @@ impl<'c, 'a> Prog<'c, 'a> {
     ) -> MoeParams {
         let a = self.ctx.arch;
         let (e, h) = (a.num_experts(), u128::from(a.hidden_size));
+        let router = LinearShape {
+            name: "gate",
+            in_features: h,
+            out_features: e,
+            selected_by: &[],
+            bias: false,
+        };
         let mut routers = vec![];
-        self.register_linear(unadapted("gate", h, e), &[], &mut routers);
+        self.register_linear(router, &[], &mut routers);
         let experts = self.register_expert_mlps(&[]);
         for l in shared {
             self.register_linear(*l, adapted, lins);
@@ -744,16 +745,11 @@ impl<'c, 'a> Prog<'c, 'a> {
     /// order, adapted where `adapted` names them.
     fn register_expert_mlps(&mut self, adapted: &[LinearShape]) -> Vec<[Lin; 3]> {
         let a = self.ctx.arch;
-        let (i, h) = (a.expert_width(), u128::from(a.hidden_size));
         self.tp.block = Block::Experts;
         let mut experts = vec![];
         for _ in 0..a.num_experts() {
             let mut mlp = vec![];
-            for l in [
-                unadapted("gate_proj", h, i),
-                unadapted("up_proj", h, i),
-                unadapted("down_proj", i, h),
-            ] {
+            for l in a.expert_linears() {
                 self.register_linear(l, adapted, &mut mlp);
             }
             let three: [Lin; 3] = mlp.try_into().expect("three Linear layers");
@@ -771,31 +767,36 @@ impl<'c, 'a> Prog<'c, 'a> {
             self.tp.exec = li as u32;
             let a = ctx.arch;
             let kind = a.layer_kind(li);
-            let shape = |l: &LinearShape| (l.name, (l.in_features as u64, l.out_features as u64));
-            let mut ns: Vec<(&'static str, (u64, u64))> =
-                module_order(a, kind).iter().map(shape).collect();
-            // The per-expert layout: its router's (where quantized) and experts' Linear layers,
-            // in the MoE block before its shared expert (the full planner's).
-            if !crate::model::extended::EXTENDED {
-            } else if let Some(Some(MoeParams {
+            let mut ns = module_order(a, kind);
+            // The per-expert layout: its router's (where quantized) and experts' Linear layers
+            // (the full planner's), before what Llama 4's MoE block registers after its routed
+            // experts (the shared expert), as the parameters are registered.
+            if let Some(Some(MoeParams {
                 experts: Experts::PerExpert(pe),
                 ..
-            })) = self.moe.get(li as usize)
+            })) = self
+                .moe
+                .get(li as usize)
+                .filter(|_| crate::model::extended::EXTENDED)
             {
-                let linears = pe.router.iter().chain(pe.experts.iter().flatten());
-                let shared_at = if a.moe_layout().is_some_and(|m| m.all_experts) {
-                    let is_ffn = |n: &str| matches!(n, "gate_proj" | "up_proj" | "down_proj");
-                    ns.iter().position(|(n, _)| is_ffn(n)).unwrap_or(ns.len())
-                } else {
-                    ns.len()
-                };
-                let tail = ns.split_off(shared_at);
-                ns.extend(linears.map(|l| shape(&l.shape)));
-                ns.extend(tail);
+                let all_experts = a.moe_layout().is_some_and(|m| m.all_experts);
+                let (block, rest): (Vec<LinearShape>, Vec<LinearShape>) =
+                    ns.into_iter().partition(|l| all_experts && in_moe_block(l));
+                ns = rest;
+                ns.extend(
+                    pe.router
+                        .iter()
+                        .chain(pe.experts.iter().flatten())
+                        .map(|l| l.shape),
+                );
+                ns.extend(block);
             }
             let layer = ns
                 .into_iter()
-                .map(|(name, (inf, outf))| (name, self.new_quant_state(inf, outf)))
+                .map(|l| {
+                    let (inf, outf) = (l.in_features as u64, l.out_features as u64);
+                    (l.name, self.new_quant_state(inf, outf))
+                })
                 .collect();
             self.qstates.push(layer);
         }
